@@ -27,6 +27,8 @@ typedef struct oq_save_opts {
 	int external_data;         /* 1: write tensors >= external_threshold to <out>.data */
 	size_t external_threshold; /* bytes; 0 means the default (1024) */
 	int no_auto_external;      /* 1: fail instead of switching to external data past 2 GB */
+	size_t auto_limit;         /* serialized size that triggers automatic external data;
+				    * 0 means protobuf's limit minus a 64 MiB margin (tests lower it) */
 } oq_save_opts;
 
 typedef struct oq_save_info {

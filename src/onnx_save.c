@@ -610,7 +610,8 @@ int oq_model_save(const oq_model *m, const char *path, const oq_save_opts *o, oq
 	s.data_fd = -1;
 	s.threshold = o->external_threshold ? o->external_threshold : 1024;
 	s.external = o->external_data;
-	if (!s.external && m->graph && graph_bytes(m->graph) + (64u << 20) > OQ_PROTOBUF_LIMIT) {
+	if (!s.external && m->graph &&
+	    graph_bytes(m->graph) > (o->auto_limit ? o->auto_limit : OQ_PROTOBUF_LIMIT - (64u << 20))) {
 		if (o->no_auto_external)
 			return oq_err(d, OQ_EUNSUP,
 				      "save: '%s': the model is over the 2 GB protobuf limit; use "
