@@ -236,7 +236,8 @@ static Onnx__TensorProto *mk_tensor(sctx *s, const oq_tensor *t, const char *nam
 		}
 		return tp;
 	}
-	tp->has_raw_data = 1;
+	/* An empty tensor keeps the file's choice of storing empty raw_data or nothing. */
+	tp->has_raw_data = t->nbytes > 0 || !src || src->has_raw_data;
 	tp->raw_data.len = t->nbytes;
 	tp->raw_data.data = (uint8_t *)t->data;
 	return tp;
