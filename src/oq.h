@@ -19,9 +19,6 @@
 #else
 #define OQ_WUR
 #define OQ_PRINTF(f, a)
-/* Writes s as a JSON string literal (quotes and escapes included). */
-void oq_json_str(FILE *f, const char *s);
-
 #endif
 
 #define OQ_VERSION "0.1.0"
