@@ -102,7 +102,7 @@ static void wflush(writer *w)
 static void wappend(ProtobufCBuffer *b, size_t len, const uint8_t *data)
 {
 	writer *w = (writer *)b;
-	if (w->err)
+	if (w->err || len == 0)
 		return;
 	w->total += len;
 	if (len >= w->cap / 2) { /* large payloads bypass the buffer */
@@ -156,7 +156,12 @@ static int write_external(sctx *s, const oq_tensor *t, size_t *off)
 	return 0;
 }
 
-static Onnx__TensorProto *mk_tensor(sctx *s, const oq_tensor *t, const char *name)
+/*
+ * `may_external`: only initializers move to the data file. Attribute tensors
+ * (Constant values, often shapes and axes) stay inline: ONNX Runtime's shape
+ * inference refuses to read them from external data.
+ */
+static Onnx__TensorProto *mk_tensor(sctx *s, const oq_tensor *t, const char *name, int may_external)
 {
 	Onnx__TensorProto *tp = aalloc(&s->a, 1, sizeof *tp);
 	const Onnx__TensorProto *src = t->src;
@@ -207,7 +212,7 @@ static Onnx__TensorProto *mk_tensor(sctx *s, const oq_tensor *t, const char *nam
 		}
 		return tp;
 	}
-	if (s->external && t->nbytes >= s->threshold) {
+	if (may_external && s->external && t->nbytes >= s->threshold) {
 		Onnx__StringStringEntryProto *e = aalloc(&s->a, 3, sizeof *e);
 		Onnx__StringStringEntryProto **ep = aalloc(&s->a, 3, sizeof *ep);
 		char *num = aalloc(&s->a, 2, 24);
@@ -259,8 +264,8 @@ static Onnx__SparseTensorProto *mk_sparse(sctx *s, const oq_sparse *sp)
 		onnx__sparse_tensor_proto__init(p);
 	p->n_dims = (size_t)sp->rank;
 	p->dims = sp->dims;
-	p->values = sp->values ? mk_tensor(s, sp->values, NULL) : NULL;
-	p->indices = sp->indices ? mk_tensor(s, sp->indices, NULL) : NULL;
+	p->values = sp->values ? mk_tensor(s, sp->values, NULL, 0) : NULL;
+	p->indices = sp->indices ? mk_tensor(s, sp->indices, NULL, 0) : NULL;
 	if ((sp->values && !p->values) || (sp->indices && !p->indices))
 		return NULL;
 	return p;
@@ -310,7 +315,7 @@ static Onnx__AttributeProto *mk_attr(sctx *s, const oq_attr *a)
 	p->t = NULL;
 	p->g = NULL;
 	p->sparse_tensor = NULL;
-	if (a->t && !(p->t = mk_tensor(s, a->t, NULL)))
+	if (a->t && !(p->t = mk_tensor(s, a->t, NULL, 0)))
 		return NULL;
 	if (a->g && !(p->g = mk_graph(s, a->g)))
 		return NULL;
@@ -321,7 +326,7 @@ static Onnx__AttributeProto *mk_attr(sctx *s, const oq_attr *a)
 		if (!(p->tensors = aalloc(&s->a, a->n, sizeof *p->tensors)))
 			return NULL;
 		for (size_t i = 0; i < a->n; i++)
-			if (!(p->tensors[i] = mk_tensor(s, a->tensors[i], NULL)))
+			if (!(p->tensors[i] = mk_tensor(s, a->tensors[i], NULL, 0)))
 				return NULL;
 	}
 	if (a->type == OQ_ATTR_GRAPHS) {
@@ -468,7 +473,7 @@ static Onnx__GraphProto *mk_graph(sctx *s, const oq_graph *g)
 	if (!(p->initializer = aalloc(&s->a, g->n_inits, sizeof *p->initializer)))
 		return NULL;
 	for (size_t i = 0; i < g->n_inits; i++) /* named after the value, which passes may rename */
-		if (!(p->initializer[i] = mk_tensor(s, g->inits[i]->init, g->inits[i]->name)))
+		if (!(p->initializer[i] = mk_tensor(s, g->inits[i]->init, g->inits[i]->name, 1)))
 			return NULL;
 	p->n_sparse_initializer = g->n_sparse;
 	if (!(p->sparse_initializer = aalloc(&s->a, g->n_sparse, sizeof *p->sparse_initializer)))
@@ -676,7 +681,12 @@ int oq_model_save(const oq_model *m, const char *path, const oq_save_opts *o, oq
 		goto done;
 	}
 	fd = -1;
-	if (s.data_fd >= 0) {
+	if (s.data_fd >= 0 && info->n_external == 0) {
+		/* nothing was large enough: no data file (the temp is removed below) */
+		close(s.data_fd);
+		s.data_fd = -1;
+		info->went_external = 0;
+	} else if (s.data_fd >= 0) {
 		int e = close(s.data_fd);
 		s.data_fd = -1;
 		if (e != 0 || rename(dtmp, dpath) != 0) {

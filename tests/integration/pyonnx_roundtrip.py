@@ -73,7 +73,7 @@ def main():
             else:
                 print(f"FAIL {model}: differs from the original beyond raw_data normalisation")
                 failed += 1
-    print(f"pyonnx round trip: {passed} passed, {failed} failed")
+    print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 
 

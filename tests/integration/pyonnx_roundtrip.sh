@@ -6,7 +6,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 onnxq=${1:-$here/../../build/onnxq}
 if ! /usr/bin/python3 -c 'import onnx' 2>/dev/null; then
-  echo "pyonnx round trip: python3-onnx missing (apt-get install python3-onnx)"
+  echo "python3-onnx missing (apt-get install python3-onnx)"
   echo "0 passed, 1 failed"
   exit 1
 fi
