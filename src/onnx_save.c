@@ -157,9 +157,11 @@ static int write_external(sctx *s, const oq_tensor *t, size_t *off)
 }
 
 /*
- * `may_external`: only initializers move to the data file. Attribute tensors
- * (Constant values, often shapes and axes) stay inline: ONNX Runtime's shape
- * inference refuses to read them from external data.
+ * `may_external`: 1 for initializers, 2 for attribute tensors (Constant
+ * values), 0 for tensors that always stay inline. Integer attribute tensors
+ * stay inline: they are shapes, axes and indices that ONNX Runtime's shape
+ * inference reads at load time and refuses to take from external data.
+ * Float ones (weights in Constant nodes, as PaddleOCR exports them) move.
  */
 static Onnx__TensorProto *mk_tensor(sctx *s, const oq_tensor *t, const char *name, int may_external)
 {
@@ -212,6 +214,8 @@ static Onnx__TensorProto *mk_tensor(sctx *s, const oq_tensor *t, const char *nam
 		}
 		return tp;
 	}
+	if (may_external == 2 && strchr("subS", oq_dtype_kind(t->dtype)))
+		may_external = 0;
 	if (may_external && s->external && t->nbytes >= s->threshold) {
 		Onnx__StringStringEntryProto *e = aalloc(&s->a, 3, sizeof *e);
 		Onnx__StringStringEntryProto **ep = aalloc(&s->a, 3, sizeof *ep);
@@ -315,7 +319,7 @@ static Onnx__AttributeProto *mk_attr(sctx *s, const oq_attr *a)
 	p->t = NULL;
 	p->g = NULL;
 	p->sparse_tensor = NULL;
-	if (a->t && !(p->t = mk_tensor(s, a->t, NULL, 0)))
+	if (a->t && !(p->t = mk_tensor(s, a->t, NULL, 2)))
 		return NULL;
 	if (a->g && !(p->g = mk_graph(s, a->g)))
 		return NULL;
@@ -326,7 +330,7 @@ static Onnx__AttributeProto *mk_attr(sctx *s, const oq_attr *a)
 		if (!(p->tensors = aalloc(&s->a, a->n, sizeof *p->tensors)))
 			return NULL;
 		for (size_t i = 0; i < a->n; i++)
-			if (!(p->tensors[i] = mk_tensor(s, a->tensors[i], NULL, 0)))
+			if (!(p->tensors[i] = mk_tensor(s, a->tensors[i], NULL, 2)))
 				return NULL;
 	}
 	if (a->type == OQ_ATTR_GRAPHS) {
