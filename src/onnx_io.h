@@ -43,6 +43,12 @@ typedef struct oq_save_info {
 int oq_model_save(const oq_model *m, const char *path, const oq_save_opts *o, oq_save_info *info,
 		  oq_diag *d) OQ_WUR;
 
+/*
+ * Loads one serialized TensorProto (the ONNX test-data .pb files) into an
+ * owned tensor. `what` names the source in messages. External data is refused.
+ */
+int oq_tensor_load_pb(const void *buf, size_t len, const char *what, oq_tensor **out, oq_diag *d) OQ_WUR;
+
 /* The ONNX protobuf limit for one serialized message (2 GiB - 1). */
 #define OQ_PROTOBUF_LIMIT ((size_t)0x7fffffff)
 

@@ -609,12 +609,14 @@ static int load_tensor(ctx *c, const Onnx__TensorProto *tp, oq_tensor **out)
 			rc = OQ_OK;
 		}
 	} else if (tp->has_raw_data) {
-		/* Only empty raw_data stays in the stripped message. */
+		/* Only empty raw_data stays in a stripped message; the data lives with the proto. */
 		rc = tp->raw_data.len == t->nbytes && t->dtype != OQ_DT_STRING
 			     ? OQ_OK
 			     : oq_err(c->d, OQ_EINVAL,
 				      "load: %s: tensor '%s' has %zu bytes of raw_data but its dims need %zu",
 				      c->file, t->name, tp->raw_data.len, t->nbytes);
+		if (!rc)
+			t->data = t->nbytes ? tp->raw_data.data : NULL;
 	} else {
 		rc = load_typed(c, tp, t);
 	}
@@ -1140,4 +1142,51 @@ int oq_model_load(const char *path, oq_model **out, oq_diag *d)
 	}
 	*out = c.m;
 	return OQ_OK;
+}
+
+int oq_tensor_load_pb(const void *bytes, size_t len, const char *what, oq_tensor **out, oq_diag *d)
+{
+	oq_model m;
+	oq_mapping map;
+	ctx c = {0};
+	walk w;
+	buf sb = {0};
+	Onnx__TensorProto *tp;
+	int rc;
+
+	*out = NULL;
+	memset(&m, 0, sizeof m);
+	memset(&map, 0, sizeof map);
+	map.base = (void *)bytes;
+	map.size = len;
+	m.maps = &map;
+	m.n_maps = 1;
+	c.m = &m;
+	c.d = d;
+	c.file = what;
+	w.base = bytes;
+	w.d = d;
+	w.file = what;
+	if ((rc = strip(&w, bytes, len, K_TENSOR, 0, 1, &sb))) {
+		free(sb.p);
+		return rc;
+	}
+	tp = onnx__tensor_proto__unpack(NULL, sb.n, sb.p);
+	if (!tp) {
+		free(sb.p);
+		return oq_err(d, OQ_EINVAL, "load: %s: not a valid serialized TensorProto", what);
+	}
+	rc = load_tensor(&c, tp, out);
+	if (!rc) {
+		(*out)->src = NULL; /* the proto is freed below */
+		rc = oq_tensor_own(*out);
+		if (rc) {
+			oq_tensor_free(*out);
+			*out = NULL;
+			rc = oq_err(d, rc, "load: %s: out of memory", what);
+		}
+	}
+	onnx__tensor_proto__free_unpacked(tp, NULL);
+	free(sb.p);
+	return rc;
 }

@@ -1,0 +1,807 @@
+/*
+ * exec.c - the executor: plans, frames, the node loop, memory release,
+ * observers, subgraphs and the thread pool.
+ *
+ * A plan is made once per graph (main graph and every subgraph): the kernel
+ * of each node, views of the initializers, and for each value the number of
+ * uses, counting a value read inside a node's subgraphs as a use by that
+ * node (it must live until the node is done). A frame is one execution of a
+ * graph: a slot per value, a remaining-use counter per value, and a link to
+ * the calling frame for outer-scope names. After each node, inputs whose
+ * counter reaches zero are released, so the live set is what the remaining
+ * nodes still need.
+ */
+#include "kernel.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------ kernel table */
+
+static const oq_kreg *const families[] = {
+	oq_kernels_ew, oq_kernels_linalg, oq_kernels_nn, oq_kernels_shape,
+	oq_kernels_quant, oq_kernels_control, oq_kernels_rnn,
+};
+
+oq_kernel_fn oq_kernel_find(oq_op op, int64_t opset)
+{
+	const oq_kreg *best = NULL;
+	for (size_t f = 0; f < sizeof families / sizeof families[0]; f++)
+		for (const oq_kreg *r = families[f]; r->fn; r++)
+			if (r->op == op && r->min_opset <= opset && (!best || r->min_opset > best->min_opset))
+				best = r;
+	return best ? best->fn : NULL;
+}
+
+/* ------------------------------------------------------------ thread pool */
+
+typedef struct pool {
+	int n;                 /* threads including the caller */
+	pthread_t *tid;        /* n - 1 workers */
+	pthread_mutex_t mu;
+	pthread_cond_t go, done;
+	unsigned long gen;     /* job generation */
+	int pending;           /* workers still running the current job */
+	int stop;
+	int busy;              /* a job is running: nested calls run inline */
+	oq_range_fn fn;
+	void *ctx;
+	size_t n_items, chunk;
+} pool;
+
+static void run_range(pool *p, int w)
+{
+	size_t b = (size_t)w * p->chunk, e = b + p->chunk;
+	if (b >= p->n_items)
+		return;
+	if (e > p->n_items)
+		e = p->n_items;
+	p->fn(p->ctx, b, e);
+}
+
+typedef struct worker_arg {
+	pool *p;
+	int w;
+} worker_arg;
+
+static void *worker(void *arg)
+{
+	worker_arg *a = arg;
+	pool *p = a->p;
+	int w = a->w;
+	unsigned long seen = 0;
+
+	free(a);
+	pthread_mutex_lock(&p->mu);
+	for (;;) {
+		while (!p->stop && p->gen == seen)
+			pthread_cond_wait(&p->go, &p->mu);
+		if (p->stop)
+			break;
+		seen = p->gen;
+		pthread_mutex_unlock(&p->mu);
+		run_range(p, w);
+		pthread_mutex_lock(&p->mu);
+		if (--p->pending == 0)
+			pthread_cond_signal(&p->done);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+static int pool_init(pool *p, int n)
+{
+	memset(p, 0, sizeof *p);
+	p->n = n < 1 ? 1 : n;
+	if (p->n == 1)
+		return OQ_OK;
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->go, NULL);
+	pthread_cond_init(&p->done, NULL);
+	p->tid = calloc((size_t)p->n - 1, sizeof *p->tid);
+	if (!p->tid)
+		return OQ_ENOMEM;
+	for (int i = 1; i < p->n; i++) {
+		worker_arg *a = malloc(sizeof *a);
+		if (!a || (a->p = p, a->w = i, pthread_create(&p->tid[i - 1], NULL, worker, a) != 0)) {
+			free(a);
+			p->n = i; /* only these started */
+			return OQ_ENOMEM;
+		}
+	}
+	return OQ_OK;
+}
+
+static void pool_free(pool *p)
+{
+	if (p->n <= 1 || !p->tid) {
+		free(p->tid);
+		return;
+	}
+	pthread_mutex_lock(&p->mu);
+	p->stop = 1;
+	pthread_cond_broadcast(&p->go);
+	pthread_mutex_unlock(&p->mu);
+	for (int i = 1; i < p->n; i++)
+		pthread_join(p->tid[i - 1], NULL);
+	free(p->tid);
+	pthread_mutex_destroy(&p->mu);
+	pthread_cond_destroy(&p->go);
+	pthread_cond_destroy(&p->done);
+}
+
+/* --------------------------------------------------------------- executor */
+
+typedef struct node_plan {
+	oq_kernel_fn fn;
+	oq_value **extra;      /* local values read by this node's subgraphs */
+	size_t n_extra;
+} node_plan;
+
+typedef struct plan {
+	const oq_graph *g;
+	node_plan *nodes;
+	oq_rt **inits;         /* per value index: initializer view, or NULL */
+	int *uses;             /* per value index: uses by nodes of this graph */
+	struct plan *next;
+} plan;
+
+struct oq_exec {
+	oq_model *m;
+	pool pool;
+	oq_observe_fn observe;
+	void *observe_ctx;
+	plan *plans;
+	oq_value **in;         /* fed inputs of the main graph */
+	size_t n_in;
+	size_t live, peak;     /* activation bytes held now / at most */
+};
+
+typedef struct frame {
+	const plan *p;
+	oq_rt **slots;         /* per value index: computed value (owned unless input) */
+	int *remaining;
+	struct frame *parent;
+} frame;
+
+static void free_plan(plan *p)
+{
+	if (!p)
+		return;
+	if (p->nodes)
+		for (size_t i = 0; i < p->g->n_nodes; i++)
+			free(p->nodes[i].extra);
+	if (p->inits)
+		for (size_t i = 0; i < p->g->n_values; i++)
+			if (p->inits[i]) {
+				oq_rt_release(p->inits[i]);
+				free(p->inits[i]);
+			}
+	free(p->nodes);
+	free(p->inits);
+	free(p->uses);
+	free(p);
+}
+
+/* Collects values of subgraphs (recursively) that resolve to a value of `home`. */
+typedef struct collect {
+	const oq_graph *home;
+	node_plan *np;
+	int *uses;
+	int oom;
+} collect;
+
+static int collect_sub(oq_graph *sub, oq_node *owner, void *arg)
+{
+	collect *c = arg;
+	(void)owner;
+	for (size_t i = 0; i < sub->n_values; i++) {
+		oq_value *v = sub->values[i];
+		oq_value *r;
+		if (!(v->flags & OQ_V_OUTER))
+			continue;
+		r = oq_value_resolve(v);
+		if (!r || r->graph != c->home)
+			continue;
+		oq_value **nx = realloc(c->np->extra, (c->np->n_extra + 1) * sizeof *nx);
+		if (!nx) {
+			c->oom = 1;
+			return OQ_ENOMEM;
+		}
+		nx[c->np->n_extra++] = r;
+		c->np->extra = nx;
+		c->uses[r->index]++;
+	}
+	return oq_graph_each_subgraph(sub, collect_sub, c);
+}
+
+static int plan_node_check(oq_exec *e, const oq_graph *g, oq_diag *d);
+
+static int make_plan(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)
+{
+	plan *p;
+	int rc;
+
+	for (p = e->plans; p; p = p->next)
+		if (p->g == g) {
+			*out = p;
+			return OQ_OK;
+		}
+	p = calloc(1, sizeof *p);
+	if (!p)
+		return oq_err(d, OQ_ENOMEM, "run: out of memory");
+	p->g = g;
+	p->nodes = oq_calloc(g->n_nodes, sizeof *p->nodes);
+	p->inits = oq_calloc(g->n_values, sizeof *p->inits);
+	p->uses = oq_calloc(g->n_values, sizeof *p->uses);
+	if (!p->nodes || !p->inits || !p->uses) {
+		free_plan(p);
+		return oq_err(d, OQ_ENOMEM, "run: out of memory");
+	}
+	for (size_t i = 0; i < g->n_values; i++) {
+		oq_value *v = g->values[i];
+		if (!v->init)
+			continue;
+		if (!(p->inits[i] = calloc(1, sizeof(oq_rt))) || (rc = oq_rt_from_tensor(p->inits[i], v->init))) {
+			free_plan(p);
+			return oq_err(d, rc == OQ_EUNSUP ? OQ_EUNSUP : OQ_ENOMEM,
+				      "run: initializer '%s': cannot prepare (rank above %d or out of memory)",
+				      v->name, OQ_RT_MAX_RANK);
+		}
+	}
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		oq_node *n = g->nodes[i];
+		collect c = {g, &p->nodes[i], p->uses, 0};
+		p->nodes[i].fn = oq_kernel_find(n->op, n->opset);
+		for (size_t k = 0; k < n->n_inputs; k++)
+			if (n->inputs[k] && !(n->inputs[k]->flags & OQ_V_OUTER))
+				p->uses[n->inputs[k]->index]++;
+		/* subgraphs of this node: their outer reads of our values are our uses */
+		for (size_t k = 0; k < n->n_attrs; k++) {
+			oq_attr *a = &n->attrs[k];
+			if (a->g)
+				collect_sub(a->g, n, &c);
+			for (size_t j = 0; a->graphs && j < a->n; j++)
+				collect_sub(a->graphs[j], n, &c);
+		}
+		if (c.oom) {
+			free_plan(p);
+			return oq_err(d, OQ_ENOMEM, "run: out of memory");
+		}
+	}
+	p->next = e->plans;
+	e->plans = p;
+	*out = p;
+	return OQ_OK;
+}
+
+/* Every node of g and of its subgraphs must have a kernel. */
+static int check_sub(oq_graph *sub, oq_node *owner, void *arg)
+{
+	(void)owner;
+	void **a = arg;
+	return plan_node_check(a[0], sub, a[1]);
+}
+
+static int plan_node_check(oq_exec *e, const oq_graph *g, oq_diag *d)
+{
+	void *arg[2] = {e, d};
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		const oq_node *n = g->nodes[i];
+		if (!oq_kernel_find(n->op, n->opset))
+			return oq_err(d, OQ_EUNSUP,
+				      "run: node '%s' (%s, domain '%s', opset %lld): onnxq cannot run this "
+				      "op; see README 'Supported ops'",
+				      n->name, n->op_type, *n->domain ? n->domain : "ai.onnx",
+				      (long long)n->opset);
+	}
+	return oq_graph_each_subgraph((oq_graph *)g, check_sub, arg);
+}
+
+int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
+{
+	oq_exec *e;
+	plan *p;
+	int rc, threads = o ? o->threads : 0;
+
+	*out = NULL;
+	if (threads <= 0) {
+		long c = sysconf(_SC_NPROCESSORS_ONLN);
+		threads = c > 0 ? (int)c : 1;
+	}
+	e = calloc(1, sizeof *e);
+	if (!e)
+		return oq_err(d, OQ_ENOMEM, "run: out of memory");
+	e->m = m;
+	if ((rc = oq_graph_rebuild_uses(m->graph)) || (rc = plan_node_check(e, m->graph, d)) ||
+	    (rc = make_plan(e, m->graph, &p, d)))
+		goto fail;
+	e->in = oq_calloc(m->graph->n_inputs, sizeof *e->in);
+	if (!e->in) {
+		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+		goto fail;
+	}
+	for (size_t i = 0; i < m->graph->n_inputs; i++)
+		if (!m->graph->inputs[i]->init)
+			e->in[e->n_in++] = m->graph->inputs[i];
+	if ((rc = pool_init(&e->pool, threads))) {
+		rc = oq_err(d, rc, "run: cannot start %d threads", threads);
+		goto fail;
+	}
+	*out = e;
+	return OQ_OK;
+fail:
+	oq_exec_free(e);
+	return rc == OQ_ENOMEM && d->count == 0 ? oq_err(d, rc, "run: out of memory") : rc;
+}
+
+void oq_exec_free(oq_exec *e)
+{
+	if (!e)
+		return;
+	pool_free(&e->pool);
+	while (e->plans) {
+		plan *n = e->plans->next;
+		free_plan(e->plans);
+		e->plans = n;
+	}
+	free(e->in);
+	free(e);
+}
+
+void oq_exec_set_observer(oq_exec *e, oq_observe_fn fn, void *ctx)
+{
+	e->observe = fn;
+	e->observe_ctx = ctx;
+}
+
+size_t oq_exec_n_inputs(const oq_exec *e) { return e->n_in; }
+const oq_value *oq_exec_input(const oq_exec *e, size_t i) { return i < e->n_in ? e->in[i] : NULL; }
+size_t oq_exec_n_outputs(const oq_exec *e) { return e->m->graph->n_outputs; }
+const oq_value *oq_exec_output(const oq_exec *e, size_t i)
+{
+	return i < e->m->graph->n_outputs ? e->m->graph->outputs[i] : NULL;
+}
+size_t oq_exec_peak_bytes(const oq_exec *e) { return e->peak; }
+
+/* The tensor currently bound to v in frame f (outer names via parents). */
+static oq_rt *lookup(frame *f, const oq_value *v)
+{
+	if (v->flags & OQ_V_OUTER) {
+		const oq_value *r = oq_value_resolve((oq_value *)v);
+		for (frame *p = f->parent; p; p = p->parent)
+			if (p->p->g == r->graph)
+				return lookup(p, r);
+		return NULL;
+	}
+	if (f->slots[v->index])
+		return f->slots[v->index];
+	return f->p->inits[v->index];
+}
+
+static void drop(oq_exec *e, frame *f, size_t idx)
+{
+	oq_rt *t = f->slots[idx];
+	if (!t)
+		return;
+	if (!t->borrowed)
+		e->live -= t->nbytes;
+	oq_rt_release(t);
+	free(t);
+	f->slots[idx] = NULL;
+}
+
+static void frame_free(oq_exec *e, frame *f)
+{
+	if (f->slots)
+		for (size_t i = 0; i < f->p->g->n_values; i++)
+			drop(e, f, i);
+	free(f->slots);
+	free(f->remaining);
+}
+
+/* Released when its remaining uses reach zero, unless it is a graph output or input. */
+static void use_done(oq_exec *e, frame *f, const oq_value *v)
+{
+	size_t i;
+	if (!v || (v->flags & OQ_V_OUTER) || v->graph != f->p->g)
+		return;
+	i = v->index;
+	if (--f->remaining[i] > 0 || (v->flags & (OQ_V_OUTPUT | OQ_V_INPUT)))
+		return;
+	drop(e, f, i);
+}
+
+static int run_frame(oq_exec *e, frame *f, oq_diag *d)
+{
+	const oq_graph *g = f->p->g;
+	oq_rt *inbuf[16], *outbuf[16];
+	int rc = OQ_OK;
+
+	for (size_t ni = 0; ni < g->n_nodes && !rc; ni++) {
+		const oq_node *n = g->nodes[ni];
+		oq_kctx k;
+		oq_rt **in = n->n_inputs <= 16 ? inbuf : oq_calloc(n->n_inputs, sizeof *in);
+		oq_rt **out = n->n_outputs <= 16 ? outbuf : oq_calloc(n->n_outputs, sizeof *out);
+
+		memset(&k, 0, sizeof k);
+		k.e = e;
+		k.node = n;
+		k.opset = n->opset;
+		k.d = d;
+		k.threads = e->pool.n;
+		k.frame = f;
+		k.in = in;
+		k.n_in = n->n_inputs;
+		k.out = out;
+		k.n_out = n->n_outputs;
+		if (!in || !out) {
+			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+			goto next;
+		}
+		for (size_t i = 0; i < n->n_outputs; i++)
+			out[i] = NULL;
+		for (size_t i = 0; i < n->n_inputs; i++) {
+			in[i] = NULL;
+			if (n->inputs[i] && !(in[i] = lookup(f, n->inputs[i]))) {
+				rc = oq_k_err(&k, OQ_EINVAL,
+					      "input '%s' has no value here (not produced before this node, "
+					      "not an input or initializer); run `onnxq check`",
+					      n->inputs[i]->name);
+				goto next;
+			}
+		}
+		rc = f->p->nodes[ni].fn(&k);
+		for (size_t i = 0; !rc && i < n->n_outputs; i++)
+			if (!out[i] && n->outputs[i])
+				rc = oq_k_err(&k, OQ_EINVAL, "kernel produced no output #%zu (internal error)", i);
+		for (size_t i = 0; i < n->n_outputs; i++) {
+			oq_value *v = n->outputs[i];
+			if (!out[i])
+				continue;
+			if (!rc && v && e->observe)
+				rc = e->observe(e->observe_ctx, v, out[i]);
+			if (!rc && v && !f->slots[v->index] && (f->remaining[v->index] > 0 || (v->flags & OQ_V_OUTPUT))) {
+				f->slots[v->index] = out[i];
+			} else {
+				if (!out[i]->borrowed)
+					e->live -= out[i]->nbytes;
+				oq_rt_release(out[i]);
+				free(out[i]);
+			}
+		}
+		if (e->live > e->peak)
+			e->peak = e->live;
+		if (!rc) {
+			for (size_t i = 0; i < n->n_inputs; i++)
+				use_done(e, f, n->inputs[i]);
+			for (size_t i = 0; i < f->p->nodes[ni].n_extra; i++)
+				use_done(e, f, f->p->nodes[ni].extra[i]);
+		}
+	next:
+		if (in != inbuf)
+			free(in);
+		if (out != outbuf)
+			free(out);
+	}
+	return rc;
+}
+
+/* Moves (or copies) the graph outputs of a finished frame into `outputs`. */
+static int take_outputs(oq_exec *e, frame *f, oq_rt *outputs, size_t n_out, oq_diag *d)
+{
+	const oq_graph *g = f->p->g;
+	for (size_t i = 0; i < n_out && i < g->n_outputs; i++) {
+		const oq_value *v = g->outputs[i];
+		oq_rt *t = lookup(f, v);
+		int moved = 0;
+		if (!t)
+			return oq_err(d, OQ_EINVAL, "run: graph output '%s' was not computed", v->name);
+		if (!(v->flags & OQ_V_OUTER) && f->slots[v->index] == t && !t->borrowed) {
+			/* move unless a later output names the same value */
+			moved = 1;
+			for (size_t j = i + 1; j < g->n_outputs; j++)
+				if (g->outputs[j] == v)
+					moved = 0;
+		}
+		if (moved) {
+			outputs[i] = *t;
+			e->live -= t->nbytes;
+			free(t);
+			f->slots[v->index] = NULL;
+		} else if (oq_rt_copy(&outputs[i], t)) {
+			return oq_err(d, OQ_ENOMEM, "run: out of memory");
+		}
+	}
+	return OQ_OK;
+}
+
+static int frame_init(oq_exec *e, frame *f, const oq_graph *g, frame *parent, oq_diag *d)
+{
+	plan *p;
+	int rc;
+	memset(f, 0, sizeof *f);
+	if ((rc = make_plan(e, g, &p, d)))
+		return rc;
+	f->p = p;
+	f->parent = parent;
+	f->slots = oq_calloc(g->n_values, sizeof *f->slots);
+	f->remaining = oq_calloc(g->n_values, sizeof *f->remaining);
+	if (!f->slots || !f->remaining)
+		return oq_err(d, OQ_ENOMEM, "run: out of memory");
+	memcpy(f->remaining, p->uses, g->n_values * sizeof *f->remaining);
+	return OQ_OK;
+}
+
+/* Binds a borrowed view of `src` to value v. */
+static int bind(frame *f, const oq_value *v, const oq_rt *src, oq_diag *d)
+{
+	oq_rt *t = malloc(sizeof *t);
+	if (!t)
+		return oq_err(d, OQ_ENOMEM, "run: out of memory");
+	*t = *src;
+	t->borrowed = 1;
+	t->strs = NULL;
+	if (src->strs) { /* strings are not borrowed: copy */
+		if (oq_rt_copy(t, src)) {
+			free(t);
+			return oq_err(d, OQ_ENOMEM, "run: out of memory");
+		}
+	}
+	if (f->slots[v->index]) {
+		oq_rt_release(f->slots[v->index]);
+		free(f->slots[v->index]);
+	}
+	f->slots[v->index] = t;
+	return OQ_OK;
+}
+
+static int check_input(const oq_value *v, const oq_rt *t, oq_diag *d)
+{
+	char got[256], want[256];
+	size_t off = 0;
+	const oq_type *ty = &v->type;
+
+	if (ty->kind != OQ_TYPE_TENSOR)
+		return OQ_OK;
+	if (ty->dtype && ty->dtype != t->dtype)
+		goto bad;
+	if (ty->rank >= 0 && ty->rank != t->rank)
+		goto bad;
+	for (int i = 0; ty->rank >= 0 && i < ty->rank; i++)
+		if (ty->dims[i].value >= 0 && ty->dims[i].value != t->dims[i])
+			goto bad;
+	return OQ_OK;
+bad:
+	off = (size_t)snprintf(want, sizeof want, "%s[", ty->dtype ? oq_dtype_name(ty->dtype) : "?");
+	for (int i = 0; i < ty->rank && off < sizeof want; i++) {
+		int w;
+		if (ty->dims[i].value >= 0)
+			w = snprintf(want + off, sizeof want - off, "%s%lld", i ? ", " : "", (long long)ty->dims[i].value);
+		else
+			w = snprintf(want + off, sizeof want - off, "%s%s", i ? ", " : "",
+				     ty->dims[i].param ? ty->dims[i].param : "?");
+		if (w < 0)
+			break;
+		off += (size_t)w;
+	}
+	if (off < sizeof want)
+		snprintf(want + off, sizeof want - off, "]");
+	return oq_err(d, OQ_EINVAL, "run: input '%s' is %s but the model expects %s", v->name,
+		      oq_rt_describe(t, got, sizeof got), want);
+}
+
+int oq_exec_run(oq_exec *e, const oq_rt *inputs, size_t n_inputs, oq_rt *outputs, size_t n_outputs,
+		oq_diag *d)
+{
+	frame f;
+	int rc;
+
+	if (n_inputs != e->n_in)
+		return oq_err(d, OQ_EINVAL, "run: the model has %zu inputs, %zu given", e->n_in, n_inputs);
+	for (size_t i = 0; i < n_inputs; i++)
+		if ((rc = check_input(e->in[i], &inputs[i], d)))
+			return rc;
+	e->live = e->peak = 0;
+	if ((rc = frame_init(e, &f, e->m->graph, NULL, d)))
+		goto done;
+	for (size_t i = 0; i < n_inputs; i++)
+		if ((rc = bind(&f, e->in[i], &inputs[i], d)))
+			goto done;
+	if (!(rc = run_frame(e, &f, d)))
+		rc = take_outputs(e, &f, outputs, n_outputs, d);
+done:
+	frame_free(e, &f);
+	if (rc)
+		for (size_t i = 0; i < n_outputs; i++)
+			oq_rt_release(&outputs[i]);
+	return rc;
+}
+
+int oq_k_run_subgraph(oq_kctx *k, const oq_graph *g, const oq_rt *inputs, size_t n_in, oq_rt *outputs,
+		      size_t n_out)
+{
+	frame f;
+	int rc;
+
+	if (n_in != g->n_inputs)
+		return oq_k_err(k, OQ_EINVAL, "subgraph '%s' takes %zu inputs, %zu given", g->name,
+				g->n_inputs, n_in);
+	if ((rc = frame_init(k->e, &f, g, k->frame, k->d)))
+		goto done;
+	for (size_t i = 0; i < n_in; i++)
+		if ((rc = bind(&f, g->inputs[i], &inputs[i], k->d)))
+			goto done;
+	if (!(rc = run_frame(k->e, &f, k->d)))
+		rc = take_outputs(k->e, &f, outputs, n_out, k->d);
+done:
+	frame_free(k->e, &f);
+	return rc;
+}
+
+/* ------------------------------------------------------- kernel services */
+
+int oq_k_output(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *dims, oq_rt **t)
+{
+	oq_rt *r;
+	int rc;
+
+	*t = NULL;
+	if (i >= k->n_out) /* an output the node does not declare: scratch nobody reads */
+		return oq_k_err(k, OQ_EINVAL, "kernel wrote output #%zu but the node has %zu outputs", i,
+				k->n_out);
+	if (k->out[i]) {
+		oq_rt_release(k->out[i]);
+		free(k->out[i]);
+		k->out[i] = NULL;
+	}
+	r = malloc(sizeof *r);
+	if (!r)
+		return oq_k_err(k, OQ_ENOMEM, "out of memory");
+	rc = oq_rt_alloc(r, dtype, rank, dims);
+	if (rc) {
+		oq_rt_release(r);
+		free(r);
+		if (rc == OQ_EUNSUP)
+			return oq_k_err(k, rc, "output rank %d is above the supported %d", rank, OQ_RT_MAX_RANK);
+		return oq_k_err(k, rc, rc == OQ_ENOMEM ? "out of memory for an output of %s"
+						       : "invalid output shape for %s",
+				oq_dtype_name(dtype));
+	}
+	k->e->live += r->nbytes;
+	k->out[i] = r;
+	*t = r;
+	return OQ_OK;
+}
+
+int oq_k_output_like(oq_kctx *k, size_t i, const oq_rt *src, int rank, const int64_t *dims, oq_rt **t)
+{
+	int rc = oq_k_output(k, i, src->dtype, rank, dims, t);
+	if (rc)
+		return rc;
+	if ((*t)->nelem != src->nelem)
+		return oq_k_err(k, OQ_EINVAL, "cannot give %zu elements the shape of %zu", src->nelem,
+				(*t)->nelem);
+	if (src->strs) {
+		for (size_t j = 0; j < src->nelem; j++) {
+			(*t)->strs[j].p = malloc(src->strs[j].len + 1);
+			if (!(*t)->strs[j].p)
+				return oq_k_err(k, OQ_ENOMEM, "out of memory");
+			memcpy((*t)->strs[j].p, src->strs[j].p, src->strs[j].len + 1);
+			(*t)->strs[j].len = src->strs[j].len;
+		}
+	} else if (src->nbytes) {
+		memcpy((*t)->data, src->data, src->nbytes);
+	}
+	return OQ_OK;
+}
+
+int oq_k_err(oq_kctx *k, int status, const char *fmt, ...)
+{
+	char msg[768];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	return oq_err(k->d, status, "run: node '%s' (%s, opset %lld): %s", k->node->name,
+		      k->node->op_type, (long long)k->opset, msg);
+}
+
+const oq_attr *oq_k_attr(const oq_kctx *k, const char *name)
+{
+	return oq_node_attr(k->node, name);
+}
+
+int64_t oq_k_int(const oq_kctx *k, const char *name, int64_t dflt)
+{
+	const oq_attr *a = oq_k_attr(k, name);
+	return a && a->type == OQ_ATTR_INT ? a->i : dflt;
+}
+
+float oq_k_float(const oq_kctx *k, const char *name, float dflt)
+{
+	const oq_attr *a = oq_k_attr(k, name);
+	return a && a->type == OQ_ATTR_FLOAT ? a->f : dflt;
+}
+
+const char *oq_k_str(const oq_kctx *k, const char *name, const char *dflt)
+{
+	const oq_attr *a = oq_k_attr(k, name);
+	return a && a->type == OQ_ATTR_STRING ? a->s.p : dflt;
+}
+
+size_t oq_k_ints(const oq_kctx *k, const char *name, const int64_t **v)
+{
+	const oq_attr *a = oq_k_attr(k, name);
+	*v = a && a->type == OQ_ATTR_INTS ? a->ints : NULL;
+	return *v ? a->n : 0;
+}
+
+size_t oq_k_floats(const oq_kctx *k, const char *name, const float **v)
+{
+	const oq_attr *a = oq_k_attr(k, name);
+	*v = a && a->type == OQ_ATTR_FLOATS ? a->floats : NULL;
+	return *v ? a->n : 0;
+}
+
+void oq_k_parallel(oq_kctx *k, size_t n, size_t grain, oq_range_fn fn, void *ctx)
+{
+	pool *p = &k->e->pool;
+	size_t parts, chunk;
+
+	if (n == 0)
+		return;
+	if (grain < 1)
+		grain = 1;
+	parts = (n + grain - 1) / grain;
+	if (parts > (size_t)k->threads)
+		parts = (size_t)k->threads;
+	if (parts <= 1 || p->n <= 1 || p->busy) {
+		fn(ctx, 0, n);
+		return;
+	}
+	chunk = (n + parts - 1) / parts;
+	pthread_mutex_lock(&p->mu);
+	p->busy = 1;
+	p->fn = fn;
+	p->ctx = ctx;
+	p->n_items = n;
+	p->chunk = chunk;
+	p->pending = p->n - 1;
+	p->gen++;
+	pthread_cond_broadcast(&p->go);
+	pthread_mutex_unlock(&p->mu);
+	run_range(p, 0);
+	pthread_mutex_lock(&p->mu);
+	while (p->pending > 0)
+		pthread_cond_wait(&p->done, &p->mu);
+	p->busy = 0;
+	pthread_mutex_unlock(&p->mu);
+}
+
+int oq_broadcast(int ra, const int64_t *a, int rb, const int64_t *b, int *rr, int64_t *r)
+{
+	int n = ra > rb ? ra : rb;
+	if (n > OQ_RT_MAX_RANK)
+		return OQ_EUNSUP;
+	for (int i = 0; i < n; i++) {
+		int64_t x = i < n - ra ? 1 : a[i - (n - ra)];
+		int64_t y = i < n - rb ? 1 : b[i - (n - rb)];
+		if (x != y && x != 1 && y != 1)
+			return OQ_EINVAL;
+		r[i] = x == 1 ? y : x;
+	}
+	*rr = n;
+	return OQ_OK;
+}
+
+int oq_axis(int64_t axis, int rank)
+{
+	if (axis < -(int64_t)rank || axis >= rank)
+		return -1;
+	return (int)(axis < 0 ? axis + rank : axis);
+}

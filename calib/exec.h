@@ -1,0 +1,87 @@
+/*
+ * exec.h - onnxq's CPU executor: runs a loaded model on host tensors.
+ *
+ * Calibration runs sample inputs through it (observers see each value as
+ * it is produced), and `onnxq run` / `compare` use it to judge models. It
+ * is built once per model (every node checked against the kernel table
+ * before any work starts), then run any number of times. Symbolic dims are
+ * bound from the inputs at run time: kernels compute their output shapes.
+ *
+ * Memory: each activation is released after its last consumer (uses from
+ * subgraphs included) and its buffer returns to a pool that later
+ * allocations reuse. Threads: kernels split work into contiguous ranges
+ * whose partition never changes the arithmetic, so outputs are identical
+ * for any --threads.
+ */
+#ifndef OQ_EXEC_H
+#define OQ_EXEC_H
+
+#include "ir.h"
+
+#define OQ_RT_MAX_RANK 16
+
+/* A runtime tensor. */
+typedef struct oq_rt {
+	int dtype;                    /* oq_dtype */
+	int rank;
+	int64_t dims[OQ_RT_MAX_RANK];
+	size_t nelem;
+	size_t nbytes;
+	void *data;                   /* element bytes (64-byte aligned unless borrowed) */
+	oq_bytes *strs;               /* STRING tensors: nelem entries (owned) */
+	int borrowed;                 /* data belongs to someone else (initializer, caller) */
+} oq_rt;
+
+/* Allocates an owned, zeroed tensor. OQ_EINVAL on bad dims, OQ_ENOMEM. */
+int oq_rt_alloc(oq_rt *t, int dtype, int rank, const int64_t *dims) OQ_WUR;
+/* Frees owned data and resets *t to empty (safe on a zeroed struct). */
+void oq_rt_release(oq_rt *t);
+/* A view of an IR tensor: borrowed when suitably aligned, else an owned copy. */
+int oq_rt_from_tensor(oq_rt *t, const oq_tensor *src) OQ_WUR;
+/* Deep copy into an owned tensor. */
+int oq_rt_copy(oq_rt *dst, const oq_rt *src) OQ_WUR;
+/* Element i converted to double / int64 (any numeric dtype, fp16/bf16, sub-byte). */
+double oq_rt_get(const oq_rt *t, size_t i);
+int64_t oq_rt_get_int(const oq_rt *t, size_t i);
+/* Stores v into element i with the dtype's conversion (round to nearest even, saturating for ints). */
+void oq_rt_set(oq_rt *t, size_t i, double v);
+/* "float32[1, 3, 224, 224]" into buf. */
+const char *oq_rt_describe(const oq_rt *t, char *buf, size_t n);
+
+typedef struct oq_exec oq_exec;
+
+typedef struct oq_exec_opts {
+	int threads;                  /* worker threads incl. the caller; <= 0: number of cores */
+} oq_exec_opts;
+
+/*
+ * Observer: called for every node output (main graph and subgraphs) right
+ * after it is computed, before it may be released. Non-zero return stops
+ * the run with that status.
+ */
+typedef int (*oq_observe_fn)(void *ctx, const oq_value *v, const oq_rt *t);
+
+/* Checks every node (and subgraph) has a kernel; prepares plans. */
+int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d) OQ_WUR;
+void oq_exec_free(oq_exec *e);
+void oq_exec_set_observer(oq_exec *e, oq_observe_fn fn, void *ctx);
+
+/* The inputs a caller feeds: graph inputs not backed by an initializer, in graph order. */
+size_t oq_exec_n_inputs(const oq_exec *e);
+const oq_value *oq_exec_input(const oq_exec *e, size_t i);
+size_t oq_exec_n_outputs(const oq_exec *e);
+const oq_value *oq_exec_output(const oq_exec *e, size_t i);
+
+/*
+ * Runs the main graph. inputs: n_inputs tensors (borrowed for the run);
+ * outputs: n_outputs zeroed structs that receive owned tensors (release
+ * them with oq_rt_release). Input dtype/rank/fixed dims are checked against
+ * the declared input types first.
+ */
+int oq_exec_run(oq_exec *e, const oq_rt *inputs, size_t n_inputs, oq_rt *outputs, size_t n_outputs,
+		oq_diag *d) OQ_WUR;
+
+/* Peak bytes of activations held at once during the last run. */
+size_t oq_exec_peak_bytes(const oq_exec *e);
+
+#endif

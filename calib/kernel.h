@@ -1,0 +1,102 @@
+/*
+ * kernel.h - what a kernel sees: its node, input and output tensors,
+ * attribute getters, output allocation, a deterministic parallel-for and
+ * subgraph execution (If/Loop/Scan).
+ *
+ * A kernel checks its preconditions (dtypes, ranks, attribute values) and
+ * returns an error through oq_k_err naming the node; it never silently skips
+ * work. It computes output shapes from its input shapes at run time.
+ * Kernels are registered per family file (kernels_*.c) in a table of
+ * {op, min_opset, fn} rows; the executor picks the row for the node's op
+ * whose min_opset is the largest one <= the node's opset, so a kernel can
+ * serve every version or a family can give one row per semantic change.
+ */
+#ifndef OQ_KERNEL_H
+#define OQ_KERNEL_H
+
+#include "exec.h"
+
+typedef struct oq_kctx oq_kctx;
+typedef int (*oq_kernel_fn)(oq_kctx *k);
+
+/* One row of a family's kernel table; tables end with a row whose fn is NULL. */
+typedef struct oq_kreg {
+	oq_op op;
+	int min_opset;      /* first opset this kernel implements (0: any) */
+	oq_kernel_fn fn;
+} oq_kreg;
+
+struct oq_kctx {
+	oq_exec *e;
+	const oq_node *node;
+	int64_t opset;      /* the node's opset version (node->opset) */
+	oq_rt **in;         /* n_in inputs; NULL for omitted optional inputs */
+	size_t n_in;
+	oq_rt **out;        /* n_out outputs; NULL where the node omits an output */
+	size_t n_out;
+	oq_diag *d;
+	int threads;
+	void *frame;        /* executor frame (for subgraphs); opaque to kernels */
+};
+
+/* Input i or NULL when absent (out of range or omitted). */
+static inline oq_rt *oq_k_in(const oq_kctx *k, size_t i)
+{
+	return i < k->n_in ? k->in[i] : NULL;
+}
+
+/*
+ * Allocates output i with dtype and shape (zeroed) and returns it in *t.
+ * Outputs the node omits get a scratch tensor, so kernels need no special case.
+ */
+int oq_k_output(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *dims, oq_rt **t) OQ_WUR;
+/* Makes output i a copy (or, when possible, a reshaped alias) of src with a new shape. */
+int oq_k_output_like(oq_kctx *k, size_t i, const oq_rt *src, int rank, const int64_t *dims, oq_rt **t) OQ_WUR;
+
+/* Reports "run: node 'NAME' (OP, opset N): MESSAGE" and returns status. */
+int oq_k_err(oq_kctx *k, int status, const char *fmt, ...) OQ_PRINTF(3, 4);
+
+/* Attributes. */
+const oq_attr *oq_k_attr(const oq_kctx *k, const char *name);
+int64_t oq_k_int(const oq_kctx *k, const char *name, int64_t dflt);
+float oq_k_float(const oq_kctx *k, const char *name, float dflt);
+const char *oq_k_str(const oq_kctx *k, const char *name, const char *dflt);
+/* INTS attribute: count (0 when absent, *v = NULL); FLOATS likewise. */
+size_t oq_k_ints(const oq_kctx *k, const char *name, const int64_t **v);
+size_t oq_k_floats(const oq_kctx *k, const char *name, const float **v);
+
+/*
+ * Calls fn(ctx, begin, end) over [0, n) split into at most k->threads
+ * contiguous ranges of at least `grain` items; returns when all are done.
+ * The split depends only on n, grain and the thread count, and each item
+ * must be computed the same way whatever range it falls in.
+ */
+typedef void (*oq_range_fn)(void *ctx, size_t begin, size_t end);
+void oq_k_parallel(oq_kctx *k, size_t n, size_t grain, oq_range_fn fn, void *ctx);
+
+/*
+ * Runs subgraph g (an attribute graph of this node) with the given inputs
+ * (one per g->inputs, borrowed) and fills `outputs` (one per g->outputs,
+ * owned). Outer-scope values resolve to the calling frame.
+ */
+int oq_k_run_subgraph(oq_kctx *k, const oq_graph *g, const oq_rt *inputs, size_t n_in, oq_rt *outputs,
+		      size_t n_out) OQ_WUR;
+
+/* Numpy-style broadcast of two shapes; OQ_EINVAL when incompatible. */
+int oq_broadcast(int ra, const int64_t *a, int rb, const int64_t *b, int *rr, int64_t *r) OQ_WUR;
+/* Normalises axis into [0, rank); -1 when out of range. */
+int oq_axis(int64_t axis, int rank);
+
+/* Family tables (kernels_*.c). */
+extern const oq_kreg oq_kernels_ew[];      /* element-wise, activations, Cast, Where, logic */
+extern const oq_kreg oq_kernels_linalg[];  /* Conv, ConvTranspose, Gemm, MatMul, Einsum, *Integer, QLinear* */
+extern const oq_kreg oq_kernels_nn[];      /* pooling, normalisation, softmax, reductions, TopK, CumSum */
+extern const oq_kreg oq_kernels_shape[];   /* reshape/transpose/slice/gather/pad/resize/... */
+extern const oq_kreg oq_kernels_quant[];   /* QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear */
+extern const oq_kreg oq_kernels_control[]; /* If, Loop, Scan */
+extern const oq_kreg oq_kernels_rnn[];     /* LSTM, GRU, RNN */
+
+/* The kernel for (op, opset), or NULL. */
+oq_kernel_fn oq_kernel_find(oq_op op, int64_t opset);
+
+#endif

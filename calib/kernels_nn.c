@@ -1,0 +1,9 @@
+/*
+ * kernels_nn.c - kernel family 'nn' (see kernel.h for the list of ops).
+ * Placeholder table: kernels are being written.
+ */
+#include "kernel.h"
+
+const oq_kreg oq_kernels_nn[] = {
+	{OQ_OP_UNKNOWN, 0, NULL},
+};

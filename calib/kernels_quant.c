@@ -1,0 +1,9 @@
+/*
+ * kernels_quant.c - kernel family 'quant' (see kernel.h for the list of ops).
+ * Placeholder table: kernels are being written.
+ */
+#include "kernel.h"
+
+const oq_kreg oq_kernels_quant[] = {
+	{OQ_OP_UNKNOWN, 0, NULL},
+};

@@ -1,0 +1,282 @@
+/*
+ * conformance.c - runs ONNX backend node tests through the executor and
+ * compares every output with the reference data (output_K.pb).
+ *
+ * usage: conformance [--dir D] [--filter SUBSTR] [--threads N] [-v] [CASE...]
+ *   D defaults to /usr/share/libonnx-testdata/data/node; CASE names select
+ *   cases (default: all). A case is
+ *   - skipped when the executor refuses the model before running (an op
+ *     without a kernel, a non-tensor input) - the reason is printed;
+ *   - failed when it runs and any output differs beyond
+ *     |got - want| <= atol + rtol * |want| (rtol 1e-3, atol 1e-5; NaN must
+ *     match NaN), has another dtype or shape, or the run reports an error.
+ * Closing line: "N passed, N failed, N skipped"; exit 1 on any failure.
+ * Every case runs in a forked child so a crash fails that case only.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "exec.h"
+#include "onnx_io.h"
+
+static double rtol = 1e-3, abstol = 1e-5;
+static int verbose;
+
+static int read_file(const char *path, void **buf, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	long n;
+	if (!f)
+		return -1;
+	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
+		fclose(f);
+		return -1;
+	}
+	*buf = malloc((size_t)n + 1);
+	if (!*buf || fread(*buf, 1, (size_t)n, f) != (size_t)n) {
+		fclose(f);
+		free(*buf);
+		return -1;
+	}
+	fclose(f);
+	*len = (size_t)n;
+	return 0;
+}
+
+static int load_pb(const char *path, oq_tensor **t, char *why, size_t n)
+{
+	void *buf;
+	size_t len;
+	oq_diag d;
+	oq_diag_init(&d);
+	if (read_file(path, &buf, &len)) {
+		snprintf(why, n, "cannot read %s", path);
+		return -1;
+	}
+	int rc = oq_tensor_load_pb(buf, len, path, t, &d);
+	free(buf);
+	if (rc) {
+		snprintf(why, n, "%s", d.msg);
+		return -1;
+	}
+	return 0;
+}
+
+static int compare(const oq_tensor *want, const oq_rt *got, char *why, size_t n)
+{
+	char a[256];
+	if (want->dtype != got->dtype || want->rank != got->rank) {
+		snprintf(why, n, "got %s, want %s with rank %d", oq_rt_describe(got, a, sizeof a),
+			 oq_dtype_name(want->dtype), want->rank);
+		return -1;
+	}
+	for (int i = 0; i < want->rank; i++)
+		if (want->dims[i] != got->dims[i]) {
+			snprintf(why, n, "got shape %s, dim %d should be %lld", oq_rt_describe(got, a, sizeof a),
+				 i, (long long)want->dims[i]);
+			return -1;
+		}
+	if (want->dtype == OQ_DT_STRING) {
+		for (size_t i = 0; i < want->nelem; i++)
+			if (want->strs[i].len != got->strs[i].len ||
+			    memcmp(want->strs[i].p, got->strs[i].p, want->strs[i].len) != 0) {
+				snprintf(why, n, "string element %zu differs", i);
+				return -1;
+			}
+		return 0;
+	}
+	for (size_t i = 0; i < want->nelem; i++) {
+		double w = oq_tensor_get(want, i), g = oq_rt_get(got, i);
+		if (isnan(w) || isnan(g)) {
+			if (isnan(w) && isnan(g))
+				continue;
+		} else if (w == g || fabs(g - w) <= abstol + rtol * fabs(w)) {
+			continue;
+		}
+		snprintf(why, n, "element %zu: got %.9g, want %.9g", i, g, w);
+		return -1;
+	}
+	return 0;
+}
+
+/* 0 pass, 1 fail, 2 skip; `why` explains fail/skip. */
+static int run_case(const char *dir, int threads, char *why, size_t n)
+{
+	char path[4096];
+	oq_model *m = NULL;
+	oq_exec *e = NULL;
+	oq_diag d;
+	int rc, result = 1;
+	oq_rt *in = NULL, *out = NULL;
+	size_t nin = 0, nout = 0;
+	oq_exec_opts o = {threads};
+
+	oq_diag_init(&d);
+	snprintf(path, sizeof path, "%s/model.onnx", dir);
+	if (oq_model_load(path, &m, &d)) {
+		snprintf(why, n, "load: %s", d.msg);
+		return 1;
+	}
+	if ((rc = oq_exec_new(m, &o, &e, &d))) {
+		snprintf(why, n, "%s", d.msg);
+		oq_model_free(m);
+		return rc == OQ_EUNSUP ? 2 : 1;
+	}
+	for (size_t i = 0; i < m->graph->n_inputs; i++)
+		if (!m->graph->inputs[i]->init && m->graph->inputs[i]->type.kind != OQ_TYPE_TENSOR &&
+		    m->graph->inputs[i]->type.kind != OQ_TYPE_NONE) {
+			snprintf(why, n, "input '%s' is not a tensor (sequence/optional)", m->graph->inputs[i]->name);
+			result = 2;
+			goto done;
+		}
+	nin = oq_exec_n_inputs(e);
+	nout = oq_exec_n_outputs(e);
+	in = oq_calloc(nin, sizeof *in);
+	out = oq_calloc(nout, sizeof *out);
+	for (int set = 0;; set++) {
+		snprintf(path, sizeof path, "%s/test_data_set_%d", dir, set);
+		struct stat st;
+		if (stat(path, &st) != 0)
+			break;
+		for (size_t i = 0; i < nin; i++) {
+			oq_tensor *t;
+			snprintf(path, sizeof path, "%s/test_data_set_%d/input_%zu.pb", dir, set, i);
+			if (load_pb(path, &t, why, n))
+				goto done;
+			oq_rt view;
+			rc = oq_rt_from_tensor(&view, t);
+			if (!rc)
+				rc = oq_rt_copy(&in[i], &view); /* owned: t is freed next */
+			oq_rt_release(&view);
+			oq_tensor_free(t);
+			if (rc) {
+				snprintf(why, n, "input %zu: rank above %d or no memory", i, OQ_RT_MAX_RANK);
+				goto done;
+			}
+		}
+		oq_diag_init(&d);
+		if (oq_exec_run(e, in, nin, out, nout, &d)) {
+			snprintf(why, n, "%s", d.msg);
+			goto done;
+		}
+		for (size_t i = 0; i < nout; i++) {
+			oq_tensor *t;
+			char w2[512];
+			snprintf(path, sizeof path, "%s/test_data_set_%d/output_%zu.pb", dir, set, i);
+			if (load_pb(path, &t, why, n))
+				goto done;
+			rc = compare(t, &out[i], w2, sizeof w2);
+			oq_tensor_free(t);
+			if (rc) {
+				snprintf(why, n, "set %d output %zu ('%s'): %s", set, i,
+					 oq_exec_output(e, i)->name, w2);
+				goto done;
+			}
+		}
+		for (size_t i = 0; i < nout; i++)
+			oq_rt_release(&out[i]);
+		for (size_t i = 0; i < nin; i++)
+			oq_rt_release(&in[i]);
+	}
+	result = 0;
+done:
+	for (size_t i = 0; in && i < nin; i++)
+		oq_rt_release(&in[i]);
+	for (size_t i = 0; out && i < nout; i++)
+		oq_rt_release(&out[i]);
+	free(in);
+	free(out);
+	oq_exec_free(e);
+	oq_model_free(m);
+	return result;
+}
+
+static int cmpstr(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int main(int argc, char **argv)
+{
+	const char *dir = "/usr/share/libonnx-testdata/data/node", *filter = NULL;
+	char **cases = NULL;
+	size_t n = 0, cap = 0;
+	int threads = 1, passed = 0, failed = 0, skipped = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--dir") && i + 1 < argc)
+			dir = argv[++i];
+		else if (!strcmp(argv[i], "--filter") && i + 1 < argc)
+			filter = argv[++i];
+		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+			threads = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "-v"))
+			verbose = 1;
+		else {
+			if (n == cap && oq_grow(&cases, &cap, n + 1, sizeof *cases))
+				return 2;
+			cases[n++] = argv[i];
+		}
+	}
+	if (n == 0) {
+		DIR *dd = opendir(dir);
+		struct dirent *de;
+		if (!dd) {
+			fprintf(stderr, "conformance: cannot open %s\n", dir);
+			return 2;
+		}
+		while ((de = readdir(dd))) {
+			if (de->d_name[0] == '.' || (filter && !strstr(de->d_name, filter)))
+				continue;
+			if (oq_grow(&cases, &cap, n + 1, sizeof *cases))
+				return 2;
+			cases[n++] = strdup(de->d_name);
+		}
+		closedir(dd);
+		qsort(cases, n, sizeof *cases, cmpstr);
+	}
+	for (size_t i = 0; i < n; i++) {
+		char path[4096], why[1024] = "";
+		int fds[2], status, r;
+		pid_t pid;
+		snprintf(path, sizeof path, "%s/%s", dir, cases[i]);
+		if (pipe(fds) != 0)
+			return 2;
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			close(fds[0]);
+			r = run_case(path, threads, why, sizeof why);
+			if (write(fds[1], why, strlen(why)) < 0)
+				_exit(1);
+			_exit(r);
+		}
+		close(fds[1]);
+		ssize_t got = read(fds[0], why, sizeof why - 1);
+		why[got > 0 ? got : 0] = '\0';
+		close(fds[0]);
+		waitpid(pid, &status, 0);
+		r = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+		if (!WIFEXITED(status))
+			snprintf(why, sizeof why, "crashed (signal %d)", WTERMSIG(status));
+		if (r == 0) {
+			passed++;
+			if (verbose)
+				printf("PASS %s\n", cases[i]);
+		} else if (r == 2) {
+			skipped++;
+			printf("SKIP %s: %s\n", cases[i], why);
+		} else {
+			failed++;
+			printf("FAIL %s: %s\n", cases[i], why);
+		}
+	}
+	printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+	return failed ? 1 : 0;
+}
