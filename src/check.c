@@ -14,6 +14,7 @@
  *                   graph input, initializer or outer-scope value)
  *   dangling-input  a node input nothing defines
  *   graph-output    a graph output nothing defines
+ *   op-type         a node with an empty op_type
  *   opset-import    a node domain without an opset_import entry
  *   attr-type, attr-undefined, attr-duplicate
  *                   attribute types against a table of common ops
@@ -924,6 +925,8 @@ static void check_node(ck *c, const oq_node *n)
 	char where[600], lbl[300];
 
 	node_where(n, where, sizeof where);
+	if (!*n->op_type)
+		report(c, where, "op-type", "the node has no op_type; every node needs one");
 	check_opset(c, n, where);
 	check_attrs(c, n, where);
 	for (size_t k = 0; k < n->n_inputs; k++) {

@@ -52,6 +52,10 @@ int oq_err(oq_diag *d, int status, const char *fmt, ...)
 			va_start(ap, fmt);
 			vsnprintf(d->msg, sizeof d->msg, fmt, ap);
 			va_end(ap);
+			/* Names come from files: keep the message one printable line. */
+			for (char *c = d->msg; *c; c++)
+				if ((unsigned char)*c < 0x20 || *c == 0x7f)
+					*c = '?';
 			d->status = status;
 		}
 		d->count++;

@@ -323,11 +323,17 @@ static int map_external(ctx *c, const char *tname, const char *location, oq_mapp
 		return nomem(c);
 	sprintf(joined, "%s/%s", m->dir, location);
 	real = realpath(joined, NULL);
-	realdir = realpath(m->dir, NULL);
-	if (!real || !realdir) {
-		rc = oq_err(c->d, OQ_EIO, "load: %s: tensor '%s': cannot open external data file '%s': %s",
-			    c->file, tname, joined, strerror(errno));
-		goto done;
+	{
+		int e = errno;
+		realdir = real ? realpath(m->dir, NULL) : NULL;
+		if (real)
+			e = errno;
+		if (!real || !realdir) {
+			rc = oq_err(c->d, OQ_EIO,
+				    "load: %s: tensor '%s': cannot open external data file '%s': %s",
+				    c->file, tname, joined, strerror(e));
+			goto done;
+		}
 	}
 	dl = strlen(realdir);
 	if (strncmp(real, realdir, dl) != 0 || (real[dl] != '/' && !(dl == 1 && realdir[0] == '/'))) {
@@ -342,7 +348,7 @@ static int map_external(ctx *c, const char *tname, const char *location, oq_mapp
 			*out = &m->maps[i];
 			goto done;
 		}
-	fd = open(real, O_RDONLY | O_CLOEXEC);
+	fd = open(real, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block us */
 	if (fd < 0 || fstat(fd, &st) != 0) {
 		rc = oq_err(c->d, OQ_EIO, "load: %s: tensor '%s': cannot open external data file '%s': %s",
 			    c->file, tname, real, strerror(errno));
@@ -991,6 +997,43 @@ static int load_graph(ctx *c, oq_graph *g, const Onnx__GraphProto *gp)
 	return OQ_OK;
 }
 
+/*
+ * protobuf-c keeps unknown fields of messages strip() does not walk; one
+ * with field number 0 (a multi-byte tag protobuf-c lets through) could not
+ * be written back. Refuse such files here, walking every sub-message.
+ */
+static int bad_unknown(const ProtobufCMessage *msg, int depth)
+{
+	const ProtobufCMessageDescriptor *desc = msg->descriptor;
+
+	if (depth > 2 * MAX_DEPTH)
+		return 1;
+	for (unsigned i = 0; i < msg->n_unknown_fields; i++)
+		if (msg->unknown_fields[i].tag == 0)
+			return 1;
+	for (unsigned f = 0; f < desc->n_fields; f++) {
+		const ProtobufCFieldDescriptor *fd = &desc->fields[f];
+		const char *base = (const char *)msg;
+		if (fd->type != PROTOBUF_C_TYPE_MESSAGE)
+			continue;
+		if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
+			size_t n = *(const size_t *)(base + fd->quantifier_offset);
+			ProtobufCMessage *const *arr = *(ProtobufCMessage *const *const *)(base + fd->offset);
+			for (size_t k = 0; k < n; k++)
+				if (arr[k] && bad_unknown(arr[k], depth + 1))
+					return 1;
+		} else {
+			const ProtobufCMessage *sub = *(const ProtobufCMessage *const *)(base + fd->offset);
+			if ((fd->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+			    *(const uint32_t *)(base + fd->quantifier_offset) != fd->id)
+				continue;
+			if (sub && bad_unknown(sub, depth + 1))
+				return 1;
+		}
+	}
+	return 0;
+}
+
 static void free_proto(void *p)
 {
 	onnx__model_proto__free_unpacked(p, NULL);
@@ -1021,6 +1064,11 @@ static int build(ctx *c, const uint8_t *bytes, size_t len)
 	m->proto = mp;
 	m->free_proto = free_proto;
 	m->stripped = sb.p; /* unknown fields may point into it: keep until free */
+	if (bad_unknown(&mp->base, 0))
+		return oq_err(c->d, OQ_EINVAL,
+			      "load: %s: not a valid ONNX protobuf (a field with number 0); is this an "
+			      ".onnx model file?",
+			      c->file);
 	if (!mp->has_ir_version)
 		return oq_err(c->d, OQ_EINVAL, "load: %s: ModelProto has no ir_version; not an ONNX model",
 			      c->file);
@@ -1095,7 +1143,7 @@ int oq_model_load(const char *path, oq_model **out, oq_diag *d)
 	char *slash;
 
 	*out = NULL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block us */
 	if (fd < 0)
 		return oq_err(d, OQ_EIO, "load: cannot open '%s': %s", path, strerror(errno));
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -299,7 +299,7 @@ static Onnx__AttributeProto *mk_attr(sctx *s, const oq_attr *a)
 	case OQ_ATTR_STRING:
 		p->has_s = 1;
 		p->s.len = a->s.len;
-		p->s.data = (uint8_t *)a->s.p;
+		p->s.data = (uint8_t *)(a->s.p ? a->s.p : "");
 		break;
 	case OQ_ATTR_FLOATS: p->n_floats = a->n; p->floats = a->floats; break;
 	case OQ_ATTR_INTS: p->n_ints = a->n; p->ints = a->ints; break;
@@ -602,6 +602,17 @@ static int open_temp(const char *path, char **tmp, oq_diag *d)
 	return fd;
 }
 
+/* A free name beside `path` for a backup hard link. */
+static int backup_name(const char *path, char **out, oq_diag *d)
+{
+	size_t l = strlen(path);
+	*out = malloc(l + 32);
+	if (!*out)
+		return oq_err(d, OQ_ENOMEM, "save: out of memory");
+	snprintf(*out, l + 32, "%s.bak.%ld", path, (long)getpid());
+	return OQ_OK;
+}
+
 int oq_model_save(const oq_model *m, const char *path, const oq_save_opts *o, oq_save_info *info,
 		  oq_diag *d)
 {
@@ -610,7 +621,8 @@ int oq_model_save(const oq_model *m, const char *path, const oq_save_opts *o, oq
 	sctx s = {0};
 	writer w = {0};
 	Onnx__ModelProto *mp;
-	char *tmp = NULL, *dtmp = NULL, *dpath = NULL;
+	char *tmp = NULL, *dtmp = NULL, *dpath = NULL, *dbak = NULL;
+	int data_placed = 0;
 	const char *slash;
 	int fd = -1, rc = OQ_OK;
 
@@ -693,16 +705,35 @@ int oq_model_save(const oq_model *m, const char *path, const oq_save_opts *o, oq
 	} else if (s.data_fd >= 0) {
 		int e = close(s.data_fd);
 		s.data_fd = -1;
-		if (e != 0 || rename(dtmp, dpath) != 0) {
+		if (e != 0) {
+			rc = oq_err(d, OQ_EIO, "save: cannot write '%s': %s", dpath, strerror(errno));
+			goto done;
+		}
+		/* Two renames cannot be one atomic step: keep the old data file under a
+		 * hard link until the model is in place, and put it back on failure. */
+		if ((rc = backup_name(dpath, &dbak, d)))
+			goto done;
+		if (link(dpath, dbak) != 0) {
+			free(dbak);
+			dbak = NULL;
+		}
+		if (rename(dtmp, dpath) != 0) {
 			rc = oq_err(d, OQ_EIO, "save: cannot write '%s': %s", dpath, strerror(errno));
 			goto done;
 		}
 		free(dtmp);
 		dtmp = NULL;
+		data_placed = 1;
 	}
 	if (rename(tmp, path) != 0) {
 		rc = oq_err(d, OQ_EIO, "save: cannot rename the temporary file to '%s': %s", path,
 			    strerror(errno));
+		if (data_placed) { /* restore the previous data file, or remove ours */
+			if (dbak ? rename(dbak, dpath) == 0 : unlink(dpath) == 0) {
+				free(dbak);
+				dbak = NULL;
+			}
+		}
 		goto done;
 	}
 	free(tmp);
@@ -719,6 +750,10 @@ done:
 	if (dtmp) {
 		unlink(dtmp);
 		free(dtmp);
+	}
+	if (dbak) {
+		unlink(dbak);
+		free(dbak);
 	}
 	free(dpath);
 	free(w.buf);
