@@ -2,8 +2,9 @@
 # fuzz.sh - builds the libFuzzer target (tests/fuzz/fuzz_load.c) with clang
 # and runs it for a bounded time on a seed corpus.
 #
-# usage: tests/integration/fuzz.sh [BUILD_DIR]
-#   BUILD_DIR   where to build (default: <repo>/build-fuzz)
+# usage: tests/integration/fuzz.sh [BUILD_DIR | ONNXQ_BINARY]
+#   BUILD_DIR   where to build (default: <repo>/build-fuzz; given the onnxq
+#               binary, as run_all.sh does, the build-fuzz beside its build folder)
 #   FUZZ_TIME   seconds to fuzz (default 60)
 #   FUZZ_OUT    where crash/leak/timeout reproducers are kept on failure
 #               (default: BUILD_DIR/fuzz-artifacts)
@@ -17,6 +18,8 @@ set -u
 
 src=$(cd "$(dirname "$0")/../.." && pwd)
 bdir=${1:-$src/build-fuzz}
+# run_all.sh passes the onnxq binary: build beside its build folder instead
+[ -f "$bdir" ] && bdir=$(cd "$(dirname "$bdir")/.." && pwd)/build-fuzz
 time=${FUZZ_TIME:-60}
 
 if ! command -v clang >/dev/null 2>&1; then
