@@ -601,6 +601,8 @@ int oq_exec_run(oq_exec *e, const oq_rt *inputs, size_t n_inputs, oq_rt *outputs
 	frame f;
 	int rc;
 
+	for (size_t i = 0; i < n_outputs; i++)
+		memset(&outputs[i], 0, sizeof outputs[i]);
 	if (n_inputs != e->n_in)
 		return oq_err(d, OQ_EINVAL, "run: the model has %zu inputs, %zu given", e->n_in, n_inputs);
 	for (size_t i = 0; i < n_inputs; i++)

@@ -74,7 +74,7 @@ const oq_value *oq_exec_output(const oq_exec *e, size_t i);
 
 /*
  * Runs the main graph. inputs: n_inputs tensors (borrowed for the run);
- * outputs: n_outputs zeroed structs that receive owned tensors (release
+ * outputs: n_outputs structs (cleared here) that receive owned tensors (release
  * them with oq_rt_release). Input dtype/rank/fixed dims are checked against
  * the declared input types first.
  */
