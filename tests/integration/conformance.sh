@@ -15,7 +15,12 @@ for t in 1 2; do
   rc=$?
   echo "$out" | grep -v '^SKIP' || true
   echo "$out" | grep -c '^SKIP' | sed "s/^/threads $t: skipped cases: /"
-  line=$(echo "$out" | tail -n 1)
+  line=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' | tail -n 1)
+  if [ -z "$line" ]; then
+    echo "conformance (threads $t) printed no summary (exit $rc)"
+    f=$((f + 1))
+    continue
+  fi
   read -r a _ b _ c _ <<<"$(echo "$line" | tr -d ',')"
   p=$((p + a)); f=$((f + b)); s=$((s + c))
   [ "$rc" -ne 0 ] && [ "$b" -eq 0 ] && f=$((f + 1))

@@ -1,0 +1,578 @@
+/*
+ * test_quant.c - quantization math pinned by hand-computed cases.
+ *
+ * Scalar rules (calib/quant_math.h) and the QuantizeLinear /
+ * DequantizeLinear / DynamicQuantizeLinear kernels run through the real
+ * executor on models built in C. Every expected value below is worked out
+ * by hand in the comment next to it from the ONNX formulas
+ *   Q: y = saturate(round_half_even(x / scale) + zp),  DQ: y = (x - zp) * scale
+ * and the float8 encodings of the ONNX float8 spec
+ * (https://onnx.ai/onnx/technical/float8.html): e4m3fn bias 7, max 448
+ * (0x7E), NaN S.1111.111; e4m3fnuz bias 8, max 240 (0x7F), NaN 0x80;
+ * e5m2 bias 15, max 57344 (0x7B), Inf 0x7C; e5m2fnuz bias 16, max 57344
+ * (0x7F), NaN 0x80.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "exec.h"
+#include "gen_model.h"
+#include "quant_math.h"
+
+/* ------------------------------------------------------------------ helpers */
+
+/* Runs a generated model with float input x (NULL: no inputs); returns the status, *out the output.
+ */
+static int run(gen_model *g, const float *x, int rank, const int64_t *dims, oq_rt *out, oq_diag *d)
+{
+	oq_model *m = NULL;
+	oq_exec *e = NULL;
+	oq_rt in;
+	oq_exec_opts o = {2};
+	int rc;
+
+	oq_diag_init(d);
+	memset(out, 0, sizeof *out);
+	memset(&in, 0, sizeof in);
+	cr_assert_eq(gen_load(g, &m, d), OQ_OK, "load: %s", d->msg);
+	if ((rc = oq_exec_new(m, &o, &e, d)))
+		goto done;
+	if (x) {
+		cr_assert_eq(oq_rt_alloc(&in, OQ_DT_FLOAT, rank, dims), OQ_OK);
+		memcpy(in.data, x, in.nbytes);
+	}
+	rc = oq_exec_run(e, &in, x ? 1 : 0, out, 1, d);
+done:
+	oq_rt_release(&in);
+	oq_exec_free(e);
+	oq_model_free(m);
+	gen_free(g);
+	return rc;
+}
+
+static gen_model *start(int64_t opset, Onnx__GraphProto **g)
+{
+	gen_model *m = gen_new(opset >= 21 ? 10 : 8);
+	gen_opset(m, "", opset);
+	*g = gen_graph(m);
+	return m;
+}
+
+static void expect_ints(const oq_rt *t, int dtype, const int64_t *want, size_t n)
+{
+	cr_assert_eq(t->dtype, dtype, "dtype %s", oq_dtype_name(t->dtype));
+	cr_assert_eq(t->nelem, n);
+	for (size_t i = 0; i < n; i++)
+		cr_expect_eq(oq_rt_get_int(t, i), want[i], "element %zu: got %lld, want %lld", i,
+		             (long long)oq_rt_get_int(t, i), (long long)want[i]);
+}
+
+static void expect_floats(const oq_rt *t, int dtype, const double *want, size_t n)
+{
+	cr_assert_eq(t->dtype, dtype, "dtype %s", oq_dtype_name(t->dtype));
+	cr_assert_eq(t->nelem, n);
+	for (size_t i = 0; i < n; i++)
+		cr_expect_eq(oq_rt_get(t, i), want[i], "element %zu: got %g, want %g", i,
+		             oq_rt_get(t, i), want[i]);
+}
+
+/* ------------------------------------------------------------ scalar rules */
+
+Test(quant_math, ties_to_even)
+{
+	/* scale 1, zp 0: x/scale is the tie itself */
+	cr_expect_eq(oq_quant_int(0.5f, 1, 0, -128, 127), 0);
+	cr_expect_eq(oq_quant_int(1.5f, 1, 0, -128, 127), 2);
+	cr_expect_eq(oq_quant_int(2.5f, 1, 0, -128, 127), 2);
+	cr_expect_eq(oq_quant_int(-0.5f, 1, 0, -128, 127), 0);
+	cr_expect_eq(oq_quant_int(-1.5f, 1, 0, -128, 127), -2);
+	cr_expect_eq(oq_quant_int(-2.5f, 1, 0, -128, 127), -2);
+	/* 0.75 / 0.5 = 1.5 -> 2; 1.25 / 0.5 = 2.5 -> 2 (not 3 as roundf would give) */
+	cr_expect_eq(oq_quant_int(0.75f, 0.5f, 0, -128, 127), 2);
+	cr_expect_eq(oq_quant_int(1.25f, 0.5f, 0, -128, 127), 2);
+	/* not a tie: 2.6 -> 3, -2.6 -> -3 */
+	cr_expect_eq(oq_quant_int(2.6f, 1, 0, -128, 127), 3);
+	cr_expect_eq(oq_quant_int(-2.6f, 1, 0, -128, 127), -3);
+}
+
+Test(quant_math, saturation_and_zero_point)
+{
+	cr_expect_eq(oq_quant_int(300, 1, 0, 0, 255), 255);
+	cr_expect_eq(oq_quant_int(-5, 1, 0, 0, 255), 0);
+	cr_expect_eq(oq_quant_int(200, 1, 0, -128, 127), 127);
+	cr_expect_eq(oq_quant_int(-200, 1, 0, -128, 127), -128);
+	/* the zero point is added after rounding: 1/0.5 = 2, + 128 = 130 */
+	cr_expect_eq(oq_quant_int(1, 0.5f, 128, 0, 255), 130);
+	/* 63.75/0.5 = 127.5 -> 128 (even), + 128 = 256 -> saturates to 255 */
+	cr_expect_eq(oq_quant_int(63.75f, 0.5f, 128, 0, 255), 255);
+	/* -1/0.5 = -2, + 10 = 8 */
+	cr_expect_eq(oq_quant_int(-1, 0.5f, 10, 0, 255), 8);
+	/* 0.5/1 = 0.5 -> 0 (even), -3 + 0 = -3: the tie is decided before the zero point */
+	cr_expect_eq(oq_quant_int(0.5f, 1, -3, -128, 127), -3);
+	/* int4 and uint4 ranges */
+	cr_expect_eq(oq_quant_int(9, 1, 0, -8, 7), 7);
+	cr_expect_eq(oq_quant_int(-9, 1, 0, -8, 7), -8);
+	cr_expect_eq(oq_quant_int(20, 1, 0, 0, 15), 15);
+	/* 16-bit: 40000/1 + 0 -> 32767; 70000 -> 65535 */
+	cr_expect_eq(oq_quant_int(40000, 1, 0, -32768, 32767), 32767);
+	cr_expect_eq(oq_quant_int(70000, 1, 0, 0, 65535), 65535);
+	/* +-Inf saturate */
+	cr_expect_eq(oq_quant_int(INFINITY, 1, 0, -128, 127), 127);
+	cr_expect_eq(oq_quant_int(-INFINITY, 1, 0, -128, 127), -128);
+}
+
+Test(quant_math, float8_known_encodings)
+{
+	/* 1.0: e4m3fn exp field 7 -> 0 0111 000 = 0x38; e4m3fnuz exp 8 -> 0x40;
+	 * e5m2 exp 15 -> 0 01111 00 = 0x3C; e5m2fnuz exp 16 -> 0x40 */
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, 1.0f, 1), 0x38);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FNUZ, 1.0f, 1), 0x40);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E5M2, 1.0f, 1), 0x3C);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E5M2FNUZ, 1.0f, 1), 0x40);
+	/* largest finite values */
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, 448.0f, 1), 0x7E);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, -448.0f, 1), 0xFE);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FNUZ, 240.0f, 1), 0x7F);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E5M2, 57344.0f, 1), 0x7B);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E5M2FNUZ, 57344.0f, 1), 0x7F);
+	/* smallest subnormals: 2^-9, 2^-10, 2^-16, 2^-17 -> 0x01 */
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, ldexpf(1, -9), 1), 0x01);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FNUZ, ldexpf(1, -10), 1), 0x01);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E5M2, ldexpf(1, -16), 1), 0x01);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E5M2FNUZ, ldexpf(1, -17), 1), 0x01);
+	/* half the smallest subnormal is a tie between 0 and 0x01: even -> 0 */
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, ldexpf(1, -10), 1), 0x00);
+	/* e4m3fn ties: 1.0625 between 1.0 (m=000) and 1.125 (m=001) -> 1.0 = 0x38;
+	 * 1.1875 between 1.125 (001) and 1.25 (010) -> 1.25 = 0x3A */
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, 1.0625f, 1), 0x38);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, 1.1875f, 1), 0x3A);
+	/* 464 is the tie between 448 (m=110) and 480 (m=111, NaN in e4m3fn): even -> 448 */
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, 464.0f, 0), 0x7E);
+	/* zeros: -0 keeps its sign in e4m3fn/e5m2, FNUZ have no -0 (0x80 is NaN) */
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, -0.0f, 1), 0x80);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FNUZ, -0.0f, 1), 0x00);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E5M2FNUZ, -1e-30f, 1), 0x00);
+}
+
+Test(quant_math, float8_saturation)
+{
+	/* saturate = 1: out of range -> +-max */
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, 1000.0f, 1), 0x7E);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, -1000.0f, 1), 0xFE);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FNUZ, 1000.0f, 1), 0x7F);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E5M2, 1e6f, 1), 0x7B);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E5M2, INFINITY, 1), 0x7B);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, -INFINITY, 1), 0xFE);
+	/* saturate = 0: e4m3fn -> NaN, fnuz -> NaN 0x80, e5m2 -> Inf */
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, 1000.0f, 0), 0x7F);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FNUZ, 1000.0f, 0), 0x80);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E5M2, 1e6f, 0), 0x7C);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E5M2, -1e6f, 0), 0xFC);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E5M2FNUZ, 1e6f, 0), 0x80);
+	/* NaN stays NaN */
+	cr_expect(isnan(oq_smallfloat_to_f32(OQ_DT_FLOAT8E4M3FN,
+	                                     oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, NAN, 1))));
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E5M2FNUZ, NAN, 1), 0x80);
+}
+
+Test(quant_math, float8_decode_and_round_trip)
+{
+	static const int types[] = {OQ_DT_FLOAT8E4M3FN, OQ_DT_FLOAT8E4M3FNUZ, OQ_DT_FLOAT8E5M2,
+	                            OQ_DT_FLOAT8E5M2FNUZ};
+	/* decodes: e4m3fn 0x7E = 1.75 * 2^8 = 448, 0x01 = 2^-9; e5m2 0x7C = Inf; fnuz 0x80 NaN */
+	cr_expect_eq(oq_smallfloat_to_f32(OQ_DT_FLOAT8E4M3FN, 0x7E), 448.0f);
+	cr_expect_eq(oq_smallfloat_to_f32(OQ_DT_FLOAT8E4M3FN, 0x01), ldexpf(1, -9));
+	cr_expect_eq(oq_smallfloat_to_f32(OQ_DT_FLOAT8E4M3FN, 0xB8), -1.0f);
+	cr_expect_eq(oq_smallfloat_to_f32(OQ_DT_FLOAT8E5M2, 0x7C), INFINITY);
+	cr_expect(isnan(oq_smallfloat_to_f32(OQ_DT_FLOAT8E5M2, 0x7D)));
+	cr_expect(isnan(oq_smallfloat_to_f32(OQ_DT_FLOAT8E4M3FNUZ, 0x80)));
+	cr_expect(isnan(oq_smallfloat_to_f32(OQ_DT_FLOAT8E5M2FNUZ, 0x80)));
+	cr_expect_eq(oq_smallfloat_to_f32(OQ_DT_FLOAT8E5M2FNUZ, 0x7F), 57344.0f);
+	/* every non-NaN code decodes to a value that encodes back to the same code */
+	for (size_t t = 0; t < 4; t++)
+		for (unsigned c = 0; c < 256; c++) {
+			float v = oq_smallfloat_to_f32(types[t], (uint8_t)c);
+			if (isnan(v) || isinf(v))
+				continue;
+			cr_expect_eq(oq_smallfloat_from_f32(types[t], v, 0), c,
+			             "%s code 0x%02x (%g)", oq_dtype_name(types[t]), c, v);
+		}
+}
+
+Test(quant_math, float4e2m1)
+{
+	/* e2m1 values 0, 0.5, 1, 1.5, 2, 3, 4, 6; 5 is the tie between 4 (m=0) and 6 (m=1): even ->
+	 * 4 */
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT4E2M1, 5.0f, 1), 0x6);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT4E2M1, 6.0f, 1), 0x7);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT4E2M1, 100.0f, 1), 0x7);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT4E2M1, -0.5f, 1), 0x9);
+	cr_expect_eq(oq_smallfloat_to_f32(OQ_DT_FLOAT4E2M1, 0x5), 3.0f);
+	cr_expect_eq(oq_smallfloat_to_f32(OQ_DT_FLOAT4E2M1, 0xF), -6.0f);
+}
+
+/* ----------------------------------------------------------------- kernels */
+
+Test(quant_kernel, per_tensor_ties_opset10)
+{
+	Onnx__GraphProto *g;
+	gen_model *m = start(10, &g);
+	float x[6] = {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f};
+	int64_t want[6] = {0, 2, 2, 0, -2, -2};
+	oq_rt y;
+	oq_diag d;
+
+	gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(6));
+	gen_init(m, g, "s", OQ_DT_FLOAT, 0, NULL, GEN_VALS(1));
+	gen_init(m, g, "z", OQ_DT_INT8, 0, NULL, GEN_VALS(0));
+	gen_node(m, g, "QuantizeLinear", "q", "x,s,z", "y");
+	gen_output(m, g, "y", OQ_DT_INT8, GEN_SHAPE(6));
+	cr_assert_eq(run(m, x, GEN_SHAPE(6), &y, &d), OQ_OK, "%s", d.msg);
+	expect_ints(&y, OQ_DT_INT8, want, 6);
+	oq_rt_release(&y);
+}
+
+Test(quant_kernel, default_uint8_saturates_both_ends)
+{
+	Onnx__GraphProto *g;
+	gen_model *m = start(13, &g);
+	/* no zero point: uint8, zp 0; scale 2: -10 -> -5 -> 0; 600 -> 300 -> 255; 5 -> 2.5 -> 2; 7
+	 * -> 3.5 -> 4 */
+	float x[4] = {-10, 600, 5, 7};
+	int64_t want[4] = {0, 255, 2, 4};
+	oq_rt y;
+	oq_diag d;
+
+	gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(4));
+	gen_init(m, g, "s", OQ_DT_FLOAT, 0, NULL, GEN_VALS(2));
+	gen_node(m, g, "QuantizeLinear", "q", "x,s", "y");
+	gen_output(m, g, "y", OQ_DT_UINT8, GEN_SHAPE(4));
+	cr_assert_eq(run(m, x, GEN_SHAPE(4), &y, &d), OQ_OK, "%s", d.msg);
+	expect_ints(&y, OQ_DT_UINT8, want, 4);
+	oq_rt_release(&y);
+}
+
+Test(quant_kernel, per_axis_uses_the_right_axis)
+{
+	float x[6] = {1, 2, 3, 4, 5, 6}; /* [2, 3] */
+	oq_rt y;
+	oq_diag d;
+	{
+		/* axis 0, scale {1, 2}, zp {0, 10}: row 0 -> 1 2 3; row 1: 4/2=2, 5/2=2.5->2,
+		 * 6/2=3, +10 */
+		Onnx__GraphProto *g;
+		gen_model *m = start(13, &g);
+		int64_t want[6] = {1, 2, 3, 12, 12, 13};
+		gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+		gen_init(m, g, "s", OQ_DT_FLOAT, GEN_SHAPE(2), GEN_VALS(1, 2));
+		gen_init(m, g, "z", OQ_DT_UINT8, GEN_SHAPE(2), GEN_VALS(0, 10));
+		gen_attr_int(m, gen_node(m, g, "QuantizeLinear", "q", "x,s,z", "y"), "axis", 0);
+		gen_output(m, g, "y", OQ_DT_UINT8, GEN_SHAPE(2, 3));
+		cr_assert_eq(run(m, x, GEN_SHAPE(2, 3), &y, &d), OQ_OK, "%s", d.msg);
+		expect_ints(&y, OQ_DT_UINT8, want, 6);
+		oq_rt_release(&y);
+	}
+	{
+		/* axis 1 (the default), scale {1, 2, 4}: col 0: 1, 4; col 1: 2/2=1, 5/2=2.5->2; col
+		 * 2: 3/4=0.75->1, 6/4=1.5->2 */
+		Onnx__GraphProto *g;
+		gen_model *m = start(13, &g);
+		int64_t want[6] = {1, 1, 1, 4, 2, 2};
+		gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+		gen_init(m, g, "s", OQ_DT_FLOAT, GEN_SHAPE(3), GEN_VALS(1, 2, 4));
+		gen_init(m, g, "z", OQ_DT_INT8, GEN_SHAPE(3), GEN_VALS(0, 0, 0));
+		gen_node(m, g, "QuantizeLinear", "q", "x,s,z", "y");
+		gen_output(m, g, "y", OQ_DT_INT8, GEN_SHAPE(2, 3));
+		cr_assert_eq(run(m, x, GEN_SHAPE(2, 3), &y, &d), OQ_OK, "%s", d.msg);
+		expect_ints(&y, OQ_DT_INT8, want, 6);
+		oq_rt_release(&y);
+	}
+	{
+		/* axis -2 == 0 on rank 2, DQ: (q - zp) * s with q = x: row 0: (1,2,3)-1 * 0.5; row
+		 * 1: (4,5,6)-2 * 3 */
+		Onnx__GraphProto *g;
+		gen_model *m = start(13, &g);
+		double want[6] = {0, 0.5, 1, 6, 9, 12};
+		gen_init(m, g, "q", OQ_DT_UINT8, GEN_SHAPE(2, 3), GEN_VALS(1, 2, 3, 4, 5, 6));
+		gen_init(m, g, "s", OQ_DT_FLOAT, GEN_SHAPE(2), GEN_VALS(0.5, 3));
+		gen_init(m, g, "z", OQ_DT_UINT8, GEN_SHAPE(2), GEN_VALS(1, 2));
+		gen_attr_int(m, gen_node(m, g, "DequantizeLinear", "dq", "q,s,z", "y"), "axis", -2);
+		gen_output(m, g, "y", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+		cr_assert_eq(run(m, NULL, 0, NULL, &y, &d), OQ_OK, "%s", d.msg);
+		expect_floats(&y, OQ_DT_FLOAT, want, 6);
+		oq_rt_release(&y);
+	}
+}
+
+Test(quant_kernel, blocked_with_partial_last_block)
+{
+	oq_rt y;
+	oq_diag d;
+	{
+		/* x [1, 5], block 2 on axis 1 -> 3 blocks {x0,x1} {x2,x3} {x4}; scale {1, 2, 4}, zp
+		 * {0, 0, 1}: 1/1=1, 2/1=2, 3/2=1.5->2, 4/2=2, 5/4=1.25->1 +1 = 2 */
+		Onnx__GraphProto *g;
+		gen_model *m = start(21, &g);
+		float x[5] = {1, 2, 3, 4, 5};
+		int64_t want[5] = {1, 2, 2, 2, 2};
+		Onnx__NodeProto *n;
+		gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 5));
+		gen_init(m, g, "s", OQ_DT_FLOAT, GEN_SHAPE(1, 3), GEN_VALS(1, 2, 4));
+		gen_init(m, g, "z", OQ_DT_INT8, GEN_SHAPE(1, 3), GEN_VALS(0, 0, 1));
+		n = gen_node(m, g, "QuantizeLinear", "q", "x,s,z", "y");
+		gen_attr_int(m, n, "axis", 1);
+		gen_attr_int(m, n, "block_size", 2);
+		gen_output(m, g, "y", OQ_DT_INT8, GEN_SHAPE(1, 5));
+		cr_assert_eq(run(m, x, GEN_SHAPE(1, 5), &y, &d), OQ_OK, "%s", d.msg);
+		expect_ints(&y, OQ_DT_INT8, want, 5);
+		oq_rt_release(&y);
+	}
+	{
+		/* DQ blocked on axis 0: x [3, 2] int4, block 2 -> scale [2, 2]; rows 0-1 use scale
+		 * row 0, row 2 (partial block) uses row 1. scale {{1, 2}, {10, 0.5}}, zp {{0, 1},
+		 * {-1, 0}} x {{1, 2}, {3, -4}, {5, 6}} -> {{1, 2}, {3, -10}, {60, 3}} */
+		Onnx__GraphProto *g;
+		gen_model *m = start(21, &g);
+		double want[6] = {1, 2, 3, -10, 60, 3};
+		Onnx__NodeProto *n;
+		gen_init(m, g, "q", OQ_DT_INT4, GEN_SHAPE(3, 2), GEN_VALS(1, 2, 3, -4, 5, 6));
+		gen_init(m, g, "s", OQ_DT_FLOAT, GEN_SHAPE(2, 2), GEN_VALS(1, 2, 10, 0.5));
+		gen_init(m, g, "z", OQ_DT_INT4, GEN_SHAPE(2, 2), GEN_VALS(0, 1, -1, 0));
+		n = gen_node(m, g, "DequantizeLinear", "dq", "q,s,z", "y");
+		gen_attr_int(m, n, "axis", 0);
+		gen_attr_int(m, n, "block_size", 2);
+		gen_output(m, g, "y", OQ_DT_FLOAT, GEN_SHAPE(3, 2));
+		cr_assert_eq(run(m, NULL, 0, NULL, &y, &d), OQ_OK, "%s", d.msg);
+		expect_floats(&y, OQ_DT_FLOAT, want, 6);
+		oq_rt_release(&y);
+	}
+	{
+		/* a scale whose blocked dim disagrees with ceil(5 / 2) = 3 is refused */
+		Onnx__GraphProto *g;
+		gen_model *m = start(21, &g);
+		float x[5] = {1, 2, 3, 4, 5};
+		Onnx__NodeProto *n;
+		gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 5));
+		gen_init(m, g, "s", OQ_DT_FLOAT, GEN_SHAPE(1, 2), GEN_VALS(1, 2));
+		n = gen_node(m, g, "QuantizeLinear", "q", "x,s", "y");
+		gen_attr_int(m, n, "block_size", 2);
+		gen_output(m, g, "y", OQ_DT_UINT8, GEN_SHAPE(1, 5));
+		cr_expect_eq(run(m, x, GEN_SHAPE(1, 5), &y, &d), OQ_EINVAL);
+		cr_expect(strstr(d.msg, "blocked scale dim 1") != NULL, "%s", d.msg);
+	}
+}
+
+Test(quant_kernel, int4_packing_low_nibble_first)
+{
+	Onnx__GraphProto *g;
+	gen_model *m = start(21, &g);
+	/* int4, scale 1, zp 0: 1 -> 0x1, -2 -> 0xE, 7 -> 0x7, 9 -> 7 (saturated), -9 -> -8 = 0x8
+	 * bytes: [0xE1, 0x77, 0x08] (element 0 in the low nibble, 5 elements -> 3 bytes) */
+	float x[5] = {1, -2, 7, 9, -9};
+	const uint8_t want[3] = {0xE1, 0x77, 0x08};
+	oq_rt y;
+	oq_diag d;
+
+	gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(5));
+	gen_init(m, g, "s", OQ_DT_FLOAT, 0, NULL, GEN_VALS(1));
+	gen_init(m, g, "z", OQ_DT_INT4, 0, NULL, GEN_VALS(0));
+	gen_node(m, g, "QuantizeLinear", "q", "x,s,z", "y");
+	gen_output(m, g, "y", OQ_DT_INT4, GEN_SHAPE(5));
+	cr_assert_eq(run(m, x, GEN_SHAPE(5), &y, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(y.dtype, OQ_DT_INT4);
+	cr_assert_eq(y.nbytes, 3);
+	for (int i = 0; i < 3; i++)
+		cr_expect_eq(((const uint8_t *)y.data)[i], want[i], "byte %d: 0x%02x", i,
+		             ((const uint8_t *)y.data)[i]);
+	oq_rt_release(&y);
+}
+
+Test(quant_kernel, uint4_via_output_dtype)
+{
+	Onnx__GraphProto *g;
+	gen_model *m = start(21, &g);
+	/* no zero point, output_dtype uint4 (21): 3/0.5 = 6, 20 -> 15, -1 -> 0, 2.25/0.5 = 4.5 -> 4
+	 * bytes: [0xF6, 0x40] */
+	float x[4] = {3, 20, -1, 2.25f};
+	Onnx__NodeProto *n;
+	oq_rt y;
+	oq_diag d;
+
+	gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(4));
+	gen_init(m, g, "s", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0.5));
+	n = gen_node(m, g, "QuantizeLinear", "q", "x,s", "y");
+	gen_attr_int(m, n, "output_dtype", OQ_DT_UINT4);
+	gen_output(m, g, "y", OQ_DT_UINT4, GEN_SHAPE(4));
+	cr_assert_eq(run(m, x, GEN_SHAPE(4), &y, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(y.dtype, OQ_DT_UINT4);
+	cr_expect_eq(((const uint8_t *)y.data)[0], 0xF6);
+	cr_expect_eq(((const uint8_t *)y.data)[1], 0x40);
+	oq_rt_release(&y);
+}
+
+Test(quant_kernel, float8_quantize_and_back)
+{
+	Onnx__GraphProto *g;
+	gen_model *m = start(19, &g);
+	/* scale 2: x/2 = 0.5, 224 (-> e4m3fn 224 exactly: 1.75*2^7), 500 (-> saturate 448), 1.0625
+	 * (-> tie -> 1.0) DQ back multiplies by 2: 1, 448, 896, 2 */
+	float x[4] = {1, 448, 1000, 2.125f};
+	double want[4] = {1, 448, 896, 2};
+	oq_rt y;
+	oq_diag d;
+
+	gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(4));
+	gen_init(m, g, "s", OQ_DT_FLOAT, 0, NULL, GEN_VALS(2));
+	gen_init(m, g, "z", OQ_DT_FLOAT8E4M3FN, 0, NULL, GEN_VALS(0));
+	gen_node(m, g, "QuantizeLinear", "q", "x,s,z", "q8");
+	gen_node(m, g, "DequantizeLinear", "dq", "q8,s,z", "y");
+	gen_output(m, g, "y", OQ_DT_FLOAT, GEN_SHAPE(4));
+	cr_assert_eq(run(m, x, GEN_SHAPE(4), &y, &d), OQ_OK, "%s", d.msg);
+	expect_floats(&y, OQ_DT_FLOAT, want, 4);
+	oq_rt_release(&y);
+}
+
+Test(quant_kernel, dequantize_int32_and_float16_scale)
+{
+	oq_rt y;
+	oq_diag d;
+	{
+		/* opset 10 int32 input, no zp: -5 * 0.5 = -2.5, 1000 * 0.5 = 500 */
+		Onnx__GraphProto *g;
+		gen_model *m = start(10, &g);
+		double want[2] = {-2.5, 500};
+		gen_init(m, g, "q", OQ_DT_INT32, GEN_SHAPE(2), GEN_VALS(-5, 1000));
+		gen_init(m, g, "s", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0.5));
+		gen_node(m, g, "DequantizeLinear", "dq", "q,s", "y");
+		gen_output(m, g, "y", OQ_DT_FLOAT, GEN_SHAPE(2));
+		cr_assert_eq(run(m, NULL, 0, NULL, &y, &d), OQ_OK, "%s", d.msg);
+		expect_floats(&y, OQ_DT_FLOAT, want, 2);
+		oq_rt_release(&y);
+	}
+	{
+		/* opset 19: a float16 scale makes a float16 output: (130 - 128) * 0.25 = 0.5, (0 -
+		 * 128) * 0.25 = -32 */
+		Onnx__GraphProto *g;
+		gen_model *m = start(19, &g);
+		double want[2] = {0.5, -32};
+		gen_init(m, g, "q", OQ_DT_UINT8, GEN_SHAPE(2), GEN_VALS(130, 0));
+		gen_init(m, g, "s", OQ_DT_FLOAT16, 0, NULL, GEN_VALS(0.25));
+		gen_init(m, g, "z", OQ_DT_UINT8, 0, NULL, GEN_VALS(128));
+		gen_node(m, g, "DequantizeLinear", "dq", "q,s,z", "y");
+		gen_output(m, g, "y", OQ_DT_FLOAT16, GEN_SHAPE(2));
+		cr_assert_eq(run(m, NULL, 0, NULL, &y, &d), OQ_OK, "%s", d.msg);
+		expect_floats(&y, OQ_DT_FLOAT16, want, 2);
+		oq_rt_release(&y);
+	}
+}
+
+Test(quant_kernel, opset_rules)
+{
+	oq_rt y;
+	oq_diag d;
+	float x[2] = {1, 2};
+	{
+		/* a 1-D scale before opset 13 is not allowed */
+		Onnx__GraphProto *g;
+		gen_model *m = start(10, &g);
+		gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(2));
+		gen_init(m, g, "s", OQ_DT_FLOAT, GEN_SHAPE(2), GEN_VALS(1, 2));
+		gen_node(m, g, "QuantizeLinear", "q", "x,s", "y");
+		gen_output(m, g, "y", OQ_DT_UINT8, GEN_SHAPE(2));
+		cr_expect_eq(run(m, x, GEN_SHAPE(2), &y, &d), OQ_EINVAL);
+		cr_expect(strstr(d.msg, "before opset 13") != NULL, "%s", d.msg);
+	}
+	{
+		/* int4 needs opset 21 */
+		Onnx__GraphProto *g;
+		gen_model *m = start(19, &g);
+		gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(2));
+		gen_init(m, g, "s", OQ_DT_FLOAT, 0, NULL, GEN_VALS(1));
+		gen_init(m, g, "z", OQ_DT_INT4, 0, NULL, GEN_VALS(0));
+		gen_node(m, g, "QuantizeLinear", "q", "x,s,z", "y");
+		gen_output(m, g, "y", OQ_DT_INT4, GEN_SHAPE(2));
+		cr_expect_eq(run(m, x, GEN_SHAPE(2), &y, &d), OQ_EUNSUP);
+		cr_expect(strstr(d.msg, "int4") != NULL, "%s", d.msg);
+	}
+	{
+		/* output_dtype must agree with the zero point */
+		Onnx__GraphProto *g;
+		gen_model *m = start(21, &g);
+		gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(2));
+		gen_init(m, g, "s", OQ_DT_FLOAT, 0, NULL, GEN_VALS(1));
+		gen_init(m, g, "z", OQ_DT_INT8, 0, NULL, GEN_VALS(0));
+		gen_attr_int(m, gen_node(m, g, "QuantizeLinear", "q", "x,s,z", "y"), "output_dtype",
+		             OQ_DT_UINT8);
+		gen_output(m, g, "y", OQ_DT_UINT8, GEN_SHAPE(2));
+		cr_expect_eq(run(m, x, GEN_SHAPE(2), &y, &d), OQ_EINVAL);
+	}
+}
+
+Test(quant_kernel, com_microsoft_q_dq)
+{
+	Onnx__GraphProto *g;
+	gen_model *m = gen_new(8);
+	/* com.microsoft uint16, per-axis on axis 0: row 0 scale 0.5 zp 1000: 1/0.5=2 -> 1002, 2 ->
+	 * 1004; row 1 scale 4 zp 0: 10/4=2.5 -> 2, 14/4=3.5 -> 4. DQ back: 1, 2, 8, 16 */
+	float x[4] = {1, 2, 10, 14};
+	double want[4] = {1, 2, 8, 16};
+	Onnx__NodeProto *n;
+	oq_rt y;
+	oq_diag d;
+
+	gen_opset(m, "", 13);
+	gen_opset(m, "com.microsoft", 1);
+	g = gen_graph(m);
+	gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(2, 2));
+	gen_init(m, g, "s", OQ_DT_FLOAT, GEN_SHAPE(2), GEN_VALS(0.5, 4));
+	gen_init(m, g, "z", OQ_DT_UINT16, GEN_SHAPE(2), GEN_VALS(1000, 0));
+	n = gen_node(m, g, "QuantizeLinear", "q", "x,s,z", "q16");
+	gen_domain(m, n, "com.microsoft");
+	gen_attr_int(m, n, "axis", 0);
+	n = gen_node(m, g, "DequantizeLinear", "dq", "q16,s,z", "y");
+	gen_domain(m, n, "com.microsoft");
+	gen_attr_int(m, n, "axis", 0);
+	gen_output(m, g, "y", OQ_DT_FLOAT, GEN_SHAPE(2, 2));
+	cr_assert_eq(run(m, x, GEN_SHAPE(2, 2), &y, &d), OQ_OK, "%s", d.msg);
+	expect_floats(&y, OQ_DT_FLOAT, want, 4);
+	oq_rt_release(&y);
+}
+
+Test(quant_kernel, dynamic_quantize)
+{
+	Onnx__GraphProto *g;
+	gen_model *m = start(11, &g);
+	/* min -51, max 204: scale 255/255 = 1, zp = round(0 - (-51)/1) = 51;
+	 * y = rint(x) + 51: -51 -> 0, 0 -> 51, 204 -> 255, 2.5 -> 2 + 51 = 53, 3.5 -> 4 + 51 = 55
+	 */
+	float x[5] = {-51, 0, 204, 2.5f, 3.5f};
+	int64_t want[5] = {0, 51, 255, 53, 55};
+	oq_model *mm = NULL;
+	oq_exec *e = NULL;
+	oq_rt in, out[3];
+	oq_diag d;
+	oq_exec_opts o = {1};
+
+	gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(5));
+	gen_node(m, g, "DynamicQuantizeLinear", "dq", "x", "y,ys,yz");
+	gen_output(m, g, "y", OQ_DT_UINT8, GEN_SHAPE(5));
+	gen_output(m, g, "ys", OQ_DT_FLOAT, 0, NULL);
+	gen_output(m, g, "yz", OQ_DT_UINT8, 0, NULL);
+	oq_diag_init(&d);
+	memset(out, 0, sizeof out);
+	cr_assert_eq(gen_load(m, &mm, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_exec_new(mm, &o, &e, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_rt_alloc(&in, OQ_DT_FLOAT, GEN_SHAPE(5)), OQ_OK);
+	memcpy(in.data, x, sizeof x);
+	cr_assert_eq(oq_exec_run(e, &in, 1, out, 3, &d), OQ_OK, "%s", d.msg);
+	expect_ints(&out[0], OQ_DT_UINT8, want, 5);
+	cr_expect_eq(oq_rt_get(&out[1], 0), 1.0);
+	cr_expect_eq(oq_rt_get_int(&out[2], 0), 51);
+	for (int i = 0; i < 3; i++)
+		oq_rt_release(&out[i]);
+	oq_rt_release(&in);
+	oq_exec_free(e);
+	oq_model_free(mm);
+	gen_free(m);
+}
