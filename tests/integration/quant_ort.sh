@@ -18,6 +18,8 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 build=${1:-$repo/build}
+# run_all.sh passes the onnxq binary: use its build folder
+[ -f "$build" ] && build=$(dirname "$build")
 tool=$build/tests/conformance
 cache=${OQ_CACHE:-$repo/.cache}
 if [ ! -x "$tool" ]; then echo "quant_ort: $tool not built"; echo "0 passed, 1 failed"; exit 1; fi
