@@ -11,6 +11,7 @@
 #include "inspect.h"
 #include "onnx_io.h"
 #include "oq.h"
+#include "run.h"
 
 static const char usage_main[] =
 	"usage: onnxq COMMAND [OPTIONS]\n"
@@ -20,6 +21,8 @@ static const char usage_main[] =
 	"  check MODEL [--json]                validate a model's structure and Q/DQ nodes\n"
 	"  convert MODEL -o OUT [--external-data] [--external-threshold BYTES]\n"
 	"                                      load and save a model (no rewriting yet)\n"
+	"  run MODEL (--data DIR | --input NAME=FILE ...) [--output-dir DIR] [--threads N] [--json]\n"
+	"                                      run a model on sample inputs with the CPU executor\n"
 	"\n"
 	"Options:\n"
 	"  -h, --help      show help (also `onnxq COMMAND --help`)\n"
@@ -57,6 +60,26 @@ static const char usage_convert[] =
 	"  -o, --output OUT            output model path (required)\n"
 	"  --external-data             store tensors of at least BYTES in OUT.data\n"
 	"  --external-threshold BYTES  size threshold for --external-data (default 1024)\n";
+
+static const char usage_run[] =
+	"usage: onnxq run MODEL (--data DIR | --input NAME=FILE ...)\n"
+	"                 [--output-dir DIR] [--threads N] [--json]\n"
+	"\n"
+	"Runs MODEL on sample inputs with onnxq's CPU executor. Every sample file is\n"
+	"checked against the model's inputs (element type, rank, fixed dims) before\n"
+	"the first sample runs.\n"
+	"\n"
+	"  --data DIR          samples: DIR/NNN.npy (single-input models), or DIR/NNN/\n"
+	"                      holding <input name>.npy ('/' -> '_') or input_K.npy per\n"
+	"                      input, or the ONNX test layout DIR/test_data_set_N/input_K.pb;\n"
+	"                      run in lexical order\n"
+	"  --input NAME=FILE   one input of a single sample (repeat for each input); FILE is\n"
+	"                      a .npy, a TensorProto .pb, or random:SEED (floats in [0, 1),\n"
+	"                      integers in [0, 10); symbolic dims become 1)\n"
+	"  --output-dir DIR    write each output to DIR/NNN/<output name>.npy (DIR/<output\n"
+	"                      name>.npy with --input); without it, print a summary\n"
+	"  --threads N         worker threads (default: all cores); results do not depend on N\n"
+	"  --json              report (dtype, shape, min/max/mean per output) as JSON\n";
 
 static int fail(const oq_diag *d, int status)
 {
@@ -220,6 +243,70 @@ static int cmd_convert(int argc, char **argv)
 	return 0;
 }
 
+static int cmd_run(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"data", required_argument, NULL, 'd'},
+		{"input", required_argument, NULL, 'i'},
+		{"output-dir", required_argument, NULL, 'o'},
+		{"threads", required_argument, NULL, 't'},
+		{"json", no_argument, NULL, 'j'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	oq_run_opts ro = {0};
+	const char **specs;
+	oq_diag d;
+	oq_model *m;
+	int c, rc;
+
+	/* at most one --input per argument: argc bounds the list */
+	if (!(specs = calloc((size_t)argc, sizeof *specs)))
+		return OQ_EXIT_NOMEM;
+	ro.inputs = specs;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': ro.data_dir = optarg; break;
+		case 'i': specs[ro.n_inputs++] = optarg; break;
+		case 'o': ro.output_dir = optarg; break;
+		case 'j': ro.json = 1; break;
+		case 't': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (*optarg < '0' || *optarg > '9' || *end || v < 1 || v > 1024) {
+				free(specs);
+				return usage_error("run", "--threads needs a number from 1 to 1024");
+			}
+			ro.threads = (int)v;
+			break;
+		}
+		case 'h': free(specs); fputs(usage_run, stdout); return 0;
+		default: free(specs); return usage_error("run", "unknown option");
+		}
+	}
+	if (optind != argc - 1 || !ro.data_dir == !ro.n_inputs) {
+		const char *why = optind >= argc ? "missing MODEL"
+				  : optind != argc - 1 ? "too many arguments"
+				  : ro.data_dir ? "--data and --input exclude each other"
+				  : "missing --data DIR or --input NAME=FILE";
+		free(specs);
+		return usage_error("run", why);
+	}
+	ro.model_path = argv[optind];
+	oq_diag_init(&d);
+	if ((rc = oq_model_load(argv[optind], &m, &d))) {
+		free(specs);
+		return fail(&d, rc);
+	}
+	rc = oq_run(m, &ro, stdout, &d);
+	oq_model_free(m);
+	free(specs);
+	if (rc)
+		return fail(&d, rc);
+	return fflush(stdout) == 0 ? 0 : OQ_EXIT_IO;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -240,6 +327,8 @@ int main(int argc, char **argv)
 		return cmd_check(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "convert"))
 		return cmd_convert(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "run"))
+		return cmd_run(argc - 1, argv + 1);
 	if (argv[1][0] == '-')
 		return usage_error(NULL, "unknown option before the command");
 	fprintf(stderr,
