@@ -1,0 +1,269 @@
+/*
+ * exec_bench.c - times onnxq's executor on a model: random inputs, a warm-up
+ * run, then the median (and minimum) of N runs of oq_exec_run for each
+ * requested thread count. With --profile it also sums the process CPU time
+ * spent per op type (taken between consecutive observer calls, so it
+ * includes the executor's own bookkeeping for that node; with several
+ * threads it is the CPU time of all of them). With --check it verifies that
+ * every output is bit-identical across the thread counts.
+ *
+ * usage: exec_bench MODEL [--threads 1,2] [--runs N] [--shape d0,d1,...] [--dim NAME=V] [--profile] [--check]
+ * --shape gives the first input's dims; other symbolic dims take --dim values (default 1). Float inputs are uniform in
+ * [0, 1) from a fixed seed; integer inputs are 0. Prints one line per
+ * thread count: "onnxq threads=T median_ms=X min_ms=Y cpu_ms=Z runs=N" (cpu_ms: median
+ * process CPU time per run, the robust figure for 1 thread on a busy machine).
+ * Built by bench/exec_conv.sh (cc ... -lonnxq_exec -lonnxq_core ...).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "exec.h"
+#include "onnx_io.h"
+
+#define MAX_T 8
+#define MAX_DIMS 16
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* CPU time of the whole process (all threads): robust on a shared machine for 1 thread. */
+static double cpu_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* per-op-type profile filled by the observer */
+typedef struct prof {
+	double last;
+	char names[128][32];
+	double ms[128];
+	int count[128];
+	int n;
+	struct { double ms; char what[96]; } top[16]; /* slowest nodes */
+} prof;
+
+static int observe(void *ctx, const oq_value *v, const oq_rt *t)
+{
+	prof *p = ctx;
+	double t1 = cpu_ms();
+	const char *op = v->producer ? v->producer->op_type : "?";
+	int i;
+	if (v->producer && v->producer_index != 0) /* count each node once (first output) */
+		return 0;
+	for (i = 0; i < p->n; i++)
+		if (!strcmp(p->names[i], op))
+			break;
+	if (i == p->n && p->n < 128)
+		snprintf(p->names[p->n++], sizeof p->names[0], "%s", op);
+	if (i < 128) {
+		p->ms[i] += t1 - p->last;
+		p->count[i]++;
+	}
+	{
+		int s = 0;
+		char shape[64];
+		for (int k = 1; k < 16; k++)
+			if (p->top[k].ms < p->top[s].ms)
+				s = k;
+		if (t1 - p->last > p->top[s].ms) {
+			p->top[s].ms = t1 - p->last;
+			snprintf(p->top[s].what, sizeof p->top[s].what, "%s -> %s", v->producer ? v->producer->name : "?",
+				 oq_rt_describe(t, shape, sizeof shape));
+		}
+	}
+	p->last = cpu_ms();
+	return 0;
+}
+
+static const char *dim_value(int argc, char **argv, const char *name, int64_t *v)
+{
+	for (int i = 1; i + 1 < argc; i++)
+		if (!strcmp(argv[i], "--dim")) {
+			const char *eq = strchr(argv[i + 1], '=');
+			if (eq && (size_t)(eq - argv[i + 1]) == strlen(name) && !strncmp(argv[i + 1], name, strlen(name))) {
+				*v = atoll(eq + 1);
+				return argv[i + 1];
+			}
+		}
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	const char *path = NULL;
+	int threads[MAX_T] = {1, 2}, nt = 2, runs = 10, profile = 0, check = 0, rc = 1;
+	oq_model *m = NULL;
+	oq_diag d;
+	oq_rt *in = NULL, *ref = NULL;
+	size_t nin = 0, nout = 0;
+	unsigned long long rng = 12345;
+	int64_t shape[MAX_DIMS];
+	int nshape = -1;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+			char *s = argv[++i];
+			nt = 0;
+			for (char *tok = strtok(s, ","); tok && nt < MAX_T; tok = strtok(NULL, ","))
+				threads[nt++] = atoi(tok);
+		} else if (!strcmp(argv[i], "--runs") && i + 1 < argc) {
+			runs = atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "--dim") && i + 1 < argc) {
+			i++;
+		} else if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+			char *s = argv[++i];
+			nshape = 0;
+			for (char *tok = strtok(s, ","); tok && nshape < MAX_DIMS; tok = strtok(NULL, ","))
+				shape[nshape++] = atoll(tok);
+		} else if (!strcmp(argv[i], "--profile")) {
+			profile = 1;
+		} else if (!strcmp(argv[i], "--check")) {
+			check = 1;
+		} else if (argv[i][0] != '-' && !path) {
+			path = argv[i];
+		} else {
+			fprintf(stderr, "usage: exec_bench MODEL [--threads 1,2] [--runs N] [--shape d0,..] [--dim NAME=V] [--profile] [--check]\n");
+			return 1;
+		}
+	}
+	if (!path || runs < 1) {
+		fprintf(stderr, "usage: exec_bench MODEL [--threads 1,2] [--runs N] [--shape d0,..] [--dim NAME=V] [--profile] [--check]\n");
+		return 1;
+	}
+	oq_diag_init(&d);
+	if (oq_model_load(path, &m, &d)) {
+		fprintf(stderr, "exec_bench: %s\n", d.msg);
+		return 1;
+	}
+	for (int ti = 0; ti < nt; ti++) {
+		oq_exec *e = NULL;
+		oq_exec_opts o = {threads[ti]};
+		double *t = calloc((size_t)runs, sizeof *t), *c = calloc((size_t)runs, sizeof *c);
+		prof p;
+		oq_rt *out = NULL;
+
+		memset(&p, 0, sizeof p);
+		if (!t || !c || oq_exec_new(m, &o, &e, &d)) {
+			fprintf(stderr, "exec_bench: %s\n", d.msg);
+			free(t);
+			free(c);
+			goto done;
+		}
+		if (!in) { /* inputs once, shared by every thread count */
+			nin = oq_exec_n_inputs(e);
+			nout = oq_exec_n_outputs(e);
+			in = calloc(nin + 1, sizeof *in);
+			ref = calloc(nout + 1, sizeof *ref);
+			for (size_t i = 0; i < nin; i++) {
+				const oq_value *v = oq_exec_input(e, i);
+				int64_t dims[MAX_DIMS];
+				int rank = v->type.rank < 0 ? 0 : v->type.rank;
+				if (i == 0 && nshape >= 0) {
+					rank = nshape;
+					memcpy(dims, shape, (size_t)nshape * sizeof *dims);
+				}
+				for (int k = 0; k < rank && k < MAX_DIMS && !(i == 0 && nshape >= 0); k++) {
+					dims[k] = v->type.dims[k].value;
+					if (dims[k] < 0 && !(v->type.dims[k].param &&
+							     dim_value(argc, argv, v->type.dims[k].param, &dims[k])))
+						dims[k] = 1;
+				}
+				if (oq_rt_alloc(&in[i], v->type.dtype ? v->type.dtype : OQ_DT_FLOAT, rank, dims)) {
+					fprintf(stderr, "exec_bench: cannot make input '%s'\n", v->name);
+					oq_exec_free(e);
+					free(t);
+					free(c);
+					goto done;
+				}
+				if (in[i].dtype == OQ_DT_FLOAT)
+					for (size_t k = 0; k < in[i].nelem; k++) {
+						rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+						((float *)in[i].data)[k] = (float)(rng >> 40) / 16777216.0f;
+					}
+			}
+		}
+		out = calloc(nout + 1, sizeof *out);
+		for (int r = -1; r < runs; r++) { /* r = -1: warm-up */
+			double t0, c0;
+			if (profile && r == runs - 1) {
+				oq_exec_set_observer(e, observe, &p);
+				p.last = cpu_ms();
+			}
+			t0 = now_ms();
+			c0 = cpu_ms();
+			if (oq_exec_run(e, in, nin, out, nout, &d)) {
+				fprintf(stderr, "exec_bench: %s\n", d.msg);
+				oq_exec_free(e);
+				free(t);
+				free(c);
+				free(out);
+				goto done;
+			}
+			if (r >= 0) {
+				t[r] = now_ms() - t0;
+				c[r] = cpu_ms() - c0;
+			}
+			for (size_t k = 0; k < nout; k++) {
+				if (check && r == -1) {
+					if (ti == 0) {
+						ref[k] = out[k];
+						memset(&out[k], 0, sizeof out[k]);
+						continue;
+					}
+					if (out[k].nbytes != ref[k].nbytes || memcmp(out[k].data, ref[k].data, ref[k].nbytes)) {
+						printf("check: output %zu differs between threads %d and %d\n", k, threads[0],
+						       threads[ti]);
+						check = 2;
+					}
+				}
+				oq_rt_release(&out[k]);
+			}
+		}
+		oq_exec_set_observer(e, NULL, NULL);
+		if (profile && runs > 1) /* the profiled run is excluded from the timing */
+			runs--;
+		qsort(t, (size_t)runs, sizeof *t, cmp_d);
+		qsort(c, (size_t)runs, sizeof *c, cmp_d);
+		printf("onnxq threads=%d median_ms=%.3f min_ms=%.3f cpu_ms=%.3f runs=%d\n", threads[ti], t[runs / 2], t[0],
+		       c[runs / 2], runs);
+		if (profile) {
+			for (int i = 0; i < p.n; i++)
+				printf("  %-24s %4d nodes %9.3f ms\n", p.names[i], p.count[i], p.ms[i]);
+			printf("  slowest nodes:\n");
+			for (int i = 0; i < 16; i++)
+				if (p.top[i].ms > 0)
+					printf("    %8.3f ms  %s\n", p.top[i].ms, p.top[i].what);
+			runs++;
+		}
+		free(out);
+		free(t);
+		free(c);
+		oq_exec_free(e);
+	}
+	if (check == 1)
+		printf("check: outputs bit-identical for all thread counts\n");
+	rc = check == 2 ? 2 : 0;
+done:
+	for (size_t i = 0; in && i < nin; i++)
+		oq_rt_release(&in[i]);
+	for (size_t i = 0; ref && i < nout; i++)
+		oq_rt_release(&ref[i]);
+	free(in);
+	free(ref);
+	oq_model_free(m);
+	return rc;
+}

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# exec_conv.sh - the executor's speed against ONNX Runtime on Conv-heavy
+# models: ResNet-50 (BatchNormalization unfolded, [1,3,224,224]),
+# MobileNetV2 (folded, depthwise convolutions, [1,3,224,224]) and the
+# PaddleOCR v4 detector ([1,3,640,640]).
+#
+# Builds bench/exec_bench.c against an existing build directory (the
+# executor's static libraries), then for each model prints the median
+# time of onnxq (oq_exec_run) and of ORT (onnxruntime-node, optimisation
+# level 'all', i.e. ORT's real speed with Conv+BN folding and activation
+# fusion) for 1 and 2 threads, and the ratio onnxq / ORT (target <= 1.25).
+# It also checks that onnxq's outputs are bit-identical for 1 and 2 threads.
+# Absent models are skipped (ResNet-50: bench/make_resnet50.py;
+# MobileNetV2: bench/exec_make_mobilenet_v2.py; OCR and ORT:
+# tests/integration/fetch.sh). Use a Release build for meaningful numbers.
+#
+# usage: bench/exec_conv.sh [MODEL_FILTER]
+# env: OQ_BUILD (default <repo>/build), OQ_CACHE (default <repo>/.cache), RUNS (default 10)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${OQ_CACHE:-$ROOT/.cache}
+BUILD=${OQ_BUILD:-$ROOT/build}
+RUNS=${RUNS:-10}
+FILTER=${1:-}
+ORT=$CACHE/ort/node_modules/onnxruntime-node
+
+for lib in libonnxq_exec.a libonnxq_core.a libonnx_proto.a; do
+	[ -f "$BUILD/$lib" ] || { echo "exec_conv: $BUILD/$lib missing: build first (cmake -DCMAKE_BUILD_TYPE=Release)" >&2; exit 1; }
+done
+cc -std=c11 -O2 -Wall -Wextra -Wpedantic -Wshadow -Wvla -D_POSIX_C_SOURCE=200809L \
+	-I"$ROOT/src" -I"$ROOT/calib" -I"$BUILD/gen" "$ROOT/bench/exec_bench.c" -o "$BUILD/exec_bench" \
+	"$BUILD/libonnxq_exec.a" "$BUILD/libonnxq_core.a" "$BUILD/libonnx_proto.a" \
+	$(pkg-config --libs libprotobuf-c openblas) -lpthread -lm
+
+# name|file|input name|shape
+MODELS="resnet50|$CACHE/bench/resnet50.onnx|input|1,3,224,224
+mobilenet_v2|$CACHE/bench/mobilenet_v2.onnx|input|1,3,224,224
+ocr_det|$CACHE/ocr/ch_PP-OCRv4_det_infer.onnx|x|1,3,640,640"
+
+field() { # tool threads key <output
+	awk -v t="$2" -v tool="$1" -v key="$3" '$1 == tool && $2 == "threads=" t {
+		for (i = 3; i <= NF; i++) if (index($i, key "=") == 1) { sub(key "=", "", $i); print $i } }'
+}
+ratio() { [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}' || echo -; }
+
+# wall: median wall time per run; cpu: median process CPU time per run (1 thread only:
+# the robust figure when other work shares the machine)
+printf '%-14s %7s %10s %10s %6s %10s %10s %6s\n' model threads onnxq_ms ort_ms ratio onnxq_cpu ort_cpu ratio
+fails=0
+while IFS='|' read -r name file input shape; do
+	[ -n "$FILTER" ] && [[ $name != *$FILTER* ]] && continue
+	if [ ! -f "$file" ]; then
+		printf '%-14s skipped: %s missing\n' "$name" "$file"
+		continue
+	fi
+	out=$("$BUILD/exec_bench" "$file" --threads 1,2 --runs "$RUNS" --shape "$shape" --check 2>&1) || {
+		printf '%-14s onnxq failed: %s\n' "$name" "$(echo "$out" | tail -1)"
+		fails=$((fails + 1))
+		continue
+	}
+	grep -q 'bit-identical' <<<"$out" || { echo "$name: outputs differ between thread counts"; fails=$((fails + 1)); }
+	if [ -d "$ORT" ]; then
+		ort=$(node "$ROOT/bench/exec_ort.js" "$ORT" "$file" "$input=$shape" 1,2 "$RUNS" all 2>&1) || {
+			printf '%-14s ORT failed: %s\n' "$name" "$(echo "$ort" | tail -1)"
+			ort=""
+		}
+	else
+		ort=""
+	fi
+	for t in 1 2; do
+		a=$(field onnxq "$t" median_ms <<<"$out")
+		b=$(field ort "$t" median_ms <<<"$ort")
+		ac=$(field onnxq "$t" cpu_ms <<<"$out")
+		bc=$(field ort "$t" cpu_ms <<<"$ort")
+		if [ "$t" != 1 ]; then ac=-; bc=; fi
+		printf '%-14s %7s %10s %10s %6s %10s %10s %6s\n' "$name" "$t" "$a" "${b:--}" "$(ratio "$a" "$b")" \
+			"$ac" "${bc:--}" "$( [ -n "$bc" ] && ratio "$ac" "$bc" || echo -)"
+	done
+done <<<"$MODELS"
+exit $((fails > 0))

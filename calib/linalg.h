@@ -1,0 +1,130 @@
+/*
+ * linalg.h - private interface of the 'linalg' kernel family: convolution
+ * geometry, the fast (OpenBLAS GEMM, parallel) and reference (direct loop)
+ * compute routines behind Conv, ConvTranspose, Gemm, MatMul and the integer
+ * / QLinear variants.
+ *
+ * Compute is float32 for float models; integer ops (ConvInteger,
+ * MatMulInteger, QLinear*) run the same engine in double on zero-point
+ * shifted values, which is exact for any realistic reduction length (sums
+ * below 2^53), then requantise.
+ *
+ * Determinism: work is cut into tiles whose sizes depend only on the
+ * problem shape, never on the thread count; oq_k_parallel hands whole
+ * tiles to threads and every tile makes the same BLAS call whichever thread
+ * runs it, so outputs are bit-identical for any --threads. OpenBLAS is told
+ * once to use one thread (we parallelise ourselves).
+ */
+#ifndef OQ_LINALG_H
+#define OQ_LINALG_H
+
+#include "kernel.h"
+
+/* Most spatial dims a convolution may have. */
+#define OQ_CONV_MAX_SP 8
+
+/*
+ * Non-zero: kernels use the _ref paths (direct loops). For tests that
+ * compare fast and reference results through the executor.
+ */
+extern int oq_linalg_use_ref;
+
+/* Shape of one convolution (Conv) or transposed convolution (ConvTranspose). */
+typedef struct oq_conv_geom {
+	int nsp;                          /* spatial dims */
+	int64_t n;                        /* batch */
+	int64_t c;                        /* input channels */
+	int64_t m;                        /* output channels */
+	int64_t group;                    /* groups; c and m are multiples of it */
+	int64_t in[OQ_CONV_MAX_SP];       /* input spatial dims */
+	int64_t out[OQ_CONV_MAX_SP];      /* output spatial dims */
+	int64_t k[OQ_CONV_MAX_SP];        /* kernel spatial dims */
+	int64_t stride[OQ_CONV_MAX_SP];   /* strides */
+	int64_t dil[OQ_CONV_MAX_SP];      /* dilations */
+	int64_t pad[OQ_CONV_MAX_SP];      /* begin pads (end pads follow from in/out) */
+	int64_t in_size, out_size, k_size; /* products of in, out, k */
+} oq_conv_geom;
+
+/* Element type of an engine call: float32 or double. */
+typedef enum oq_ltype { OQ_LT_F32, OQ_LT_F64 } oq_ltype;
+
+/*
+ * Conv: y[n, m, o] = b[m] + sum_{c in group, kk} x[n, c, o*s + kk*d - pad] * w[m, c, kk]
+ * x [n, c, in...], w [m, c/group, k...], b [m] or NULL, y [n, m, out...] (written whole).
+ * The fast path needs k for its thread pool (NULL: single thread).
+ */
+int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, const void *w,
+		const void *b, void *y) OQ_WUR;
+void oq_conv_ref(oq_ltype t, const oq_conv_geom *g, const void *x, const void *w, const void *b, void *y);
+
+/*
+ * ConvTranspose: y[n, m, i*s + kk*d - pad] += x[n, c, i] * w[c, m, kk], plus b[m].
+ * x [n, c, in...], w [c, m/group, k...], b [m] or NULL, y [n, m, out...] (written whole).
+ */
+int oq_convt_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, const void *w,
+		 const void *b, void *y) OQ_WUR;
+void oq_convt_ref(oq_ltype t, const oq_conv_geom *g, const void *x, const void *w, const void *b,
+		  void *y);
+
+/*
+ * Batched GEMM: for every batch item i, C_i = alpha * op(A_i) op(B_i) + beta * C_i
+ * with op() the optional transpose; A_i = A + aoff[i] elements (B, C likewise;
+ * NULL offsets mean 0 for all items). Row-major, leading dims given.
+ * beta == 0 ignores the old C contents.
+ */
+typedef struct oq_gemm_batch {
+	oq_ltype t;
+	int ta, tb;                        /* transpose A / B */
+	int64_t m, n, kd;                  /* op(A) is m x kd, op(B) kd x n */
+	double alpha, beta;
+	const void *a, *b;
+	void *c;
+	int64_t lda, ldb, ldc;
+	size_t batch;                      /* number of items */
+	const size_t *aoff, *boff, *coff;  /* per item element offsets, or NULL */
+} oq_gemm_batch;
+
+void oq_gemm_run(oq_kctx *k, const oq_gemm_batch *p);
+void oq_gemm_ref(const oq_gemm_batch *p);
+
+/* Calls openblas_set_num_threads(1) the first time. */
+void oq_linalg_blas_init(void);
+
+/* --- shared kernel helpers (kernels_linalg.c) --- */
+
+/*
+ * Conv / ConvTranspose geometry from x, w and the node's attributes
+ * (kernel_shape, strides, dilations, pads, auto_pad, group; for transpose
+ * also output_padding and output_shape). Errors name the bad attribute.
+ */
+int oq_linalg_conv_geom(oq_kctx *k, const oq_rt *x, const oq_rt *w, int transpose, oq_conv_geom *g) OQ_WUR;
+
+/*
+ * t's elements as a contiguous array of lt (float or double): t's own data
+ * when it already has that type (*owned = 0), else a converted copy to free
+ * (*owned = 1). shift, when not NULL, is subtracted per element: shift[i /
+ * inner % nshift] (zero points; nshift 1 for per-tensor).
+ */
+int oq_linalg_load(oq_kctx *k, const oq_rt *t, oq_ltype lt, const double *shift, size_t nshift, size_t inner,
+		   void **buf, int *owned) OQ_WUR;
+
+/* MatMul shapes: numpy batch broadcasting and 1-D operands. */
+typedef struct oq_mm_plan {
+	int64_t m, n, kd;                  /* per item: [m, kd] x [kd, n] */
+	int rank;                          /* output rank */
+	int64_t dims[OQ_RT_MAX_RANK];      /* output dims */
+	size_t batch;                      /* broadcast batch items */
+	size_t *aoff, *boff, *coff;        /* per item element offsets (owned) */
+} oq_mm_plan;
+
+int oq_linalg_mm_plan(oq_kctx *k, const oq_rt *a, const oq_rt *b, oq_mm_plan *p) OQ_WUR;
+void oq_linalg_mm_free(oq_mm_plan *p);
+
+/* Kernels in other files of the family. */
+int oq_lk_conv_integer(oq_kctx *k);
+int oq_lk_matmul_integer(oq_kctx *k);
+int oq_lk_qlinear_conv(oq_kctx *k);
+int oq_lk_qlinear_matmul(oq_kctx *k);
+int oq_lk_einsum(oq_kctx *k);
+
+#endif

@@ -1,0 +1,773 @@
+/*
+ * test_linalg.c - the linalg kernel family (Conv, ConvTranspose, Gemm,
+ * MatMul, Einsum, ConvInteger, MatMulInteger, QLinearConv, QLinearMatMul).
+ *
+ * Two kinds of checks:
+ * - small cases whose expected outputs are computed by hand in the
+ *   comments (padding, strides, groups, transposes, broadcasting, zero
+ *   points, round-half-to-even and saturation of the requantisation);
+ * - random shapes (fixed seeds) run through the executor three ways: the
+ *   fast path with 1 and 2 threads must be bit-identical, and must agree
+ *   with the direct-loop reference path (oq_linalg_use_ref) within a
+ *   float32 tolerance.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "exec.h"
+#include "gen_model.h"
+#include "linalg.h"
+
+/* ------------------------------------------------------------- helpers */
+
+typedef struct tin {
+	const char *name;
+	int dtype;
+	int rank;
+	int64_t dims[8];
+	const double *vals;  /* NULL: random in [-1, 1) (float) or [lo, hi] for ints via rnd */
+} tin;
+
+static uint64_t rng = 1;
+
+static void seed(uint64_t s)
+{
+	rng = s * 0x9E3779B97F4A7C15ull + 1;
+}
+
+static uint64_t next(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+static int irand(int lo, int hi) /* inclusive */
+{
+	return lo + (int)(next() % (uint64_t)(hi - lo + 1));
+}
+
+static double frand(void)
+{
+	return (double)(next() >> 11) / 9007199254740992.0 * 2 - 1;
+}
+
+static void make_rt(const tin *t, oq_rt *r)
+{
+	cr_assert_eq(oq_rt_alloc(r, t->dtype, t->rank, t->dims), OQ_OK);
+	for (size_t i = 0; i < r->nelem; i++) {
+		double v;
+		if (t->vals)
+			v = t->vals[i];
+		else if (t->dtype == OQ_DT_UINT8)
+			v = irand(0, 255);
+		else if (t->dtype == OQ_DT_INT8)
+			v = irand(-128, 127);
+		else
+			v = frand();
+		oq_rt_set(r, i, v);
+	}
+}
+
+/*
+ * One-node model: inputs `in` (all graph inputs), op with its attributes set
+ * by `attrs`, one output of dtype out_dt; runs with `threads` and returns
+ * the output in *out (owned). Returns the run status (0 ok).
+ */
+typedef void (*attr_fn)(gen_model *g, Onnx__NodeProto *n, const void *ctx);
+
+static int run_op(const char *op, int opset, const tin *in, size_t nin, const oq_rt *vals, attr_fn attrs,
+		  const void *ctx, int out_dt, int threads, oq_rt *out, char *err, size_t errn)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *gp;
+	Onnx__NodeProto *n;
+	char names[256] = "";
+	oq_model *m = NULL;
+	oq_exec *e = NULL;
+	oq_exec_opts o = {threads};
+	oq_diag d;
+	int rc;
+
+	gen_opset(g, "", opset);
+	gp = gen_graph(g);
+	for (size_t i = 0; i < nin; i++) {
+		if (in[i].name[0])
+			gen_input(g, gp, in[i].name, in[i].dtype, in[i].rank, in[i].dims);
+		strcat(names, i ? "," : "");
+		strcat(names, in[i].name);
+	}
+	n = gen_node(g, gp, op, "node", names, "y");
+	if (attrs)
+		attrs(g, n, ctx);
+	gen_output(g, gp, "y", out_dt, -1, NULL);
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "load: %s", d.msg);
+	memset(out, 0, sizeof *out);
+	{
+		oq_rt fed[16];
+		size_t nf = 0;
+		for (size_t i = 0; i < nin; i++)
+			if (in[i].name[0])
+				fed[nf++] = vals[i];
+		rc = oq_exec_new(m, &o, &e, &d);
+		if (!rc)
+			rc = oq_exec_run(e, fed, nf, out, 1, &d);
+	}
+	if (rc && err)
+		snprintf(err, errn, "%s", d.msg);
+	oq_exec_free(e);
+	oq_model_free(m);
+	gen_free(g);
+	return rc;
+}
+
+/* Expects out == want (n values) within tol. */
+static void expect_vals(const oq_rt *out, const double *want, size_t n, double tol, const char *what)
+{
+	cr_assert_eq(out->nelem, n, "%s: %zu elements, want %zu", what, out->nelem, n);
+	for (size_t i = 0; i < n; i++)
+		cr_expect(fabs(oq_rt_get(out, i) - want[i]) <= tol, "%s: element %zu is %g, want %g", what, i,
+			  oq_rt_get(out, i), want[i]);
+}
+
+static void expect_dims(const oq_rt *out, int rank, const int64_t *dims, const char *what)
+{
+	cr_assert_eq(out->rank, rank, "%s: rank %d, want %d", what, out->rank, rank);
+	for (int i = 0; i < rank; i++)
+		cr_expect_eq(out->dims[i], dims[i], "%s: dim %d is %lld, want %lld", what, i, (long long)out->dims[i],
+			     (long long)dims[i]);
+}
+
+/* Generic attribute list for the tests: ints lists and single ints/floats/strings. */
+typedef struct attrs {
+	const char *iname[8];
+	size_t in_n[8];
+	int64_t iv[8][16];
+	const char *sname[2], *sval[2];
+	const char *fname[4];
+	float fv[4];
+	const char *one_name[4];
+	int64_t one_v[4];
+} attrs;
+
+static void set_attrs(gen_model *g, Onnx__NodeProto *n, const void *ctx)
+{
+	const attrs *a = ctx;
+	for (int i = 0; i < 8 && a->iname[i]; i++)
+		gen_attr_ints(g, n, a->iname[i], a->in_n[i], a->iv[i]);
+	for (int i = 0; i < 2 && a->sname[i]; i++)
+		gen_attr_str(g, n, a->sname[i], a->sval[i]);
+	for (int i = 0; i < 4 && a->fname[i]; i++)
+		gen_attr_float(g, n, a->fname[i], a->fv[i]);
+	for (int i = 0; i < 4 && a->one_name[i]; i++)
+		gen_attr_int(g, n, a->one_name[i], a->one_v[i]);
+}
+
+static void add_ints(attrs *a, const char *name, size_t n, const int64_t *v)
+{
+	int i = 0;
+	while (a->iname[i])
+		i++;
+	a->iname[i] = name;
+	a->in_n[i] = n;
+	memcpy(a->iv[i], v, n * sizeof *v);
+}
+
+static void add_int(attrs *a, const char *name, int64_t v)
+{
+	int i = 0;
+	while (a->one_name[i])
+		i++;
+	a->one_name[i] = name;
+	a->one_v[i] = v;
+}
+
+static void add_float(attrs *a, const char *name, float v)
+{
+	int i = 0;
+	while (a->fname[i])
+		i++;
+	a->fname[i] = name;
+	a->fv[i] = v;
+}
+
+/* Runs fast (threads 1 and 2) and reference; checks 1 vs 2 bit-identical and fast vs ref. */
+static void fast_vs_ref(const char *op, int opset, const tin *in, size_t nin, const attrs *a, double tol,
+			const char *what)
+{
+	oq_rt vals[16], o1, o2, oref;
+	char err[1024] = "";
+	for (size_t i = 0; i < nin; i++)
+		make_rt(&in[i], &vals[i]);
+	oq_linalg_use_ref = 0;
+	cr_assert_eq(run_op(op, opset, in, nin, vals, set_attrs, a, OQ_DT_FLOAT, 1, &o1, err, sizeof err), 0,
+		     "%s: %s", what, err);
+	cr_assert_eq(run_op(op, opset, in, nin, vals, set_attrs, a, OQ_DT_FLOAT, 2, &o2, err, sizeof err), 0,
+		     "%s: %s", what, err);
+	oq_linalg_use_ref = 1;
+	cr_assert_eq(run_op(op, opset, in, nin, vals, set_attrs, a, OQ_DT_FLOAT, 1, &oref, err, sizeof err), 0,
+		     "%s: %s", what, err);
+	oq_linalg_use_ref = 0;
+	cr_assert_eq(o1.nelem, o2.nelem);
+	cr_assert_eq(o1.nelem, oref.nelem, "%s: %zu vs %zu elements", what, o1.nelem, oref.nelem);
+	cr_expect(o1.nbytes == 0 || memcmp(o1.data, o2.data, o1.nbytes) == 0, "%s: threads 1 and 2 differ", what);
+	for (size_t i = 0; i < o1.nelem; i++) {
+		double x = ((float *)o1.data)[i], r = ((float *)oref.data)[i];
+		if (!(fabs(x - r) <= tol + tol * fabs(r))) {
+			cr_expect(0, "%s: element %zu fast %.8g ref %.8g", what, i, x, r);
+			break;
+		}
+	}
+	for (size_t i = 0; i < nin; i++)
+		oq_rt_release(&vals[i]);
+	oq_rt_release(&o1);
+	oq_rt_release(&o2);
+	oq_rt_release(&oref);
+}
+
+/* ---------------------------------------------------------- hand cases */
+
+static const double x9[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+
+Test(linalg, conv_2x2_ones_valid_and_bias)
+{
+	/* x = [[1,2,3],[4,5,6],[7,8,9]], w = ones(2x2): window sums 12 16 24 28, + bias 0.5 */
+	static const double w[] = {1, 1, 1, 1}, b[] = {0.5};
+	tin in[] = {{"x", OQ_DT_FLOAT, 4, {1, 1, 3, 3}, x9}, {"w", OQ_DT_FLOAT, 4, {1, 1, 2, 2}, w},
+		    {"b", OQ_DT_FLOAT, 1, {1}, b}};
+	oq_rt v[3], out;
+	static const double want[] = {12.5, 16.5, 24.5, 28.5};
+	for (int i = 0; i < 3; i++)
+		make_rt(&in[i], &v[i]);
+	cr_assert_eq(run_op("Conv", 13, in, 3, v, NULL, NULL, OQ_DT_FLOAT, 2, &out, NULL, 0), 0);
+	expect_dims(&out, 4, (const int64_t[]){1, 1, 2, 2}, "conv");
+	expect_vals(&out, want, 4, 1e-6, "conv");
+	oq_rt_release(&out);
+	for (int i = 0; i < 3; i++)
+		oq_rt_release(&v[i]);
+}
+
+Test(linalg, conv_pads_strides_same_upper)
+{
+	/*
+	 * x 3x3 as above, w = ones(2x2), strides 2, auto_pad SAME_UPPER: out = ceil(3/2) = 2,
+	 * total pad = (2-1)*2 + 2 - 3 = 1 -> 0 before, 1 after. Windows at rows {0,1},{2,(pad)}:
+	 * [1+2+4+5, 3+6, 7+8, 9] = [12, 9, 15, 9]. SAME_LOWER puts the pad first:
+	 * windows rows {(pad),0},{1,2} cols likewise: [1, 2+3, 4+7, 5+6+8+9] = [1, 5, 11, 28].
+	 */
+	static const double w[] = {1, 1, 1, 1};
+	tin in[] = {{"x", OQ_DT_FLOAT, 4, {1, 1, 3, 3}, x9}, {"w", OQ_DT_FLOAT, 4, {1, 1, 2, 2}, w}};
+	oq_rt v[2], out;
+	attrs a;
+	static const double up[] = {12, 9, 15, 9}, lo[] = {1, 5, 11, 28};
+	for (int i = 0; i < 2; i++)
+		make_rt(&in[i], &v[i]);
+	memset(&a, 0, sizeof a);
+	add_ints(&a, "strides", 2, (const int64_t[]){2, 2});
+	a.sname[0] = "auto_pad";
+	a.sval[0] = "SAME_UPPER";
+	cr_assert_eq(run_op("Conv", 11, in, 2, v, set_attrs, &a, OQ_DT_FLOAT, 1, &out, NULL, 0), 0);
+	expect_vals(&out, up, 4, 1e-6, "same_upper");
+	oq_rt_release(&out);
+	a.sval[0] = "SAME_LOWER";
+	cr_assert_eq(run_op("Conv", 11, in, 2, v, set_attrs, &a, OQ_DT_FLOAT, 1, &out, NULL, 0), 0);
+	expect_vals(&out, lo, 4, 1e-6, "same_lower");
+	oq_rt_release(&out);
+	for (int i = 0; i < 2; i++)
+		oq_rt_release(&v[i]);
+}
+
+Test(linalg, conv_depthwise_padded)
+{
+	/*
+	 * 2 channels, group 2, 3x3 kernel of ones (channel 0) / centre-only 2 (channel 1), pads 1.
+	 * Channel 0 = x9: out[0][0] = 1+2+4+5 = 12, centre = 45, corner (2,2) = 5+6+8+9 = 28.
+	 * Channel 1 = x9 * 2 (centre tap 2): out = 2 * x.
+	 */
+	double x[18], w[18];
+	tin in[] = {{"x", OQ_DT_FLOAT, 4, {1, 2, 3, 3}, x}, {"w", OQ_DT_FLOAT, 4, {2, 1, 3, 3}, w}};
+	oq_rt v[2], out;
+	attrs a;
+	for (int i = 0; i < 9; i++) {
+		x[i] = x[9 + i] = i + 1;
+		w[i] = 1;
+		w[9 + i] = i == 4 ? 2 : 0;
+	}
+	for (int i = 0; i < 2; i++)
+		make_rt(&in[i], &v[i]);
+	memset(&a, 0, sizeof a);
+	add_ints(&a, "pads", 4, (const int64_t[]){1, 1, 1, 1});
+	add_int(&a, "group", 2);
+	cr_assert_eq(run_op("Conv", 11, in, 2, v, set_attrs, &a, OQ_DT_FLOAT, 2, &out, NULL, 0), 0);
+	cr_expect_float_eq(((float *)out.data)[0], 12, 1e-6);
+	cr_expect_float_eq(((float *)out.data)[4], 45, 1e-6);
+	cr_expect_float_eq(((float *)out.data)[8], 28, 1e-6);
+	for (int i = 0; i < 9; i++)
+		cr_expect_float_eq(((float *)out.data)[9 + i], 2 * (i + 1), 1e-6);
+	oq_rt_release(&out);
+	for (int i = 0; i < 2; i++)
+		oq_rt_release(&v[i]);
+}
+
+Test(linalg, conv_transpose_1d_and_output_padding)
+{
+	/*
+	 * x = [1, 2], w = [1, 1] (C=1, M=1), stride 2: y[2i + k] += x[i] w[k] -> [1, 1, 2, 2];
+	 * output_padding 1 adds one more position (bias only): [1, 1, 2, 2, 0] + bias 1.
+	 */
+	static const double x[] = {1, 2}, w[] = {1, 1}, b[] = {1};
+	tin in[] = {{"x", OQ_DT_FLOAT, 3, {1, 1, 2}, x}, {"w", OQ_DT_FLOAT, 3, {1, 1, 2}, w},
+		    {"b", OQ_DT_FLOAT, 1, {1}, b}};
+	oq_rt v[3], out;
+	attrs a;
+	static const double want[] = {2, 2, 3, 3, 1};
+	for (int i = 0; i < 3; i++)
+		make_rt(&in[i], &v[i]);
+	memset(&a, 0, sizeof a);
+	add_ints(&a, "strides", 1, (const int64_t[]){2});
+	add_ints(&a, "output_padding", 1, (const int64_t[]){1});
+	cr_assert_eq(run_op("ConvTranspose", 11, in, 3, v, set_attrs, &a, OQ_DT_FLOAT, 2, &out, NULL, 0), 0);
+	expect_dims(&out, 3, (const int64_t[]){1, 1, 5}, "convt");
+	expect_vals(&out, want, 5, 1e-6, "convt");
+	oq_rt_release(&out);
+	for (int i = 0; i < 3; i++)
+		oq_rt_release(&v[i]);
+}
+
+Test(linalg, gemm_trans_alpha_beta_row_bias)
+{
+	/*
+	 * A^T with A = [[1,2],[3,4]] (2x2) -> [[1,3],[2,4]]; B^T with B = [[1,0],[1,1],[0,2]] (3x2) ->
+	 * [[1,1,0],[0,1,2]]. A^T B^T = [[1,4,6],[2,6,8]]; alpha 2 -> [[2,8,12],[4,12,16]];
+	 * C = [1,2,3] broadcast over rows, beta 0.5 -> + [0.5,1,1.5].
+	 */
+	static const double A[] = {1, 2, 3, 4}, B[] = {1, 0, 1, 1, 0, 2}, C[] = {1, 2, 3};
+	tin in[] = {{"a", OQ_DT_FLOAT, 2, {2, 2}, A}, {"b", OQ_DT_FLOAT, 2, {3, 2}, B}, {"c", OQ_DT_FLOAT, 1, {3}, C}};
+	oq_rt v[3], out;
+	attrs a;
+	static const double want[] = {2.5, 9, 13.5, 4.5, 13, 17.5};
+	for (int i = 0; i < 3; i++)
+		make_rt(&in[i], &v[i]);
+	memset(&a, 0, sizeof a);
+	add_int(&a, "transA", 1);
+	add_int(&a, "transB", 1);
+	add_float(&a, "alpha", 2);
+	add_float(&a, "beta", 0.5f);
+	cr_assert_eq(run_op("Gemm", 13, in, 3, v, set_attrs, &a, OQ_DT_FLOAT, 2, &out, NULL, 0), 0);
+	expect_dims(&out, 2, (const int64_t[]){2, 3}, "gemm");
+	expect_vals(&out, want, 6, 1e-6, "gemm");
+	oq_rt_release(&out);
+	for (int i = 0; i < 3; i++)
+		oq_rt_release(&v[i]);
+}
+
+Test(linalg, gemm_column_bias_and_missing_c)
+{
+	/* A = [[1,2]], B = [[3],[4]] -> 11; C of shape [1,1] = 5 -> 16; C omitted (opset 11) -> 11 */
+	static const double A[] = {1, 2}, B[] = {3, 4}, C[] = {5};
+	tin in[] = {{"a", OQ_DT_FLOAT, 2, {1, 2}, A}, {"b", OQ_DT_FLOAT, 2, {2, 1}, B}, {"c", OQ_DT_FLOAT, 2, {1, 1}, C}};
+	oq_rt v[3], out;
+	for (int i = 0; i < 3; i++)
+		make_rt(&in[i], &v[i]);
+	cr_assert_eq(run_op("Gemm", 13, in, 3, v, NULL, NULL, OQ_DT_FLOAT, 1, &out, NULL, 0), 0);
+	expect_vals(&out, (const double[]){16}, 1, 1e-6, "gemm C");
+	oq_rt_release(&out);
+	cr_assert_eq(run_op("Gemm", 13, in, 2, v, NULL, NULL, OQ_DT_FLOAT, 1, &out, NULL, 0), 0);
+	expect_vals(&out, (const double[]){11}, 1, 1e-6, "gemm no C");
+	oq_rt_release(&out);
+	/* before opset 11 C is required */
+	cr_expect_neq(run_op("Gemm", 9, in, 2, v, NULL, NULL, OQ_DT_FLOAT, 1, &out, NULL, 0), 0);
+	oq_rt_release(&out);
+	for (int i = 0; i < 3; i++)
+		oq_rt_release(&v[i]);
+}
+
+Test(linalg, matmul_1d_and_broadcast)
+{
+	/* [1,2] (1-D) x [[1,2,3],[4,5,6]] = [9,12,15], shape [3] */
+	static const double a1[] = {1, 2}, b[] = {1, 2, 3, 4, 5, 6};
+	/* batch broadcast: A [2,1,2] x B [2,3] -> [2,1,3]; A = [[1,2]], [[0,1]] -> [9,12,15], [4,5,6] */
+	static const double a2[] = {1, 2, 0, 1};
+	tin in[] = {{"a", OQ_DT_FLOAT, 1, {2}, a1}, {"b", OQ_DT_FLOAT, 2, {2, 3}, b}};
+	tin in2[] = {{"a", OQ_DT_FLOAT, 3, {2, 1, 2}, a2}, {"b", OQ_DT_FLOAT, 2, {2, 3}, b}};
+	oq_rt v[2], out;
+	for (int i = 0; i < 2; i++)
+		make_rt(&in[i], &v[i]);
+	cr_assert_eq(run_op("MatMul", 13, in, 2, v, NULL, NULL, OQ_DT_FLOAT, 1, &out, NULL, 0), 0);
+	expect_dims(&out, 1, (const int64_t[]){3}, "1-D matmul");
+	expect_vals(&out, (const double[]){9, 12, 15}, 3, 1e-6, "1-D matmul");
+	oq_rt_release(&out);
+	oq_rt_release(&v[0]);
+	make_rt(&in2[0], &v[0]);
+	cr_assert_eq(run_op("MatMul", 13, in2, 2, v, NULL, NULL, OQ_DT_FLOAT, 2, &out, NULL, 0), 0);
+	expect_dims(&out, 3, (const int64_t[]){2, 1, 3}, "batched matmul");
+	expect_vals(&out, (const double[]){9, 12, 15, 4, 5, 6}, 6, 1e-6, "batched matmul");
+	oq_rt_release(&out);
+	for (int i = 0; i < 2; i++)
+		oq_rt_release(&v[i]);
+}
+
+Test(linalg, matmul_int32_exact)
+{
+	/* int64: [[100000, 1]] x [[30000],[7]] = 3000000007, above 2^31 and exact */
+	static const double a[] = {100000, 1}, b[] = {30000, 7};
+	tin in[] = {{"a", OQ_DT_INT64, 2, {1, 2}, a}, {"b", OQ_DT_INT64, 2, {2, 1}, b}};
+	oq_rt v[2], out;
+	for (int i = 0; i < 2; i++)
+		make_rt(&in[i], &v[i]);
+	cr_assert_eq(run_op("MatMul", 13, in, 2, v, NULL, NULL, OQ_DT_INT64, 1, &out, NULL, 0), 0);
+	cr_expect_eq(((int64_t *)out.data)[0], 3000000007LL);
+	oq_rt_release(&out);
+	for (int i = 0; i < 2; i++)
+		oq_rt_release(&v[i]);
+}
+
+Test(linalg, bad_shapes_are_errors)
+{
+	static const double z[64] = {0};
+	tin in[] = {{"a", OQ_DT_FLOAT, 2, {2, 3}, z}, {"b", OQ_DT_FLOAT, 2, {2, 3}, z}};
+	tin cin[] = {{"x", OQ_DT_FLOAT, 4, {1, 3, 4, 4}, z}, {"w", OQ_DT_FLOAT, 4, {2, 2, 3, 3}, z}};
+	oq_rt v[2], out;
+	char err[512];
+	for (int i = 0; i < 2; i++)
+		make_rt(&in[i], &v[i]);
+	cr_expect_neq(run_op("MatMul", 13, in, 2, v, NULL, NULL, OQ_DT_FLOAT, 1, &out, err, sizeof err), 0);
+	cr_expect(strstr(err, "inner dims"), "message: %s", err);
+	for (int i = 0; i < 2; i++)
+		oq_rt_release(&v[i]);
+	for (int i = 0; i < 2; i++)
+		make_rt(&cin[i], &v[i]);
+	cr_expect_neq(run_op("Conv", 13, cin, 2, v, NULL, NULL, OQ_DT_FLOAT, 1, &out, err, sizeof err), 0);
+	cr_expect(strstr(err, "channels"), "message: %s", err);
+	for (int i = 0; i < 2; i++)
+		oq_rt_release(&v[i]);
+}
+
+Test(linalg, conv_integer_zero_points)
+{
+	/*
+	 * x uint8 [[2,3],[4,5]] with zp 1 -> [[1,2],[3,4]]; w uint8 1x2 ones, zp 0; one pad on the
+	 * left (pads [0,1,0,0]). The padded position is a real zero (the zero point), so the
+	 * windows are [0,1],[1,2] and [0,3],[3,4] -> [1, 3, 3, 7].
+	 */
+	static const double x[] = {2, 3, 4, 5}, w[] = {1, 1}, xz[] = {1}, wz[] = {0};
+	tin in[] = {{"x", OQ_DT_UINT8, 4, {1, 1, 2, 2}, x}, {"w", OQ_DT_UINT8, 4, {1, 1, 1, 2}, w},
+		    {"xz", OQ_DT_UINT8, 0, {0}, xz}, {"wz", OQ_DT_UINT8, 0, {0}, wz}};
+	oq_rt v[4], out;
+	attrs a;
+	for (int i = 0; i < 4; i++)
+		make_rt(&in[i], &v[i]);
+	memset(&a, 0, sizeof a);
+	add_ints(&a, "pads", 4, (const int64_t[]){0, 1, 0, 0});
+	cr_assert_eq(run_op("ConvInteger", 10, in, 4, v, set_attrs, &a, OQ_DT_INT32, 1, &out, NULL, 0), 0);
+	cr_assert_eq(out.dtype, OQ_DT_INT32);
+	expect_dims(&out, 4, (const int64_t[]){1, 1, 2, 2}, "convinteger");
+	expect_vals(&out, (const double[]){1, 3, 3, 7}, 4, 0, "convinteger");
+	oq_rt_release(&out);
+	for (int i = 0; i < 4; i++)
+		oq_rt_release(&v[i]);
+}
+
+Test(linalg, matmul_integer_per_row_and_column_zero_points)
+{
+	/*
+	 * A int8 [[1,2],[3,4]] with per-row zp [1, 2] -> [[0,1],[1,2]];
+	 * B int8 [[1,1],[1,1]] with per-column zp [0, 1] -> [[1,0],[1,0]].
+	 * A'B' = [[1,0],[3,0]].
+	 */
+	static const double A[] = {1, 2, 3, 4}, B[] = {1, 1, 1, 1}, az[] = {1, 2}, bz[] = {0, 1};
+	tin in[] = {{"a", OQ_DT_INT8, 2, {2, 2}, A}, {"b", OQ_DT_INT8, 2, {2, 2}, B},
+		    {"az", OQ_DT_INT8, 1, {2}, az}, {"bz", OQ_DT_INT8, 1, {2}, bz}};
+	oq_rt v[4], out;
+	for (int i = 0; i < 4; i++)
+		make_rt(&in[i], &v[i]);
+	cr_assert_eq(run_op("MatMulInteger", 10, in, 4, v, NULL, NULL, OQ_DT_INT32, 2, &out, NULL, 0), 0);
+	expect_vals(&out, (const double[]){1, 0, 3, 0}, 4, 0, "matmulinteger");
+	oq_rt_release(&out);
+	for (int i = 0; i < 4; i++)
+		oq_rt_release(&v[i]);
+}
+
+Test(linalg, qlinear_matmul_round_half_even_and_saturate)
+{
+	/*
+	 * A uint8 1x1 [x], B uint8 1x1 [1], zps 0, scales a=0.5 b=1 y=1 -> y = round(x/2) + yzp:
+	 * x = 5 -> 2.5 -> 2; x = 7 -> 3.5 -> 4; x = 1 -> 0.5 -> 0; x = 3 -> 1.5 -> 2.
+	 * Use A 4x1 and B 1x1, y zp 10 -> [12, 14, 10, 12]. Saturation: x = 255 with
+	 * y scale 0.01 -> 12750 + 10 -> 255; int8 output zp -128 and negative b -> -128.
+	 */
+	static const double A[] = {5, 7, 1, 3}, B[] = {1}, as[] = {0.5}, z[] = {0}, bs[] = {1}, ys[] = {1},
+			    yz[] = {10};
+	tin in[] = {{"a", OQ_DT_UINT8, 2, {4, 1}, A},   {"as", OQ_DT_FLOAT, 0, {0}, as}, {"az", OQ_DT_UINT8, 0, {0}, z},
+		    {"b", OQ_DT_UINT8, 2, {1, 1}, B},   {"bs", OQ_DT_FLOAT, 0, {0}, bs}, {"bz", OQ_DT_UINT8, 0, {0}, z},
+		    {"ys", OQ_DT_FLOAT, 0, {0}, ys},    {"yz", OQ_DT_UINT8, 0, {0}, yz}};
+	oq_rt v[8], out;
+	for (int i = 0; i < 8; i++)
+		make_rt(&in[i], &v[i]);
+	cr_assert_eq(run_op("QLinearMatMul", 10, in, 8, v, NULL, NULL, OQ_DT_UINT8, 1, &out, NULL, 0), 0);
+	expect_vals(&out, (const double[]){12, 14, 10, 12}, 4, 0, "qlinearmatmul ties");
+	oq_rt_release(&out);
+	/* saturation high */
+	((uint8_t *)v[0].data)[0] = 255;
+	((float *)v[6].data)[0] = 0.01f;
+	cr_assert_eq(run_op("QLinearMatMul", 10, in, 8, v, NULL, NULL, OQ_DT_UINT8, 1, &out, NULL, 0), 0);
+	cr_expect_eq(((uint8_t *)out.data)[0], 255);
+	oq_rt_release(&out);
+	for (int i = 0; i < 8; i++)
+		oq_rt_release(&v[i]);
+	{
+		/* int8: a = 100, b = -100 (zp 0), scales 1,1, y scale 1, y zp -128 -> -10000 - 128 -> -128 */
+		static const double A2[] = {100}, B2[] = {-100}, one[] = {1}, yz2[] = {-128};
+		tin in2[] = {{"a", OQ_DT_INT8, 2, {1, 1}, A2}, {"as", OQ_DT_FLOAT, 0, {0}, one}, {"az", OQ_DT_INT8, 0, {0}, z},
+			     {"b", OQ_DT_INT8, 2, {1, 1}, B2}, {"bs", OQ_DT_FLOAT, 0, {0}, one}, {"bz", OQ_DT_INT8, 0, {0}, z},
+			     {"ys", OQ_DT_FLOAT, 0, {0}, one}, {"yz", OQ_DT_INT8, 0, {0}, yz2}};
+		for (int i = 0; i < 8; i++)
+			make_rt(&in2[i], &v[i]);
+		cr_assert_eq(run_op("QLinearMatMul", 10, in2, 8, v, NULL, NULL, OQ_DT_INT8, 1, &out, NULL, 0), 0);
+		cr_expect_eq(((int8_t *)out.data)[0], -128);
+		oq_rt_release(&out);
+		for (int i = 0; i < 8; i++)
+			oq_rt_release(&v[i]);
+	}
+}
+
+Test(linalg, qlinear_conv_per_channel)
+{
+	/*
+	 * x uint8 1x1x1x2 = [10, 20], zp 10 -> [0, 10]; w int8 2x1x1x1 = [3, -4], per-channel zp 0,
+	 * scales x 0.1, w [0.5, 0.25], y 1, y zp 100 (uint8); bias [5, -7] (int32, scale x*w).
+	 * channel 0: acc = 3*[0,10] + 5 = [5, 35];  * 0.05 = [0.25, 1.75] -> [0, 2] + 100 = [100, 102]
+	 * channel 1: acc = -4*[0,10] - 7 = [-7, -47]; * 0.025 = [-0.175, -1.175] -> [0, -1] -> [100, 99]
+	 */
+	static const double x[] = {10, 20}, xs[] = {0.1}, xz[] = {10}, w[] = {3, -4}, ws[] = {0.5, 0.25},
+			    wz[] = {0, 0}, ys[] = {1}, yz[] = {100}, b[] = {5, -7};
+	tin in[] = {{"x", OQ_DT_UINT8, 4, {1, 1, 1, 2}, x}, {"xs", OQ_DT_FLOAT, 0, {0}, xs},
+		    {"xz", OQ_DT_UINT8, 0, {0}, xz},          {"w", OQ_DT_INT8, 4, {2, 1, 1, 1}, w},
+		    {"ws", OQ_DT_FLOAT, 1, {2}, ws},          {"wz", OQ_DT_INT8, 1, {2}, wz},
+		    {"ys", OQ_DT_FLOAT, 0, {0}, ys},          {"yz", OQ_DT_UINT8, 0, {0}, yz},
+		    {"b", OQ_DT_INT32, 1, {2}, b}};
+	oq_rt v[9], out;
+	for (int i = 0; i < 9; i++)
+		make_rt(&in[i], &v[i]);
+	cr_assert_eq(run_op("QLinearConv", 10, in, 9, v, NULL, NULL, OQ_DT_UINT8, 2, &out, NULL, 0), 0);
+	expect_dims(&out, 4, (const int64_t[]){1, 2, 1, 2}, "qlinearconv");
+	expect_vals(&out, (const double[]){100, 102, 100, 99}, 4, 0, "qlinearconv");
+	oq_rt_release(&out);
+	for (int i = 0; i < 9; i++)
+		oq_rt_release(&v[i]);
+}
+
+static void einsum_eq(gen_model *g, Onnx__NodeProto *n, const void *ctx)
+{
+	gen_attr_str(g, n, "equation", ctx);
+}
+
+Test(linalg, einsum_forms)
+{
+	/* m = [[1,2],[3,4]]: trace 5, diagonal [1,4], transpose [1,3,2,4], row sums [3,7],
+	 * outer [1,2]x[3,4] = [3,4,6,8], implicit "ij,jk" = m@m = [[7,10],[15,22]] */
+	static const double m[] = {1, 2, 3, 4}, u[] = {1, 2}, w[] = {3, 4};
+	tin in[] = {{"m", OQ_DT_FLOAT, 2, {2, 2}, m}, {"n", OQ_DT_FLOAT, 2, {2, 2}, m}};
+	tin vin[] = {{"u", OQ_DT_FLOAT, 1, {2}, u}, {"w", OQ_DT_FLOAT, 1, {2}, w}};
+	oq_rt v[2], out;
+	struct {
+		const char *eq;
+		int two;
+		size_t n;
+		double want[4];
+	} cases[] = {{"ii->", 0, 1, {5}},        {"ii->i", 0, 2, {1, 4}},        {"ij->ji", 0, 4, {1, 3, 2, 4}},
+		     {"ij->i", 0, 2, {3, 7}},    {"ij,jk", 1, 4, {7, 10, 15, 22}}, {"...j,...j->...", 1, 2, {5, 25}}};
+	for (int i = 0; i < 2; i++)
+		make_rt(&in[i], &v[i]);
+	for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+		cr_assert_eq(run_op("Einsum", 12, in, cases[c].two ? 2 : 1, v, einsum_eq, cases[c].eq, OQ_DT_FLOAT, 1,
+				    &out, NULL, 0),
+			     0, "%s", cases[c].eq);
+		expect_vals(&out, cases[c].want, cases[c].n, 1e-6, cases[c].eq);
+		oq_rt_release(&out);
+	}
+	for (int i = 0; i < 2; i++)
+		oq_rt_release(&v[i]);
+	for (int i = 0; i < 2; i++)
+		make_rt(&vin[i], &v[i]);
+	cr_assert_eq(run_op("Einsum", 12, vin, 2, v, einsum_eq, "i,j->ij", OQ_DT_FLOAT, 1, &out, NULL, 0), 0);
+	expect_vals(&out, (const double[]){3, 4, 6, 8}, 4, 1e-6, "outer");
+	oq_rt_release(&out);
+	for (int i = 0; i < 2; i++)
+		oq_rt_release(&v[i]);
+}
+
+/* ---------------------------------------------------------- random */
+
+/* A random valid convolution: fills in[] (x, w, b?) and attributes. Returns the number of inputs. */
+static size_t random_conv(int transpose, int nsp, tin *in, attrs *a)
+{
+	int64_t n = irand(1, 2), group, cg, mg, k[3], s[3], d[3], pads[6], inn[3];
+	int depthwise = !transpose && irand(0, 3) == 0;
+	int one = !transpose && irand(0, 4) == 0;
+	group = depthwise ? irand(1, 12) : irand(0, 2) ? 1 : irand(2, 3);
+	cg = depthwise ? 1 : irand(1, 5);
+	mg = depthwise ? 1 : irand(1, 6);
+	memset(a, 0, sizeof *a);
+	for (int i = 0; i < nsp; i++) {
+		k[i] = one ? 1 : irand(1, nsp == 3 ? 3 : 5);
+		s[i] = one ? 1 : irand(1, 3);
+		d[i] = one ? 1 : irand(1, 2);
+		pads[i] = one ? 0 : irand(0, 2);
+		pads[i + nsp] = one ? 0 : irand(0, 2);
+		inn[i] = (k[i] - 1) * d[i] + 1 + irand(0, nsp == 3 ? 4 : 20);
+		if (transpose && pads[i] + pads[i + nsp] > (inn[i] - 1) * s[i] + (k[i] - 1) * d[i])
+			pads[i] = pads[i + nsp] = 0;
+	}
+	if (nsp == 2 && irand(0, 3) == 0) /* a big plane now and then: several tiles */
+		inn[0] = inn[1] = irand(40, 70);
+	in[0].name = "x";
+	in[0].dtype = OQ_DT_FLOAT;
+	in[0].rank = nsp + 2;
+	in[0].dims[0] = n;
+	in[0].dims[1] = group * cg;
+	in[1].name = "w";
+	in[1].dtype = OQ_DT_FLOAT;
+	in[1].rank = nsp + 2;
+	in[1].dims[0] = transpose ? group * cg : group * mg;
+	in[1].dims[1] = transpose ? mg : cg;
+	for (int i = 0; i < nsp; i++) {
+		in[0].dims[i + 2] = inn[i];
+		in[1].dims[i + 2] = k[i];
+	}
+	in[0].vals = in[1].vals = NULL;
+	add_ints(a, "strides", (size_t)nsp, s);
+	add_ints(a, "dilations", (size_t)nsp, d);
+	if (group > 1)
+		add_int(a, "group", group);
+	if (irand(0, 3) == 0 && !transpose) {
+		a->sname[0] = "auto_pad";
+		a->sval[0] = irand(0, 1) ? "SAME_UPPER" : "SAME_LOWER";
+	} else {
+		add_ints(a, "pads", 2 * (size_t)nsp, pads);
+	}
+	if (transpose && irand(0, 2) == 0) {
+		int64_t op[3];
+		for (int i = 0; i < nsp; i++)
+			op[i] = irand(0, (int)(s[i] > d[i] ? s[i] : d[i]) - 1);
+		add_ints(a, "output_padding", (size_t)nsp, op);
+	}
+	if (irand(0, 1)) {
+		in[2].name = "b";
+		in[2].dtype = OQ_DT_FLOAT;
+		in[2].rank = 1;
+		in[2].dims[0] = group * mg;
+		in[2].vals = NULL;
+		return 3;
+	}
+	return 2;
+}
+
+Test(linalg, random_conv_fast_vs_ref)
+{
+	for (uint64_t sd = 1; sd <= 60; sd++) {
+		tin in[3];
+		attrs a;
+		char what[64];
+		size_t nin;
+		seed(sd);
+		nin = random_conv(0, sd % 6 == 0 ? 3 : sd % 6 == 1 ? 1 : 2, in, &a);
+		snprintf(what, sizeof what, "conv seed %llu", (unsigned long long)sd);
+		fast_vs_ref("Conv", 11, in, nin, &a, 1e-4, what);
+	}
+}
+
+Test(linalg, random_conv_transpose_fast_vs_ref)
+{
+	for (uint64_t sd = 100; sd <= 140; sd++) {
+		tin in[3];
+		attrs a;
+		char what[64];
+		size_t nin;
+		seed(sd);
+		nin = random_conv(1, sd % 5 == 0 ? 3 : sd % 5 == 1 ? 1 : 2, in, &a);
+		snprintf(what, sizeof what, "convtranspose seed %llu", (unsigned long long)sd);
+		fast_vs_ref("ConvTranspose", 11, in, nin, &a, 1e-4, what);
+	}
+}
+
+Test(linalg, big_conv_layers_fast_vs_ref)
+{
+	/* shapes like resnet / mobilenet layers, big enough to use channel and position tiles */
+	static const int64_t shapes[][8] = {
+		/* c, h, m, k, stride, pad, group, n */
+		{64, 28, 64, 3, 1, 1, 1, 1},   {256, 14, 64, 1, 1, 0, 1, 2}, {32, 30, 32, 3, 2, 1, 32, 1},
+		{24, 33, 24, 5, 1, 2, 24, 1},  {128, 7, 256, 3, 1, 1, 1, 1}, {3, 64, 16, 7, 2, 3, 1, 1},
+	};
+	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+		const int64_t *s = shapes[i];
+		tin in[3] = {{"x", OQ_DT_FLOAT, 4, {s[7], s[0], s[1], s[1]}, NULL},
+			     {"w", OQ_DT_FLOAT, 4, {s[2], s[0] / s[6], s[3], s[3]}, NULL},
+			     {"b", OQ_DT_FLOAT, 1, {s[2]}, NULL}};
+		attrs a;
+		char what[64];
+		memset(&a, 0, sizeof a);
+		add_ints(&a, "strides", 2, (const int64_t[]){s[4], s[4]});
+		add_ints(&a, "pads", 4, (const int64_t[]){s[5], s[5], s[5], s[5]});
+		add_int(&a, "group", s[6]);
+		seed(1000 + i);
+		snprintf(what, sizeof what, "layer %zu", i);
+		fast_vs_ref("Conv", 11, in, 3, &a, 1e-4, what);
+	}
+}
+
+Test(linalg, random_gemm_matmul_fast_vs_ref)
+{
+	for (uint64_t sd = 200; sd <= 240; sd++) {
+		tin in[3];
+		attrs a;
+		char what[64];
+		int64_t m, n, kd;
+		int ta, tb;
+		seed(sd);
+		m = irand(1, sd % 4 == 0 ? 300 : 40);
+		n = irand(1, sd % 3 == 0 ? 300 : 40);
+		kd = irand(1, 200);
+		ta = irand(0, 1);
+		tb = irand(0, 1);
+		memset(&a, 0, sizeof a);
+		memset(in, 0, sizeof in);
+		add_int(&a, "transA", ta);
+		add_int(&a, "transB", tb);
+		add_float(&a, "alpha", (float)frand() + 2);
+		add_float(&a, "beta", (float)frand());
+		in[0] = (tin){"a", OQ_DT_FLOAT, 2, {ta ? kd : m, ta ? m : kd}, NULL};
+		in[1] = (tin){"b", OQ_DT_FLOAT, 2, {tb ? n : kd, tb ? kd : n}, NULL};
+		switch (irand(0, 3)) {
+		case 0:
+			in[2] = (tin){"c", OQ_DT_FLOAT, 1, {n}, NULL};
+			break;
+		case 1:
+			in[2] = (tin){"c", OQ_DT_FLOAT, 2, {m, 1}, NULL};
+			break;
+		case 2:
+			in[2] = (tin){"c", OQ_DT_FLOAT, 2, {m, n}, NULL};
+			break;
+		default:
+			in[2] = (tin){"c", OQ_DT_FLOAT, 0, {0}, NULL};
+		}
+		snprintf(what, sizeof what, "gemm seed %llu", (unsigned long long)sd);
+		fast_vs_ref("Gemm", 13, in, 3, &a, 1e-4, what);
+
+		/* MatMul with broadcast batch dims */
+		{
+			int64_t b0 = irand(1, 3), b1 = irand(1, 4);
+			memset(&a, 0, sizeof a);
+			in[0] = (tin){"a", OQ_DT_FLOAT, 4, {b0, irand(0, 1) ? b1 : 1, m, kd}, NULL};
+			in[1] = (tin){"b", OQ_DT_FLOAT, 3, {b1, kd, n}, NULL};
+			if (irand(0, 3) == 0)
+				in[1] = (tin){"b", OQ_DT_FLOAT, 1, {kd}, NULL};
+			snprintf(what, sizeof what, "matmul seed %llu", (unsigned long long)sd);
+			fast_vs_ref("MatMul", 13, in, 2, &a, 1e-4, what);
+		}
+	}
+}
