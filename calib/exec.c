@@ -159,7 +159,47 @@ struct oq_exec {
 	oq_value **in;         /* fed inputs of the main graph */
 	size_t n_in;
 	size_t live, peak;     /* activation bytes held now / at most */
+	struct buf { void *p; size_t cap; } *bufs; /* released activation buffers for reuse */
+	size_t n_bufs, cap_bufs;
 };
+
+/*
+ * Activation buffers: a released buffer is kept and handed to the next
+ * output that fits (smallest capacity >= need, at most twice the need, so a
+ * small tensor does not pin a large buffer). The choice depends only on the
+ * sequence of sizes, so runs stay deterministic.
+ */
+static void *buf_get(oq_exec *e, size_t need, size_t *cap)
+{
+	size_t best = SIZE_MAX;
+	void *p;
+
+	for (size_t i = 0; i < e->n_bufs; i++)
+		if (e->bufs[i].cap >= need && e->bufs[i].cap / 2 <= need &&
+		    (best == SIZE_MAX || e->bufs[i].cap < e->bufs[best].cap))
+			best = i;
+	if (best != SIZE_MAX) {
+		p = e->bufs[best].p;
+		*cap = e->bufs[best].cap;
+		e->bufs[best] = e->bufs[--e->n_bufs];
+		return p;
+	}
+	*cap = (need + 63) / 64 * 64 + 64;
+	return aligned_alloc(64, *cap);
+}
+
+/* Gives t's data back to the pool (or frees it) and resets t. */
+static void rt_recycle(oq_exec *e, oq_rt *t)
+{
+	if (t->data && !t->borrowed && t->cap &&
+	    !oq_grow(&e->bufs, &e->cap_bufs, e->n_bufs + 1, sizeof *e->bufs)) {
+		e->bufs[e->n_bufs].p = t->data;
+		e->bufs[e->n_bufs].cap = t->cap;
+		e->n_bufs++;
+		t->data = NULL;
+	}
+	oq_rt_release(t);
+}
 
 typedef struct frame {
 	const plan *p;
@@ -349,6 +389,9 @@ void oq_exec_free(oq_exec *e)
 		free_plan(e->plans);
 		e->plans = n;
 	}
+	for (size_t i = 0; i < e->n_bufs; i++)
+		free(e->bufs[i].p);
+	free(e->bufs);
 	free(e->in);
 	free(e);
 }
@@ -390,7 +433,7 @@ static void drop(oq_exec *e, frame *f, size_t idx)
 		return;
 	if (!t->borrowed)
 		e->live -= t->nbytes;
-	oq_rt_release(t);
+	rt_recycle(e, t);
 	free(t);
 	f->slots[idx] = NULL;
 }
@@ -470,7 +513,7 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 			} else {
 				if (!out[i]->borrowed)
 					e->live -= out[i]->nbytes;
-				oq_rt_release(out[i]);
+				rt_recycle(e, out[i]);
 				free(out[i]);
 			}
 		}
@@ -657,14 +700,32 @@ int oq_k_output(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *dims, 
 		return oq_k_err(k, OQ_EINVAL, "kernel wrote output #%zu but the node has %zu outputs", i,
 				k->n_out);
 	if (k->out[i]) {
-		oq_rt_release(k->out[i]);
+		k->e->live -= k->out[i]->nbytes;
+		rt_recycle(k->e, k->out[i]);
 		free(k->out[i]);
 		k->out[i] = NULL;
 	}
 	r = malloc(sizeof *r);
 	if (!r)
 		return oq_k_err(k, OQ_ENOMEM, "out of memory");
-	rc = oq_rt_alloc(r, dtype, rank, dims);
+	if (dtype != OQ_DT_STRING) {
+		memset(r, 0, sizeof *r);
+		rc = rank < 0 || rank > OQ_RT_MAX_RANK ? OQ_EUNSUP
+		     : oq_shape_size(dtype, rank, dims, &r->nelem, &r->nbytes) ? OQ_EINVAL : OQ_OK;
+		if (!rc) {
+			r->dtype = dtype;
+			r->rank = rank;
+			if (rank)
+				memcpy(r->dims, dims, (size_t)rank * sizeof *dims);
+			r->data = buf_get(k->e, r->nbytes, &r->cap);
+			if (!r->data)
+				rc = OQ_ENOMEM;
+			else
+				memset(r->data, 0, r->nbytes);
+		}
+	} else {
+		rc = oq_rt_alloc(r, dtype, rank, dims);
+	}
 	if (rc) {
 		oq_rt_release(r);
 		free(r);

@@ -30,6 +30,7 @@ typedef struct oq_rt {
 	void *data;                   /* element bytes (64-byte aligned unless borrowed) */
 	oq_bytes *strs;               /* STRING tensors: nelem entries (owned) */
 	int borrowed;                 /* data belongs to someone else (initializer, caller) */
+	size_t cap;                   /* bytes allocated for data by the executor's buffer pool, 0 otherwise */
 } oq_rt;
 
 /* Allocates an owned, zeroed tensor. OQ_EINVAL on bad dims, OQ_ENOMEM. */
