@@ -90,9 +90,29 @@ static void pool_planes(void *ctx, size_t begin, size_t end)
 					float best = -INFINITY;
 					double acc = 0;
 					taps(s2, g->k[2], g->d[2], 0, g->in[2], &a2, &b2);
-					taps(s2, g->k[2], g->d[2], -g->pb[2], g->in[2] + g->pe[2], &c2a, &c2b);
+					c2a = c2b = 0;
+					if (J->kind == P_AVG && J->include_pad)
+						taps(s2, g->k[2], g->d[2], -g->pb[2], g->in[2] + g->pe[2], &c2a, &c2b);
 					/* one loop nest per kind keeps the tap loop free of branches on the op */
-					if (J->kind == P_MAX) {
+					if (J->kind == P_MAX && !ind) {
+						/* no Indices output: the same first-wins maximum without index math */
+						int any = 0;
+						for (int64_t j0 = a0; j0 < b0; j0++) {
+							const float *plane = x + (s0 + j0 * g->d[0]) * HW;
+							for (int64_t j1 = a1; j1 < b1; j1++) {
+								const float *row = plane + (s1 + j1 * g->d[1]) * W + s2;
+								const int64_t d2 = g->d[2];
+								for (int64_t j2 = a2; j2 < b2; j2++) {
+									float v = row[j2 * d2];
+									if (!any || v > best) {
+										best = v;
+										any = 1;
+									}
+								}
+							}
+						}
+						best_i = any ? 0 : -1;
+					} else if (J->kind == P_MAX) {
 						for (int64_t j0 = a0; j0 < b0; j0++) {
 							int64_t i0 = s0 + j0 * g->d[0];
 							for (int64_t j1 = a1; j1 < b1; j1++) {
