@@ -50,7 +50,7 @@ static inline oq_rt *oq_k_in(const oq_kctx *k, size_t i)
  * Outputs the node omits get a scratch tensor, so kernels need no special case.
  */
 int oq_k_output(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *dims, oq_rt **t) OQ_WUR;
-/* Makes output i a copy (or, when possible, a reshaped alias) of src with a new shape. */
+/* Makes output i a copy of src's elements with a new shape (same element count). */
 int oq_k_output_like(oq_kctx *k, size_t i, const oq_rt *src, int rank, const int64_t *dims, oq_rt **t) OQ_WUR;
 
 /* Reports "run: node 'NAME' (OP, opset N): MESSAGE" and returns status. */

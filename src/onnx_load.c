@@ -741,7 +741,6 @@ static int load_graph(ctx *c, oq_graph *g, const Onnx__GraphProto *gp);
 static int load_attr(ctx *c, oq_graph *g, oq_node *n, const Onnx__AttributeProto *ap, oq_attr *a)
 {
 	int rc;
-	(void)n;
 
 	a->src = ap;
 	if (!(a->name = dup_or_empty(ap->name)))
