@@ -36,7 +36,7 @@ static void free_sparse(oq_sparse *s)
 	free(s);
 }
 
-static void free_attr(oq_attr *a)
+void oq_attr_clear(oq_attr *a)
 {
 	free(a->name);
 	free(a->s.p);
@@ -63,7 +63,7 @@ static void free_attr(oq_attr *a)
 	free(a->sparses);
 }
 
-static void free_node(oq_node *n)
+void oq_node_free(oq_node *n)
 {
 	free(n->name);
 	free(n->op_type);
@@ -71,7 +71,7 @@ static void free_node(oq_node *n)
 	free(n->inputs);
 	free(n->outputs);
 	for (size_t i = 0; i < n->n_attrs; i++)
-		free_attr(&n->attrs[i]);
+		oq_attr_clear(&n->attrs[i]);
 	free(n->attrs);
 	free(n);
 }
@@ -98,7 +98,7 @@ void oq_graph_free(oq_graph *g)
 	if (!g)
 		return;
 	for (size_t i = 0; i < g->n_nodes; i++)
-		free_node(g->nodes[i]);
+		oq_node_free(g->nodes[i]);
 	for (size_t i = 0; i < g->n_values; i++)
 		free_value(g->values[i]);
 	for (size_t i = 0; i < g->n_sparse; i++) {
@@ -264,7 +264,7 @@ oq_node *oq_graph_add_node(oq_graph *g, const char *op_type, const char *domain,
 	n->domain = oq_strdup(domain ? domain : "");
 	n->name = oq_strdup(name ? name : "");
 	if (!n->op_type || !n->domain || !n->name) {
-		free_node(n);
+		oq_node_free(n);
 		return NULL;
 	}
 	n->op = oq_op_lookup(oq_domain_of(n->domain), n->op_type);

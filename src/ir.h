@@ -158,6 +158,7 @@ struct oq_value {
 	oq_value *outer;     /* OQ_V_OUTER: the enclosing graph's value */
 	const void *vinfo;   /* Onnx__ValueInfoProto it was declared by, or NULL */
 	size_t index;        /* position in graph->values */
+	unsigned qmark;      /* quantization hints set by passes (OQ_QM_*, passes/pass.h) */
 };
 
 struct oq_node {
@@ -175,6 +176,8 @@ struct oq_node {
 	size_t n_attrs;
 	const void *src;     /* Onnx__NodeProto, or NULL for new nodes */
 	size_t index;        /* position in graph->nodes */
+	int dead;            /* set by a pass; oq_graph_sweep frees the node */
+	unsigned qmark;      /* quantization hints set by passes (OQ_QM_*, passes/pass.h) */
 };
 
 struct oq_graph {
@@ -251,6 +254,11 @@ oq_value *oq_graph_value(oq_graph *g, const char *name);
 /* Follows OQ_V_OUTER links to the defining value. */
 oq_value *oq_value_resolve(oq_value *v);
 
+/* Frees a node that is no longer in any graph's node list. */
+void oq_node_free(oq_node *n);
+/* Frees what an attribute owns (not the struct itself). */
+void oq_attr_clear(oq_attr *a);
+
 /* Appends a new node (copies strings). NULL on allocation failure. */
 oq_node *oq_graph_add_node(oq_graph *g, const char *op_type, const char *domain, const char *name);
 /* Sets node inputs/outputs arrays (n entries, copied). */
@@ -281,5 +289,55 @@ double oq_tensor_get(const oq_tensor *t, size_t i);
 int64_t oq_tensor_get_int(const oq_tensor *t, size_t i);
 /* Byte-for-byte equality of dtype, dims and payload (strings compared too). */
 int oq_tensor_equal(const oq_tensor *a, const oq_tensor *b);
+
+/* ---- editing (ir_edit.c): what passes use to rewrite graphs ---- */
+/*
+ * A new value named `base`, or `base_1`, `base_2`, ... whichever is free in
+ * g, its enclosing graphs and all their subgraphs (ONNX names are unique
+ * across scopes). NULL on allocation failure.
+ */
+oq_value *oq_graph_new_value(oq_graph *g, const char *base);
+/* Adds an initializer holding `t` (ownership passes to g, also on failure) under a fresh name. */
+oq_value *oq_graph_add_init(oq_graph *g, const char *base, oq_tensor *t);
+/* Detaches v's initializer (freed) and drops v from inits, inputs and value_info. */
+void oq_graph_remove_init(oq_graph *g, oq_value *v);
+/* Drops v from value_info (e.g. after its type changed or its producer went away). */
+void oq_graph_remove_vinfo(oq_graph *g, oq_value *v);
+/* Makes every consumer of `from` in g (not in subgraphs) read `to`; uses are rebuilt. */
+int oq_value_replace_uses(oq_graph *g, oq_value *from, oq_value *to) OQ_WUR;
+/* Number of subgraph values (at any depth below v's graph) that capture v as an outer name. */
+size_t oq_value_n_captures(const oq_value *v);
+/* Frees nodes marked `dead` (graph and subgraphs) and rebuilds uses. */
+int oq_graph_sweep(oq_graph *g) OQ_WUR;
+/*
+ * Orders g's nodes so every input is produced before it is read (file order
+ * kept where it is already valid; subgraph captures count as inputs of
+ * their owner). OQ_EINVAL naming a node on a cycle. Uses are rebuilt.
+ */
+int oq_graph_toposort(oq_graph *g, oq_diag *d) OQ_WUR;
+/* Sets the declared tensor type of v (marks it edited so the saver rewrites it). */
+int oq_value_set_type(oq_value *v, int dtype, int rank, const int64_t *dims) OQ_WUR;
+
+/* Attribute setters: replace an attribute of that name or append one. */
+int oq_node_set_attr_int(oq_node *n, const char *name, int64_t v) OQ_WUR;
+int oq_node_set_attr_float(oq_node *n, const char *name, float v) OQ_WUR;
+int oq_node_set_attr_ints(oq_node *n, const char *name, const int64_t *v, size_t count) OQ_WUR;
+int oq_node_set_attr_floats(oq_node *n, const char *name, const float *v, size_t count) OQ_WUR;
+int oq_node_set_attr_string(oq_node *n, const char *name, const char *v) OQ_WUR;
+/* Takes ownership of t (freed on failure too). */
+int oq_node_set_attr_tensor(oq_node *n, const char *name, oq_tensor *t) OQ_WUR;
+/* Removes the attribute if present. */
+void oq_node_del_attr(oq_node *n, const char *name);
+
+/*
+ * Sets the imported version of `domain` (adding the import when absent) and
+ * updates the opset of every node of that domain, subgraphs included.
+ */
+int oq_model_set_opset(oq_model *m, const char *domain, int64_t version) OQ_WUR;
+
+/* A float32 tensor with dims and a copy of `data` (nelem floats), or NULL. */
+oq_tensor *oq_tensor_from_floats(int rank, const int64_t *dims, const float *data);
+/* Elements of a numeric initializer as float32 (converted from its dtype); caller frees. */
+float *oq_tensor_to_floats(const oq_tensor *t);
 
 #endif

@@ -1,0 +1,142 @@
+/*
+ * pass.h - graph passes and the options that steer them.
+ *
+ * A pass is one file with one entry point of type oq_pass_fn. It rewrites
+ * the main graph of g->model in place (collect first, then mutate; mark
+ * nodes dead and let oq_graph_sweep free them), reports through `d`, and
+ * sets *changed when it changed anything. The driver (passes.c) owns the
+ * table, rebuilds uses and restores topological order after each pass,
+ * runs the verifier between passes when asked (tests, debug builds) and
+ * can dump the graph after a named pass.
+ *
+ * Quantization hints: `fuse` does not change what a float model computes;
+ * it marks values and nodes (qmark, OQ_QM_*) so that `quantize` knows
+ * which tensors are inside a unit (never quantized) and which activations
+ * it may drop once a Q with the post-activation range replaces them.
+ */
+#ifndef OQ_PASS_H
+#define OQ_PASS_H
+
+#include <stdio.h>
+
+#include "ir.h"
+#include "ranges.h"
+
+/* Value and node marks (oq_value.qmark / oq_node.qmark). */
+enum {
+	OQ_QM_INTERNAL = 1,  /* value: inside a fused unit: never gets a Q/DQ */
+	OQ_QM_ACT = 2,       /* node: Relu/Clip/LeakyRelu fused onto its producer; quantize
+			      * may remove it when the output Q reproduces it (asymmetric acts) */
+	OQ_QM_UNIT_OUT = 4,  /* value: output of a fused unit (gets the unit's one Q/DQ) */
+};
+
+/* Quantization profiles: where Q/DQ pairs go (REFERENCE.md section 3). */
+enum {
+	OQ_PROFILE_ORT = 0,  /* ONNX Runtime's QDQ layout (default) */
+	OQ_PROFILE_TRT,      /* TensorRT/ModelOpt: symmetric int8, Q/DQ on inputs of fusible ops */
+};
+
+/* Weight granularity. */
+enum {
+	OQ_GRAN_CHANNEL = 0, /* per output channel (default) */
+	OQ_GRAN_TENSOR,
+	OQ_GRAN_BLOCK,
+};
+
+/* Symmetric grids for signed types. */
+enum {
+	OQ_GRID_NARROW = 0,  /* [-127,127], scale = absmax/127 (ORT, TensorRT; default) */
+	OQ_GRID_FULL,        /* [-128,127], scale = max(max/127, -min/128) (AIMET) */
+};
+
+/* Per-tensor / per-node settings from --overrides FILE.json (quantize pass). */
+typedef struct oq_override {
+	char *name;          /* tensor (value) name or node name */
+	int is_node;         /* 1: applies to the node's weight and output */
+	int skip;            /* 1: do not quantize */
+	int dtype;           /* oq_dtype, 0 = default */
+	int symmetric;       /* -1 default, 0/1 */
+	int granularity;     /* -1 default, OQ_GRAN_* */
+	int axis;            /* per-axis axis, INT32_MIN = default */
+	int64_t block_size;  /* 0 = default */
+	int has_range;       /* fixed [min,max] instead of calibration */
+	float min, max;
+	int has_qparams;     /* fixed scale / zero point */
+	float scale;
+	int64_t zero_point;
+} oq_override;
+
+/* Options shared by the passes (the `onnxq quantize` / `convert` command line). */
+typedef struct oq_opts {
+	/* upgrade-opset */
+	int64_t opset;       /* --opset N, 0: the lowest the quantization needs, at least 13 */
+	/* fuse / quantize */
+	int profile;         /* OQ_PROFILE_* */
+	int keep_activations;/* --keep-activations: never remove a fused Relu/Clip */
+	int weight_type;     /* oq_dtype of weights: INT8 (default), UINT8, INT4, UINT4, INT16 */
+	int act_type;        /* oq_dtype of activations: UINT8 (default), INT8, UINT16, INT16 */
+	int granularity;     /* OQ_GRAN_* */
+	int64_t block_size;  /* --block-size, for OQ_GRAN_BLOCK (default 32 when 0) */
+	int sym_grid;        /* OQ_GRID_* for symmetric signed weights */
+	int weight_asym;     /* --weight-asymmetric */
+	int act_sym;         /* --act-symmetric */
+	int reduce_range;    /* --reduce-range: 7-bit weights (ORT) */
+	int weight_only;     /* --weight-only: weights get a DQ, activations stay float */
+	const char *const *op_types; /* --op-types: op types whose weights are quantized (weight-only); NULL = default */
+	size_t n_op_types;
+	const char *const *include;  /* --include NAME|OPTYPE (node names, op types, tensor names) */
+	size_t n_include;
+	const char *const *exclude;  /* --exclude NAME|OPTYPE */
+	size_t n_exclude;
+	const oq_override *overrides; /* --overrides FILE.json, parsed */
+	size_t n_overrides;
+	const oq_ranges *ranges;     /* calibrated activation ranges (quantize); NULL in weight-only */
+	FILE *log;           /* verbose notes (what a pass did), or NULL */
+} oq_opts;
+
+/* Fills the defaults listed above. */
+void oq_opts_init(oq_opts *o);
+
+typedef int (*oq_pass_fn)(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed);
+
+/* One entry of the pass table. */
+typedef struct oq_pass {
+	const char *name;    /* as on the command line: "fold-bn" */
+	oq_pass_fn fn;
+	const char *help;    /* one line for --help and the README */
+} oq_pass;
+
+/* The passes, in the order the pipeline runs them. */
+extern const oq_pass oq_passes[];
+extern const size_t oq_n_passes;
+const oq_pass *oq_pass_find(const char *name);
+
+/* The pass entry points (one per file in passes/). */
+int oq_pass_cleanup(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
+int oq_pass_upgrade_opset(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
+int oq_pass_fold_bn(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
+int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
+int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
+
+/* Which passes run and what the driver does between them. */
+typedef struct oq_pass_run {
+	const char *list;    /* --passes a,b: exactly these, in table order; NULL = all */
+	const char *const *disabled; /* --no-PASS names */
+	size_t n_disabled;
+	int verify;          /* run `check` after every pass (tests, debug builds, ONNXQ_VERIFY=1) */
+	const char *dump_after; /* --dump-after NAME */
+	FILE *dump;          /* where the dump goes (stderr when NULL) */
+	int stop_before_quantize; /* run the rewrites only (calibration happens next) */
+	int only_quantize;   /* run only `quantize` (after calibration) */
+} oq_pass_run;
+
+/*
+ * Runs the selected passes over m's main graph. Unknown pass names are
+ * OQ_EUSAGE naming the pass and listing the valid ones.
+ */
+int oq_passes_run(oq_model *m, const oq_pass_run *r, const oq_opts *o, oq_diag *d) OQ_WUR;
+
+/* Readable text dump of a graph (one line per node, with qmarks). */
+void oq_graph_dump(const oq_graph *g, FILE *f);
+
+#endif

@@ -1,0 +1,27 @@
+/*
+ * pipeline.h - `onnxq quantize` (and `convert --passes`): load -> passes
+ * -> calibrate -> quantize -> save, one library call per stage.
+ */
+#ifndef OQ_PIPELINE_H
+#define OQ_PIPELINE_H
+
+#include <stdio.h>
+
+#include "calibrate.h"
+#include "onnx_io.h"
+#include "pass.h"
+
+typedef struct oq_pipeline_opts {
+	const char *in_path, *out_path;
+	oq_opts q;               /* pass options */
+	oq_pass_run run;         /* pass selection, verify, dump */
+	oq_calib_opts calib;     /* calib.source NULL: no calibration (weight-only or rewrite-only) */
+	oq_save_opts save;
+	int rewrite_only;        /* `convert --passes`: no quantize pass, no calibration */
+	int quiet, verbose;
+	FILE *log;               /* summary / warnings / timings (stderr) */
+} oq_pipeline_opts;
+
+int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d) OQ_WUR;
+
+#endif
