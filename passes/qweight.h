@@ -1,0 +1,51 @@
+/*
+ * qweight.h - quantizing constant tensors: weights (per tensor, per axis,
+ * blocked; int8/uint8/int16/int4/uint4), int32 biases, and the
+ * initializer + DequantizeLinear rewrite that stores them.
+ *
+ * Used by the quantize pass (placement, quantize.c) and by weight-only mode
+ * (weight_only.c). The scale/zero-point formulas live in src/qparams.h.
+ */
+#ifndef OQ_QWEIGHT_H
+#define OQ_QWEIGHT_H
+
+#include "pass.h"
+
+/* How one weight tensor is quantized. */
+typedef struct oq_wspec {
+	int dtype;           /* OQ_DT_INT8, UINT8, INT16, UINT16, INT4, UINT4 */
+	int axis;            /* per-axis: the channel axis; blocked: the blocked (reduction) axis; -1: per tensor */
+	int64_t block_size;  /* > 0: blocked along `axis` (opset 21), partial last block allowed */
+	int symmetric;       /* 1: symmetric grid (zero point 0, or the mid-point for unsigned types) */
+	int sym_grid;        /* OQ_GRID_NARROW / OQ_GRID_FULL for symmetric signed types */
+	int reduce_range;    /* 7-bit range (ORT --reduce-range) */
+} oq_wspec;
+
+/*
+ * Quantizes the float initializer w. *q: integer tensor of w's dims (4-bit
+ * packed two per byte, low nibble first); *scale: float32, a scalar for
+ * per tensor, [C] for per axis, w's rank with ceil(D/B) on `axis` for
+ * blocked; *zp: same shape as scale, dtype s->dtype. Owned by the caller.
+ */
+int oq_weight_quantize(const oq_tensor *w, const oq_wspec *s, oq_tensor **q, oq_tensor **scale,
+		       oq_tensor **zp, oq_diag *d) OQ_WUR;
+
+/*
+ * Replaces input `w_idx` of node n (a float initializer) by an integer
+ * initializer and a DequantizeLinear whose output n reads from then on.
+ * With b_idx >= 0 and in_scale > 0 the bias (input b_idx, a float
+ * initializer) becomes int32 with scale in_scale * w_scale[c] * beta
+ * (per-channel when the weight is) and zero point 0, behind its own DQ;
+ * when a bias would overflow int32 the weight scale of that channel is
+ * enlarged until it fits. A weight or bias that other nodes also read is
+ * copied, never changed under them; one that nothing reads any more is
+ * removed (so the file shrinks). Names: <w>_quantized, <w>_scale,
+ * <w>_zero_point, <w>_DequantizeLinear_Output (made unique).
+ */
+int oq_weight_insert_dq(oq_graph *g, oq_node *n, int w_idx, int b_idx, float in_scale, float beta,
+			const oq_wspec *s, oq_diag *d) OQ_WUR;
+
+/* Weight-only mode (--weight-only): DQ on the weights of the selected op types, nothing else. */
+int oq_quantize_weight_only(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
+
+#endif
