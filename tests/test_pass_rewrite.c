@@ -1,0 +1,875 @@
+/*
+ * test_pass_rewrite.c - the graph rewrites: cleanup, fold-bn, fuse.
+ *
+ * Every case builds a small model in C (tests/util/gen_model), runs the
+ * executor on fixed pseudo-random inputs, runs the passes through the
+ * driver with the verifier on (oq_passes_run, verify=1), checks the graph
+ * structure (which nodes remain, what the initializers hold, which
+ * qmarks were set) and runs the executor again on the same inputs: the
+ * outputs must match within 1e-5 relative (max|a-b| / max|a|). The
+ * reference is the executor on the unmodified model, i.e. an independent
+ * computation of Conv/Gemm/BatchNormalization/Cast/... by the kernels
+ * (themselves tested against the ONNX backend data), not by the passes.
+ *
+ * Real models (skipped when .cache is absent): the PaddleOCR cls/det/rec
+ * exports and the torchvision exports with BatchNormalization kept and
+ * Identity-wrapped weights; after cleanup,fold-bn,fuse no BN/Identity may
+ * remain and outputs match within 1e-4 relative.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "exec.h"
+#include "gen_model.h"
+#include "npy.h"
+#include "onnx_io.h"
+#include "pass.h"
+
+#define F OQ_DT_FLOAT
+#define TOL 1e-5
+
+/* ------------------------------------------------------------ helpers */
+
+static uint64_t rng = 88172645463325252ull;
+
+static double urand(void) /* xorshift64, [-1, 1) */
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (double)(rng >> 11) / (double)(1ull << 53) * 2 - 1;
+}
+
+/* Random inputs for every fed input of m (symbolic dims become `sym`). */
+static size_t make_inputs(oq_model *m, oq_rt *in, size_t cap, int64_t sym)
+{
+	oq_graph *g = m->graph;
+	size_t n = 0;
+	rng = 88172645463325252ull;
+	for (size_t i = 0; i < g->n_inputs; i++) {
+		oq_value *v = g->inputs[i];
+		int64_t dims[OQ_RT_MAX_RANK];
+		if (v->init)
+			continue;
+		cr_assert_lt(n, cap);
+		for (int k = 0; k < v->type.rank; k++)
+			dims[k] = v->type.dims[k].value >= 0 ? v->type.dims[k].value : (k == 0 ? 1 : sym);
+		cr_assert_eq(oq_rt_alloc(&in[n], v->type.dtype, v->type.rank, dims), OQ_OK);
+		for (size_t e = 0; e < in[n].nelem; e++)
+			oq_rt_set(&in[n], e, urand());
+		n++;
+	}
+	return n;
+}
+
+static size_t run(oq_model *m, const oq_rt *in, size_t nin, oq_rt *out, size_t cap)
+{
+	oq_exec *e = NULL;
+	oq_exec_opts eo = {1};
+	oq_diag d;
+	oq_diag_init(&d);
+	cr_assert_eq(oq_exec_new(m, &eo, &e, &d), OQ_OK, "exec: %s", d.msg);
+	size_t no = oq_exec_n_outputs(e);
+	cr_assert_leq(no, cap);
+	cr_assert_eq(oq_exec_run(e, in, nin, out, no, &d), OQ_OK, "run: %s", d.msg);
+	oq_exec_free(e);
+	return no;
+}
+
+/* max|a-b| / max|a| over all outputs */
+static double rel_err(const oq_rt *a, const oq_rt *b, size_t n)
+{
+	double num = 0, den = 0;
+	for (size_t i = 0; i < n; i++) {
+		cr_assert_eq(a[i].nelem, b[i].nelem);
+		for (size_t e = 0; e < a[i].nelem; e++) {
+			double x = oq_rt_get(&a[i], e), y = oq_rt_get(&b[i], e);
+			num = fmax(num, fabs(x - y));
+			den = fmax(den, fabs(x));
+		}
+	}
+	return den > 0 ? num / den : num;
+}
+
+static int run_passes(oq_model *m, const char *list)
+{
+	oq_pass_run r = {0};
+	oq_opts o;
+	oq_diag d;
+	oq_opts_init(&o);
+	oq_diag_init(&d);
+	r.list = list;
+	r.verify = 1;
+	int rc = oq_passes_run(m, &r, &o, &d);
+	cr_assert_eq(rc, OQ_OK, "passes: %s", d.msg);
+	return rc;
+}
+
+/* Loaded model plus its builder (the model borrows the builder's buffer). */
+typedef struct fx {
+	gen_model *gm;
+	oq_model *m;
+	double err;          /* relative output difference before/after */
+} fx;
+
+/* Loads gm, runs the executor, the passes, the executor again. */
+static fx rewrite(gen_model *gm, const char *list)
+{
+	fx f = {gm, NULL, 0};
+	oq_diag d;
+	oq_rt in[8] = {{0}}, a[8] = {{0}}, b[8] = {{0}};
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(gm, &f.m, &d), OQ_OK, "load: %s", d.msg);
+	size_t nin = make_inputs(f.m, in, 8, 4);
+	size_t na = run(f.m, in, nin, a, 8);
+	run_passes(f.m, list);
+	size_t nb = run(f.m, in, nin, b, 8);
+	cr_assert_eq(na, nb);
+	f.err = rel_err(a, b, na);
+	for (size_t i = 0; i < 8; i++) {
+		oq_rt_release(&in[i]);
+		oq_rt_release(&a[i]);
+		oq_rt_release(&b[i]);
+	}
+	return f;
+}
+
+static void done(fx *f)
+{
+	oq_model_free(f->m);
+	gen_free(f->gm);
+}
+
+static size_t count_op(const oq_graph *g, const char *op)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < g->n_nodes; i++)
+		k += strcmp(g->nodes[i]->op_type, op) == 0;
+	return k;
+}
+
+static oq_value *val(const oq_model *m, const char *name)
+{
+	oq_value *v = oq_graph_find(m->graph, name);
+	cr_assert_not_null(v, "no value %s", name);
+	return v;
+}
+
+static gen_model *new_model(int64_t opset)
+{
+	gen_model *gm = gen_new(8);
+	gen_opset(gm, "", opset);
+	return gm;
+}
+
+/* C values: 0.5 + 0.1*i etc. (BN statistics that make folding visible). */
+static void bn_inits(gen_model *gm, Onnx__GraphProto *g, const char *p, int64_t C)
+{
+	double s[16], b[16], mu[16], var[16];
+	char nm[64];
+	for (int64_t i = 0; i < C; i++) {
+		s[i] = 0.5 + 0.1 * (double)i;
+		b[i] = 0.1 * (double)i - 0.2;
+		mu[i] = 0.05 * (double)i - 0.1;
+		var[i] = 0.5 + 0.2 * (double)i;
+	}
+	snprintf(nm, sizeof nm, "%s_s", p);
+	gen_init(gm, g, nm, F, 1, &C, s);
+	snprintf(nm, sizeof nm, "%s_b", p);
+	gen_init(gm, g, nm, F, 1, &C, b);
+	snprintf(nm, sizeof nm, "%s_m", p);
+	gen_init(gm, g, nm, F, 1, &C, mu);
+	snprintf(nm, sizeof nm, "%s_v", p);
+	gen_init(gm, g, nm, F, 1, &C, var);
+}
+
+/* An initializer with n pseudo-random values in [-1, 1). */
+static void rand_init(gen_model *gm, Onnx__GraphProto *g, const char *name, int rank, const int64_t *dims)
+{
+	static double v[4096];
+	size_t n = 1;
+	for (int i = 0; i < rank; i++)
+		n *= (size_t)dims[i];
+	cr_assert_leq(n, 4096);
+	for (size_t i = 0; i < n; i++)
+		v[i] = urand();
+	gen_init(gm, g, name, F, rank, dims, v);
+}
+
+/* ------------------------------------------------------------ cleanup */
+
+Test(cleanup, identity_dropout_and_graph_outputs)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(2, 3));
+	gen_node(gm, g, "Identity", "i1", "x", "a");
+	gen_node(gm, g, "Dropout", "do", "a", "b");
+	gen_node(gm, g, "Relu", "r", "b", "c");
+	gen_node(gm, g, "Identity", "i2", "c", "y");   /* graph output: Relu writes y */
+	gen_node(gm, g, "Identity", "i3", "x", "z");   /* graph output from graph input: stays */
+	gen_output(gm, g, "y", F, GEN_SHAPE(2, 3));
+	gen_output(gm, g, "z", F, GEN_SHAPE(2, 3));
+	fx f = rewrite(gm, "cleanup");
+	oq_graph *mg = f.m->graph;
+	cr_assert_eq(mg->n_nodes, 2);
+	cr_assert_eq(count_op(mg, "Identity"), 1);
+	cr_assert_eq(count_op(mg, "Dropout"), 0);
+	oq_value *y = val(f.m, "y");
+	cr_assert_not_null(y->producer);
+	cr_assert_str_eq(y->producer->op_type, "Relu");
+	cr_assert_eq(y->producer->inputs[0], val(f.m, "x"));
+	cr_assert_eq(val(f.m, "z")->producer->inputs[0], val(f.m, "x"));
+	cr_assert_eq(f.err, 0);
+	done(&f);
+}
+
+Test(cleanup, dropout_with_used_mask_stays)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(2, 3));
+	gen_node(gm, g, "Dropout", "do", "x", "a,mask");
+	gen_node(gm, g, "Relu", "r", "a", "y");
+	gen_output(gm, g, "y", F, GEN_SHAPE(2, 3));
+	gen_output(gm, g, "mask", OQ_DT_BOOL, GEN_SHAPE(2, 3));
+	fx f = rewrite(gm, "cleanup");
+	cr_assert_eq(count_op(f.m->graph, "Dropout"), 1);
+	done(&f);
+}
+
+Test(cleanup, constants_become_initializers)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(2, 3));
+	Onnx__NodeProto *c1 = gen_node(gm, g, "Constant", "c1", "", "k");
+	Onnx__AttributeProto *at = gen_attr(gm, c1, "value", OQ_ATTR_TENSOR);
+	at->t = gen_tensor(gm, "", F, GEN_SHAPE(3), GEN_VALS(1.5, -2, 0.25));
+	Onnx__NodeProto *c2 = gen_node(gm, g, "Constant", "c2", "", "sh");
+	gen_attr_ints(gm, c2, "value_ints", 2, (const int64_t[]){3, 2});
+	Onnx__NodeProto *c3 = gen_node(gm, g, "Constant", "c3", "", "half");
+	gen_attr_float(gm, c3, "value_float", 0.5f);
+	gen_node(gm, g, "Add", "add", "x,k", "a");
+	gen_node(gm, g, "Mul", "mul", "a,half", "b");
+	gen_node(gm, g, "Reshape", "rs", "b,sh", "y");
+	gen_output(gm, g, "y", F, GEN_SHAPE(3, 2));
+	fx f = rewrite(gm, "cleanup");
+	oq_graph *mg = f.m->graph;
+	cr_assert_eq(count_op(mg, "Constant"), 0);
+	cr_assert_eq(mg->n_nodes, 3);
+	oq_value *k = val(f.m, "k");
+	cr_assert_not_null(k->init);
+	cr_assert_eq(k->init->nelem, 3);
+	cr_assert_float_eq(oq_tensor_get(k->init, 1), -2.0, 0);
+	cr_assert_eq(val(f.m, "sh")->init->dtype, OQ_DT_INT64);
+	cr_assert_eq(oq_tensor_get_int(val(f.m, "sh")->init, 0), 3);
+	cr_assert_eq(val(f.m, "half")->init->rank, 0);
+	cr_assert_eq(mg->n_inits, 3);
+	cr_assert_eq(f.err, 0);
+	done(&f);
+}
+
+Test(cleanup, fp16_weight_cast_folds)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(2, 3));
+	/* values exact in fp16 */
+	gen_init(gm, g, "w16", OQ_DT_FLOAT16, GEN_SHAPE(2, 3), GEN_VALS(0.5, -1.25, 3, 0.125, -0.75, 2048));
+	Onnx__NodeProto *c = gen_node(gm, g, "Cast", "cast", "w16", "w");
+	gen_attr_int(gm, c, "to", OQ_DT_FLOAT);
+	gen_node(gm, g, "Mul", "mul", "x,w", "y");
+	gen_output(gm, g, "y", F, GEN_SHAPE(2, 3));
+	fx f = rewrite(gm, "cleanup");
+	oq_graph *mg = f.m->graph;
+	cr_assert_eq(mg->n_nodes, 1);
+	cr_assert_eq(mg->n_inits, 1);
+	oq_value *w = val(f.m, "w");
+	cr_assert_eq(mg->inits[0], w);
+	cr_assert_eq(w->init->dtype, F);
+	cr_assert_float_eq(oq_tensor_get(w->init, 1), -1.25, 0);
+	cr_assert_float_eq(oq_tensor_get(w->init, 5), 2048, 0);
+	cr_assert_eq(f.err, 0);
+	done(&f);
+}
+
+Test(cleanup, data_movement_chains_fold)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(3, 2));
+	gen_init(gm, g, "a", F, GEN_SHAPE(2, 3), GEN_VALS(1.7, -2.6, 3.2, -0.4, 5.9, -6.1));
+	gen_init(gm, g, "ax0", OQ_DT_INT64, GEN_SHAPE(1), GEN_VALS(0));
+	gen_init(gm, g, "one", OQ_DT_INT64, GEN_SHAPE(1), GEN_VALS(1));
+	/* Transpose -> Unsqueeze(0) -> Squeeze(0) : [3,2] */
+	Onnx__NodeProto *t = gen_node(gm, g, "Transpose", "t", "a", "at");
+	gen_attr_ints(gm, t, "perm", 2, (const int64_t[]){1, 0});
+	gen_node(gm, g, "Unsqueeze", "u", "at,ax0", "au");
+	gen_node(gm, g, "Squeeze", "s", "au,ax0", "as");
+	/* float -> int32 (truncation) -> float */
+	Onnx__NodeProto *c1 = gen_node(gm, g, "Cast", "ci", "as", "ai");
+	gen_attr_int(gm, c1, "to", OQ_DT_INT32);
+	Onnx__NodeProto *c2 = gen_node(gm, g, "Cast", "cf", "ai", "af");
+	gen_attr_int(gm, c2, "to", OQ_DT_FLOAT);
+	gen_node(gm, g, "Add", "add", "x,af", "y");
+	/* Shape(x) (static) -> Concat with [1] -> Reshape x to [3,2,1] -> Flatten(axis 1) */
+	gen_node(gm, g, "Shape", "shp", "x", "xs");
+	Onnx__NodeProto *cc = gen_node(gm, g, "Concat", "cat", "xs,one", "ns");
+	gen_attr_int(gm, cc, "axis", 0);
+	gen_node(gm, g, "Reshape", "rs", "x,ns", "x3");
+	gen_node(gm, g, "Flatten", "fl", "x3", "y2");
+	gen_output(gm, g, "y", F, GEN_SHAPE(3, 2));
+	gen_output(gm, g, "y2", F, GEN_SHAPE(3, 2));
+	fx f = rewrite(gm, "cleanup");
+	oq_graph *mg = f.m->graph;
+	/* left: Add, Reshape (x is not constant), Flatten */
+	cr_assert_eq(mg->n_nodes, 3, "%zu nodes", mg->n_nodes);
+	oq_value *af = val(f.m, "af"), *ns = val(f.m, "ns");
+	cr_assert_not_null(af->init);
+	/* transpose of a, truncated toward zero: [[1,-0],[-2,5],[3,-6]] */
+	const double want[6] = {1, 0, -2, 5, 3, -6};
+	for (int i = 0; i < 6; i++)
+		cr_assert_float_eq(oq_tensor_get(af->init, (size_t)i), want[i], 0);
+	cr_assert_not_null(ns->init);
+	cr_assert_eq(ns->init->nelem, 3);
+	cr_assert_eq(oq_tensor_get_int(ns->init, 0), 3);
+	cr_assert_eq(oq_tensor_get_int(ns->init, 2), 1);
+	cr_assert_eq(mg->n_inits, 2); /* af, ns: a, ax0, one and the intermediates are gone */
+	cr_assert_eq(f.err, 0);
+	done(&f);
+}
+
+Test(cleanup, dead_code_and_unused_initializers)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(2, 3));
+	gen_init(gm, g, "unused", F, GEN_SHAPE(2), GEN_VALS(1, 2));
+	gen_init(gm, g, "k", F, GEN_SHAPE(1), GEN_VALS(3));
+	gen_node(gm, g, "Relu", "r", "x", "y");
+	gen_node(gm, g, "Add", "d1", "x,k", "t1");
+	gen_node(gm, g, "Sigmoid", "d2", "t1", "t2");
+	gen_value_info(gm, g, "t1", F, GEN_SHAPE(2, 3));
+	gen_output(gm, g, "y", F, GEN_SHAPE(2, 3));
+	fx f = rewrite(gm, "cleanup");
+	oq_graph *mg = f.m->graph;
+	cr_assert_eq(mg->n_nodes, 1);
+	cr_assert_eq(mg->n_inits, 0);
+	cr_assert_eq(mg->n_vinfos, 0);
+	done(&f);
+}
+
+/* ------------------------------------------------------------ fold-bn */
+
+/* Asserts no BN remains and outputs match. */
+static void folded(fx *f, size_t nodes)
+{
+	cr_assert_eq(count_op(f->m->graph, "BatchNormalization"), 0);
+	cr_assert_eq(f->m->graph->n_nodes, nodes, "%zu nodes", f->m->graph->n_nodes);
+	cr_assert_lt(f->err, TOL, "relative error %g", f->err);
+	cr_assert_gt(f->err, -1);
+}
+
+/* Conv-like producer -> BN -> y. */
+static gen_model *conv_bn(const char *op, int64_t cin, int64_t cout, int64_t k, int rank, int64_t group,
+			  int bias, int64_t *xdims)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	int64_t wd[4] = {0}, C = cout;
+	int is_t = strcmp(op, "ConvTranspose") == 0;
+	wd[0] = is_t ? cin : cout;
+	wd[1] = is_t ? cout / group : cin / group;
+	for (int i = 2; i < rank; i++)
+		wd[i] = k;
+	gen_input(gm, g, "x", F, rank, xdims);
+	rand_init(gm, g, "W", rank, wd);
+	if (bias)
+		rand_init(gm, g, "B", 1, &C);
+	bn_inits(gm, g, "bn", C);
+	Onnx__NodeProto *c = gen_node(gm, g, op, "conv", bias ? "x,W,B" : "x,W", "t");
+	gen_attr_int(gm, c, "group", group);
+	if (is_t)
+		gen_attr_ints(gm, c, "strides", (size_t)rank - 2, (const int64_t[]){2, 2});
+	Onnx__NodeProto *b = gen_node(gm, g, "BatchNormalization", "bn", "t,bn_s,bn_b,bn_m,bn_v", "y");
+	gen_attr_float(gm, b, "epsilon", 1e-3f);
+	gen_output(gm, g, "y", F, -1, NULL);
+	return gm;
+}
+
+Test(fold_bn, conv2d)
+{
+	fx f = rewrite(conv_bn("Conv", 3, 4, 3, 4, 1, 1, (int64_t[]){1, 3, 5, 5}), "fold-bn");
+	folded(&f, 1);
+	oq_value *y = val(f.m, "y");
+	cr_assert_str_eq(y->producer->op_type, "Conv");
+	/* bn params gone, W and B rewritten in place */
+	cr_assert_eq(f.m->graph->n_inits, 2);
+	done(&f);
+}
+
+Test(fold_bn, conv1d_without_bias)
+{
+	fx f = rewrite(conv_bn("Conv", 2, 3, 3, 3, 1, 0, (int64_t[]){1, 2, 7}), "fold-bn");
+	folded(&f, 1);
+	cr_assert_eq(val(f.m, "y")->producer->n_inputs, 3);
+	cr_assert_not_null(val(f.m, "y")->producer->inputs[2]->init);
+	done(&f);
+}
+
+Test(fold_bn, depthwise_and_grouped)
+{
+	fx f = rewrite(conv_bn("Conv", 4, 4, 3, 4, 4, 1, (int64_t[]){1, 4, 5, 5}), "fold-bn");
+	folded(&f, 1);
+	done(&f);
+	f = rewrite(conv_bn("Conv", 4, 6, 3, 4, 2, 1, (int64_t[]){1, 4, 5, 5}), "fold-bn");
+	folded(&f, 1);
+	done(&f);
+}
+
+Test(fold_bn, conv_transpose_grouped)
+{
+	fx f = rewrite(conv_bn("ConvTranspose", 4, 6, 2, 4, 2, 1, (int64_t[]){1, 4, 3, 3}), "fold-bn");
+	folded(&f, 1);
+	done(&f);
+	f = rewrite(conv_bn("ConvTranspose", 4, 6, 2, 4, 2, 0, (int64_t[]){1, 4, 3, 3}), "fold-bn");
+	folded(&f, 1);
+	done(&f);
+}
+
+Test(fold_bn, conv_transpose_then_bias_add)
+{
+	/* PaddleOCR det: ConvTranspose (no bias) -> Add(bias [C,1,1]) -> BN */
+	gen_model *gm = new_model(11);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(1, 4, 3, 3));
+	rand_init(gm, g, "W", GEN_SHAPE(4, 3, 2, 2));
+	rand_init(gm, g, "bias", GEN_SHAPE(6, 1, 1));
+	bn_inits(gm, g, "bn", 6);
+	Onnx__NodeProto *c = gen_node(gm, g, "ConvTranspose", "ct", "x,W", "t");
+	gen_attr_int(gm, c, "group", 2);
+	gen_attr_ints(gm, c, "strides", 2, (const int64_t[]){2, 2});
+	gen_node(gm, g, "Add", "add", "t,bias", "u");
+	gen_node(gm, g, "BatchNormalization", "bn", "u,bn_s,bn_b,bn_m,bn_v", "y");
+	gen_output(gm, g, "y", F, -1, NULL);
+	fx f = rewrite(gm, "fold-bn");
+	folded(&f, 2);
+	cr_assert_str_eq(val(f.m, "y")->producer->op_type, "Add");
+	cr_assert_eq(val(f.m, "bias")->init->rank, 3);
+	done(&f);
+}
+
+static gen_model *gemm_bn(int transb, int with_c)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	int64_t C = 4;
+	gen_input(gm, g, "x", F, GEN_SHAPE(2, 3));
+	if (transb)
+		rand_init(gm, g, "W", GEN_SHAPE(4, 3));
+	else
+		rand_init(gm, g, "W", GEN_SHAPE(3, 4));
+	if (with_c)
+		rand_init(gm, g, "C", 1, &C);
+	bn_inits(gm, g, "bn", C);
+	Onnx__NodeProto *n = gen_node(gm, g, "Gemm", "gemm", with_c ? "x,W,C" : "x,W", "t");
+	gen_attr_int(gm, n, "transB", transb);
+	gen_attr_float(gm, n, "alpha", 0.7f);
+	gen_attr_float(gm, n, "beta", 0.3f);
+	gen_node(gm, g, "BatchNormalization", "bn", "t,bn_s,bn_b,bn_m,bn_v", "y");
+	gen_output(gm, g, "y", F, GEN_SHAPE(2, 4));
+	return gm;
+}
+
+Test(fold_bn, gemm_transb_0_and_1)
+{
+	for (int tb = 0; tb < 2; tb++)
+		for (int c = 0; c < 2; c++) {
+			fx f = rewrite(gemm_bn(tb, c), "fold-bn");
+			folded(&f, 1);
+			done(&f);
+		}
+}
+
+static gen_model *matmul_bn(int with_add)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	int64_t C = 4;
+	gen_input(gm, g, "x", F, GEN_SHAPE(2, 3));
+	rand_init(gm, g, "W", GEN_SHAPE(3, 4));
+	rand_init(gm, g, "bias", 1, &C);
+	bn_inits(gm, g, "bn", C);
+	gen_node(gm, g, "MatMul", "mm", "x,W", "t");
+	if (with_add)
+		gen_node(gm, g, "Add", "add", "bias,t", "t2");
+	gen_node(gm, g, "BatchNormalization", "bn", with_add ? "t2,bn_s,bn_b,bn_m,bn_v" : "t,bn_s,bn_b,bn_m,bn_v",
+		 "y");
+	gen_output(gm, g, "y", F, GEN_SHAPE(2, 4));
+	return gm;
+}
+
+Test(fold_bn, matmul_with_and_without_bias)
+{
+	fx f = rewrite(matmul_bn(0), "fold-bn");
+	folded(&f, 2); /* MatMul + new Add */
+	cr_assert_str_eq(val(f.m, "y")->producer->op_type, "Add");
+	done(&f);
+	f = rewrite(matmul_bn(1), "fold-bn");
+	folded(&f, 2);
+	done(&f);
+}
+
+Test(fold_bn, shared_weight_is_copied)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(1, 2, 4, 4));
+	gen_init(gm, g, "W", F, GEN_SHAPE(3, 2, 1, 1), GEN_VALS(1, 2, 3, 4, 5, 6));
+	bn_inits(gm, g, "bn", 3);
+	gen_node(gm, g, "Conv", "c1", "x,W", "t");
+	gen_node(gm, g, "BatchNormalization", "bn", "t,bn_s,bn_b,bn_m,bn_v", "y");
+	gen_node(gm, g, "Conv", "c2", "x,W", "z");
+	gen_output(gm, g, "y", F, -1, NULL);
+	gen_output(gm, g, "z", F, -1, NULL);
+	fx f = rewrite(gm, "fold-bn");
+	folded(&f, 2);
+	oq_value *w = val(f.m, "W");
+	cr_assert_eq(val(f.m, "z")->producer->inputs[1], w);
+	cr_assert_neq(val(f.m, "y")->producer->inputs[1], w);
+	for (int i = 0; i < 6; i++)
+		cr_assert_float_eq(oq_tensor_get(w->init, (size_t)i), i + 1.0, 0);
+	/* first channel: a = 0.5/sqrt(0.5+1e-5) */
+	double a0 = 0.5 / sqrt(0.5 + 1e-5);
+	cr_assert_float_eq(oq_tensor_get(val(f.m, "y")->producer->inputs[1]->init, 1), 2 * a0, 1e-6);
+	done(&f);
+}
+
+Test(fold_bn, left_alone)
+{
+	/* training_mode = 1: structure only (a training-mode BN is not an inference op) */
+	gen_model *gm = new_model(15);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(1, 2, 3, 3));
+	rand_init(gm, g, "W", GEN_SHAPE(2, 2, 1, 1));
+	bn_inits(gm, g, "bn", 2);
+	gen_node(gm, g, "Conv", "c1", "x,W", "t");
+	Onnx__NodeProto *b = gen_node(gm, g, "BatchNormalization", "bn", "t,bn_s,bn_b,bn_m,bn_v", "y");
+	gen_attr_int(gm, b, "training_mode", 1);
+	gen_output(gm, g, "y", F, -1, NULL);
+	oq_model *m = NULL;
+	oq_diag d;
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(gm, &m, &d), OQ_OK, "%s", d.msg);
+	run_passes(m, "fold-bn");
+	cr_assert_eq(count_op(m->graph, "BatchNormalization"), 1);
+	oq_model_free(m);
+	gen_free(gm);
+
+	/* the Conv output has a second reader */
+	gm = new_model(13);
+	g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(1, 2, 3, 3));
+	rand_init(gm, g, "W", GEN_SHAPE(2, 2, 1, 1));
+	bn_inits(gm, g, "bn", 2);
+	gen_node(gm, g, "Conv", "c1", "x,W", "t");
+	gen_node(gm, g, "BatchNormalization", "bn", "t,bn_s,bn_b,bn_m,bn_v", "y");
+	gen_node(gm, g, "Relu", "r", "t", "z");
+	gen_output(gm, g, "y", F, -1, NULL);
+	gen_output(gm, g, "z", F, -1, NULL);
+	fx f = rewrite(gm, "fold-bn");
+	cr_assert_eq(count_op(f.m->graph, "BatchNormalization"), 1);
+	cr_assert_eq(f.err, 0);
+	done(&f);
+}
+
+/* ------------------------------------------------------------ fuse */
+
+static fx fuse_only(gen_model *gm)
+{
+	fx f = rewrite(gm, "fuse");
+	cr_assert_eq(f.err, 0); /* marks only */
+	return f;
+}
+
+static unsigned qm(const fx *f, const char *name)
+{
+	return val(f->m, name)->qmark;
+}
+
+Test(fuse, conv_relu_and_two_consumers)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(1, 2, 3, 3));
+	rand_init(gm, g, "W", GEN_SHAPE(2, 2, 1, 1));
+	gen_node(gm, g, "Conv", "c1", "x,W", "t");
+	gen_node(gm, g, "Relu", "r1", "t", "y");
+	gen_node(gm, g, "Conv", "c2", "y,W", "u");
+	gen_node(gm, g, "Relu", "r2", "u", "z1");
+	gen_node(gm, g, "Sigmoid", "s", "u", "z2");
+	gen_output(gm, g, "z1", F, -1, NULL);
+	gen_output(gm, g, "z2", F, -1, NULL);
+	fx f = fuse_only(gm);
+	cr_assert_eq(qm(&f, "t"), OQ_QM_INTERNAL);
+	cr_assert_eq(qm(&f, "y"), OQ_QM_UNIT_OUT);
+	cr_assert_eq(val(f.m, "y")->producer->qmark, OQ_QM_ACT);
+	cr_assert_eq(qm(&f, "u"), 0);
+	cr_assert_eq(qm(&f, "z1"), 0);
+	cr_assert_eq(val(f.m, "z1")->producer->qmark, 0);
+	done(&f);
+}
+
+static gen_model *gemm_clip(int64_t opset)
+{
+	gen_model *gm = new_model(opset);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(2, 3));
+	rand_init(gm, g, "W", GEN_SHAPE(3, 4));
+	rand_init(gm, g, "C", GEN_SHAPE(4));
+	Onnx__NodeProto *gn = gen_node(gm, g, "Gemm", "gemm", "x,W,C", "t");
+	if (opset < 7)
+		gen_attr_int(gm, gn, "broadcast", 1);
+	if (opset < 11) {
+		Onnx__NodeProto *c = gen_node(gm, g, "Clip", "clip", "t", "y");
+		gen_attr_float(gm, c, "min", 0);
+		gen_attr_float(gm, c, "max", 6);
+	} else {
+		gen_init(gm, g, "lo", F, 0, NULL, GEN_VALS(0));
+		gen_init(gm, g, "hi", F, 0, NULL, GEN_VALS(6));
+		gen_node(gm, g, "Clip", "clip", "t,lo,hi", "y");
+	}
+	gen_output(gm, g, "y", F, GEN_SHAPE(2, 4));
+	return gm;
+}
+
+Test(fuse, gemm_clip_attribute_and_input_forms)
+{
+	int64_t ops[2] = {6, 13};
+	for (int i = 0; i < 2; i++) {
+		fx f = fuse_only(gemm_clip(ops[i]));
+		cr_assert_eq(qm(&f, "t"), OQ_QM_INTERNAL, "opset %lld", (long long)ops[i]);
+		cr_assert_eq(qm(&f, "y"), OQ_QM_UNIT_OUT);
+		cr_assert_eq(val(f.m, "y")->producer->qmark, OQ_QM_ACT);
+		done(&f);
+	}
+}
+
+Test(fuse, matmul_add_relu)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(2, 3));
+	rand_init(gm, g, "W", GEN_SHAPE(3, 4));
+	rand_init(gm, g, "b", GEN_SHAPE(4));
+	gen_node(gm, g, "MatMul", "mm", "x,W", "t");
+	gen_node(gm, g, "Add", "add", "t,b", "u");
+	gen_node(gm, g, "Relu", "r", "u", "y");
+	gen_node(gm, g, "MatMul", "mm2", "y,W2", "t2");
+	rand_init(gm, g, "W2", GEN_SHAPE(4, 4));
+	gen_node(gm, g, "Add", "add2", "b,t2", "y2");
+	gen_output(gm, g, "y2", F, GEN_SHAPE(2, 4));
+	fx f = fuse_only(gm);
+	cr_assert_eq(qm(&f, "t"), OQ_QM_INTERNAL);
+	cr_assert_eq(qm(&f, "u"), OQ_QM_INTERNAL);
+	cr_assert_eq(qm(&f, "y"), OQ_QM_UNIT_OUT);
+	cr_assert_eq(qm(&f, "t2"), OQ_QM_INTERNAL);
+	cr_assert_eq(qm(&f, "y2"), OQ_QM_UNIT_OUT);
+	done(&f);
+}
+
+Test(fuse, layernorm_both_variants)
+{
+	for (int v = 0; v < 2; v++) {
+		gen_model *gm = new_model(13);
+		Onnx__GraphProto *g = gen_graph(gm);
+		gen_input(gm, g, "x", F, GEN_SHAPE(2, 5));
+		gen_init(gm, g, "two", F, 0, NULL, GEN_VALS(2));
+		gen_init(gm, g, "eps", F, 0, NULL, GEN_VALS(1e-5));
+		rand_init(gm, g, "gamma", GEN_SHAPE(5));
+		rand_init(gm, g, "beta", GEN_SHAPE(5));
+		Onnx__NodeProto *r1 = gen_node(gm, g, "ReduceMean", "rm1", "x", "m");
+		gen_attr_ints(gm, r1, "axes", 1, (const int64_t[]){-1});
+		gen_node(gm, g, "Sub", "sub", "x,m", "d");
+		if (v == 0)
+			gen_node(gm, g, "Pow", "pow", "d,two", "q");
+		else
+			gen_node(gm, g, "Mul", "sq", "d,d", "q");
+		Onnx__NodeProto *r2 = gen_node(gm, g, "ReduceMean", "rm2", "q", "var");
+		gen_attr_ints(gm, r2, "axes", 1, (const int64_t[]){-1});
+		gen_node(gm, g, "Add", "ae", "var,eps", "e");
+		gen_node(gm, g, "Sqrt", "sqrt", "e", "s");
+		gen_node(gm, g, "Div", "div", "d,s", "n");
+		gen_node(gm, g, "Mul", "mg", "n,gamma", "n2");
+		gen_node(gm, g, "Add", "ab", "n2,beta", "y");
+		gen_output(gm, g, "y", F, GEN_SHAPE(2, 5));
+		fx f = fuse_only(gm);
+		const char *in[] = {"m", "d", "q", "var", "e", "s", "n", "n2"};
+		for (int i = 0; i < 8; i++)
+			cr_assert_eq(qm(&f, in[i]), OQ_QM_INTERNAL, "%s variant %d", in[i], v);
+		cr_assert_eq(qm(&f, "y"), OQ_QM_UNIT_OUT);
+		cr_assert_eq(qm(&f, "x"), 0);
+		done(&f);
+	}
+}
+
+Test(fuse, gelu_orders)
+{
+	for (int v = 0; v < 3; v++) {
+		gen_model *gm = new_model(13);
+		Onnx__GraphProto *g = gen_graph(gm);
+		gen_input(gm, g, "x", F, GEN_SHAPE(2, 5));
+		gen_init(gm, g, "sq2", F, 0, NULL, GEN_VALS(1.4142135));
+		gen_init(gm, g, "one", F, 0, NULL, GEN_VALS(1));
+		gen_init(gm, g, "half", F, 0, NULL, GEN_VALS(0.5));
+		gen_node(gm, g, "Div", "div", "x,sq2", "t1");
+		gen_node(gm, g, "Erf", "erf", "t1", "t2");
+		gen_node(gm, g, "Add", "add", "t2,one", "t3");
+		if (v == 0) {
+			gen_node(gm, g, "Mul", "m1", "x,t3", "h");
+			gen_node(gm, g, "Mul", "m2", "h,half", "y");
+		} else if (v == 1) {
+			gen_node(gm, g, "Mul", "m1", "x,half", "h");
+			gen_node(gm, g, "Mul", "m2", "h,t3", "y");
+		} else {
+			gen_node(gm, g, "Mul", "m1", "t3,half", "h");
+			gen_node(gm, g, "Mul", "m2", "x,h", "y");
+		}
+		gen_output(gm, g, "y", F, GEN_SHAPE(2, 5));
+		fx f = fuse_only(gm);
+		const char *in[] = {"t1", "t2", "t3", "h"};
+		for (int i = 0; i < 4; i++)
+			cr_assert_eq(qm(&f, in[i]), OQ_QM_INTERNAL, "%s order %d", in[i], v);
+		cr_assert_eq(qm(&f, "y"), OQ_QM_UNIT_OUT);
+		done(&f);
+	}
+}
+
+Test(fuse, hardswish_and_hardsigmoid)
+{
+	for (int v = 0; v < 3; v++) {
+		gen_model *gm = new_model(v == 2 ? 9 : 13);
+		Onnx__GraphProto *g = gen_graph(gm);
+		gen_input(gm, g, "x", F, GEN_SHAPE(1, 2, 3, 3));
+		rand_init(gm, g, "W", GEN_SHAPE(2, 2, 1, 1));
+		gen_init(gm, g, "three", F, 0, NULL, GEN_VALS(3));
+		gen_init(gm, g, "zero", F, 0, NULL, GEN_VALS(0));
+		gen_init(gm, g, "six", F, 0, NULL, GEN_VALS(6));
+		gen_init(gm, g, "sixth", F, 0, NULL, GEN_VALS(0.16666667));
+		gen_node(gm, g, "Conv", "conv", "x,W", "c");
+		gen_node(gm, g, "Add", "a3", "c,three", "a");
+		if (v == 2) {
+			Onnx__NodeProto *cl = gen_node(gm, g, "Clip", "clip", "a", "k");
+			gen_attr_float(gm, cl, "min", 0);
+			gen_attr_float(gm, cl, "max", 6);
+		} else {
+			gen_node(gm, g, "Clip", "clip", "a,zero,six", "k");
+		}
+		if (v == 0)
+			gen_node(gm, g, "Div", "d6", "k,six", "h");
+		else
+			gen_node(gm, g, "Mul", "d6", "k,sixth", "h");
+		if (v != 1)
+			gen_node(gm, g, "Mul", "mx", "c,h", "y");
+		gen_output(gm, g, v == 1 ? "h" : "y", F, -1, NULL);
+		fx f = fuse_only(gm);
+		cr_assert_eq(qm(&f, "a"), OQ_QM_INTERNAL, "variant %d", v);
+		cr_assert_eq(qm(&f, "k"), OQ_QM_INTERNAL);
+		cr_assert_eq(val(f.m, "k")->producer->qmark, 0, "the pattern's Clip is not a fused activation");
+		cr_assert_eq(qm(&f, "c"), 0, "pattern input is not marked");
+		if (v == 1) {
+			cr_assert_eq(qm(&f, "h"), OQ_QM_UNIT_OUT);
+		} else {
+			cr_assert_eq(qm(&f, "h"), OQ_QM_INTERNAL);
+			cr_assert_eq(qm(&f, "y"), OQ_QM_UNIT_OUT);
+		}
+		done(&f);
+	}
+}
+
+/* ------------------------------------------------------------ real models */
+
+static const char *src_dir(void)
+{
+	const char *s = getenv("OQ_SOURCE_DIR");
+	return s ? s : "/work/main";
+}
+
+/* Runs cleanup,fold-bn,fuse on a model file; outputs must match the original. */
+static void real_model(const char *rel, const char *npy, int64_t sym)
+{
+	char path[1024];
+	oq_model *m = NULL;
+	oq_diag d;
+	oq_rt in[4] = {{0}}, a[8] = {{0}}, b[8] = {{0}};
+	size_t nin;
+
+	snprintf(path, sizeof path, "%s/%s", src_dir(), rel);
+	if (access(path, R_OK) != 0) {
+		cr_log_warn("skipped: %s not found", path);
+		return;
+	}
+	oq_diag_init(&d);
+	cr_assert_eq(oq_model_load(path, &m, &d), OQ_OK, "%s", d.msg);
+	if (npy) {
+		oq_npy arr = {0};
+		char np[1024];
+		snprintf(np, sizeof np, "%s/%s", src_dir(), npy);
+		cr_assert_eq(oq_npy_read(np, 0, &arr, &d), OQ_OK, "%s", d.msg);
+		cr_assert_eq(oq_rt_alloc(&in[0], arr.dtype, arr.rank, arr.dims), OQ_OK);
+		memcpy(in[0].data, arr.data, arr.nbytes);
+		oq_npy_free(&arr);
+		nin = 1;
+	} else {
+		nin = make_inputs(m, in, 4, sym);
+	}
+	size_t na = run(m, in, nin, a, 8);
+	size_t bn0 = count_op(m->graph, "BatchNormalization"), id0 = count_op(m->graph, "Identity");
+	run_passes(m, "cleanup,fold-bn,fuse");
+	size_t bn1 = count_op(m->graph, "BatchNormalization"), id1 = count_op(m->graph, "Identity");
+	size_t nb = run(m, in, nin, b, 8);
+	cr_assert_eq(na, nb);
+	double err = rel_err(a, b, na);
+	size_t n_int = 0, n_out = 0, n_act = 0;
+	for (size_t i = 0; i < m->graph->n_values; i++) {
+		n_int += (m->graph->values[i]->qmark & OQ_QM_INTERNAL) != 0;
+		n_out += (m->graph->values[i]->qmark & OQ_QM_UNIT_OUT) != 0;
+	}
+	for (size_t i = 0; i < m->graph->n_nodes; i++)
+		n_act += (m->graph->nodes[i]->qmark & OQ_QM_ACT) != 0;
+	fprintf(stderr,
+		"%s: BN %zu -> %zu, Identity %zu -> %zu, Constant left %zu, marks: %zu internal, %zu unit-out, "
+		"%zu fused acts; rel err %.3g\n",
+		rel, bn0, bn1, id0, id1, count_op(m->graph, "Constant"), n_int, n_out, n_act, err);
+	cr_expect_eq(bn1, 0, "%s: %zu BatchNormalization left", rel, bn1);
+	cr_expect_eq(id1, 0, "%s: %zu Identity left", rel, id1);
+	cr_expect_lt(err, 1e-4, "%s: relative error %g", rel, err);
+	for (size_t i = 0; i < 8; i++) {
+		oq_rt_release(&a[i]);
+		oq_rt_release(&b[i]);
+	}
+	for (size_t i = 0; i < 4; i++)
+		oq_rt_release(&in[i]);
+	oq_model_free(m);
+}
+
+Test(real, ocr_cls, .timeout = 600) { real_model(".cache/ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx", NULL, 48); }
+Test(real, ocr_det, .timeout = 600) { real_model(".cache/ocr/ch_PP-OCRv4_det_infer.onnx", NULL, 64); }
+Test(real, ocr_rec, .timeout = 600) { real_model(".cache/ocr/ch_PP-OCRv4_rec_infer.onnx", NULL, 160); }
+Test(real, tv_resnet18, .timeout = 600) { real_model(".cache/tv/resnet18.onnx", ".cache/tv/input.npy", 0); }
+Test(real, tv_mobilenet_v2, .timeout = 600) { real_model(".cache/tv/mobilenet_v2.onnx", ".cache/tv/input.npy", 0); }
+Test(real, tv_mobilenet_v3, .timeout = 600)
+{
+	real_model(".cache/tv/mobilenet_v3_small.onnx", ".cache/tv/input.npy", 0);
+}
+Test(real, tv_efficientnet_b0, .timeout = 600)
+{
+	real_model(".cache/tv/efficientnet_b0.onnx", ".cache/tv/input.npy", 0);
+}
+Test(real, tv_squeezenet, .timeout = 600) { real_model(".cache/tv/squeezenet1_1.onnx", ".cache/tv/input.npy", 0); }
+Test(real, tv_vit_b_16, .timeout = 900) { real_model(".cache/tv/vit_b_16.onnx", ".cache/tv/input.npy", 0); }
