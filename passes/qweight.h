@@ -14,7 +14,7 @@
 /* How one weight tensor is quantized. */
 typedef struct oq_wspec {
 	int dtype;           /* OQ_DT_INT8, UINT8, INT16, UINT16, INT4, UINT4 */
-	int axis;            /* per-axis: the channel axis; blocked: the blocked (reduction) axis; -1: per tensor */
+	int axis;            /* per axis: the channel axis; blocked: the reduction axis; -1: per tensor */
 	int64_t block_size;  /* > 0: blocked along `axis` (opset 21), partial last block allowed */
 	int symmetric;       /* 1: symmetric grid (zero point 0, or the mid-point for unsigned types) */
 	int sym_grid;        /* OQ_GRID_NARROW / OQ_GRID_FULL for symmetric signed types */
@@ -41,9 +41,25 @@ int oq_weight_quantize(const oq_tensor *w, const oq_wspec *s, oq_tensor **q, oq_
  * copied, never changed under them; one that nothing reads any more is
  * removed (so the file shrinks). Names: <w>_quantized, <w>_scale,
  * <w>_zero_point, <w>_DequantizeLinear_Output (made unique).
+ * A weight already quantized to identical tensors by an earlier call (a
+ * shared weight) reuses that DequantizeLinear. Blocked weights leave the
+ * bias float (no per-channel weight scale); so does a per-axis weight whose
+ * bias is not 1-D [C], and beta <= 0. The weight must satisfy
+ * oq_weight_quantizable (else OQ_EUNSUP); the model's opset must be >= 13
+ * for an axis and >= 21 for block_size or 16/4-bit types (else OQ_EUNSUP
+ * naming the node). Uses are rebuilt; the DQ is appended (toposort after).
  */
 int oq_weight_insert_dq(oq_graph *g, oq_node *n, int w_idx, int b_idx, float in_scale, float beta,
 			const oq_wspec *s, oq_diag *d) OQ_WUR;
+
+/* 1 when v is a float32 initializer of its own graph (not a graph input, not captured from an
+ * enclosing graph): what oq_weight_insert_dq accepts. float16/bfloat16 weights are not: their
+ * consumer computes in that type while DQ would output float32. Callers log and skip. */
+int oq_weight_quantizable(const oq_value *v);
+
+/* Gives back the pages of a tensor borrowed from one of m's read-only file mappings
+ * (madvise MADV_DONTNEED on the page-aligned range); no-op for owned data. */
+void oq_weight_release_pages(const oq_model *m, const oq_tensor *t);
 
 /* Weight-only mode (--weight-only): DQ on the weights of the selected op types, nothing else. */
 int oq_quantize_weight_only(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;

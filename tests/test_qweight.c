@@ -1,0 +1,1041 @@
+/*
+ * test_qweight.c - weight and bias quantization (passes/qweight.c) and
+ * weight-only mode (passes/weight_only.c).
+ *
+ * Quantized values are pinned by hand: the tensors are chosen so that the
+ * scales are powers of two (int8/int4 "full" grid: s = max(max/qmax,
+ * min/qmin)), so every x / s below is exact and the expected integers can
+ * be read off. Numerics: a model is run by the executor before and after
+ * the rewrite; the rewritten model must give exactly what the float model
+ * gives with weights dequantized here by an independent reference (group
+ * absmax / qmax, rint, clamp), and stay close to the float output (SQNR).
+ * One test runs a weight-only int4 block-32 model in ONNX Runtime
+ * (onnxruntime-node from .cache/ort, graphOptimizationLevel 'basic') and
+ * compares with the executor; it is skipped when node or ORT is missing.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "exec.h"
+#include "gen_model.h"
+#include "onnx_io.h"
+#include "qparams.h"
+#include "qweight.h"
+
+/* ------------------------------------------------------------------ helpers */
+
+static oq_wspec spec(int dtype, int axis, int64_t block, int symmetric, int grid)
+{
+	oq_wspec s;
+	memset(&s, 0, sizeof s);
+	s.dtype = dtype;
+	s.axis = axis;
+	s.block_size = block;
+	s.symmetric = symmetric;
+	s.sym_grid = grid;
+	return s;
+}
+
+static oq_tensor *ftensor(int rank, const int64_t *dims, const float *v)
+{
+	oq_tensor *t = oq_tensor_from_floats(rank, dims, v);
+	cr_assert_not_null(t);
+	return t;
+}
+
+static double *to_d(const float *v, size_t n)
+{
+	double *d = malloc(n * sizeof *d);
+	cr_assert_not_null(d);
+	for (size_t i = 0; i < n; i++)
+		d[i] = v[i];
+	return d;
+}
+
+static float sc_at(const oq_tensor *t, size_t i)
+{
+	return (float)oq_tensor_get(t, i);
+}
+
+static oq_node *node_named(oq_graph *g, const char *name)
+{
+	for (size_t i = 0; i < g->n_nodes; i++)
+		if (!g->nodes[i]->dead && strcmp(g->nodes[i]->name, name) == 0)
+			return g->nodes[i];
+	return NULL;
+}
+
+static size_t count_op(oq_graph *g, oq_op op)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < g->n_nodes; i++)
+		n += !g->nodes[i]->dead && g->nodes[i]->op == op;
+	return n;
+}
+
+/* Is `name` one of g's initializers? */
+static int has_init(const oq_graph *g, const char *name)
+{
+	for (size_t i = 0; i < g->n_inits; i++)
+		if (strcmp(g->inits[i]->name, name) == 0)
+			return g->inits[i]->init != NULL;
+	return 0;
+}
+
+static void expect_clean(const oq_model *m)
+{
+	oq_problems p;
+	memset(&p, 0, sizeof p);
+	cr_assert_eq(oq_check_model(m, &p), OQ_OK);
+	for (size_t i = 0; i < p.n; i++)
+		cr_log_error("check: %s [%s] %s", p.v[i].where, p.v[i].rule, p.v[i].msg);
+	cr_expect_eq(p.n, 0, "checker found %zu problems", p.n);
+	oq_problems_free(&p);
+}
+
+/* Runs m on one float input; returns the first output (owned). */
+static void run1(oq_model *m, const float *x, int rank, const int64_t *dims, oq_rt *out)
+{
+	oq_exec *e = NULL;
+	oq_exec_opts eo = {1};
+	oq_rt in;
+	oq_diag d;
+
+	oq_diag_init(&d);
+	memset(&in, 0, sizeof in);
+	cr_assert_eq(oq_exec_new(m, &eo, &e, &d), OQ_OK, "exec: %s", d.msg);
+	cr_assert_eq(oq_rt_alloc(&in, OQ_DT_FLOAT, rank, dims), OQ_OK);
+	memcpy(in.data, x, in.nbytes);
+	cr_assert_eq(oq_exec_run(e, &in, 1, out, 1, &d), OQ_OK, "run: %s", d.msg);
+	oq_rt_release(&in);
+	oq_exec_free(e);
+}
+
+static double sqnr_db(const oq_rt *ref, const oq_rt *got)
+{
+	double s = 0, n = 0;
+	for (size_t i = 0; i < ref->nelem; i++) {
+		double r = oq_rt_get(ref, i), e = r - oq_rt_get(got, i);
+		s += r * r;
+		n += e * e;
+	}
+	return n == 0 ? INFINITY : 10 * log10(s / n);
+}
+
+static double max_rel_diff(const oq_rt *ref, const oq_rt *got)
+{
+	double mx = 1e-12, md = 0;
+	cr_assert_eq(ref->nelem, got->nelem);
+	for (size_t i = 0; i < ref->nelem; i++) {
+		double r = oq_rt_get(ref, i), dd = fabs(r - oq_rt_get(got, i));
+		if (fabs(r) > mx)
+			mx = fabs(r);
+		if (dd > md)
+			md = dd;
+	}
+	return md / mx;
+}
+
+/* deterministic values in [-1, 1) */
+static float lcg(uint32_t *s)
+{
+	*s = *s * 1664525u + 1013904223u;
+	return (float)((*s >> 8) / 16777216.0) * 2.0f - 1.0f;
+}
+
+/*
+ * Reference symmetric-narrow weight fake-quantization, written from the
+ * formula and nothing else: w viewed as [outer, alen, inner]; per-axis
+ * groups by the axis index (blk = 1, per_inner = 0) or blocked groups
+ * (axis index / blk, inner index; per_inner = 1); s = absmax / qmax in
+ * double rounded to float, q = clamp(rintf(x / s)), result q * s.
+ */
+static void ref_fake_quant(const float *w, float *out, size_t outer, size_t alen, size_t inner,
+                           size_t blk, int per_inner, int qmax)
+{
+	for (size_t o = 0; o < outer; o++)
+		for (size_t a0 = 0; a0 < alen; a0 += blk)
+			for (size_t i0 = 0; i0 < (per_inner ? inner : 1); i0++) {
+				double am = 0;
+				float s;
+				for (size_t a = a0; a < a0 + blk && a < alen; a++)
+					for (size_t i = per_inner ? i0 : 0;
+					     i < (per_inner ? i0 + 1 : inner); i++) {
+						double v =
+						    fabs((double)w[(o * alen + a) * inner + i]);
+						am = v > am ? v : am;
+					}
+				s = am == 0 ? 1.0f : (float)(am / qmax);
+				for (size_t a = a0; a < a0 + blk && a < alen; a++)
+					for (size_t i = per_inner ? i0 : 0;
+					     i < (per_inner ? i0 + 1 : inner); i++) {
+						size_t k = (o * alen + a) * inner + i;
+						float q = rintf(w[k] / s);
+						q = q > qmax    ? (float)qmax
+						    : q < -qmax ? (float)-qmax
+						                : q;
+						out[k] = q * s;
+					}
+			}
+}
+
+/* ------------------------------------------------------------------ oq_weight_quantize */
+
+Test(qweight, per_tensor_int4_packing_odd_count)
+{
+	/* int4 full grid on [-1, 0.5]: s = max(0.5/7, 1/8) = 0.125.
+	 * -1/0.125 = -8; 0.5 -> 4; 0.1875 -> 1.5 -> 2; 0.3125 -> 2.5 -> 2 (even); -0.0625 -> -0.5
+	 * -> 0 */
+	const float w[5] = {-1, 0.5f, 0.1875f, 0.3125f, -0.0625f};
+	oq_tensor *t = ftensor(1, (const int64_t[]){5}, w), *q, *s, *z;
+	oq_wspec sp = spec(OQ_DT_INT4, -1, 0, 1, OQ_GRID_FULL);
+	oq_diag d;
+	const unsigned char *b;
+
+	oq_diag_init(&d);
+	cr_assert_eq(oq_weight_quantize(t, &sp, &q, &s, &z, &d), OQ_OK, "%s", d.msg);
+	cr_expect_eq(s->rank, 0);
+	cr_expect_eq(sc_at(s, 0), 0.125f);
+	cr_expect_eq(z->dtype, OQ_DT_INT4);
+	cr_expect_eq(oq_tensor_get_int(z, 0), 0);
+	cr_assert_eq(q->dtype, OQ_DT_INT4);
+	cr_assert_eq(q->nbytes, 3); /* 5 nibbles -> 3 bytes */
+	b = q->data;
+	/* low nibble first: byte0 = (-8 & 0xF) | 4 << 4 = 0x48; byte1 = 2 | 2 << 4 = 0x22; byte2 =
+	 * 0 | pad 0 */
+	cr_expect_eq(b[0], 0x48, "byte0 %#x", b[0]);
+	cr_expect_eq(b[1], 0x22, "byte1 %#x", b[1]);
+	cr_expect_eq(b[2], 0x00, "byte2 %#x", b[2]);
+	oq_tensor_free(t);
+	oq_tensor_free(q);
+	oq_tensor_free(s);
+	oq_tensor_free(z);
+}
+
+Test(qweight, per_axis_middle_axis)
+{
+	/* w [2,2,2], axis 1, int8 full grid. Group a=0: w[o][0][i] = {1, -2, 0.5, 0.25}:
+	 * s = max(1/127, 2/128) = 2^-6 -> q {64, -128, 32, 16}. Group a=1: {3.96875, -1, 0.75,
+	 * -0.5}: s = max(3.96875/127 = 2^-5, 1/128) = 2^-5 -> q {127, -32, 24, -16}. */
+	const float w[8] = {1, -2, 3.96875f, -1, 0.5f, 0.25f, 0.75f, -0.5f};
+	const int64_t want[8] = {64, -128, 127, -32, 32, 16, 24, -16};
+	oq_tensor *t = ftensor(3, (const int64_t[]){2, 2, 2}, w), *q, *s, *z;
+	oq_wspec sp = spec(OQ_DT_INT8, 1, 0, 1, OQ_GRID_FULL);
+	oq_diag d;
+
+	oq_diag_init(&d);
+	cr_assert_eq(oq_weight_quantize(t, &sp, &q, &s, &z, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(s->rank, 1);
+	cr_assert_eq(s->dims[0], 2);
+	cr_expect_eq(sc_at(s, 0), 0.015625f);
+	cr_expect_eq(sc_at(s, 1), 0.03125f);
+	cr_assert_eq(z->nelem, 2);
+	for (size_t i = 0; i < 8; i++)
+		cr_expect_eq(oq_tensor_get_int(q, i), want[i], "q[%zu] = %lld", i,
+		             (long long)oq_tensor_get_int(q, i));
+	oq_tensor_free(t);
+	oq_tensor_free(q);
+	oq_tensor_free(s);
+	oq_tensor_free(z);
+}
+
+Test(qweight, blocked_partial_last_block)
+{
+	/* w [5,2] (MatMul K=5, N=2), blocked axis 0, block 2 -> scale [3,2], last block one row.
+	 * int8 full grid; each block holds a negative power of two that sets the scale (-p/-128):
+	 * col 0: {1,-2} s 2^-6 -> {64,-128}; {-1,0.5} s 2^-7 -> {-128,64}; {-4} s 2^-5 -> {-128}
+	 * col 1: {-0.5,0.25} s 2^-8 -> {-128,64}; {2.5*2^-9,-0.25} s 2^-9 -> {2 (2.5 even),-128};
+	 *        {-8} s 2^-4 -> {-128} */
+	const float w[10] = {1, -0.5f, -2, 0.25f, -1, 0.0048828125f, 0.5f, -0.25f, -4, -8};
+	const int64_t want[10] = {64, -128, -128, 64, -128, 2, 64, -128, -128, -128};
+	const float ws[6] = {0x1p-6f, 0x1p-8f, 0x1p-7f, 0x1p-9f, 0x1p-5f, 0x1p-4f};
+	oq_tensor *t = ftensor(2, (const int64_t[]){5, 2}, w), *q, *s, *z;
+	oq_wspec sp = spec(OQ_DT_INT8, 0, 2, 1, OQ_GRID_FULL);
+	oq_diag d;
+
+	oq_diag_init(&d);
+	cr_assert_eq(oq_weight_quantize(t, &sp, &q, &s, &z, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(s->rank, 2);
+	cr_expect(s->dims[0] == 3 && s->dims[1] == 2, "scale dims [%lld,%lld]",
+	          (long long)s->dims[0], (long long)s->dims[1]);
+	cr_expect(z->rank == 2 && z->dims[0] == 3 && z->dims[1] == 2 && z->dtype == OQ_DT_INT8);
+	for (size_t i = 0; i < 6; i++)
+		cr_expect_eq(sc_at(s, i), ws[i], "scale[%zu] = %g", i, (double)sc_at(s, i));
+	for (size_t i = 0; i < 10; i++)
+		cr_expect_eq(oq_tensor_get_int(q, i), want[i], "q[%zu] = %lld", i,
+		             (long long)oq_tensor_get_int(q, i));
+	oq_tensor_free(t);
+	oq_tensor_free(q);
+	oq_tensor_free(s);
+	oq_tensor_free(z);
+}
+
+Test(qweight, asymmetric_per_channel_uint8)
+{
+	/* rows (axis 0): {-1, 3}: s = 4/255, zp 64 -> q {0, 255}; {0.5, 2}: widened to [0,2],
+	 * s = 2/255, zp 0 -> 0.5/s = 63.75 -> 64, 2 -> 255 */
+	const float w[4] = {-1, 3, 0.5f, 2};
+	oq_tensor *t = ftensor(2, (const int64_t[]){2, 2}, w), *q, *s, *z;
+	oq_wspec sp = spec(OQ_DT_UINT8, 0, 0, 0, 0);
+	oq_diag d;
+
+	oq_diag_init(&d);
+	cr_assert_eq(oq_weight_quantize(t, &sp, &q, &s, &z, &d), OQ_OK, "%s", d.msg);
+	cr_expect(fabs(sc_at(s, 0) - 4.0 / 255) < 1e-8);
+	cr_expect(fabs(sc_at(s, 1) - 2.0 / 255) < 1e-8);
+	cr_expect_eq(oq_tensor_get_int(z, 0), 64);
+	cr_expect_eq(oq_tensor_get_int(z, 1), 0);
+	cr_expect_eq(oq_tensor_get_int(q, 0), 0);
+	cr_expect_eq(oq_tensor_get_int(q, 1), 255);
+	cr_expect_eq(oq_tensor_get_int(q, 2), 64);
+	cr_expect_eq(oq_tensor_get_int(q, 3), 255);
+	oq_tensor_free(t);
+	oq_tensor_free(q);
+	oq_tensor_free(s);
+	oq_tensor_free(z);
+}
+
+Test(qweight, bad_specs)
+{
+	const float w[4] = {1, 2, 3, NAN};
+	oq_tensor *t = ftensor(2, (const int64_t[]){2, 2}, w), *q = NULL, *s = NULL, *z = NULL;
+	oq_wspec sp = spec(OQ_DT_INT8, 2, 0, 1, 0);
+	oq_diag d;
+
+	oq_diag_init(&d);
+	cr_expect_eq(oq_weight_quantize(t, &sp, &q, &s, &z, &d), OQ_EINVAL); /* axis 2 of rank 2 */
+	sp = spec(OQ_DT_FLOAT, -1, 0, 1, 0);
+	cr_expect_neq(oq_weight_quantize(t, &sp, &q, &s, &z, &d), OQ_OK);
+	sp = spec(OQ_DT_INT8, -1, 0, 1, 0);
+	oq_diag_init(&d);
+	cr_expect_eq(oq_weight_quantize(t, &sp, &q, &s, &z, &d), OQ_EINVAL); /* NaN */
+	cr_expect(strstr(d.msg, "NaN") != NULL, "%s", d.msg);
+	oq_tensor_free(t);
+}
+
+/* ------------------------------------------------------------------ insert_dq on graphs */
+
+/*
+ * Gemm y = x * W + C with W [2,2] (transB 0, channel axis 1):
+ * col 0 {1, -2} -> full-grid s 2^-6; col 1 {-0.5, 0.25} -> s 2^-8.
+ */
+static gen_model *gemm_model(int opset, const double *c)
+{
+	gen_model *g = gen_new(10);
+	Onnx__GraphProto *mg;
+
+	gen_opset(g, "", opset);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 2));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(2, 2), GEN_VALS(1, -0.5, -2, 0.25));
+	gen_init(g, mg, "C", OQ_DT_FLOAT, GEN_SHAPE(2), c);
+	gen_node(g, mg, "Gemm", "gemm", "x,W,C", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 2));
+	return g;
+}
+
+Test(qweight, insert_dq_structure_and_bias)
+{
+	gen_model *g = gemm_model(21, GEN_VALS(0.25, -0.01));
+	oq_model *m = NULL;
+	oq_diag d;
+	oq_node *n, *dq, *bdq;
+	oq_wspec sp = spec(OQ_DT_INT8, 1, 0, 1, OQ_GRID_FULL);
+	const oq_tensor *bq, *bs;
+
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	n = node_named(m->graph, "gemm");
+	/* in_scale 0.5: bias scales 0.5 * 2^-6 = 2^-7 and 0.5 * 2^-8 = 2^-9;
+	 * 0.25 / 2^-7 = 32; -0.01 / 2^-9 = -5.12 -> -5 */
+	cr_assert_eq(oq_weight_insert_dq(m->graph, n, 1, 2, 0.5f, 1.0f, &sp, &d), OQ_OK, "%s",
+	             d.msg);
+	cr_assert_eq(oq_graph_toposort(m->graph, &d), OQ_OK);
+	dq = n->inputs[1]->producer;
+	cr_assert_not_null(dq);
+	cr_expect_eq(dq->op, OQ_OP_DequantizeLinear);
+	cr_expect_str_eq(dq->inputs[0]->name, "W_quantized");
+	cr_expect_str_eq(dq->inputs[1]->name, "W_scale");
+	cr_expect_str_eq(dq->inputs[2]->name, "W_zero_point");
+	cr_expect_str_eq(n->inputs[1]->name, "W_DequantizeLinear_Output");
+	cr_expect_eq(oq_node_attr_int(dq, "axis", -5), 1);
+	cr_expect_null(oq_node_attr(dq, "block_size"));
+	cr_expect_eq(dq->inputs[0]->init->dtype, OQ_DT_INT8);
+	cr_expect_eq(sc_at(dq->inputs[1]->init, 0), 0x1p-6f);
+	cr_expect_eq(sc_at(dq->inputs[1]->init, 1), 0x1p-8f);
+	bdq = n->inputs[2]->producer;
+	cr_assert_not_null(bdq);
+	cr_expect_eq(bdq->op, OQ_OP_DequantizeLinear);
+	cr_expect_eq(bdq->n_inputs, 2, "bias DQ has no zero point");
+	cr_expect_eq(oq_node_attr_int(bdq, "axis", -5), 0);
+	bq = bdq->inputs[0]->init;
+	bs = bdq->inputs[1]->init;
+	cr_assert_eq(bq->dtype, OQ_DT_INT32);
+	cr_expect_eq(oq_tensor_get_int(bq, 0), 32);
+	cr_expect_eq(oq_tensor_get_int(bq, 1), -5);
+	cr_expect_eq(sc_at(bs, 0), 0x1p-7f);
+	cr_expect_eq(sc_at(bs, 1), 0x1p-9f);
+	/* the float initializers are gone */
+	cr_expect_not(has_init(m->graph, "W"));
+	cr_expect_not(has_init(m->graph, "C"));
+	cr_expect_eq(m->graph->n_inits, 5); /* W_q, W_scale, W_zp, C_q, C_scale */
+	expect_clean(m);
+	oq_model_free(m);
+	gen_free(g);
+}
+
+Test(qweight, bias_overflow_enlarges_weight_scale)
+{
+	gen_model *g = gemm_model(21, GEN_VALS(100, 0.001));
+	oq_model *m = NULL;
+	oq_diag d;
+	oq_node *n, *dq, *bdq;
+	oq_wspec sp = spec(OQ_DT_INT8, 1, 0, 1, OQ_GRID_FULL);
+	const oq_tensor *wq, *ws, *bq, *bs;
+	double want;
+
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	n = node_named(m->graph, "gemm");
+	/* in_scale 1e-6: 100 / (1e-6 * 2^-6) = 6.4e9 > 2^31-1, so channel 0's weight scale grows to
+	 * 100 / (1e-6 * 2147483647) * (1 + 2^-20) = 0.0465662 and W[:,0] = {1, -2} re-quantizes to
+	 * rint(21.47) = 21 and rint(-42.95) = -43; channel 1 keeps 2^-8 and {-128, 64}. */
+	cr_assert_eq(oq_weight_insert_dq(m->graph, n, 1, 2, 1e-6f, 1.0f, &sp, &d), OQ_OK, "%s",
+	             d.msg);
+	dq = n->inputs[1]->producer;
+	bdq = n->inputs[2]->producer;
+	wq = dq->inputs[0]->init;
+	ws = dq->inputs[1]->init;
+	bq = bdq->inputs[0]->init;
+	bs = bdq->inputs[1]->init;
+	want = 100.0 / (1e-6 * 2147483647.0) * (1 + 0x1p-20);
+	cr_expect(fabs(sc_at(ws, 0) - want) < 1e-6 * want, "scale %.9g want %.9g",
+	          (double)sc_at(ws, 0), want);
+	cr_expect_eq(sc_at(ws, 1), 0x1p-8f);
+	cr_expect_eq(oq_tensor_get_int(wq, 0), 21);
+	cr_expect_eq(oq_tensor_get_int(wq, 2), -43);
+	cr_expect_eq(oq_tensor_get_int(wq, 1), -128);
+	cr_expect_eq(oq_tensor_get_int(wq, 3), 64);
+	/* bias 0 now just fits: about (2^31-1)/(1+2^-20) */
+	cr_expect(oq_tensor_get_int(bq, 0) <= 2147483647 && oq_tensor_get_int(bq, 0) > 2147000000,
+	          "bias q %lld", (long long)oq_tensor_get_int(bq, 0));
+	/* bias 1: 0.001 / (1e-6 * 2^-8) = 256000 */
+	cr_expect_eq(oq_tensor_get_int(bq, 1), 256000);
+	/* bias dequantizes back to ~100 */
+	cr_expect(fabs((double)oq_tensor_get_int(bq, 0) * sc_at(bs, 0) - 100) < 1e-3);
+	oq_model_free(m);
+	gen_free(g);
+}
+
+Test(qweight, opset_and_dtype_refused)
+{
+	gen_model *g = gemm_model(13, GEN_VALS(0, 0));
+	oq_model *m = NULL;
+	oq_diag d;
+	oq_wspec sp = spec(OQ_DT_INT4, 0, 32, 1, 0);
+
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	cr_expect_eq(
+	    oq_weight_insert_dq(m->graph, node_named(m->graph, "gemm"), 1, -1, 0, 1, &sp, &d),
+	    OQ_EUNSUP);
+	cr_expect(strstr(d.msg, "'gemm'") && strstr(d.msg, "opset 21"), "%s", d.msg);
+	cr_expect(has_init(m->graph, "W"));
+	oq_model_free(m);
+	gen_free(g);
+}
+
+Test(qweight, float16_weight_left_alone)
+{
+	gen_model *g = gen_new(10);
+	Onnx__GraphProto *mg;
+	oq_model *m = NULL;
+	oq_opts o;
+	oq_diag d;
+	int changed = 1;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *log = open_memstream(&buf, &len);
+
+	gen_opset(g, "", 21);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT16, GEN_SHAPE(1, 2));
+	gen_init(g, mg, "W", OQ_DT_FLOAT16, GEN_SHAPE(2, 2), GEN_VALS(1, 2, 3, 4));
+	gen_node(g, mg, "MatMul", "mm", "x,W", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT16, GEN_SHAPE(1, 2));
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	cr_expect_not(oq_weight_quantizable(oq_graph_find(m->graph, "W")));
+	oq_opts_init(&o);
+	o.weight_only = 1;
+	o.log = log;
+	cr_assert_eq(oq_quantize_weight_only(m->graph, &o, &d, &changed), OQ_OK, "%s", d.msg);
+	fclose(log);
+	cr_expect_eq(changed, 0);
+	cr_expect(buf && strstr(buf, "'W'") && strstr(buf, "stays float"), "log: %s",
+	          buf ? buf : "");
+	cr_expect_eq(count_op(m->graph, OQ_OP_DequantizeLinear), 0);
+	free(buf);
+	oq_model_free(m);
+	gen_free(g);
+}
+
+Test(qweight, shared_weight_copied_then_reused)
+{
+	/* W feeds MatMul a, MatMul b and an Add (as an activation). */
+	gen_model *g = gen_new(10);
+	Onnx__GraphProto *mg;
+	oq_model *m = NULL;
+	oq_diag d;
+	oq_node *a, *b;
+	oq_value *w;
+	oq_wspec sp = spec(OQ_DT_INT8, 1, 0, 1, OQ_GRID_NARROW);
+
+	gen_opset(g, "", 21);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(2, 2));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(2, 2), GEN_VALS(0.3, -0.7, 1.1, 0.2));
+	gen_node(g, mg, "MatMul", "a", "x,W", "ya");
+	gen_node(g, mg, "MatMul", "b", "x,W", "yb");
+	gen_node(g, mg, "Add", "add", "x,W", "yc");
+	gen_output(g, mg, "ya", OQ_DT_FLOAT, GEN_SHAPE(2, 2));
+	gen_output(g, mg, "yb", OQ_DT_FLOAT, GEN_SHAPE(2, 2));
+	gen_output(g, mg, "yc", OQ_DT_FLOAT, GEN_SHAPE(2, 2));
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	a = node_named(m->graph, "a");
+	b = node_named(m->graph, "b");
+	w = oq_graph_find(m->graph, "W");
+
+	cr_assert_eq(oq_weight_insert_dq(m->graph, a, 1, -1, 0, 1, &sp, &d), OQ_OK, "%s", d.msg);
+	/* b and add still read the float W: kept, unchanged */
+	cr_expect_eq(oq_graph_find(m->graph, "W"), w);
+	cr_expect_not_null(w->init);
+	cr_expect_eq(w->init->dtype, OQ_DT_FLOAT);
+	cr_expect_eq(b->inputs[1], w);
+	cr_expect_neq(a->inputs[1], w);
+
+	cr_assert_eq(oq_weight_insert_dq(m->graph, b, 1, -1, 0, 1, &sp, &d), OQ_OK, "%s", d.msg);
+	/* same weight, same spec: b reuses a's DQ */
+	cr_expect_eq(b->inputs[1], a->inputs[1]);
+	cr_expect_eq(count_op(m->graph, OQ_OP_DequantizeLinear), 1);
+	cr_expect(has_init(m->graph, "W"), "Add still reads W");
+
+	cr_assert_eq(oq_graph_toposort(m->graph, &d), OQ_OK);
+	expect_clean(m);
+	oq_model_free(m);
+	gen_free(g);
+}
+
+Test(qweight, different_spec_is_a_second_copy)
+{
+	gen_model *g = gen_new(10);
+	Onnx__GraphProto *mg;
+	oq_model *m = NULL;
+	oq_diag d;
+	oq_node *a, *b;
+	oq_wspec s8 = spec(OQ_DT_INT8, 1, 0, 1, OQ_GRID_NARROW);
+	oq_wspec s4 = spec(OQ_DT_INT4, 0, 2, 1, OQ_GRID_NARROW);
+
+	gen_opset(g, "", 21);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(2, 2));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(2, 2), GEN_VALS(0.3, -0.7, 1.1, 0.2));
+	gen_node(g, mg, "MatMul", "a", "x,W", "ya");
+	gen_node(g, mg, "MatMul", "b", "x,W", "yb");
+	gen_output(g, mg, "ya", OQ_DT_FLOAT, GEN_SHAPE(2, 2));
+	gen_output(g, mg, "yb", OQ_DT_FLOAT, GEN_SHAPE(2, 2));
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	a = node_named(m->graph, "a");
+	b = node_named(m->graph, "b");
+	cr_assert_eq(oq_weight_insert_dq(m->graph, a, 1, -1, 0, 1, &s8, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_weight_insert_dq(m->graph, b, 1, -1, 0, 1, &s4, &d), OQ_OK, "%s", d.msg);
+	cr_expect_neq(a->inputs[1], b->inputs[1]);
+	cr_expect_eq(count_op(m->graph, OQ_OP_DequantizeLinear), 2);
+	cr_expect_str_eq(b->inputs[1]->producer->inputs[0]->name, "W_quantized_1");
+	cr_expect_eq(oq_node_attr_int(b->inputs[1]->producer, "block_size", 0), 2);
+	/* last user gone: the float W was removed by the second call */
+	cr_expect_not(has_init(m->graph, "W"));
+	cr_expect_eq(m->graph->n_inits, 6);
+	cr_assert_eq(oq_graph_toposort(m->graph, &d), OQ_OK);
+	expect_clean(m);
+	oq_model_free(m);
+	gen_free(g);
+}
+
+/* ------------------------------------------------------------------ numerics */
+
+enum { K_MM = 80, N_MM = 8, M_MM = 3 };
+
+static gen_model *matmul_model(const float *w)
+{
+	gen_model *g = gen_new(10);
+	Onnx__GraphProto *mg;
+	double *wd = to_d(w, K_MM * N_MM);
+
+	gen_opset(g, "", 21);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(M_MM, K_MM));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(K_MM, N_MM), wd);
+	gen_node(g, mg, "MatMul", "mm", "x,W", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(M_MM, N_MM));
+	free(wd);
+	return g;
+}
+
+/* float run, weight-only run and reference run of a generated model pair */
+typedef struct numcase {
+	gen_model *fl;       /* float model */
+	gen_model *ref;      /* same model with the reference fake-quantized weights */
+	const float *x;      /* input */
+	int rank;            /* input rank */
+	const int64_t *dims; /* input dims */
+	oq_opts o;           /* weight-only options */
+	double min_sqnr;     /* dB against the float output */
+} numcase;
+
+static void run_case(numcase *c, oq_model **keep)
+{
+	oq_model *mf = NULL, *mq = NULL, *mr = NULL;
+	oq_rt yf, yq, yr;
+	oq_diag d;
+	int changed = 0;
+	double rel, sq;
+
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(c->fl, &mf, &d), OQ_OK, "%s", d.msg);
+	run1(mf, c->x, c->rank, c->dims, &yf);
+	oq_model_free(mf);
+	cr_assert_eq(gen_load(c->ref, &mr, &d), OQ_OK, "%s", d.msg);
+	run1(mr, c->x, c->rank, c->dims, &yr);
+	oq_model_free(mr);
+	cr_assert_eq(gen_load(c->fl, &mq, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_quantize_weight_only(mq->graph, &c->o, &d, &changed), OQ_OK, "%s", d.msg);
+	cr_expect_eq(changed, 1);
+	cr_expect_eq(count_op(mq->graph, OQ_OP_DequantizeLinear), 1);
+	expect_clean(mq);
+	run1(mq, c->x, c->rank, c->dims, &yq);
+	rel = max_rel_diff(&yr, &yq);
+	sq = sqnr_db(&yf, &yq);
+	cr_expect(rel < 1e-6, "quantized model vs reference dequantized weights: max rel diff %g",
+	          rel);
+	cr_expect(sq > c->min_sqnr, "SQNR %.1f dB (want > %.1f)", sq, c->min_sqnr);
+	cr_log_info("max rel diff vs reference %.3g, SQNR vs float %.1f dB", rel, sq);
+	oq_rt_release(&yf);
+	oq_rt_release(&yq);
+	oq_rt_release(&yr);
+	if (keep)
+		*keep = mq;
+	else
+		oq_model_free(mq);
+}
+
+static void fill(float *v, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		v[i] = lcg(&seed);
+}
+
+Test(qweight, matmul_int8_per_channel_numerics)
+{
+	static float w[K_MM * N_MM], wr[K_MM * N_MM], x[M_MM * K_MM];
+	numcase c;
+
+	fill(w, K_MM * N_MM, 1);
+	fill(x, M_MM * K_MM, 2);
+	/* per channel = per column of [K,N]: outer K... view as [1, K, N] grouped by inner index */
+	ref_fake_quant(w, wr, 1, K_MM, N_MM, K_MM, 1, 127);
+	memset(&c, 0, sizeof c);
+	c.fl = matmul_model(w);
+	c.ref = matmul_model(wr);
+	c.x = x;
+	c.rank = 2;
+	c.dims = (const int64_t[]){M_MM, K_MM};
+	oq_opts_init(&c.o);
+	c.o.weight_only = 1;
+	c.min_sqnr = 30;
+	run_case(&c, NULL);
+	gen_free(c.fl);
+	gen_free(c.ref);
+}
+
+Test(qweight, matmul_int4_block32_numerics)
+{
+	static float w[K_MM * N_MM], wr[K_MM * N_MM], x[M_MM * K_MM];
+	numcase c;
+	oq_model *mq = NULL;
+	oq_node *dq;
+
+	fill(w, K_MM * N_MM, 3);
+	fill(x, M_MM * K_MM, 4);
+	/* blocks of 32 along K (80 = 32 + 32 + 16), one scale per (block, column) */
+	ref_fake_quant(w, wr, 1, K_MM, N_MM, 32, 1, 7);
+	memset(&c, 0, sizeof c);
+	c.fl = matmul_model(w);
+	c.ref = matmul_model(wr);
+	c.x = x;
+	c.rank = 2;
+	c.dims = (const int64_t[]){M_MM, K_MM};
+	oq_opts_init(&c.o);
+	c.o.weight_only = 1;
+	c.o.weight_type = OQ_DT_INT4;
+	c.o.granularity = OQ_GRAN_BLOCK;
+	c.o.block_size = 32;
+	c.min_sqnr = 12; /* 4-bit: about 6 dB per bit less than int8 */
+	run_case(&c, &mq);
+	dq = node_named(mq->graph, "mm")->inputs[1]->producer;
+	cr_assert_not_null(dq);
+	cr_expect_eq(oq_node_attr_int(dq, "axis", -1), 0);
+	cr_expect_eq(oq_node_attr_int(dq, "block_size", 0), 32);
+	cr_expect_eq(dq->inputs[1]->init->dims[0], 3);
+	cr_expect_eq(dq->inputs[1]->init->dims[1], N_MM);
+	cr_expect_eq(dq->inputs[0]->init->nbytes, (size_t)K_MM * N_MM / 2);
+	oq_model_free(mq);
+	gen_free(c.fl);
+	gen_free(c.ref);
+}
+
+enum { GK = 24, GN = 6 };
+
+static gen_model *gemm_tb_model(const float *w, const float *cb)
+{
+	gen_model *g = gen_new(10);
+	Onnx__GraphProto *mg;
+	Onnx__NodeProto *n;
+	double *wd = to_d(w, GN * GK), *cd = to_d(cb, GN);
+
+	gen_opset(g, "", 21);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(2, GK));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(GN, GK), wd);
+	gen_init(g, mg, "C", OQ_DT_FLOAT, GEN_SHAPE(GN), cd);
+	n = gen_node(g, mg, "Gemm", "gemm", "x,W,C", "y");
+	gen_attr_int(g, n, "transB", 1);
+	gen_attr_float(g, n, "alpha", 0.5f);
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(2, GN));
+	free(wd);
+	free(cd);
+	return g;
+}
+
+Test(qweight, gemm_transb_int8_per_channel_numerics)
+{
+	static float w[GN * GK], wr[GN * GK], cb[GN], x[2 * GK];
+	numcase c;
+	oq_model *mq = NULL;
+	oq_node *n;
+
+	fill(w, GN * GK, 5);
+	fill(cb, GN, 6);
+	fill(x, 2 * GK, 7);
+	/* transB: W [N,K], channel axis 0 = one scale per row: view [N, K, 1] grouped by axis */
+	ref_fake_quant(w, wr, GN, GK, 1, GK, 0, 127);
+	memset(&c, 0, sizeof c);
+	c.fl = gemm_tb_model(w, cb);
+	c.ref = gemm_tb_model(wr, cb);
+	c.x = x;
+	c.rank = 2;
+	c.dims = (const int64_t[]){2, GK};
+	oq_opts_init(&c.o);
+	c.o.weight_only = 1;
+	c.min_sqnr = 30;
+	run_case(&c, &mq);
+	n = node_named(mq->graph, "gemm");
+	cr_expect_eq(oq_node_attr_int(n->inputs[1]->producer, "axis", -1), 0);
+	cr_expect_str_eq(n->inputs[2]->name, "C", "weight-only leaves the bias float");
+	oq_model_free(mq);
+	gen_free(c.fl);
+	gen_free(c.ref);
+}
+
+static gen_model *conv_model(const float *w, const float *b)
+{
+	gen_model *g = gen_new(10);
+	Onnx__GraphProto *mg;
+	Onnx__NodeProto *n;
+	double *wd = to_d(w, 4 * 2 * 3 * 3), *bd = to_d(b, 4);
+
+	gen_opset(g, "", 21);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 5, 5));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(4, 2, 3, 3), wd);
+	gen_init(g, mg, "B", OQ_DT_FLOAT, GEN_SHAPE(4), bd);
+	n = gen_node(g, mg, "Conv", "conv", "x,W,B", "y");
+	gen_attr_ints(g, n, "pads", 4, (const int64_t[]){1, 1, 1, 1});
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 4, 5, 5));
+	free(wd);
+	free(bd);
+	return g;
+}
+
+Test(qweight, conv_int8_per_channel_numerics)
+{
+	static float w[72], wr[72], b[4], x[50];
+	static const char *const ops[] = {"Conv"};
+	numcase c;
+
+	fill(w, 72, 8);
+	fill(b, 4, 9);
+	fill(x, 50, 10);
+	/* channel axis 0 of [4,2,3,3]: view [4, 18, 1] grouped by axis index... i.e. one group per
+	 * output channel: outer 1, alen 4, inner 18, per-axis */
+	ref_fake_quant(w, wr, 1, 4, 18, 1, 0, 127);
+	memset(&c, 0, sizeof c);
+	c.fl = conv_model(w, b);
+	c.ref = conv_model(wr, b);
+	c.x = x;
+	c.rank = 4;
+	c.dims = (const int64_t[]){1, 2, 5, 5};
+	oq_opts_init(&c.o);
+	c.o.weight_only = 1;
+	c.o.op_types = ops;
+	c.o.n_op_types = 1;
+	c.min_sqnr = 30;
+	run_case(&c, NULL);
+	gen_free(c.fl);
+	gen_free(c.ref);
+}
+
+Test(qweight, include_exclude)
+{
+	static float w[K_MM * N_MM];
+	gen_model *g;
+	oq_model *m = NULL;
+	oq_opts o;
+	oq_diag d;
+	int changed = 0;
+	const char *const ex_op[] = {"MatMul"}, *const ex_w[] = {"W"},
+	                  *const inc_other[] = {"nope"}, *const inc_node[] = {"mm"};
+
+	fill(w, K_MM * N_MM, 11);
+	g = matmul_model(w);
+	oq_diag_init(&d);
+	oq_opts_init(&o);
+	o.weight_only = 1;
+	o.exclude = ex_op;
+	o.n_exclude = 1;
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_quantize_weight_only(m->graph, &o, &d, &changed), OQ_OK);
+	cr_expect_eq(changed, 0, "excluded by op type");
+	o.exclude = ex_w;
+	cr_assert_eq(oq_quantize_weight_only(m->graph, &o, &d, &changed), OQ_OK);
+	cr_expect_eq(changed, 0, "excluded by weight name");
+	o.exclude = NULL;
+	o.n_exclude = 0;
+	o.include = inc_other;
+	o.n_include = 1;
+	cr_assert_eq(oq_quantize_weight_only(m->graph, &o, &d, &changed), OQ_OK);
+	cr_expect_eq(changed, 0, "not included");
+	o.include = inc_node;
+	cr_assert_eq(oq_quantize_weight_only(m->graph, &o, &d, &changed), OQ_OK);
+	cr_expect_eq(changed, 1, "included by node name");
+	oq_model_free(m);
+	gen_free(g);
+}
+
+/* ------------------------------------------------------------------ ONNX Runtime */
+
+static const char ort_js[] =
+    "'use strict';\n"
+    "const fs = require('fs');\n"
+    "const ort = require('onnxruntime-node');\n"
+    "(async () => {\n"
+    "  const [model, inFile, outFile, m, k] = process.argv.slice(2);\n"
+    "  const b = fs.readFileSync(inFile);\n"
+    "  const x = new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length));\n"
+    "  const s = await ort.InferenceSession.create(model, {graphOptimizationLevel: 'basic',\n"
+    "    intraOpNumThreads: 1});\n"
+    "  const r = await s.run({x: new ort.Tensor('float32', x, [Number(m), Number(k)])});\n"
+    "  fs.writeFileSync(outFile, Buffer.from(r.y.data.buffer, r.y.data.byteOffset, "
+    "r.y.data.byteLength));\n"
+    "})().catch((e) => { console.error(e.message); process.exit(1); });\n";
+
+Test(qweight, onnxruntime_runs_int4_block32)
+{
+	static float w[K_MM * N_MM], x[M_MM * K_MM], yo[M_MM * N_MM];
+	const char *src = getenv("OQ_SOURCE_DIR");
+	char dir[] = "/tmp/oq_qweight_XXXXXX", p[4][600], cmd[3000], mods[600];
+	gen_model *g;
+	oq_model *m = NULL;
+	oq_opts o;
+	oq_diag d;
+	oq_rt y;
+	int changed = 0;
+	FILE *f;
+	double md = 0, mx = 0;
+
+	snprintf(mods, sizeof mods, "%s/.cache/ort/node_modules/onnxruntime-node", src ? src : ".");
+	if (access(mods, R_OK) != 0 || system("node --version > /dev/null 2>&1") != 0)
+		cr_skip_test("node or onnxruntime-node (%s) not available", mods);
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(p[0], sizeof p[0], "%s/m.onnx", dir);
+	snprintf(p[1], sizeof p[1], "%s/x.bin", dir);
+	snprintf(p[2], sizeof p[2], "%s/y.bin", dir);
+	snprintf(p[3], sizeof p[3], "%s/run.js", dir);
+	fill(w, K_MM * N_MM, 12);
+	fill(x, M_MM * K_MM, 13);
+	g = matmul_model(w);
+	oq_diag_init(&d);
+	oq_opts_init(&o);
+	o.weight_only = 1;
+	o.weight_type = OQ_DT_INT4;
+	o.granularity = OQ_GRAN_BLOCK;
+	o.block_size = 32;
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_quantize_weight_only(m->graph, &o, &d, &changed), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_model_save(m, p[0], NULL, NULL, &d), OQ_OK, "%s", d.msg);
+	run1(m, x, 2, (const int64_t[]){M_MM, K_MM}, &y);
+	f = fopen(p[1], "wb");
+	cr_assert_not_null(f);
+	cr_assert_eq(fwrite(x, sizeof x, 1, f), 1);
+	fclose(f);
+	f = fopen(p[3], "wb");
+	cr_assert_not_null(f);
+	cr_assert_eq(fwrite(ort_js, sizeof ort_js - 1, 1, f), 1);
+	fclose(f);
+	snprintf(cmd, sizeof cmd,
+	         "NODE_PATH='%s/.cache/ort/node_modules' node '%s' '%s' '%s' '%s' %d %d",
+	         src ? src : ".", p[3], p[0], p[1], p[2], M_MM, K_MM);
+	cr_assert_eq(system(cmd), 0, "%s failed", cmd);
+	f = fopen(p[2], "rb");
+	cr_assert_not_null(f);
+	cr_assert_eq(fread(yo, sizeof yo, 1, f), 1, "ORT output size");
+	fclose(f);
+	cr_assert_eq(y.nelem, (size_t)M_MM * N_MM);
+	for (size_t i = 0; i < y.nelem; i++) {
+		double r = oq_rt_get(&y, i);
+		md = fmax(md, fabs(r - yo[i]));
+		mx = fmax(mx, fabs(r));
+	}
+	cr_expect(md <= 1e-5 * mx, "ORT vs executor: max diff %g (max |y| %g)", md, mx);
+	{
+		/* and ORT really ran the 4-bit weights: its output is not the float model's */
+		oq_model *mf = NULL;
+		oq_rt yf;
+		double df = 0;
+		cr_assert_eq(gen_load(g, &mf, &d), OQ_OK, "%s", d.msg);
+		run1(mf, x, 2, (const int64_t[]){M_MM, K_MM}, &yf);
+		for (size_t i = 0; i < yf.nelem; i++)
+			df = fmax(df, fabs(oq_rt_get(&yf, i) - yo[i]));
+		cr_expect(df > 1e-3 * mx, "ORT output equals the float output (diff %g)", df);
+		oq_rt_release(&yf);
+		oq_model_free(mf);
+	}
+	cr_log_info("ORT vs executor on int4 block-32 MatMul: max diff %g, max |y| %g", md, mx);
+	oq_rt_release(&y);
+	oq_model_free(m);
+	gen_free(g);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", dir);
+}
+
+Test(qweight, per_tensor_weight_scalar_bias_scale)
+{
+	gen_model *g = gemm_model(21, GEN_VALS(0.25, -0.01));
+	oq_model *m = NULL;
+	oq_diag d;
+	oq_node *n, *bdq;
+	oq_wspec sp = spec(OQ_DT_INT8, -1, 0, 1, OQ_GRID_FULL);
+
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	n = node_named(m->graph, "gemm");
+	/* one scale max(1/127, 2/128) = 2^-6; bias scale 0.5 * 2^-6 = 2^-7:
+	 * 0.25 / 2^-7 = 32, -0.01 / 2^-7 = -1.28 -> -1 */
+	cr_assert_eq(oq_weight_insert_dq(m->graph, n, 1, 2, 0.5f, 1.0f, &sp, &d), OQ_OK, "%s",
+	             d.msg);
+	cr_expect_eq(n->inputs[1]->producer->inputs[1]->init->rank, 0);
+	cr_expect_null(oq_node_attr(n->inputs[1]->producer, "axis"));
+	bdq = n->inputs[2]->producer;
+	cr_assert_not_null(bdq);
+	cr_expect_null(oq_node_attr(bdq, "axis"));
+	cr_expect_eq(bdq->inputs[1]->init->rank, 0);
+	cr_expect_eq(sc_at(bdq->inputs[1]->init, 0), 0x1p-7f);
+	cr_expect_eq(oq_tensor_get_int(bdq->inputs[0]->init, 0), 32);
+	cr_expect_eq(oq_tensor_get_int(bdq->inputs[0]->init, 1), -1);
+	cr_assert_eq(oq_graph_toposort(m->graph, &d), OQ_OK);
+	expect_clean(m);
+	oq_model_free(m);
+	gen_free(g);
+}
+
+Test(qweight, external_data_weight_pages_released_and_reread)
+{
+	/* W lives in an external data file (mmapped, borrowed). MatMul's copy is quantized and W's
+	 * pages are released; the Add still reads the float W, which must come back intact. */
+	static float w[K_MM * N_MM], x[K_MM * N_MM];
+	char dir[] = "/tmp/oq_qwext_XXXXXX", path[600], cmd[700];
+	gen_model *g = gen_new(10);
+	Onnx__GraphProto *mg;
+	oq_model *m0 = NULL, *m = NULL;
+	oq_save_opts so;
+	oq_opts o;
+	oq_diag d;
+	oq_rt y0, y1;
+	oq_value *wv;
+	double *wd;
+	int changed = 0;
+	oq_exec *e = NULL;
+	oq_exec_opts eo = {1};
+	oq_rt in, out[2];
+
+	fill(w, K_MM * N_MM, 14);
+	fill(x, K_MM * N_MM, 15);
+	wd = to_d(w, K_MM * N_MM);
+	gen_opset(g, "", 21);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(K_MM, N_MM));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(K_MM, N_MM), wd);
+	gen_node(g, mg, "Add", "add", "x,W", "ya");
+	gen_output(g, mg, "ya", OQ_DT_FLOAT, GEN_SHAPE(K_MM, N_MM));
+	gen_node(g, mg, "Transpose", "t", "x", "xt");
+	gen_node(g, mg, "MatMul", "mm", "xt,W", "ym");
+	gen_output(g, mg, "ym", OQ_DT_FLOAT, GEN_SHAPE(N_MM, N_MM));
+	free(wd);
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof path, "%s/m.onnx", dir);
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m0, &d), OQ_OK, "%s", d.msg);
+	memset(&so, 0, sizeof so);
+	so.external_data = 1;
+	so.external_threshold = 64;
+	cr_assert_eq(oq_model_save(m0, path, &so, NULL, &d), OQ_OK, "%s", d.msg);
+	oq_model_free(m0);
+	cr_assert_eq(oq_model_load(path, &m, &d), OQ_OK, "%s", d.msg);
+	wv = oq_graph_find(m->graph, "W");
+	cr_assert(wv && wv->init && wv->init->external && !wv->init->owned,
+	          "W is borrowed external data");
+	oq_opts_init(&o);
+	o.weight_only = 1;
+	cr_assert_eq(oq_quantize_weight_only(m->graph, &o, &d, &changed), OQ_OK, "%s", d.msg);
+	cr_assert_eq(changed, 1);
+	cr_expect(has_init(m->graph, "W"), "Add still reads W");
+	/* the float W as the Add sees it after the release: x + W */
+	memset(&in, 0, sizeof in);
+	memset(out, 0, sizeof out);
+	cr_assert_eq(oq_exec_new(m, &eo, &e, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_rt_alloc(&in, OQ_DT_FLOAT, 2, (const int64_t[]){K_MM, N_MM}), OQ_OK);
+	memcpy(in.data, x, in.nbytes);
+	cr_assert_eq(oq_exec_run(e, &in, 1, out, 2, &d), OQ_OK, "%s", d.msg);
+	y0 = out[0];
+	y1 = out[1];
+	for (size_t i = 0; i < (size_t)K_MM * N_MM; i++)
+		cr_assert_eq((float)oq_rt_get(&y0, i), x[i] + w[i], "ya[%zu]", i);
+	cr_expect_eq(y1.nelem, (size_t)N_MM * N_MM);
+	oq_rt_release(&in);
+	oq_rt_release(&y0);
+	oq_rt_release(&y1);
+	oq_exec_free(e);
+	oq_model_free(m);
+	gen_free(g);
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", dir);
+}
