@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's first quick-start command: install the build dependencies
 # (Debian, as root), build onnxq, and run it on the bundled model
-# models/tiny_cnn.onnx: inspect, check, run (random input) and convert.
-# Quantization of the same model joins this script when it lands.
+# models/tiny_cnn.onnx: inspect it, quantize it to int8 (calibrated on
+# models/tiny_cnn_calib/, photo crops made by make_tiny_cnn_samples.py),
+# check the result and compare it with the float model on held-out samples.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -14,7 +15,9 @@ fi
 cmake -S . -B build >/dev/null
 make -C build -j"$(nproc)" onnxq >/dev/null
 set -x
+out=${TMPDIR:-/tmp}/tiny_cnn_int8.onnx
 build/onnxq inspect models/tiny_cnn.onnx
-build/onnxq check models/tiny_cnn.onnx
-build/onnxq run models/tiny_cnn.onnx --input image=random:1
-build/onnxq convert models/tiny_cnn.onnx -o "${TMPDIR:-/tmp}/tiny_cnn_copy.onnx"
+build/onnxq models/tiny_cnn.onnx -o "$out" --calib models/tiny_cnn_calib
+build/onnxq check "$out"
+build/onnxq inspect "$out"
+build/onnxq compare models/tiny_cnn.onnx "$out" --data models/tiny_cnn_test

@@ -3,14 +3,17 @@
  * the status to an exit code. No logic lives here.
  */
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
+#include "compare.h"
 #include "inspect.h"
 #include "onnx_io.h"
 #include "oq.h"
+#include "pipeline.h"
 #include "run.h"
 
 static const char usage_main[] =
@@ -19,8 +22,12 @@ static const char usage_main[] =
 	"Commands:\n"
 	"  inspect MODEL [--json]              summarise a model (I/O, ops, parameters, Q/DQ)\n"
 	"  check MODEL [--json]                validate a model's structure and Q/DQ nodes\n"
-	"  convert MODEL -o OUT [--external-data] [--external-threshold BYTES]\n"
-	"                                      load and save a model (no rewriting yet)\n"
+	"  quantize MODEL -o OUT (--calib DIR | --weight-only) [OPTIONS]\n"
+	"                                      quantize a float model (also `onnxq MODEL -o OUT ...`)\n"
+	"  compare REF TEST --data DIR [--json] [--min-sqnr DB] [--per-tensor]\n"
+	"                                      run two models and report SQNR per output\n"
+	"  convert MODEL -o OUT [--passes LIST] [--external-data] [--external-threshold BYTES]\n"
+	"                                      load, optionally rewrite, and save a model"
 	"  run MODEL (--data DIR | --input NAME=FILE ...) [--output-dir DIR] [--threads N] [--json]\n"
 	"                                      run a model on sample inputs with the CPU executor\n"
 	"\n"
@@ -51,15 +58,80 @@ static const char usage_check[] =
 	"  --json      {\"valid\": bool, \"problems\": [{where, rule, message}]} on stdout\n";
 
 static const char usage_convert[] =
-	"usage: onnxq convert MODEL -o OUT [--external-data] [--external-threshold BYTES]\n"
+	"usage: onnxq convert MODEL -o OUT [--passes LIST] [--no-PASS] [--dump-after PASS]\n"
+	"                     [--opset N] [--external-data] [--external-threshold BYTES]\n"
 	"\n"
-	"Loads MODEL and writes it to OUT. OUT is written to a temporary file and\n"
+	"Loads MODEL and writes it to OUT, running the rewrite passes named by\n"
+	"--passes first (none without it). OUT is written to a temporary file and\n"
 	"renamed, so it is untouched on failure. Models over 2 GB are written with\n"
 	"external data automatically.\n"
 	"\n"
 	"  -o, --output OUT            output model path (required)\n"
+	"  --passes LIST               comma-separated rewrites: cleanup, upgrade-opset,\n"
+	"                              fold-bn, fuse (run in that order)\n"
+	"  --no-PASS                   leave one pass out (e.g. --no-fuse)\n"
+	"  --dump-after PASS           print the graph after PASS to stderr\n"
+	"  --opset N                   target opset for upgrade-opset\n"
+	"  --verify                    check the model after every pass\n"
 	"  --external-data             store tensors of at least BYTES in OUT.data\n"
 	"  --external-threshold BYTES  size threshold for --external-data (default 1024)\n";
+
+static const char usage_quantize[] =
+	"usage: onnxq quantize MODEL -o OUT (--calib DIR | --weight-only) [OPTIONS]\n"
+	"       onnxq MODEL -o OUT ...          (the same)\n"
+	"\n"
+	"Rewrites (cleanup, upgrade-opset, fold-bn, fuse), calibrates activation\n"
+	"ranges (min/max) by running the samples through onnxq's executor, inserts\n"
+	"QuantizeLinear/DequantizeLinear and stores weights as integers. OUT is\n"
+	"untouched on failure.\n"
+	"\n"
+	"Data:\n"
+	"  --calib DIR             calibration samples: DIR/NNN.npy, DIR/NNN/<input>.npy or\n"
+	"                          input_K.npy, or DIR/test_data_set_N/input_K.pb\n"
+	"  --calib random:N[:SEED] N random samples (only for testing: not representative)\n"
+	"  --calib-limit N         use the first N samples\n"
+	"  --threads N             executor threads (default: all cores); output is identical\n"
+	"Quantization:\n"
+	"  --profile ort|trt       Q/DQ placement: ONNX Runtime's (default) or TensorRT's\n"
+	"  --weight-type T         int8 (default), uint8, int16, int4, uint4\n"
+	"  --act-type T            uint8 (default), int8, uint16, int16\n"
+	"  --granularity G         channel (default), tensor or block\n"
+	"  --block-size B          block size for --granularity block (default 32)\n"
+	"  --sym-grid narrow|full  symmetric weight grid: [-127,127] (default) or [-128,127]\n"
+	"  --weight-asymmetric     asymmetric weights\n"
+	"  --act-symmetric         symmetric activations\n"
+	"  --reduce-range          7-bit weights (older x86 integer kernels)\n"
+	"  --keep-activations      keep Relu/Clip after Conv/Gemm instead of folding them into Q\n"
+	"  --weight-only           quantize weights only (no calibration): DQ -> MatMul/Gemm\n"
+	"  --op-types A,B          op types whose weights --weight-only quantizes (default MatMul,Gemm)\n"
+	"  --include NAME|OP       quantize only these nodes / op types / tensors (repeatable)\n"
+	"  --exclude NAME|OP       leave these nodes / op types / tensors float (repeatable)\n"
+	"  --overrides FILE.json   per-tensor / per-node settings (see README)\n"
+	"  --opset N               target opset (default: the lowest the options need, >= 13)\n"
+	"Passes:\n"
+	"  --passes LIST           run only these passes (cleanup,upgrade-opset,fold-bn,fuse,quantize)\n"
+	"  --no-PASS               leave one pass out (e.g. --no-fold-bn)\n"
+	"  --dump-after PASS       print the graph after PASS to stderr\n"
+	"  --verify                check the model after every pass\n"
+	"Output:\n"
+	"  --external-data, --external-threshold BYTES   as for convert\n"
+	"  --quiet                 no summary\n"
+	"  --verbose               what each pass did and per-stage timings\n";
+
+static const char usage_compare[] =
+	"usage: onnxq compare REF TEST --data DIR [--json] [--min-sqnr DB] [--per-tensor]\n"
+	"                     [--top N] [--threads N]\n"
+	"\n"
+	"Runs both models on every sample of DIR (the `run` layouts) and reports per\n"
+	"output the SQNR in dB (10*log10(sum ref^2 / sum (ref-test)^2)), minimum and\n"
+	"mean over samples, the cosine similarity and the largest absolute error.\n"
+	"\n"
+	"  --data DIR      samples (required)\n"
+	"  --json          one JSON object on stdout\n"
+	"  --min-sqnr DB   exit 6 when an output's minimum SQNR is below DB (CI gate)\n"
+	"  --per-tensor    also compare intermediate tensors matched by name; list the worst\n"
+	"  --top N         how many tensors --per-tensor lists (default 10)\n"
+	"  --threads N     executor threads (default: all cores)\n";
 
 static const char usage_run[] =
 	"usage: onnxq run MODEL (--data DIR | --input NAME=FILE ...)\n"
@@ -193,54 +265,347 @@ static int cmd_check(int argc, char **argv)
 	return rc;
 }
 
-static int cmd_convert(int argc, char **argv)
+/* A positive decimal number in [lo, hi]; -1 when it is not one. */
+static long long parse_num(const char *s, long long lo, long long hi)
+{
+	char *end;
+	long long v;
+	if (*s < '0' || *s > '9')
+		return -1;
+	v = strtoll(s, &end, 10);
+	return (*end || v < lo || v > hi) ? -1 : v;
+}
+
+/* Quantized element type by name; 0 when unknown. */
+static int parse_qtype(const char *s)
+{
+	static const struct { const char *name; int dt; } t[] = {
+		{"int8", OQ_DT_INT8}, {"uint8", OQ_DT_UINT8}, {"int16", OQ_DT_INT16},
+		{"uint16", OQ_DT_UINT16}, {"int4", OQ_DT_INT4}, {"uint4", OQ_DT_UINT4},
+	};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+		if (!strcmp(s, t[i].name))
+			return t[i].dt;
+	return 0;
+}
+
+/* Splits "A,B,C" into a NULL-free list (pointers into a copy kept in *buf). */
+static int split_list(const char *s, char **buf, const char ***out, size_t *n)
+{
+	size_t cap = 1;
+	for (const char *p = s; *p; p++)
+		cap += *p == ',';
+	if (!(*buf = strdup(s)) || !(*out = calloc(cap, sizeof **out)))
+		return OQ_ENOMEM;
+	*n = 0;
+	for (char *tok = strtok(*buf, ","); tok; tok = strtok(NULL, ","))
+		(*out)[(*n)++] = tok;
+	return OQ_OK;
+}
+
+/*
+ * Options of quantize and convert. --no-PASS options are taken out of argv
+ * first (their names come from the pass table).
+ */
+typedef struct qargs {
+	oq_pipeline_opts p;
+	const char **lists[3];   /* include, exclude, no-PASS */
+	char *op_types_buf;
+	const char **op_types;
+} qargs;
+
+static void qargs_free(qargs *a)
+{
+	for (int i = 0; i < 3; i++)
+		free(a->lists[i]);
+	free(a->op_types_buf);
+	free(a->op_types);
+}
+
+enum {
+	O_CALIB = 256, O_CALIB_LIMIT, O_THREADS, O_PROFILE, O_WTYPE, O_ATYPE, O_GRAN, O_BLOCK, O_GRID,
+	O_WASYM, O_ASYM, O_REDUCE, O_KEEP, O_WONLY, O_OPTYPES, O_INCLUDE, O_EXCLUDE, O_OVERRIDES, O_OPSET,
+	O_PASSES, O_DUMP, O_VERIFY, O_EXT, O_EXT_T, O_QUIET, O_VERBOSE,
+};
+
+static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage, int quantize,
+		       qargs *a)
 {
 	static const struct option opts[] = {
 		{"output", required_argument, NULL, 'o'},
-		{"external-data", no_argument, NULL, 'e'},
-		{"external-threshold", required_argument, NULL, 't'},
+		{"calib", required_argument, NULL, O_CALIB},
+		{"calib-limit", required_argument, NULL, O_CALIB_LIMIT},
+		{"threads", required_argument, NULL, O_THREADS},
+		{"profile", required_argument, NULL, O_PROFILE},
+		{"weight-type", required_argument, NULL, O_WTYPE},
+		{"act-type", required_argument, NULL, O_ATYPE},
+		{"granularity", required_argument, NULL, O_GRAN},
+		{"block-size", required_argument, NULL, O_BLOCK},
+		{"sym-grid", required_argument, NULL, O_GRID},
+		{"weight-asymmetric", no_argument, NULL, O_WASYM},
+		{"act-symmetric", no_argument, NULL, O_ASYM},
+		{"reduce-range", no_argument, NULL, O_REDUCE},
+		{"keep-activations", no_argument, NULL, O_KEEP},
+		{"weight-only", no_argument, NULL, O_WONLY},
+		{"op-types", required_argument, NULL, O_OPTYPES},
+		{"include", required_argument, NULL, O_INCLUDE},
+		{"exclude", required_argument, NULL, O_EXCLUDE},
+		{"overrides", required_argument, NULL, O_OVERRIDES},
+		{"opset", required_argument, NULL, O_OPSET},
+		{"passes", required_argument, NULL, O_PASSES},
+		{"dump-after", required_argument, NULL, O_DUMP},
+		{"verify", no_argument, NULL, O_VERIFY},
+		{"external-data", no_argument, NULL, O_EXT},
+		{"external-threshold", required_argument, NULL, O_EXT_T},
+		{"quiet", no_argument, NULL, O_QUIET},
+		{"verbose", no_argument, NULL, O_VERBOSE},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	const char *out = NULL;
-	oq_save_opts so = {0};
-	oq_save_info info;
+	oq_pipeline_opts *p = &a->p;
+	size_t n_inc = 0, n_exc = 0, n_no = 0;
+	long long v;
+	int c, nargs = 0;
+
+	memset(a, 0, sizeof *a);
+	oq_opts_init(&p->q);
+	p->log = stderr;
+	p->rewrite_only = !quantize;
+	for (int i = 0; i < 3; i++)
+		if (!(a->lists[i] = calloc((size_t)argc, sizeof(char *))))
+			return OQ_EXIT_NOMEM;
+	/* --no-PASS: take them out of argv before getopt sees them */
+	for (int i = 1; i < argc; i++) {
+		if (strncmp(argv[i], "--no-", 5) == 0) {
+			if (!oq_pass_find(argv[i] + 5))
+				return usage_error(cmd, "unknown --no-PASS option (passes: cleanup, upgrade-opset, "
+							"fold-bn, fuse, quantize)");
+			a->lists[2][n_no++] = argv[i] + 5;
+			memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof *argv);
+			argc--;
+			i--;
+		}
+	}
+	p->run.disabled = a->lists[2];
+	p->run.n_disabled = n_no;
+#ifndef NDEBUG
+	p->run.verify = 1; /* debug builds check the model after every pass */
+#endif
+	if (getenv("ONNXQ_VERIFY") && strcmp(getenv("ONNXQ_VERIFY"), "0") != 0)
+		p->run.verify = 1;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+		if (!quantize && c != 'o' && c != 'h' && c != O_OPSET && c != O_PASSES && c != O_DUMP &&
+		    c != O_VERIFY && c != O_EXT && c != O_EXT_T && c != O_QUIET && c != O_VERBOSE)
+			return usage_error(cmd, "option only valid for quantize");
+		switch (c) {
+		case 'o': p->out_path = optarg; break;
+		case O_CALIB: p->calib.source = optarg; break;
+		case O_CALIB_LIMIT:
+			if ((v = parse_num(optarg, 1, (long long)1 << 40)) < 0)
+				return usage_error(cmd, "--calib-limit needs a positive number");
+			p->calib.limit = (size_t)v;
+			break;
+		case O_THREADS:
+			if ((v = parse_num(optarg, 1, 1024)) < 0)
+				return usage_error(cmd, "--threads needs a number from 1 to 1024");
+			p->calib.threads = (int)v;
+			break;
+		case O_PROFILE:
+			if (!strcmp(optarg, "ort"))
+				p->q.profile = OQ_PROFILE_ORT;
+			else if (!strcmp(optarg, "trt"))
+				p->q.profile = OQ_PROFILE_TRT;
+			else
+				return usage_error(cmd, "--profile is ort or trt");
+			break;
+		case O_WTYPE:
+			if (!(p->q.weight_type = parse_qtype(optarg)) || p->q.weight_type == OQ_DT_UINT16)
+				return usage_error(cmd, "--weight-type is int8, uint8, int16, int4 or uint4");
+			break;
+		case O_ATYPE: {
+			int t = parse_qtype(optarg);
+			if (t != OQ_DT_INT8 && t != OQ_DT_UINT8 && t != OQ_DT_INT16 && t != OQ_DT_UINT16)
+				return usage_error(cmd, "--act-type is uint8, int8, uint16 or int16");
+			p->q.act_type = t;
+			break;
+		}
+		case O_GRAN:
+			if (!strcmp(optarg, "tensor"))
+				p->q.granularity = OQ_GRAN_TENSOR;
+			else if (!strcmp(optarg, "channel"))
+				p->q.granularity = OQ_GRAN_CHANNEL;
+			else if (!strcmp(optarg, "block"))
+				p->q.granularity = OQ_GRAN_BLOCK;
+			else
+				return usage_error(cmd, "--granularity is tensor, channel or block");
+			break;
+		case O_BLOCK:
+			if ((v = parse_num(optarg, 2, (long long)1 << 30)) < 0)
+				return usage_error(cmd, "--block-size needs a number >= 2");
+			p->q.block_size = v;
+			break;
+		case O_GRID:
+			if (!strcmp(optarg, "narrow"))
+				p->q.sym_grid = OQ_GRID_NARROW;
+			else if (!strcmp(optarg, "full"))
+				p->q.sym_grid = OQ_GRID_FULL;
+			else
+				return usage_error(cmd, "--sym-grid is narrow or full");
+			break;
+		case O_WASYM: p->q.weight_asym = 1; break;
+		case O_ASYM: p->q.act_sym = 1; break;
+		case O_REDUCE: p->q.reduce_range = 1; break;
+		case O_KEEP: p->q.keep_activations = 1; break;
+		case O_WONLY: p->q.weight_only = 1; break;
+		case O_OPTYPES:
+			free(a->op_types_buf);
+			free(a->op_types);
+			if (split_list(optarg, &a->op_types_buf, &a->op_types, &p->q.n_op_types))
+				return OQ_EXIT_NOMEM;
+			p->q.op_types = a->op_types;
+			break;
+		case O_INCLUDE: a->lists[0][n_inc++] = optarg; break;
+		case O_EXCLUDE: a->lists[1][n_exc++] = optarg; break;
+		case O_OVERRIDES: p->overrides_path = optarg; break;
+		case O_OPSET:
+			if ((v = parse_num(optarg, 10, 1000)) < 0)
+				return usage_error(cmd, "--opset needs a number >= 10");
+			p->q.opset = v;
+			break;
+		case O_PASSES:
+			p->run.list = optarg;
+			if (!quantize)
+				p->rewrite_only = 1;
+			break;
+		case O_DUMP: p->run.dump_after = optarg; break;
+		case O_VERIFY: p->run.verify = 1; break;
+		case O_EXT: p->save.external_data = 1; break;
+		case O_EXT_T:
+			if ((v = parse_num(optarg, 1, LLONG_MAX)) < 0)
+				return usage_error(cmd, "--external-threshold needs a positive number of bytes");
+			p->save.external_threshold = (size_t)v;
+			break;
+		case O_QUIET: p->quiet = 1; break;
+		case O_VERBOSE: p->verbose = 1; break;
+		case 'h': fputs(usage, stdout); return -1;
+		default: return usage_error(cmd, "unknown option");
+		}
+	}
+	if (!quantize && !p->run.list)
+		p->run.list = ""; /* convert: no rewrites unless --passes names them */
+	p->q.include = a->lists[0];
+	p->q.n_include = n_inc;
+	p->q.exclude = a->lists[1];
+	p->q.n_exclude = n_exc;
+	nargs = argc - optind;
+	if (nargs != 1)
+		return usage_error(cmd, nargs < 1 ? "missing MODEL" : "too many arguments");
+	p->in_path = argv[optind];
+	if (!p->out_path)
+		return usage_error(cmd, "missing -o OUT");
+	if (p->q.block_size && p->q.granularity != OQ_GRAN_BLOCK)
+		return usage_error(cmd, "--block-size needs --granularity block");
+	if (p->q.weight_only && p->calib.source)
+		return usage_error(cmd, "--weight-only needs no --calib (weights are not calibrated)");
+	if (p->q.op_types && !p->q.weight_only)
+		return usage_error(cmd, "--op-types applies to --weight-only");
+	if (p->q.profile == OQ_PROFILE_TRT && (p->q.act_type != OQ_DT_UINT8 || p->q.act_sym))
+		return usage_error(cmd, "--profile trt fixes activations to symmetric int8; drop --act-type/--act-symmetric");
+	if (p->q.profile == OQ_PROFILE_TRT)
+		p->q.act_type = OQ_DT_INT8, p->q.act_sym = 1;
+	return 0;
+}
+
+static int cmd_pipeline(int argc, char **argv, const char *cmd, const char *usage, int quantize)
+{
+	qargs a;
 	oq_diag d;
-	oq_model *m;
+	int rc = parse_qargs(argc, argv, cmd, usage, quantize, &a);
+
+	if (rc) {
+		qargs_free(&a);
+		return rc < 0 ? 0 : rc;
+	}
+	oq_diag_init(&d);
+	rc = oq_pipeline_run(&a.p, &d);
+	qargs_free(&a);
+	return rc ? fail(&d, rc) : 0;
+}
+
+static int cmd_convert(int argc, char **argv)
+{
+	return cmd_pipeline(argc, argv, "convert", usage_convert, 0);
+}
+
+static int cmd_quantize(int argc, char **argv)
+{
+	return cmd_pipeline(argc, argv, "quantize", usage_quantize, 1);
+}
+
+static int cmd_compare(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"data", required_argument, NULL, 'd'},
+		{"json", no_argument, NULL, 'j'},
+		{"min-sqnr", required_argument, NULL, 'm'},
+		{"per-tensor", no_argument, NULL, 'p'},
+		{"top", required_argument, NULL, 'n'},
+		{"threads", required_argument, NULL, 't'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	oq_compare_opts co = {0};
+	oq_model *ref = NULL, *test = NULL;
+	oq_diag d;
+	long long v;
 	int c, rc;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
-		case 'o': out = optarg; break;
-		case 'e': so.external_data = 1; break;
-		case 't': {
+		case 'd': co.data_dir = optarg; break;
+		case 'j': co.json = 1; break;
+		case 'p': co.per_tensor = 1; break;
+		case 'm': {
 			char *end;
-			unsigned long long v = strtoull(optarg, &end, 10);
-			if (*optarg < '0' || *optarg > '9' || *end || v == 0)
-				return usage_error("convert", "--external-threshold needs a positive number of bytes");
-			so.external_threshold = (size_t)v;
+			co.min_sqnr = strtod(optarg, &end);
+			if (end == optarg || *end)
+				return usage_error("compare", "--min-sqnr needs a number of dB");
+			co.has_min_sqnr = 1;
 			break;
 		}
-		case 'h': fputs(usage_convert, stdout); return 0;
-		default: return usage_error("convert", "unknown option");
+		case 'n':
+			if ((v = parse_num(optarg, 1, 1000000)) < 0)
+				return usage_error("compare", "--top needs a positive number");
+			co.top = (size_t)v;
+			break;
+		case 't':
+			if ((v = parse_num(optarg, 1, 1024)) < 0)
+				return usage_error("compare", "--threads needs a number from 1 to 1024");
+			co.threads = (int)v;
+			break;
+		case 'h': fputs(usage_compare, stdout); return 0;
+		default: return usage_error("compare", "unknown option");
 		}
 	}
-	if (optind != argc - 1)
-		return usage_error("convert", optind >= argc ? "missing MODEL" : "too many arguments");
-	if (!out)
-		return usage_error("convert", "missing -o OUT");
+	if (argc - optind != 2)
+		return usage_error("compare", argc - optind < 2 ? "needs REF and TEST models" : "too many arguments");
+	if (!co.data_dir)
+		return usage_error("compare", "missing --data DIR");
+	co.ref_path = argv[optind];
+	co.test_path = argv[optind + 1];
 	oq_diag_init(&d);
-	if ((rc = oq_model_load(argv[optind], &m, &d)))
+	if ((rc = oq_model_load(co.ref_path, &ref, &d)) || (rc = oq_model_load(co.test_path, &test, &d))) {
+		oq_model_free(ref);
 		return fail(&d, rc);
-	rc = oq_model_save(m, out, &so, &info, &d);
-	oq_model_free(m);
-	if (rc)
-		return fail(&d, rc);
-	if (info.auto_external)
-		fprintf(stderr, "onnxq: convert: model is over 2 GB: wrote %zu tensors to %s.data\n",
-			info.n_external, out);
-	return 0;
+	}
+	rc = oq_compare(ref, test, &co, stdout, &d);
+	oq_model_free(ref);
+	oq_model_free(test);
+	if (fflush(stdout) != 0 && !rc)
+		return OQ_EXIT_IO;
+	return rc ? fail(&d, rc) : 0;
 }
 
 static int cmd_run(int argc, char **argv)
@@ -329,11 +694,15 @@ int main(int argc, char **argv)
 		return cmd_convert(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "run"))
 		return cmd_run(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "quantize"))
+		return cmd_quantize(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "compare"))
+		return cmd_compare(argc - 1, argv + 1);
 	if (argv[1][0] == '-')
 		return usage_error(NULL, "unknown option before the command");
-	fprintf(stderr,
-		"onnxq: unknown command '%s'; quantization (`onnxq MODEL -o OUT --calib DIR`) is not in "
-		"this version yet: see `onnxq --help`\n",
-		argv[1]);
+	/* `onnxq MODEL -o OUT ...` is `onnxq quantize MODEL -o OUT ...` */
+	if (strchr(argv[1], '.') || strchr(argv[1], '/'))
+		return cmd_quantize(argc, argv);
+	fprintf(stderr, "onnxq: unknown command '%s' (see `onnxq --help`)\n", argv[1]);
 	return OQ_EXIT_USAGE;
 }

@@ -18,8 +18,11 @@
  * -999 and NaN as null.
  *
  * --per-tensor: intermediate tensors are matched by name (a quantized
- * model keeps the float names on the Q inputs / producer outputs; its DQ
- * outputs have new names and do not match). While REF runs, an observer
+ * model keeps the float names on the Q inputs / producer outputs). When
+ * TEST's value of that name goes through QuantizeLinear -> DequantizeLinear,
+ * the DQ output is compared: that is what TEST's consumers see (and with a
+ * Relu folded into the Q, the named value itself is the pre-activation
+ * sum). While REF runs, an observer
  * copies each float main-graph node output whose name is also produced by a
  * node of TEST's main graph; while TEST runs, its observer accumulates
  * sum r^2 and sum (r-t)^2 against the copy (skipped when the shapes
@@ -220,6 +223,30 @@ static int observe_test(void *ctx, const oq_value *v, const oq_rt *t)
 	return 0;
 }
 
+/*
+ * What TEST's consumers actually see of value w: when w only passes through
+ * QuantizeLinear -> DequantizeLinear (a quantized model), the DQ output;
+ * otherwise w itself. Without this, a tensor whose Relu was folded into its
+ * Q would be compared before the Q's clamping.
+ */
+static const oq_value *seen_value(const oq_value *w)
+{
+	for (size_t i = 0; i < w->n_uses; i++) {
+		const oq_node *q = w->uses[i].node;
+		const oq_value *qo;
+		if (w->uses[i].index != 0 || strcmp(q->op_type, "QuantizeLinear") || q->domain[0] ||
+		    q->n_outputs < 1 || !(qo = q->outputs[0]))
+			continue;
+		for (size_t k = 0; k < qo->n_uses; k++) {
+			const oq_node *dq = qo->uses[k].node;
+			if (qo->uses[k].index == 0 && !strcmp(dq->op_type, "DequantizeLinear") &&
+			    !dq->domain[0] && dq->n_outputs >= 1 && dq->outputs[0])
+				return dq->outputs[0];
+		}
+	}
+	return w;
+}
+
 /* Names produced by float node outputs of REF's main graph that TEST's main graph also produces. */
 static int match_tensors(const oq_graph *rg, const oq_graph *tg, ptctx *c, oq_diag *d)
 {
@@ -247,6 +274,9 @@ static int match_tensors(const oq_graph *rg, const oq_graph *tg, ptctx *c, oq_di
 			if (!w || !w->producer || c->tmap[w->index] >= 0 ||
 			    (w->type.kind == OQ_TYPE_TENSOR && w->type.dtype &&
 			     !is_float_dt(w->type.dtype)))
+				continue;
+			w = seen_value(w);
+			if (c->tmap[w->index] >= 0)
 				continue;
 			if (oq_grow(&c->m, &cap, c->n + 1, sizeof *c->m))
 				return oq_err(d, OQ_ENOMEM, "compare: out of memory");

@@ -17,6 +17,7 @@ typedef struct oq_pipeline_opts {
 	oq_pass_run run;         /* pass selection, verify, dump */
 	oq_calib_opts calib;     /* calib.source NULL: no calibration (weight-only or rewrite-only) */
 	oq_save_opts save;
+	const char *overrides_path; /* --overrides FILE.json, or NULL */
 	int rewrite_only;        /* `convert --passes`: no quantize pass, no calibration */
 	int quiet, verbose;
 	FILE *log;               /* summary / warnings / timings (stderr) */

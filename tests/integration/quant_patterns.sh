@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# quant_patterns.sh - the quantize pass's Q/DQ layouts judged by ONNX Runtime.
+#
+# tests/tools/quant_tool writes six small float models, one per placement
+# pattern (Conv/Relu/MaxPool/Reshape/Gemm/Softmax; two Conv branches with a
+# Clip(0,6) into Add/GlobalAveragePool/Flatten; a tensor with three
+# consumers and two graph outputs; MatMul + bias + LeakyRelu + Gemm(beta);
+# ConvTranspose/Relu/Resize/Slice/Pad/AveragePool; HardSigmoid/Mul/Split/
+# Concat/Gather). Each is quantized with several option sets (default ORT
+# layout, --profile trt, int8 symmetric activations, --keep-activations,
+# per-tensor weights, blocked weights, int16 activations, hand ranges from
+# an --overrides file) and for each result:
+#   - `onnxq check` reports no problem;
+#   - ONNX Runtime (onnxruntime-node, graphOptimizationLevel 'basic') loads
+#     and runs it on a random input, and its outputs agree with onnxq's
+#     executor: max|onnxq - ort| / max|ort| <= 1e-3 (run_ort.js compare).
+# usage: quant_patterns.sh [ONNXQ]   Closing line: "N passed, N failed".
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+onnxq=${1:-$root/build/onnxq}
+build=$(dirname "$onnxq")
+tool=$build/tests/quant_tool
+cache=${OQ_CACHE:-$root/.cache}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); echo "ok    $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL  $1"; [ -s "$tmp/err" ] && sed 's/^/      /' "$tmp/err" | head -5; }
+
+if [ ! -x "$onnxq" ] || [ ! -x "$tool" ]; then
+	echo "quant_patterns: $onnxq or $tool not built"; echo "0 passed, 1 failed"; exit 1
+fi
+if [ ! -d "$cache/ort/node_modules/onnxruntime-node" ]; then
+	echo "quant_patterns: ORT missing (run tests/integration/fetch.sh)"; echo "0 passed, 1 failed"; exit 1
+fi
+export OQ_CACHE=$cache
+"$tool" write "$tmp" || { echo "quant_patterns: quant_tool failed"; echo "0 passed, 1 failed"; exit 1; }
+
+# hand ranges for the cnn model (every activation the ORT layout quantizes)
+cat >"$tmp/cnn_ranges.json" <<'JSON'
+{"tensors": {"x": {"range": [0, 1]}, "r": {"range": [0, 3]}, "p": {"range": [0, 3]},
+             "f": {"range": [0, 3]}, "logits": {"range": [-4, 4]}},
+ "nodes": {"fc": {"granularity": "tensor"}}}
+JSON
+
+configs=(
+	"default|"
+	"trt|--profile trt"
+	"int8sym|--act-type int8 --act-symmetric"
+	"keepact|--keep-activations"
+	"tensor|--granularity tensor"
+	"block|--granularity block --block-size 2"
+	"int16|--act-type int16"
+)
+
+"$tool" list >"$tmp/list"
+while read -r name dims; do
+	node "$here/run_ort.js" random "$dims" 7 "$tmp/$name.in.npy" >/dev/null 2>&1 ||
+		{ bad "$name: random input"; continue; }
+	cfgs=("${configs[@]}")
+	[ "$name" = cnn ] && cfgs+=("overrides|--overrides $tmp/cnn_ranges.json")
+	for cfg in "${cfgs[@]}"; do
+		tag=${cfg%%|*}
+		opts=${cfg#*|}
+		q=$tmp/$name.$tag.onnx
+		: >"$tmp/err"
+		# shellcheck disable=SC2086
+		if ! "$onnxq" quantize "$tmp/$name.onnx" -o "$q" --calib random:8:3 --verify --quiet $opts \
+			>"$tmp/err" 2>&1; then
+			bad "$name/$tag: quantize"
+			continue
+		fi
+		if ! grep -q '"QuantizeLinear"\|QuantizeLinear' <("$onnxq" inspect "$q" 2>&1); then
+			echo "no QuantizeLinear in $q" >"$tmp/err"
+			bad "$name/$tag: has Q/DQ"
+			continue
+		fi
+		if "$onnxq" check "$q" >"$tmp/err" 2>&1; then ok "$name/$tag: check"; else bad "$name/$tag: check"; fi
+		rm -rf "$tmp/oq" "$tmp/ort"
+		if ! "$onnxq" run "$q" --input "x=$tmp/$name.in.npy" --output-dir "$tmp/oq" >"$tmp/err" 2>&1; then
+			bad "$name/$tag: onnxq run"
+			continue
+		fi
+		if ! node "$here/quant_patterns.js" "$q" "$tmp/ort" "x=$tmp/$name.in.npy" >"$tmp/err" 2>&1; then
+			bad "$name/$tag: ORT loads and runs it"
+			continue
+		fi
+		if node "$here/run_ort.js" compare "$tmp/oq" "$tmp/ort" 1e-3 >"$tmp/err" 2>&1; then
+			ok "$name/$tag: onnxq == ORT ($(grep -o 'max[^,]*' "$tmp/err" | head -1))"
+		else
+			bad "$name/$tag: onnxq == ORT"
+		fi
+	done
+done <"$tmp/list"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# quantize_cli.sh - `onnxq quantize` / `convert --passes` / `compare` from the
+# command line, on the bundled models/tiny_cnn.onnx and its sample folders
+# (models/tiny_cnn_calib, models/tiny_cnn_test: photo crops):
+#   - the default form `onnxq MODEL -o OUT --calib DIR` writes a model that
+#     `check` accepts, with QuantizeLinear/DequantizeLinear and int8 weights,
+#     and that ONNX Runtime runs with the same outputs as onnxq's executor;
+#   - byte-identical output for --threads 1 and 2 and for a second run;
+#   - compare: identical models -> exit 0, --min-sqnr above the measured
+#     SQNR -> exit 6 (the documented check-failed code);
+#   - convert --passes cleanup,fold-bn removes BatchNormalization and keeps
+#     the outputs (compare SQNR >= 100 dB, i.e. relative error ~1e-5);
+#   - errors: missing --calib, bad option values, unknown pass, a sample with
+#     the wrong shape, a missing or corrupt model: documented exit code, one
+#     line naming the problem, and a pre-existing output file untouched.
+# usage: tests/integration/quantize_cli.sh [ONNXQ]   Closing line: "N passed, N failed".
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+onnxq=${1:-$root/build/onnxq}
+model=$root/models/tiny_cnn.onnx
+calib=$root/models/tiny_cnn_calib
+held=$root/models/tiny_cnn_test
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+
+ok() { pass=$((pass + 1)); echo "ok    $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL  $1"; }
+
+# expect_exit CODE NAME CMD...: runs CMD, checks its exit code, keeps stderr in $tmp/err
+expect_exit() {
+	local want=$1 name=$2
+	shift 2
+	"$@" >"$tmp/out" 2>"$tmp/err"
+	local got=$?
+	if [ "$got" -eq "$want" ]; then ok "$name (exit $got)"; else
+		bad "$name: exit $got, expected $want: $(head -c 300 "$tmp/err")"
+	fi
+}
+
+# expect_msg NAME PATTERN: the last command's stderr is one line matching PATTERN
+expect_msg() {
+	if [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -qE -- "$2" "$tmp/err"; then ok "$1 message"; else
+		bad "$1 message: $(head -c 300 "$tmp/err")"
+	fi
+}
+
+if [ ! -x "$onnxq" ]; then echo "quantize_cli: $onnxq not found" >&2; echo "0 passed, 1 failed"; exit 1; fi
+
+# --- the main job
+q=$tmp/q.onnx
+expect_exit 0 "quantize (default form)" "$onnxq" "$model" -o "$q" --calib "$calib" --threads 1
+expect_exit 0 "check quantized" "$onnxq" check "$q"
+"$onnxq" inspect --json "$q" >"$tmp/insp.json" 2>/dev/null
+if grep -q '"QuantizeLinear"' "$tmp/insp.json" && grep -q '"DequantizeLinear"' "$tmp/insp.json" &&
+	! grep -q '"BatchNormalization"' "$tmp/insp.json"; then ok "Q/DQ present, BN folded"; else
+	bad "Q/DQ present, BN folded: $(head -c 400 "$tmp/insp.json")"
+fi
+if grep -q '"int8"' "$tmp/insp.json"; then ok "int8 weights"; else bad "int8 weights"; fi
+
+expect_exit 0 "quantize --threads 2" "$onnxq" quantize "$model" -o "$tmp/q2.onnx" --calib "$calib" --threads 2 --quiet
+if cmp -s "$q" "$tmp/q2.onnx"; then ok "threads 1 vs 2 byte-identical"; else bad "threads 1 vs 2 byte-identical"; fi
+"$onnxq" quantize "$model" -o "$tmp/q3.onnx" --calib "$calib" --threads 1 --quiet 2>/dev/null
+if cmp -s "$q" "$tmp/q3.onnx"; then ok "second run byte-identical"; else bad "second run byte-identical"; fi
+
+# --- compare
+expect_exit 0 "compare identical" "$onnxq" compare "$model" "$model" --data "$held" --json
+expect_exit 0 "compare quantized" "$onnxq" compare "$model" "$q" --data "$held" --json
+cp "$tmp/out" "$tmp/cmp.json"
+sqnr=$(sed -n 's/.*"sqnr_min_db": *\([-0-9.e+]*\).*/\1/p' "$tmp/cmp.json" | head -1)
+echo "      tiny_cnn int8 SQNR (held-out, min over samples): ${sqnr:-?} dB"
+# A smoke floor, not an accuracy target (random weights, 4 held-out crops; the real-model floors are
+# in quant_accuracy.sh): a wrong scale, axis or zero point drives the SQNR below 10 dB.
+if [ -n "$sqnr" ] && awk -v s="$sqnr" 'BEGIN { exit !(s >= 15) }'; then ok "tiny_cnn SQNR >= 15 dB"; else
+	bad "tiny_cnn SQNR >= 15 dB (got ${sqnr:-none}): $(head -c 300 "$tmp/cmp.json")"
+fi
+expect_exit 6 "compare --min-sqnr 200" "$onnxq" compare "$model" "$q" --data "$held" --min-sqnr 200
+
+# --- ONNX Runtime runs the quantized model like onnxq's executor
+if cache=$("$here/fetch.sh" 2>/dev/null | tail -n 1) && [ -d "$cache/ort/node_modules/onnxruntime-node" ]; then
+	export OQ_CACHE=$cache
+	mkdir -p "$tmp/ort" "$tmp/oq"
+	if "$onnxq" run "$q" --input "image=$held/000.npy" --output-dir "$tmp/oq" >/dev/null 2>&1 &&
+		node "$here/run_ort.js" run "$q" "$tmp/ort" "image=$held/000.npy" >/dev/null 2>"$tmp/err" &&
+		node "$here/run_ort.js" compare "$tmp/oq" "$tmp/ort" 1e-3 >"$tmp/out" 2>&1; then
+		ok "ORT runs the quantized model, agrees with onnxq run (1e-3)"
+	else
+		bad "ORT vs onnxq on the quantized model: $(head -c 400 "$tmp/err") $(head -c 400 "$tmp/out")"
+	fi
+else
+	bad "ORT unavailable (fetch.sh failed)"
+fi
+
+# --- rewrites only
+expect_exit 0 "convert --passes cleanup,fold-bn" "$onnxq" convert "$model" -o "$tmp/f.onnx" --passes cleanup,fold-bn
+if "$onnxq" inspect "$tmp/f.onnx" | grep -q BatchNormalization; then bad "fold-bn removed BN"; else ok "fold-bn removed BN"; fi
+expect_exit 0 "folded model within 100 dB" "$onnxq" compare "$model" "$tmp/f.onnx" --data "$held" --min-sqnr 100
+expect_exit 0 "convert without --passes" "$onnxq" convert "$model" -o "$tmp/c.onnx"
+if "$onnxq" inspect "$tmp/c.onnx" | grep -q BatchNormalization; then ok "plain convert rewrites nothing"; else
+	bad "plain convert rewrites nothing"
+fi
+"$onnxq" convert "$model" -o "$tmp/d.onnx" --passes cleanup,fold-bn,fuse --dump-after fuse >/dev/null 2>"$tmp/err"
+if grep -q "^# after fuse" "$tmp/err" && grep -q "Conv" "$tmp/err"; then ok "--dump-after fuse"; else bad "--dump-after fuse"; fi
+
+# --- weight-only needs no data
+expect_exit 0 "weight-only" "$onnxq" quantize "$model" -o "$tmp/w.onnx" --weight-only --op-types Conv,Gemm --quiet
+expect_exit 0 "check weight-only" "$onnxq" check "$tmp/w.onnx"
+
+# --- errors: exit code, one line, output untouched
+keep=$tmp/keep.onnx
+echo "previous content" >"$keep"
+untouched() { if [ "$(cat "$keep")" = "previous content" ]; then ok "$1: output untouched"; else bad "$1: output changed"; fi; }
+
+expect_exit 1 "missing --calib" "$onnxq" quantize "$model" -o "$keep"
+expect_msg "missing --calib" "calib.*weight-only"
+untouched "missing --calib"
+expect_exit 1 "bad --weight-type" "$onnxq" quantize "$model" -o "$keep" --calib "$calib" --weight-type int7
+untouched "bad --weight-type"
+expect_exit 1 "unknown pass" "$onnxq" quantize "$model" -o "$keep" --calib "$calib" --passes cleanup,foo
+expect_msg "unknown pass" "unknown pass 'foo'"
+expect_exit 1 "unknown --no-PASS" "$onnxq" quantize "$model" -o "$keep" --calib "$calib" --no-foo
+expect_exit 1 "--block-size without block" "$onnxq" quantize "$model" -o "$keep" --calib "$calib" --block-size 32
+mkdir -p "$tmp/badcal"
+cp "$calib/000.npy" "$tmp/badcal/000.npy"
+/usr/bin/python3 -c "import numpy as np; np.save('$tmp/badcal/001.npy', np.zeros((1,3,16,16),np.float32))" 2>/dev/null ||
+	cp "$root/models/tiny_cnn.onnx" "$tmp/badcal/001.npy"
+expect_exit 2 "wrong-shape sample" "$onnxq" quantize "$model" -o "$keep" --calib "$tmp/badcal"
+expect_msg "wrong-shape sample" "001.npy"
+untouched "wrong-shape sample"
+mkdir -p "$tmp/empty"
+expect_exit 2 "empty calibration folder" "$onnxq" quantize "$model" -o "$keep" --calib "$tmp/empty"
+untouched "empty calibration folder"
+expect_exit 4 "missing model" "$onnxq" quantize "$tmp/nope.onnx" -o "$keep" --calib "$calib"
+head -c 3000 "$model" >"$tmp/trunc.onnx"
+expect_exit 2 "truncated model" "$onnxq" quantize "$tmp/trunc.onnx" -o "$keep" --calib "$calib"
+expect_msg "truncated model" "trunc.onnx"
+untouched "truncated model"
+expect_exit 1 "compare without --data" "$onnxq" compare "$model" "$q"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
