@@ -15,6 +15,8 @@
  *   dangling-input  a node input nothing defines
  *   graph-output    a graph output nothing defines
  *   op-type         a node with an empty op_type
+ *   node-name       two nodes of one graph share a non-empty name (not a
+ *                   spec rule, but ONNX Runtime refuses such models)
  *   opset-import    a node domain without an opset_import entry
  *   attr-type, attr-undefined, attr-duplicate
  *                   attribute types against a table of common ops
@@ -1046,11 +1048,45 @@ static void check_values(ck *c, const oq_graph *g)
 	}
 }
 
+static int cmp_node_name(const void *a, const void *b)
+{
+	const oq_node *x = *(const oq_node *const *)a, *y = *(const oq_node *const *)b;
+	int r = strcmp(x->name, y->name);
+	return r ? r : (x->index > y->index) - (x->index < y->index);
+}
+
+/* Two nodes of one graph with the same non-empty name (ONNX Runtime refuses to load them). */
+static void check_node_names(ck *c, const oq_graph *g)
+{
+	char where[600];
+	const oq_node **v;
+
+	if (g->n_nodes < 2)
+		return;
+	if (!(v = malloc(g->n_nodes * sizeof *v))) {
+		c->rc = OQ_ENOMEM;
+		return;
+	}
+	for (size_t i = 0; i < g->n_nodes; i++)
+		v[i] = g->nodes[i];
+	qsort(v, g->n_nodes, sizeof *v, cmp_node_name);
+	for (size_t i = 1; i < g->n_nodes; i++)
+		if (v[i]->name[0] && strcmp(v[i]->name, v[i - 1]->name) == 0 &&
+		    (i < 2 || strcmp(v[i]->name, v[i - 2]->name) != 0)) {
+			node_where(v[i], where, sizeof where);
+			report(c, where, "node-name",
+			       "another node of this graph has the same name; ONNX Runtime refuses such "
+			       "models: rename one");
+		}
+	free(v);
+}
+
 static void check_graph(ck *c, const oq_graph *g)
 {
 	char where[600];
 
 	check_values(c, g);
+	check_node_names(c, g);
 	for (size_t i = 0; i < g->n_inputs && !c->rc; i++)
 		for (size_t j = 0; j < i; j++)
 			if (g->inputs[j] == g->inputs[i]) {

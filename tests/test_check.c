@@ -98,6 +98,24 @@ Test(check, topo_order)
 	expect_valid(g);
 }
 
+/* ONNX Runtime refuses two nodes with one name ("two nodes with same node name"); empty names are fine. */
+Test(check, node_name)
+{
+	Onnx__GraphProto *mg;
+	gen_model *g = base(&mg);
+	gen_node(g, mg, "Relu", "dup", "x", "a");
+	gen_node(g, mg, "Relu", "other", "a", "b");
+	gen_node(g, mg, "Relu", "dup", "b", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+	expect_rules(g, "node-name");
+
+	g = base(&mg);
+	gen_node(g, mg, "Relu", "", "x", "a");
+	gen_node(g, mg, "Relu", "", "a", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+	expect_valid(g);
+}
+
 Test(check, topo_order_self_loop)
 {
 	Onnx__GraphProto *mg;
