@@ -284,6 +284,43 @@ static inline size_t sidx(const qshape *sh, size_t o, size_t a, size_t i)
 	return o * sh->so + (a / sh->block) * sh->sa + i * sh->si;
 }
 
+/*
+ * The common case, float32 -> uint8/int8 with one scale for the whole row,
+ * as a loop the compiler vectorises: clamping x/scale to [qmin-zp, qmax-zp]
+ * before rounding equals saturating after it (the bounds are integers), and
+ * adding then subtracting 1.5 * 2^23 rounds to nearest even for |v| < 2^22
+ * under the default rounding mode, like nearbyintf. NaN becomes the zero
+ * point, as in oq_quant_int. (x - zp) is exact in float for 8-bit values,
+ * so the DQ loop matches the generic path bit for bit.
+ */
+static void q_row_f32_8(int ydt, const float *x, void *y, size_t n, float scale, int32_t zp)
+{
+	const float magic = 12582912.0f;
+	float lo = (float)((ydt == OQ_DT_UINT8 ? 0 : -128) - zp);
+	float hi = (float)((ydt == OQ_DT_UINT8 ? 255 : 127) - zp);
+	if (ydt == OQ_DT_UINT8) {
+		uint8_t *q = y;
+		for (size_t i = 0; i < n; i++) {
+			float v = x[i] / scale;
+			v = v == v ? v : 0.0f;
+			v = v < lo ? lo : v;
+			v = v > hi ? hi : v;
+			v = (v + magic) - magic;
+			q[i] = (uint8_t)((int32_t)v + zp);
+		}
+	} else {
+		int8_t *q = y;
+		for (size_t i = 0; i < n; i++) {
+			float v = x[i] / scale;
+			v = v == v ? v : 0.0f;
+			v = v < lo ? lo : v;
+			v = v > hi ? hi : v;
+			v = (v + magic) - magic;
+			q[i] = (int8_t)((int32_t)v + zp);
+		}
+	}
+}
+
 /* Q over rows [b, e) of the [outer * alen] row space. */
 static void q_rows(void *ctx, size_t b, size_t e)
 {
@@ -295,6 +332,12 @@ static void q_rows(void *ctx, size_t b, size_t e)
 
 	for (size_t r = b; r < e; r++) {
 		size_t o = r / sh->alen, a = r % sh->alen, base = r * sh->inner;
+		if (sh->si == 0 && xdt == OQ_DT_FLOAT && (ydt == OQ_DT_UINT8 || ydt == OQ_DT_INT8)) {
+			size_t s = sidx(sh, o, a, 0);
+			q_row_f32_8(ydt, (const float *)xp + base, (char *)yp + base, sh->inner, j->scale[s],
+				    j->zpi[s]);
+			continue;
+		}
 		for (size_t i = 0; i < sh->inner; i++) {
 			size_t s = sidx(sh, o, a, i), idx = base + i;
 			float xv = ldf(xp, xdt, idx);
@@ -326,6 +369,20 @@ static void dq_rows(void *ctx, size_t b, size_t e)
 
 	for (size_t r = b; r < e; r++) {
 		size_t o = r / sh->alen, a = r % sh->alen, base = r * sh->inner;
+		if (sh->si == 0 && ydt == OQ_DT_FLOAT && (xdt == OQ_DT_UINT8 || xdt == OQ_DT_INT8)) {
+			size_t s = sidx(sh, o, a, 0);
+			float sc = j->scale[s], z = (float)j->zpi[s], *y = (float *)yp + base;
+			if (xdt == OQ_DT_UINT8) {
+				const uint8_t *x = (const uint8_t *)xp + base;
+				for (size_t i = 0; i < sh->inner; i++)
+					y[i] = ((float)x[i] - z) * sc;
+			} else {
+				const int8_t *x = (const int8_t *)xp + base;
+				for (size_t i = 0; i < sh->inner; i++)
+					y[i] = ((float)x[i] - z) * sc;
+			}
+			continue;
+		}
 		for (size_t i = 0; i < sh->inner; i++) {
 			size_t s = sidx(sh, o, a, i), idx = base + i;
 			float v;

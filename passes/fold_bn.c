@@ -21,6 +21,14 @@
  *                  W scales as above, the Add's bias becomes (bias-m)*a + b.
  * A missing bias counts as zeros. Arithmetic in double, epsilon default 1e-5.
  *
+ * The same folding covers a BN exported as separate ops (PaddleOCR's det
+ * model scales every Conv by Mul(constant) then Add(constant)):
+ *   Conv/ConvTranspose(X, W, B) -> Mul(c)  ==>  (X, W*c, B*c)
+ *   Conv/ConvTranspose(X, W, B) -> Add(c)  ==>  (X, W, B+c)
+ * with c a constant holding one value, or one value per output channel on
+ * axis 1 (e.g. [C,1,1]); not after Gemm/MatMul, whose bias Add is a
+ * quantization unit of its own.
+ *
  * Conditions: the producer's output feeds only the BN, is not a graph
  * output and not captured by a subgraph; W, B and all BN parameters are
  * constant initializers; BN in inference (training_mode 0, no running
@@ -407,9 +415,101 @@ out:
 	return OQ_OK;
 }
 
+/* Conv/ConvTranspose -> Mul(c) or Add(c): folds the constant into W / B; *done = 1 when it did. */
+static int fold_affine(oq_graph *g, oq_node *n, oq_diag *d, int *done)
+{
+	oq_value *x = NULL, *y = n->outputs[0];
+	const oq_tensor *c = NULL, *W, *B = NULL;
+	oq_node *p;
+	float *nw = NULL, *nb = NULL;
+	size_t C;
+	int mul = n->op == OQ_OP_Mul, orank, rc = OQ_OK;
+	wmap wm = {0};
+
+	*done = 0;
+	if (n->n_inputs != 2 || n->n_outputs != 1 || !y)
+		return OQ_OK;
+	for (int k = 0; k < 2 && !c; k++)
+		if (n->inputs[k] && n->inputs[1 - k] && cval(g, n->inputs[k]) && !cval(g, n->inputs[1 - k])) {
+			c = cval(g, n->inputs[k]);
+			x = n->inputs[1 - k];
+		}
+	if (!c || c->dtype != OQ_DT_FLOAT || !(p = x->producer) || p->dead || x->graph != g ||
+	    !private_value(x) || only_user(x) != n || p->outputs[0] != x ||
+	    !(is_onnx(p, OQ_OP_Conv) || is_onnx(p, OQ_OP_ConvTranspose)) || p->n_inputs < 2 ||
+	    !(W = cval(g, p->inputs[1])) || W->dtype != OQ_DT_FLOAT || W->rank < 3)
+		return OQ_OK;
+	if (n->opset && n->opset < 7)
+		return OQ_OK; /* legacy broadcast semantics */
+	orank = W->rank;
+	if (p->op == OQ_OP_Conv) {
+		C = (size_t)W->dims[0];
+		wm.kind = 0;
+		wm.inner = W->nelem / (C ? C : 1);
+	} else {
+		int64_t grp = oq_node_attr_int(p, "group", 1);
+		if (grp < 1 || W->dims[0] % grp)
+			return OQ_OK;
+		C = (size_t)(W->dims[1] * grp);
+		wm.kind = 1;
+		wm.d0 = (size_t)W->dims[0];
+		wm.d1 = (size_t)W->dims[1];
+		wm.inner = W->nelem / (wm.d0 * wm.d1);
+		wm.cin_g = wm.d0 / (size_t)grp;
+		wm.m_g = wm.d1;
+	}
+	if (C == 0 || c->rank > orank || !(c->nelem == 1 || channel_bias(c, C, orank)))
+		return OQ_OK;
+	if (p->n_inputs >= 3 && p->inputs[2] &&
+	    (!(B = cval(g, p->inputs[2])) || B->nelem != C || oq_dtype_kind(B->dtype) != 'f'))
+		return OQ_OK;
+	nb = oq_calloc(C, sizeof *nb);
+	if (!nb)
+		goto nomem;
+	for (size_t k = 0; k < C; k++) {
+		double cv = oq_tensor_get(c, c->nelem == 1 ? 0 : k), b = bias_at(B, k);
+		nb[k] = (float)(mul ? b * cv : b + cv);
+		if (!isfinite(nb[k]))
+			goto out;
+	}
+	if (mul) {
+		if (!(nw = oq_calloc(W->nelem, sizeof *nw)))
+			goto nomem;
+		for (size_t i = 0; i < W->nelem; i++) {
+			size_t ch = chan(&wm, i);
+			nw[i] = (float)(oq_tensor_get(W, i) * oq_tensor_get(c, c->nelem == 1 ? 0 : ch));
+		}
+	}
+	{
+		int64_t bdim = (int64_t)C;
+		char base[256];
+		snprintf(base, sizeof base, "%.200s_bias", p->inputs[1]->name);
+		if (nw && (rc = set_const(g, p, 1, "W", W->rank, W->dims, nw)))
+			goto out;
+		if ((rc = set_const(g, p, 2, base, 1, &bdim, nb)))
+			goto out;
+	}
+	p->outputs[0] = y;
+	if (x->flags & OQ_V_VINFO)
+		oq_graph_remove_vinfo(g, x);
+	n->dead = 1;
+	n->outputs[0] = NULL;
+	*done = 1;
+	rc = oq_graph_rebuild_uses(g);
+	goto out;
+nomem:
+	rc = OQ_ENOMEM;
+out:
+	free(nw);
+	free(nb);
+	if (rc)
+		return oq_err(d, rc, "fold-bn: node '%s' (%s): out of memory", n->name, n->op_type);
+	return OQ_OK;
+}
+
 int oq_pass_fold_bn(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 {
-	size_t nfold = 0;
+	size_t nfold = 0, naff = 0;
 	int rc;
 
 	*changed = 0;
@@ -418,13 +518,19 @@ int oq_pass_fold_bn(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 	for (size_t i = 0; i < g->n_nodes; i++) {
 		oq_node *n = g->nodes[i];
 		int done = 0;
+		if (is_onnx(n, OQ_OP_Mul) || is_onnx(n, OQ_OP_Add)) {
+			if ((rc = fold_affine(g, n, d, &done)))
+				return rc;
+			naff += (size_t)done;
+			continue;
+		}
 		if (!is_onnx(n, OQ_OP_BatchNormalization))
 			continue;
 		if ((rc = fold_one(g, n, d, &done)))
 			return rc;
 		nfold += (size_t)done;
 	}
-	if (!nfold)
+	if (!nfold && !naff)
 		return OQ_OK;
 	*changed = 1;
 	if ((rc = oq_graph_sweep(g)))
@@ -436,6 +542,6 @@ int oq_pass_fold_bn(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 			oq_graph_remove_init(g, v);
 	}
 	if (o && o->log)
-		fprintf(o->log, "fold-bn: %zu BatchNormalization folded\n", nfold);
+		fprintf(o->log, "fold-bn: %zu BatchNormalization and %zu constant Mul/Add folded\n", nfold, naff);
 	return OQ_OK;
 }
