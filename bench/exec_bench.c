@@ -7,19 +7,28 @@
  * threads it is the CPU time of all of them). With --check it verifies that
  * every output is bit-identical across the thread counts.
  *
+ * Also printed: the executor's fused Conv groups and the model's GFLOP per
+ * run (2 * multiply-adds of Conv, Gemm and MatMul with constant weights, not
+ * ConvTranspose; counted from the
+ * output shapes of one observed run and the weights' dims), and a memory line:
+ * peak RSS of the process, the initializer bytes, the executor's peak of live
+ * activations (oq_exec_peak_bytes), and the bound weights + 2 x that peak.
+ *
  * usage: exec_bench MODEL [--threads 1,2] [--runs N] [--shape d0,d1,...] [--dim NAME=V] [--profile] [--check]
  * --shape gives the first input's dims; other symbolic dims take --dim values (default 1). Float inputs are uniform in
  * [0, 1) from a fixed seed; integer inputs are 0. Prints one line per
- * thread count: "onnxq threads=T median_ms=X min_ms=Y cpu_ms=Z runs=N" (cpu_ms: median
+ * thread count: "onnxq threads=T median_ms=X min_ms=Y cpu_ms=Z runs=N fused=F gflop=G" (cpu_ms: median
  * process CPU time per run, the robust figure for 1 thread on a busy machine).
  * Built by bench/exec_conv.sh (cc ... -lonnxq_exec -lonnxq_core ...).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "exec.h"
+#include "kernel.h"
 #include "onnx_io.h"
 
 #define MAX_T 8
@@ -89,6 +98,45 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 	return 0;
 }
 
+/* Product of dims [from, rank) of an initializer (1 when absent). */
+static const oq_tensor *weight_of(const oq_value *v)
+{
+	while (v && !v->init && v->producer && v->producer->op == OQ_OP_Identity)
+		v = v->producer->inputs[0];
+	if (v && !v->init && v->producer && v->producer->op == OQ_OP_Constant && v->producer->n_attrs == 1)
+		return v->producer->attrs[0].t;
+	return v ? v->init : NULL;
+}
+
+/* Product of dims [from, rank) of a constant weight (0 when not constant). */
+static double init_prod(const oq_value *v, int from)
+{
+	const oq_tensor *t = weight_of(v);
+	double p = 1;
+	if (!t)
+		return 0;
+	for (int i = from; i < t->rank; i++)
+		p *= (double)t->dims[i];
+	return p;
+}
+
+/* Observer: FLOPs of Conv / Gemm / MatMul from their output sizes and constant weights. */
+static int count_flops(void *ctx, const oq_value *v, const oq_rt *t)
+{
+	double *f = ctx;
+	const oq_node *n = v->producer;
+	if (!n || v->producer_index != 0 || n->n_inputs < 2)
+		return 0;
+	if (n->op == OQ_OP_Conv)
+		*f += 2.0 * (double)t->nelem * init_prod(n->inputs[1], 1);
+	else if (n->op == OQ_OP_Gemm && weight_of(n->inputs[1]) && weight_of(n->inputs[1])->rank == 2) {
+		const oq_attr *tb = oq_node_attr(n, "transB");
+		*f += 2.0 * (double)t->nelem * (double)weight_of(n->inputs[1])->dims[tb && tb->i ? 1 : 0];
+	} else if (n->op == OQ_OP_MatMul && weight_of(n->inputs[1]) && weight_of(n->inputs[1])->rank >= 2)
+		*f += 2.0 * (double)t->nelem * (double)weight_of(n->inputs[1])->dims[weight_of(n->inputs[1])->rank - 2];
+	return 0;
+}
+
 static const char *dim_value(int argc, char **argv, const char *name, int64_t *v)
 {
 	for (int i = 1; i + 1 < argc; i++)
@@ -113,6 +161,8 @@ int main(int argc, char **argv)
 	unsigned long long rng = 12345;
 	int64_t shape[MAX_DIMS];
 	int nshape = -1;
+	double flops = 0, weights = 0;
+	size_t act_peak = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
@@ -197,6 +247,20 @@ int main(int argc, char **argv)
 			}
 		}
 		out = calloc(nout + 1, sizeof *out);
+		if (ti == 0) { /* one observed (unfused) run: FLOPs */
+			oq_exec_set_observer(e, count_flops, &flops);
+			if (oq_exec_run(e, in, nin, out, nout, &d)) {
+				fprintf(stderr, "exec_bench: %s\n", d.msg);
+				oq_exec_free(e);
+				free(t);
+				free(c);
+				free(out);
+				goto done;
+			}
+			for (size_t k = 0; k < nout; k++)
+				oq_rt_release(&out[k]);
+			oq_exec_set_observer(e, NULL, NULL);
+		}
 		for (int r = -1; r < runs; r++) { /* r = -1: warm-up */
 			double t0, c0;
 			if (profile && r == runs - 1) {
@@ -238,8 +302,10 @@ int main(int argc, char **argv)
 			runs--;
 		qsort(t, (size_t)runs, sizeof *t, cmp_d);
 		qsort(c, (size_t)runs, sizeof *c, cmp_d);
-		printf("onnxq threads=%d median_ms=%.3f min_ms=%.3f cpu_ms=%.3f runs=%d\n", threads[ti], t[runs / 2], t[0],
-		       c[runs / 2], runs);
+		printf("onnxq threads=%d median_ms=%.3f min_ms=%.3f cpu_ms=%.3f runs=%d fused=%zu gflop=%.3f\n", threads[ti],
+		       t[runs / 2], t[0], c[runs / 2], runs, oq_exec_n_fused(e), flops / 1e9);
+		if (oq_exec_peak_bytes(e) > act_peak)
+			act_peak = oq_exec_peak_bytes(e);
 		if (profile) {
 			for (int i = 0; i < p.n; i++)
 				printf("  %-24s %4d nodes %9.3f ms\n", p.names[i], p.count[i], p.ms[i]);
@@ -256,6 +322,19 @@ int main(int argc, char **argv)
 	}
 	if (check == 1)
 		printf("check: outputs bit-identical for all thread counts\n");
+	for (size_t i = 0; i < m->graph->n_inits; i++)
+		weights += (double)m->graph->inits[i]->init->nbytes;
+	for (size_t i = 0; i < m->graph->n_nodes; i++) /* exporters that store weights as Constant nodes */
+		if (m->graph->nodes[i]->op == OQ_OP_Constant && m->graph->nodes[i]->n_attrs == 1 &&
+		    m->graph->nodes[i]->attrs[0].t)
+			weights += (double)m->graph->nodes[i]->attrs[0].t->nbytes;
+	{
+		struct rusage ru;
+		double rss = getrusage(RUSAGE_SELF, &ru) ? 0 : (double)ru.ru_maxrss / 1024.0;
+		double bound = weights / 1048576.0 + 2.0 * (double)act_peak / 1048576.0;
+		printf("mem rss_mb=%.1f weights_mb=%.1f act_peak_mb=%.1f bound_mb=%.1f rss_over_bound=%.2f\n", rss,
+		       weights / 1048576.0, (double)act_peak / 1048576.0, bound, bound > 0 ? rss / bound : 0);
+	}
 	rc = check == 2 ? 2 : 0;
 done:
 	for (size_t i = 0; in && i < nin; i++)

@@ -9,7 +9,11 @@
 # time of onnxq (oq_exec_run) and of ORT (onnxruntime-node, optimisation
 # level 'all', i.e. ORT's real speed with Conv+BN folding and activation
 # fusion) for 1 and 2 threads, and the ratio onnxq / ORT (target <= 1.25).
-# It also checks that onnxq's outputs are bit-identical for 1 and 2 threads.
+# It also checks that onnxq's outputs are bit-identical for 1 and 2 threads,
+# and prints per model: the executor's fused Conv groups, GFLOP/s of onnxq
+# and ORT at 1 thread (Conv/Gemm/MatMul FLOPs over median CPU time), and a
+# memory line (peak RSS of exec_bench vs initializers + 2 x the executor's
+# peak of live activations).
 # Absent models are skipped (ResNet-50: bench/make_resnet50.py;
 # MobileNetV2: bench/exec_make_mobilenet_v2.py; OCR and ORT:
 # tests/integration/fetch.sh). Use a Release build for meaningful numbers.
@@ -45,7 +49,8 @@ ratio() { [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}' || 
 
 # wall: median wall time per run; cpu: median process CPU time per run (1 thread only:
 # the robust figure when other work shares the machine)
-printf '%-14s %7s %10s %10s %6s %10s %10s %6s\n' model threads onnxq_ms ort_ms ratio onnxq_cpu ort_cpu ratio
+printf '%-14s %7s %10s %10s %6s %10s %10s %6s %8s %8s %5s\n' model threads onnxq_ms ort_ms ratio onnxq_cpu ort_cpu ratio \
+	oq_gfs ort_gfs fused
 fails=0
 while IFS='|' read -r name file input shape; do
 	[ -n "$FILTER" ] && [[ $name != *$FILTER* ]] && continue
@@ -72,9 +77,14 @@ while IFS='|' read -r name file input shape; do
 		b=$(field ort "$t" median_ms <<<"$ort")
 		ac=$(field onnxq "$t" cpu_ms <<<"$out")
 		bc=$(field ort "$t" cpu_ms <<<"$ort")
+		gf=$(field onnxq "$t" gflop <<<"$out")
+		fu=$(field onnxq "$t" fused <<<"$out")
 		if [ "$t" != 1 ]; then ac=-; bc=; fi
-		printf '%-14s %7s %10s %10s %6s %10s %10s %6s\n' "$name" "$t" "$a" "${b:--}" "$(ratio "$a" "$b")" \
-			"$ac" "${bc:--}" "$( [ -n "$bc" ] && ratio "$ac" "$bc" || echo -)"
+		printf '%-14s %7s %10s %10s %6s %10s %10s %6s %8s %8s %5s\n' "$name" "$t" "$a" "${b:--}" "$(ratio "$a" "$b")" \
+			"$ac" "${bc:--}" "$( [ -n "$bc" ] && ratio "$ac" "$bc" || echo -)" \
+			"$( [ "$ac" != - ] && ratio "$(awk -v g="$gf" 'BEGIN{print g*1000}')" "$ac" || echo -)" \
+			"$( [ -n "$bc" ] && ratio "$(awk -v g="$gf" 'BEGIN{print g*1000}')" "$bc" || echo -)" "${fu:--}"
 	done
+	printf '%-14s %s\n' "$name" "$(grep '^mem ' <<<"$out" | cut -c5-)"
 done <<<"$MODELS"
 exit $((fails > 0))

@@ -10,9 +10,28 @@
  * the calling frame for outer-scope names. After each node, inputs whose
  * counter reaches zero are released, so the live set is what the remaining
  * nodes still need.
+ *
+ * Fusion: the plan also finds groups Conv [-> BatchNormalization]
+ * [-> activation] (Relu, Clip, LeakyRelu, HardSigmoid, HardSwish, Sigmoid)
+ * where each intermediate value has exactly one consumer (the next node of
+ * the group), is no graph output and is not read by a subgraph; the Conv's
+ * W must be known float32 (initializer, declared type, or DequantizeLinear
+ * with a float32 scale), the BN parameters float32 initializers, Clip bounds
+ * constants. Such a group runs as one Conv call at the Conv's position whose
+ * epilogue, per output tile while it is in cache, maps channel m as
+ *   BN:  y = (float)(y * a[m] + c[m]),  a = s / sqrt(var + eps), c = B - mean * a
+ * (double, the BatchNormalization kernel's own expression) and then applies
+ * the activation with the element-wise kernel's float formula; the
+ * intermediate values are never materialised. Folding BN into a copy of W
+ * (W * a) would cost a second copy of the weights and change the rounding;
+ * the epilogue costs one multiply-add per output and keeps the fused result
+ * bit-identical to the unfused one. With an observer set every node runs on
+ * its own (calibration and `compare --per-tensor` need each intermediate),
+ * so the choice is made per run.
  */
 #include "kernel.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -68,6 +87,9 @@ typedef struct worker_arg {
 	int w;
 } worker_arg;
 
+/* Pool index of the running thread: 0 for a caller, w for worker w (oq_k_scratch). */
+static _Thread_local int tl_worker;
+
 static void *worker(void *arg)
 {
 	worker_arg *a = arg;
@@ -76,6 +98,7 @@ static void *worker(void *arg)
 	unsigned long seen = 0;
 
 	free(a);
+	tl_worker = w;
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		while (!p->stop && p->gen == seen)
@@ -140,6 +163,11 @@ typedef struct node_plan {
 	oq_kernel_fn fn;
 	oq_value **extra;      /* local values read by this node's subgraphs */
 	size_t n_extra;
+	oq_kfuse *fuse;        /* head (Conv) of a fused group: what it runs instead, else NULL */
+	size_t tail;           /* head: index of the group's last node (its output is the group's) */
+	size_t members[2];     /* head: indices of the absorbed nodes (BN and/or activation) */
+	int n_members;
+	int absorbed;          /* a later member of a fused group: skipped when running fused */
 } node_plan;
 
 typedef struct plan {
@@ -160,6 +188,7 @@ struct oq_exec {
 	size_t n_in;
 	size_t live, peak;     /* activation bytes held now / at most */
 	struct buf { void *p; size_t cap; } *bufs; /* released activation buffers for reuse */
+	struct buf *scratch;   /* per pool thread: oq_k_scratch's buffer (kept across calls) */
 	size_t n_bufs, cap_bufs;
 };
 
@@ -213,8 +242,14 @@ static void free_plan(plan *p)
 	if (!p)
 		return;
 	if (p->nodes)
-		for (size_t i = 0; i < p->g->n_nodes; i++)
+		for (size_t i = 0; i < p->g->n_nodes; i++) {
 			free(p->nodes[i].extra);
+			if (p->nodes[i].fuse) {
+				free((void *)p->nodes[i].fuse->scale);
+				free((void *)p->nodes[i].fuse->shift);
+				free(p->nodes[i].fuse);
+			}
+		}
 	if (p->inits)
 		for (size_t i = 0; i < p->g->n_values; i++)
 			if (p->inits[i]) {
@@ -257,6 +292,242 @@ static int collect_sub(oq_graph *sub, oq_node *owner, void *arg)
 		c->uses[r->index]++;
 	}
 	return oq_graph_each_subgraph(sub, collect_sub, c);
+}
+
+/* ------------------------------------------------------------ fusion */
+
+/* The only consumer of v (as input 0), when v may disappear into a fused group; else NULL. */
+static oq_node *sole_consumer(const oq_value *v)
+{
+	if (!v || v->n_uses != 1 || v->uses[0].index != 0 || (v->flags & (OQ_V_OUTPUT | OQ_V_INPUT)) ||
+	    oq_value_n_captures(v) != 0)
+		return NULL;
+	return v->uses[0].node;
+}
+
+/*
+ * The constant tensor behind v, known at plan time: an initializer of this
+ * graph, a Constant node's `value`, or either of those through a chain of
+ * Identity nodes (exporters put weights behind Identity). NULL otherwise.
+ */
+static const oq_tensor *const_tensor(const oq_value *v)
+{
+	for (int depth = 0; v && !(v->flags & OQ_V_OUTER) && depth < 16; depth++) {
+		const oq_node *p = v->producer;
+		if (v->init)
+			return v->init;
+		if (!p)
+			return NULL;
+		if (p->op == OQ_OP_Constant)
+			return p->n_attrs == 1 && p->attrs[0].type == OQ_ATTR_TENSOR && !strcmp(p->attrs[0].name, "value")
+				       ? p->attrs[0].t
+				       : NULL;
+		if (p->op != OQ_OP_Identity || p->n_inputs != 1)
+			return NULL;
+		v = p->inputs[0];
+	}
+	return NULL;
+}
+
+/* A float32 constant (see const_tensor) with its data. */
+static const oq_tensor *f32_init(const oq_value *v)
+{
+	const oq_tensor *t = const_tensor(v);
+	return t && t->dtype == OQ_DT_FLOAT && (t->data || !t->nelem) ? t : NULL;
+}
+
+/* A constant float32 scalar: a constant tensor or a Constant node's `value_float`. */
+static int const_scalar(const oq_value *v, float *out)
+{
+	const oq_tensor *t = f32_init(v);
+	if (!t && v && !(v->flags & OQ_V_OUTER) && v->producer && v->producer->op == OQ_OP_Constant &&
+	    v->producer->n_attrs == 1 && v->producer->attrs[0].type == OQ_ATTR_FLOAT &&
+	    !strcmp(v->producer->attrs[0].name, "value_float")) {
+		*out = v->producer->attrs[0].f;
+		return 1;
+	}
+	if (!t || t->nelem != 1 || t->nbytes != sizeof *out)
+		return 0;
+	memcpy(out, t->data, sizeof *out);
+	return 1;
+}
+
+static float attr_f(const oq_node *n, const char *name, float dflt)
+{
+	const oq_attr *a = oq_node_attr(n, name);
+	return a && a->type == OQ_ATTR_FLOAT ? a->f : dflt;
+}
+
+/* n as an epilogue activation (float32 semantics of kernels_ew.c); 0 if it cannot be one. */
+static int as_act(const oq_node *n, oq_act *act)
+{
+	memset(act, 0, sizeof *act);
+	if (!n || n->n_outputs != 1 || !n->outputs[0])
+		return 0;
+	switch (n->op) {
+	case OQ_OP_Relu:
+		act->kind = OQ_ACT_RELU;
+		return n->n_inputs == 1;
+	case OQ_OP_LeakyRelu:
+		act->kind = OQ_ACT_LEAKY;
+		act->a = attr_f(n, "alpha", 0.01f);
+		return n->n_inputs == 1;
+	case OQ_OP_HardSigmoid:
+		act->kind = OQ_ACT_HSIGMOID;
+		act->a = attr_f(n, "alpha", 0.2f);
+		act->b = attr_f(n, "beta", 0.5f);
+		return n->n_inputs == 1;
+	case OQ_OP_HardSwish:
+		act->kind = OQ_ACT_HSWISH;
+		return n->n_inputs == 1;
+	case OQ_OP_Sigmoid:
+		act->kind = OQ_ACT_SIGMOID;
+		return n->n_inputs == 1;
+	case OQ_OP_Clip:
+		act->kind = OQ_ACT_CLIP;
+		act->a = -INFINITY;
+		act->b = INFINITY;
+		if (n->opset < 11) {
+			act->a = attr_f(n, "min", -INFINITY);
+			act->b = attr_f(n, "max", INFINITY);
+			return n->n_inputs == 1;
+		}
+		if (n->n_inputs > 3 || (n->n_inputs > 1 && n->inputs[1] && !const_scalar(n->inputs[1], &act->a)) ||
+		    (n->n_inputs > 2 && n->inputs[2] && !const_scalar(n->inputs[2], &act->b)))
+			return 0;
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* An inference BatchNormalization with float32 initializer parameters of m channels. */
+static int bn_ok(const oq_node *n, int64_t m)
+{
+	if (!n || n->op != OQ_OP_BatchNormalization || n->n_inputs != 5 || n->n_outputs < 1 || !n->outputs[0])
+		return 0;
+	for (size_t i = 1; i < n->n_outputs; i++)
+		if (n->outputs[i])
+			return 0;
+	if (n->opset >= 14) {
+		const oq_attr *a = oq_node_attr(n, "training_mode");
+		if (a && (a->type != OQ_ATTR_INT || a->i != 0))
+			return 0;
+	}
+	for (size_t i = 1; i < 5; i++) {
+		const oq_tensor *t = f32_init(n->inputs[i]);
+		if (!t || t->rank != 1 || t->nelem != (size_t)m || !t->data)
+			return 0;
+	}
+	return 1;
+}
+
+/*
+ * BN as y * scale + shift: scale = s / sqrt(var + eps), shift = B - mean *
+ * scale, in double exactly as the BatchNormalization kernel forms them.
+ */
+static int bn_affine(const oq_node *bn, size_t m, oq_kfuse *f)
+{
+	double eps = attr_f(bn, "epsilon", 1e-5f);
+	/* copies: initializer data may be unaligned (mapped file) */
+	float *sc = oq_tensor_to_floats(f32_init(bn->inputs[1])), *be = oq_tensor_to_floats(f32_init(bn->inputs[2]));
+	float *mu = oq_tensor_to_floats(f32_init(bn->inputs[3])), *va = oq_tensor_to_floats(f32_init(bn->inputs[4]));
+	double *a = oq_calloc(m, sizeof *a), *b = oq_calloc(m, sizeof *b);
+	int rc = OQ_ENOMEM;
+
+	if (sc && be && mu && va && a && b) {
+		for (size_t o = 0; o < m; o++) {
+			a[o] = sc[o] / sqrt((double)va[o] + eps);
+			b[o] = be[o] - mu[o] * a[o];
+		}
+		f->scale = a;
+		f->shift = b;
+		a = b = NULL;
+		rc = OQ_OK;
+	}
+	free(a);
+	free(b);
+	free(sc);
+	free(be);
+	free(mu);
+	free(va);
+	return rc;
+}
+
+/*
+ * W known to be float32 before the run: a float32 initializer, a value
+ * declared float32, or a DequantizeLinear output with a float32 scale.
+ */
+static int w_is_f32(const oq_value *w, int64_t *m)
+{
+	const oq_tensor *t = f32_init(w);
+	*m = -1;
+	if (t) {
+		if (t->rank < 3)
+			return 0;
+		*m = t->dims[0];
+		return 1;
+	}
+	if (!w || (w->flags & OQ_V_OUTER))
+		return 0;
+	if (w->type.kind == OQ_TYPE_TENSOR && w->type.dtype == OQ_DT_FLOAT) {
+		if (w->type.rank >= 3)
+			*m = w->type.dims[0].value;
+		return 1;
+	}
+	if (w->producer && w->producer->op == OQ_OP_DequantizeLinear && w->producer->n_inputs >= 2 &&
+	    f32_init(w->producer->inputs[1])) {
+		const oq_tensor *q = const_tensor(w->producer->inputs[0]);
+		if (q && q->rank >= 3)
+			*m = q->dims[0];
+		return 1;
+	}
+	return 0;
+}
+
+/* Finds the fused groups of p's graph (see the header comment). */
+static int plan_fusion(plan *p)
+{
+	const oq_graph *g = p->g;
+
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		const oq_node *n = g->nodes[i], *bn = NULL, *act = NULL, *next;
+		int64_t m;
+		oq_act a;
+		oq_kfuse *f;
+
+		if (n->op != OQ_OP_Conv || p->nodes[i].absorbed || n->n_inputs < 2 || n->n_inputs > 3 ||
+		    n->n_outputs != 1 || !n->outputs[0] || !w_is_f32(n->inputs[1], &m))
+			continue;
+		next = sole_consumer(n->outputs[0]);
+		if (next && m > 0 && bn_ok(next, m)) {
+			bn = next;
+			next = sole_consumer(bn->outputs[0]);
+		}
+		if (next && as_act(next, &a))
+			act = next;
+		if ((bn && g->nodes[bn->index] != bn) || (act && g->nodes[act->index] != act))
+			continue; /* stale indices: no fusion rather than a wrong one */
+		if (!bn && !act)
+			continue;
+		if (!(f = calloc(1, sizeof *f)))
+			return OQ_ENOMEM;
+		p->nodes[i].fuse = f;
+		if (act)
+			f->act = a;
+		if (bn && bn_affine(bn, (size_t)m, f))
+			return OQ_ENOMEM;
+		p->nodes[i].tail = act ? act->index : bn->index;
+		if (bn) {
+			p->nodes[bn->index].absorbed = 1;
+			p->nodes[i].members[p->nodes[i].n_members++] = bn->index;
+		}
+		if (act) {
+			p->nodes[act->index].absorbed = 1;
+			p->nodes[i].members[p->nodes[i].n_members++] = act->index;
+		}
+	}
+	return OQ_OK;
 }
 
 static int plan_node_check(oq_exec *e, const oq_graph *g, oq_diag *d);
@@ -312,6 +583,10 @@ static int make_plan(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)
 			free_plan(p);
 			return oq_err(d, OQ_ENOMEM, "run: out of memory");
 		}
+	}
+	if (plan_fusion(p)) {
+		free_plan(p);
+		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	}
 	p->next = e->plans;
 	e->plans = p;
@@ -372,6 +647,10 @@ int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
 		rc = oq_err(d, rc, "run: cannot start %d threads", threads);
 		goto fail;
 	}
+	if (!(e->scratch = oq_calloc((size_t)e->pool.n, sizeof *e->scratch))) {
+		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+		goto fail;
+	}
 	*out = e;
 	return OQ_OK;
 fail:
@@ -392,6 +671,9 @@ void oq_exec_free(oq_exec *e)
 	for (size_t i = 0; i < e->n_bufs; i++)
 		free(e->bufs[i].p);
 	free(e->bufs);
+	for (int i = 0; e->scratch && i < e->pool.n; i++)
+		free(e->scratch[i].p);
+	free(e->scratch);
 	free(e->in);
 	free(e);
 }
@@ -410,6 +692,15 @@ const oq_value *oq_exec_output(const oq_exec *e, size_t i)
 	return i < e->m->graph->n_outputs ? e->m->graph->outputs[i] : NULL;
 }
 size_t oq_exec_peak_bytes(const oq_exec *e) { return e->peak; }
+
+size_t oq_exec_n_fused(const oq_exec *e)
+{
+	size_t n = 0;
+	for (const plan *p = e->plans; p; p = p->next)
+		for (size_t i = 0; i < p->g->n_nodes; i++)
+			n += p->nodes[i].fuse != NULL;
+	return n;
+}
 
 /* The tensor currently bound to v in frame f (outer names via parents). */
 static oq_rt *lookup(frame *f, const oq_value *v)
@@ -463,13 +754,24 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 {
 	const oq_graph *g = f->p->g;
 	oq_rt *inbuf[16], *outbuf[16];
-	int rc = OQ_OK;
+	int rc = OQ_OK, fused = !e->observe; /* observers see every value: no fusion */
 
 	for (size_t ni = 0; ni < g->n_nodes && !rc; ni++) {
 		const oq_node *n = g->nodes[ni];
+		const node_plan *np = &f->p->nodes[ni];
 		oq_kctx k;
-		oq_rt **in = n->n_inputs <= 16 ? inbuf : oq_calloc(n->n_inputs, sizeof *in);
-		oq_rt **out = n->n_outputs <= 16 ? outbuf : oq_calloc(n->n_outputs, sizeof *out);
+		oq_rt **in, **out;
+		oq_value *const *ovals = n->outputs; /* values the outputs are bound to */
+		size_t n_out = n->n_outputs;
+
+		if (fused && np->absorbed)
+			continue; /* computed by its group's head */
+		if (fused && np->fuse) {
+			ovals = g->nodes[np->tail]->outputs;
+			n_out = 1;
+		}
+		in = n->n_inputs <= 16 ? inbuf : oq_calloc(n->n_inputs, sizeof *in);
+		out = n_out <= 16 ? outbuf : oq_calloc(n_out, sizeof *out);
 
 		memset(&k, 0, sizeof k);
 		k.e = e;
@@ -481,12 +783,14 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		k.in = in;
 		k.n_in = n->n_inputs;
 		k.out = out;
-		k.n_out = n->n_outputs;
+		k.n_out = n_out;
+		if (fused)
+			k.fuse = np->fuse;
 		if (!in || !out) {
 			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
 			goto next;
 		}
-		for (size_t i = 0; i < n->n_outputs; i++)
+		for (size_t i = 0; i < n_out; i++)
 			out[i] = NULL;
 		for (size_t i = 0; i < n->n_inputs; i++) {
 			in[i] = NULL;
@@ -498,12 +802,12 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 				goto next;
 			}
 		}
-		rc = f->p->nodes[ni].fn(&k);
-		for (size_t i = 0; !rc && i < n->n_outputs; i++)
-			if (!out[i] && n->outputs[i])
+		rc = k.fuse ? oq_k_conv_fused(&k) : np->fn(&k);
+		for (size_t i = 0; !rc && i < n_out; i++)
+			if (!out[i] && ovals[i])
 				rc = oq_k_err(&k, OQ_EINVAL, "kernel produced no output #%zu (internal error)", i);
-		for (size_t i = 0; i < n->n_outputs; i++) {
-			oq_value *v = n->outputs[i];
+		for (size_t i = 0; i < n_out; i++) {
+			oq_value *v = ovals[i];
 			if (!out[i])
 				continue;
 			if (!rc && v && e->observe)
@@ -522,8 +826,15 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		if (!rc) {
 			for (size_t i = 0; i < n->n_inputs; i++)
 				use_done(e, f, n->inputs[i]);
-			for (size_t i = 0; i < f->p->nodes[ni].n_extra; i++)
-				use_done(e, f, f->p->nodes[ni].extra[i]);
+			for (size_t i = 0; i < np->n_extra; i++)
+				use_done(e, f, np->extra[i]);
+			/* the absorbed nodes' reads are done too (their parameters may be
+			 * Identity / Constant outputs: released now, or on arrival if produced later) */
+			for (int j = 0; k.fuse && j < np->n_members; j++) {
+				const oq_node *mn = g->nodes[np->members[j]];
+				for (size_t i = 0; i < mn->n_inputs; i++)
+					use_done(e, f, mn->inputs[i]);
+			}
 		}
 	next:
 		if (in != inbuf)
@@ -690,7 +1001,39 @@ done:
 
 /* ------------------------------------------------------- kernel services */
 
+void *oq_k_scratch(oq_kctx *k, size_t bytes)
+{
+	struct buf *b;
+	int w = tl_worker;
+
+	if (!k || w < 0 || w >= k->e->pool.n)
+		return NULL;
+	b = &k->e->scratch[w];
+	if (b->cap < bytes) {
+		size_t cap = (bytes + 63) / 64 * 64 + 64;
+		void *p = aligned_alloc(64, cap);
+		if (!p)
+			return NULL;
+		free(b->p);
+		b->p = p;
+		b->cap = cap;
+	}
+	return b->p;
+}
+
+static int output(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *dims, int zero, oq_rt **t);
+
 int oq_k_output(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *dims, oq_rt **t)
+{
+	return output(k, i, dtype, rank, dims, 1, t);
+}
+
+int oq_k_output_raw(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *dims, oq_rt **t)
+{
+	return output(k, i, dtype, rank, dims, 0, t);
+}
+
+static int output(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *dims, int zero, oq_rt **t)
 {
 	oq_rt *r;
 	int rc;
@@ -720,7 +1063,7 @@ int oq_k_output(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *dims, 
 			r->data = buf_get(k->e, r->nbytes, &r->cap);
 			if (!r->data)
 				rc = OQ_ENOMEM;
-			else
+			else if (zero)
 				memset(r->data, 0, r->nbytes);
 		}
 	} else {

@@ -19,6 +19,41 @@
 typedef struct oq_kctx oq_kctx;
 typedef int (*oq_kernel_fn)(oq_kctx *k);
 
+/*
+ * An activation a fused convolution applies to each output tile while it is
+ * in cache (the same float32 formulas as the element-wise kernels, so the
+ * fused result equals the separate op's bit for bit on the same input).
+ */
+typedef enum oq_act_kind {
+	OQ_ACT_NONE,
+	OQ_ACT_RELU,        /* x < 0 ? 0 : x */
+	OQ_ACT_CLIP,        /* x < a ? a : x > b ? b : x (a > b: every non-NaN x becomes b) */
+	OQ_ACT_LEAKY,       /* x < 0 ? a * x : x */
+	OQ_ACT_HSIGMOID,    /* max(0, min(1, a * x + b)) */
+	OQ_ACT_HSWISH,      /* x * max(0, min(1, x / 6 + 0.5)) */
+	OQ_ACT_SIGMOID,     /* 1 / (1 + exp(-x)) */
+} oq_act_kind;
+
+typedef struct oq_act {
+	int kind;           /* oq_act_kind */
+	float a, b;         /* Clip bounds; LeakyRelu alpha (a); HardSigmoid alpha, beta */
+} oq_act;
+
+/*
+ * A fused Conv [-> BatchNormalization] [-> activation] group, prepared once
+ * by the executor's plan (exec.c) and run as one Conv call whose epilogue,
+ * per output tile while it is in cache, applies the BN as a per-channel
+ * affine map in double - the same expression and rounding as the
+ * BatchNormalization kernel, y = (float)(y * scale[m] + shift[m]) - and then
+ * the activation. So the fused result is bit-identical to the separate ops,
+ * and no copy of the weights is needed.
+ */
+typedef struct oq_kfuse {
+	const double *scale; /* [M] BN scale / sqrt(var + eps), or NULL: no BN */
+	const double *shift; /* [M] BN B - mean * scale (with scale) */
+	oq_act act;          /* epilogue activation (OQ_ACT_NONE: none) */
+} oq_kfuse;
+
 /* One row of a family's kernel table; tables end with a row whose fn is NULL. */
 typedef struct oq_kreg {
 	oq_op op;
@@ -37,6 +72,7 @@ struct oq_kctx {
 	oq_diag *d;
 	int threads;
 	void *frame;        /* executor frame (for subgraphs); opaque to kernels */
+	const oq_kfuse *fuse; /* oq_k_conv_fused only: the group this call runs, else NULL */
 };
 
 /* Input i or NULL when absent (out of range or omitted). */
@@ -50,6 +86,16 @@ static inline oq_rt *oq_k_in(const oq_kctx *k, size_t i)
  * Outputs the node omits get a scratch tensor, so kernels need no special case.
  */
 int oq_k_output(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *dims, oq_rt **t) OQ_WUR;
+/* oq_k_output without zeroing: for kernels that write every element of the output. */
+int oq_k_output_raw(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *dims, oq_rt **t) OQ_WUR;
+/*
+ * A 64-byte aligned buffer of at least `bytes`, private to the calling thread
+ * (the caller or a pool worker inside oq_k_parallel) and kept by the executor
+ * across kernel calls, so big per-call work buffers are not mapped and
+ * faulted in again each time. Valid until the same thread's next call; NULL
+ * when out of memory or k is NULL (callers fall back to malloc).
+ */
+void *oq_k_scratch(oq_kctx *k, size_t bytes);
 /* Makes output i a copy of src's elements with a new shape (same element count). */
 int oq_k_output_like(oq_kctx *k, size_t i, const oq_rt *src, int rank, const int64_t *dims, oq_rt **t) OQ_WUR;
 
@@ -95,6 +141,15 @@ extern const oq_kreg oq_kernels_shape[];   /* reshape/transpose/slice/gather/pad
 extern const oq_kreg oq_kernels_quant[];   /* QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear */
 extern const oq_kreg oq_kernels_control[]; /* If, Loop, Scan */
 extern const oq_kreg oq_kernels_rnn[];     /* LSTM, GRU, RNN */
+
+/*
+ * Runs a fused group whose head is a float32 Conv (k->node) with k->fuse:
+ * output 0 is the value of the group's last node. kernels_linalg.c.
+ */
+int oq_k_conv_fused(oq_kctx *k);
+
+/* Fused groups in e's plans so far (main graph at oq_exec_new; subgraphs once run). For tests and bench. */
+size_t oq_exec_n_fused(const oq_exec *e);
 
 /* The kernel for (op, opset), or NULL. */
 oq_kernel_fn oq_kernel_find(oq_op op, int64_t opset);

@@ -222,7 +222,8 @@ int oq_linalg_conv_geom(oq_kctx *k, const oq_rt *x, const oq_rt *w, int transpos
 
 /* ------------------------------------------------------------ Conv */
 
-static int conv_common(oq_kctx *k, int transpose)
+/* fz (fused Conv only): the epilogue (BN affine, activation) the engine applies per tile. */
+static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
 {
 	oq_rt *x = oq_k_in(k, 0), *w = oq_k_in(k, 1), *b = oq_k_in(k, 2), *y;
 	oq_conv_geom g;
@@ -237,6 +238,9 @@ static int conv_common(oq_kctx *k, int transpose)
 		return oq_k_err(k, OQ_EUNSUP, "X, W (and B) must share one float type; got %s, %s%s%s",
 				oq_dtype_name(x->dtype), oq_dtype_name(w->dtype), b ? ", " : "",
 				b ? oq_dtype_name(b->dtype) : "");
+	if (fz && x->dtype != OQ_DT_FLOAT)
+		return oq_k_err(k, OQ_EUNSUP, "X, W (and B) must share one float type; got %s, %s",
+				oq_dtype_name(x->dtype), oq_dtype_name(w->dtype));
 	if ((rc = oq_linalg_conv_geom(k, x, w, transpose, &g)))
 		return rc;
 	if (b && (b->rank != 1 || b->dims[0] != g.m))
@@ -245,14 +249,15 @@ static int conv_common(oq_kctx *k, int transpose)
 	dims[1] = g.m;
 	for (int d = 0; d < g.nsp; d++)
 		dims[d + 2] = g.out[d];
-	if ((rc = oq_k_output(k, 0, x->dtype, x->rank, dims, &y)))
+	/* the engines write every output element (Conv: bias or beta 0; ConvTranspose: bias first) */
+	if ((rc = oq_k_output_raw(k, 0, x->dtype, x->rank, dims, &y)))
 		return rc;
 	lt = ltype_of(x->dtype);
 	if ((rc = oq_linalg_load(k, x, lt, NULL, 0, 1, &xb, &xo)) ||
 	    (rc = oq_linalg_load(k, w, lt, NULL, 0, 1, &wb, &wo)) ||
 	    (b && (rc = oq_linalg_load(k, b, lt, NULL, 0, 1, &bb, &bo))) || (rc = out_buf(k, y, lt, &yb, &yo)))
 		goto done;
-	rc = transpose ? oq_convt_run(k, lt, &g, xb, wb, bb, yb) : oq_conv_run(k, lt, &g, xb, wb, bb, yb);
+	rc = transpose ? oq_convt_run(k, lt, &g, xb, wb, bb, yb) : oq_conv_run_ep(k, lt, &g, xb, wb, bb, fz, yb);
 	if (rc) {
 		rc = oq_k_err(k, rc, "out of memory for the convolution's work buffers");
 		goto done;
@@ -273,12 +278,19 @@ done:
 
 static int k_conv(oq_kctx *k)
 {
-	return conv_common(k, 0);
+	return conv_common(k, 0, NULL);
+}
+
+int oq_k_conv_fused(oq_kctx *k)
+{
+	if (!k->fuse)
+		return oq_k_err(k, OQ_EINVAL, "fused Conv called without its plan (internal error)");
+	return conv_common(k, 0, k->fuse);
 }
 
 static int k_conv_transpose(oq_kctx *k)
 {
-	return conv_common(k, 1);
+	return conv_common(k, 1, NULL);
 }
 
 /* ------------------------------------------------------------ Gemm */

@@ -28,6 +28,11 @@
  * compare fast and reference results through the executor.
  */
 extern int oq_linalg_use_ref;
+/*
+ * Non-zero: float32 Conv tiles go to BLAS sgemm even where the own AVX2
+ * GEMM (linalg_conv.c) could run. For tests and benchmarks.
+ */
+extern int oq_linalg_use_blas;
 
 /* Shape of one convolution (Conv) or transposed convolution (ConvTranspose). */
 typedef struct oq_conv_geom {
@@ -55,6 +60,18 @@ typedef enum oq_ltype { OQ_LT_F32, OQ_LT_F64 } oq_ltype;
  */
 int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, const void *w,
 		const void *b, void *y) OQ_WUR;
+/*
+ * oq_conv_run with a fused epilogue (see oq_kfuse in kernel.h: per-channel
+ * BN affine, then activation) applied to every output while it is in cache
+ * (per GEMM tile / depthwise row). ep NULL: plain Conv. Float32 only
+ * (OQ_EUNSUP for double with an epilogue).
+ */
+int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, const void *w,
+		   const void *b, const oq_kfuse *ep, void *y) OQ_WUR;
+/* Applies act to y[0, n) in place (no-op for NULL / OQ_ACT_NONE). */
+void oq_act_apply(const oq_act *act, float *y, size_t n);
+/* The epilogue of output channel ch on y[0, n): BN affine (if any), then the activation. */
+void oq_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n);
 void oq_conv_ref(oq_ltype t, const oq_conv_geom *g, const void *x, const void *w, const void *b, void *y);
 
 /*

@@ -12,6 +12,12 @@
  * GEMM: each channel plane is copied once into a zero-padded buffer and
  * every output is b + sum of taps in kernel order (SSE, 4 outputs at a time).
  *
+ * Fused epilogue (oq_conv_run_ep): a per-channel BN affine map and an
+ * activation are applied to each GEMM tile (rows of mm channels x pp
+ * positions) right after its sgemm, and to each depthwise output row before
+ * it is stored, so the values are touched while still in cache instead of
+ * by separate full passes over the tensor.
+ *
  * ConvTranspose (fast): per image, col[Mg*K, Pin] = W_g^T X_g through the
  * batched GEMM, then col2im adds each column into the output planes, one
  * output channel per work item (so each output sum has a fixed order).
@@ -23,6 +29,7 @@
  */
 #include "linalg.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +41,101 @@
 static int64_t ceil_div(int64_t a, int64_t b)
 {
 	return (a + b - 1) / b;
+}
+
+/* ------------------------------------------------------------ activation */
+
+/* As kernels_ew.c's float Sigmoid: no overflow of exp for large |x|. */
+static float sigmoid_f(float x)
+{
+	if (x >= 0)
+		return 1 / (1 + expf(-x));
+	float e = expf(x);
+	return e / (1 + e);
+}
+
+/* Same float32 expressions as the element-wise kernels (kernels_ew.c un_f). */
+void oq_act_apply(const oq_act *act, float *y, size_t n)
+{
+	float a, b;
+
+	if (!act)
+		return;
+	a = act->a;
+	b = act->b;
+	switch (act->kind) {
+	case OQ_ACT_RELU: {
+		size_t i = 0;
+#if defined(__SSE2__)
+		/* maxps(p, q) is p > q ? p : q: max(0, x) == (x < 0 ? 0 : x), NaN and -0 kept */
+		__m128 z = _mm_setzero_ps();
+		for (; i + 4 <= n; i += 4)
+			_mm_storeu_ps(y + i, _mm_max_ps(z, _mm_loadu_ps(y + i)));
+#endif
+		for (; i < n; i++)
+			y[i] = y[i] < 0 ? 0 : y[i];
+		break;
+	}
+	case OQ_ACT_CLIP: {
+		size_t i = 0;
+#if defined(__SSE2__)
+		/* min(b, max(a, x)) == (x < a ? a : x > b ? b : x) bit for bit (see Relu) */
+		__m128 va = _mm_set1_ps(a), vb = _mm_set1_ps(b);
+		for (; i + 4 <= n; i += 4)
+			_mm_storeu_ps(y + i, _mm_min_ps(vb, _mm_max_ps(va, _mm_loadu_ps(y + i))));
+#endif
+		for (; i < n; i++) {
+			float x = y[i];
+			y[i] = x < a ? a : x > b ? b : x;
+		}
+		if (a > b)
+			for (i = 0; i < n; i++)
+				y[i] = y[i] == y[i] ? b : y[i];
+		break;
+	}
+	case OQ_ACT_LEAKY:
+		for (size_t i = 0; i < n; i++)
+			y[i] = y[i] < 0 ? a * y[i] : y[i];
+		break;
+	case OQ_ACT_HSIGMOID:
+		for (size_t i = 0; i < n; i++)
+			y[i] = fmaxf(0, fminf(1, a * y[i] + b));
+		break;
+	case OQ_ACT_HSWISH:
+		for (size_t i = 0; i < n; i++) {
+			float x = y[i];
+			y[i] = x * fmaxf(0, fminf(1, x / 6 + 0.5f));
+		}
+		break;
+	case OQ_ACT_SIGMOID:
+		for (size_t i = 0; i < n; i++)
+			y[i] = sigmoid_f(y[i]);
+		break;
+	default:
+		break;
+	}
+}
+
+void oq_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n)
+{
+	if (!ep)
+		return;
+	if (ep->scale) { /* as the BatchNormalization kernel: x * a + b in double, rounded once */
+		double a = ep->scale[ch], b = ep->shift[ch];
+		size_t i = 0;
+#if defined(__SSE2__)
+		__m128d va = _mm_set1_pd(a), vb = _mm_set1_pd(b);
+		for (; i + 4 <= n; i += 4) {
+			__m128 x = _mm_loadu_ps(y + i);
+			__m128d lo = _mm_add_pd(_mm_mul_pd(_mm_cvtps_pd(x), va), vb);
+			__m128d hi = _mm_add_pd(_mm_mul_pd(_mm_cvtps_pd(_mm_movehl_ps(x, x)), va), vb);
+			_mm_storeu_ps(y + i, _mm_movelh_ps(_mm_cvtpd_ps(lo), _mm_cvtpd_ps(hi)));
+		}
+#endif
+		for (; i < n; i++)
+			y[i] = (float)(y[i] * a + b);
+	}
+	oq_act_apply(&ep->act, y, n);
 }
 
 /* 1-D problems run as 2-D ones with a unit leading spatial dim. */
@@ -191,9 +293,11 @@ static inline void dw_row(float *yr, int64_t ow_n, const float *x0, int64_t wp, 
 }
 
 typedef struct dw_job {
+	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
 	const oq_conv_geom *g;
 	const float *x, *w, *b;
 	float *y;
+	const oq_kfuse *ep;    /* fused epilogue, or NULL */
 	int64_t ow4;           /* output width rounded up to a multiple of 4 */
 	int64_t hp, wp;        /* padded plane: enough for ow4 outputs per row */
 	atomic_int oom;
@@ -206,7 +310,8 @@ static void dw_range(void *ctx, size_t begin, size_t end)
 	int64_t H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1];
 	int64_t kh = g->k[0], kw = g->k[1], sh = g->stride[0], sw = g->stride[1], dw = g->dil[1];
 	size_t nbuf = (size_t)(j->hp * j->wp + 16);
-	float *buf = malloc((nbuf + (size_t)j->ow4) * sizeof *buf), *row;
+	float *own = j->k ? NULL : malloc((nbuf + (size_t)j->ow4) * sizeof *own);
+	float *buf = j->k ? oq_k_scratch(j->k, (nbuf + (size_t)j->ow4) * sizeof *buf) : own, *row;
 
 	if (!buf) {
 		atomic_store(&j->oom, 1);
@@ -244,20 +349,186 @@ static void dw_range(void *ctx, size_t begin, size_t end)
 				dw_row(row, j->ow4, x0, rs, sw, dw, wc, 5, 5, b);
 			else
 				dw_row(row, j->ow4, x0, rs, sw, dw, wc, kh, kw, b);
+			oq_epi_apply(j->ep, ch, row, (size_t)OW);
 			memcpy(yc + oh * OW, row, (size_t)OW * sizeof *row);
 		}
 	}
-	free(buf);
+	free(own);
 }
+
+/* ------------------------------------------------ AVX2 conv GEMM (float) */
+
+/*
+ * Y[mm, pp] = init + W[mm, kc] * col[kc, pp] for one conv tile, without
+ * packing: W rows are read in place (6 at a time, one broadcast each per k)
+ * and col rows 16 floats at a time, so neither operand is copied (OpenBLAS
+ * packs both on every call: about a fifth of ResNet-50's time). Blocking:
+ * KC = 256 deep slices; per slice a 16-column panel of col (16 KiB, stays
+ * in L1) meets MC = 96 rows of W (96 KiB, L2). Every output is
+ * init + sum_k w*x formed in k order with one FMA per term; the partial sums
+ * between slices go through C as float32 (exact), so the result does not
+ * depend on the blocking or on which thread runs the tile. Edges: rows past
+ * mm reuse row 0 and are not stored; columns past pp use masked loads and
+ * stores (nothing outside the arrays is touched).
+ */
+int oq_linalg_use_blas = 0;
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define HAVE_OWN_GEMM 1
+#define AVX2_FMA __attribute__((target("avx2,fma")))
+
+#define KC_DEPTH 256
+#define MC_ROWS 96
+
+/*
+ * C[mr, nr] (ldc) = (load ? C : 0) + A[mr, kd] (rows lda apart) * B[kd, nr] (rows ldb apart),
+ * mr <= 6, nr <= 16 (masked loads and stores below 16).
+ */
+AVX2_FMA static inline void k6x16(int64_t kd, const float *a, int64_t lda, int mr, const float *b, int64_t ldb,
+				   float *c, int64_t ldc, int load, int nr)
+{
+	const float *a0 = a, *a1 = mr > 1 ? a + lda : a, *a2 = mr > 2 ? a + 2 * lda : a;
+	const float *a3 = mr > 3 ? a + 3 * lda : a, *a4 = mr > 4 ? a + 4 * lda : a, *a5 = mr > 5 ? a + 5 * lda : a;
+	__m256i m0 = _mm256_set1_epi32(-1), m1 = m0;
+	__m256 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+
+	if (nr < 16) {
+		const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+		m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), idx);
+		m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr - 8), idx);
+	}
+#define LD(r, x0, x1)                                                                             \
+	do {                                                                                      \
+		if (load && mr > (r)) {                                                           \
+			x0 = nr < 16 ? _mm256_maskload_ps(c + (r) * ldc, m0) : _mm256_loadu_ps(c + (r) * ldc); \
+			x1 = nr < 16 ? _mm256_maskload_ps(c + (r) * ldc + 8, m1)                  \
+				     : _mm256_loadu_ps(c + (r) * ldc + 8);                         \
+		} else {                                                                          \
+			x0 = x1 = _mm256_setzero_ps();                                            \
+		}                                                                                 \
+	} while (0)
+	LD(0, c00, c01);
+	LD(1, c10, c11);
+	LD(2, c20, c21);
+	LD(3, c30, c31);
+	LD(4, c40, c41);
+	LD(5, c50, c51);
+#undef LD
+	if (nr == 16) {
+#define LOADB(p, m) _mm256_loadu_ps(p)
+		for (int64_t k = 0; k < kd; k++) {
+			const float *bk = b + k * ldb;
+			__m256 b0 = LOADB(bk, m0), b1 = LOADB(bk + 8, m1), t;
+			t = _mm256_broadcast_ss(a0 + k);
+			c00 = _mm256_fmadd_ps(t, b0, c00);
+			c01 = _mm256_fmadd_ps(t, b1, c01);
+			t = _mm256_broadcast_ss(a1 + k);
+			c10 = _mm256_fmadd_ps(t, b0, c10);
+			c11 = _mm256_fmadd_ps(t, b1, c11);
+			t = _mm256_broadcast_ss(a2 + k);
+			c20 = _mm256_fmadd_ps(t, b0, c20);
+			c21 = _mm256_fmadd_ps(t, b1, c21);
+			t = _mm256_broadcast_ss(a3 + k);
+			c30 = _mm256_fmadd_ps(t, b0, c30);
+			c31 = _mm256_fmadd_ps(t, b1, c31);
+			t = _mm256_broadcast_ss(a4 + k);
+			c40 = _mm256_fmadd_ps(t, b0, c40);
+			c41 = _mm256_fmadd_ps(t, b1, c41);
+			t = _mm256_broadcast_ss(a5 + k);
+			c50 = _mm256_fmadd_ps(t, b0, c50);
+			c51 = _mm256_fmadd_ps(t, b1, c51);
+		}
+#undef LOADB
+	} else {
+#define LOADB(p, m) _mm256_maskload_ps(p, m)
+		for (int64_t k = 0; k < kd; k++) {
+			const float *bk = b + k * ldb;
+			__m256 b0 = LOADB(bk, m0), b1 = LOADB(bk + 8, m1), t;
+			t = _mm256_broadcast_ss(a0 + k);
+			c00 = _mm256_fmadd_ps(t, b0, c00);
+			c01 = _mm256_fmadd_ps(t, b1, c01);
+			t = _mm256_broadcast_ss(a1 + k);
+			c10 = _mm256_fmadd_ps(t, b0, c10);
+			c11 = _mm256_fmadd_ps(t, b1, c11);
+			t = _mm256_broadcast_ss(a2 + k);
+			c20 = _mm256_fmadd_ps(t, b0, c20);
+			c21 = _mm256_fmadd_ps(t, b1, c21);
+			t = _mm256_broadcast_ss(a3 + k);
+			c30 = _mm256_fmadd_ps(t, b0, c30);
+			c31 = _mm256_fmadd_ps(t, b1, c31);
+			t = _mm256_broadcast_ss(a4 + k);
+			c40 = _mm256_fmadd_ps(t, b0, c40);
+			c41 = _mm256_fmadd_ps(t, b1, c41);
+			t = _mm256_broadcast_ss(a5 + k);
+			c50 = _mm256_fmadd_ps(t, b0, c50);
+			c51 = _mm256_fmadd_ps(t, b1, c51);
+		}
+#undef LOADB
+	}
+#define ST(r, x0, x1)                                                          \
+	do {                                                                   \
+		if (mr > (r)) {                                                \
+			if (nr < 16) {                                         \
+				_mm256_maskstore_ps(c + (r) * ldc, m0, x0);     \
+				_mm256_maskstore_ps(c + (r) * ldc + 8, m1, x1); \
+			} else {                                               \
+				_mm256_storeu_ps(c + (r) * ldc, x0);           \
+				_mm256_storeu_ps(c + (r) * ldc + 8, x1);       \
+			}                                                      \
+		}                                                              \
+	} while (0)
+	ST(0, c00, c01);
+	ST(1, c10, c11);
+	ST(2, c20, c21);
+	ST(3, c30, c31);
+	ST(4, c40, c41);
+	ST(5, c50, c51);
+#undef ST
+}
+
+/* C[mm, pp] (ldc) = (has_init ? C : 0) + A[mm, kd] (lda) * B[kd, pp] (ldb). */
+AVX2_FMA static void own_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *b,
+			      int64_t ldb, float *c, int64_t ldc, int has_init)
+{
+	int64_t k0 = 0;
+	do {
+		int64_t kb = kd - k0 < KC_DEPTH ? kd - k0 : KC_DEPTH;
+		int load = k0 > 0 || has_init;
+		for (int64_t mb = 0; mb < mm; mb += MC_ROWS) {
+			int64_t me = mb + MC_ROWS < mm ? mb + MC_ROWS : mm;
+			for (int64_t p = 0; p < pp; p += 16) {
+				int nr = pp - p < 16 ? (int)(pp - p) : 16;
+				for (int64_t m = mb; m < me; m += 6)
+					k6x16(kb, a + m * lda + k0, lda, me - m < 6 ? (int)(me - m) : 6, b + k0 * ldb + p, ldb,
+					      c + m * ldc + p, ldc, load, nr);
+			}
+		}
+		k0 += kb;
+	} while (k0 < kd);
+}
+
+static int own_gemm_ok(void)
+{
+	static int ok = -1;
+	if (ok < 0) {
+		__builtin_cpu_init();
+		ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	}
+	return ok && !oq_linalg_use_blas;
+}
+#endif
 
 /* ---------------------------------------------------------- conv via GEMM */
 
 typedef struct conv_job {
+	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
 	oq_ltype t;
 	const oq_conv_geom *g;
 	const void *x, *w, *b;
 	void *y;
+	const oq_kfuse *ep;    /* float32 fused epilogue, or NULL */
 	int direct;            /* 1x1, stride 1, no padding: the input is col */
+	int own;               /* float32 on an AVX2+FMA CPU: own_gemm instead of BLAS */
 	int64_t cg, mg, kc;    /* channels per group in / out, GEMM depth */
 	int64_t pt, mt;        /* tile sizes: positions, output channels */
 	int64_t np, nm;        /* tiles per (image, group) along positions / channels */
@@ -270,11 +541,15 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 	const oq_conv_geom *g = j->g;
 	size_t es = j->t == OQ_LT_F32 ? 4 : 8;
 	int64_t P = g->out_size, last = -1;
-	void *col = NULL;
+	void *col = NULL, *own = NULL;
 
-	if (!j->direct && !(col = malloc((size_t)(j->kc * j->pt) * es + 64))) {
-		atomic_store(&j->oom, 1);
-		return;
+	if (!j->direct) {
+		size_t need = (size_t)(j->kc * j->pt) * es + 64;
+		col = j->k ? oq_k_scratch(j->k, need) : (own = malloc(need));
+		if (!col) {
+			atomic_store(&j->oom, 1);
+			return;
+		}
 	}
 	for (size_t it = begin; it < end; it++) {
 		int64_t mi = (int64_t)it % j->nm, rest = (int64_t)it / j->nm;
@@ -322,6 +597,11 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 					yr[q] = v;
 			}
 		}
+#if defined(HAVE_OWN_GEMM)
+		if (j->own) {
+			own_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, bm, ldb, (float *)j->y + yo, P, j->b != NULL);
+		} else
+#endif
 		{
 			oq_gemm_batch gb;
 			memset(&gb, 0, sizeof gb);
@@ -340,8 +620,10 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 			gb.batch = 1;
 			oq_gemm_run(NULL, &gb);
 		}
+		for (int64_t r = 0; j->ep && r < mm; r++)
+			oq_epi_apply(j->ep, grp * j->mg + m0 + r, (float *)j->y + yo + r * P, (size_t)pp);
 	}
-	free(col);
+	free(own);
 }
 
 static int64_t round16(int64_t v)
@@ -352,12 +634,22 @@ static int64_t round16(int64_t v)
 int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w,
 		const void *b, void *y)
 {
+	return oq_conv_run_ep(k, t, g0, x, w, b, NULL, y);
+}
+
+int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w,
+		   const void *b, const oq_kfuse *ep, void *y)
+{
 	oq_conv_geom g;
 	conv_job j;
 	int64_t P, per, tiles;
 
+	if (ep && t != OQ_LT_F32)
+		return OQ_EUNSUP; /* the fused kernel passes one for float32 only */
 	if (oq_linalg_use_ref) {
 		oq_conv_ref(t, g0, x, w, b, y);
+		for (int64_t r = 0; ep && r < g0->n * g0->m; r++)
+			oq_epi_apply(ep, r % g0->m, (float *)y + r * g0->out_size, (size_t)g0->out_size);
 		return OQ_OK;
 	}
 	as_2d(g0, &g);
@@ -366,11 +658,13 @@ int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, c
 	oq_linalg_blas_init();
 	if (t == OQ_LT_F32 && g.nsp == 2 && g.group == g.c && g.group == g.m && g.in_size > 0) {
 		dw_job d;
+		d.k = k;
 		d.g = &g;
 		d.x = x;
 		d.w = w;
 		d.b = b;
 		d.y = y;
+		d.ep = ep;
 		d.ow4 = (g.out[1] + 3) / 4 * 4;
 		d.hp = (g.out[0] - 1) * g.stride[0] + (g.k[0] - 1) * g.dil[0] + 1;
 		/* + 2: the stride-2 loads read one float past the last tap */
@@ -383,12 +677,17 @@ int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, c
 		return atomic_load(&d.oom) ? OQ_ENOMEM : OQ_OK;
 	}
 	memset(&j, 0, sizeof j);
+	j.k = k;
 	j.t = t;
 	j.g = &g;
+#if defined(HAVE_OWN_GEMM)
+	j.own = t == OQ_LT_F32 && own_gemm_ok();
+#endif
 	j.x = x;
 	j.w = w;
 	j.b = b;
 	j.y = y;
+	j.ep = ep;
 	j.cg = g.c / g.group;
 	j.mg = g.m / g.group;
 	j.kc = j.cg * g.k_size;
