@@ -16,7 +16,22 @@
  *   GELU:       t1 = Div(x, sqrt 2) | Mul(x, 1/sqrt 2); t2 = Erf(t1); t3 = Add(t2, 1);
  *               y = Mul(Mul(x, t3), 0.5) | Mul(Mul(x, 0.5), t3) | Mul(x, Mul(t3, 0.5))
  *   HardSwish:  a = Add(x, 3); c = Clip(a, 0, 6); h = Div(c, 6) | Mul(c, 1/6); y = Mul(x, h)
+ *               or (PaddlePaddle) m = Mul(x, c); y = Div(m, 6) | Mul(m, 1/6)
  *   HardSigmoid: the same without the last Mul (y = h)
+ *   In both, x itself joins the unit when a Conv/Gemm/MatMul/Add writes it
+ *   and only the pattern reads it (Conv + HardSwish is one kernel in the
+ *   runtimes; quantizing x as well costs PaddleOCR's rec model most of its
+ *   accuracy).
+ *   Swish/SiLU: s = Sigmoid(x) | Sigmoid(Mul(x, const)); y = Mul(x, s); x joins
+ *               as for HardSwish
+ *   P -t-> HardSigmoid | HardSwish | Sigmoid | Tanh -> y   (P a Conv/Gemm/MatMul):
+ *               t internal, like a removable activation but the node stays
+ *   Constant affine: t -> Mul(t, const) | Add(t, const) -> y where t has no other
+ *               reader: t is internal and y carries the Q/DQ, so a chain like
+ *               HardSwish -> Mul(scale) -> Add(shift) (PaddleOCR's learnable
+ *               affine after every activation) is quantized once, not three
+ *               times. Applied after the patterns and activations, in graph
+ *               order, so chains extend.
  * Quantizing a LayerNorm's variance or a MatMul's output before its bias
  * destroys accuracy (REFERENCE.md 6b), hence these units.
  *
@@ -222,6 +237,24 @@ static void gelu(const oq_graph *g, oq_node *erf, size_t *units)
 }
 
 /* Starting at the Clip node. */
+static int is_unit_producer(const oq_node *p);
+
+/*
+ * The input x of an activation pattern joins the unit when a Conv/Gemm/
+ * MatMul/Add writes it and only the pattern's nodes n1, n2 read it: the
+ * producer and the activation then form one unit (a runtime's fused
+ * Conv+HardSwish), quantized once at the activation's output.
+ */
+static void absorb_input(oq_value *x, const oq_node *n1, const oq_node *n2, oq_value **ts, size_t *k)
+{
+	if (!can_hide(x) || !is_unit_producer(x->producer) || x->producer->outputs[0] != x)
+		return;
+	for (size_t i = 0; i < x->n_uses; i++)
+		if (x->uses[i].node != n1 && x->uses[i].node != n2)
+			return;
+	ts[(*k)++] = x;
+}
+
 static void hardswish(const oq_graph *g, oq_node *clip, size_t *units)
 {
 	oq_value *a, *c, *h, *x, *ts[MAXP];
@@ -237,6 +270,18 @@ static void hardswish(const oq_graph *g, oq_node *clip, size_t *units)
 	if (!x || cval(g, x))
 		return;
 	dv = sole(c);
+	/* PaddlePaddle's order: m = Mul(x, c); y = Div(m, 6) | Mul(m, 1/6) */
+	if (is_op(dv, OQ_OP_Mul) && other(dv, c) == x && (h = out0(dv))) {
+		oq_node *d6 = sole(h);
+		if (d6 && ((is_op(d6, OQ_OP_Div) && d6->inputs[0] == h && const_is(g, d6->inputs[1], 6)) ||
+			   bin_const(g, d6, OQ_OP_Mul, h, 1.0 / 6)) &&
+		    out0(d6)) {
+			ts[k++] = a, ts[k++] = c, ts[k++] = h;
+			absorb_input(x, ad, dv, ts, &k);
+			mark(ts, k, out0(d6), units);
+		}
+		return;
+	}
 	if (!(dv && ((is_op(dv, OQ_OP_Div) && dv->inputs[0] == c && const_is(g, dv->inputs[1], 6)) ||
 		     bin_const(g, dv, OQ_OP_Mul, c, 1.0 / 6))) ||
 	    !(h = out0(dv)))
@@ -246,8 +291,35 @@ static void hardswish(const oq_graph *g, oq_node *clip, size_t *units)
 	if (is_op(mu, OQ_OP_Mul) && other(mu, h) == x && out0(mu)) {
 		ts[k++] = h;
 		h = out0(mu);
+		absorb_input(x, ad, mu, ts, &k);
 	}
 	mark(ts, k, h, units);
+}
+
+/* Swish / SiLU at its Sigmoid: s = Sigmoid(x) | Sigmoid(Mul(x, const)); y = Mul(x, s). */
+static void swish(const oq_graph *g, oq_node *sg, size_t *units)
+{
+	oq_value *m = sg->n_inputs >= 1 ? sg->inputs[0] : NULL, *x = m, *sv = out0(sg), *ts[MAXP];
+	oq_node *first = sg, *mu, *pm;
+	size_t k = 0;
+
+	if (!m || !sv || sole(sv) == NULL)
+		return;
+	pm = m->producer;
+	if (is_op(pm, OQ_OP_Mul) && pm->n_inputs == 2 && sole(m) == sg) {
+		oq_value *c = cval(g, pm->inputs[1]) ? pm->inputs[1] : cval(g, pm->inputs[0]) ? pm->inputs[0] : NULL;
+		if (c && cval(g, c)->nelem == 1) {
+			x = other(pm, c);
+			first = pm;
+			ts[k++] = m;
+		}
+	}
+	mu = sole(sv);
+	if (!x || cval(g, x) || !is_op(mu, OQ_OP_Mul) || other(mu, sv) != x || !out0(mu))
+		return;
+	ts[k++] = sv;
+	absorb_input(x, first, mu, ts, &k);
+	mark(ts, k, out0(mu), units);
 }
 
 /* ------------------------------------------------------------ activations */
@@ -297,6 +369,7 @@ int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 		case OQ_OP_Sub: layernorm(g, n, &units); break;
 		case OQ_OP_Erf: gelu(g, n, &units); break;
 		case OQ_OP_Clip: hardswish(g, n, &units); break;
+		case OQ_OP_Sigmoid: swish(g, n, &units); break;
 		default: break;
 		}
 	}
@@ -325,6 +398,41 @@ int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 		a->qmark |= OQ_QM_ACT;
 		y->qmark |= OQ_QM_UNIT_OUT;
 		acts++;
+	}
+	/* producer + a non-removable activation op: quantized once, at the activation's output */
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		oq_node *a = g->nodes[i], *p;
+		oq_value *t, *y;
+		if (!(is_op(a, OQ_OP_HardSigmoid) || is_op(a, OQ_OP_HardSwish) || is_op(a, OQ_OP_Sigmoid) ||
+		      is_op(a, OQ_OP_Tanh)) ||
+		    !(t = a->inputs[0]) || !(y = out0(a)) || (y->qmark & OQ_QM_INTERNAL))
+			continue;
+		p = t->producer;
+		if (!(is_op(p, OQ_OP_Conv) || is_op(p, OQ_OP_ConvTranspose) || is_op(p, OQ_OP_Gemm) ||
+		      is_op(p, OQ_OP_MatMul)) ||
+		    out0(p) != t || sole(t) != a || (t->qmark & OQ_QM_INTERNAL))
+			continue;
+		t->qmark |= OQ_QM_INTERNAL;
+		y->qmark |= OQ_QM_UNIT_OUT;
+		units++;
+	}
+	/* constant affine: Mul/Add by a constant absorbs the value it reads */
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		oq_node *n = g->nodes[i];
+		oq_value *t = NULL, *y;
+		if (!(is_op(n, OQ_OP_Mul) || is_op(n, OQ_OP_Add)) || n->n_inputs != 2 || !(y = out0(n)) ||
+		    (y->qmark & OQ_QM_INTERNAL))
+			continue;
+		if (cval(g, n->inputs[1]) && !cval(g, n->inputs[0]))
+			t = n->inputs[0];
+		else if (cval(g, n->inputs[0]) && !cval(g, n->inputs[1]))
+			t = n->inputs[1];
+		if (!t || !t->producer || sole(t) != n || (t->qmark & OQ_QM_INTERNAL) ||
+		    oq_dtype_kind(cval(g, other(n, t))->dtype) != 'f')
+			continue;
+		t->qmark |= OQ_QM_INTERNAL;
+		y->qmark |= OQ_QM_UNIT_OUT;
+		units++;
 	}
 	for (size_t i = 0; i < g->n_values; i++)
 		if (g->values[i]->qmark & OQ_QM_INTERNAL)

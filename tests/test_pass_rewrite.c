@@ -826,13 +826,86 @@ Test(fuse, hardswish_and_hardsigmoid)
 		cr_assert_eq(qm(&f, "a"), OQ_QM_INTERNAL, "variant %d", v);
 		cr_assert_eq(qm(&f, "k"), OQ_QM_INTERNAL);
 		cr_assert_eq(val(f.m, "k")->producer->qmark, 0, "the pattern's Clip is not a fused activation");
-		cr_assert_eq(qm(&f, "c"), 0, "pattern input is not marked");
+		/* the Conv output joins a HardSwish unit it alone feeds; a HardSigmoid reads only part of it */
+		cr_assert_eq(qm(&f, "c"), v == 1 ? 0u : (unsigned)OQ_QM_INTERNAL, "variant %d", v);
 		if (v == 1) {
 			cr_assert_eq(qm(&f, "h"), OQ_QM_UNIT_OUT);
 		} else {
 			cr_assert_eq(qm(&f, "h"), OQ_QM_INTERNAL);
 			cr_assert_eq(qm(&f, "y"), OQ_QM_UNIT_OUT);
 		}
+		done(&f);
+	}
+}
+
+/* PaddlePaddle's HardSwish order (x * clip / 6), then its learnable affine Mul/Add by constants. */
+Test(fuse, paddle_hardswish_affine_and_shared_input)
+{
+	for (int shared = 0; shared < 2; shared++) {
+		gen_model *gm = new_model(13);
+		Onnx__GraphProto *g = gen_graph(gm);
+		gen_input(gm, g, "x", F, GEN_SHAPE(1, 2, 3, 3));
+		rand_init(gm, g, "W", GEN_SHAPE(2, 2, 1, 1));
+		gen_init(gm, g, "three", F, 0, NULL, GEN_VALS(3));
+		gen_init(gm, g, "zero", F, 0, NULL, GEN_VALS(0));
+		gen_init(gm, g, "six", F, 0, NULL, GEN_VALS(6));
+		gen_init(gm, g, "s", F, GEN_SHAPE(1), GEN_VALS(0.7));
+		gen_init(gm, g, "t", F, GEN_SHAPE(1), GEN_VALS(-0.2));
+		gen_node(gm, g, "Conv", "conv", "x,W", "c");
+		gen_node(gm, g, "Add", "a3", "c,three", "a");
+		gen_node(gm, g, "Clip", "clip", "a,zero,six", "k");
+		gen_node(gm, g, "Mul", "mx", "c,k", "m");
+		gen_node(gm, g, "Div", "d6", "m,six", "h");
+		gen_node(gm, g, "Mul", "scale", "s,h", "u");
+		gen_node(gm, g, "Add", "shift", "u,t", "y");
+		gen_output(gm, g, "y", F, -1, NULL);
+		if (shared) {
+			gen_node(gm, g, "Relu", "other", "c", "z");
+			gen_output(gm, g, "z", F, -1, NULL);
+		}
+		fx f = fuse_only(gm);
+		cr_assert_eq(qm(&f, "a"), OQ_QM_INTERNAL);
+		cr_assert_eq(qm(&f, "k"), OQ_QM_INTERNAL);
+		cr_assert_eq(qm(&f, "m"), OQ_QM_INTERNAL);
+		/* the affine chain extends the unit: h and u inside, y carries the Q/DQ */
+		cr_assert_eq(qm(&f, "h"), OQ_QM_INTERNAL);
+		cr_assert_eq(qm(&f, "u"), OQ_QM_INTERNAL);
+		cr_assert_eq(qm(&f, "y"), OQ_QM_UNIT_OUT);
+		/* c joins only when nothing outside the pattern reads it */
+		cr_assert_eq(qm(&f, "c"), shared ? 0u : (unsigned)OQ_QM_INTERNAL, "shared %d", shared);
+		done(&f);
+	}
+}
+
+/* Swish x * Sigmoid(x * c) (PaddleOCR rec neck), SiLU x * Sigmoid(x), Conv -> HardSigmoid. */
+Test(fuse, swish_silu_and_activation_ops)
+{
+	for (int v = 0; v < 3; v++) {
+		gen_model *gm = new_model(13);
+		Onnx__GraphProto *g = gen_graph(gm);
+		gen_input(gm, g, "x", F, GEN_SHAPE(1, 2, 3, 3));
+		rand_init(gm, g, "W", GEN_SHAPE(2, 2, 1, 1));
+		gen_init(gm, g, "c1", F, 0, NULL, GEN_VALS(1.702));
+		gen_node(gm, g, "Conv", "conv", "x,W", "c");
+		if (v == 0) {
+			gen_node(gm, g, "Mul", "mc", "c,c1", "m");
+			gen_node(gm, g, "Sigmoid", "sg", "m", "s");
+			gen_node(gm, g, "Mul", "mx", "c,s", "y");
+		} else if (v == 1) {
+			gen_node(gm, g, "Sigmoid", "sg", "c", "s");
+			gen_node(gm, g, "Mul", "mx", "s,c", "y");
+		} else {
+			gen_node(gm, g, "HardSigmoid", "hs", "c", "y");
+		}
+		gen_output(gm, g, "y", F, -1, NULL);
+		fx f = fuse_only(gm);
+		cr_assert_eq(qm(&f, "c"), OQ_QM_INTERNAL, "variant %d", v);
+		if (v == 0)
+			cr_assert_eq(qm(&f, "m"), OQ_QM_INTERNAL);
+		if (v < 2)
+			cr_assert_eq(qm(&f, "s"), OQ_QM_INTERNAL);
+		cr_assert_eq(qm(&f, "y"), OQ_QM_UNIT_OUT);
+		cr_assert_eq(val(f.m, "y")->producer->qmark, 0, "only Relu/Clip are removable");
 		done(&f);
 	}
 }

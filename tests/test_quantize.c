@@ -508,7 +508,8 @@ static void build_fanout(fx *f)
 	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(2, 2, 1, 1), GEN_VALS(1.0, -0.4, 0.2, 0.6));
 	gen_node(g, mg, "Conv", "conv", "x,W", "t");
 	gen_node(g, mg, "Sigmoid", "sig", "t", "s");
-	gen_node(g, mg, "Mul", "mul", "t,s", "m");
+	/* Add, not Mul: t * Sigmoid(t) would be a SiLU unit (fuse) with s inside it */
+	gen_node(g, mg, "Add", "mul", "t,s", "m");
 	gen_node(g, mg, "Neg", "neg", "t", "n");
 	gen_output(g, mg, "m", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
 	gen_output(g, mg, "n", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
@@ -544,7 +545,7 @@ Test(quantize, shared_pair_three_consumers)
 			nq += strcmp(g->nodes[i]->op_type, "QuantizeLinear") == 0 && g->nodes[i]->inputs[0] == t;
 		cr_assert_eq(nq, 1);
 	}
-	/* x, t, s, m (graph output of a quantized Mul); n is written by Neg: float */
+	/* x, t, s, m (graph output of a quantized Add); n is written by Neg: float */
 	cr_assert_eq(count_op(g, "QuantizeLinear"), 4);
 	cr_assert_eq(oq_graph_find(g, "n")->producer, neg);
 	cr_assert_str_eq(oq_graph_find(g, "m")->producer->op_type, "DequantizeLinear");
