@@ -9,7 +9,7 @@
  * runs between fuse and quantize (see src/pipeline.c).
  *
  * After every pass the driver removes dead nodes, restores topological
- * order and, when verifying, runs the model checker and fails on any
+ * order, drops initializers nothing reads any more and, when verifying, runs the model checker and fails on any
  * problem the pass introduced (problems the input already had are not the
  * pass's fault and are only counted).
  */
@@ -151,6 +151,8 @@ int oq_passes_run(oq_model *m, const oq_pass_run *r, const oq_opts *o, oq_diag *
 			return oq_err(d, rc, "passes: out of memory");
 		if ((rc = oq_graph_toposort(m->graph, d)))
 			return rc;
+		/* e.g. the bounds of a Clip that quantize folded into its Q */
+		(void)oq_graph_drop_unused_inits(m->graph);
 		if (o->log && changed)
 			fprintf(o->log, "pass %s: changed the graph\n", p->name);
 		if (r->verify) {

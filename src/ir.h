@@ -301,6 +301,11 @@ oq_value *oq_graph_new_value(oq_graph *g, const char *base);
 oq_value *oq_graph_add_init(oq_graph *g, const char *base, oq_tensor *t);
 /* Detaches v's initializer (freed) and drops v from inits, inputs and value_info. */
 void oq_graph_remove_init(oq_graph *g, oq_value *v);
+/*
+ * Removes initializers nothing reads (uses must be current), except graph
+ * inputs/outputs and values a subgraph captures. Returns how many went.
+ */
+size_t oq_graph_drop_unused_inits(oq_graph *g);
 /* Drops v from value_info (e.g. after its type changed or its producer went away). */
 void oq_graph_remove_vinfo(oq_graph *g, oq_value *v);
 /* Makes every consumer of `from` in g (not in subgraphs) read `to`; uses are rebuilt. */

@@ -102,6 +102,19 @@ void oq_graph_remove_init(oq_graph *g, oq_value *v)
 	v->init = NULL;
 }
 
+size_t oq_graph_drop_unused_inits(oq_graph *g)
+{
+	size_t n = 0;
+	for (size_t i = g->n_inits; i-- > 0;) {
+		oq_value *v = g->inits[i];
+		if (v->n_uses == 0 && !(v->flags & (OQ_V_INPUT | OQ_V_OUTPUT)) && oq_value_n_captures(v) == 0) {
+			oq_graph_remove_init(g, v);
+			n++;
+		}
+	}
+	return n;
+}
+
 void oq_graph_remove_vinfo(oq_graph *g, oq_value *v)
 {
 	drop_from(g->vinfos, &g->n_vinfos, v);

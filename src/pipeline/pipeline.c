@@ -95,13 +95,13 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	}
 	if (o->verbose && !q.log)
 		q.log = log;
-	init_bytes(m->graph, &fl0, &in0);
-
 	/* rewrites */
 	run.stop_before_quantize = 1;
 	if ((rc = oq_passes_run(m, &run, &q, d)))
 		goto out;
 	t1 = now();
+	/* after cleanup, which turns Constant-node weights (PaddleOCR) into initializers */
+	init_bytes(m->graph, &fl0, &in0);
 
 	/* calibration */
 	if (quantize && !q.weight_only) {
