@@ -563,6 +563,9 @@ static int make_plan(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)
 				      "run: initializer '%s': cannot prepare (rank above %d or out of memory)",
 				      v->name, OQ_RT_MAX_RANK);
 		}
+		/* an unaligned weight was copied: do not keep its file pages resident as well */
+		if (!p->inits[i]->borrowed)
+			oq_tensor_release_pages(g->model, v->init);
 	}
 	for (size_t i = 0; i < g->n_nodes; i++) {
 		oq_node *n = g->nodes[i];

@@ -317,24 +317,7 @@ int oq_weight_quantize(const oq_tensor *w, const oq_wspec *s, oq_tensor **q, oq_
 
 void oq_weight_release_pages(const oq_model *m, const oq_tensor *t)
 {
-	long pg = sysconf(_SC_PAGESIZE);
-
-	if (!m || !t || t->owned || !t->data || !t->nbytes || pg <= 0)
-		return;
-	for (size_t i = 0; i < m->n_maps; i++) {
-		const oq_mapping *mp = &m->maps[i];
-		uintptr_t base = (uintptr_t)mp->base, p = (uintptr_t)t->data, lo, hi;
-		if (!mp->mapped || p < base || p - base >= mp->size ||
-		    t->nbytes > mp->size - (p - base))
-			continue;
-		/* Read-only private file mapping: dropped pages are read back from the file if
-		 * touched, so rounding outward to whole pages is safe (neighbours are only
-		 * re-read). */
-		lo = p & ~(uintptr_t)(pg - 1);
-		hi = (p + t->nbytes + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
-		(void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
-		return;
-	}
+	oq_tensor_release_pages(m, t);
 }
 
 /* Minimum opset for a weight spec: 10 per tensor int8/uint8, 13 per axis, 21 blocked / other types.

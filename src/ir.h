@@ -287,6 +287,12 @@ int oq_tensor_own(oq_tensor *t) OQ_WUR;
 double oq_tensor_get(const oq_tensor *t, size_t i);
 /* Element i as int64 for integer and bool tensors (0 for other types). */
 int64_t oq_tensor_get_int(const oq_tensor *t, size_t i);
+/*
+ * Gives back the resident pages of a tensor borrowed from one of m's file
+ * mappings (no-op for owned data): for after its bytes were copied or
+ * quantized, so a model's weights are not resident twice.
+ */
+void oq_tensor_release_pages(const oq_model *m, const oq_tensor *t);
 /* Byte-for-byte equality of dtype, dims and payload (strings compared too). */
 int oq_tensor_equal(const oq_tensor *a, const oq_tensor *b);
 

@@ -6,6 +6,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 int oq_shape_size(int dtype, int rank, const int64_t *dims, size_t *nelem, size_t *nbytes)
 {
@@ -189,4 +191,27 @@ int oq_tensor_equal(const oq_tensor *a, const oq_tensor *b)
 		return 1;
 	}
 	return a->nbytes == 0 || memcmp(a->data, b->data, a->nbytes) == 0;
+}
+
+void oq_tensor_release_pages(const oq_model *m, const oq_tensor *t)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+
+	if (!m || !t || t->owned || !t->data || !t->nbytes || pg <= 0)
+		return;
+	for (size_t i = 0; i < m->n_maps; i++) {
+		const oq_mapping *mp = &m->maps[i];
+		uintptr_t base = (uintptr_t)mp->base, p = (uintptr_t)t->data, lo, hi;
+		if (!mp->mapped || p < base || p - base >= mp->size || t->nbytes > mp->size - (p - base))
+			continue;
+		/*
+		 * A read-only private file mapping: dropped pages are read back from
+		 * the file when touched again, so rounding out to whole pages only
+		 * costs the neighbours a re-read.
+		 */
+		lo = p & ~(uintptr_t)(pg - 1);
+		hi = (p + t->nbytes + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
+		(void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+		return;
+	}
 }
