@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# calib_speed.sh - calibration throughput against plain inference, side by side
+# in one run (issue 5's speed target: calibration >= 0.8x ONNX Runtime's
+# inference throughput on the same model and samples, observers costing
+# < 25 % over a bare executor run).
+#
+# Per model, 1 thread, the acceptance harness' calibration samples
+# (.cache/acc/data-*/, made by tests/integration/quant_accuracy.sh):
+#   calib   `onnxq quantize --verbose`: the "calibrate" stage time (executor +
+#           observers over every sample; fused Conv kernels are off while an
+#           observer is attached) -> samples/s
+#   run     `onnxq run --data DIR` wall time (bare executor + .npy loading)
+#   ort     onnxruntime-node 1.30, level 'all', median session.run (bench/exec_ort.js)
+# Prints samples/s for each and the ratios calib/ort and calib/run.
+#
+# usage: bench/calib_speed.sh   env: OQ_BUILD (default <repo>/build, Release recommended), OQ_CACHE
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${OQ_CACHE:-$ROOT/.cache}
+BUILD=${OQ_BUILD:-$ROOT/build}
+ONNXQ=$BUILD/onnxq
+ORT=$CACHE/ort/node_modules/onnxruntime-node
+DATA=$(ls -d "$CACHE"/acc/data-* 2>/dev/null | head -1)
+[ -x "$ONNXQ" ] || { echo "calib_speed: $ONNXQ missing (build first)" >&2; exit 1; }
+[ -n "$DATA" ] || { echo "calib_speed: no $CACHE/acc/data-*: run tests/integration/quant_accuracy.sh once" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# name|model|calib folder|input name|shape
+MODELS="mobilenet_v2|$CACHE/tv/mobilenet_v2.onnx|$DATA/img/calib|input|1,3,224,224
+resnet18|$CACHE/tv/resnet18.onnx|$DATA/img/calib|input|1,3,224,224
+ocr_rec|$CACHE/ocr/ch_PP-OCRv4_rec_infer.onnx|$DATA/rec/calib|x|1,3,48,640
+ocr_det|$CACHE/ocr/ch_PP-OCRv4_det_infer.onnx|$DATA/det/calib|x|1,3,320,480"
+
+now() { date +%s.%N; }
+printf '%-14s %7s %12s %12s %12s %10s %10s\n' model samples calib_s/s run_s/s ort_s/s calib/ort calib/run
+while IFS='|' read -r name model dir input shape; do
+	[ -f "$model" ] && [ -d "$dir" ] || { printf '%-14s skipped (missing %s)\n' "$name" "$model"; continue; }
+	n=$(ls "$dir" | wc -l)
+	log=$("$ONNXQ" quantize "$model" -o "$tmp/q.onnx" --calib "$dir" --threads 1 --verbose 2>&1)
+	cal=$(echo "$log" | sed -n 's/.*calibrate \([0-9.]*\) s.*/\1/p' | tail -1)
+	t0=$(now)
+	"$ONNXQ" run "$model" --data "$dir" --threads 1 >/dev/null
+	t1=$(now)
+	ort_ms=$(node "$ROOT/bench/exec_ort.js" "$ORT" "$model" "$input=$shape" 1 "$n" all 2>/dev/null |
+		sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p')
+	awk -v name="$name" -v n="$n" -v cal="$cal" -v run="$(echo "$t1 - $t0" | bc)" -v ort="$ort_ms" 'BEGIN {
+		c = n / cal; r = n / run; o = 1000 / ort
+		printf "%-14s %7d %12.2f %12.2f %12.2f %10.2f %10.2f\n", name, n, c, r, o, c / o, c / r }'
+done <<<"$MODELS"
