@@ -23,6 +23,14 @@
  * widened into a small float buffer and go through the same loop; double
  * has its own loop (and is rounded outwards to float at the end).
  *
+ * Other methods (observe.h): ema keeps a moving average of each sample's
+ * min/max next to the exact range (one pass). percentile, entropy and mse
+ * run the samples a second time: the observer then adds every value to a
+ * histogram over the exact range of pass 1 ([0, max |x|] for |x|
+ * histograms), and the method picks the range from it at the end. Bin
+ * counts are integers and a value's bin depends on the value only, so
+ * these ranges are order- and thread-independent too.
+ *
  * Random calibration ("random:N[:SEED]") reuses calib/run.c's generator
  * through OQ_SRC_RANDOM sources: sample i feeds input K the splitmix64
  * stream seeded with mix(SEED, i) + K * 0x9E3779B97F4A7C15, where mix is one
@@ -52,10 +60,21 @@ typedef struct tstat {
 	int seen;       /* observed at least once with a float dtype */
 } tstat;
 
+/* Moving-average range of one value (--method ema). */
+typedef struct ema {
+	double lo, hi; /* current average */
+	int init;      /* a sample with finite values has been seen */
+} ema;
+
 /* Observer context. */
 typedef struct calib {
 	const oq_graph *g; /* main graph: only its values are observed */
 	tstat *st;         /* g->n_values entries, by oq_value.index */
+	int method;        /* OQ_CALIB_* */
+	int phase;         /* 0: min/max (and EMA); 1: histograms */
+	double ema_c;      /* EMA constant */
+	ema *em;           /* g->n_values entries (ema only) */
+	oq_hist *h;        /* g->n_values entries (histogram methods); bin NULL: not histogrammed */
 } calib;
 
 /* ------------------------------------------------------------ the hot loop */
@@ -125,8 +144,8 @@ static int is_observed_dtype(int dt)
 	       dt == OQ_DT_DOUBLE;
 }
 
-/* Folds tensor t into s. */
-static void fold(tstat *s, const oq_rt *t)
+/* Folds tensor t into s (and, for EMA, its per-sample range into em). */
+static void fold(tstat *s, ema *em, double ema_c, const oq_rt *t)
 {
 	float lo = INFINITY, hi = -INFINITY;
 	uint64_t bad = 0;
@@ -142,6 +161,8 @@ static void fold(tstat *s, const oq_rt *t)
 		s->lo = dlo < s->lo ? dlo : s->lo;
 		s->hi = dhi > s->hi ? dhi : s->hi;
 		s->n_bad += bad;
+		if (em && dlo <= dhi)
+			oq_ema_update(&em->lo, &em->hi, &em->init, dlo, dhi, ema_c);
 		return;
 	} else {
 		const uint16_t *h = t->data;
@@ -157,6 +178,30 @@ static void fold(tstat *s, const oq_rt *t)
 	s->lo = (double)lo < s->lo ? (double)lo : s->lo;
 	s->hi = (double)hi > s->hi ? (double)hi : s->hi;
 	s->n_bad += bad;
+	if (em && lo <= hi)
+		oq_ema_update(&em->lo, &em->hi, &em->init, lo, hi, ema_c);
+}
+
+/* Adds tensor t to histogram h. */
+static void hist_add(oq_hist *h, const oq_rt *t)
+{
+	if (!t->nelem || !t->data)
+		return;
+	if (t->dtype == OQ_DT_FLOAT) {
+		oq_hist_add_f32(h, t->data, t->nelem);
+	} else if (t->dtype == OQ_DT_DOUBLE) {
+		oq_hist_add_f64(h, t->data, t->nelem);
+	} else {
+		const uint16_t *p = t->data;
+		float buf[WIDEN_BLOCK];
+		for (size_t i = 0; i < t->nelem; i += WIDEN_BLOCK) {
+			size_t m = t->nelem - i < WIDEN_BLOCK ? t->nelem - i : WIDEN_BLOCK;
+			for (size_t j = 0; j < m; j++)
+				buf[j] = t->dtype == OQ_DT_FLOAT16 ? oq_f16_to_f32(p[i + j])
+				                                   : oq_bf16_to_f32(p[i + j]);
+			oq_hist_add_f32(h, buf, m);
+		}
+	}
 }
 
 static int observe(void *ctx, const oq_value *v, const oq_rt *t)
@@ -165,7 +210,10 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 	if (v->graph != c->g || v->index >= c->g->n_values || c->g->values[v->index] != v ||
 	    !is_observed_dtype(t->dtype))
 		return 0;
-	fold(&c->st[v->index], t);
+	if (c->phase == 0)
+		fold(&c->st[v->index], c->em ? &c->em[v->index] : NULL, c->ema_c, t);
+	else if (c->h[v->index].bin)
+		hist_add(&c->h[v->index], t);
 	return 0;
 }
 
@@ -268,10 +316,10 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void bar(FILE *f, size_t done, size_t total, double elapsed)
+static void bar(FILE *f, const char *what, size_t done, size_t total, double elapsed)
 {
 	double rate = elapsed > 0 ? (double)done / elapsed : 0;
-	fprintf(f, "\rcalibrate: %zu/%zu samples, %.1f samples/s", done, total, rate);
+	fprintf(f, "\rcalibrate%s: %zu/%zu samples, %.1f samples/s", what, done, total, rate);
 	if (rate > 0)
 		fprintf(f, ", ETA %.0f s", (double)(total - done) / rate);
 	fputs("\033[K", f); /* clear what a longer previous line left */
@@ -302,7 +350,36 @@ static float up_f(double x)
 	return -down_f(-x);
 }
 
-static int collect(const calib *c, oq_ranges *out, oq_diag *d)
+/* The method's range of value i into [*lo, *hi] (finite values were seen). */
+static int pick(const calib *c, const oq_calib_opts *o, size_t i, double *lo, double *hi,
+                oq_diag *d)
+{
+	const tstat *s = &c->st[i];
+	const oq_hist *h = c->h ? &c->h[i] : NULL;
+	int act = o->act_type ? o->act_type : OQ_DT_UINT8, rc = OQ_OK;
+
+	*lo = s->lo;
+	*hi = s->hi;
+	if (c->method == OQ_CALIB_EMA && c->em[i].init) {
+		*lo = c->em[i].lo;
+		*hi = c->em[i].hi;
+	} else if (h && h->bin) {
+		if (c->method == OQ_CALIB_PERCENTILE)
+			oq_select_percentile(h, s->lo, s->hi,
+			                     o->percentile > 0 ? o->percentile : OQ_PERCENTILE, lo, hi);
+		else if (c->method == OQ_CALIB_ENTROPY)
+			rc = oq_select_entropy(h, s->lo, s->hi, 1 << (oq_dtype_bits(act) - 1), lo, hi);
+		else
+			rc = oq_select_mse(h, s->lo, s->hi, act, o->act_sym, lo, hi);
+	}
+	if (rc)
+		return oq_err(d, rc, "calibrate: tensor '%s': %s range selection failed (%s)",
+		              c->g->values[i]->name, oq_calib_method_name(c->method),
+		              rc == OQ_ENOMEM ? "out of memory" : "bad histogram");
+	return OQ_OK;
+}
+
+static int collect(const calib *c, const oq_calib_opts *o, oq_ranges *out, oq_diag *d)
 {
 	const oq_graph *g = c->g;
 	size_t n = 0, k = 0;
@@ -323,8 +400,17 @@ static int collect(const calib *c, oq_ranges *out, oq_diag *d)
 			return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 		}
 		if (s->lo <= s->hi) {
-			r->min = down_f(s->lo);
-			r->max = up_f(s->hi);
+			double lo, hi;
+			int rc = pick(c, o, i, &lo, &hi, d);
+			if (rc) {
+				free(r->name);
+				r->name = NULL;
+				out->n = k;
+				oq_ranges_free(out);
+				return rc;
+			}
+			r->min = down_f(lo);
+			r->max = up_f(hi);
 		} else {
 			r->min = INFINITY; /* nothing finite was seen: min > max */
 			r->max = -INFINITY;
@@ -340,20 +426,128 @@ static int collect(const calib *c, oq_ranges *out, oq_diag *d)
 
 /* ------------------------------------------------------------ driver */
 
+/* What a pass over the samples needs. */
+typedef struct job {
+	oq_exec *e;
+	oq_samples s;      /* the sample list (one reused record for random data) */
+	oq_rt *in, *outs;  /* nin inputs, nout outputs of one run */
+	size_t nin, nout;
+	size_t total;      /* samples per pass */
+	int is_random;     /* --calib random:N[:SEED] */
+	uint64_t seed;     /* its SEED */
+	FILE *tty;         /* progress bar stream, or NULL */
+	double t0, last;   /* pass start; last bar update (-1: none yet) */
+} job;
+
+/* Runs every sample once with c observing (c->phase says what it records). */
+static int sweep(job *j, calib *c, const char *what, oq_diag *d)
+{
+	int rc;
+
+	j->t0 = now();
+	for (size_t i = 0; i < j->total; i++) {
+		size_t si = j->is_random ? 0 : i;
+		if (j->is_random)
+			for (size_t k = 0; k < j->nin; k++)
+				j->s.v[0].in[k].seed = mix64(j->seed ^ mix64((uint64_t)i));
+		if ((rc = oq_sample_load(&j->s, si, j->e, j->in, d)))
+			return rc;
+		for (size_t k = 0; k < j->nin; k++)
+			observe(c, oq_exec_input(j->e, k), &j->in[k]);
+		rc = oq_exec_run(j->e, j->in, j->nin, j->outs, j->nout, d);
+		for (size_t k = 0; k < j->nin; k++)
+			oq_rt_release(&j->in[k]);
+		for (size_t k = 0; k < j->nout; k++)
+			oq_rt_release(&j->outs[k]);
+		if (rc)
+			return rc;
+		if (j->tty) {
+			double t = now();
+			if (i + 1 == j->total || j->last < 0 || t - j->last >= 0.1) {
+				bar(j->tty, what, i + 1, j->total, t - j->t0);
+				j->last = t;
+			}
+		}
+	}
+	return OQ_OK;
+}
+
+/* Histograms over pass 1's exact ranges ([0, max |x|] when abs). */
+static int hist_setup(calib *c, int abs, oq_diag *d)
+{
+	const oq_graph *g = c->g;
+
+	for (size_t i = 0; i < g->n_values; i++) {
+		const tstat *s = &c->st[i];
+		double lo = s->lo, hi = s->hi;
+		int rc;
+		if (!s->seen || !(lo <= hi))
+			continue;
+		if (abs) {
+			hi = -lo > hi ? -lo : hi;
+			lo = 0;
+		}
+		if (!(lo < hi))
+			continue; /* constant tensor: its range is exact already */
+		if ((rc = oq_hist_init(&c->h[i], lo, hi, OQ_HIST_BINS, abs)))
+			return oq_err(d, rc, "calibrate: out of memory for the histogram of '%s' "
+			                     "(%d bins per tensor)",
+			              g->values[i]->name, OQ_HIST_BINS);
+	}
+	return OQ_OK;
+}
+
+/* OQ_EUSAGE for settings the method cannot use. */
+static int check_opts(const oq_calib_opts *o, oq_diag *d)
+{
+	int act = o->act_type ? o->act_type : OQ_DT_UINT8, bits = oq_dtype_bits(act);
+
+	if (o->method < OQ_CALIB_MINMAX || o->method > OQ_CALIB_MSE)
+		return oq_err(d, OQ_EUSAGE, "calibrate: unknown method %d", o->method);
+	if (o->ema_constant < 0 || o->ema_constant > 1 || o->ema_constant != o->ema_constant)
+		return oq_err(d, OQ_EUSAGE, "calibrate: --ema-constant must be in (0, 1] (default %g)",
+		              OQ_EMA_CONSTANT);
+	if (o->percentile < 0 || o->percentile > 100 || o->percentile != o->percentile)
+		return oq_err(d, OQ_EUSAGE, "calibrate: --percentile must be in (0, 100] (default %g)",
+		              OQ_PERCENTILE);
+	if (bits < 2 || bits > 16)
+		return oq_err(d, OQ_EUSAGE, "calibrate: activation type %s has no integer grid",
+		              oq_dtype_name(act));
+	if (o->method == OQ_CALIB_ENTROPY && (1 << (bits - 1)) * 8 > OQ_HIST_BINS)
+		return oq_err(d, OQ_EUSAGE,
+		              "calibrate: --method entropy compares %d-bin histograms with 2^(b-1) "
+		              "target bins; %s needs %d, too many for a meaningful search: use "
+		              "--method mse or percentile for %d-bit activations",
+		              OQ_HIST_BINS, oq_dtype_name(act), 1 << (bits - 1), bits);
+	return OQ_OK;
+}
+
 int oq_calibrate_minmax(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d)
 {
-	oq_exec_opts eo;
-	oq_exec *e = NULL;
-	oq_samples s;
-	calib c;
-	oq_rt *in = NULL, *outs = NULL;
-	size_t nin = 0, nout = 0, total, observed = 0;
-	uint64_t n_random = 0, seed = 0;
-	int is_random, tty = 0, rc;
-	double t0 = now(), last = -1;
+	oq_calib_opts mo;
 
-	memset(&s, 0, sizeof s);
+	memset(&mo, 0, sizeof mo);
+	mo.source = o->source;
+	mo.limit = o->limit;
+	mo.threads = o->threads;
+	mo.progress = o->progress;
+	return oq_calibrate(m, &mo, out, d);
+}
+
+int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d)
+{
+	oq_exec_opts eo;
+	job j;
+	calib c;
+	uint64_t n_random = 0;
+	int two = o->method == OQ_CALIB_PERCENTILE || o->method == OQ_CALIB_ENTROPY ||
+	          o->method == OQ_CALIB_MSE;
+	int rc;
+	double t0 = now();
+
+	memset(&j, 0, sizeof j);
 	memset(&c, 0, sizeof c);
+	j.last = -1;
 	out->v = NULL;
 	out->n = 0;
 	if (!m || !m->graph)
@@ -362,46 +556,54 @@ int oq_calibrate_minmax(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_
 		return oq_err(
 		    d, OQ_EUSAGE,
 		    "calibrate: no calibration data; give --calib DIR or --calib random:N");
-	is_random = !strncmp(o->source, "random:", 7);
-	if (is_random && (rc = parse_random(o->source, &n_random, &seed, d)))
+	if ((rc = check_opts(o, d)))
 		return rc;
-	if (!is_random && (rc = check_not_empty(o->source, d)))
+	j.is_random = !strncmp(o->source, "random:", 7);
+	if (j.is_random && (rc = parse_random(o->source, &n_random, &j.seed, d)))
+		return rc;
+	if (!j.is_random && (rc = check_not_empty(o->source, d)))
 		return rc;
 
 	eo.threads = o->threads;
-	if ((rc = oq_exec_new(m, &eo, &e, d)))
+	if ((rc = oq_exec_new(m, &eo, &j.e, d)))
 		return rc;
-	nin = oq_exec_n_inputs(e);
-	nout = oq_exec_n_outputs(e);
-	if (is_random) {
-		if ((rc = random_sample(e, &s, d)) || (rc = oq_samples_check(&s, e, d)))
+	j.nin = oq_exec_n_inputs(j.e);
+	j.nout = oq_exec_n_outputs(j.e);
+	if (j.is_random) {
+		if ((rc = random_sample(j.e, &j.s, d)) || (rc = oq_samples_check(&j.s, j.e, d)))
 			goto fail;
-		total = n_random > SIZE_MAX ? SIZE_MAX : (size_t)n_random;
+		j.total = n_random > SIZE_MAX ? SIZE_MAX : (size_t)n_random;
 	} else {
-		if ((rc = oq_samples_scan(o->source, e, &s, d)))
+		if ((rc = oq_samples_scan(o->source, j.e, &j.s, d)))
 			goto fail;
-		total = s.n;
+		j.total = j.s.n;
 	}
-	if (o->limit && o->limit < total)
-		total = o->limit;
-	if (!is_random) {
+	if (o->limit && o->limit < j.total)
+		j.total = o->limit;
+	if (!j.is_random) {
 		/* check only the samples that will run */
-		size_t all = s.n;
-		s.n = total;
-		rc = oq_samples_check(&s, e, d);
-		s.n = all;
+		size_t all = j.s.n;
+		j.s.n = j.total;
+		rc = oq_samples_check(&j.s, j.e, d);
+		j.s.n = all;
 		if (rc)
 			goto fail;
 	}
-	if (is_random && o->progress)
+	if (j.is_random && o->progress)
 		fprintf(o->progress, "calibrate: warning: random calibration data is not "
 		                     "representative; ranges will not match real inputs\n");
 
 	c.g = m->graph;
+	c.method = o->method;
+	c.ema_c = o->ema_constant > 0 ? o->ema_constant : OQ_EMA_CONSTANT;
 	c.st = oq_calloc(m->graph->n_values, sizeof *c.st);
-	in = oq_calloc(nin, sizeof *in);
-	outs = oq_calloc(nout, sizeof *outs);
-	if (!c.st || !in || !outs) {
+	j.in = oq_calloc(j.nin, sizeof *j.in);
+	j.outs = oq_calloc(j.nout, sizeof *j.outs);
+	if (o->method == OQ_CALIB_EMA)
+		c.em = oq_calloc(m->graph->n_values, sizeof *c.em);
+	if (two)
+		c.h = oq_calloc(m->graph->n_values, sizeof *c.h);
+	if (!c.st || !j.in || !j.outs || (o->method == OQ_CALIB_EMA && !c.em) || (two && !c.h)) {
 		rc = oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 		goto fail;
 	}
@@ -409,38 +611,24 @@ int oq_calibrate_minmax(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_
 		c.st[i].lo = INFINITY;
 		c.st[i].hi = -INFINITY;
 	}
-	oq_exec_set_observer(e, observe, &c);
-	tty = o->progress && isatty(fileno(o->progress));
+	oq_exec_set_observer(j.e, observe, &c);
+	if (o->progress && isatty(fileno(o->progress)))
+		j.tty = o->progress;
 
-	for (size_t i = 0; i < total; i++) {
-		size_t si = is_random ? 0 : i;
-		if (is_random)
-			for (size_t k = 0; k < nin; k++)
-				s.v[0].in[k].seed = mix64(seed ^ mix64((uint64_t)i));
-		if ((rc = oq_sample_load(&s, si, e, in, d)))
-			goto fail;
-		for (size_t k = 0; k < nin; k++)
-			observe(&c, oq_exec_input(e, k), &in[k]);
-		rc = oq_exec_run(e, in, nin, outs, nout, d);
-		for (size_t k = 0; k < nin; k++)
-			oq_rt_release(&in[k]);
-		for (size_t k = 0; k < nout; k++)
-			oq_rt_release(&outs[k]);
-		if (rc)
-			goto fail;
-		if (tty) {
-			double t = now();
-			if (i + 1 == total || t - last >= 0.1) {
-				bar(o->progress, i + 1, total, t - t0);
-				last = t;
-			}
-		}
-	}
-	if ((rc = collect(&c, out, d)))
+	if ((rc = sweep(&j, &c, two ? " (pass 1/2: min/max)" : "", d)))
 		goto fail;
-	observed = out->n;
+	if (two) {
+		int abs = o->method == OQ_CALIB_ENTROPY || o->act_sym;
+		if ((rc = hist_setup(&c, abs, d)))
+			goto fail;
+		c.phase = 1;
+		if ((rc = sweep(&j, &c, " (pass 2/2: histograms)", d)))
+			goto fail;
+	}
+	if ((rc = collect(&c, o, out, d)))
+		goto fail;
 	if (o->progress) {
-		if (tty)
+		if (j.tty)
 			fputs("\r\033[K", o->progress);
 		for (size_t i = 0; i < out->n; i++)
 			if (out->v[i].n_nan)
@@ -448,17 +636,23 @@ int oq_calibrate_minmax(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_
 				        "calibrate: warning: tensor '%s': %llu NaN/Inf values "
 				        "skipped\n",
 				        out->v[i].name, (unsigned long long)out->v[i].n_nan);
-		fprintf(o->progress, "calibrate: %zu samples, %zu tensors observed, %.1f s\n",
-		        total, observed, now() - t0);
+		fprintf(o->progress, "calibrate: %zu samples, %zu tensors observed, %s%s, %.1f s\n",
+		        j.total, out->n, oq_calib_method_name(o->method),
+		        two ? " (2 passes)" : "", now() - t0);
 	}
 	rc = OQ_OK;
 fail:
-	if (rc && last >= 0)
+	if (rc && j.last >= 0)
 		fputc('\n', o->progress); /* keep the error off the progress line */
-	free(outs);
-	free(in);
+	if (c.h)
+		for (size_t i = 0; i < m->graph->n_values; i++)
+			oq_hist_free(&c.h[i]);
+	free(c.h);
+	free(c.em);
+	free(j.outs);
+	free(j.in);
 	free(c.st);
-	oq_samples_free(&s);
-	oq_exec_free(e);
+	oq_samples_free(&j.s);
+	oq_exec_free(j.e);
 	return rc;
 }

@@ -3,11 +3,18 @@
  * executor and records the range of every float tensor of the main graph
  * as it is produced (an observer; nothing is buffered).
  *
+ * Methods (--method, calib/observe.h): minmax (exact), ema (moving average
+ * of per-sample min/max, in sample order), and the histogram methods
+ * percentile, entropy and mse, which run the samples twice: pass 1 finds
+ * each tensor's exact min/max, pass 2 fills a fixed-range histogram
+ * (OQ_HIST_BINS bins) that the method turns into a range. Memory is
+ * O(tensors x bins) for any number of samples.
+ *
  * Sources: a sample folder (run.h layouts) or "random:N[:SEED]" (N random
  * samples from the declared input types, only when asked: a warning says it
  * is not representative). Ranges are min/max over all elements of all
  * samples, NaN and Inf skipped and counted, so they do not depend on sample
- * order or thread count.
+ * order or thread count (all methods but ema).
  */
 #ifndef OQ_CALIBRATE_H
 #define OQ_CALIBRATE_H
@@ -15,6 +22,7 @@
 #include <stdio.h>
 
 #include "exec.h"
+#include "observe.h"
 #include "ranges.h"
 
 typedef struct oq_calib_opts {
@@ -22,6 +30,11 @@ typedef struct oq_calib_opts {
 	size_t limit;        /* --calib-limit N: first N samples in lexical order; 0 = all */
 	int threads;         /* executor threads; <= 0: all cores */
 	FILE *progress;      /* progress / summary / warnings (stderr), or NULL for quiet */
+	int method;          /* OQ_CALIB_* (0 = minmax) */
+	double ema_constant; /* --ema-constant in (0, 1]; 0 = OQ_EMA_CONSTANT */
+	double percentile;   /* --percentile in (0, 100]; 0 = OQ_PERCENTILE */
+	int act_type;        /* activation dtype, the grid entropy/mse aim at; 0 = uint8 */
+	int act_sym;         /* symmetric activations: percentile/mse use |x|, ranges [-t, t] */
 } oq_calib_opts;
 
 /*
@@ -31,5 +44,12 @@ typedef struct oq_calib_opts {
  * samples are reported before anything runs (oq_samples_check).
  */
 int oq_calibrate_minmax(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d) OQ_WUR;
+
+/*
+ * The same with o->method and its settings (oq_calibrate_minmax reads only
+ * source, limit, threads and progress). Bad settings are OQ_EUSAGE, e.g.
+ * entropy on a 16-bit grid (2^15 target bins do not fit the histogram).
+ */
+int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d) OQ_WUR;
 
 #endif

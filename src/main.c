@@ -81,9 +81,9 @@ static const char usage_quantize[] =
 	"       onnxq MODEL -o OUT ...          (the same)\n"
 	"\n"
 	"Rewrites (cleanup, upgrade-opset, fold-bn, fuse), calibrates activation\n"
-	"ranges (min/max) by running the samples through onnxq's executor, inserts\n"
-	"QuantizeLinear/DequantizeLinear and stores weights as integers. OUT is\n"
-	"untouched on failure.\n"
+	"ranges (--method, default min/max) by running the samples through onnxq's\n"
+	"executor, inserts QuantizeLinear/DequantizeLinear and stores weights as\n"
+	"integers. OUT is untouched on failure.\n"
 	"\n"
 	"Data:\n"
 	"  --calib DIR             calibration samples: DIR/NNN.npy, DIR/NNN/<input>.npy or\n"
@@ -91,6 +91,16 @@ static const char usage_quantize[] =
 	"  --calib random:N[:SEED] N random samples (only for testing: not representative)\n"
 	"  --calib-limit N         use the first N samples\n"
 	"  --threads N             executor threads (default: all cores); output is identical\n"
+	"  --method M              activation ranges: minmax (default; exact min/max),\n"
+	"                          ema (moving average of per-sample min/max; depends on the\n"
+	"                          sample order by definition), percentile, entropy (TensorRT\n"
+	"                          KL search) or mse (least rounding + clipping error on the\n"
+	"                          activation grid); the last three read the samples twice\n"
+	"                          (exact range, then a 2048-bin histogram), so their ranges\n"
+	"                          do not depend on sample order or threads\n"
+	"  --ema-constant C        ema smoothing constant in (0, 1] (default 0.01)\n"
+	"  --percentile P          percentile kept in (0, 100] (default 99.999): (100-P)/2 %\n"
+	"                          cut on each side, or of |x| with --act-symmetric\n"
 	"Quantization:\n"
 	"  --profile ort|trt       Q/DQ placement: ONNX Runtime's (default) or TensorRT's\n"
 	"  --weight-type T         int8 (default), uint8, int16, int4, uint4\n"
@@ -325,8 +335,18 @@ static void qargs_free(qargs *a)
 enum {
 	O_CALIB = 256, O_CALIB_LIMIT, O_THREADS, O_PROFILE, O_WTYPE, O_ATYPE, O_GRAN, O_BLOCK, O_GRID,
 	O_WASYM, O_ASYM, O_REDUCE, O_KEEP, O_WONLY, O_OPTYPES, O_INCLUDE, O_EXCLUDE, O_OVERRIDES, O_OPSET,
-	O_PASSES, O_DUMP, O_VERIFY, O_EXT, O_EXT_T, O_QUIET, O_VERBOSE,
+	O_PASSES, O_DUMP, O_VERIFY, O_EXT, O_EXT_T, O_QUIET, O_VERBOSE, O_METHOD, O_EMA_C, O_PCT,
 };
+
+/* A number in (0, max] from s, or -1. */
+static double parse_real(const char *s, double max)
+{
+	char *end;
+	double v = strtod(s, &end);
+	if (end == s || *end || !(v > 0) || v > max)
+		return -1;
+	return v;
+}
 
 static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage, int quantize,
 		       qargs *a)
@@ -335,6 +355,9 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		{"output", required_argument, NULL, 'o'},
 		{"calib", required_argument, NULL, O_CALIB},
 		{"calib-limit", required_argument, NULL, O_CALIB_LIMIT},
+		{"method", required_argument, NULL, O_METHOD},
+		{"ema-constant", required_argument, NULL, O_EMA_C},
+		{"percentile", required_argument, NULL, O_PCT},
 		{"threads", required_argument, NULL, O_THREADS},
 		{"profile", required_argument, NULL, O_PROFILE},
 		{"weight-type", required_argument, NULL, O_WTYPE},
@@ -405,6 +428,18 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 			if ((v = parse_num(optarg, 1, (long long)1 << 40)) < 0)
 				return usage_error(cmd, "--calib-limit needs a positive number");
 			p->calib.limit = (size_t)v;
+			break;
+		case O_METHOD:
+			if ((p->calib.method = oq_calib_method_parse(optarg)) < 0)
+				return usage_error(cmd, "--method is minmax, ema, percentile, entropy or mse");
+			break;
+		case O_EMA_C:
+			if ((p->calib.ema_constant = parse_real(optarg, 1)) < 0)
+				return usage_error(cmd, "--ema-constant needs a number in (0, 1]");
+			break;
+		case O_PCT:
+			if ((p->calib.percentile = parse_real(optarg, 100)) < 0)
+				return usage_error(cmd, "--percentile needs a number in (0, 100]");
 			break;
 		case O_THREADS:
 			if ((v = parse_num(optarg, 1, 1024)) < 0)
@@ -508,6 +543,12 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		return usage_error(cmd, "--block-size needs --granularity block");
 	if (p->q.weight_only && p->calib.source)
 		return usage_error(cmd, "--weight-only needs no --calib (weights are not calibrated)");
+	if (p->calib.ema_constant > 0 && p->calib.method != OQ_CALIB_EMA)
+		return usage_error(cmd, "--ema-constant applies to --method ema");
+	if (p->calib.percentile > 0 && p->calib.method != OQ_CALIB_PERCENTILE)
+		return usage_error(cmd, "--percentile applies to --method percentile");
+	if (p->calib.method && p->q.weight_only)
+		return usage_error(cmd, "--method needs activation calibration; drop --weight-only");
 	if (p->q.op_types && !p->q.weight_only)
 		return usage_error(cmd, "--op-types applies to --weight-only");
 	if (p->q.profile == OQ_PROFILE_TRT && (p->q.act_type != OQ_DT_UINT8 || p->q.act_sym))

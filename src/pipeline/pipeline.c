@@ -2,7 +2,8 @@
  * pipeline.c - `onnxq quantize`: the whole job, one stage per line.
  *
  *   load -> rewrites (cleanup, upgrade-opset, fold-bn, fuse)
- *        -> calibrate (min/max of every float activation, on the rewritten
+ *        -> calibrate (--method minmax|ema|percentile|entropy|mse: a range
+ *           for every float activation, on the rewritten
  *           float model: fuse only marks units, so a Relu's output range is
  *           what its Q will use when quantize folds the Relu away)
  *        -> quantize (Q/DQ placement, weights, biases)
@@ -107,7 +108,9 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	if (quantize && !q.weight_only) {
 		oq_calib_opts co = o->calib;
 		co.progress = log;
-		if ((rc = oq_calibrate_minmax(m, &co, &ranges, d)))
+		co.act_type = q.act_type; /* the grid entropy and mse aim at */
+		co.act_sym = q.act_sym;
+		if ((rc = oq_calibrate(m, &co, &ranges, d)))
 			goto out;
 		q.ranges = &ranges;
 	}

@@ -1,0 +1,497 @@
+/*
+ * observe.c - histograms and range selection (see observe.h for the contract).
+ *
+ * Histogram: bin k of n over [lo, hi] holds the values x with
+ *     k = floor((x - lo) * inv),  inv = n / (hi - lo)   (clamped to [0, n-1]),
+ * computed in float (lo and inv rounded to float once), so k depends on x
+ * alone. |x| histograms use lo = 0 and |x|. Exact zeros go to n_zero. The
+ * fill loop computes a block of indices branch-free (vectorisable; zeros
+ * and NaN/Inf get two scratch slots after the bins), then counts them.
+ *
+ * EMA (PyTorch MovingAverageMinMaxObserver, ONNX Runtime CalibMovingAverage):
+ *     min <- min + c * (sample_min - min),  max alike; the first sample sets them.
+ *
+ * Percentile (ONNX Runtime HistogramCollector, conservative on bin edges):
+ *   asymmetric: q = N * (100 - p) / 200; lower end = lo + k*w for the largest
+ *     k with count(bins < k) <= q; upper end = hi - k'*w for the largest k'
+ *     with count(top k' bins) <= q. p = 100 gives min/max exactly.
+ *   symmetric (|x|): t = amax - k'*w, the largest k' with count(top k' bins)
+ *     <= N * (100 - p) / 100; range [-t, t] clipped to [min, max].
+ *
+ * Entropy (TensorRT's calibrator; NVIDIA pytorch-quantization
+ * _compute_amax_entropy; MXNet _get_optimal_threshold): |x| histogram h of n
+ * bins, T target bins. For every candidate i = T..n:
+ *     P = h[0:i], with the outlier mass O = sum h[i:] added to P[i-1];
+ *     Q: bins 0..i-1 grouped into T groups (bin k -> group floor(k*T/i));
+ *        each group's mass from h[0:i] (without the outliers) spread evenly
+ *        over the group's bins where P != 0; Q = 0 where P = 0;
+ *     KL(P||Q) of the normalised P (total N) and Q (total N - O).
+ *   The outliers that clipping moves into P[i-1] but not into Q are what
+ *   makes a small threshold expensive. Q is constant over a group, so
+ *     KL = (sum_k P_k ln P_k - sum_j (G_j + [j last] O) ln(G_j / n_j)) / N
+ *          + ln((N - O) / N)
+ *   with G_j the group's mass and n_j its non-empty bins: O(T) per
+ *   candidate from prefix sums, not O(i). Smoothing (MXNet's
+ *   _smooth_distribution, eps = 1e-4 counts): Q > 0 wherever P > 0 except
+ *   when the outliers land in a last group that h leaves empty; there Q
+ *   gets KL_EPS counts instead of 0, so the candidate costs a large but
+ *   finite KL (without it a sparse tail makes every candidate but i = n
+ *   infinite). The eps moved between the other bins changes KL by O(eps/N)
+ *   and is left out. Exact zeros are left out of P (pytorch-quantization's
+ *   skip_zeros): every grid represents them exactly whatever t is, and
+ *   after a ReLU their spike in bin 0 dominates KL (a group of 16 bins
+ *   cannot reproduce it, so the search favours t = 128 bins). The
+ *   smallest i with the least KL wins; t = i * w and
+ *   the range is [-t, t] clipped to [min, max] ([min, t] for min >= 0; the
+ *   quantize pass' asymmetric formula then still includes 0).
+ *
+ * MSE (our model, in the spirit of PyTorch's HistogramObserver and AIMET's
+ * tf_enhanced): for a candidate range the quantize pass' own qparams
+ * (oq_qparams, asymmetric or symmetric narrow on the activation dtype) give
+ * the step s and the grid ends gl = (qmin - zp) s, gh = (qmax - zp) s. The
+ * expected squared error, with c the centre of a bin and cnt its count:
+ *     c > gh: cnt (c - gh)^2;  c < gl: cnt (gl - c)^2        (clipping)
+ *     |c| < s/2: cnt c^2      (rounds to the exact 0 of every grid)
+ *     otherwise: cnt s^2/12   (rounding error, uniform over one step)
+ *   and exact zeros cost nothing. Each term is O(1) from prefix sums of cnt,
+ *   cnt c and cnt c^2. Candidates are bin edges: symmetric t = k w (k = 1..n);
+ *   asymmetric: the upper end over the edges above 0 and the lower end over
+ *   the edges below 0, one at a time (coordinate descent from [min, max],
+ *   at most 8 rounds, stop when neither end moves). Ties keep the wider range.
+ */
+#include "observe.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qparams.h"
+
+static const char *const method_names[] = {"minmax", "ema", "percentile", "entropy", "mse"};
+
+int oq_calib_method_parse(const char *s)
+{
+	for (int i = 0; i < (int)(sizeof method_names / sizeof *method_names); i++)
+		if (!strcmp(s, method_names[i]))
+			return i;
+	return -1;
+}
+
+const char *oq_calib_method_name(int method)
+{
+	if (method < 0 || method >= (int)(sizeof method_names / sizeof *method_names))
+		return "?";
+	return method_names[method];
+}
+
+/* ------------------------------------------------------------ histogram */
+
+int oq_hist_init(oq_hist *h, double lo, double hi, size_t n, int abs)
+{
+	memset(h, 0, sizeof *h);
+	if (!(lo < hi) || !isfinite(lo) || !isfinite(hi) || n < 1 || (abs && lo != 0))
+		return OQ_EINVAL;
+	if (n > (1u << 24) || !(h->bin = oq_calloc(n + 2, sizeof *h->bin)))
+		return OQ_ENOMEM;
+	h->lo = lo;
+	h->hi = hi;
+	h->n = n;
+	h->abs = abs;
+	h->inv = (double)n / (hi - lo);
+	h->lo_f = (float)lo;
+	h->inv_f = (float)h->inv;
+	if (!isfinite(h->inv_f)) {
+		oq_hist_free(h);
+		return OQ_EINVAL;
+	}
+	return OQ_OK;
+}
+
+void oq_hist_free(oq_hist *h)
+{
+	free(h->bin);
+	memset(h, 0, sizeof *h);
+}
+
+#define FILL_BLOCK 256
+
+/* Bin of a finite x (the fill loop's arithmetic). */
+static size_t bin_of(const oq_hist *h, float x)
+{
+	float u = (h->abs ? fabsf(x) : x - h->lo_f) * h->inv_f;
+	if (!(u > 0))
+		return 0;
+	if (u >= (float)(h->n - 1))
+		return h->n - 1;
+	return (size_t)u;
+}
+
+void oq_hist_add_f32(oq_hist *h, const float *p, size_t n)
+{
+	uint32_t idx[FILL_BLOCK];
+	const float lo = h->abs ? 0.0f : h->lo_f, inv = h->inv_f, top = (float)(h->n - 1);
+	const uint32_t zslot = (uint32_t)h->n, bad = (uint32_t)h->n + 1;
+	const int ab = h->abs;
+
+	for (size_t i = 0; i < n; i += FILL_BLOCK) {
+		size_t m = n - i < FILL_BLOCK ? n - i : FILL_BLOCK;
+		for (size_t j = 0; j < m; j++) {
+			float x = p[i + j], u = ((ab ? fabsf(x) : x) - lo) * inv;
+			int fin = (x - x) == 0.0f;
+			u = u > 0 ? u : 0; /* also maps NaN to 0 before the cast */
+			u = u < top ? u : top;
+			idx[j] = !fin ? bad : x == 0.0f ? zslot : (uint32_t)u;
+		}
+		for (size_t j = 0; j < m; j++)
+			h->bin[idx[j]]++;
+	}
+	h->n_zero += h->bin[zslot];
+	h->bin[zslot] = h->bin[bad] = 0;
+}
+
+void oq_hist_add_f64(oq_hist *h, const double *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		double x = p[i];
+		if ((x - x) != 0.0)
+			continue;
+		if (x == 0.0) {
+			h->n_zero++;
+			continue;
+		}
+		h->bin[bin_of(h, (float)x)]++;
+	}
+}
+
+/* Count of bin k with the zeros put back where 0 falls. */
+static double count_at(const oq_hist *h, size_t k, size_t zbin)
+{
+	return (double)h->bin[k] + (k == zbin ? (double)h->n_zero : 0.0);
+}
+
+/* The bin 0 falls into (n when outside the range). */
+static size_t zero_bin(const oq_hist *h)
+{
+	if (h->abs)
+		return 0;
+	if (h->lo > 0 || h->hi < 0)
+		return h->n;
+	return bin_of(h, 0.0f);
+}
+
+static double total(const oq_hist *h)
+{
+	double t = (double)h->n_zero;
+	for (size_t k = 0; k < h->n; k++)
+		t += (double)h->bin[k];
+	return t;
+}
+
+static void clip_to(double lo, double hi, double *out_lo, double *out_hi)
+{
+	if (*out_lo < lo)
+		*out_lo = lo;
+	if (*out_hi > hi)
+		*out_hi = hi;
+	if (*out_lo > *out_hi) /* cannot happen with p > 0; keep a valid range anyway */
+		*out_lo = *out_hi;
+}
+
+/* Edge k of h (k = 0..n). */
+static double edge(const oq_hist *h, size_t k)
+{
+	return k == h->n ? h->hi : h->lo + (h->hi - h->lo) * (double)k / (double)h->n;
+}
+
+/* ------------------------------------------------------------ EMA */
+
+void oq_ema_update(double *lo, double *hi, int *init, double blo, double bhi, double c)
+{
+	if (!*init) {
+		*lo = blo;
+		*hi = bhi;
+		*init = 1;
+		return;
+	}
+	*lo += c * (blo - *lo);
+	*hi += c * (bhi - *hi);
+}
+
+/* ------------------------------------------------------------ percentile */
+
+/* The largest k such that the top k bins hold at most q values. */
+static size_t top_cut(const oq_hist *h, double q, size_t zb)
+{
+	double acc = 0;
+	size_t k = 0;
+	while (k < h->n) {
+		acc += count_at(h, h->n - 1 - k, zb);
+		if (acc > q)
+			break;
+		k++;
+	}
+	return k;
+}
+
+void oq_select_percentile(const oq_hist *h, double lo, double hi, double p, double *out_lo,
+			  double *out_hi)
+{
+	double n = total(h);
+	size_t zb = zero_bin(h);
+
+	if (!(p < 100) || n <= 0) {
+		*out_lo = lo;
+		*out_hi = hi;
+		return;
+	}
+	if (h->abs) {
+		size_t k = top_cut(h, n * (100 - p) / 100, zb);
+		double t = edge(h, h->n - k);
+		*out_lo = -t;
+		*out_hi = t;
+	} else {
+		double q = n * (100 - p) / 200, acc = 0;
+		size_t k = 0, k2 = top_cut(h, q, zb);
+		while (k < h->n) {
+			acc += count_at(h, k, zb);
+			if (acc > q)
+				break;
+			k++;
+		}
+		*out_lo = edge(h, k);
+		*out_hi = edge(h, h->n - k2);
+	}
+	clip_to(lo, hi, out_lo, out_hi);
+}
+
+/* ------------------------------------------------------------ entropy */
+
+#define KL_EPS 1e-4 /* counts given to an empty Q bin where P is not empty */
+
+static double xlogx(double x)
+{
+	return x > 0 ? x * log(x) : 0;
+}
+
+int oq_select_entropy(const oq_hist *h, double lo, double hi, int target, double *out_lo,
+		      double *out_hi)
+{
+	size_t n = h->n, T = (size_t)target, best_i = n;
+	double *C = NULL, *PL = NULL, *NZ = NULL, N, best = INFINITY, t;
+
+	*out_lo = lo;
+	*out_hi = hi;
+	if (!h->abs || target < 2 || n < T)
+		return OQ_EINVAL;
+	C = oq_malloc((n + 1) * sizeof *C);
+	PL = oq_malloc((n + 1) * sizeof *PL);
+	NZ = oq_malloc((n + 1) * sizeof *NZ);
+	if (!C || !PL || !NZ) {
+		free(C);
+		free(PL);
+		free(NZ);
+		return OQ_ENOMEM;
+	}
+	C[0] = PL[0] = NZ[0] = 0;
+	for (size_t k = 0; k < n; k++) {
+		double c = (double)h->bin[k]; /* exact zeros left out, see the header */
+		C[k + 1] = C[k] + c;
+		PL[k + 1] = PL[k] + xlogx(c);
+		NZ[k + 1] = NZ[k] + (c > 0);
+	}
+	N = C[n];
+	for (size_t i = T; i <= n && N > 0; i++) {
+		double O = N - C[i], last = C[i] - C[i - 1] + O;
+		double plogp = PL[i - 1] + xlogx(last), plogq = 0, kl;
+		if (C[i] <= 0)
+			continue;
+		for (size_t j = 0; j < T; j++) {
+			size_t s = (j * i + T - 1) / T, e = ((j + 1) * i + T - 1) / T;
+			double G = C[e] - C[s], nz = NZ[e] - NZ[s];
+			double mass = G + (j == T - 1 ? O : 0);
+			if (j == T - 1 && C[i] - C[i - 1] == 0 && O > 0)
+				nz += 1; /* the outliers made P[i-1] non-empty */
+			if (nz == 0 || mass == 0)
+				continue;
+			plogq += mass * log(G > 0 ? G / nz : KL_EPS);
+		}
+		kl = (plogp - plogq) / N + log(C[i] / N);
+		if (kl < best) {
+			best = kl;
+			best_i = i;
+		}
+	}
+	free(C);
+	free(PL);
+	free(NZ);
+	t = edge(h, best_i);
+	*out_lo = -t;
+	*out_hi = t;
+	clip_to(lo, hi, out_lo, out_hi);
+	return OQ_OK;
+}
+
+/* ------------------------------------------------------------ MSE */
+
+/* Prefix sums over the bins: count, count*c, count*c^2 (c = bin centre). */
+typedef struct msectx {
+	const oq_hist *h;
+	double *C, *S1, *S2; /* n + 1 entries each */
+	double w;            /* bin width */
+	int dtype, form;     /* target grid: activation dtype, OQ_QP_ASYM or OQ_QP_SYM_NARROW */
+	int64_t qmin, qmax;  /* the form's grid */
+} msectx;
+
+/* Bins [a, b) clamped to [0, n]; sums of count, count*c, count*c^2. */
+static void sums(const msectx *m, double a, double b, double *c0, double *c1, double *c2)
+{
+	double n = (double)m->h->n;
+	size_t ia, ib;
+	a = a < 0 ? 0 : a > n ? n : a;
+	b = b < 0 ? 0 : b > n ? n : b;
+	ia = (size_t)a;
+	ib = (size_t)b;
+	if (ib <= ia) {
+		*c0 = *c1 = *c2 = 0;
+		return;
+	}
+	*c0 = m->C[ib] - m->C[ia];
+	*c1 = m->S1[ib] - m->S1[ia];
+	*c2 = m->S2[ib] - m->S2[ia];
+}
+
+/* First bin index whose centre is > x (centre k = lo + (k + 0.5) w), as a double for sums(). */
+static double first_above(const msectx *m, double x)
+{
+	double u = (x - m->h->lo) / m->w - 0.5;
+	double k = floor(u) + 1;
+	return k < 0 ? 0 : k;
+}
+
+/* First bin index whose centre is >= x. */
+static double first_at_or_above(const msectx *m, double x)
+{
+	double u = (x - m->h->lo) / m->w - 0.5;
+	double k = ceil(u);
+	return k < 0 ? 0 : k;
+}
+
+/* Expected squared error of range [a, b] on the target grid; +inf when it has no qparams. */
+static double mse_err(const msectx *m, double a, double b)
+{
+	float s;
+	int64_t zp;
+	double gl, gh, n = (double)m->h->n, e = 0, c0, c1, c2, in0, z0, iz0, iz1, lo_in, hi_in;
+
+	if (oq_qparams(a, b, m->dtype, m->form, 0, &s, &zp) || !(s > 0))
+		return INFINITY;
+	gl = (double)(m->qmin - zp) * s;
+	gh = (double)(m->qmax - zp) * s;
+	/* clipping above gh */
+	hi_in = first_above(m, gh);
+	sums(m, hi_in, n, &c0, &c1, &c2);
+	e += c2 - 2 * gh * c1 + gh * gh * c0;
+	/* clipping below gl */
+	lo_in = first_at_or_above(m, gl);
+	sums(m, 0, lo_in, &c0, &c1, &c2);
+	e += c2 - 2 * gl * c1 + gl * gl * c0;
+	/* in range: near-zero bins round to 0, the rest carry s^2/12 */
+	sums(m, lo_in, hi_in, &in0, &c1, &c2);
+	iz0 = first_above(m, -(double)s / 2);
+	iz1 = first_at_or_above(m, (double)s / 2);
+	if (iz0 < lo_in)
+		iz0 = lo_in;
+	if (iz1 > hi_in)
+		iz1 = hi_in;
+	sums(m, iz0, iz1, &z0, &c1, &c2);
+	e += c2 + (in0 - z0) * (double)s * (double)s / 12;
+	return e;
+}
+
+int oq_select_mse(const oq_hist *h, double lo, double hi, int dtype, int sym, double *out_lo,
+		  double *out_hi)
+{
+	msectx m;
+	size_t n = h->n;
+	int rc = OQ_OK;
+
+	*out_lo = lo;
+	*out_hi = hi;
+	memset(&m, 0, sizeof m);
+	m.h = h;
+	m.dtype = dtype;
+	m.form = sym ? OQ_QP_SYM_NARROW : OQ_QP_ASYM;
+	if (!!sym != !!h->abs || !oq_qgrid(dtype, m.form, 0, &m.qmin, &m.qmax))
+		return OQ_EINVAL;
+	m.w = (h->hi - h->lo) / (double)n;
+	m.C = oq_malloc((n + 1) * sizeof *m.C);
+	m.S1 = oq_malloc((n + 1) * sizeof *m.S1);
+	m.S2 = oq_malloc((n + 1) * sizeof *m.S2);
+	if (!m.C || !m.S1 || !m.S2) {
+		rc = OQ_ENOMEM;
+		goto out;
+	}
+	m.C[0] = m.S1[0] = m.S2[0] = 0;
+	for (size_t k = 0; k < n; k++) {
+		double c = h->lo + ((double)k + 0.5) * m.w, cnt = (double)h->bin[k];
+		m.C[k + 1] = m.C[k] + cnt;
+		m.S1[k + 1] = m.S1[k] + cnt * c;
+		m.S2[k + 1] = m.S2[k] + cnt * c * c;
+	}
+	if (sym) {
+		double best = mse_err(&m, -h->hi, h->hi), bt = h->hi;
+		for (size_t k = n; k-- > 1;) {
+			double t = edge(h, k), e = mse_err(&m, -t, t);
+			if (e < best) {
+				best = e;
+				bt = t;
+			}
+		}
+		*out_lo = -bt;
+		*out_hi = bt;
+	} else {
+		double a = lo, b = hi, best = mse_err(&m, a, b);
+		for (int round = 0; round < 8; round++) {
+			int moved = 0;
+			if (b > 0) { /* upper end over the edges above 0 */
+				double nb = b;
+				for (size_t k = n; k-- > 1;) {
+					double t = edge(h, k), e;
+					if (t <= 0)
+						break;
+					if ((e = mse_err(&m, a, t)) < best) {
+						best = e;
+						nb = t;
+					}
+				}
+				moved |= nb != b;
+				b = nb;
+			}
+			if (a < 0) { /* lower end over the edges below 0 */
+				double na = a;
+				for (size_t k = 1; k < n; k++) {
+					double t = edge(h, k), e;
+					if (t >= 0)
+						break;
+					if ((e = mse_err(&m, t, b)) < best) {
+						best = e;
+						na = t;
+					}
+				}
+				moved |= na != a;
+				a = na;
+			}
+			if (!moved)
+				break;
+		}
+		*out_lo = a;
+		*out_hi = b;
+	}
+	clip_to(lo, hi, out_lo, out_hi);
+out:
+	free(m.C);
+	free(m.S1);
+	free(m.S2);
+	return rc;
+}

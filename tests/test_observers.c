@@ -1,0 +1,529 @@
+/*
+ * test_observers.c - calibration methods beyond min/max (calib/observe.c and
+ * the --method paths of calib/calibrate.c).
+ *
+ * Expected numbers are hand-computed (bin indices, percentile cuts on a flat
+ * histogram, EMA steps), come from an independent brute-force evaluation
+ * written here (KL(P||Q) summed bin by bin for every entropy candidate; the
+ * actual squared error of quantizing the raw data with the quantize pass'
+ * qparams for MSE), or are properties every method must have (an outlier is
+ * clipped by percentile/entropy/mse and not by minmax; sample order and
+ * thread count change nothing, bit for bit).
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "calibrate.h"
+#include "gen_model.h"
+#include "npy.h"
+#include "observe.h"
+#include "qparams.h"
+
+/* ------------------------------------------------------------ helpers */
+
+/* Deterministic uniform [0, 1) stream (64-bit LCG, top 24 bits). */
+static float unif(uint64_t *s)
+{
+	*s = *s * 6364136223846793005u + 1442695040888963407u;
+	return (float)(*s >> 40) / 16777216.0f;
+}
+
+/* A flat histogram: every bin holds `per` values. */
+static void flat(oq_hist *h, double lo, double hi, int abs, uint64_t per)
+{
+	cr_assert_eq(oq_hist_init(h, lo, hi, OQ_HIST_BINS, abs), OQ_OK);
+	for (size_t k = 0; k < h->n; k++)
+		h->bin[k] = per;
+}
+
+/* ------------------------------------------------------------ histogram */
+
+Test(observers, histogram_bins_by_hand)
+{
+	oq_hist h;
+	const float v[] = {0.5f, 7.99f, 8.0f, 0.0f, -0.0f, NAN, INFINITY, 3.0f, 2.999f, 1.0f};
+	const float w[] = {-3.5f, 3.5f, -8.0f, 0.25f};
+
+	/* [0, 8] in 8 bins: k = floor(x); 8 goes to the last bin; zeros apart; NaN/Inf skipped */
+	cr_assert_eq(oq_hist_init(&h, 0, 8, 8, 0), OQ_OK);
+	oq_hist_add_f32(&h, v, sizeof v / sizeof *v);
+	cr_expect_eq(h.n_zero, 2);
+	cr_expect_eq(h.bin[0], 1); /* 0.5 */
+	cr_expect_eq(h.bin[1], 1); /* 1.0 */
+	cr_expect_eq(h.bin[2], 1); /* 2.999 */
+	cr_expect_eq(h.bin[3], 1); /* 3.0 */
+	cr_expect_eq(h.bin[7], 2); /* 7.99, 8.0 */
+	oq_hist_free(&h);
+
+	/* |x| over [0, 8] */
+	cr_assert_eq(oq_hist_init(&h, 0, 8, 8, 1), OQ_OK);
+	oq_hist_add_f32(&h, w, 4);
+	cr_expect_eq(h.bin[3], 2);
+	cr_expect_eq(h.bin[7], 1);
+	cr_expect_eq(h.bin[0], 1);
+	oq_hist_free(&h);
+
+	cr_expect_eq(oq_hist_init(&h, 1, 1, 8, 0), OQ_EINVAL);
+	cr_expect_eq(oq_hist_init(&h, -1, 1, 8, 1), OQ_EINVAL);
+}
+
+/* ------------------------------------------------------------ EMA */
+
+Test(observers, ema_steps_by_hand)
+{
+	double lo = 0, hi = 0;
+	int init = 0;
+
+	/* per-sample ranges [0,1], [-1,2], [0,4] with c = 0.5:
+	 * [0,1] -> [0 + .5(-1-0), 1 + .5(2-1)] = [-0.5, 1.5] -> [-0.5 + .5(0.5), 1.5 + .5(2.5)] */
+	oq_ema_update(&lo, &hi, &init, 0, 1, 0.5);
+	cr_expect(lo == 0 && hi == 1);
+	oq_ema_update(&lo, &hi, &init, -1, 2, 0.5);
+	cr_expect(lo == -0.5 && hi == 1.5);
+	oq_ema_update(&lo, &hi, &init, 0, 4, 0.5);
+	cr_expect(lo == -0.25 && hi == 2.75, "%g %g", lo, hi);
+}
+
+/* ------------------------------------------------------------ percentile */
+
+Test(observers, percentile_uniform_by_hand)
+{
+	oq_hist h;
+	double lo, hi;
+
+	/* 2048 bins x 100 values over [0, 1]; P = 99 cuts at most 0.5 % = 1024 values a side:
+	 * 10 bins (1000 values), so [10/2048, 1 - 10/2048] */
+	flat(&h, 0, 1, 0, 100);
+	oq_select_percentile(&h, 0, 1, 99, &lo, &hi);
+	cr_expect_eq(lo, 10.0 / 2048, "%.10g", lo);
+	cr_expect_eq(hi, 1 - 10.0 / 2048, "%.10g", hi);
+	/* P = 100 is min/max */
+	oq_select_percentile(&h, 0, 1, 100, &lo, &hi);
+	cr_expect(lo == 0 && hi == 1);
+	/* zeros count: 1000 of them go to bin 0, so the low cut stops before it */
+	h.n_zero = 1000;
+	oq_select_percentile(&h, 0, 1, 99, &lo, &hi);
+	cr_expect_eq(lo, 0, "%.10g", lo); /* q = 0.005 * 205800 = 1029 < 1100 in bin 0 */
+	oq_hist_free(&h);
+
+	/* |x| form: cut at most 1 % = 2048 values from the top: 20 bins -> t = 1 - 20/2048 */
+	flat(&h, 0, 1, 1, 100);
+	oq_select_percentile(&h, -1, 1, 99, &lo, &hi);
+	cr_expect_eq(hi, 1 - 20.0 / 2048, "%.10g", hi);
+	cr_expect_eq(lo, -(1 - 20.0 / 2048));
+	/* clipped to the observed range */
+	oq_select_percentile(&h, -0.25, 1, 99, &lo, &hi);
+	cr_expect_eq(lo, -0.25);
+	oq_hist_free(&h);
+}
+
+/* ------------------------------------------------------------ entropy */
+
+/* KL(P||Q) of candidate i, summed bin by bin (the definition, no prefix sums); Q's total is
+ * taken before smoothing, as observe.c does (the difference is O(eps / N)). */
+static double kl_brute(const uint64_t *hb, size_t n, size_t i, size_t T)
+{
+	double *P = calloc(i, sizeof *P), *Q = calloc(i, sizeof *Q), sp = 0, sq = 0, kl = 0;
+	double O = 0;
+
+	cr_assert(P && Q);
+	for (size_t k = 0; k < i; k++)
+		P[k] = (double)hb[k];
+	for (size_t k = i; k < n; k++)
+		O += (double)hb[k];
+	P[i - 1] += O;
+	for (size_t j = 0; j < T; j++) {
+		double G = 0, nz = 0;
+		for (size_t k = 0; k < i; k++)
+			if (k * T / i == j) {
+				G += (double)hb[k];
+				nz += P[k] != 0;
+			}
+		for (size_t k = 0; k < i; k++)
+			if (k * T / i == j && P[k] != 0)
+				Q[k] = G / nz;
+	}
+	for (size_t k = 0; k < i; k++) {
+		sp += P[k];
+		sq += Q[k];
+	}
+	for (size_t k = 0; k < i; k++) {
+		if (P[k] == 0)
+			continue;
+		if (Q[k] == 0)
+			Q[k] = 1e-4; /* MXNet's smoothing of an empty Q bin (eps counts) */
+		kl += P[k] / sp * log((P[k] / sp) / (Q[k] / sq));
+	}
+	free(P);
+	free(Q);
+	return kl;
+}
+
+Test(observers, entropy_uniform_keeps_full_range)
+{
+	oq_hist h;
+	double lo, hi;
+
+	/* flat: Q = P at i = 2048 (KL 0); any smaller i piles outliers into one bin */
+	flat(&h, 0, 1, 1, 100);
+	cr_assert_eq(oq_select_entropy(&h, 0, 1, 128, &lo, &hi), OQ_OK);
+	cr_expect(lo == 0 && hi == 1, "[%g, %g]", lo, hi);
+	cr_assert_eq(oq_select_entropy(&h, -1, 1, 128, &lo, &hi), OQ_OK);
+	cr_expect(lo == -1 && hi == 1, "[%g, %g]", lo, hi);
+	/* exact zeros (a ReLU's) are exact on any grid and do not move t */
+	h.n_zero = 1000000;
+	cr_assert_eq(oq_select_entropy(&h, 0, 1, 128, &lo, &hi), OQ_OK);
+	cr_expect(lo == 0 && hi == 1, "[%g, %g]", lo, hi);
+	cr_expect_eq(oq_select_entropy(&h, 0, 1, 4096, &lo, &hi), OQ_EINVAL);
+	oq_hist_free(&h);
+}
+
+Test(observers, entropy_matches_brute_force_kl)
+{
+	oq_hist h;
+	uint64_t s = 7;
+	double lo, hi, best = INFINITY;
+	size_t best_i = 0;
+	float *x = malloc(200000 * sizeof *x);
+
+	/* |Laplace|-like data (-ln u) with a sparse tail up to 30 */
+	cr_assert_not_null(x);
+	for (int k = 0; k < 200000; k++)
+		x[k] = -logf(1.0f - unif(&s) * 0.999999f);
+	x[0] = 30.0f;
+	cr_assert_eq(oq_hist_init(&h, 0, 30, OQ_HIST_BINS, 1), OQ_OK);
+	oq_hist_add_f32(&h, x, 200000);
+	cr_assert_eq(oq_select_entropy(&h, 0, 30, 128, &lo, &hi), OQ_OK);
+	for (size_t i = 128; i <= OQ_HIST_BINS; i++) {
+		double kl = kl_brute(h.bin, h.n, i, 128);
+		if (kl < best - 1e-12) {
+			best = kl;
+			best_i = i;
+		}
+	}
+	cr_expect(fabs(hi - 30.0 * (double)best_i / OQ_HIST_BINS) < 1e-9,
+	          "entropy t = %g, brute force t = %g (i = %zu)", hi,
+	          30.0 * (double)best_i / OQ_HIST_BINS, best_i);
+	cr_expect(hi < 30 && hi > 2, "t = %g", hi);
+	oq_hist_free(&h);
+	free(x);
+}
+
+/* ------------------------------------------------------------ MSE */
+
+/* Sum of squared errors of quantizing x on the pass' grid for [a, b]. */
+static double sse(const float *x, size_t n, double a, double b, int dtype, int form)
+{
+	float sc;
+	int64_t zp, qmin, qmax;
+	double e = 0;
+
+	cr_assert_eq(oq_qparams(a, b, dtype, form, 0, &sc, &zp), OQ_OK);
+	cr_assert(oq_qgrid(dtype, form, 0, &qmin, &qmax));
+	for (size_t i = 0; i < n; i++) {
+		double d = (double)(oq_quantize_value(x[i], sc, zp, qmin, qmax) - zp) * sc - x[i];
+		e += d * d;
+	}
+	return e;
+}
+
+/* mse's range on x (n values, one outlier) is no worse than nearby ranges, by actual error. */
+static void mse_check(const float *x, size_t n, double lo, double hi, int sym, double *out_hi)
+{
+	oq_hist h;
+	double a, b, e, ha = sym ? 0 : lo, hh = sym ? fmax(-lo, hi) : hi;
+	int form = sym ? OQ_QP_SYM_NARROW : OQ_QP_ASYM, dt = sym ? OQ_DT_INT8 : OQ_DT_UINT8;
+
+	cr_assert_eq(oq_hist_init(&h, ha, hh, OQ_HIST_BINS, sym), OQ_OK);
+	oq_hist_add_f32(&h, x, n);
+	cr_assert_eq(oq_select_mse(&h, lo, hi, dt, sym, &a, &b), OQ_OK);
+	e = sse(x, n, a, b, dt, form);
+	cr_expect(e <= sse(x, n, lo, hi, dt, form), "mse worse than min/max");
+	cr_expect(e <= 1.02 * sse(x, n, a, b * 0.8, dt, form), "0.8 x hi is better: [%g, %g]", a, b);
+	cr_expect(e <= 1.02 * sse(x, n, a, b * 1.25, dt, form), "1.25 x hi is better: [%g, %g]", a,
+	          b);
+	if (a < 0) {
+		cr_expect(e <= 1.02 * sse(x, n, a * 0.8, b, dt, form), "0.8 x lo is better");
+		cr_expect(e <= 1.02 * sse(x, n, a * 1.25, b, dt, form), "1.25 x lo is better");
+	}
+	*out_hi = b;
+	oq_hist_free(&h);
+}
+
+Test(observers, mse_clips_outlier_and_is_near_optimal)
+{
+	size_t n = 2000000;
+	float *x = malloc(n * sizeof *x);
+	uint64_t s = 11;
+	double b;
+
+	cr_assert_not_null(x);
+	/* uniform [0, 1) and one value at 20: keeping it costs N s^2/12 with s = 20/255 */
+	for (size_t i = 0; i < n; i++)
+		x[i] = unif(&s);
+	x[5] = 20;
+	mse_check(x, n, 0, 20, 0, &b);
+	cr_expect(b < 10, "hi %g", b);
+	/* without the outlier mse keeps (almost) all of the range: clipping uniform data hurts */
+	x[5] = 0.5f;
+	mse_check(x, n, 0, 1, 0, &b);
+	cr_expect(b > 0.98, "hi %g", b);
+	/* signed, symmetric int8: uniform [-1, 1) and -20 */
+	for (size_t i = 0; i < n; i++)
+		x[i] = 2 * unif(&s) - 1;
+	x[9] = -20;
+	mse_check(x, n, -20, 1, 1, &b);
+	cr_expect(b < 10, "t %g", b);
+	/* signed, asymmetric uint8 */
+	mse_check(x, n, -20, 1, 0, &b);
+	free(x);
+}
+
+/* ------------------------------------------------------------ through calibrate */
+
+static char dir[64];
+static char path[512];
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/oq_obs_XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", dir);
+}
+
+static const char *at(const char *rel)
+{
+	snprintf(path, sizeof path, "%s/%s", dir, rel);
+	return path;
+}
+
+#define ROWS 4
+#define COLS 64
+
+/* rel.npy: float32[ROWS, COLS]. */
+static void sample(const char *rel, const float *v)
+{
+	oq_diag d;
+	oq_diag_init(&d);
+	cr_assert_eq(oq_npy_write(at(rel), OQ_DT_FLOAT, 2, (const int64_t[]){ROWS, COLS}, v,
+	                          ROWS * COLS * 4, &d),
+	             OQ_OK, "%s", d.msg);
+}
+
+typedef struct fixture {
+	gen_model *g;
+	oq_model *m;
+} fixture;
+
+/* x float[4, 64] -> Relu -> r;  x -> MatMul(W [64, 64]) -> y (split over threads). */
+static void build(fixture *f)
+{
+	oq_diag d;
+	Onnx__GraphProto *mg;
+	static double w[COLS * COLS];
+
+	for (int i = 0; i < COLS * COLS; i++)
+		w[i] = ((i * 37) % 101 - 50) / 64.0;
+	f->g = gen_new(8);
+	gen_opset(f->g, "", 13);
+	mg = gen_graph(f->g);
+	gen_input(f->g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(ROWS, COLS));
+	gen_init(f->g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(COLS, COLS), w);
+	gen_node(f->g, mg, "Relu", "relu", "x", "r");
+	gen_node(f->g, mg, "MatMul", "mm", "x,W", "y");
+	gen_output(f->g, mg, "r", OQ_DT_FLOAT, GEN_SHAPE(ROWS, COLS));
+	gen_output(f->g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(ROWS, COLS));
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(f->g, &f->m, &d), OQ_OK, "%s", d.msg);
+}
+
+static void unbuild(fixture *f)
+{
+	oq_model_free(f->m);
+	gen_free(f->g);
+}
+
+static int calib(fixture *f, const char *src, int method, int threads, double param, int act,
+                 oq_ranges *r, oq_diag *d)
+{
+	oq_calib_opts o;
+
+	memset(&o, 0, sizeof o);
+	o.source = src;
+	o.threads = threads;
+	o.method = method;
+	o.act_type = act;
+	if (method == OQ_CALIB_EMA)
+		o.ema_constant = param;
+	if (method == OQ_CALIB_PERCENTILE)
+		o.percentile = param;
+	oq_diag_init(d);
+	return oq_calibrate(f->m, &o, r, d);
+}
+
+static const oq_range *find(const oq_ranges *r, const char *name)
+{
+	const oq_range *x = oq_ranges_find(r, name);
+	cr_assert_not_null(x, "no range for %s", name);
+	return x;
+}
+
+/* n samples "NNN.npy" in sub (reversed names when rev) of uniform [-1, 1) data; sample 2 has an
+ * outlier 50 at element 3 and a NaN at element 5. */
+static void write_samples(const char *sub, int n, int rev)
+{
+	float v[ROWS * COLS];
+	char rel[64];
+	uint64_t s = 3;
+
+	cr_assert_eq(mkdir(at(sub), 0700), 0);
+	for (int i = 0; i < n; i++) {
+		for (int k = 0; k < ROWS * COLS; k++)
+			v[k] = 2 * unif(&s) - 1;
+		if (i == 2) {
+			v[3] = 50;
+			v[5] = NAN;
+		}
+		snprintf(rel, sizeof rel, "%s/%03d.npy", sub, rev ? n - 1 - i : i);
+		sample(rel, v);
+	}
+}
+
+Test(observers, ema_through_calibrate, .init = setup, .fini = teardown)
+{
+	fixture f;
+	oq_ranges r;
+	oq_diag d;
+	float v[ROWS * COLS];
+	const float ranges[3][2] = {{0, 1}, {-1, 2}, {0, 4}};
+
+	/* sample i: all values inside ranges[i], ends present */
+	cr_assert_eq(mkdir(at("e"), 0700), 0);
+	for (int i = 0; i < 3; i++) {
+		char rel[32];
+		for (int k = 0; k < ROWS * COLS; k++)
+			v[k] = ranges[i][0] + (ranges[i][1] - ranges[i][0]) * (float)(k % 7) / 6;
+		snprintf(rel, sizeof rel, "e/%03d.npy", i);
+		sample(rel, v);
+	}
+	build(&f);
+	cr_assert_eq(calib(&f, at("e"), OQ_CALIB_EMA, 1, 0.5, 0, &r, &d), OQ_OK, "%s", d.msg);
+	/* x: [0,1] -> [-0.5,1.5] -> [-0.25,2.75]; r = Relu(x): [0,1] -> [0,1.5] -> [0,2.75] */
+	cr_expect(find(&r, "x")->min == -0.25f && find(&r, "x")->max == 2.75f, "%g %g",
+	          find(&r, "x")->min, find(&r, "x")->max);
+	cr_expect(find(&r, "r")->min == 0 && find(&r, "r")->max == 2.75f);
+	oq_ranges_free(&r);
+	/* the default constant 0.01 */
+	cr_assert_eq(calib(&f, at("e"), OQ_CALIB_EMA, 1, 0, 0, &r, &d), OQ_OK, "%s", d.msg);
+	/* x hi: 1 -> 1.01 -> 1.01 + 0.01 * 2.99 = 1.0399 */
+	cr_expect(fabsf(find(&r, "x")->max - 1.0399f) < 1e-6f, "%.8g", find(&r, "x")->max);
+	oq_ranges_free(&r);
+	unbuild(&f);
+}
+
+Test(observers, outlier_clipped_except_by_minmax, .init = setup, .fini = teardown)
+{
+	fixture f;
+	oq_ranges r;
+	oq_diag d;
+	const int methods[] = {OQ_CALIB_PERCENTILE, OQ_CALIB_ENTROPY};
+
+	/* not mse: for 4096 values keeping the 50 costs 4096 (51/255)^2 / 12 = 13.6 in squared
+	 * error, clipping it 49^2 = 2401, so mse rightly keeps it (mse_clips_outlier_... uses 2M) */
+	write_samples("s", 16, 0);
+	build(&f);
+	cr_assert_eq(calib(&f, at("s"), OQ_CALIB_MINMAX, 1, 0, 0, &r, &d), OQ_OK, "%s", d.msg);
+	cr_expect_eq(find(&r, "r")->max, 50);
+	cr_expect_eq(find(&r, "x")->n_nan, 1);
+	oq_ranges_free(&r);
+	for (int i = 0; i < 2; i++) {
+		double p = methods[i] == OQ_CALIB_PERCENTILE ? 99.9 : 0;
+		cr_assert_eq(calib(&f, at("s"), methods[i], 1, p, 0, &r, &d), OQ_OK, "%s", d.msg);
+		/* 16 x 256 values in [-1, 1) and one 50: both drop the outlier; entropy's smallest
+		 * candidate is 128 of 2048 bins of [0, 50]: 3.125 */
+		cr_expect(find(&r, "r")->max < 3.2 && find(&r, "r")->max > 0.5, "%s: r max %g",
+		          oq_calib_method_name(methods[i]), find(&r, "r")->max);
+		cr_expect(find(&r, "x")->max < 3.2, "%s: x max %g", oq_calib_method_name(methods[i]),
+		          find(&r, "x")->max);
+		cr_expect(find(&r, "x")->min >= -1 && find(&r, "x")->min < -0.9, "%s: x min %g",
+		          oq_calib_method_name(methods[i]), find(&r, "x")->min);
+		cr_expect_eq(find(&r, "x")->n_nan, 1);
+		oq_ranges_free(&r);
+	}
+	unbuild(&f);
+}
+
+Test(observers, order_and_threads_do_not_matter, .init = setup, .fini = teardown)
+{
+	fixture f;
+	oq_ranges a, b, c;
+	oq_diag d;
+	const int methods[] = {OQ_CALIB_PERCENTILE, OQ_CALIB_ENTROPY, OQ_CALIB_MSE};
+
+	write_samples("fwd", 12, 0);
+	write_samples("rev", 12, 1);
+	build(&f);
+	for (int i = 0; i < 3; i++) {
+		double p = methods[i] == OQ_CALIB_PERCENTILE ? 99 : 0;
+		cr_assert_eq(calib(&f, at("fwd"), methods[i], 1, p, 0, &a, &d), OQ_OK, "%s", d.msg);
+		cr_assert_eq(calib(&f, at("rev"), methods[i], 1, p, 0, &b, &d), OQ_OK, "%s", d.msg);
+		cr_assert_eq(calib(&f, at("fwd"), methods[i], 2, p, 0, &c, &d), OQ_OK, "%s", d.msg);
+		cr_assert_eq(a.n, b.n);
+		cr_assert_eq(a.n, c.n);
+		for (size_t k = 0; k < a.n; k++) {
+			cr_expect(!memcmp(&a.v[k].min, &b.v[k].min, 4) &&
+			              !memcmp(&a.v[k].max, &b.v[k].max, 4),
+			          "%s %s: order changed [%a, %a] -> [%a, %a]",
+			          oq_calib_method_name(methods[i]), a.v[k].name, a.v[k].min, a.v[k].max,
+			          b.v[k].min, b.v[k].max);
+			cr_expect(!memcmp(&a.v[k].min, &c.v[k].min, 4) &&
+			              !memcmp(&a.v[k].max, &c.v[k].max, 4),
+			          "%s %s: threads changed it", oq_calib_method_name(methods[i]),
+			          a.v[k].name);
+		}
+		/* y (MatMul) is a real test of the threaded kernel: its range must not be trivial */
+		cr_expect(find(&a, "y")->min < 0 && find(&a, "y")->max > 0);
+		oq_ranges_free(&a);
+		oq_ranges_free(&b);
+		oq_ranges_free(&c);
+	}
+	unbuild(&f);
+}
+
+Test(observers, bad_settings_are_usage_errors, .init = setup, .fini = teardown)
+{
+	fixture f;
+	oq_ranges r;
+	oq_diag d;
+
+	write_samples("s", 1, 0);
+	build(&f);
+	cr_expect_eq(calib(&f, at("s"), OQ_CALIB_ENTROPY, 1, 0, OQ_DT_INT16, &r, &d), OQ_EUSAGE);
+	cr_expect(strstr(d.msg, "mse or percentile") != NULL, "%s", d.msg);
+	cr_expect_eq(calib(&f, at("s"), OQ_CALIB_PERCENTILE, 1, 101, 0, &r, &d), OQ_EUSAGE);
+	cr_expect_eq(calib(&f, at("s"), OQ_CALIB_EMA, 1, 2, 0, &r, &d), OQ_EUSAGE);
+	cr_expect_eq(calib(&f, at("s"), 9, 1, 0, 0, &r, &d), OQ_EUSAGE);
+	/* 16-bit mse and percentile are fine */
+	cr_expect_eq(calib(&f, at("s"), OQ_CALIB_MSE, 1, 0, OQ_DT_INT16, &r, &d), OQ_OK, "%s", d.msg);
+	oq_ranges_free(&r);
+	unbuild(&f);
+}
+
+Test(observers, method_names)
+{
+	cr_expect_eq(oq_calib_method_parse("minmax"), OQ_CALIB_MINMAX);
+	cr_expect_eq(oq_calib_method_parse("mse"), OQ_CALIB_MSE);
+	cr_expect_eq(oq_calib_method_parse("kl"), -1);
+	cr_expect_str_eq(oq_calib_method_name(OQ_CALIB_ENTROPY), "entropy");
+}
