@@ -117,6 +117,8 @@ static const char usage_quantize[] =
 	"  --include NAME|OP       quantize only these nodes / op types / tensors (repeatable)\n"
 	"  --exclude NAME|OP       leave these nodes / op types / tensors float (repeatable)\n"
 	"  --overrides FILE.json   per-tensor / per-node settings (see README)\n"
+	"  --export-encodings F    write AIMET-style encodings (scales, offsets) of the result to F\n"
+	"  --import-encodings F    use F's AIMET-style encodings instead of calibrating those tensors\n"
 	"  --opset N               target opset (default: the lowest the options need, >= 13)\n"
 	"Passes:\n"
 	"  --passes LIST           run only these passes (cleanup,upgrade-opset,fold-bn,fuse,quantize)\n"
@@ -334,7 +336,7 @@ static void qargs_free(qargs *a)
 
 enum {
 	O_CALIB = 256, O_CALIB_LIMIT, O_THREADS, O_PROFILE, O_WTYPE, O_ATYPE, O_GRAN, O_BLOCK, O_GRID,
-	O_WASYM, O_ASYM, O_REDUCE, O_KEEP, O_WONLY, O_OPTYPES, O_INCLUDE, O_EXCLUDE, O_OVERRIDES, O_OPSET,
+	O_WASYM, O_ASYM, O_REDUCE, O_KEEP, O_WONLY, O_OPTYPES, O_INCLUDE, O_EXCLUDE, O_OVERRIDES, O_EXPENC, O_IMPENC, O_OPSET,
 	O_PASSES, O_DUMP, O_VERIFY, O_EXT, O_EXT_T, O_QUIET, O_VERBOSE, O_METHOD, O_EMA_C, O_PCT,
 };
 
@@ -374,6 +376,8 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		{"include", required_argument, NULL, O_INCLUDE},
 		{"exclude", required_argument, NULL, O_EXCLUDE},
 		{"overrides", required_argument, NULL, O_OVERRIDES},
+		{"export-encodings", required_argument, NULL, O_EXPENC},
+		{"import-encodings", required_argument, NULL, O_IMPENC},
 		{"opset", required_argument, NULL, O_OPSET},
 		{"passes", required_argument, NULL, O_PASSES},
 		{"dump-after", required_argument, NULL, O_DUMP},
@@ -503,6 +507,8 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		case O_INCLUDE: a->lists[0][n_inc++] = optarg; break;
 		case O_EXCLUDE: a->lists[1][n_exc++] = optarg; break;
 		case O_OVERRIDES: p->overrides_path = optarg; break;
+		case O_EXPENC: p->export_encodings = optarg; break;
+		case O_IMPENC: p->import_encodings = optarg; break;
 		case O_OPSET:
 			if ((v = parse_num(optarg, 10, 1000)) < 0)
 				return usage_error(cmd, "--opset needs a number >= 10");

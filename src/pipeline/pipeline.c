@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "encodings.h"
 #include "overrides.h"
 
 static double now(void)
@@ -66,8 +67,9 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 {
 	oq_model *m = NULL;
 	oq_ranges ranges = {0};
-	oq_override *ov = NULL;
-	size_t n_ov = 0;
+	oq_override *ov = NULL, *all = NULL;
+	size_t n_ov = 0, n_all = 0;
+	oq_encodings enc = {0};
 	oq_opts q = o->q;
 	oq_pass_run run = o->run;
 	oq_save_info info;
@@ -100,6 +102,30 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	run.stop_before_quantize = 1;
 	if ((rc = oq_passes_run(m, &run, &q, d)))
 		goto out;
+	/* after the rewrites, so the names are those an export of this pipeline writes */
+	if (o->import_encodings) {
+		oq_override *ev = NULL;
+		size_t n_ev = 0;
+		if ((rc = oq_encodings_read(o->import_encodings, &enc, d)) ||
+		    (rc = oq_encodings_to_overrides(&enc, m, o->import_encodings, &ev, &n_ev, d)))
+			goto out;
+		/* the file's entries first: oq_override_find returns the first match */
+		if (!(all = oq_calloc(n_ev + n_ov, sizeof *all))) {
+			oq_overrides_free(ev, n_ev);
+			rc = oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+			goto out;
+		}
+		memcpy(all, ev, n_ev * sizeof *all);
+		if (n_ov)
+			memcpy(all + n_ev, ov, n_ov * sizeof *all);
+		free(ev);
+		free(ov);
+		ov = NULL;
+		n_all = n_ev + n_ov;
+		n_ov = 0;
+		q.overrides = all;
+		q.n_overrides = n_all;
+	}
 	t1 = now();
 	/* after cleanup, which turns Constant-node weights (PaddleOCR) into initializers */
 	init_bytes(m->graph, &fl0, &in0);
@@ -121,6 +147,15 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		run = o->run;
 		run.only_quantize = 1;
 		if ((rc = oq_passes_run(m, &run, &q, d)))
+			goto out;
+		if (o->import_encodings) {
+			size_t unused = 0;
+			if ((rc = oq_encodings_verify(m, &enc, o->verbose ? log : NULL, &unused, d)))
+				goto out;
+			if (unused && log)
+				fprintf(log, "quantize: %zu imported encodings had no Q/DQ to apply to\n", unused);
+		}
+		if (o->export_encodings && (rc = oq_encodings_export(m, o->export_encodings, d)))
 			goto out;
 	}
 	t3 = now();
@@ -150,6 +185,8 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 out:
 	oq_ranges_free(&ranges);
 	oq_overrides_free(ov, n_ov);
+	oq_overrides_free(all, n_all);
+	oq_encodings_free(&enc);
 	oq_model_free(m);
 	return rc;
 }

@@ -18,6 +18,8 @@ typedef struct oq_pipeline_opts {
 	oq_calib_opts calib;     /* calib.source NULL: no calibration (weight-only or rewrite-only) */
 	oq_save_opts save;
 	const char *overrides_path; /* --overrides FILE.json, or NULL */
+	const char *export_encodings; /* --export-encodings FILE.json, or NULL */
+	const char *import_encodings; /* --import-encodings FILE.json, or NULL */
 	int rewrite_only;        /* `convert --passes`: no quantize pass, no calibration */
 	int quiet, verbose;
 	FILE *log;               /* summary / warnings / timings (stderr) */
