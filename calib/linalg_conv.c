@@ -414,57 +414,32 @@ AVX2_FMA static inline void k6x16(int64_t kd, const float *a, int64_t lda, int m
 	LD(4, c40, c41);
 	LD(5, c50, c51);
 #undef LD
-	if (nr == 16) {
-#define LOADB(p, m) _mm256_loadu_ps(p)
-		for (int64_t k = 0; k < kd; k++) {
-			const float *bk = b + k * ldb;
-			__m256 b0 = LOADB(bk, m0), b1 = LOADB(bk + 8, m1), t;
-			t = _mm256_broadcast_ss(a0 + k);
-			c00 = _mm256_fmadd_ps(t, b0, c00);
-			c01 = _mm256_fmadd_ps(t, b1, c01);
-			t = _mm256_broadcast_ss(a1 + k);
-			c10 = _mm256_fmadd_ps(t, b0, c10);
-			c11 = _mm256_fmadd_ps(t, b1, c11);
-			t = _mm256_broadcast_ss(a2 + k);
-			c20 = _mm256_fmadd_ps(t, b0, c20);
-			c21 = _mm256_fmadd_ps(t, b1, c21);
-			t = _mm256_broadcast_ss(a3 + k);
-			c30 = _mm256_fmadd_ps(t, b0, c30);
-			c31 = _mm256_fmadd_ps(t, b1, c31);
-			t = _mm256_broadcast_ss(a4 + k);
-			c40 = _mm256_fmadd_ps(t, b0, c40);
-			c41 = _mm256_fmadd_ps(t, b1, c41);
-			t = _mm256_broadcast_ss(a5 + k);
-			c50 = _mm256_fmadd_ps(t, b0, c50);
-			c51 = _mm256_fmadd_ps(t, b1, c51);
-		}
-#undef LOADB
-	} else {
-#define LOADB(p, m) _mm256_maskload_ps(p, m)
-		for (int64_t k = 0; k < kd; k++) {
-			const float *bk = b + k * ldb;
-			__m256 b0 = LOADB(bk, m0), b1 = LOADB(bk + 8, m1), t;
-			t = _mm256_broadcast_ss(a0 + k);
-			c00 = _mm256_fmadd_ps(t, b0, c00);
-			c01 = _mm256_fmadd_ps(t, b1, c01);
-			t = _mm256_broadcast_ss(a1 + k);
-			c10 = _mm256_fmadd_ps(t, b0, c10);
-			c11 = _mm256_fmadd_ps(t, b1, c11);
-			t = _mm256_broadcast_ss(a2 + k);
-			c20 = _mm256_fmadd_ps(t, b0, c20);
-			c21 = _mm256_fmadd_ps(t, b1, c21);
-			t = _mm256_broadcast_ss(a3 + k);
-			c30 = _mm256_fmadd_ps(t, b0, c30);
-			c31 = _mm256_fmadd_ps(t, b1, c31);
-			t = _mm256_broadcast_ss(a4 + k);
-			c40 = _mm256_fmadd_ps(t, b0, c40);
-			c41 = _mm256_fmadd_ps(t, b1, c41);
-			t = _mm256_broadcast_ss(a5 + k);
-			c50 = _mm256_fmadd_ps(t, b0, c50);
-			c51 = _mm256_fmadd_ps(t, b1, c51);
-		}
-#undef LOADB
+	/* one k-loop body, instantiated with plain loads (full 16 columns) and masked loads */
+#define KLOOP(LOADB)                                                                       \
+	for (int64_t k = 0; k < kd; k++) {                                                 \
+		const float *bk = b + k * ldb;                                             \
+		__m256 b0 = LOADB(bk, m0), b1 = LOADB(bk + 8, m1), t;                      \
+		FMA2(a0, c00, c01);                                                        \
+		FMA2(a1, c10, c11);                                                        \
+		FMA2(a2, c20, c21);                                                        \
+		FMA2(a3, c30, c31);                                                        \
+		FMA2(a4, c40, c41);                                                        \
+		FMA2(a5, c50, c51);                                                        \
 	}
+#define FMA2(ar, x0, x1)                                                                   \
+	(t = _mm256_broadcast_ss(ar + k), x0 = _mm256_fmadd_ps(t, b0, x0),                 \
+	 x1 = _mm256_fmadd_ps(t, b1, x1))
+#define LOADU(p, m) _mm256_loadu_ps(p)
+#define LOADM(p, m) _mm256_maskload_ps(p, m)
+	if (nr == 16) {
+		KLOOP(LOADU)
+	} else {
+		KLOOP(LOADM)
+	}
+#undef KLOOP
+#undef FMA2
+#undef LOADU
+#undef LOADM
 #define ST(r, x0, x1)                                                          \
 	do {                                                                   \
 		if (mr > (r)) {                                                \
