@@ -27,31 +27,10 @@
 #include "irdiff.h"
 #include "overrides.h"
 #include "pass.h"
+#include "qtest.h"
 
 /* ------------------------------------------------------------ helpers */
 
-typedef struct rng {
-	const char *name;
-	float min, max;
-} rng;
-
-static int rng_cmp(const void *a, const void *b)
-{
-	return strcmp(((const oq_range *)a)->name, ((const oq_range *)b)->name);
-}
-
-static oq_ranges mk_ranges(const rng *r, size_t n)
-{
-	oq_ranges out = {calloc(n, sizeof(oq_range)), n};
-	cr_assert_not_null(out.v);
-	for (size_t i = 0; i < n; i++) {
-		out.v[i].name = strdup(r[i].name);
-		out.v[i].min = r[i].min;
-		out.v[i].max = r[i].max;
-	}
-	qsort(out.v, n, sizeof(oq_range), rng_cmp);
-	return out;
-}
 
 static char tmpdir[64];
 
@@ -247,6 +226,7 @@ static char *round_trip(gen_model *(*build)(void), const rng *r, size_t nr,
 	gen_model *g1 = build(), *g2 = build(), *g0 = build();
 	oq_model *m1 = load(g1), *m2 = load(g2), *m0 = load(g0);
 	oq_ranges rr = mk_ranges(r, nr);
+	cr_assert_not_null(rr.v);
 	oq_opts o1, o2;
 	oq_override *ov = NULL;
 	oq_encodings want;

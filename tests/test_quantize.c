@@ -21,32 +21,10 @@
 #include "gen_model.h"
 #include "overrides.h"
 #include "pass.h"
+#include "qtest.h"
 
 /* ------------------------------------------------------------ helpers */
 
-/* One hand-set calibrated range. */
-typedef struct rng {
-	const char *name;
-	float min, max;
-} rng;
-
-static int rng_cmp(const void *a, const void *b)
-{
-	return strcmp(((const oq_range *)a)->name, ((const oq_range *)b)->name);
-}
-
-static oq_ranges mk_ranges(const rng *r, size_t n)
-{
-	oq_ranges out = {calloc(n, sizeof(oq_range)), n};
-	cr_assert_not_null(out.v);
-	for (size_t i = 0; i < n; i++) {
-		out.v[i].name = strdup(r[i].name);
-		out.v[i].min = r[i].min;
-		out.v[i].max = r[i].max;
-	}
-	qsort(out.v, n, sizeof(oq_range), rng_cmp);
-	return out;
-}
 
 /* A model under test: the generator (its buffer backs the model), the model, its ranges. */
 typedef struct fx {
@@ -62,6 +40,7 @@ static void fx_load(fx *f, const rng *r, size_t nr)
 	oq_diag_init(&d);
 	cr_assert_eq(gen_load(f->gm, &f->m, &d), OQ_OK, "%s", d.msg);
 	f->r = mk_ranges(r, nr);
+	cr_assert_not_null(f->r.v);
 	oq_opts_init(&f->o);
 	f->o.ranges = &f->r;
 }
