@@ -37,96 +37,13 @@
 #include <unistd.h>
 
 #include "exec.h"
+#include "nodetest.h"
 #include "npy.h"
 #include "onnx_io.h"
 #include "pass.h"
 
 static int verbose;
 
-static int read_all(const char *path, void **buf, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	long n;
-	if (!f)
-		return -1;
-	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
-		fclose(f);
-		return -1;
-	}
-	*buf = malloc((size_t)n + 1);
-	if (!*buf || fread(*buf, 1, (size_t)n, f) != (size_t)n) {
-		fclose(f);
-		free(*buf);
-		return -1;
-	}
-	fclose(f);
-	*len = (size_t)n;
-	return 0;
-}
-
-static int load_pb(const char *path, oq_tensor **t, char *why, size_t n)
-{
-	void *buf;
-	size_t len;
-	oq_diag d;
-	oq_diag_init(&d);
-	if (read_all(path, &buf, &len)) {
-		snprintf(why, n, "cannot read %s", path);
-		return -1;
-	}
-	int rc = oq_tensor_load_pb(buf, len, path, t, &d);
-	free(buf);
-	if (rc) {
-		snprintf(why, n, "%s", d.msg);
-		return -1;
-	}
-	return 0;
-}
-
-static int compare(const oq_tensor *want_in, const oq_rt *got, char *why, size_t n)
-{
-	char a[256];
-	oq_tensor bf = *want_in;
-	const oq_tensor *want = want_in;
-	if (want->dtype == OQ_DT_UINT16 && got->dtype == OQ_DT_BFLOAT16) {
-		bf.dtype = OQ_DT_BFLOAT16; /* the ONNX 1.12 data stores bfloat16 as uint16 */
-		want = &bf;
-	}
-	if (want->dtype != got->dtype || want->rank != got->rank) {
-		snprintf(why, n, "got %s, want %s with rank %d", oq_rt_describe(got, a, sizeof a),
-			 oq_dtype_name(want->dtype), want->rank);
-		return -1;
-	}
-	for (int i = 0; i < want->rank; i++)
-		if (want->dims[i] != got->dims[i]) {
-			snprintf(why, n, "got shape %s, dim %d should be %lld", oq_rt_describe(got, a, sizeof a), i,
-				 (long long)want->dims[i]);
-			return -1;
-		}
-	if (want->dtype == OQ_DT_STRING) {
-		for (size_t i = 0; i < want->nelem; i++)
-			if (want->strs[i].len != got->strs[i].len ||
-			    memcmp(want->strs[i].p, got->strs[i].p, want->strs[i].len) != 0) {
-				snprintf(why, n, "string element %zu differs", i);
-				return -1;
-			}
-		return 0;
-	}
-	for (size_t i = 0; i < want->nelem; i++) {
-		double w = oq_tensor_get(want, i), g = oq_rt_get(got, i);
-		if (isnan(w) || isnan(g)) {
-			if (isnan(w) && isnan(g))
-				continue;
-		} else if (w == g || fabs(g - w) <= 1e-5 + 1e-3 * fabs(w)) {
-			continue;
-		}
-		snprintf(why, n, "element %zu: got %.9g, want %.9g", i, g, w);
-		return -1;
-	}
-	return 0;
-}
-
-/* Runs m on every test_data_set of dir. 0 match, 1 mismatch/error, 2 cannot run. */
 static int run_model(oq_model *m, const char *dir, char *why, size_t n)
 {
 	char path[4096];
@@ -164,7 +81,7 @@ static int run_model(oq_model *m, const char *dir, char *why, size_t n)
 			oq_tensor *t;
 			oq_rt view;
 			snprintf(path, sizeof path, "%s/test_data_set_%d/input_%zu.pb", dir, set, i);
-			if (load_pb(path, &t, why, n))
+			if (oq_test_load_pb(path, &t, why, n))
 				goto done;
 			if (t->dtype == OQ_DT_UINT16 && oq_exec_input(e, i)->type.dtype == OQ_DT_BFLOAT16)
 				t->dtype = OQ_DT_BFLOAT16;
@@ -187,9 +104,9 @@ static int run_model(oq_model *m, const char *dir, char *why, size_t n)
 			oq_tensor *t;
 			char w2[512];
 			snprintf(path, sizeof path, "%s/test_data_set_%d/output_%zu.pb", dir, set, i);
-			if (load_pb(path, &t, why, n))
+			if (oq_test_load_pb(path, &t, why, n))
 				goto done;
-			rc = compare(t, &out[i], w2, sizeof w2);
+			rc = oq_test_compare(t, &out[i], 1e-3, 1e-5, w2, sizeof w2);
 			oq_tensor_free(t);
 			if (rc) {
 				snprintf(why, n, "set %d output %zu: %s", set, i, w2);
@@ -403,7 +320,7 @@ static int pb2npy(const char *in, const char *out)
 	char why[1024];
 	oq_diag d;
 	int rc;
-	if (load_pb(in, &t, why, sizeof why)) {
+	if (oq_test_load_pb(in, &t, why, sizeof why)) {
 		fprintf(stderr, "%s\n", why);
 		return 2;
 	}
