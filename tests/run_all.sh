@@ -122,6 +122,19 @@ pass() { # label build_dir cmake_args...
 }
 
 start=$(now)
+# Fetch the third-party models before the first ctest, so the unit tests that
+# use real models (tests/test_pass_rewrite.c "real") run in both passes rather
+# than being skipped until an integration script has filled the cache.
+t0=$(now)
+if "$root/tests/integration/fetch.sh" >/dev/null &&
+	{ ! /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null ||
+		/usr/bin/python3 "$root/tests/integration/torchvision_export.py" "${OQ_CACHE:-$root/.cache}/tv" \
+			resnet18 mobilenet_v2 mobilenet_v3_small efficientnet_b0 squeezenet1_1 vit_b_16 >/dev/null; }; then
+	note "prefetch (.cache)" 1 0 0 $(($(now) - t0))
+else
+	echo "run_all: fetching test models failed" >&2
+	note "prefetch (.cache)" 0 1 0 $(($(now) - t0))
+fi
 case $mode in
 normal) pass normal "${OQ_BUILD_DIR:-$root/build}" ;;
 sanitize | both)

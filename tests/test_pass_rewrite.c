@@ -929,7 +929,7 @@ static void real_model(const char *rel, const char *npy, int64_t sym)
 
 	snprintf(path, sizeof path, "%s/%s", src_dir(), rel);
 	if (access(path, R_OK) != 0) {
-		cr_log_warn("skipped: %s not found", path);
+		cr_skip_test("%s not found (fetched by the integration tests)", path);
 		return;
 	}
 	oq_diag_init(&d);
