@@ -432,20 +432,21 @@ typedef struct job {
 	oq_samples s;      /* the sample list (one reused record for random data) */
 	oq_rt *in, *outs;  /* nin inputs, nout outputs of one run */
 	size_t nin, nout;
-	size_t total;      /* samples per pass */
+	size_t total;      /* samples of the whole set (after --calib-limit) */
+	size_t begin, end; /* the samples this run reads: [begin, end) (a shard, or all) */
 	int is_random;     /* --calib random:N[:SEED] */
 	uint64_t seed;     /* its SEED */
 	FILE *tty;         /* progress bar stream, or NULL */
 	double t0, last;   /* pass start; last bar update (-1: none yet) */
 } job;
 
-/* Runs every sample once with c observing (c->phase says what it records). */
+/* Runs samples [begin, end) once with c observing (c->phase says what it records). */
 static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 {
 	int rc;
 
 	j->t0 = now();
-	for (size_t i = 0; i < j->total; i++) {
+	for (size_t i = j->begin; i < j->end; i++) {
 		size_t si = j->is_random ? 0 : i;
 		if (j->is_random)
 			for (size_t k = 0; k < j->nin; k++)
@@ -463,8 +464,8 @@ static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 			return rc;
 		if (j->tty) {
 			double t = now();
-			if (i + 1 == j->total || j->last < 0 || t - j->last >= 0.1) {
-				bar(j->tty, what, i + 1, j->total, t - j->t0);
+			if (i + 1 == j->end || j->last < 0 || t - j->last >= 0.1) {
+				bar(j->tty, what, i + 1 - j->begin, j->end - j->begin, t - j->t0);
 				j->last = t;
 			}
 		}
@@ -472,7 +473,7 @@ static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 	return OQ_OK;
 }
 
-/* Histograms over pass 1's exact ranges ([0, max |x|] when abs). */
+/* Histograms over the exact ranges in c->st ([0, max |x|] when abs). */
 static int hist_setup(calib *c, int abs, oq_diag *d)
 {
 	const oq_graph *g = c->g;
@@ -481,14 +482,12 @@ static int hist_setup(calib *c, int abs, oq_diag *d)
 		const tstat *s = &c->st[i];
 		double lo = s->lo, hi = s->hi;
 		int rc;
-		if (!s->seen || !(lo <= hi))
-			continue;
+		if (!s->seen || !oq_stats_wants_hist(lo, hi, abs))
+			continue; /* nothing finite, or a constant tensor: its range is exact already */
 		if (abs) {
 			hi = -lo > hi ? -lo : hi;
 			lo = 0;
 		}
-		if (!(lo < hi))
-			continue; /* constant tensor: its range is exact already */
 		if ((rc = oq_hist_init(&c->h[i], lo, hi, OQ_HIST_BINS, abs)))
 			return oq_err(d, rc, "calibrate: out of memory for the histogram of '%s' "
 			                     "(%d bins per tensor)",
@@ -522,6 +521,356 @@ static int check_opts(const oq_calib_opts *o, oq_diag *d)
 	return OQ_OK;
 }
 
+static int is_two_pass(int method)
+{
+	return method == OQ_CALIB_PERCENTILE || method == OQ_CALIB_ENTROPY || method == OQ_CALIB_MSE;
+}
+
+/* Histograms of |x| (entropy, symmetric percentile/mse) rather than x. */
+static int hist_abs(const oq_calib_opts *o)
+{
+	return o->method == OQ_CALIB_ENTROPY || o->act_sym;
+}
+
+static void release(const oq_model *m, job *j, calib *c)
+{
+	if (c->h)
+		for (size_t i = 0; i < m->graph->n_values; i++)
+			oq_hist_free(&c->h[i]);
+	free(c->h);
+	free(c->em);
+	free(j->outs);
+	free(j->in);
+	free(c->st);
+	oq_samples_free(&j->s);
+	oq_exec_free(j->e);
+}
+
+/* The observer state for m (st reset to "nothing seen"). */
+static int calib_init(oq_model *m, const oq_calib_opts *o, calib *c, oq_diag *d)
+{
+	c->g = m->graph;
+	c->method = o->method;
+	c->ema_c = o->ema_constant > 0 ? o->ema_constant : OQ_EMA_CONSTANT;
+	c->st = oq_calloc(m->graph->n_values, sizeof *c->st);
+	if (o->method == OQ_CALIB_EMA)
+		c->em = oq_calloc(m->graph->n_values, sizeof *c->em);
+	if (is_two_pass(o->method))
+		c->h = oq_calloc(m->graph->n_values, sizeof *c->h);
+	if (!c->st || (o->method == OQ_CALIB_EMA && !c->em) || (is_two_pass(o->method) && !c->h))
+		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+	for (size_t i = 0; i < m->graph->n_values; i++) {
+		c->st[i].lo = INFINITY;
+		c->st[i].hi = -INFINITY;
+	}
+	return OQ_OK;
+}
+
+/*
+ * Checks the options and the samples, builds the executor and the observer
+ * state; j->begin/end select shard o->shard of o->n_shards.
+ */
+static int prepare(oq_model *m, const oq_calib_opts *o, job *j, calib *c, oq_diag *d)
+{
+	oq_exec_opts eo;
+	uint64_t n_random = 0, b, e;
+	uint32_t ns = o->n_shards ? o->n_shards : 1;
+	int rc;
+
+	memset(j, 0, sizeof *j);
+	memset(c, 0, sizeof *c);
+	j->last = -1;
+	if (!m || !m->graph)
+		return oq_err(d, OQ_EINVAL, "calibrate: the model has no graph");
+	if (!o->source || !*o->source)
+		return oq_err(
+		    d, OQ_EUSAGE,
+		    "calibrate: no calibration data; give --calib DIR or --calib random:N");
+	if ((rc = check_opts(o, d)))
+		return rc;
+	if (ns > OQ_STATS_MAX_SHARDS || o->shard >= ns)
+		return oq_err(d, OQ_EUSAGE,
+		              "calibrate: --shard %u/%u: I must be in 0..N-1 and N at most %d",
+		              o->shard, ns, OQ_STATS_MAX_SHARDS);
+	j->is_random = !strncmp(o->source, "random:", 7);
+	if (j->is_random && (rc = parse_random(o->source, &n_random, &j->seed, d)))
+		return rc;
+	if (!j->is_random && (rc = check_not_empty(o->source, d)))
+		return rc;
+
+	eo.threads = o->threads;
+	if ((rc = oq_exec_new(m, &eo, &j->e, d)))
+		return rc;
+	j->nin = oq_exec_n_inputs(j->e);
+	j->nout = oq_exec_n_outputs(j->e);
+	if (j->is_random) {
+		if ((rc = random_sample(j->e, &j->s, d)) || (rc = oq_samples_check(&j->s, j->e, d)))
+			return rc;
+		j->total = n_random > SIZE_MAX ? SIZE_MAX : (size_t)n_random;
+	} else {
+		if ((rc = oq_samples_scan(o->source, j->e, &j->s, d)))
+			return rc;
+		j->total = j->s.n;
+	}
+	if (o->limit && o->limit < j->total)
+		j->total = o->limit;
+	oq_stats_shard_range(j->total, o->shard, ns, &b, &e);
+	j->begin = (size_t)b;
+	j->end = (size_t)e;
+	if (!j->is_random) {
+		/* check only the samples that will run */
+		oq_sample *all = j->s.v;
+		size_t n_all = j->s.n;
+		j->s.v += j->begin;
+		j->s.n = j->end - j->begin;
+		rc = j->s.n ? oq_samples_check(&j->s, j->e, d) : OQ_OK;
+		j->s.v = all;
+		j->s.n = n_all;
+		if (rc)
+			return rc;
+	}
+	if (j->is_random && o->progress)
+		fprintf(o->progress, "calibrate: warning: random calibration data is not "
+		                     "representative; ranges will not match real inputs\n");
+	if ((rc = calib_init(m, o, c, d)))
+		return rc;
+	j->in = oq_calloc(j->nin, sizeof *j->in);
+	j->outs = oq_calloc(j->nout, sizeof *j->outs);
+	if (!j->in || !j->outs)
+		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+	oq_exec_set_observer(j->e, observe, c);
+	if (o->progress && isatty(fileno(o->progress)))
+		j->tty = o->progress;
+	return OQ_OK;
+}
+
+static void warn_nan(FILE *f, const oq_ranges *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		if (r->v[i].n_nan)
+			fprintf(f, "calibrate: warning: tensor '%s': %llu NaN/Inf values skipped\n",
+			        r->v[i].name, (unsigned long long)r->v[i].n_nan);
+}
+
+/* ------------------------------------------------------------ statistics files */
+
+/* OQ_EUSAGE for ema, which cannot be split or merged. */
+static int refuse_ema(const oq_calib_opts *o, const char *where, oq_diag *d)
+{
+	if (o->method != OQ_CALIB_EMA)
+		return OQ_OK;
+	return oq_err(d, OQ_EUSAGE,
+	              "%s: --method ema averages per-sample ranges in sample order, so its "
+	              "statistics cannot be split or merged; run onnxq quantize --calib DIR "
+	              "--method ema on one machine, or use minmax, percentile, entropy or mse",
+	              where);
+}
+
+/* Checks that s (named `what`) belongs to m and is complete. */
+static int check_file(const oq_model *m, const oq_stats *s, const char *what, const char *where,
+                      oq_diag *d)
+{
+	if (s->model_fp != oq_stats_fingerprint(m))
+		return oq_err(d, OQ_EINVAL,
+		              "%s: %s was computed for another model or other rewrite options "
+		              "(--passes, --no-PASS, --opset); run calibrate with this model and the "
+		              "same options",
+		              where, what);
+	return oq_stats_check_complete(s, what, d);
+}
+
+/* c->st (and c->h when hist) from the records of s. */
+static int load_file(calib *c, const oq_stats *s, const char *what, int hist, oq_diag *d)
+{
+	const oq_graph *g = c->g;
+
+	for (size_t k = 0; k < s->n; k++) {
+		const oq_stat *r = &s->v[k];
+		const oq_value *v = oq_graph_find(g, r->name);
+		tstat *t;
+		if (!v || v->graph != g || v->index >= g->n_values || g->values[v->index] != v)
+			return oq_err(d, OQ_EINVAL,
+			              "calibrate: %s has tensor '%s', which the model lacks; give the "
+			              "statistics of this model",
+			              what, r->name);
+		t = &c->st[v->index];
+		t->seen = r->seen;
+		t->lo = r->lo;
+		t->hi = r->hi;
+		t->n_bad = r->n_bad;
+		if (hist && r->h.bin) {
+			oq_hist *h = &c->h[v->index];
+			if (oq_hist_init(h, r->h.lo, r->h.hi, r->h.n, r->h.abs))
+				return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+			memcpy(h->bin, r->h.bin, r->h.n * sizeof *h->bin);
+			h->n_zero = r->h.n_zero;
+		}
+	}
+	return OQ_OK;
+}
+
+/* out's records from c (every value seen; histograms when c->phase is 1). */
+static int save_file(const calib *c, oq_stats *out, oq_diag *d)
+{
+	const oq_graph *g = c->g;
+	size_t n = 0, k = 0;
+
+	for (size_t i = 0; i < g->n_values; i++)
+		n += (size_t)c->st[i].seen;
+	if (!(out->v = oq_calloc(n, sizeof *out->v)))
+		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+	for (size_t i = 0; i < g->n_values; i++) {
+		const tstat *t = &c->st[i];
+		oq_stat *r;
+		if (!t->seen)
+			continue;
+		r = &out->v[k];
+		out->n = ++k;
+		r->seen = 1;
+		r->lo = t->lo;
+		r->hi = t->hi;
+		r->n_bad = t->n_bad;
+		if (!(r->name = oq_strdup(g->values[i]->name)))
+			return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+		if (c->phase == 1 && c->h[i].bin) {
+			const oq_hist *h = &c->h[i];
+			if (oq_hist_init(&r->h, h->lo, h->hi, h->n, h->abs))
+				return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+			memcpy(r->h.bin, h->bin, h->n * sizeof *h->bin);
+			r->h.n_zero = h->n_zero;
+		}
+	}
+	for (size_t i = 1; i < out->n; i++) /* values are few: insertion sort by name */
+		for (size_t x = i; x > 0 && strcmp(out->v[x - 1].name, out->v[x].name) > 0; x--) {
+			oq_stat tmp = out->v[x];
+			out->v[x] = out->v[x - 1];
+			out->v[x - 1] = tmp;
+		}
+	return OQ_OK;
+}
+
+int oq_calibrate_stats(oq_model *m, const oq_calib_opts *o, oq_stats *out, oq_diag *d)
+{
+	job j;
+	calib c;
+	const char *rname = o->ranges_name ? o->ranges_name : "the ranges file";
+	int round2 = o->ranges != NULL, rc;
+	double t0 = now();
+
+	memset(out, 0, sizeof *out);
+	if ((rc = refuse_ema(o, "calibrate", d)))
+		return rc;
+	if (round2 && !is_two_pass(o->method))
+		return oq_err(d, OQ_EUSAGE,
+		              "calibrate: --ranges is for the histogram round of --method percentile, "
+		              "entropy or mse; --method %s needs one round (no --ranges)",
+		              oq_calib_method_name(o->method));
+	if (round2 && o->ranges->kind != OQ_STATS_RANGES)
+		return oq_err(d, OQ_EUSAGE,
+		              "calibrate: --ranges %s holds histograms; give the merged round-1 "
+		              "ranges (calibrate without --ranges, then merge-stats)",
+		              rname);
+	if (round2 && (rc = check_file(m, o->ranges, rname, "calibrate", d)))
+		return rc;
+	if ((rc = prepare(m, o, &j, &c, d)))
+		goto fail;
+	if (round2) {
+		if (o->ranges->n_total != j.total) {
+			rc = oq_err(d, OQ_EINVAL,
+			            "calibrate: %s was computed on %llu samples, this run has %zu; use "
+			            "the same --calib and --calib-limit in both rounds",
+			            rname, (unsigned long long)o->ranges->n_total, j.total);
+			goto fail;
+		}
+		if ((rc = load_file(&c, o->ranges, rname, 0, d)) ||
+		    (rc = hist_setup(&c, hist_abs(o), d)))
+			goto fail;
+		c.phase = 1;
+		if ((rc = sweep(&j, &c, " (histograms)", d)))
+			goto fail;
+	} else if ((rc = sweep(&j, &c, " (ranges)", d))) {
+		goto fail;
+	}
+	out->kind = round2 ? OQ_STATS_HIST : OQ_STATS_RANGES;
+	out->hist_abs = round2 ? hist_abs(o) : 0;
+	out->model_fp = oq_stats_fingerprint(m);
+	out->ranges_id = round2 ? o->ranges->sum : 0;
+	out->n_total = j.total;
+	out->n_samples = j.end - j.begin;
+	out->n_shards = o->n_shards ? o->n_shards : 1;
+	if (!(out->covered = oq_calloc(out->n_shards, 1))) {
+		rc = oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+		goto fail;
+	}
+	out->covered[o->shard] = 1;
+	if ((rc = save_file(&c, out, d)))
+		goto fail;
+	if (o->progress) {
+		if (j.tty)
+			fputs("\r\033[K", o->progress);
+		fprintf(o->progress,
+		        "calibrate: shard %u/%u: samples [%zu, %zu) of %zu, %zu tensors, %s, %.1f s\n",
+		        o->shard, out->n_shards, j.begin, j.end, j.total, out->n,
+		        round2 ? "histograms" : "ranges", now() - t0);
+	}
+	rc = OQ_OK;
+fail:
+	if (rc && j.last >= 0)
+		fputc('\n', o->progress);
+	if (rc)
+		oq_stats_free(out);
+	release(m, &j, &c);
+	return rc;
+}
+
+/* quantize --stats: the ranges from a merged statistics file. */
+static int calibrate_from_stats(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d)
+{
+	const oq_stats *s = o->stats;
+	const char *what = o->stats_name ? o->stats_name : "the statistics file";
+	calib c;
+	int two = is_two_pass(o->method), rc;
+
+	memset(&c, 0, sizeof c);
+	out->v = NULL;
+	out->n = 0;
+	if (!m || !m->graph)
+		return oq_err(d, OQ_EINVAL, "calibrate: the model has no graph");
+	if ((rc = check_opts(o, d)) || (rc = refuse_ema(o, "quantize --stats", d)) ||
+	    (rc = check_file(m, s, what, "quantize --stats", d)))
+		return rc;
+	if (two && s->kind != OQ_STATS_HIST)
+		return oq_err(d, OQ_EINVAL,
+		              "quantize --stats: %s holds ranges only (round 1); --method %s needs the "
+		              "histogram round: calibrate --ranges %s on every shard, then merge-stats",
+		              what, oq_calib_method_name(o->method), what);
+	if (two && s->hist_abs != hist_abs(o))
+		return oq_err(d, OQ_EINVAL,
+		              "quantize --stats: %s holds histograms of %s, --method %s%s needs %s; "
+		              "use the same --method / --act-symmetric as the calibrate runs",
+		              what, s->hist_abs ? "|x|" : "signed x", oq_calib_method_name(o->method),
+		              o->act_sym ? " --act-symmetric" : "", hist_abs(o) ? "|x|" : "signed x");
+	if ((rc = calib_init(m, o, &c, d)) || (rc = load_file(&c, s, what, two, d)))
+		goto fail;
+	if ((rc = collect(&c, o, out, d)))
+		goto fail;
+	if (o->progress) {
+		warn_nan(o->progress, out);
+		fprintf(o->progress, "calibrate: %llu samples from %s, %zu tensors, %s\n",
+		        (unsigned long long)s->n_total, what, out->n, oq_calib_method_name(o->method));
+	}
+fail:
+	if (c.h)
+		for (size_t i = 0; i < m->graph->n_values; i++)
+			oq_hist_free(&c.h[i]);
+	free(c.h);
+	free(c.em);
+	free(c.st);
+	return rc;
+}
+
+/* ------------------------------------------------------------ one machine */
+
 int oq_calibrate_minmax(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d)
 {
 	oq_calib_opts mo;
@@ -536,90 +885,25 @@ int oq_calibrate_minmax(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_
 
 int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d)
 {
-	oq_exec_opts eo;
+	oq_calib_opts all = *o;
 	job j;
 	calib c;
-	uint64_t n_random = 0;
-	int two = o->method == OQ_CALIB_PERCENTILE || o->method == OQ_CALIB_ENTROPY ||
-	          o->method == OQ_CALIB_MSE;
+	int two = is_two_pass(o->method);
 	int rc;
 	double t0 = now();
 
-	memset(&j, 0, sizeof j);
-	memset(&c, 0, sizeof c);
-	j.last = -1;
 	out->v = NULL;
 	out->n = 0;
-	if (!m || !m->graph)
-		return oq_err(d, OQ_EINVAL, "calibrate: the model has no graph");
-	if (!o->source || !*o->source)
-		return oq_err(
-		    d, OQ_EUSAGE,
-		    "calibrate: no calibration data; give --calib DIR or --calib random:N");
-	if ((rc = check_opts(o, d)))
-		return rc;
-	j.is_random = !strncmp(o->source, "random:", 7);
-	if (j.is_random && (rc = parse_random(o->source, &n_random, &j.seed, d)))
-		return rc;
-	if (!j.is_random && (rc = check_not_empty(o->source, d)))
-		return rc;
-
-	eo.threads = o->threads;
-	if ((rc = oq_exec_new(m, &eo, &j.e, d)))
-		return rc;
-	j.nin = oq_exec_n_inputs(j.e);
-	j.nout = oq_exec_n_outputs(j.e);
-	if (j.is_random) {
-		if ((rc = random_sample(j.e, &j.s, d)) || (rc = oq_samples_check(&j.s, j.e, d)))
-			goto fail;
-		j.total = n_random > SIZE_MAX ? SIZE_MAX : (size_t)n_random;
-	} else {
-		if ((rc = oq_samples_scan(o->source, j.e, &j.s, d)))
-			goto fail;
-		j.total = j.s.n;
-	}
-	if (o->limit && o->limit < j.total)
-		j.total = o->limit;
-	if (!j.is_random) {
-		/* check only the samples that will run */
-		size_t all = j.s.n;
-		j.s.n = j.total;
-		rc = oq_samples_check(&j.s, j.e, d);
-		j.s.n = all;
-		if (rc)
-			goto fail;
-	}
-	if (j.is_random && o->progress)
-		fprintf(o->progress, "calibrate: warning: random calibration data is not "
-		                     "representative; ranges will not match real inputs\n");
-
-	c.g = m->graph;
-	c.method = o->method;
-	c.ema_c = o->ema_constant > 0 ? o->ema_constant : OQ_EMA_CONSTANT;
-	c.st = oq_calloc(m->graph->n_values, sizeof *c.st);
-	j.in = oq_calloc(j.nin, sizeof *j.in);
-	j.outs = oq_calloc(j.nout, sizeof *j.outs);
-	if (o->method == OQ_CALIB_EMA)
-		c.em = oq_calloc(m->graph->n_values, sizeof *c.em);
-	if (two)
-		c.h = oq_calloc(m->graph->n_values, sizeof *c.h);
-	if (!c.st || !j.in || !j.outs || (o->method == OQ_CALIB_EMA && !c.em) || (two && !c.h)) {
-		rc = oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+	if (o->stats)
+		return calibrate_from_stats(m, o, out, d);
+	all.shard = 0;
+	all.n_shards = 1;
+	if ((rc = prepare(m, &all, &j, &c, d)))
 		goto fail;
-	}
-	for (size_t i = 0; i < m->graph->n_values; i++) {
-		c.st[i].lo = INFINITY;
-		c.st[i].hi = -INFINITY;
-	}
-	oq_exec_set_observer(j.e, observe, &c);
-	if (o->progress && isatty(fileno(o->progress)))
-		j.tty = o->progress;
-
 	if ((rc = sweep(&j, &c, two ? " (pass 1/2: min/max)" : "", d)))
 		goto fail;
 	if (two) {
-		int abs = o->method == OQ_CALIB_ENTROPY || o->act_sym;
-		if ((rc = hist_setup(&c, abs, d)))
+		if ((rc = hist_setup(&c, hist_abs(o), d)))
 			goto fail;
 		c.phase = 1;
 		if ((rc = sweep(&j, &c, " (pass 2/2: histograms)", d)))
@@ -630,12 +914,7 @@ int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d
 	if (o->progress) {
 		if (j.tty)
 			fputs("\r\033[K", o->progress);
-		for (size_t i = 0; i < out->n; i++)
-			if (out->v[i].n_nan)
-				fprintf(o->progress,
-				        "calibrate: warning: tensor '%s': %llu NaN/Inf values "
-				        "skipped\n",
-				        out->v[i].name, (unsigned long long)out->v[i].n_nan);
+		warn_nan(o->progress, out);
 		fprintf(o->progress, "calibrate: %zu samples, %zu tensors observed, %s%s, %.1f s\n",
 		        j.total, out->n, oq_calib_method_name(o->method),
 		        two ? " (2 passes)" : "", now() - t0);
@@ -644,15 +923,6 @@ int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d
 fail:
 	if (rc && j.last >= 0)
 		fputc('\n', o->progress); /* keep the error off the progress line */
-	if (c.h)
-		for (size_t i = 0; i < m->graph->n_values; i++)
-			oq_hist_free(&c.h[i]);
-	free(c.h);
-	free(c.em);
-	free(j.outs);
-	free(j.in);
-	free(c.st);
-	oq_samples_free(&j.s);
-	oq_exec_free(j.e);
+	release(m, &j, &c);
 	return rc;
 }

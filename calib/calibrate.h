@@ -24,6 +24,7 @@
 #include "exec.h"
 #include "observe.h"
 #include "ranges.h"
+#include "stats.h"
 
 typedef struct oq_calib_opts {
 	const char *source;  /* --calib DIR or "random:N[:SEED]" */
@@ -35,6 +36,11 @@ typedef struct oq_calib_opts {
 	double percentile;   /* --percentile in (0, 100]; 0 = OQ_PERCENTILE */
 	int act_type;        /* activation dtype, the grid entropy/mse aim at; 0 = uint8 */
 	int act_sym;         /* symmetric activations: percentile/mse use |x|, ranges [-t, t] */
+	uint32_t shard, n_shards; /* --shard I/N (0-based I) for oq_calibrate_stats; n_shards 0 = 1 */
+	const oq_stats *ranges;   /* --ranges: merged round-1 ranges (histogram round), or NULL */
+	const char *ranges_name;  /* its file name, for messages */
+	const oq_stats *stats;    /* quantize --stats: merged statistics instead of samples, or NULL */
+	const char *stats_name;   /* its file name, for messages */
 } oq_calib_opts;
 
 /*
@@ -51,5 +57,18 @@ int oq_calibrate_minmax(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_
  * entropy on a 16-bit grid (2^15 target bins do not fit the histogram).
  */
 int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d) OQ_WUR;
+
+/*
+ * One shard's mergeable statistics (`onnxq calibrate`, calib/stats.h):
+ * without o->ranges the exact min/max of the shard's samples (the only
+ * round for minmax; round 1 for percentile/entropy/mse); with o->ranges
+ * (complete, same model) histograms over those ranges (round 2). ema is
+ * OQ_EUSAGE: its moving average depends on the sample order.
+ *
+ * oq_calibrate with o->stats set runs no sample: it checks the file against
+ * the model and the method (complete, right kind) and picks the ranges from
+ * it, exactly as a one-machine run on the same samples would.
+ */
+int oq_calibrate_stats(oq_model *m, const oq_calib_opts *o, oq_stats *out, oq_diag *d) OQ_WUR;
 
 #endif

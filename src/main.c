@@ -24,10 +24,13 @@ static const char usage_main[] =
 	"  check MODEL [--json]                validate a model's structure and Q/DQ nodes\n"
 	"  quantize MODEL -o OUT (--calib DIR | --weight-only) [OPTIONS]\n"
 	"                                      quantize a float model (also `onnxq MODEL -o OUT ...`)\n"
+	"  calibrate MODEL --calib DIR -o STATS [--shard I/N] [--ranges FILE] [OPTIONS]\n"
+	"                                      write mergeable calibration statistics (one shard)\n"
+	"  merge-stats A B ... -o OUT          merge statistics files of the shards\n"
 	"  compare REF TEST --data DIR [--json] [--min-sqnr DB] [--per-tensor]\n"
 	"                                      run two models and report SQNR per output\n"
 	"  convert MODEL -o OUT [--passes LIST] [--external-data] [--external-threshold BYTES]\n"
-	"                                      load, optionally rewrite, and save a model"
+	"                                      load, optionally rewrite, and save a model\n"
 	"  run MODEL (--data DIR | --input NAME=FILE ...) [--output-dir DIR] [--threads N] [--json]\n"
 	"                                      run a model on sample inputs with the CPU executor\n"
 	"\n"
@@ -90,6 +93,8 @@ static const char usage_quantize[] =
 	"                          input_K.npy, or DIR/test_data_set_N/input_K.pb\n"
 	"  --calib random:N[:SEED] N random samples (only for testing: not representative)\n"
 	"  --calib-limit N         use the first N samples\n"
+	"  --stats FILE            ranges from merged `onnxq calibrate` statistics instead of\n"
+	"                          --calib (same model and options: byte-identical result)\n"
 	"  --threads N             executor threads (default: all cores); output is identical\n"
 	"  --method M              activation ranges: mse (default: least rounding + clipping\n"
 	"                          error on the activation grid), minmax (exact min/max),\n"
@@ -129,6 +134,28 @@ static const char usage_quantize[] =
 	"  --external-data, --external-threshold BYTES   as for convert\n"
 	"  --quiet                 no summary\n"
 	"  --verbose               what each pass did and per-stage timings\n";
+
+static const char usage_calibrate[] =
+	"usage: onnxq calibrate MODEL --calib DIR -o STATS [--shard I/N] [--ranges RANGES]\n"
+	"                       [quantize options]\n"
+	"       onnxq merge-stats A.bin B.bin ... -o OUT.bin\n"
+	"\n"
+	"Calibrates one shard of the samples on one machine and writes mergeable\n"
+	"statistics; `onnxq quantize MODEL --stats MERGED -o OUT [same options]` then\n"
+	"gives the model a one-machine `quantize --calib DIR` gives, byte for byte.\n"
+	"Takes every quantize option (those that do not concern calibration are\n"
+	"ignored), so one option list serves both commands.\n"
+	"\n"
+	"  -o, --output STATS   statistics file to write\n"
+	"  --shard I/N          the I-th (0-based) of N contiguous blocks of the samples\n"
+	"                       (lexical order, after --calib-limit); default 0/1\n"
+	"  --ranges RANGES      merged round-1 statistics: fill histograms over them\n"
+	"                       (round 2 of --method percentile, entropy, mse)\n"
+	"\n"
+	"minmax: one round (calibrate shards, merge, quantize --stats).\n"
+	"percentile/entropy/mse (mse is the default): round 1 without --ranges gives\n"
+	"exact ranges; merge them; round 2 with --ranges gives histograms; merge;\n"
+	"quantize --stats. ema cannot be sharded (its average depends on sample order).\n";
 
 static const char usage_compare[] =
 	"usage: onnxq compare REF TEST --data DIR [--json] [--min-sqnr DB] [--per-tensor]\n"
@@ -338,7 +365,31 @@ enum {
 	O_CALIB = 256, O_CALIB_LIMIT, O_THREADS, O_PROFILE, O_WTYPE, O_ATYPE, O_GRAN, O_BLOCK, O_GRID,
 	O_WASYM, O_ASYM, O_REDUCE, O_KEEP, O_WONLY, O_OPTYPES, O_INCLUDE, O_EXCLUDE, O_OVERRIDES, O_EXPENC, O_IMPENC, O_OPSET,
 	O_PASSES, O_DUMP, O_VERIFY, O_EXT, O_EXT_T, O_QUIET, O_VERBOSE, O_METHOD, O_EMA_C, O_PCT,
+	O_STATS, O_SHARD, O_RANGES,
 };
+
+/* Command kinds parse_qargs serves. */
+enum { CMD_CONVERT = 0, CMD_QUANTIZE = 1, CMD_CALIBRATE = 2 };
+
+/* "I/N" with 0 <= I < N <= OQ_STATS_MAX_SHARDS. */
+static int parse_shard(const char *s, uint32_t *i, uint32_t *n)
+{
+	const char *slash = strchr(s, '/');
+	char buf[32];
+	long long a, b;
+
+	if (!slash || (size_t)(slash - s) >= sizeof buf)
+		return -1;
+	memcpy(buf, s, (size_t)(slash - s));
+	buf[slash - s] = 0;
+	a = parse_num(buf, 0, OQ_STATS_MAX_SHARDS - 1);
+	b = parse_num(slash + 1, 1, OQ_STATS_MAX_SHARDS);
+	if (a < 0 || b < 0 || a >= b)
+		return -1;
+	*i = (uint32_t)a;
+	*n = (uint32_t)b;
+	return 0;
+}
 
 /* A number in (0, max] from s, or -1. */
 static double parse_real(const char *s, double max)
@@ -357,6 +408,9 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		{"output", required_argument, NULL, 'o'},
 		{"calib", required_argument, NULL, O_CALIB},
 		{"calib-limit", required_argument, NULL, O_CALIB_LIMIT},
+		{"stats", required_argument, NULL, O_STATS},
+		{"shard", required_argument, NULL, O_SHARD},
+		{"ranges", required_argument, NULL, O_RANGES},
 		{"method", required_argument, NULL, O_METHOD},
 		{"ema-constant", required_argument, NULL, O_EMA_C},
 		{"percentile", required_argument, NULL, O_PCT},
@@ -392,7 +446,7 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 	oq_pipeline_opts *p = &a->p;
 	size_t n_inc = 0, n_exc = 0, n_no = 0;
 	long long v;
-	int c, nargs = 0, method_given = 0;
+	int c, nargs = 0, method_given = 0, calibrate = quantize == CMD_CALIBRATE;
 
 	memset(a, 0, sizeof *a);
 	oq_opts_init(&p->q);
@@ -430,6 +484,22 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		switch (c) {
 		case 'o': p->out_path = optarg; break;
 		case O_CALIB: p->calib.source = optarg; break;
+		case O_STATS:
+			if (calibrate)
+				return usage_error(cmd, "--stats is a quantize option (calibrate writes statistics)");
+			p->stats_in = optarg;
+			break;
+		case O_SHARD:
+			if (!calibrate)
+				return usage_error(cmd, "--shard is a calibrate option");
+			if (parse_shard(optarg, &p->calib.shard, &p->calib.n_shards))
+				return usage_error(cmd, "--shard needs I/N with 0 <= I < N <= 65536 (I is 0-based)");
+			break;
+		case O_RANGES:
+			if (!calibrate)
+				return usage_error(cmd, "--ranges is a calibrate option");
+			p->ranges_in = optarg;
+			break;
 		case O_CALIB_LIMIT:
 			if ((v = parse_num(optarg, 1, (long long)1 << 40)) < 0)
 				return usage_error(cmd, "--calib-limit needs a positive number");
@@ -547,7 +617,18 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		return usage_error(cmd, nargs < 1 ? "missing MODEL" : "too many arguments");
 	p->in_path = argv[optind];
 	if (!p->out_path)
-		return usage_error(cmd, "missing -o OUT");
+		return usage_error(cmd, calibrate ? "missing -o STATS" : "missing -o OUT");
+	if (calibrate) {
+		p->stats_out = p->out_path;
+		if (!p->calib.source)
+			return usage_error(cmd, "missing --calib DIR (the samples to calibrate on)");
+		if (p->q.weight_only)
+			return usage_error(cmd, "--weight-only needs no calibration");
+	}
+	if (p->stats_in && p->calib.source)
+		return usage_error(cmd, "--stats and --calib exclude each other (the statistics replace the samples)");
+	if (p->stats_in && p->q.weight_only)
+		return usage_error(cmd, "--weight-only needs no --stats (weights are not calibrated)");
 	if (p->q.block_size && p->q.granularity != OQ_GRAN_BLOCK)
 		return usage_error(cmd, "--block-size needs --granularity block");
 	if (p->q.weight_only && p->calib.source)
@@ -591,6 +672,53 @@ static int cmd_convert(int argc, char **argv)
 static int cmd_quantize(int argc, char **argv)
 {
 	return cmd_pipeline(argc, argv, "quantize", usage_quantize, 1);
+}
+
+static int cmd_calibrate(int argc, char **argv)
+{
+	return cmd_pipeline(argc, argv, "calibrate", usage_calibrate, CMD_CALIBRATE);
+}
+
+static int cmd_merge_stats(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"output", required_argument, NULL, 'o'},
+		{"quiet", no_argument, NULL, 'q'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *out = NULL;
+	oq_stats s;
+	oq_diag d;
+	int c, rc, quiet = 0;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
+		switch (c) {
+		case 'o': out = optarg; break;
+		case 'q': quiet = 1; break;
+		case 'h': fputs(usage_calibrate, stdout); return 0;
+		default: return usage_error("merge-stats", "unknown option");
+		}
+	}
+	if (optind >= argc)
+		return usage_error("merge-stats", "needs at least one statistics file");
+	if (!out)
+		return usage_error("merge-stats", "missing -o OUT");
+	oq_diag_init(&d);
+	if ((rc = oq_stats_merge_files((const char *const *)argv + optind, (size_t)(argc - optind), &s, &d)))
+		return fail(&d, rc);
+	rc = oq_stats_write(out, &s, &d);
+	if (!rc && !quiet) {
+		uint32_t have = 0;
+		for (uint32_t i = 0; i < s.n_shards; i++)
+			have += s.covered[i] != 0;
+		fprintf(stderr, "merge-stats: wrote %s: %u of %u shards, %llu of %llu samples, %zu tensors\n",
+			out, have, s.n_shards, (unsigned long long)s.n_samples,
+			(unsigned long long)s.n_total, s.n);
+	}
+	oq_stats_free(&s);
+	return rc ? fail(&d, rc) : 0;
 }
 
 static int cmd_compare(int argc, char **argv)
@@ -746,6 +874,10 @@ int main(int argc, char **argv)
 		return cmd_run(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "quantize"))
 		return cmd_quantize(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "calibrate"))
+		return cmd_calibrate(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "merge-stats"))
+		return cmd_merge_stats(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "compare"))
 		return cmd_compare(argc - 1, argv + 1);
 	if (argv[1][0] == '-')

@@ -9,6 +9,11 @@
  *        -> quantize (Q/DQ placement, weights, biases)
  *        -> save (temporary file + rename: OUT is untouched on failure).
  *
+ * `onnxq calibrate` (stats_out) runs load -> rewrites -> calibrate one
+ * shard -> write its statistics; `quantize --stats` takes the ranges from a
+ * merged statistics file instead of running samples (same ranges, so the
+ * same bytes as a one-machine run).
+ *
  * Weight-only mode skips calibration; `convert --passes` stops after the
  * rewrites. Every stage is a library call; this file only strings them
  * together, times them and prints the summary.
@@ -70,6 +75,7 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	oq_override *ov = NULL, *all = NULL;
 	size_t n_ov = 0, n_all = 0;
 	oq_encodings enc = {0};
+	oq_stats stats = {0}, rstats = {0};
 	oq_opts q = o->q;
 	oq_pass_run run = o->run;
 	oq_save_info info;
@@ -79,13 +85,18 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	int quantize = !o->rewrite_only && runs_quantize(&o->run);
 	int rc;
 
-	if (quantize && !q.weight_only && !o->calib.source)
+	if (o->stats_out)
+		quantize = 0;
+	if (quantize && !q.weight_only && !o->calib.source && !o->stats_in)
 		return oq_err(d, OQ_EUSAGE,
 			      "quantize: activation quantization needs calibration data: give --calib DIR "
 			      "(NNN.npy samples or NNN/<input>.npy folders), --calib random:N to calibrate on "
 			      "random data (not representative), or --weight-only");
+	if ((o->stats_in && (rc = oq_stats_read(o->stats_in, &stats, d))) ||
+	    (o->ranges_in && (rc = oq_stats_read(o->ranges_in, &rstats, d))))
+		goto out;
 	if ((rc = oq_model_load(o->in_path, &m, d)))
-		return rc;
+		goto out;
 	if (!m->graph) {
 		rc = oq_err(d, OQ_EINVAL, "quantize: %s has no graph", o->in_path);
 		goto out;
@@ -130,12 +141,30 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	/* after cleanup, which turns Constant-node weights (PaddleOCR) into initializers */
 	init_bytes(m->graph, &fl0, &in0);
 
+	/* calibrate one shard into a statistics file */
+	if (o->stats_out) {
+		oq_calib_opts co = o->calib;
+		co.progress = log;
+		co.act_type = q.act_type;
+		co.act_sym = q.act_sym;
+		co.ranges = o->ranges_in ? &rstats : NULL;
+		co.ranges_name = o->ranges_in;
+		if ((rc = oq_calibrate_stats(m, &co, &stats, d)) ||
+		    (rc = oq_stats_write(o->stats_out, &stats, d)))
+			goto out;
+		if (log)
+			fprintf(log, "calibrate: wrote %s\n", o->stats_out);
+		goto out;
+	}
+
 	/* calibration */
 	if (quantize && !q.weight_only) {
 		oq_calib_opts co = o->calib;
 		co.progress = log;
 		co.act_type = q.act_type; /* the grid entropy and mse aim at */
 		co.act_sym = q.act_sym;
+		co.stats = o->stats_in ? &stats : NULL;
+		co.stats_name = o->stats_in;
 		if ((rc = oq_calibrate(m, &co, &ranges, d)))
 			goto out;
 		q.ranges = &ranges;
@@ -183,6 +212,8 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 				t1 - t0, t2 - t1, t3 - t2, t4 - t3);
 	}
 out:
+	oq_stats_free(&stats);
+	oq_stats_free(&rstats);
 	oq_ranges_free(&ranges);
 	oq_overrides_free(ov, n_ov);
 	oq_overrides_free(all, n_all);

@@ -1,6 +1,9 @@
 /*
  * pipeline.h - `onnxq quantize` (and `convert --passes`): load -> passes
  * -> calibrate -> quantize -> save, one library call per stage.
+ * `onnxq calibrate` stops after calibration and writes a statistics file
+ * (calib/stats.h); `quantize --stats` reads the merged file instead of
+ * running samples.
  */
 #ifndef OQ_PIPELINE_H
 #define OQ_PIPELINE_H
@@ -20,6 +23,9 @@ typedef struct oq_pipeline_opts {
 	const char *overrides_path; /* --overrides FILE.json, or NULL */
 	const char *export_encodings; /* --export-encodings FILE.json, or NULL */
 	const char *import_encodings; /* --import-encodings FILE.json, or NULL */
+	const char *stats_in;    /* quantize --stats FILE: merged statistics instead of --calib, or NULL */
+	const char *stats_out;   /* `calibrate -o FILE`: write this shard's statistics, no quantization */
+	const char *ranges_in;   /* calibrate --ranges FILE (histogram round), or NULL */
 	int rewrite_only;        /* `convert --passes`: no quantize pass, no calibration */
 	int quiet, verbose;
 	FILE *log;               /* summary / warnings / timings (stderr) */
