@@ -1,0 +1,630 @@
+/*
+ * test_stats.c - calibration statistics files (calib/stats.c) and the
+ * sharded calibration paths of calib/calibrate.c.
+ *
+ * Expected numbers are hand-computed: the shard blocks of the split
+ * formula, the ranges of five hand-written samples through Relu and Neg,
+ * merged records of hand-made statistics. Sharded runs are also checked
+ * against the one-machine run bit for bit (the property the feature
+ * promises), for minmax and the histogram methods, N = 1..7 (N > samples
+ * leaves shards empty). Corrupt, truncated, other-version, other-model and
+ * incomplete inputs must be refused with OQ_EINVAL and a message naming
+ * the problem.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "calibrate.h"
+#include "gen_model.h"
+#include "npy.h"
+#include "stats.h"
+
+/* ------------------------------------------------------------ fixture */
+
+static char dir[64];
+static char path[512];
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/oq_stats_XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "cannot remove %s\n", dir);
+}
+
+static const char *at(const char *rel)
+{
+	snprintf(path, sizeof path, "%s/%s", dir, rel);
+	return path;
+}
+
+#define NS 5 /* samples */
+
+/* Sample i: x = [i+1, -(5-i)/2, 0, 0.25] (element 3 NaN in sample 3). Hand ranges over all five:
+ * x [-2.5 (sample 0), 5 (sample 4)], r = Relu(x) [0, 5], n = Neg(x) [-5, 2.5]; one NaN each.
+ * The extremes sit in the first and the last sample, so every merge order must combine them. */
+static void write_samples(void)
+{
+	oq_diag d;
+	char rel[64];
+
+	cr_assert_eq(mkdir(at("c"), 0700), 0);
+	for (int i = 0; i < NS; i++) {
+		float v[4] = {(float)(i + 1), -(float)(5 - i) / 2, 0, i == 3 ? NAN : 0.25f};
+		snprintf(rel, sizeof rel, "c/%03d.npy", i);
+		oq_diag_init(&d);
+		cr_assert_eq(oq_npy_write(at(rel), OQ_DT_FLOAT, 2, (const int64_t[]){2, 2}, v, 16, &d),
+		             OQ_OK, "%s", d.msg);
+	}
+}
+
+typedef struct fixture {
+	gen_model *g;
+	oq_model *m;
+} fixture;
+
+/* x float[2, 2] -> Relu -> r;  x -> Neg -> n (neg 0: Relu instead, another model). */
+static void build(fixture *f, int neg)
+{
+	oq_diag d;
+	Onnx__GraphProto *mg;
+
+	f->g = gen_new(8);
+	gen_opset(f->g, "", 13);
+	mg = gen_graph(f->g);
+	gen_input(f->g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(2, 2));
+	gen_node(f->g, mg, "Relu", "relu", "x", "r");
+	gen_node(f->g, mg, neg ? "Neg" : "Relu", "neg", "x", "n");
+	gen_output(f->g, mg, "r", OQ_DT_FLOAT, GEN_SHAPE(2, 2));
+	gen_output(f->g, mg, "n", OQ_DT_FLOAT, GEN_SHAPE(2, 2));
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(f->g, &f->m, &d), OQ_OK, "%s", d.msg);
+}
+
+static void unbuild(fixture *f)
+{
+	oq_model_free(f->m);
+	gen_free(f->g);
+}
+
+static oq_calib_opts opts(int method, int act_sym)
+{
+	oq_calib_opts o;
+	memset(&o, 0, sizeof o);
+	o.source = at("c");
+	o.threads = 1;
+	o.method = method;
+	o.act_sym = act_sym;
+	return o;
+}
+
+/* Shard i of n (round 1, or round 2 over `ranges`), written to and read back from rel. */
+static void shard(fixture *f, int method, int act_sym, uint32_t i, uint32_t n,
+                  const oq_stats *ranges, const char *rel, oq_stats *back)
+{
+	oq_calib_opts o = opts(method, act_sym);
+	oq_stats s;
+	oq_diag d;
+	char p[512];
+
+	o.shard = i;
+	o.n_shards = n;
+	o.ranges = ranges;
+	oq_diag_init(&d);
+	cr_assert_eq(oq_calibrate_stats(f->m, &o, &s, &d), OQ_OK, "%s", d.msg);
+	snprintf(p, sizeof p, "%s", at(rel));
+	cr_assert_eq(oq_stats_write(p, &s, &d), OQ_OK, "%s", d.msg);
+	oq_stats_free(&s);
+	cr_assert_eq(oq_stats_read(p, back, &d), OQ_OK, "%s", d.msg);
+}
+
+/* All n shards of one round, merged in reverse order (merge order must not matter). */
+static void round_all(fixture *f, int method, int act_sym, uint32_t n, const oq_stats *ranges,
+                      oq_stats *out)
+{
+	oq_diag d;
+	for (uint32_t k = n; k-- > 0;) {
+		oq_stats s;
+		char rel[32];
+		snprintf(rel, sizeof rel, "%c%u.bin", ranges ? 'h' : 'r', k);
+		shard(f, method, act_sym, k, n, ranges, rel, k == n - 1 ? out : &s);
+		if (k != n - 1) {
+			oq_diag_init(&d);
+			cr_assert_eq(oq_stats_merge(out, &s, rel, &d), OQ_OK, "%s", d.msg);
+			oq_stats_free(&s);
+		}
+	}
+}
+
+static void ranges_from(fixture *f, int method, int act_sym, const oq_stats *s, oq_ranges *r)
+{
+	oq_calib_opts o = opts(method, act_sym);
+	oq_diag d;
+	o.source = NULL;
+	o.stats = s;
+	o.stats_name = "merged";
+	oq_diag_init(&d);
+	cr_assert_eq(oq_calibrate(f->m, &o, r, &d), OQ_OK, "%s", d.msg);
+}
+
+static void one_machine(fixture *f, int method, int act_sym, oq_ranges *r)
+{
+	oq_calib_opts o = opts(method, act_sym);
+	oq_diag d;
+	oq_diag_init(&d);
+	cr_assert_eq(oq_calibrate(f->m, &o, r, &d), OQ_OK, "%s", d.msg);
+}
+
+static void same_ranges(const oq_ranges *a, const oq_ranges *b, const char *what)
+{
+	cr_assert_eq(a->n, b->n, "%s: %zu vs %zu tensors", what, a->n, b->n);
+	for (size_t i = 0; i < a->n; i++) {
+		cr_assert_str_eq(a->v[i].name, b->v[i].name);
+		cr_expect(memcmp(&a->v[i].min, &b->v[i].min, sizeof(float)) == 0 &&
+		              memcmp(&a->v[i].max, &b->v[i].max, sizeof(float)) == 0 &&
+		              a->v[i].n_nan == b->v[i].n_nan,
+		          "%s: tensor %s: [%.9g, %.9g] nan %llu vs [%.9g, %.9g] nan %llu", what,
+		          a->v[i].name, a->v[i].min, a->v[i].max, (unsigned long long)a->v[i].n_nan,
+		          b->v[i].min, b->v[i].max, (unsigned long long)b->v[i].n_nan);
+	}
+}
+
+/* ------------------------------------------------------------ shard split */
+
+Test(stats, shard_blocks)
+{
+	uint64_t b, e;
+	/* 16 samples, 3 shards: q = 5, r = 1 -> 6, 5, 5 */
+	oq_stats_shard_range(16, 0, 3, &b, &e);
+	cr_expect(b == 0 && e == 6);
+	oq_stats_shard_range(16, 1, 3, &b, &e);
+	cr_expect(b == 6 && e == 11);
+	oq_stats_shard_range(16, 2, 3, &b, &e);
+	cr_expect(b == 11 && e == 16);
+	/* 2 samples, 3 shards: 1, 1, 0 */
+	oq_stats_shard_range(2, 2, 3, &b, &e);
+	cr_expect(b == 2 && e == 2);
+	oq_stats_shard_range(2, 1, 3, &b, &e);
+	cr_expect(b == 1 && e == 2);
+	/* large totals do not overflow */
+	oq_stats_shard_range(UINT64_MAX, 65535, 65536, &b, &e);
+	cr_expect(e == UINT64_MAX && b == UINT64_MAX - UINT64_MAX / 65536);
+}
+
+/* ------------------------------------------------------------ through calibrate */
+
+Test(stats, minmax_shards_hand_ranges, .init = setup, .fini = teardown)
+{
+	fixture f;
+	oq_ranges one, r;
+
+	write_samples();
+	build(&f, 1);
+	one_machine(&f, OQ_CALIB_MINMAX, 0, &one);
+	for (uint32_t n = 1; n <= 7; n++) {
+		oq_stats s;
+		const oq_range *x;
+		round_all(&f, OQ_CALIB_MINMAX, 0, n, NULL, &s);
+		cr_expect_eq(s.n_samples, NS);
+		cr_expect_eq(s.n_total, NS);
+		ranges_from(&f, OQ_CALIB_MINMAX, 0, &s, &r);
+		x = oq_ranges_find(&r, "x");
+		cr_assert_not_null(x);
+		cr_expect(x->min == -2.5f && x->max == 5.0f && x->n_nan == 1, "n=%u x [%g, %g] %llu", n,
+		          x->min, x->max, (unsigned long long)x->n_nan);
+		x = oq_ranges_find(&r, "r");
+		cr_expect(x && x->min == 0.0f && x->max == 5.0f && x->n_nan == 1);
+		x = oq_ranges_find(&r, "n");
+		cr_expect(x && x->min == -5.0f && x->max == 2.5f && x->n_nan == 1);
+		same_ranges(&r, &one, "minmax");
+		oq_ranges_free(&r);
+		oq_stats_free(&s);
+	}
+	oq_ranges_free(&one);
+	unbuild(&f);
+}
+
+/* Two rounds for the histogram methods: identical to one machine for N = 1..7. */
+static void two_rounds(int method, int act_sym)
+{
+	fixture f;
+	oq_ranges one, r;
+
+	write_samples();
+	build(&f, 1);
+	one_machine(&f, method, act_sym, &one);
+	for (uint32_t n = 1; n <= 7; n++) {
+		oq_stats rs, hs;
+		round_all(&f, method, act_sym, n, NULL, &rs);
+		round_all(&f, method, act_sym, n, &rs, &hs);
+		cr_expect_eq(hs.kind, OQ_STATS_HIST);
+		cr_expect_eq(hs.hist_abs, method == OQ_CALIB_ENTROPY || act_sym);
+		ranges_from(&f, method, act_sym, &hs, &r);
+		same_ranges(&r, &one, oq_calib_method_name(method));
+		oq_ranges_free(&r);
+		oq_stats_free(&rs);
+		oq_stats_free(&hs);
+	}
+	oq_ranges_free(&one);
+	unbuild(&f);
+}
+
+Test(stats, mse_two_rounds, .init = setup, .fini = teardown) { two_rounds(OQ_CALIB_MSE, 0); }
+Test(stats, percentile_sym_two_rounds, .init = setup, .fini = teardown)
+{
+	two_rounds(OQ_CALIB_PERCENTILE, 1);
+}
+Test(stats, entropy_two_rounds, .init = setup, .fini = teardown)
+{
+	two_rounds(OQ_CALIB_ENTROPY, 0);
+}
+
+/* Histogram counts of a merged round 2 add up to the values seen: x has 5 samples x 4 elements,
+ * one NaN, five exact zeros -> 14 counted in the bins. */
+Test(stats, hist_counts, .init = setup, .fini = teardown)
+{
+	fixture f;
+	oq_stats rs, hs;
+	uint64_t in_bins = 0;
+	const oq_stat *x = NULL;
+
+	write_samples();
+	build(&f, 1);
+	round_all(&f, OQ_CALIB_MSE, 0, 3, NULL, &rs);
+	round_all(&f, OQ_CALIB_MSE, 0, 3, &rs, &hs);
+	for (size_t i = 0; i < hs.n; i++)
+		if (!strcmp(hs.v[i].name, "x"))
+			x = &hs.v[i];
+	cr_assert_not_null(x);
+	cr_assert_not_null(x->h.bin);
+	cr_expect(x->h.lo == -2.5 && x->h.hi == 5.0);
+	for (size_t k = 0; k < x->h.n; k++)
+		in_bins += x->h.bin[k];
+	cr_expect_eq(in_bins, 14);
+	cr_expect_eq(x->h.n_zero, 5);
+	cr_expect_eq(x->h.bin[x->h.n - 1], 1); /* the 5 */
+	cr_expect_eq(x->h.bin[0], 1);          /* the -2.5 */
+	oq_stats_free(&rs);
+	oq_stats_free(&hs);
+	unbuild(&f);
+}
+
+/* ------------------------------------------------------------ the file format */
+
+/* Hand-made statistics: 2 of 4 shards, records "a" (no histogram) and "b" (histogram). */
+static void handmade(oq_stats *s, int kind, uint32_t shard)
+{
+	memset(s, 0, sizeof *s);
+	s->kind = kind;
+	s->model_fp = 0x1122334455667788u;
+	s->ranges_id = kind == OQ_STATS_HIST ? 77 : 0;
+	s->n_total = 40;
+	s->n_samples = 10;
+	s->n_shards = 4;
+	s->covered = calloc(4, 1);
+	s->covered[shard] = 1;
+	s->n = 2;
+	s->v = calloc(2, sizeof *s->v);
+	s->v[0].name = strdup("a");
+	s->v[0].seen = 1;
+	s->v[0].lo = 1.5;
+	s->v[0].hi = 1.5;
+	s->v[0].n_bad = 3;
+	s->v[1].name = strdup("b");
+	s->v[1].seen = 1;
+	s->v[1].lo = -1;
+	s->v[1].hi = 3;
+	if (kind == OQ_STATS_HIST) {
+		cr_assert_eq(oq_hist_init(&s->v[1].h, -1, 3, OQ_HIST_BINS, 0), OQ_OK);
+		s->v[1].h.bin[0] = 2 + shard;
+		s->v[1].h.bin[OQ_HIST_BINS - 1] = 5;
+		s->v[1].h.n_zero = 7;
+	} else {
+		s->v[1].lo = -1.0 - shard;
+	}
+}
+
+Test(stats, round_trip)
+{
+	oq_stats s, t;
+	uint8_t *buf;
+	size_t len;
+	oq_diag d;
+
+	handmade(&s, OQ_STATS_HIST, 2);
+	oq_diag_init(&d);
+	cr_assert_eq(oq_stats_encode(&s, &buf, &len, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_stats_decode(buf, len, "mem", &t, &d), OQ_OK, "%s", d.msg);
+	cr_expect_eq(t.kind, OQ_STATS_HIST);
+	cr_expect_eq(t.model_fp, 0x1122334455667788u);
+	cr_expect_eq(t.ranges_id, 77);
+	cr_expect(t.n_total == 40 && t.n_samples == 10 && t.n_shards == 4);
+	cr_expect(!t.covered[0] && !t.covered[1] && t.covered[2] && !t.covered[3]);
+	cr_assert_eq(t.n, 2);
+	cr_expect_str_eq(t.v[0].name, "a");
+	cr_expect(t.v[0].lo == 1.5 && t.v[0].hi == 1.5 && t.v[0].n_bad == 3 && !t.v[0].h.bin);
+	cr_expect_str_eq(t.v[1].name, "b");
+	cr_assert_not_null(t.v[1].h.bin);
+	cr_expect(t.v[1].h.bin[0] == 4 && t.v[1].h.bin[OQ_HIST_BINS - 1] == 5 &&
+	          t.v[1].h.n_zero == 7 && t.v[1].h.lo == -1 && t.v[1].h.hi == 3);
+	/* fixed layout: magic, version 1 little-endian, kind 2 */
+	cr_expect(memcmp(buf, "ONNXQSTA\1\0\0\0\2\0\0\0", 16) == 0);
+	cr_expect_eq(t.sum, s.sum);
+	free(buf);
+	oq_stats_free(&s);
+	oq_stats_free(&t);
+}
+
+static void expect_bad(const uint8_t *buf, size_t len, const char *needle)
+{
+	oq_stats t;
+	oq_diag d;
+	oq_diag_init(&d);
+	cr_expect_eq(oq_stats_decode(buf, len, "f.bin", &t, &d), OQ_EINVAL, "%s: accepted", needle);
+	cr_expect(strstr(d.msg, needle) && strstr(d.msg, "f.bin"), "want '%s' in: %s", needle, d.msg);
+	oq_stats_free(&t);
+}
+
+/* Rewrites the trailing checksum after an edit, to reach the checks behind it. */
+static void reseal(uint8_t *buf, size_t len)
+{
+	uint64_t h = oq_stats_hash(buf, len - 8, 0);
+	for (int k = 0; k < 8; k++)
+		buf[len - 8 + (size_t)k] = (uint8_t)(h >> (8 * k));
+}
+
+Test(stats, corrupt_truncated_version)
+{
+	oq_stats s;
+	uint8_t *buf, *c;
+	size_t len;
+	oq_diag d;
+
+	handmade(&s, OQ_STATS_HIST, 1);
+	oq_diag_init(&d);
+	cr_assert_eq(oq_stats_encode(&s, &buf, &len, &d), OQ_OK);
+	c = malloc(len);
+	/* every single flipped bit in a sample of positions is caught */
+	for (size_t at = 12; at < len; at += len / 97 + 1) {
+		memcpy(c, buf, len);
+		c[at] ^= 0x10;
+		expect_bad(c, len, "corrupted");
+	}
+	/* truncation at any length */
+	for (size_t l = 0; l < len; l += len / 53 + 1)
+		expect_bad(buf, l, l < 8 ? "not an onnxq statistics file" : "corrupted");
+	expect_bad(buf, len - 1, "corrupted");
+	/* another version: refused before anything else is read */
+	memcpy(c, buf, len);
+	c[8] = 2;
+	expect_bad(c, len, "format version 2");
+	/* wrong magic */
+	memcpy(c, buf, len);
+	c[0] = 'X';
+	expect_bad(c, len, "not an onnxq statistics file");
+	/* a valid checksum over bad fields: N = 0, unknown kind, unsorted records */
+	memcpy(c, buf, len);
+	memset(c + 8 + 16 + 32, 0, 4);
+	reseal(c, len);
+	expect_bad(c, len, "bad shard count");
+	memcpy(c, buf, len);
+	c[12] = 9;
+	reseal(c, len);
+	expect_bad(c, len, "bad header fields");
+	memcpy(c, buf, len);
+	{
+		/* the names "a" and "b" -> "c" and "b": not sorted */
+		uint8_t *p = memchr(c + 60, 'a', len - 60);
+		cr_assert_not_null(p);
+		*p = 'c';
+	}
+	reseal(c, len);
+	expect_bad(c, len, "not sorted");
+	free(c);
+	free(buf);
+	oq_stats_free(&s);
+}
+
+Test(stats, file_errors, .init = setup, .fini = teardown)
+{
+	oq_stats s;
+	oq_diag d;
+	FILE *f;
+
+	oq_diag_init(&d);
+	cr_expect_eq(oq_stats_read(at("missing.bin"), &s, &d), OQ_EIO);
+	cr_expect(strstr(d.msg, "missing.bin") != NULL, "%s", d.msg);
+	f = fopen(at("text.bin"), "w");
+	fputs("hello world, not statistics", f);
+	fclose(f);
+	oq_diag_init(&d);
+	cr_expect_eq(oq_stats_read(at("text.bin"), &s, &d), OQ_EINVAL);
+	cr_expect(strstr(d.msg, "not an onnxq statistics file") != NULL, "%s", d.msg);
+	oq_diag_init(&d);
+	handmade(&s, OQ_STATS_RANGES, 0);
+	cr_expect_eq(oq_stats_write(at("nodir/x.bin"), &s, &d), OQ_EIO);
+	oq_stats_free(&s);
+}
+
+/* ------------------------------------------------------------ merging */
+
+Test(stats, merge_hand)
+{
+	oq_stats a, b, h1, h2;
+	oq_diag d;
+
+	/* ranges: b's lo -1 - shard: min(-1, -4) = -4; n_bad 3 + 3; coverage 0 + 3 */
+	handmade(&a, OQ_STATS_RANGES, 0);
+	handmade(&b, OQ_STATS_RANGES, 3);
+	free(b.v[0].name);
+	b.v[0].name = strdup("a0"); /* a record only b has: union */
+	b.v[0].lo = -7;
+	b.v[0].hi = 8;
+	oq_diag_init(&d);
+	cr_assert_eq(oq_stats_merge(&a, &b, "b.bin", &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(a.n, 3);
+	cr_expect_str_eq(a.v[0].name, "a");
+	cr_expect(a.v[0].lo == 1.5 && a.v[0].n_bad == 3);
+	cr_expect_str_eq(a.v[1].name, "a0");
+	cr_expect(a.v[1].lo == -7 && a.v[1].hi == 8 && a.v[1].n_bad == 3);
+	cr_expect_str_eq(a.v[2].name, "b");
+	cr_expect(a.v[2].lo == -4 && a.v[2].hi == 3);
+	cr_expect(a.covered[0] && !a.covered[1] && !a.covered[2] && a.covered[3]);
+	cr_expect_eq(a.n_samples, 20);
+	cr_expect_eq(oq_stats_check_complete(&a, "a.bin", &d), OQ_EINVAL);
+	cr_expect(strstr(d.msg, "stats cover shards 0,3 of 4") && strstr(d.msg, "missing 1,2"),
+	          "%s", d.msg);
+	oq_stats_free(&b);
+
+	/* histograms: counts add, 2 + 1 and 2 + 3 in bin 0, 5 + 5 at the top, zeros 7 + 7 */
+	handmade(&h1, OQ_STATS_HIST, 0);
+	handmade(&h2, OQ_STATS_HIST, 1);
+	oq_diag_init(&d);
+	cr_assert_eq(oq_stats_merge(&h1, &h2, "h2.bin", &d), OQ_OK, "%s", d.msg);
+	cr_expect(h1.v[1].h.bin[0] == 5 && h1.v[1].h.bin[OQ_HIST_BINS - 1] == 10 &&
+	          h1.v[1].h.n_zero == 14);
+	oq_stats_free(&h1);
+	oq_stats_free(&h2);
+	oq_stats_free(&a);
+}
+
+static void expect_merge_err(oq_stats *a, oq_stats *b, const char *needle)
+{
+	oq_diag d;
+	oq_diag_init(&d);
+	cr_expect_eq(oq_stats_merge(a, b, "b.bin", &d), OQ_EINVAL, "%s: accepted", needle);
+	cr_expect(strstr(d.msg, needle) != NULL, "want '%s' in: %s", needle, d.msg);
+}
+
+Test(stats, merge_refusals)
+{
+	oq_stats a, b;
+
+	handmade(&a, OQ_STATS_RANGES, 1);
+	handmade(&b, OQ_STATS_RANGES, 1);
+	expect_merge_err(&a, &b, "shard 1 of 4 is already");
+	oq_stats_free(&b);
+
+	handmade(&b, OQ_STATS_RANGES, 2);
+	b.model_fp ^= 1;
+	expect_merge_err(&a, &b, "another model");
+	oq_stats_free(&b);
+
+	handmade(&b, OQ_STATS_RANGES, 2);
+	b.n_shards = 3;
+	expect_merge_err(&a, &b, "into 3 shards");
+	oq_stats_free(&b);
+
+	handmade(&b, OQ_STATS_RANGES, 2);
+	b.n_total = 41;
+	expect_merge_err(&a, &b, "41 samples");
+	oq_stats_free(&b);
+
+	handmade(&b, OQ_STATS_HIST, 2);
+	expect_merge_err(&a, &b, "merge files of one round");
+	oq_stats_free(&b);
+	oq_stats_free(&a);
+
+	/* histograms over different ranges */
+	handmade(&a, OQ_STATS_HIST, 1);
+	handmade(&b, OQ_STATS_HIST, 2);
+	b.v[1].hi = 3.5;
+	expect_merge_err(&a, &b, "different range");
+	oq_stats_free(&b);
+	handmade(&b, OQ_STATS_HIST, 2);
+	b.ranges_id = 78;
+	expect_merge_err(&a, &b, "another ranges file");
+	oq_stats_free(&b);
+	oq_stats_free(&a);
+}
+
+/* ------------------------------------------------------------ refusals at use */
+
+Test(stats, wrong_model_kind_incomplete, .init = setup, .fini = teardown)
+{
+	fixture f, g;
+	oq_stats rs, s0, hs;
+	oq_calib_opts o;
+	oq_ranges r;
+	oq_diag d;
+
+	write_samples();
+	build(&f, 1);
+	build(&g, 0);
+	round_all(&f, OQ_CALIB_MSE, 0, 2, NULL, &rs);
+
+	/* other model: refused with the fingerprint message */
+	o = opts(OQ_CALIB_MINMAX, 0);
+	o.source = NULL;
+	o.stats = &rs;
+	o.stats_name = "rs.bin";
+	oq_diag_init(&d);
+	cr_expect_eq(oq_calibrate(g.m, &o, &r, &d), OQ_EINVAL);
+	cr_expect(strstr(d.msg, "rs.bin") && strstr(d.msg, "another model"), "%s", d.msg);
+
+	/* ranges only, method needs histograms */
+	o.method = OQ_CALIB_MSE;
+	oq_diag_init(&d);
+	cr_expect_eq(oq_calibrate(f.m, &o, &r, &d), OQ_EINVAL);
+	cr_expect(strstr(d.msg, "ranges only") != NULL, "%s", d.msg);
+
+	/* ema: refused both ways */
+	o.method = OQ_CALIB_EMA;
+	oq_diag_init(&d);
+	cr_expect_eq(oq_calibrate(f.m, &o, &r, &d), OQ_EUSAGE);
+	cr_expect(strstr(d.msg, "ema") != NULL, "%s", d.msg);
+	o = opts(OQ_CALIB_EMA, 0);
+	oq_diag_init(&d);
+	cr_expect_eq(oq_calibrate_stats(f.m, &o, &s0, &d), OQ_EUSAGE);
+
+	/* incomplete: shard 0 of 2 only */
+	shard(&f, OQ_CALIB_MINMAX, 0, 0, 2, NULL, "only0.bin", &s0);
+	o = opts(OQ_CALIB_MINMAX, 0);
+	o.source = NULL;
+	o.stats = &s0;
+	o.stats_name = "only0.bin";
+	oq_diag_init(&d);
+	cr_expect_eq(oq_calibrate(f.m, &o, &r, &d), OQ_EINVAL);
+	cr_expect(strstr(d.msg, "stats cover shards 0 of 2") && strstr(d.msg, "missing 1"), "%s",
+	          d.msg);
+	/* an incomplete ranges file for round 2 too */
+	o = opts(OQ_CALIB_MSE, 0);
+	o.ranges = &s0;
+	o.ranges_name = "only0.bin";
+	oq_diag_init(&d);
+	cr_expect_eq(oq_calibrate_stats(f.m, &o, &hs, &d), OQ_EINVAL);
+	cr_expect(strstr(d.msg, "missing 1") != NULL, "%s", d.msg);
+	/* round 2 on fewer samples than round 1 */
+	o.ranges = &rs;
+	o.limit = 3;
+	oq_diag_init(&d);
+	cr_expect_eq(oq_calibrate_stats(f.m, &o, &hs, &d), OQ_EINVAL);
+	cr_expect(strstr(d.msg, "5 samples") && strstr(d.msg, "has 3"), "%s", d.msg);
+	/* |x| histograms used for a signed method */
+	o = opts(OQ_CALIB_ENTROPY, 0);
+	o.ranges = &rs;
+	oq_diag_init(&d);
+	cr_assert_eq(oq_calibrate_stats(f.m, &o, &hs, &d), OQ_OK, "%s", d.msg);
+	o = opts(OQ_CALIB_MSE, 0);
+	o.source = NULL;
+	o.stats = &hs;
+	oq_diag_init(&d);
+	cr_expect_eq(oq_calibrate(f.m, &o, &r, &d), OQ_EINVAL);
+	cr_expect(strstr(d.msg, "|x|") != NULL, "%s", d.msg);
+
+	oq_stats_free(&hs);
+	oq_stats_free(&s0);
+	oq_stats_free(&rs);
+	unbuild(&g);
+	unbuild(&f);
+}
