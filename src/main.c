@@ -624,6 +624,10 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 			return usage_error(cmd, "missing --calib DIR (the samples to calibrate on)");
 		if (p->q.weight_only)
 			return usage_error(cmd, "--weight-only needs no calibration");
+		if (p->ranges_in && p->calib.method != OQ_CALIB_PERCENTILE &&
+		    p->calib.method != OQ_CALIB_ENTROPY && p->calib.method != OQ_CALIB_MSE)
+			return usage_error(cmd, "--ranges is for the histogram round of --method percentile, "
+						"entropy or mse; minmax needs one round");
 	}
 	if (p->stats_in && p->calib.source)
 		return usage_error(cmd, "--stats and --calib exclude each other (the statistics replace the samples)");
