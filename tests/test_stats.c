@@ -628,3 +628,80 @@ Test(stats, wrong_model_kind_incomplete, .init = setup, .fini = teardown)
 	unbuild(&g);
 	unbuild(&f);
 }
+
+/* ------------------------------------------------------------ symbolic sizes */
+
+/* x float[1, 2, N, N] -> Relu -> r;  x -> GlobalAveragePool -> g. */
+static void build_sym(fixture *f)
+{
+	oq_diag d;
+	Onnx__GraphProto *mg;
+
+	f->g = gen_new(8);
+	gen_opset(f->g, "", 13);
+	mg = gen_graph(f->g);
+	gen_input(f->g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 2, -1, -1));
+	gen_node(f->g, mg, "Relu", "relu", "x", "r");
+	gen_node(f->g, mg, "GlobalAveragePool", "gap", "x", "g");
+	gen_output(f->g, mg, "r", OQ_DT_FLOAT, GEN_SHAPE(1, 2, -1, -1));
+	gen_output(f->g, mg, "g", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 1));
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(f->g, &f->m, &d), OQ_OK, "%s", d.msg);
+}
+
+/*
+ * Samples of spatial size 3, 5, 4 (k = 0, 1, 2): x[i] = (i - 3) (k + 1), i over the 2 s^2
+ * elements. By hand: x in [-9 (k=2), 92 (k=1: (49-3)*2)]; Relu [0, 92]; channel means
+ * ((c s^2 + (s^2-1)/2) - 3)(k+1): k=0: 1, 10; k=1: 18, 68; k=2: 13.5, 61.5 -> g in [1, 68].
+ * One statistic per tensor over all sizes, and the same through shards.
+ */
+Test(stats, symbolic_spatial_sizes, .init = setup, .fini = teardown)
+{
+	static const int sz[3] = {3, 5, 4};
+	fixture f;
+	oq_ranges one, r;
+	oq_stats s, rs, hs;
+	oq_diag d;
+	const oq_range *x;
+
+	cr_assert_eq(mkdir(at("c"), 0700), 0);
+	for (int k = 0; k < 3; k++) {
+		size_t n = 2 * (size_t)sz[k] * (size_t)sz[k];
+		float *v = malloc(n * sizeof *v);
+		char rel[32];
+		for (size_t i = 0; i < n; i++)
+			v[i] = ((float)i - 3) * (float)(k + 1);
+		snprintf(rel, sizeof rel, "c/%03d.npy", k);
+		oq_diag_init(&d);
+		cr_assert_eq(oq_npy_write(at(rel), OQ_DT_FLOAT, 4,
+		                          (const int64_t[]){1, 2, sz[k], sz[k]}, v, n * 4, &d),
+		             OQ_OK, "%s", d.msg);
+		free(v);
+	}
+	build_sym(&f);
+	one_machine(&f, OQ_CALIB_MINMAX, 0, &one);
+	cr_assert_eq(one.n, 3);
+	x = oq_ranges_find(&one, "x");
+	cr_expect(x && x->min == -9.0f && x->max == 92.0f, "x [%g, %g]", x->min, x->max);
+	x = oq_ranges_find(&one, "r");
+	cr_expect(x && x->min == 0.0f && x->max == 92.0f);
+	x = oq_ranges_find(&one, "g");
+	cr_expect(x && x->min == 1.0f && x->max == 68.0f, "g [%g, %g]", x->min, x->max);
+	round_all(&f, OQ_CALIB_MINMAX, 0, 2, NULL, &s);
+	ranges_from(&f, OQ_CALIB_MINMAX, 0, &s, &r);
+	same_ranges(&r, &one, "symbolic minmax");
+	oq_ranges_free(&r);
+	oq_ranges_free(&one);
+	/* histogram method: the histogram of every tensor spans all sizes */
+	one_machine(&f, OQ_CALIB_MSE, 0, &one);
+	round_all(&f, OQ_CALIB_MSE, 0, 3, NULL, &rs);
+	round_all(&f, OQ_CALIB_MSE, 0, 3, &rs, &hs);
+	ranges_from(&f, OQ_CALIB_MSE, 0, &hs, &r);
+	same_ranges(&r, &one, "symbolic mse");
+	oq_ranges_free(&r);
+	oq_ranges_free(&one);
+	oq_stats_free(&s);
+	oq_stats_free(&rs);
+	oq_stats_free(&hs);
+	unbuild(&f);
+}
