@@ -434,41 +434,132 @@ typedef struct job {
 	size_t nin, nout;
 	size_t total;      /* samples of the whole set (after --calib-limit) */
 	size_t begin, end; /* the samples this run reads: [begin, end) (a shard, or all) */
+	size_t batch;      /* samples per run (--calib-batch), >= 1 */
+	oq_rt *pend;       /* batch > 1: batch x nin loaded samples waiting to be concatenated */
 	int is_random;     /* --calib random:N[:SEED] */
 	uint64_t seed;     /* its SEED */
 	FILE *tty;         /* progress bar stream, or NULL */
 	double t0, last;   /* pass start; last bar update (-1: none yet) */
 } job;
 
+/* Loads sample i (absolute index) into in[nin]. */
+static int load(job *j, size_t i, oq_rt *in, oq_diag *d)
+{
+	if (j->is_random)
+		for (size_t k = 0; k < j->nin; k++)
+			j->s.v[0].in[k].seed = mix64(j->seed ^ mix64((uint64_t)i));
+	return oq_sample_load(&j->s, j->is_random ? 0 : i, j->e, in, d);
+}
+
+/* Observes j->in, runs it and releases inputs and outputs. */
+static int run_one(job *j, calib *c, oq_diag *d)
+{
+	int rc;
+	for (size_t k = 0; k < j->nin; k++)
+		observe(c, oq_exec_input(j->e, k), &j->in[k]);
+	rc = oq_exec_run(j->e, j->in, j->nin, j->outs, j->nout, d);
+	for (size_t k = 0; k < j->nin; k++)
+		oq_rt_release(&j->in[k]);
+	for (size_t k = 0; k < j->nout; k++)
+		oq_rt_release(&j->outs[k]);
+	return rc;
+}
+
+/* Can samples a and b (nin inputs each) share a batch: same dtypes and dims past axis 0? */
+static int same_shape(const oq_rt *a, const oq_rt *b, size_t nin)
+{
+	for (size_t k = 0; k < nin; k++) {
+		if (a[k].dtype != b[k].dtype || a[k].rank != b[k].rank || a[k].rank < 1)
+			return 0;
+		for (int x = 1; x < a[k].rank; x++)
+			if (a[k].dims[x] != b[k].dims[x])
+				return 0;
+	}
+	return 1;
+}
+
+/* j->in = the n pending samples concatenated along axis 0 (pending ones released). */
+static int concat(job *j, size_t n, oq_diag *d)
+{
+	for (size_t k = 0; k < j->nin; k++) {
+		const oq_rt *first = &j->pend[k];
+		int64_t dims[OQ_RT_MAX_RANK];
+		size_t at = 0;
+		int rc;
+		memcpy(dims, first->dims, sizeof dims);
+		dims[0] = 0;
+		for (size_t b = 0; b < n; b++) {
+			if (j->pend[b * j->nin + k].dims[0] > INT64_MAX - dims[0])
+				return oq_err(d, OQ_EINVAL, "calibrate: --calib-batch: batch too large");
+			dims[0] += j->pend[b * j->nin + k].dims[0];
+		}
+		if ((rc = oq_rt_alloc(&j->in[k], first->dtype, first->rank, dims)))
+			return oq_err(d, rc, "calibrate: --calib-batch: cannot allocate a batch of %zu "
+			                     "samples for input '%s'",
+			              n, oq_exec_input(j->e, k)->name);
+		for (size_t b = 0; b < n; b++) {
+			oq_rt *t = &j->pend[b * j->nin + k];
+			if (t->nbytes > j->in[k].nbytes - at)
+				return oq_err(d, OQ_EINVAL, "calibrate: --calib-batch: sizes do not add up");
+			if (t->nbytes)
+				memcpy((char *)j->in[k].data + at, t->data, t->nbytes);
+			at += t->nbytes;
+			oq_rt_release(t);
+		}
+	}
+	return OQ_OK;
+}
+
+static void progress(job *j, const char *what, size_t done)
+{
+	double t;
+	if (!j->tty)
+		return;
+	t = now();
+	if (done == j->end - j->begin || j->last < 0 || t - j->last >= 0.1) {
+		bar(j->tty, what, done, j->end - j->begin, t - j->t0);
+		j->last = t;
+	}
+}
+
 /* Runs samples [begin, end) once with c observing (c->phase says what it records). */
 static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 {
+	size_t np = 0;
 	int rc;
 
 	j->t0 = now();
-	for (size_t i = j->begin; i < j->end; i++) {
-		size_t si = j->is_random ? 0 : i;
-		if (j->is_random)
-			for (size_t k = 0; k < j->nin; k++)
-				j->s.v[0].in[k].seed = mix64(j->seed ^ mix64((uint64_t)i));
-		if ((rc = oq_sample_load(&j->s, si, j->e, j->in, d)))
-			return rc;
-		for (size_t k = 0; k < j->nin; k++)
-			observe(c, oq_exec_input(j->e, k), &j->in[k]);
-		rc = oq_exec_run(j->e, j->in, j->nin, j->outs, j->nout, d);
-		for (size_t k = 0; k < j->nin; k++)
-			oq_rt_release(&j->in[k]);
-		for (size_t k = 0; k < j->nout; k++)
-			oq_rt_release(&j->outs[k]);
-		if (rc)
-			return rc;
-		if (j->tty) {
-			double t = now();
-			if (i + 1 == j->end || j->last < 0 || t - j->last >= 0.1) {
-				bar(j->tty, what, i + 1 - j->begin, j->end - j->begin, t - j->t0);
-				j->last = t;
-			}
+	if (j->batch <= 1) {
+		for (size_t i = j->begin; i < j->end; i++) {
+			if ((rc = load(j, i, j->in, d)) || (rc = run_one(j, c, d)))
+				return rc;
+			progress(j, what, i + 1 - j->begin);
 		}
+		return OQ_OK;
+	}
+	/* batches: consecutive samples of one shape, at most j->batch */
+	for (size_t i = j->begin; i < j->end; i++) {
+		oq_rt *cur = &j->pend[np * j->nin];
+		if ((rc = load(j, i, cur, d)))
+			return rc;
+		if (np && !same_shape(j->pend, cur, j->nin)) {
+			/* run what is pending, then start a new batch with this sample */
+			oq_rt *first = j->pend;
+			if ((rc = concat(j, np, d)) || (rc = run_one(j, c, d)))
+				return rc;
+			for (size_t k = 0; k < j->nin; k++) {
+				first[k] = cur[k];
+				memset(&cur[k], 0, sizeof cur[k]);
+			}
+			np = 0;
+		}
+		np++;
+		if (np == j->batch || i + 1 == j->end) {
+			if ((rc = concat(j, np, d)) || (rc = run_one(j, c, d)))
+				return rc;
+			np = 0;
+		}
+		progress(j, what, i + 1 - j->begin);
 	}
 	return OQ_OK;
 }
@@ -539,6 +630,10 @@ static void release(const oq_model *m, job *j, calib *c)
 			oq_hist_free(&c->h[i]);
 	free(c->h);
 	free(c->em);
+	if (j->pend)
+		for (size_t i = 0; i < j->batch * j->nin; i++)
+			oq_rt_release(&j->pend[i]);
+	free(j->pend);
 	free(j->outs);
 	free(j->in);
 	free(c->st);
@@ -562,6 +657,27 @@ static int calib_init(oq_model *m, const oq_calib_opts *o, calib *c, oq_diag *d)
 	for (size_t i = 0; i < m->graph->n_values; i++) {
 		c->st[i].lo = INFINITY;
 		c->st[i].hi = -INFINITY;
+	}
+	return OQ_OK;
+}
+
+/* --calib-batch needs every input's axis 0 symbolic (and whole-byte elements to concatenate). */
+static int check_batch(const oq_exec *e, oq_diag *d)
+{
+	for (size_t k = 0; k < oq_exec_n_inputs(e); k++) {
+		const oq_value *v = oq_exec_input(e, k);
+		const oq_type *t = &v->type;
+		if (t->rank == 0 || (t->rank > 0 && t->dims[0].value >= 0))
+			return oq_err(d, OQ_EUSAGE,
+			              "calibrate: --calib-batch: input '%s' has %s; batching needs a "
+			              "symbolic batch dimension (axis 0): drop --calib-batch",
+			              v->name,
+			              t->rank == 0 ? "no axis 0 (a scalar)" : "a fixed batch dimension");
+		if (t->dtype && (oq_dtype_bits(t->dtype) % 8 || t->dtype == OQ_DT_STRING))
+			return oq_err(d, OQ_EUNSUP,
+			              "calibrate: --calib-batch: input '%s' (%s) cannot be concatenated; "
+			              "drop --calib-batch",
+			              v->name, oq_dtype_name(t->dtype));
 	}
 	return OQ_OK;
 }
@@ -638,6 +754,15 @@ static int prepare(oq_model *m, const oq_calib_opts *o, job *j, calib *c, oq_dia
 	j->outs = oq_calloc(j->nout, sizeof *j->outs);
 	if (!j->in || !j->outs)
 		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+	j->batch = o->batch > 1 ? o->batch : 1;
+	if (j->batch > 1) {
+		size_t n;
+		if ((rc = check_batch(j->e, d)))
+			return rc;
+		if (!oq_mul_size(j->batch, j->nin, &n) || !(j->pend = oq_calloc(n, sizeof *j->pend)))
+			return oq_err(d, OQ_ENOMEM, "calibrate: out of memory for --calib-batch %zu",
+			              j->batch);
+	}
 	oq_exec_set_observer(j->e, observe, c);
 	if (o->progress && isatty(fileno(o->progress)))
 		j->tty = o->progress;

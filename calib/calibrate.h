@@ -15,6 +15,11 @@
  * is not representative). Ranges are min/max over all elements of all
  * samples, NaN and Inf skipped and counted, so they do not depend on sample
  * order or thread count (all methods but ema).
+ *
+ * --calib-batch N concatenates up to N consecutive samples of equal shapes
+ * along axis 0 (every input's batch dim must be symbolic) and runs them at
+ * once; min/max and histograms are sums over elements, so the ranges are
+ * those of one sample at a time (ema updates once per batch instead).
  */
 #ifndef OQ_CALIBRATE_H
 #define OQ_CALIBRATE_H
@@ -36,6 +41,7 @@ typedef struct oq_calib_opts {
 	double percentile;   /* --percentile in (0, 100]; 0 = OQ_PERCENTILE */
 	int act_type;        /* activation dtype, the grid entropy/mse aim at; 0 = uint8 */
 	int act_sym;         /* symmetric activations: percentile/mse use |x|, ranges [-t, t] */
+	size_t batch;        /* --calib-batch N: samples run together along axis 0 (symbolic batch dim); 0/1 = one */
 	uint32_t shard, n_shards; /* --shard I/N (0-based I) for oq_calibrate_stats; n_shards 0 = 1 */
 	const oq_stats *ranges;   /* --ranges: merged round-1 ranges (histogram round), or NULL */
 	const char *ranges_name;  /* its file name, for messages */

@@ -93,6 +93,8 @@ static const char usage_quantize[] =
 	"                          input_K.npy, or DIR/test_data_set_N/input_K.pb\n"
 	"  --calib random:N[:SEED] N random samples (only for testing: not representative)\n"
 	"  --calib-limit N         use the first N samples\n"
+	"  --calib-batch N         run N samples at once along axis 0 (needs a symbolic batch\n"
+	"                          dim; same ranges as one at a time; ema updates per batch)\n"
 	"  --stats FILE            ranges from merged `onnxq calibrate` statistics instead of\n"
 	"                          --calib (same model and options: byte-identical result)\n"
 	"  --threads N             executor threads (default: all cores); output is identical\n"
@@ -365,7 +367,7 @@ enum {
 	O_CALIB = 256, O_CALIB_LIMIT, O_THREADS, O_PROFILE, O_WTYPE, O_ATYPE, O_GRAN, O_BLOCK, O_GRID,
 	O_WASYM, O_ASYM, O_REDUCE, O_KEEP, O_WONLY, O_OPTYPES, O_INCLUDE, O_EXCLUDE, O_OVERRIDES, O_EXPENC, O_IMPENC, O_OPSET,
 	O_PASSES, O_DUMP, O_VERIFY, O_EXT, O_EXT_T, O_QUIET, O_VERBOSE, O_METHOD, O_EMA_C, O_PCT,
-	O_STATS, O_SHARD, O_RANGES,
+	O_STATS, O_SHARD, O_RANGES, O_CALIB_BATCH,
 };
 
 /* Command kinds parse_qargs serves. */
@@ -409,6 +411,7 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		{"calib", required_argument, NULL, O_CALIB},
 		{"calib-limit", required_argument, NULL, O_CALIB_LIMIT},
 		{"stats", required_argument, NULL, O_STATS},
+		{"calib-batch", required_argument, NULL, O_CALIB_BATCH},
 		{"shard", required_argument, NULL, O_SHARD},
 		{"ranges", required_argument, NULL, O_RANGES},
 		{"method", required_argument, NULL, O_METHOD},
@@ -484,6 +487,11 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		switch (c) {
 		case 'o': p->out_path = optarg; break;
 		case O_CALIB: p->calib.source = optarg; break;
+		case O_CALIB_BATCH:
+			if ((v = parse_num(optarg, 1, 65536)) < 0)
+				return usage_error(cmd, "--calib-batch needs a number from 1 to 65536");
+			p->calib.batch = (size_t)v;
+			break;
 		case O_STATS:
 			if (calibrate)
 				return usage_error(cmd, "--stats is a quantize option (calibrate writes statistics)");
@@ -631,6 +639,8 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 	}
 	if (p->stats_in && p->calib.source)
 		return usage_error(cmd, "--stats and --calib exclude each other (the statistics replace the samples)");
+	if (p->calib.batch > 1 && !p->calib.source)
+		return usage_error(cmd, "--calib-batch needs --calib");
 	if (p->stats_in && p->q.weight_only)
 		return usage_error(cmd, "--weight-only needs no --stats (weights are not calibrated)");
 	if (p->q.block_size && p->q.granularity != OQ_GRAN_BLOCK)
