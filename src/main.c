@@ -639,8 +639,6 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 	}
 	if (p->stats_in && p->calib.source)
 		return usage_error(cmd, "--stats and --calib exclude each other (the statistics replace the samples)");
-	if (p->calib.batch > 1 && !p->calib.source)
-		return usage_error(cmd, "--calib-batch needs --calib");
 	if (p->stats_in && p->q.weight_only)
 		return usage_error(cmd, "--weight-only needs no --stats (weights are not calibrated)");
 	if (p->q.block_size && p->q.granularity != OQ_GRAN_BLOCK)

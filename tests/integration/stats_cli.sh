@@ -112,6 +112,30 @@ run "control" "$onnxq" quantize "$model" --calib "$calib" --calib-limit 5 -o "$t
 	if cmp -s "$tmp/few.onnx" "$tmp/all.onnx"; then bad "control: 5 and 16 samples give the same model"; else
 		ok "control: 5 and 16 samples give different models"; fi
 
+# --calib-batch: same model as one sample at a time (tiny_cnn's batch dim is symbolic), also with shards
+for m in minmax mse; do
+	run "batch ref $m" "$onnxq" quantize "$model" --calib "$calib" --method "$m" -o "$tmp/b1.onnx" --quiet &&
+		run "batch 5 $m" "$onnxq" quantize "$model" --calib "$calib" --method "$m" --calib-batch 5 -o "$tmp/b5.onnx" --quiet &&
+		if cmp -s "$tmp/b1.onnx" "$tmp/b5.onnx"; then ok "--calib-batch 5 --method $m: byte-identical"; else
+			bad "--calib-batch 5 --method $m: model differs"; fi
+done
+same "mse --calib-batch 4" 3 1 --calib-batch 4
+run "ema ref" "$onnxq" quantize "$model" --calib "$calib" --method ema -o "$tmp/e1.onnx" --quiet &&
+	run "ema batch" "$onnxq" quantize "$model" --calib "$calib" --method ema --calib-batch 4 -o "$tmp/e4.onnx" --quiet &&
+	if cmp -s "$tmp/e1.onnx" "$tmp/e4.onnx"; then bad "control: ema per batch equals ema per sample (batching not in effect?)"; else
+		ok "control: ema updates per batch, so --calib-batch changes its model"; fi
+# the same model with batch fixed to 1: TensorShapeProto.Dimension dim_param "batch" (12 05 batch)
+# becomes dim_value 1 + denotation "one" (08 01 1a 03 one), the same length, so no enclosing
+# length changes
+run "fixed-batch model" python3 - "$model" "$tmp/fixed.onnx" <<'EOF2'
+import sys
+b = open(sys.argv[1], "rb").read()
+assert b.count(b"\x12\x05batch") == 2
+open(sys.argv[2], "wb").write(b.replace(b"\x12\x05batch", b"\x08\x01\x1a\x03one"))
+EOF2
+expect_exit 1 "--calib-batch on a fixed batch dim" "$onnxq" quantize "$tmp/fixed.onnx" --calib "$calib" --calib-batch 2 -o "$tmp/keep.onnx"
+expect_msg "--calib-batch on a fixed batch dim" "input 'image' has a fixed batch dimension"
+
 # --- refusals
 echo keep >"$tmp/keep.onnx"
 for i in 0 1 2; do
