@@ -35,6 +35,9 @@ typedef struct oq_calib_opts {
 	double percentile;   /* --percentile in (0, 100]; 0 = OQ_PERCENTILE */
 	int act_type;        /* activation dtype, the grid entropy/mse aim at; 0 = uint8 */
 	int act_sym;         /* symmetric activations: percentile/mse use |x|, ranges [-t, t] */
+	oq_observe_fn extra; /* also sees every value of the first pass (graph inputs and node
+			      * outputs, any dtype), e.g. bias-correction statistics; or NULL */
+	void *extra_ctx;     /* its context */
 } oq_calib_opts;
 
 /*

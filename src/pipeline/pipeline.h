@@ -20,6 +20,7 @@ typedef struct oq_pipeline_opts {
 	const char *overrides_path; /* --overrides FILE.json, or NULL */
 	const char *export_encodings; /* --export-encodings FILE.json, or NULL */
 	const char *import_encodings; /* --import-encodings FILE.json, or NULL */
+	int bias_correction;     /* --bias-correction: fold the weight-quantization shift into biases */
 	int rewrite_only;        /* `convert --passes`: no quantize pass, no calibration */
 	int quiet, verbose;
 	FILE *log;               /* summary / warnings / timings (stderr) */
