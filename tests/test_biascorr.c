@@ -10,7 +10,7 @@
  * small weight's error times the mean of the input it multiplies, exact in
  * binary, so biases are compared with ==.
  *
- * Border case: a strided, asymmetrically padded 3x3 Conv on samples of two
+ * Border case: a strided, asymmetrically padded 3x3 Conv (and ConvTranspose) on samples of two
  * different sizes; the executor judges: with the corrected bias and the
  * dequantized weights (from oq_weight_quantize, dequantized here), every
  * output channel's mean over all output positions of all samples equals
@@ -202,6 +202,8 @@ static float urand(uint32_t *s)
 	return (float)(*s >> 8) / 16777216.0f;
 }
 
+static int transpose; /* the border tests run Conv, then ConvTranspose */
+
 static gen_model *conv_model(const double *w, const double *b)
 {
 	gen_model *g = gen_new(8);
@@ -211,9 +213,12 @@ static gen_model *conv_model(const double *w, const double *b)
 	gen_opset(g, "", 13);
 	mg = gen_graph(g);
 	gen_input(g, mg, "x", OQ_DT_FLOAT, -1, NULL); /* any spatial size */
-	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(CO, CI, 3, 3), w);
+	if (transpose)
+		gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(CI, CO, 3, 3), w);
+	else
+		gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(CO, CI, 3, 3), w);
 	gen_init(g, mg, "B", OQ_DT_FLOAT, GEN_SHAPE(CO), b);
-	n = gen_node(g, mg, "Conv", "conv", "x,W,B", "y");
+	n = gen_node(g, mg, transpose ? "ConvTranspose" : "Conv", "conv", "x,W,B", "y");
 	gen_attr_ints(g, n, "strides", 2, (const int64_t[]){2, 1});
 	gen_attr_ints(g, n, "pads", 4, (const int64_t[]){1, 0, 1, 2});
 	gen_output(g, mg, "y", OQ_DT_FLOAT, -1, NULL);
@@ -250,7 +255,7 @@ static void out_means(const double *w, const double *b, const oq_rt *xs, size_t 
 	gen_free(g);
 }
 
-Test(biascorr, strided_padded_conv_varying_sizes)
+static void border_case(void)
 {
 	double w[CO * CI * KS], wq[CO * CI * KS], b[CO] = {0.1, -0.2, 0.3}, bc[CO];
 	double mf[CO], mq[CO], mraw[CO];
@@ -280,12 +285,14 @@ Test(biascorr, strided_padded_conv_varying_sizes)
 	/* the quantized weight of the quantize pass (per channel int8, symmetric narrow), dequantized here */
 	memset(&sp, 0, sizeof sp);
 	sp.dtype = OQ_DT_INT8;
-	sp.axis = 0;
+	sp.axis = transpose ? 1 : 0;
 	sp.symmetric = 1;
 	cr_assert_eq(oq_weight_quantize(node_named(m->graph, "conv")->inputs[1]->init, &sp, &q, &sc, &zp, &d), OQ_OK,
 		     "%s", d.msg);
-	for (int i = 0; i < CO * CI * KS; i++)
-		wq[i] = (double)((float)oq_tensor_get(q, (size_t)i) * (float)oq_tensor_get(sc, (size_t)(i / (CI * KS))));
+	for (int i = 0; i < CO * CI * KS; i++) {
+		size_t ch = transpose ? (size_t)(i / KS % CO) : (size_t)(i / (CI * KS));
+		wq[i] = (double)((float)oq_tensor_get(q, (size_t)i) * (float)oq_tensor_get(sc, ch));
+	}
 	correct(m, xs, 2, 1);
 	bt = input_init(node_named(m->graph, "conv"), 2);
 	for (int c = 0; c < CO; c++)
@@ -306,4 +313,16 @@ Test(biascorr, strided_padded_conv_varying_sizes)
 	oq_rt_release(&xs[1]);
 	oq_model_free(m);
 	gen_free(g);
+}
+
+Test(biascorr, strided_padded_conv_varying_sizes)
+{
+	transpose = 0;
+	border_case();
+}
+
+Test(biascorr, strided_padded_convtranspose_varying_sizes)
+{
+	transpose = 1;
+	border_case();
 }
