@@ -74,8 +74,12 @@ static size_t out_channels(const oq_node *n, const oq_tensor *w)
 	return (size_t)w->dims[1];
 }
 
-/* shift[M] from dW (w's layout) and the layer's sums; 0 when the shapes do not fit. */
-static int shift_of(const oq_bc_layer *l, const oq_tensor *w, const double *dw, double *shift, size_t M)
+/* dW[j] = W_q[j] - W[j], in double (no dW array: it would be the weight's size in doubles). */
+#define DW(j) ((double)wq[j] - (double)wf[j])
+
+/* shift[M] from W_q, W (w's layout) and the layer's sums; 0 when the shapes do not fit. */
+static int shift_of(const oq_bc_layer *l, const oq_tensor *w, const float *wq, const float *wf, double *shift,
+		    size_t M)
 {
 	const oq_node *n = l->node;
 	const double *S = l->sum;
@@ -91,10 +95,11 @@ static int shift_of(const oq_bc_layer *l, const oq_tensor *w, const double *dw, 
 			if (!G || M % G || Cg * G * ks != l->n_sum)
 				return 0;
 			for (size_t m = 0; m < M; m++) {
-				const double *dm = dw + m * Cg * ks, *Sg = S + (m / Mg) * Cg * ks;
+				const double *Sg = S + (m / Mg) * Cg * ks;
+				size_t o = m * Cg * ks;
 				double a = 0;
 				for (size_t j = 0; j < Cg * ks; j++)
-					a += dm[j] * Sg[j];
+					a += DW(o + j) * Sg[j];
 				shift[m] = a / N;
 			}
 		} else {
@@ -104,10 +109,11 @@ static int shift_of(const oq_bc_layer *l, const oq_tensor *w, const double *dw, 
 			Cg = C / G;
 			for (size_t c = 0; c < C; c++)
 				for (size_t ml = 0; ml < Mg; ml++) {
-					const double *dc = dw + (c * Mg + ml) * ks, *Sc = S + c * ks;
+					const double *Sc = S + c * ks;
+					size_t o = (c * Mg + ml) * ks;
 					double a = 0;
 					for (size_t t = 0; t < ks; t++)
-						a += dc[t] * Sc[t];
+						a += DW(o + t) * Sc[t];
 					shift[(c / Cg) * Mg + ml] += a;
 				}
 			for (size_t m = 0; m < M; m++)
@@ -129,7 +135,7 @@ static int shift_of(const oq_bc_layer *l, const oq_tensor *w, const double *dw, 
 			return 0;
 		for (size_t k = 0; k < K; k++)
 			for (size_t m = 0; m < M; m++)
-				shift[m] += (tb ? dw[m * K + k] : dw[k * M + m]) * S[k];
+				shift[m] += (tb ? DW(m * K + k) : DW(k * M + m)) * S[k];
 		for (size_t m = 0; m < M; m++)
 			shift[m] *= alpha / N;
 	}
@@ -217,7 +223,7 @@ int oq_bias_correct(oq_graph *g, const oq_opts *o, const oq_bc_stats *s, FILE *l
 		const oq_tensor *w, *old = NULL;
 		const char *why = NULL;
 		float *wq = NULL, *wf = NULL;
-		double *dw = NULL, *shift = NULL, f = 1, mx = 0;
+		double *shift = NULL, f = 1, mx = 0;
 		size_t M, bidx = 2;
 		char base[256];
 
@@ -266,19 +272,16 @@ int oq_bias_correct(oq_graph *g, const oq_opts *o, const oq_bc_stats *s, FILE *l
 			}
 		}
 		wq = malloc(w->nelem * sizeof *wq);
-		dw = malloc(w->nelem * sizeof *dw);
 		shift = oq_calloc(M ? M : 1, sizeof *shift);
 		wf = oq_tensor_to_floats(w);
-		if (!wq || !dw || !shift || !wf) {
+		if (!wq || !shift || !wf) {
 			rc = oq_err(d, OQ_ENOMEM, "bias correction: node '%s' (%s): out of memory", n->name,
 				    n->op_type);
 			goto fail;
 		}
 		if ((rc = oq_weight_fake_quantize(w, &p[ip].spec, wq, d)))
 			goto fail;
-		for (size_t j = 0; j < w->nelem; j++)
-			dw[j] = (double)wq[j] - (double)wf[j];
-		if (!shift_of(l, w, dw, shift, M)) {
+		if (!shift_of(l, w, wq, wf, shift, M)) {
 			why = "its weight does not match the statistics";
 			goto next;
 		}
@@ -311,13 +314,11 @@ next:
 		}
 		free(wq);
 		free(wf);
-		free(dw);
 		free(shift);
 		continue;
 fail:
 		free(wq);
 		free(wf);
-		free(dw);
 		free(shift);
 		free(p);
 		return rc;
