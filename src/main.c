@@ -571,6 +571,8 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		return usage_error(cmd, "--percentile applies to --method percentile");
 	if (method_given && p->q.weight_only)
 		return usage_error(cmd, "--method needs activation calibration; drop --weight-only");
+	if (p->bias_correction && p->q.weight_only)
+		return usage_error(cmd, "--bias-correction measures the shift on calibration data; drop --weight-only");
 	if (p->q.op_types && !p->q.weight_only)
 		return usage_error(cmd, "--op-types applies to --weight-only");
 	if (p->q.profile == OQ_PROFILE_TRT && (p->q.act_type != OQ_DT_UINT8 || p->q.act_sym))
