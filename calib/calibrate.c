@@ -71,6 +71,8 @@ typedef struct calib {
 	const oq_graph *g; /* main graph: only its values are observed */
 	tstat *st;         /* g->n_values entries, by oq_value.index */
 	int method;        /* OQ_CALIB_* */
+	oq_observe_fn extra; /* oq_calib_opts.extra (first pass only) */
+	void *extra_ctx;
 	int phase;         /* 0: min/max (and EMA); 1: histograms */
 	double ema_c;      /* EMA constant */
 	ema *em;           /* g->n_values entries (ema only) */
@@ -207,6 +209,11 @@ static void hist_add(oq_hist *h, const oq_rt *t)
 static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 {
 	calib *c = ctx;
+	if (c->phase == 0 && c->extra) {
+		int rc = c->extra(c->extra_ctx, v, t);
+		if (rc)
+			return rc;
+	}
 	if (v->graph != c->g || v->index >= c->g->n_values || c->g->values[v->index] != v ||
 	    !is_observed_dtype(t->dtype))
 		return 0;
@@ -454,10 +461,11 @@ static int load(job *j, size_t i, oq_rt *in, oq_diag *d)
 /* Observes j->in, runs it and releases inputs and outputs. */
 static int run_one(job *j, calib *c, oq_diag *d)
 {
-	int rc;
-	for (size_t k = 0; k < j->nin; k++)
-		observe(c, oq_exec_input(j->e, k), &j->in[k]);
-	rc = oq_exec_run(j->e, j->in, j->nin, j->outs, j->nout, d);
+	int rc = OQ_OK;
+	for (size_t k = 0; k < j->nin && !rc; k++)
+		rc = observe(c, oq_exec_input(j->e, k), &j->in[k]);
+	if (!rc)
+		rc = oq_exec_run(j->e, j->in, j->nin, j->outs, j->nout, d);
 	for (size_t k = 0; k < j->nin; k++)
 		oq_rt_release(&j->in[k]);
 	for (size_t k = 0; k < j->nout; k++)
@@ -646,6 +654,8 @@ static int calib_init(oq_model *m, const oq_calib_opts *o, calib *c, oq_diag *d)
 {
 	c->g = m->graph;
 	c->method = o->method;
+	c->extra = o->extra;
+	c->extra_ctx = o->extra_ctx;
 	c->ema_c = o->ema_constant > 0 ? o->ema_constant : OQ_EMA_CONSTANT;
 	c->st = oq_calloc(m->graph->n_values, sizeof *c->st);
 	if (o->method == OQ_CALIB_EMA)

@@ -47,6 +47,9 @@ typedef struct oq_calib_opts {
 	const char *ranges_name;  /* its file name, for messages */
 	const oq_stats *stats;    /* quantize --stats: merged statistics instead of samples, or NULL */
 	const char *stats_name;   /* its file name, for messages */
+	oq_observe_fn extra; /* also sees every value of the first pass (graph inputs and node
+			      * outputs, any dtype), e.g. bias-correction statistics; or NULL */
+	void *extra_ctx;     /* its context */
 } oq_calib_opts;
 
 /*

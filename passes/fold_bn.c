@@ -91,7 +91,7 @@ static oq_node *only_user(const oq_value *v)
  * input `idx` of n: in place when n is the value's only reader, else in a
  * new initializer. Takes nothing; copies data.
  */
-static int set_const(oq_graph *g, oq_node *n, size_t idx, const char *base, int rank,
+int oq_pass_set_const(oq_graph *g, oq_node *n, size_t idx, const char *base, int rank,
 		     const int64_t *dims, const float *data)
 {
 	oq_value *v = idx < n->n_inputs ? n->inputs[idx] : NULL;
@@ -363,7 +363,7 @@ static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 	int64_t bdim = (int64_t)C;
 	char base[256];
 	snprintf(base, sizeof base, "%.200s_bias", wn->inputs[widx]->name);
-	if ((rc = set_const(g, wn, widx, "W", W->rank, W->dims, nw)))
+	if ((rc = oq_pass_set_const(g, wn, widx, "W", W->rank, W->dims, nw)))
 		goto out;
 	if (mm && !addn) {
 		/* MatMul -> BN  ==>  MatMul -> Add(new bias) writing y */
@@ -385,10 +385,10 @@ static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 	} else {
 		if (addn) {
 			/* keep the bias's own shape: its one non-1 dim is the channel */
-			if ((rc = set_const(g, addn, bidx, base, B->rank, B->dims, nb)))
+			if ((rc = oq_pass_set_const(g, addn, bidx, base, B->rank, B->dims, nb)))
 				goto out;
 		} else {
-			if ((rc = set_const(g, lin, 2, base, 1, &bdim, nb)))
+			if ((rc = oq_pass_set_const(g, lin, 2, base, 1, &bdim, nb)))
 				goto out;
 			if (lin->op == OQ_OP_Gemm) {
 				if ((rc = oq_node_set_attr_float(lin, "beta", 1.0f)))
@@ -484,9 +484,9 @@ static int fold_affine(oq_graph *g, oq_node *n, oq_diag *d, int *done)
 		int64_t bdim = (int64_t)C;
 		char base[256];
 		snprintf(base, sizeof base, "%.200s_bias", p->inputs[1]->name);
-		if (nw && (rc = set_const(g, p, 1, "W", W->rank, W->dims, nw)))
+		if (nw && (rc = oq_pass_set_const(g, p, 1, "W", W->rank, W->dims, nw)))
 			goto out;
-		if ((rc = set_const(g, p, 2, base, 1, &bdim, nb)))
+		if ((rc = oq_pass_set_const(g, p, 2, base, 1, &bdim, nb)))
 			goto out;
 	}
 	p->outputs[0] = y;

@@ -118,6 +118,17 @@ int oq_pass_fold_bn(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_
 int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
 int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
 
+/*
+ * Stores `data` (float32, dims) as input idx of n (idx may be past n's last
+ * input: the input is added): replaced in place when n is the value's only
+ * live reader and the value is private (not a graph input/output, not
+ * captured), else as a new initializer named after the old one (or `base`).
+ * Uses must be current; they are rebuilt. Shared by fold-bn and bias
+ * correction.
+ */
+int oq_pass_set_const(oq_graph *g, oq_node *n, size_t idx, const char *base, int rank, const int64_t *dims,
+		      const float *data) OQ_WUR;
+
 /* Which passes run and what the driver does between them. */
 typedef struct oq_pass_run {
 	const char *list;    /* --passes a,b: exactly these, in table order; NULL = all */

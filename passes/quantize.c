@@ -224,25 +224,29 @@ static int check_lists(qctx *c)
 	return OQ_OK;
 }
 
+/* Node n's table entry when the pass quantizes it, else NULL. */
+static const opinfo *select_one(const qctx *c, const oq_node *n)
+{
+	const opinfo *f = n->dead ? NULL : find_op(n);
+	const oq_override *ov = novr(c, n);
+	const char *const *ex = c->o->exclude;
+	size_t nex = c->o->n_exclude;
+	if (f && ((n->name[0] && listed(ex, nex, n->name)) || listed(ex, nex, n->op_type)))
+		f = NULL;
+	if (f && c->inc_nodes && !(n->name[0] && listed(c->o->include, c->o->n_include, n->name)) &&
+	    !listed(c->o->include, c->o->n_include, n->op_type))
+		f = NULL;
+	if (f && ov && ov->skip)
+		f = NULL;
+	if (f && c->trt && !f->trt)
+		f = NULL; /* TRT: only fusible ops take part */
+	return f;
+}
+
 static void select_nodes(qctx *c)
 {
-	for (size_t i = 0; i < c->nn; i++) {
-		oq_node *n = c->g->nodes[i];
-		const opinfo *f = n->dead ? NULL : find_op(n);
-		const oq_override *ov = novr(c, n);
-		const char *const *ex = c->o->exclude;
-		size_t nex = c->o->n_exclude;
-		if (f && ((n->name[0] && listed(ex, nex, n->name)) || listed(ex, nex, n->op_type)))
-			f = NULL;
-		if (f && c->inc_nodes && !(n->name[0] && listed(c->o->include, c->o->n_include, n->name)) &&
-		    !listed(c->o->include, c->o->n_include, n->op_type))
-			f = NULL;
-		if (f && ov && ov->skip)
-			f = NULL;
-		if (f && c->trt && !f->trt)
-			f = NULL; /* TRT: only fusible ops take part */
-		c->info[i] = f;
-	}
+	for (size_t i = 0; i < c->nn; i++)
+		c->info[i] = select_one(c, c->g->nodes[i]);
 }
 
 /* ------------------------------------------------------------ parameters */
@@ -712,7 +716,7 @@ static int insert_trt(qctx *c)
 
 /* ------------------------------------------------------------ weights */
 
-static int weight_spec(qctx *c, const oq_node *n, const oq_value *w, oq_wspec *s, int *skip)
+static int weight_spec(const qctx *c, const oq_node *n, const oq_value *w, oq_wspec *s, int *skip)
 {
 	const oq_override *t = tovr(c, w->name), *no = novr(c, n);
 	const oq_tensor *wt = w->init;
@@ -767,34 +771,46 @@ static int weight_spec(qctx *c, const oq_node *n, const oq_value *w, oq_wspec *s
 	return OQ_OK;
 }
 
+/* *ok = 1 and the spec when node n (table entry f, NULL: not selected) gets its weight quantized. */
+static int weight_of(qctx *c, const oq_node *n, const opinfo *f, FILE *log, oq_wspec *s, int *ok)
+{
+	const oq_tensor *wt;
+	int skip, rc;
+
+	*ok = 0;
+	if (!f || n->dead || f->w < 0 || (size_t)f->w >= n->n_inputs)
+		return OQ_OK;
+	if (!n->inputs[f->w] || !n->inputs[f->w]->init || (n->inputs[f->w]->flags & OQ_V_INPUT))
+		return OQ_OK; /* an activation (MatMul/Gemm with two inputs) */
+	if (!oq_weight_quantizable(n->inputs[f->w])) {
+		if (log)
+			fprintf(log, "quantize: node '%s' (%s): weight '%s' is not float32: left as it is\n",
+				n->name, n->op_type, n->inputs[f->w]->name);
+		return OQ_OK;
+	}
+	wt = n->inputs[f->w]->init;
+	if (n->op == OQ_OP_MatMul && wt->rank != 2)
+		return OQ_OK;
+	if ((n->op == OQ_OP_Gemm && wt->rank != 2) || wt->rank < 1)
+		return OQ_OK;
+	if ((rc = weight_spec(c, n, n->inputs[f->w], s, &skip)))
+		return rc;
+	*ok = !skip;
+	return OQ_OK;
+}
+
 static int quantize_weights(qctx *c)
 {
 	for (size_t i = 0; i < c->nn; i++) {
 		oq_node *n = c->g->nodes[i];
 		const opinfo *f = c->info[i];
-		const oq_tensor *wt;
 		oq_wspec s;
-		int skip, rc, b = -1;
+		int ok, rc, b = -1;
 		float beta = 1, in_s;
 
-		if (!f || n->dead || f->w < 0 || (size_t)f->w >= n->n_inputs)
-			continue;
-		if (!n->inputs[f->w] || !n->inputs[f->w]->init || (n->inputs[f->w]->flags & OQ_V_INPUT))
-			continue; /* an activation (MatMul/Gemm with two inputs) */
-		if (!oq_weight_quantizable(n->inputs[f->w])) {
-			if (c->o->log)
-				fprintf(c->o->log, "quantize: node '%s' (%s): weight '%s' is not float32: left "
-					"as it is\n", n->name, n->op_type, n->inputs[f->w]->name);
-			continue;
-		}
-		wt = n->inputs[f->w]->init;
-		if (n->op == OQ_OP_MatMul && wt->rank != 2)
-			continue;
-		if ((n->op == OQ_OP_Gemm && wt->rank != 2) || wt->rank < 1)
-			continue;
-		if ((rc = weight_spec(c, n, n->inputs[f->w], &s, &skip)))
+		if ((rc = weight_of(c, n, f, c->o->log, &s, &ok)))
 			return rc;
-		if (skip)
+		if (!ok)
 			continue;
 		in_s = c->trt ? 0 : c->in_scale[i];
 		if (in_s > 0 && f->b >= 0 && (size_t)f->b < n->n_inputs && n->inputs[f->b]) {
@@ -939,4 +955,44 @@ int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 out:
 	ctx_free(&c);
 	return rc;
+}
+
+int oq_quantize_weight_plans(oq_graph *g, const oq_opts *o, oq_wplan **out, size_t *n_out, oq_diag *d)
+{
+	qctx c;
+	oq_wplan *p;
+	size_t n = 0;
+	int rc;
+
+	*out = NULL;
+	*n_out = 0;
+	memset(&c, 0, sizeof c);
+	c.g = g;
+	c.o = o;
+	c.d = d;
+	c.trt = o->profile == OQ_PROFILE_TRT;
+	if (o->weight_only || g->parent)
+		return OQ_OK;
+	if ((rc = check_lists(&c)))
+		return rc;
+	if (!(p = oq_calloc(g->n_nodes ? g->n_nodes : 1, sizeof *p)))
+		return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		oq_node *nd = g->nodes[i];
+		const opinfo *f = select_one(&c, nd);
+		int ok;
+		if ((rc = weight_of(&c, nd, f, NULL, &p[n].spec, &ok))) {
+			free(p);
+			return rc;
+		}
+		if (!ok)
+			continue;
+		p[n].node = nd;
+		p[n].w_idx = f->w;
+		p[n].b_idx = f->b;
+		n++;
+	}
+	*out = p;
+	*n_out = n;
+	return OQ_OK;
 }

@@ -315,6 +315,30 @@ int oq_weight_quantize(const oq_tensor *w, const oq_wspec *s, oq_tensor **q, oq_
 	return OQ_OK;
 }
 
+int oq_weight_fake_quantize(const oq_tensor *w, const oq_wspec *s, float *out, oq_diag *d)
+{
+	wq st;
+	const wlayout *L;
+	size_t idx = 0;
+	int rc = wq_run(w, s, &st, d);
+
+	if (rc)
+		return rc;
+	L = &st.L;
+	for (size_t o = 0; o < L->outer; o++)
+		for (size_t a = 0; a < L->alen; a++) {
+			size_t gb = o * L->so + (a / L->blk) * L->sa;
+			for (size_t i = 0; i < L->inner; i++, idx++) {
+				size_t g = gb + i * L->si;
+				int64_t q = oq_quantize_value(ld(w, idx), st.scale[g], st.zp[g], st.qmin, st.qmax);
+				/* DequantizeLinear: (q - zp) * scale in float32 */
+				out[idx] = (float)(q - st.zp[g]) * st.scale[g];
+			}
+		}
+	wq_free(&st);
+	return OQ_OK;
+}
+
 void oq_weight_release_pages(const oq_model *m, const oq_tensor *t)
 {
 	oq_tensor_release_pages(m, t);

@@ -31,6 +31,15 @@ int oq_weight_quantize(const oq_tensor *w, const oq_wspec *s, oq_tensor **q, oq_
 		       oq_tensor **zp, oq_diag *d) OQ_WUR;
 
 /*
+ * The values a DequantizeLinear of oq_weight_quantize's result gives,
+ * (q - zp) * scale in float32, into out[w->nelem]: the weight the quantized
+ * model computes with (bias correction measures W_q - W with it). The
+ * int32-bias overflow rule of oq_weight_insert_dq, which may enlarge a
+ * channel's scale, is not applied.
+ */
+int oq_weight_fake_quantize(const oq_tensor *w, const oq_wspec *s, float *out, oq_diag *d) OQ_WUR;
+
+/*
  * Replaces input `w_idx` of node n (a float initializer) by an integer
  * initializer and a DequantizeLinear whose output n reads from then on.
  * With b_idx >= 0 and in_scale > 0 the bias (input b_idx, a float
@@ -60,6 +69,22 @@ int oq_weight_quantizable(const oq_value *v);
 /* Gives back the pages of a tensor borrowed from one of m's read-only file mappings
  * (madvise MADV_DONTNEED on the page-aligned range); no-op for owned data. */
 void oq_weight_release_pages(const oq_model *m, const oq_tensor *t);
+
+/* What the quantize pass will do with one node's weight. */
+typedef struct oq_wplan {
+	oq_node *node;       /* Conv, ConvTranspose, Gemm or MatMul */
+	int w_idx;           /* its weight input */
+	int b_idx;           /* its bias input index (-1: the op has none: MatMul) */
+	oq_wspec spec;       /* how the weight is quantized */
+} oq_wplan;
+
+/*
+ * The weights the quantize pass (profile, --include/--exclude, overrides;
+ * not --weight-only, which plans nothing) will quantize in g, in node order:
+ * *out (free()) gets one entry per weight. Bad --include/--exclude names
+ * are OQ_EUSAGE as in the pass.
+ */
+int oq_quantize_weight_plans(oq_graph *g, const oq_opts *o, oq_wplan **out, size_t *n_out, oq_diag *d) OQ_WUR;
 
 /* Weight-only mode (--weight-only): DQ on the weights of the selected op types, nothing else. */
 int oq_quantize_weight_only(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;

@@ -108,6 +108,9 @@ static const char usage_quantize[] =
 	"  --ema-constant C        ema smoothing constant in (0, 1] (default 0.01)\n"
 	"  --percentile P          percentile kept in (0, 100] (default 99.999): (100-P)/2 %\n"
 	"                          cut on each side, or of |x| with --act-symmetric\n"
+	"  --bias-correction       fold the mean output shift that weight quantization causes\n"
+	"                          (measured on the calibration samples) into each Conv/Gemm/\n"
+	"                          MatMul bias\n"
 	"Quantization:\n"
 	"  --profile ort|trt       Q/DQ placement: ONNX Runtime's (default) or TensorRT's\n"
 	"  --weight-type T         int8 (default), uint8, int16, int4, uint4\n"
@@ -368,6 +371,7 @@ enum {
 	O_WASYM, O_ASYM, O_REDUCE, O_KEEP, O_WONLY, O_OPTYPES, O_INCLUDE, O_EXCLUDE, O_OVERRIDES, O_EXPENC, O_IMPENC, O_OPSET,
 	O_PASSES, O_DUMP, O_VERIFY, O_EXT, O_EXT_T, O_QUIET, O_VERBOSE, O_METHOD, O_EMA_C, O_PCT,
 	O_STATS, O_SHARD, O_RANGES, O_CALIB_BATCH,
+	O_BIASC,
 };
 
 /* Command kinds parse_qargs serves. */
@@ -417,6 +421,7 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		{"method", required_argument, NULL, O_METHOD},
 		{"ema-constant", required_argument, NULL, O_EMA_C},
 		{"percentile", required_argument, NULL, O_PCT},
+		{"bias-correction", no_argument, NULL, O_BIASC},
 		{"threads", required_argument, NULL, O_THREADS},
 		{"profile", required_argument, NULL, O_PROFILE},
 		{"weight-type", required_argument, NULL, O_WTYPE},
@@ -462,6 +467,13 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 			return OQ_EXIT_NOMEM;
 	/* --no-PASS: take them out of argv before getopt sees them */
 	for (int i = 1; i < argc; i++) {
+		if (quantize && strcmp(argv[i], "--no-bias-correction") == 0) {
+			p->bias_correction = 0;
+			memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof *argv);
+			argc--;
+			i--;
+			continue;
+		}
 		if (strncmp(argv[i], "--no-", 5) == 0) {
 			if (!oq_pass_find(argv[i] + 5))
 				return usage_error(cmd, "unknown --no-PASS option (passes: cleanup, upgrade-opset, "
@@ -508,6 +520,7 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 				return usage_error(cmd, "--ranges is a calibrate option");
 			p->ranges_in = optarg;
 			break;
+		case O_BIASC: p->bias_correction = 1; break;
 		case O_CALIB_LIMIT:
 			if ((v = parse_num(optarg, 1, (long long)1 << 40)) < 0)
 				return usage_error(cmd, "--calib-limit needs a positive number");
@@ -651,6 +664,11 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		return usage_error(cmd, "--percentile applies to --method percentile");
 	if (method_given && p->q.weight_only)
 		return usage_error(cmd, "--method needs activation calibration; drop --weight-only");
+	if (p->bias_correction && p->q.weight_only)
+		return usage_error(cmd, "--bias-correction measures the shift on calibration data; drop --weight-only");
+	if (p->bias_correction && (p->stats_in || calibrate))
+		return usage_error(cmd, "--bias-correction needs the samples (--calib DIR): statistics files "
+					"carry no bias-correction sums");
 	if (p->q.op_types && !p->q.weight_only)
 		return usage_error(cmd, "--op-types applies to --weight-only");
 	if (p->q.profile == OQ_PROFILE_TRT && (p->q.act_type != OQ_DT_UINT8 || p->q.act_sym))

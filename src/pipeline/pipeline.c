@@ -6,6 +6,9 @@
  *           for every float activation, on the rewritten
  *           float model: fuse only marks units, so a Relu's output range is
  *           what its Q will use when quantize folds the Relu away)
+ *        -> bias correction (--bias-correction: statistics collected during
+ *           calibration, each layer's mean output shift from weight
+ *           quantization folded into its bias; passes/bias_correct.c)
  *        -> quantize (Q/DQ placement, weights, biases)
  *        -> save (temporary file + rename: OUT is untouched on failure).
  *
@@ -24,6 +27,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bias_correct.h"
+#include "biascorr.h"
 #include "encodings.h"
 #include "overrides.h"
 
@@ -76,6 +81,8 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	size_t n_ov = 0, n_all = 0;
 	oq_encodings enc = {0};
 	oq_stats stats = {0}, rstats = {0};
+	oq_bc_stats bcs = {0};
+	oq_bc_collect *bcc = NULL;
 	oq_opts q = o->q;
 	oq_pass_run run = o->run;
 	oq_save_info info;
@@ -165,9 +172,18 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		co.act_sym = q.act_sym;
 		co.stats = o->stats_in ? &stats : NULL;
 		co.stats_name = o->stats_in;
+		if (o->bias_correction) {
+			if ((rc = oq_bias_correct_plan(m->graph, &q, &bcs, d)) ||
+			    (rc = oq_bc_collect_new(m->graph, &bcs, &bcc, d)))
+				goto out;
+			co.extra = oq_bc_observe;
+			co.extra_ctx = bcc;
+		}
 		if ((rc = oq_calibrate(m, &co, &ranges, d)))
 			goto out;
 		q.ranges = &ranges;
+		if (o->bias_correction && (rc = oq_bias_correct(m->graph, &q, &bcs, log, d)))
+			goto out;
 	}
 	t2 = now();
 
@@ -214,6 +230,8 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 out:
 	oq_stats_free(&stats);
 	oq_stats_free(&rstats);
+	oq_bc_collect_free(bcc);
+	oq_bc_stats_free(&bcs);
 	oq_ranges_free(&ranges);
 	oq_overrides_free(ov, n_ov);
 	oq_overrides_free(all, n_all);

@@ -26,6 +26,7 @@ typedef struct oq_pipeline_opts {
 	const char *stats_in;    /* quantize --stats FILE: merged statistics instead of --calib, or NULL */
 	const char *stats_out;   /* `calibrate -o FILE`: write this shard's statistics, no quantization */
 	const char *ranges_in;   /* calibrate --ranges FILE (histogram round), or NULL */
+	int bias_correction;     /* --bias-correction: fold the weight-quantization shift into biases */
 	int rewrite_only;        /* `convert --passes`: no quantize pass, no calibration */
 	int quiet, verbose;
 	FILE *log;               /* summary / warnings / timings (stderr) */

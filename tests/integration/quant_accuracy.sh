@@ -56,7 +56,8 @@
 #
 # usage: tests/integration/quant_accuracy.sh [ONNXQ]   (default build/onnxq)
 #   env OQ_CACHE (fetch.sh); OQ_ACC_MODELS="cls rec det resnet18 ..." limits the models;
-#   OQ_ACC_SETTINGS="int8 int4 convert" limits the settings; OQ_ACC_KNOWN=FILE replaces
+#   OQ_ACC_SETTINGS="int8 int4 convert" limits the settings; OQ_ACC_QOPTS="--bias-correction" adds
+#   options to the int8 quantize command (word-split); OQ_ACC_KNOWN=FILE replaces
 #   quant_accuracy_known.txt (/dev/null: judge everything); OQ_ACC_NO_TIES=1 judges qdq on the
 #   1e-3 alone (no tie analysis); OQ_ACC_KEEP=1 keeps the work
 #   folder; OQ_ACC_FAKE=1 copies MODEL as Q instead of running quantize/convert and skips
@@ -241,7 +242,7 @@ judge() { # NAME SETTING
     cp "$model" "$q"; rc=$?
   else
     case $set in
-      int8) "$onnxq" quantize "$model" -o "$q" --calib "$calib" > "$w/make.out" 2> "$w/make.err" ;;
+      int8) "$onnxq" quantize "$model" -o "$q" --calib "$calib" ${OQ_ACC_QOPTS:-} > "$w/make.out" 2> "$w/make.err" ;;
       int4) "$onnxq" quantize "$model" -o "$q" --weight-only --weight-type int4 \
         --granularity block --block-size 32 > "$w/make.out" 2> "$w/make.err" ;;
       convert) "$onnxq" convert "$model" -o "$q" --passes cleanup,fold-bn,fuse > "$w/make.out" 2> "$w/make.err" ;;

@@ -1,0 +1,30 @@
+/*
+ * bias_correct.h - empirical bias correction (--bias-correction): folds the
+ * mean output shift that weight quantization causes into each layer's
+ * bias, before the quantize pass quantizes the biases. A pipeline step
+ * between calibration (which collects the statistics, calib/biascorr.h)
+ * and the quantize pass, not a table pass: it needs calibration data.
+ */
+#ifndef OQ_BIAS_CORRECT_H
+#define OQ_BIAS_CORRECT_H
+
+#include "bcstats.h"
+#include "pass.h"
+
+/*
+ * The layers to measure: every Conv, ConvTranspose, Gemm and MatMul whose
+ * weight the quantize pass (options o) will quantize. Fills s->v with node
+ * and w_idx only; the collector allocates the sums.
+ */
+int oq_bias_correct_plan(oq_graph *g, const oq_opts *o, oq_bc_stats *s, oq_diag *d) OQ_WUR;
+
+/*
+ * Subtracts each measured layer's shift from its bias (creating a Conv /
+ * ConvTranspose / Gemm bias when there is none; a MatMul's bias is the
+ * constant of the Add that alone reads its output, and a MatMul without one
+ * is skipped). o->log (or `log`) gets a summary line; o->log one line per
+ * layer. Failed or unmeasured layers are skipped with a note.
+ */
+int oq_bias_correct(oq_graph *g, const oq_opts *o, const oq_bc_stats *s, FILE *log, oq_diag *d) OQ_WUR;
+
+#endif
