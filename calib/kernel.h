@@ -141,6 +141,8 @@ extern const oq_kreg oq_kernels_shape[];   /* reshape/transpose/slice/gather/pad
 extern const oq_kreg oq_kernels_quant[];   /* QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear */
 extern const oq_kreg oq_kernels_control[]; /* If, Loop, Scan */
 extern const oq_kreg oq_kernels_rnn[];     /* LSTM, GRU, RNN */
+extern const oq_kreg oq_kernels_signal[];  /* DFT, STFT, windows, MelWeightMatrix, Det */
+extern const oq_kreg oq_kernels_vision[];  /* NonMaxSuppression, RoiAlign, GridSample, MaxUnpool */
 
 /*
  * Runs a fused group whose head is a float32 Conv (k->node) with k->fuse:
