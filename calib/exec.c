@@ -44,6 +44,7 @@
 static const oq_kreg *const families[] = {
 	oq_kernels_ew, oq_kernels_linalg, oq_kernels_nn, oq_kernels_shape,
 	oq_kernels_quant, oq_kernels_control, oq_kernels_rnn,
+	oq_kernels_signal, oq_kernels_vision, oq_kernels_seq,
 };
 
 oq_kernel_fn oq_kernel_find(oq_op op, int64_t opset)
@@ -805,6 +806,12 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 				goto next;
 			}
 		}
+		for (size_t i = 0; i < n->n_inputs; i++)
+			if (in[i] && in[i]->kind != OQ_RT_TENSOR && !oq_k_takes_values(n->op)) {
+				rc = oq_k_err(&k, OQ_EINVAL, "input '%s' is a %s, not a tensor", n->inputs[i]->name,
+					      in[i]->kind == OQ_RT_SEQ ? "sequence" : "empty optional");
+				goto next;
+			}
 		rc = k.fuse ? oq_k_conv_fused(&k) : np->fn(&k);
 		for (size_t i = 0; !rc && i < n_out; i++)
 			if (!out[i] && ovals[i])
@@ -813,7 +820,7 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 			oq_value *v = ovals[i];
 			if (!out[i])
 				continue;
-			if (!rc && v && e->observe)
+			if (!rc && v && e->observe && out[i]->kind == OQ_RT_TENSOR)
 				rc = e->observe(e->observe_ctx, v, out[i]);
 			if (!rc && v && !f->slots[v->index] && (f->remaining[v->index] > 0 || (v->flags & OQ_V_OUTPUT))) {
 				f->slots[v->index] = out[i];
@@ -1089,7 +1096,10 @@ static int output(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *dims
 
 int oq_k_output_like(oq_kctx *k, size_t i, const oq_rt *src, int rank, const int64_t *dims, oq_rt **t)
 {
-	int rc = oq_k_output(k, i, src->dtype, rank, dims, t);
+	int rc;
+	if (src->kind != OQ_RT_TENSOR) /* a sequence or empty optional: a deep copy */
+		return oq_k_output_value(k, i, src, t);
+	rc = oq_k_output(k, i, src->dtype, rank, dims, t);
 	if (rc)
 		return rc;
 	if ((*t)->nelem != src->nelem)
@@ -1106,6 +1116,32 @@ int oq_k_output_like(oq_kctx *k, size_t i, const oq_rt *src, int rank, const int
 	} else if (src->nbytes) {
 		memcpy((*t)->data, src->data, src->nbytes);
 	}
+	return OQ_OK;
+}
+
+int oq_k_output_value(oq_kctx *k, size_t i, const oq_rt *src, oq_rt **t)
+{
+	oq_rt *r;
+	*t = NULL;
+	if (src->kind == OQ_RT_TENSOR)
+		return oq_k_output_like(k, i, src, src->rank, src->dims, t);
+	if (i >= k->n_out)
+		return oq_k_err(k, OQ_EINVAL, "kernel wrote output #%zu but the node has %zu outputs", i,
+				k->n_out);
+	if (!(r = malloc(sizeof *r)) || oq_rt_copy(r, src)) {
+		if (r) {
+			oq_rt_release(r);
+			free(r);
+		}
+		return oq_k_err(k, OQ_ENOMEM, "out of memory");
+	}
+	if (k->out[i]) {
+		k->e->live -= k->out[i]->nbytes;
+		rt_recycle(k->e, k->out[i]);
+		free(k->out[i]);
+	}
+	k->out[i] = r;
+	*t = r;
 	return OQ_OK;
 }
 

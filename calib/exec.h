@@ -20,9 +20,19 @@
 
 #define OQ_RT_MAX_RANK 16
 
-/* A runtime tensor. */
+/* What an oq_rt holds: a tensor, a sequence of tensors, or an optional without a value. */
+enum {
+	OQ_RT_TENSOR = 0,
+	OQ_RT_SEQ,                    /* items[0..n_items): tensors; dtype is the element type */
+	OQ_RT_NONE,                   /* an empty optional (an optional with a value is the value itself) */
+};
+
+/* A runtime value: a tensor (kind OQ_RT_TENSOR, everything below) or a sequence / empty optional. */
 typedef struct oq_rt {
-	int dtype;                    /* oq_dtype */
+	int kind;                     /* OQ_RT_TENSOR, OQ_RT_SEQ or OQ_RT_NONE */
+	struct oq_rt *items;          /* OQ_RT_SEQ: the elements (owned unless borrowed) */
+	size_t n_items;
+	int dtype;                    /* oq_dtype; OQ_RT_SEQ: the element type (0 when unknown) */
 	int rank;
 	int64_t dims[OQ_RT_MAX_RANK];
 	size_t nelem;
@@ -35,18 +45,20 @@ typedef struct oq_rt {
 
 /* Allocates an owned, zeroed tensor. OQ_EINVAL on bad dims, OQ_ENOMEM. */
 int oq_rt_alloc(oq_rt *t, int dtype, int rank, const int64_t *dims) OQ_WUR;
-/* Frees owned data and resets *t to empty (safe on a zeroed struct). */
+/* Frees owned data (sequence items too) and resets *t to empty (safe on a zeroed struct). */
 void oq_rt_release(oq_rt *t);
 /* A view of an IR tensor: borrowed when suitably aligned, else an owned copy. */
 int oq_rt_from_tensor(oq_rt *t, const oq_tensor *src) OQ_WUR;
-/* Deep copy into an owned tensor. */
+/* Deep copy into an owned value (sequences item by item). */
 int oq_rt_copy(oq_rt *dst, const oq_rt *src) OQ_WUR;
+/* An owned sequence of n zeroed items with element type dtype (0: unknown). */
+int oq_rt_seq(oq_rt *t, int dtype, size_t n) OQ_WUR;
 /* Element i converted to double / int64 (any numeric dtype, fp16/bf16, sub-byte). */
 double oq_rt_get(const oq_rt *t, size_t i);
 int64_t oq_rt_get_int(const oq_rt *t, size_t i);
 /* Stores v into element i with the dtype's conversion (round to nearest even, saturating for ints). */
 void oq_rt_set(oq_rt *t, size_t i, double v);
-/* "float32[1, 3, 224, 224]" into buf. */
+/* "float32[1, 3, 224, 224]" into buf; "sequence<float32>(3)", "optional(none)". */
 const char *oq_rt_describe(const oq_rt *t, char *buf, size_t n);
 
 typedef struct oq_exec oq_exec;

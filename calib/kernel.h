@@ -99,6 +99,9 @@ void *oq_k_scratch(oq_kctx *k, size_t bytes);
 /* Makes output i a copy of src's elements with a new shape (same element count). */
 int oq_k_output_like(oq_kctx *k, size_t i, const oq_rt *src, int rank, const int64_t *dims, oq_rt **t) OQ_WUR;
 
+/* Makes output i a deep copy of src (tensor, sequence or empty optional). */
+int oq_k_output_value(oq_kctx *k, size_t i, const oq_rt *src, oq_rt **t) OQ_WUR;
+
 /* Reports "run: node 'NAME' (OP, opset N): MESSAGE" and returns status. */
 int oq_k_err(oq_kctx *k, int status, const char *fmt, ...) OQ_PRINTF(3, 4);
 
@@ -141,6 +144,11 @@ extern const oq_kreg oq_kernels_shape[];   /* reshape/transpose/slice/gather/pad
 extern const oq_kreg oq_kernels_quant[];   /* QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear */
 extern const oq_kreg oq_kernels_control[]; /* If, Loop, Scan */
 extern const oq_kreg oq_kernels_rnn[];     /* LSTM, GRU, RNN */
+extern const oq_kreg oq_kernels_signal[];  /* DFT, STFT, windows, MelWeightMatrix, Det */
+extern const oq_kreg oq_kernels_vision[];  /* NonMaxSuppression, RoiAlign, GridSample, MaxUnpool */
+extern const oq_kreg oq_kernels_seq[];     /* Sequence*, SplitToSequence, ConcatFromSequence, Optional* */
+/* Ops whose kernels accept sequence / empty-optional inputs (kernels_seq.c); others get tensors only. */
+int oq_k_takes_values(oq_op op);
 
 /*
  * Runs a fused group whose head is a float32 Conv (k->node) with k->fuse:

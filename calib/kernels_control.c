@@ -18,10 +18,11 @@
  *   1, `directions`), run batch entry by batch entry with the 9+ core;
  *   outputs past a batch entry's sequence length are zero.
  *
- * Only tensor values are supported: sequence- or optional-typed state
- * (Loop 13/16 with sequences) is refused by the executor before a run.
- * Values are copied in and out of the body (the executor owns activation
- * accounting); slicing and stacking handle every dtype of whole bytes.
+ * If outputs and Loop-carried values may be sequences or optionals (Loop
+ * 13/16): they are moved or deep-copied like tensors (oq_k_output_like);
+ * Loop scan outputs and Scan take tensors only. Values are copied in and
+ * out of the body (the executor owns activation accounting); slicing and
+ * stacking handle every dtype of whole bytes.
  */
 #include "kernel.h"
 
@@ -108,6 +109,9 @@ typedef struct stack {
 
 static int stack_push(oq_kctx *k, stack *s, const oq_rt *t, size_t which)
 {
+	if (t->kind != OQ_RT_TENSOR)
+		return oq_k_err(k, OQ_EUNSUP, "scan output %zu is a sequence or optional; only tensors can be stacked",
+				which);
 	if (s->n == 0 && !s->buf) {
 		if (!elem_size(t->dtype))
 			return oq_k_err(k, OQ_EUNSUP,

@@ -42,8 +42,12 @@ int oq_rt_alloc(oq_rt *t, int dtype, int rank, const int64_t *dims)
 
 void oq_rt_release(oq_rt *t)
 {
-	if (!t->borrowed)
+	if (!t->borrowed) {
 		free(t->data);
+		for (size_t i = 0; t->items && i < t->n_items; i++)
+			oq_rt_release(&t->items[i]);
+		free(t->items);
+	}
 	if (t->strs)
 		for (size_t i = 0; i < t->nelem; i++)
 			free(t->strs[i].p);
@@ -89,10 +93,33 @@ int oq_rt_from_tensor(oq_rt *t, const oq_tensor *src)
 	return OQ_OK;
 }
 
+int oq_rt_seq(oq_rt *t, int dtype, size_t n)
+{
+	memset(t, 0, sizeof *t);
+	t->kind = OQ_RT_SEQ;
+	t->dtype = dtype;
+	t->items = oq_calloc(n ? n : 1, sizeof *t->items);
+	t->n_items = n;
+	return t->items ? OQ_OK : OQ_ENOMEM;
+}
+
 int oq_rt_copy(oq_rt *dst, const oq_rt *src)
 {
-	int rc = oq_rt_alloc(dst, src->dtype, src->rank, src->dims);
-	if (rc)
+	int rc;
+	if (src->kind == OQ_RT_NONE) {
+		memset(dst, 0, sizeof *dst);
+		dst->kind = OQ_RT_NONE;
+		return OQ_OK;
+	}
+	if (src->kind == OQ_RT_SEQ) {
+		if ((rc = oq_rt_seq(dst, src->dtype, src->n_items)))
+			return rc;
+		for (size_t i = 0; i < src->n_items; i++)
+			if ((rc = oq_rt_copy(&dst->items[i], &src->items[i])))
+				return rc; /* dst stays releasable */
+		return OQ_OK;
+	}
+	if ((rc = oq_rt_alloc(dst, src->dtype, src->rank, src->dims)))
 		return rc;
 	if (src->strs) {
 		for (size_t i = 0; i < src->nelem; i++) {
@@ -212,7 +239,16 @@ void oq_rt_set(oq_rt *t, size_t i, double v)
 const char *oq_rt_describe(const oq_rt *t, char *buf, size_t n)
 {
 	size_t off = 0;
-	int w = snprintf(buf, n, "%s[", oq_dtype_name(t->dtype));
+	int w;
+	if (t->kind == OQ_RT_NONE) {
+		snprintf(buf, n, "optional(none)");
+		return buf;
+	}
+	if (t->kind == OQ_RT_SEQ) {
+		snprintf(buf, n, "sequence<%s>(%zu)", t->dtype ? oq_dtype_name(t->dtype) : "?", t->n_items);
+		return buf;
+	}
+	w = snprintf(buf, n, "%s[", oq_dtype_name(t->dtype));
 	if (w < 0 || (size_t)w >= n)
 		return buf;
 	off = (size_t)w;

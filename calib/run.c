@@ -974,6 +974,14 @@ int oq_run(oq_model *m, const oq_run_opts *o, FILE *out, oq_diag *d)
 		return rc;
 	nin = oq_exec_n_inputs(e);
 	nout = oq_exec_n_outputs(e);
+	for (size_t i = 0; i < nin; i++) {
+		int kind = oq_exec_input(e, i)->type.kind;
+		if (kind != OQ_TYPE_TENSOR && kind != OQ_TYPE_NONE) {
+			rc = oq_err(d, OQ_EUNSUP, "run: input '%s' is not a tensor (sequence, optional or map); "
+				    "onnxq run feeds tensors only", oq_exec_input(e, i)->name);
+			goto fail;
+		}
+	}
 	if (o->output_dir && (rc = check_outputs(e, d)))
 		goto fail;
 	rc = o->data_dir ? oq_samples_scan(o->data_dir, e, &s, d)
@@ -1000,6 +1008,10 @@ int oq_run(oq_model *m, const oq_run_opts *o, FILE *out, oq_diag *d)
 		rc = oq_exec_run(e, in, nin, outs, nout, d);
 		for (size_t k = 0; k < nin; k++)
 			oq_rt_release(&in[k]);
+		for (size_t k = 0; !rc && k < nout; k++)
+			if (outs[k].kind != OQ_RT_TENSOR)
+				rc = oq_err(d, OQ_EUNSUP, "run: output '%s' is a %s; onnxq run reports and writes tensors only",
+					    oq_exec_output(e, k)->name, outs[k].kind == OQ_RT_SEQ ? "sequence" : "empty optional");
 		if (rc)
 			goto fail;
 		if (o->output_dir && (rc = write_outputs(o, &s.v[i], e, outs, files, d)))

@@ -90,7 +90,7 @@ static int is_float_dt(int dt)
 static int is_numeric(const oq_rt *t)
 {
 	char k = oq_dtype_kind(t->dtype);
-	return !t->strs && (k == 'f' || k == 's' || k == 'u' || k == 'b');
+	return t->kind == OQ_RT_TENSOR && !t->strs && (k == 'f' || k == 's' || k == 'u' || k == 'b');
 }
 
 static int same_shape(const oq_rt *a, const oq_rt *b)

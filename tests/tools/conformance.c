@@ -1,12 +1,14 @@
 /*
  * conformance.c - runs ONNX backend node tests through the executor and
- * compares every output with the reference data (output_K.pb).
+ * compares every output with the reference data (output_K.pb: a
+ * TensorProto, or a SequenceProto / OptionalProto for values of those
+ * types; inputs likewise).
  *
  * usage: conformance [--dir D] [--filter SUBSTR] [--threads N] [-v] [CASE...]
  *   D defaults to /usr/share/libonnx-testdata/data/node; CASE names select
  *   cases (default: all). A case is
  *   - skipped when the executor refuses the model before running (an op
- *     without a kernel, a non-tensor input) - the reason is printed;
+ *     without a kernel, a map input) - the reason is printed;
  *   - failed when it runs and any output differs beyond
  *     |got - want| <= atol + rtol * |want| (rtol 1e-3, atol 1e-5; NaN must
  *     match NaN), has another dtype or shape, or the run reports an error.
@@ -55,13 +57,15 @@ static int run_case(const char *dir, int threads, char *why, size_t n)
 		oq_model_free(m);
 		return rc == OQ_EUNSUP ? 2 : 1;
 	}
-	for (size_t i = 0; i < m->graph->n_inputs; i++)
-		if (!m->graph->inputs[i]->init && m->graph->inputs[i]->type.kind != OQ_TYPE_TENSOR &&
-		    m->graph->inputs[i]->type.kind != OQ_TYPE_NONE) {
-			snprintf(why, n, "input '%s' is not a tensor (sequence/optional)", m->graph->inputs[i]->name);
+	for (size_t i = 0; i < m->graph->n_inputs; i++) {
+		int kind = m->graph->inputs[i]->type.kind;
+		if (!m->graph->inputs[i]->init && kind != OQ_TYPE_TENSOR && kind != OQ_TYPE_NONE &&
+		    kind != OQ_TYPE_SEQUENCE && kind != OQ_TYPE_OPTIONAL) {
+			snprintf(why, n, "input '%s' is not a tensor, sequence or optional", m->graph->inputs[i]->name);
 			result = 2;
 			goto done;
 		}
+	}
 	nin = oq_exec_n_inputs(e);
 	nout = oq_exec_n_outputs(e);
 	in = oq_calloc(nin, sizeof *in);
@@ -72,23 +76,13 @@ static int run_case(const char *dir, int threads, char *why, size_t n)
 		if (stat(path, &st) != 0)
 			break;
 		for (size_t i = 0; i < nin; i++) {
-			oq_tensor *t;
-			snprintf(path, sizeof path, "%s/test_data_set_%d/input_%zu.pb", dir, set, i);
-			if (oq_test_load_pb(path, &t, why, n))
-				goto done;
-			oq_rt view;
 			const oq_value *iv = oq_exec_input(e, i);
-			if (t->dtype == OQ_DT_UINT16 && iv->type.dtype == OQ_DT_BFLOAT16)
-				t->dtype = OQ_DT_BFLOAT16; /* 1.12 data: bf16 stored as uint16 */
-			rc = oq_rt_from_tensor(&view, t);
-			if (!rc)
-				rc = oq_rt_copy(&in[i], &view); /* owned: t is freed next */
-			oq_rt_release(&view);
-			oq_tensor_free(t);
-			if (rc) {
-				snprintf(why, n, "input %zu: rank above %d or no memory", i, OQ_RT_MAX_RANK);
+			snprintf(path, sizeof path, "%s/test_data_set_%d/input_%zu.pb", dir, set, i);
+			if (oq_test_load_value_pb(path, iv->type.kind, &in[i], why, n))
 				goto done;
-			}
+			if (in[i].kind == OQ_RT_TENSOR && in[i].dtype == OQ_DT_UINT16 &&
+			    iv->type.dtype == OQ_DT_BFLOAT16)
+				in[i].dtype = OQ_DT_BFLOAT16; /* 1.12 data: bf16 stored as uint16 */
 		}
 		oq_diag_init(&d);
 		if (oq_exec_run(e, in, nin, out, nout, &d)) {
@@ -96,13 +90,13 @@ static int run_case(const char *dir, int threads, char *why, size_t n)
 			goto done;
 		}
 		for (size_t i = 0; i < nout; i++) {
-			oq_tensor *t;
+			oq_rt want;
 			char w2[512];
 			snprintf(path, sizeof path, "%s/test_data_set_%d/output_%zu.pb", dir, set, i);
-			if (oq_test_load_pb(path, &t, why, n))
+			if (oq_test_load_value_pb(path, oq_exec_output(e, i)->type.kind, &want, why, n))
 				goto done;
-			rc = oq_test_compare(t, &out[i], rtol, abstol, w2, sizeof w2);
-			oq_tensor_free(t);
+			rc = oq_test_compare_value(&want, &out[i], rtol, abstol, w2, sizeof w2);
+			oq_rt_release(&want);
 			if (rc) {
 				snprintf(why, n, "set %d output %zu ('%s'): %s", set, i,
 					 oq_exec_output(e, i)->name, w2);

@@ -19,4 +19,17 @@ int oq_test_load_pb(const char *path, oq_tensor **t, char *why, size_t n);
 int oq_test_compare(const oq_tensor *want, const oq_rt *got, double rtol, double abstol, char *why,
 		    size_t n);
 
+/*
+ * A test-data .pb holding a value of type kind (OQ_TYPE_TENSOR: TensorProto,
+ * OQ_TYPE_SEQUENCE: SequenceProto, OQ_TYPE_OPTIONAL: OptionalProto) into an
+ * owned runtime value (release with oq_rt_release); -1 with `why` filled.
+ * SequenceProto and OptionalProto are not in proto/onnx.proto: their few
+ * fields are read from the protobuf wire format here, and each element
+ * TensorProto goes through oq_tensor_load_pb.
+ */
+int oq_test_load_value_pb(const char *path, int kind, oq_rt *out, char *why, size_t n);
+/* oq_test_compare for any runtime value: kinds, sequence lengths, then each tensor. */
+int oq_test_compare_value(const oq_rt *want, const oq_rt *got, double rtol, double abstol, char *why,
+			  size_t n);
+
 #endif
