@@ -75,6 +75,7 @@ typedef struct calib {
 	double ema_c;      /* EMA constant */
 	ema *em;           /* g->n_values entries (ema only) */
 	oq_hist *h;        /* g->n_values entries (histogram methods); bin NULL: not histogrammed */
+	unsigned skip;     /* oq_calib_opts.skip_qmark */
 } calib;
 
 /* ------------------------------------------------------------ the hot loop */
@@ -215,6 +216,13 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 	else if (c->h[v->index].bin)
 		hist_add(&c->h[v->index], t);
 	return 0;
+}
+
+/* Whether the observer needs v (oq_exec_set_observe_want). */
+static int want(void *ctx, const oq_value *v)
+{
+	const calib *c = ctx;
+	return !(v->qmark & c->skip);
 }
 
 /* ------------------------------------------------------------ sources */
@@ -611,7 +619,10 @@ int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d
 		c.st[i].lo = INFINITY;
 		c.st[i].hi = -INFINITY;
 	}
+	c.skip = o->skip_qmark;
 	oq_exec_set_observer(j.e, observe, &c);
+	if (c.skip)
+		oq_exec_set_observe_want(j.e, want);
 	if (o->progress && isatty(fileno(o->progress)))
 		j.tty = o->progress;
 

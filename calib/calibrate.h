@@ -35,6 +35,9 @@ typedef struct oq_calib_opts {
 	double percentile;   /* --percentile in (0, 100]; 0 = OQ_PERCENTILE */
 	int act_type;        /* activation dtype, the grid entropy/mse aim at; 0 = uint8 */
 	int act_sym;         /* symmetric activations: percentile/mse use |x|, ranges [-t, t] */
+	unsigned skip_qmark; /* values with (qmark & skip_qmark) need no range: the executor may keep
+			      * its fused Conv groups whose intermediates all carry such a mark (no
+			      * range is then reported for those); 0 = every value */
 } oq_calib_opts;
 
 /*

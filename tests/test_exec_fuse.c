@@ -218,7 +218,14 @@ static double *reference(const spec *s, const params *p, const oq_rt *x)
 typedef struct seen {
 	int n;
 	char names[32][16];
+	int unwanted;          /* for want(): 1: "c" is not wanted; 2: neither "c" nor "t" */
 } seen;
+
+static int want(void *ctx, const oq_value *v)
+{
+	const seen *s = ctx;
+	return !(!strcmp(v->name, "c") || (s->unwanted == 2 && !strcmp(v->name, "t")));
+}
 
 static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 {
@@ -513,4 +520,52 @@ Test(exec_fuse, avx512_gemm_bit_identical_to_avx2)
 		oq_rt_release(&b);
 		oq_rt_release(&c);
 	}
+}
+
+Test(exec_fuse, observer_without_intermediates_keeps_fusion)
+{
+	/* An observer that wants neither the Conv nor the BN output keeps the group fused (it sees
+	 * only the group's last output and later values); one that wants the BN output does not.
+	 * Outputs are bit-identical to the unobserved fused run either way. */
+	spec s = {.opset = 13, .n = 1, .c = 6, .h = 9, .w = 9, .m = 8, .k = 3, .stride = 1, .pad = 1, .group = 1,
+		  .bias = 1, .bn = 1, .act = "Relu"};
+	params p;
+	gen_model *g;
+	oq_model *m = NULL;
+	oq_diag d;
+	oq_rt x, ref, y;
+
+	seed(70);
+	g = build(&s, &p);
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "load: %s", d.msg);
+	cr_assert_eq(oq_rt_alloc(&x, OQ_DT_FLOAT, 4, (const int64_t[]){s.n, s.c, s.h, s.w}), OQ_OK);
+	for (size_t i = 0; i < x.nelem; i++)
+		((float *)x.data)[i] = (float)frand();
+	run(m, 1, NULL, &x, &ref, 1);
+	for (int u = 1; u <= 2; u++) {
+		seen ob;
+		oq_exec *e = NULL;
+		oq_exec_opts o = {1};
+		memset(&ob, 0, sizeof ob);
+		ob.unwanted = u;
+		cr_assert_eq(oq_exec_new(m, &o, &e, &d), OQ_OK, "exec_new: %s", d.msg);
+		oq_exec_set_observer(e, observe, &ob);
+		oq_exec_set_observe_want(e, want);
+		cr_assert_eq(oq_exec_run(e, &x, 1, &y, 1, &d), OQ_OK, "run: %s", d.msg);
+		oq_exec_free(e);
+		cr_assert(y.nbytes == ref.nbytes && !memcmp(y.data, ref.data, y.nbytes),
+			  "unwanted=%d: output differs from the unobserved fused run", u);
+		cr_assert(saw(&ob, "a") && saw(&ob, "y"), "unwanted=%d: observer missed a or y", u);
+		if (u == 2)
+			cr_assert(!saw(&ob, "c") && !saw(&ob, "t"), "fused group still computed c or t");
+		else
+			cr_assert(saw(&ob, "c") && saw(&ob, "t"), "BN output wanted: the group must run unfused");
+		oq_rt_release(&y);
+	}
+	oq_rt_release(&ref);
+	oq_rt_release(&x);
+	oq_model_free(m);
+	gen_free(g);
+	free_params(&p);
 }

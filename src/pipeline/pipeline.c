@@ -136,6 +136,8 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		co.progress = log;
 		co.act_type = q.act_type; /* the grid entropy and mse aim at */
 		co.act_sym = q.act_sym;
+		/* quantize puts no Q/DQ inside a fused unit: the executor may keep Conv+act fused */
+		co.skip_qmark = OQ_QM_INTERNAL;
 		if ((rc = oq_calibrate(m, &co, &ranges, d)))
 			goto out;
 		q.ranges = &ranges;
