@@ -3,8 +3,10 @@
  * reference, float32 and double.
  *
  * Conv (fast): per image and group, Y_g[Mg, P] = W_g[Mg, Kc] * col[Kc, P]
- * (Kc = C/group * prod(kernel), P = output positions), with one
- * cblas_?gemm per tile of output channels x output positions. 1x1 stride-1
+ * (Kc = C/group * prod(kernel), P = output positions), with one GEMM per
+ * tile of output channels x output positions: float32 on an AVX-512 CPU
+ * through z_gemm (col packed into 32-column panels), on an AVX2+FMA CPU
+ * through own_gemm, else cblas_?gemm. 1x1 stride-1
  * unpadded convolutions use the input itself as col; others build the
  * im2col rows of their tile's positions into a per-thread buffer of at most
  * about 1 MiB (reused while consecutive tiles share positions). Depthwise
