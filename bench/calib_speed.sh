@@ -7,8 +7,8 @@
 # Per model, 1 thread, the acceptance harness' calibration samples
 # (.cache/acc/data-*/, made by tests/integration/quant_accuracy.sh):
 #   calib   `onnxq quantize --verbose`: the "calibrate" stage time (executor +
-#           observers over every sample; fused Conv kernels are off while an
-#           observer is attached) -> samples/s
+#           observers over every sample; Conv+activation groups stay fused as
+#           calibration declines their OQ_QM_INTERNAL intermediates) -> samples/s
 #   run     `onnxq run --data DIR` wall time (bare executor + .npy loading)
 #   ort     onnxruntime-node 1.30, level 'all', median session.run (bench/exec_ort.js)
 # Prints samples/s for each and the ratios calib/ort and calib/run.

@@ -77,6 +77,7 @@ typedef struct calib {
 	double ema_c;      /* EMA constant */
 	ema *em;           /* g->n_values entries (ema only) */
 	oq_hist *h;        /* g->n_values entries (histogram methods); bin NULL: not histogrammed */
+	unsigned skip;     /* oq_calib_opts.skip_qmark */
 } calib;
 
 /* ------------------------------------------------------------ the hot loop */
@@ -222,6 +223,13 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 	else if (c->h[v->index].bin)
 		hist_add(&c->h[v->index], t);
 	return 0;
+}
+
+/* Whether the observer needs v (oq_exec_set_observe_want). */
+static int want(void *ctx, const oq_value *v)
+{
+	const calib *c = ctx;
+	return !(v->qmark & c->skip);
 }
 
 /* ------------------------------------------------------------ sources */
@@ -774,6 +782,11 @@ static int prepare(oq_model *m, const oq_calib_opts *o, job *j, calib *c, oq_dia
 			              j->batch);
 	}
 	oq_exec_set_observer(j->e, observe, c);
+	/* Values nobody quantizes need no range; declining them lets the executor keep its
+	 * fused Conv groups. The bias-correction observer (extra) wants every value. */
+	c->skip = o->skip_qmark;
+	if (c->skip && !c->extra)
+		oq_exec_set_observe_want(j->e, want);
 	if (o->progress && isatty(fileno(o->progress)))
 		j->tty = o->progress;
 	return OQ_OK;

@@ -50,6 +50,9 @@ typedef struct oq_calib_opts {
 	oq_observe_fn extra; /* also sees every value of the first pass (graph inputs and node
 			      * outputs, any dtype), e.g. bias-correction statistics; or NULL */
 	void *extra_ctx;     /* its context */
+	unsigned skip_qmark; /* values with (qmark & skip_qmark) need no range: the executor may keep
+			      * its fused Conv groups whose intermediates all carry such a mark (no
+			      * range is then reported for those); 0 = every value */
 } oq_calib_opts;
 
 /*

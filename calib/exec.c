@@ -169,6 +169,7 @@ typedef struct node_plan {
 	size_t members[2];     /* head: indices of the absorbed nodes (BN and/or activation) */
 	int n_members;
 	int absorbed;          /* a later member of a fused group: skipped when running fused */
+	int obs_fused;         /* group member: runs fused even while observing (intermediates unwanted) */
 } node_plan;
 
 typedef struct plan {
@@ -688,6 +689,26 @@ void oq_exec_set_observer(oq_exec *e, oq_observe_fn fn, void *ctx)
 	e->observe_ctx = ctx;
 }
 
+void oq_exec_set_observe_want(oq_exec *e, oq_observe_want_fn want)
+{
+	for (plan *p = e->plans; p; p = p->next)
+		for (size_t i = 0; i < p->g->n_nodes; i++) {
+			node_plan *np = &p->nodes[i];
+			int keep;
+			if (!np->fuse)
+				continue;
+			/* the head's output, and the BN's when an activation follows it */
+			keep = want && !want(e->observe_ctx, p->g->nodes[i]->outputs[0]);
+			for (int j = 0; keep && j < np->n_members; j++)
+				if (np->members[j] != np->tail &&
+				    want(e->observe_ctx, p->g->nodes[np->members[j]]->outputs[0]))
+					keep = 0;
+			np->obs_fused = keep;
+			for (int j = 0; j < np->n_members; j++)
+				p->nodes[np->members[j]].obs_fused = keep;
+		}
+}
+
 size_t oq_exec_n_inputs(const oq_exec *e) { return e->n_in; }
 const oq_value *oq_exec_input(const oq_exec *e, size_t i) { return i < e->n_in ? e->in[i] : NULL; }
 size_t oq_exec_n_outputs(const oq_exec *e) { return e->m->graph->n_outputs; }
@@ -758,7 +779,7 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 {
 	const oq_graph *g = f->p->g;
 	oq_rt *inbuf[16], *outbuf[16];
-	int rc = OQ_OK, fused = !e->observe; /* observers see every value: no fusion */
+	int rc = OQ_OK;
 
 	for (size_t ni = 0; ni < g->n_nodes && !rc; ni++) {
 		const oq_node *n = g->nodes[ni];
@@ -767,6 +788,8 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		oq_rt **in, **out;
 		oq_value *const *ovals = n->outputs; /* values the outputs are bound to */
 		size_t n_out = n->n_outputs;
+		/* observers see every value, so no fusion, unless they want none of the group's intermediates */
+		int fused = !e->observe || np->obs_fused;
 
 		if (fused && np->absorbed)
 			continue; /* computed by its group's head */

@@ -78,6 +78,16 @@ typedef int (*oq_observe_fn)(void *ctx, const oq_value *v, const oq_rt *t);
 int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d) OQ_WUR;
 void oq_exec_free(oq_exec *e);
 void oq_exec_set_observer(oq_exec *e, oq_observe_fn fn, void *ctx);
+/*
+ * Optional with an observer: want(ctx, v) == 0 says the observer does not
+ * need value v. A fused Conv[+BN][+activation] group whose intermediate
+ * values (Conv and BN outputs, not its last output) are all unwanted then
+ * stays fused while observing (otherwise an observer disables fusion, so it
+ * sees every value); its results are bit-identical either way. want NULL:
+ * every value is wanted. Uses the ctx given to oq_exec_set_observer.
+ */
+typedef int (*oq_observe_want_fn)(void *ctx, const oq_value *v);
+void oq_exec_set_observe_want(oq_exec *e, oq_observe_want_fn want);
 
 /* The inputs a caller feeds: graph inputs not backed by an initializer, in graph order. */
 size_t oq_exec_n_inputs(const oq_exec *e);

@@ -33,6 +33,11 @@ extern int oq_linalg_use_ref;
  * GEMM (linalg_conv.c) could run. For tests and benchmarks.
  */
 extern int oq_linalg_use_blas;
+/*
+ * Non-zero: float32 Conv tiles use the AVX2 GEMM even on an AVX-512 CPU (both
+ * give the same bits: tests compare them).
+ */
+extern int oq_linalg_no_avx512;
 
 /* Shape of one convolution (Conv) or transposed convolution (ConvTranspose). */
 typedef struct oq_conv_geom {

@@ -3,8 +3,10 @@
  * reference, float32 and double.
  *
  * Conv (fast): per image and group, Y_g[Mg, P] = W_g[Mg, Kc] * col[Kc, P]
- * (Kc = C/group * prod(kernel), P = output positions), with one
- * cblas_?gemm per tile of output channels x output positions. 1x1 stride-1
+ * (Kc = C/group * prod(kernel), P = output positions), with one GEMM per
+ * tile of output channels x output positions: float32 on an AVX-512 CPU
+ * through z_gemm (col packed into 32-column panels), on an AVX2+FMA CPU
+ * through own_gemm, else cblas_?gemm. 1x1 stride-1
  * unpadded convolutions use the input itself as col; others build the
  * im2col rows of their tile's positions into a per-thread buffer of at most
  * about 1 MiB (reused while consecutive tiles share positions). Depthwise
@@ -158,19 +160,21 @@ static void as_2d(const oq_conv_geom *g, oq_conv_geom *o)
 /* ----------------------------------------------------------------- im2col */
 
 /*
- * Rows [0, kc) of col for output positions [p0, p0 + pp) of one image and
- * group (x points at the group's first channel); row r = (c, kernel
+ * Rows [r0, r0 + nr) of col (stored from col's row 0) for output positions
+ * [p0, p0 + pp) of one image and group (x points at the group's first
+ * channel); row r = (c, kernel
  * offset), kernel offsets in row-major order, as W stores them.
  */
 #define IM2COL_2D(T, NAME)                                                                              \
-	static void NAME(const oq_conv_geom *g, const T *x, int64_t kc, int64_t p0, int64_t pp, T *col) \
+	static void NAME(const oq_conv_geom *g, const T *x, int64_t r0, int64_t nr, int64_t p0, int64_t pp, \
+			 T *col)                                                                        \
 	{                                                                                               \
 		int64_t H = g->in[0], W = g->in[1], OW = g->out[1], kh = g->k[0], kw = g->k[1];         \
 		int64_t sh = g->stride[0], sw = g->stride[1], dh = g->dil[0], dw = g->dil[1];           \
-		for (int64_t r = 0; r < kc; r++) {                                                      \
+		for (int64_t r = r0; r < r0 + nr; r++) {                                                \
 			int64_t c = r / (kh * kw), i = (r / kw) % kh, j = r % kw;                       \
 			const T *xc = x + c * H * W;                                                    \
-			T *dst = col + r * pp;                                                          \
+			T *dst = col + (r - r0) * pp;                                                   \
 			int64_t p = p0, oh = p0 / OW, ow = p0 % OW, off = j * dw - g->pad[1];           \
 			int64_t lo = off >= 0 ? 0 : ceil_div(-off, sw);                                 \
 			int64_t hi = W - 1 - off >= 0 ? (W - 1 - off) / sw + 1 : 0;                     \
@@ -211,9 +215,10 @@ IM2COL_2D(double, im2col_2d_d)
 
 /* Any rank: one element at a time. */
 #define IM2COL_ND(T, NAME)                                                                              \
-	static void NAME(const oq_conv_geom *g, const T *x, int64_t kc, int64_t p0, int64_t pp, T *col) \
+	static void NAME(const oq_conv_geom *g, const T *x, int64_t r0, int64_t nr, int64_t p0, int64_t pp, \
+			 T *col)                                                                        \
 	{                                                                                               \
-		for (int64_t r = 0; r < kc; r++) {                                                      \
+		for (int64_t r = r0; r < r0 + nr; r++) {                                                \
 			int64_t c = r / g->k_size, kk = r % g->k_size, koff[OQ_CONV_MAX_SP];            \
 			for (int d = g->nsp - 1; d >= 0; d--) {                                         \
 				koff[d] = kk % g->k[d];                                                 \
@@ -232,7 +237,7 @@ IM2COL_2D(double, im2col_2d_d)
 						ok = 0;                                                 \
 					idx = idx * g->in[d] + ii;                                      \
 				}                                                                       \
-				col[r * pp + q] = ok ? x[c * g->in_size + idx] : (T)0;                  \
+				col[(r - r0) * pp + q] = ok ? x[c * g->in_size + idx] : (T)0;                  \
 			}                                                                               \
 		}                                                                                       \
 	}
@@ -491,6 +496,176 @@ static int own_gemm_ok(void)
 	}
 	return ok && !oq_linalg_use_blas;
 }
+
+/* -------------------------------------------- AVX-512 conv GEMM (float) */
+
+/*
+ * The same product on AVX-512F CPUs: a 12 x 32 register tile (24 zmm
+ * accumulators), W read in place (12 rows, one broadcast each per k, so no
+ * copy of the weights is made or kept) and col in 32-column panels
+ * [kc][32] (zero past pp), written once per tile by z_pack_col straight
+ * from the input or from each im2col row, so every B load is contiguous
+ * and aligned. Blocking as in own_gemm: KC_DEPTH slices (a B panel slice,
+ * 32 KiB, stays in L1) times MC_ROWS rows of W (L2). Each output is still
+ * init + sum_k w*x in k order with one FMA per term (float partial sums
+ * through C between slices), so the bits equal the AVX2 kernel's and do not
+ * depend on the blocking or on the thread.
+ */
+#define Z_MR 12
+#define Z_NR 32
+#define AVX512 __attribute__((target("avx512f,fma")))
+
+int oq_linalg_no_avx512 = 0;
+
+/*
+ * C[mr, nr] (ldc) = init + A[mr, kd] (rows lda apart) * Bp[kd][32]; init: C
+ * when load, else bias[r] (bias NULL: 0). Rows past mr read row 0 and,
+ * like columns past nr, are not stored.
+ */
+AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const float *bp, float *c, int64_t ldc,
+				 int mr, int nr, int load, const float *bias)
+{
+#define AR(r) (mr > (r) ? a + (r) * lda : a)
+	const float *a0 = a, *a1 = AR(1), *a2 = AR(2), *a3 = AR(3), *a4 = AR(4), *a5 = AR(5);
+	const float *a6 = AR(6), *a7 = AR(7), *a8 = AR(8), *a9 = AR(9), *aa = AR(10), *ab = AR(11);
+#undef AR
+	__mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
+	__mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);
+	__m512 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51;
+	__m512 c60, c61, c70, c71, c80, c81, c90, c91, ca0, ca1, cb0, cb1;
+
+#define LD(r, x0, x1)                                                                         \
+	do {                                                                                  \
+		if (load && mr > (r)) {                                                       \
+			x0 = _mm512_maskz_loadu_ps(m0, c + (r) * ldc);                        \
+			x1 = _mm512_maskz_loadu_ps(m1, c + (r) * ldc + 16);                   \
+		} else {                                                                      \
+			x0 = x1 = _mm512_set1_ps(!load && bias && mr > (r) ? bias[r] : 0.0f); \
+		}                                                                             \
+	} while (0)
+	LD(0, c00, c01);
+	LD(1, c10, c11);
+	LD(2, c20, c21);
+	LD(3, c30, c31);
+	LD(4, c40, c41);
+	LD(5, c50, c51);
+	LD(6, c60, c61);
+	LD(7, c70, c71);
+	LD(8, c80, c81);
+	LD(9, c90, c91);
+	LD(10, ca0, ca1);
+	LD(11, cb0, cb1);
+#undef LD
+#define FMA2(ar, x0, x1) (t = _mm512_set1_ps(ar[k]), x0 = _mm512_fmadd_ps(t, b0, x0), x1 = _mm512_fmadd_ps(t, b1, x1))
+	for (int64_t k = 0; k < kd; k++, bp += Z_NR) {
+		__m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16), t;
+		FMA2(a0, c00, c01);
+		FMA2(a1, c10, c11);
+		FMA2(a2, c20, c21);
+		FMA2(a3, c30, c31);
+		FMA2(a4, c40, c41);
+		FMA2(a5, c50, c51);
+		FMA2(a6, c60, c61);
+		FMA2(a7, c70, c71);
+		FMA2(a8, c80, c81);
+		FMA2(a9, c90, c91);
+		FMA2(aa, ca0, ca1);
+		FMA2(ab, cb0, cb1);
+	}
+#undef FMA2
+#define ST(r, x0, x1)                                                      \
+	do {                                                               \
+		if (mr > (r)) {                                            \
+			_mm512_mask_storeu_ps(c + (r) * ldc, m0, x0);      \
+			_mm512_mask_storeu_ps(c + (r) * ldc + 16, m1, x1); \
+		}                                                          \
+	} while (0)
+	ST(0, c00, c01);
+	ST(1, c10, c11);
+	ST(2, c20, c21);
+	ST(3, c30, c31);
+	ST(4, c40, c41);
+	ST(5, c50, c51);
+	ST(6, c60, c61);
+	ST(7, c70, c71);
+	ST(8, c80, c81);
+	ST(9, c90, c91);
+	ST(10, ca0, ca1);
+	ST(11, cb0, cb1);
+#undef ST
+}
+
+/* Floats of the packed col of a tile of pt positions: [ceil(pt / 32)][kc][32]. */
+static size_t z_col_floats(int64_t kc, int64_t pt)
+{
+	return (size_t)(kc * ((pt + Z_NR - 1) / Z_NR * Z_NR));
+}
+
+/* Row r (pp values at src) into the packed col bp (kc rows), zero past pp. */
+AVX512 static void z_pack_row(const float *src, int64_t pp, int64_t r, int64_t kc, float *bp)
+{
+	for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
+		int64_t nq = pp - q0 < Z_NR ? pp - q0 : Z_NR;
+		__mmask16 m0 = nq >= 16 ? 0xffff : (__mmask16)((1u << nq) - 1);
+		__mmask16 m1 = nq >= 32 ? 0xffff : nq <= 16 ? 0 : (__mmask16)((1u << (nq - 16)) - 1);
+		float *dst = bp + (q0 / Z_NR * kc + r) * Z_NR;
+		_mm512_store_ps(dst, _mm512_maskz_loadu_ps(m0, src + q0));
+		_mm512_store_ps(dst + 16, _mm512_maskz_loadu_ps(m1, src + q0 + 16));
+	}
+}
+
+/*
+ * The packed col of one tile: rows of x (ldx apart) when direct, else each
+ * im2col row built in row (pp floats) first.
+ */
+static void z_pack_col(const oq_conv_geom *g, const float *x, int64_t ldx, int direct, int64_t kc, int64_t p0,
+		       int64_t pp, float *row, float *bp)
+{
+	for (int64_t r = 0; r < kc; r++) {
+		const float *src = x + r * ldx + p0;
+		if (!direct) {
+			if (g->nsp == 2)
+				im2col_2d_f(g, x, r, 1, p0, pp, row);
+			else
+				im2col_nd_f(g, x, r, 1, p0, pp, row);
+			src = row;
+		}
+		z_pack_row(src, pp, r, kc, bp);
+	}
+}
+
+/* C[mm, pp] (ldc) = init + A[mm, kd] (lda) * Bp (packed col of kd rows), init = bias[row] (NULL: 0). */
+AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *bp,
+			  float *c, int64_t ldc, const float *bias)
+{
+	int64_t k0 = 0;
+
+	do {
+		int64_t kb = kd - k0 < KC_DEPTH ? kd - k0 : KC_DEPTH;
+		int load = k0 > 0;
+		for (int64_t mb = 0; mb < mm; mb += MC_ROWS) {
+			int64_t me = mb + MC_ROWS < mm ? mb + MC_ROWS : mm;
+			for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
+				const float *bk = bp + (q0 / Z_NR * kd + k0) * Z_NR;
+				int nr = pp - q0 < Z_NR ? (int)(pp - q0) : Z_NR;
+				for (int64_t m = mb; m < me; m += Z_MR)
+					z12x32(kb, a + m * lda + k0, lda, bk, c + m * ldc + q0, ldc,
+					       me - m < Z_MR ? (int)(me - m) : Z_MR, nr, load, bias ? bias + m : NULL);
+			}
+		}
+		k0 += kb;
+	} while (k0 < kd);
+}
+
+static int z_gemm_ok(void)
+{
+	static int ok = -1;
+	if (ok < 0) {
+		__builtin_cpu_init();
+		ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+	}
+	return ok && !oq_linalg_no_avx512 && !oq_linalg_use_blas;
+}
 #endif
 
 /* ---------------------------------------------------------- conv via GEMM */
@@ -504,6 +679,7 @@ typedef struct conv_job {
 	const oq_kfuse *ep;    /* float32 fused epilogue, or NULL */
 	int direct;            /* 1x1, stride 1, no padding: the input is col */
 	int own;               /* float32 on an AVX2+FMA CPU: own_gemm instead of BLAS */
+	int z;                 /* float32 on an AVX-512 CPU: z_gemm (takes precedence over own) */
 	int64_t cg, mg, kc;    /* channels per group in / out, GEMM depth */
 	int64_t pt, mt;        /* tile sizes: positions, output channels */
 	int64_t np, nm;        /* tiles per (image, group) along positions / channels */
@@ -517,10 +693,16 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 	size_t es = j->t == OQ_LT_F32 ? 4 : 8;
 	int64_t P = g->out_size, last = -1;
 	void *col = NULL, *own = NULL;
+	size_t need = j->direct ? 0 : (size_t)(j->kc * j->pt) * es;
 
-	if (!j->direct) {
-		size_t need = (size_t)(j->kc * j->pt) * es + 64;
-		col = j->k ? oq_k_scratch(j->k, need) : (own = malloc(need));
+#if defined(HAVE_OWN_GEMM)
+	/* packed col, then one im2col row */
+	if (j->z)
+		need = (z_col_floats(j->kc, j->pt) + (size_t)j->pt) * sizeof(float);
+#endif
+	if (need) {
+		need = (need + 63) / 64 * 64;
+		col = j->k ? oq_k_scratch(j->k, need) : (own = aligned_alloc(64, need));
 		if (!col) {
 			atomic_store(&j->oom, 1);
 			return;
@@ -538,6 +720,20 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 		const void *bm;
 		int64_t ldb;
 
+#if defined(HAVE_OWN_GEMM)
+		if (j->z) {
+			if (rest != last) {
+				z_pack_col(g, (const float *)j->x + xo, P, j->direct, j->kc, p0, pp,
+					   (float *)col + z_col_floats(j->kc, j->pt), col);
+				last = rest;
+			}
+			z_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, col, (float *)j->y + yo, P,
+			       j->b ? (const float *)j->b + grp * j->mg + m0 : NULL);
+			for (int64_t r = 0; j->ep && r < mm; r++)
+				oq_epi_apply(j->ep, grp * j->mg + m0 + r, (float *)j->y + yo + r * P, (size_t)pp);
+			continue;
+		}
+#endif
 		if (j->direct) {
 			bm = (const char *)j->x + (size_t)(xo + p0) * es;
 			ldb = P;
@@ -545,14 +741,14 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 			if (rest != last) {
 				if (j->t == OQ_LT_F32) {
 					if (g->nsp == 2)
-						im2col_2d_f(g, (const float *)j->x + xo, j->kc, p0, pp, col);
+						im2col_2d_f(g, (const float *)j->x + xo, 0, j->kc, p0, pp, col);
 					else
-						im2col_nd_f(g, (const float *)j->x + xo, j->kc, p0, pp, col);
+						im2col_nd_f(g, (const float *)j->x + xo, 0, j->kc, p0, pp, col);
 				} else {
 					if (g->nsp == 2)
-						im2col_2d_d(g, (const double *)j->x + xo, j->kc, p0, pp, col);
+						im2col_2d_d(g, (const double *)j->x + xo, 0, j->kc, p0, pp, col);
 					else
-						im2col_nd_d(g, (const double *)j->x + xo, j->kc, p0, pp, col);
+						im2col_nd_d(g, (const double *)j->x + xo, 0, j->kc, p0, pp, col);
 				}
 				last = rest;
 			}
@@ -657,6 +853,7 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 	j.g = &g;
 #if defined(HAVE_OWN_GEMM)
 	j.own = t == OQ_LT_F32 && own_gemm_ok();
+	j.z = t == OQ_LT_F32 && z_gemm_ok();
 #endif
 	j.x = x;
 	j.w = w;

@@ -218,7 +218,14 @@ static double *reference(const spec *s, const params *p, const oq_rt *x)
 typedef struct seen {
 	int n;
 	char names[32][16];
+	int unwanted;          /* for want(): 1: "c" is not wanted; 2: neither "c" nor "t" */
 } seen;
+
+static int want(void *ctx, const oq_value *v)
+{
+	const seen *s = ctx;
+	return !(!strcmp(v->name, "c") || (s->unwanted == 2 && !strcmp(v->name, "t")));
+}
 
 static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 {
@@ -454,4 +461,111 @@ Test(exec_fuse, gemm_edges_own_and_blas)
 	spec t = {.opset = 13, .n = 1, .c = 300, .h = 5, .w = 5, .m = 7, .k = 1, .stride = 1, .pad = 0,
 		  .group = 1, .bias = 0, .act = "HardSwish"};
 	check_spec(&t, 42, 1);
+}
+
+/* One fused run of s with the given engine switches; the output in *y. */
+static void run_engine(const spec *s, uint64_t sd, int no_avx512, int threads, oq_rt *y)
+{
+	params p;
+	gen_model *g;
+	oq_model *m = NULL;
+	oq_diag d;
+	oq_rt x;
+
+	seed(sd);
+	g = build(s, &p);
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "load: %s", d.msg);
+	cr_assert_eq(oq_rt_alloc(&x, OQ_DT_FLOAT, 4, (const int64_t[]){s->n, s->c, s->h, s->w}), OQ_OK);
+	for (size_t i = 0; i < x.nelem; i++)
+		((float *)x.data)[i] = (float)frand();
+	oq_linalg_no_avx512 = no_avx512;
+	run(m, threads, NULL, &x, y, 1);
+	oq_linalg_no_avx512 = 0;
+	oq_rt_release(&x);
+	oq_model_free(m);
+	gen_free(g);
+	free_params(&p);
+}
+
+Test(exec_fuse, avx512_gemm_bit_identical_to_avx2)
+{
+	/* Both GEMMs form init + sum_k w*x in k order with one FMA per term, so their outputs must be
+	 * the same bits. Edges of the 12 x 32 AVX-512 tile: 13 and 25 channels (1-row remainders),
+	 * 63 positions (31-column masked panel), 4 positions (one partial panel), kc = 360 (two
+	 * depth slices), 1x1 direct with 300 channels (two slices), grouped, bias on and off. */
+	static const spec cases[] = {
+		{.opset = 13, .n = 2, .c = 40, .h = 9, .w = 7, .m = 13, .k = 3, .stride = 1, .pad = 1, .group = 1,
+		 .bias = 1, .bn = 1, .act = "Relu"},
+		{.opset = 13, .n = 1, .c = 300, .h = 5, .w = 5, .m = 25, .k = 1, .stride = 1, .pad = 0, .group = 1,
+		 .bias = 0, .act = "HardSwish"},
+		{.opset = 13, .n = 1, .c = 16, .h = 4, .w = 4, .m = 40, .k = 3, .stride = 2, .pad = 1, .group = 2,
+		 .bias = 1},
+		{.opset = 13, .n = 1, .c = 8, .h = 40, .w = 30, .m = 70, .k = 3, .stride = 1, .pad = 1, .group = 1,
+		 .bias = 1, .act = "Relu"},
+	};
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("no AVX-512F on this CPU: nothing to compare");
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		oq_rt a, b, c;
+		run_engine(&cases[i], 60 + i, 0, 1, &a);
+		run_engine(&cases[i], 60 + i, 1, 1, &b);
+		run_engine(&cases[i], 60 + i, 0, 2, &c);
+		cr_assert(a.nbytes == b.nbytes && !memcmp(a.data, b.data, a.nbytes),
+			  "case %zu: AVX-512 and AVX2 GEMM outputs differ", i);
+		cr_assert(a.nbytes == c.nbytes && !memcmp(a.data, c.data, a.nbytes),
+			  "case %zu: AVX-512 output differs between 1 and 2 threads", i);
+		oq_rt_release(&a);
+		oq_rt_release(&b);
+		oq_rt_release(&c);
+	}
+}
+
+Test(exec_fuse, observer_without_intermediates_keeps_fusion)
+{
+	/* An observer that wants neither the Conv nor the BN output keeps the group fused (it sees
+	 * only the group's last output and later values); one that wants the BN output does not.
+	 * Outputs are bit-identical to the unobserved fused run either way. */
+	spec s = {.opset = 13, .n = 1, .c = 6, .h = 9, .w = 9, .m = 8, .k = 3, .stride = 1, .pad = 1, .group = 1,
+		  .bias = 1, .bn = 1, .act = "Relu"};
+	params p;
+	gen_model *g;
+	oq_model *m = NULL;
+	oq_diag d;
+	oq_rt x, ref, y;
+
+	seed(70);
+	g = build(&s, &p);
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "load: %s", d.msg);
+	cr_assert_eq(oq_rt_alloc(&x, OQ_DT_FLOAT, 4, (const int64_t[]){s.n, s.c, s.h, s.w}), OQ_OK);
+	for (size_t i = 0; i < x.nelem; i++)
+		((float *)x.data)[i] = (float)frand();
+	run(m, 1, NULL, &x, &ref, 1);
+	for (int u = 1; u <= 2; u++) {
+		seen ob;
+		oq_exec *e = NULL;
+		oq_exec_opts o = {1};
+		memset(&ob, 0, sizeof ob);
+		ob.unwanted = u;
+		cr_assert_eq(oq_exec_new(m, &o, &e, &d), OQ_OK, "exec_new: %s", d.msg);
+		oq_exec_set_observer(e, observe, &ob);
+		oq_exec_set_observe_want(e, want);
+		cr_assert_eq(oq_exec_run(e, &x, 1, &y, 1, &d), OQ_OK, "run: %s", d.msg);
+		oq_exec_free(e);
+		cr_assert(y.nbytes == ref.nbytes && !memcmp(y.data, ref.data, y.nbytes),
+			  "unwanted=%d: output differs from the unobserved fused run", u);
+		cr_assert(saw(&ob, "a") && saw(&ob, "y"), "unwanted=%d: observer missed a or y", u);
+		if (u == 2)
+			cr_assert(!saw(&ob, "c") && !saw(&ob, "t"), "fused group still computed c or t");
+		else
+			cr_assert(saw(&ob, "c") && saw(&ob, "t"), "BN output wanted: the group must run unfused");
+		oq_rt_release(&y);
+	}
+	oq_rt_release(&ref);
+	oq_rt_release(&x);
+	oq_model_free(m);
+	gen_free(g);
+	free_params(&p);
 }

@@ -155,6 +155,7 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		co.act_type = q.act_type;
 		co.act_sym = q.act_sym;
 		co.ranges = o->ranges_in ? &rstats : NULL;
+		co.skip_qmark = OQ_QM_INTERNAL; /* as below: same ranges, fused Convs kept */
 		co.ranges_name = o->ranges_in;
 		if ((rc = oq_calibrate_stats(m, &co, &stats, d)) ||
 		    (rc = oq_stats_write(o->stats_out, &stats, d)))
@@ -179,6 +180,8 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 			co.extra = oq_bc_observe;
 			co.extra_ctx = bcc;
 		}
+		/* quantize puts no Q/DQ inside a fused unit: the executor may keep Conv+act fused */
+		co.skip_qmark = OQ_QM_INTERNAL;
 		if ((rc = oq_calibrate(m, &co, &ranges, d)))
 			goto out;
 		q.ranges = &ranges;
