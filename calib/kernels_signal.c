@@ -156,7 +156,7 @@ done:
 static int stft(oq_kctx *k)
 {
 	oq_rt *s = oq_k_in(k, 0), *w = oq_k_in(k, 2), *y;
-	int64_t step, flen = -1, od[4];
+	int64_t step = 0, flen = -1, od[4];
 	int onesided = (int)oq_k_int(k, "onesided", 1), rc, cplx;
 	size_t frames, bins, len;
 	double *fr = NULL, *sp = NULL;
@@ -254,8 +254,8 @@ static int blackman(oq_kctx *k) { return window(k, 0.42, 0.5, 0.08); }
  */
 static int melweight(oq_kctx *k)
 {
-	int64_t nmel, dftlen, rate, od[2], *pt = NULL;
-	double lo, hi, mlo, mhi, step;
+	int64_t nmel = 0, dftlen = 0, rate = 0, od[2], *pt = NULL;
+	double lo = 0, hi = 0, mlo, mhi, step;
 	int dt, rc;
 	size_t nspec;
 	oq_rt *y;
