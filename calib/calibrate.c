@@ -48,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "qparams.h"
 #include "run.h"
 
 #define LANES 16
@@ -370,7 +371,7 @@ static int pick(const calib *c, const oq_calib_opts *o, size_t i, double *lo, do
 		else if (c->method == OQ_CALIB_ENTROPY)
 			rc = oq_select_entropy(h, s->lo, s->hi, 1 << (oq_dtype_bits(act) - 1), lo, hi);
 		else
-			rc = oq_select_mse(h, s->lo, s->hi, act, o->act_sym, lo, hi);
+			rc = oq_select_mse(h, s->lo, s->hi, act, oq_act_form(o->act_sym), lo, hi);
 	}
 	if (rc)
 		return oq_err(d, rc, "calibrate: tensor '%s': %s range selection failed (%s)",
@@ -618,7 +619,8 @@ int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d
 	if ((rc = sweep(&j, &c, two ? " (pass 1/2: min/max)" : "", d)))
 		goto fail;
 	if (two) {
-		int abs = o->method == OQ_CALIB_ENTROPY || o->act_sym;
+		int abs = o->method == OQ_CALIB_ENTROPY ||
+			  oq_qform_mirrored(o->act_type ? o->act_type : OQ_DT_UINT8, oq_act_form(o->act_sym));
 		if ((rc = hist_setup(&c, abs, d)))
 			goto fail;
 		c.phase = 1;

@@ -240,7 +240,7 @@ static void mse_check(const float *x, size_t n, double lo, double hi, int sym, d
 
 	cr_assert_eq(oq_hist_init(&h, ha, hh, OQ_HIST_BINS, sym), OQ_OK);
 	oq_hist_add_f32(&h, x, n);
-	cr_assert_eq(oq_select_mse(&h, lo, hi, dt, sym, &a, &b), OQ_OK);
+	cr_assert_eq(oq_select_mse(&h, lo, hi, dt, form, &a, &b), OQ_OK);
 	e = sse(x, n, a, b, dt, form);
 	cr_expect(e <= sse(x, n, lo, hi, dt, form), "mse worse than min/max");
 	cr_expect(e <= 1.02 * sse(x, n, a, b * 0.8, dt, form), "0.8 x hi is better: [%g, %g]", a, b);
