@@ -371,7 +371,7 @@ static int pick(const calib *c, const oq_calib_opts *o, size_t i, double *lo, do
 		else if (c->method == OQ_CALIB_ENTROPY)
 			rc = oq_select_entropy(h, s->lo, s->hi, 1 << (oq_dtype_bits(act) - 1), lo, hi);
 		else
-			rc = oq_select_mse(h, s->lo, s->hi, act, oq_act_form(o->act_sym), lo, hi);
+			rc = oq_select_mse(h, s->lo, s->hi, act, oq_act_form(o->act_sym, s->lo), lo, hi);
 	}
 	if (rc)
 		return oq_err(d, rc, "calibrate: tensor '%s': %s range selection failed (%s)",
@@ -474,16 +474,20 @@ static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 }
 
 /* Histograms over pass 1's exact ranges ([0, max |x|] when abs). */
-static int hist_setup(calib *c, int abs, oq_diag *d)
+/* Histograms over the pass-1 ranges: of |x| for entropy and for grids mirrored around 0 (the
+ * form depends on the tensor's minimum with --act-symmetric=unsigned), else signed. */
+static int hist_setup(calib *c, const oq_calib_opts *o, oq_diag *d)
 {
 	const oq_graph *g = c->g;
+	int act = o->act_type ? o->act_type : OQ_DT_UINT8;
 
 	for (size_t i = 0; i < g->n_values; i++) {
 		const tstat *s = &c->st[i];
 		double lo = s->lo, hi = s->hi;
-		int rc;
+		int rc, abs;
 		if (!s->seen || !(lo <= hi))
 			continue;
+		abs = o->method == OQ_CALIB_ENTROPY || oq_qform_mirrored(act, oq_act_form(o->act_sym, lo));
 		if (abs) {
 			hi = -lo > hi ? -lo : hi;
 			lo = 0;
@@ -619,9 +623,7 @@ int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d
 	if ((rc = sweep(&j, &c, two ? " (pass 1/2: min/max)" : "", d)))
 		goto fail;
 	if (two) {
-		int abs = o->method == OQ_CALIB_ENTROPY ||
-			  oq_qform_mirrored(o->act_type ? o->act_type : OQ_DT_UINT8, oq_act_form(o->act_sym));
-		if ((rc = hist_setup(&c, abs, d)))
+		if ((rc = hist_setup(&c, o, d)))
 			goto fail;
 		c.phase = 1;
 		if ((rc = sweep(&j, &c, " (pass 2/2: histograms)", d)))

@@ -35,7 +35,8 @@ typedef struct oq_calib_opts {
 	double percentile;   /* --percentile in (0, 100]; 0 = OQ_PERCENTILE */
 	int act_type;        /* activation dtype, the grid entropy/mse aim at; 0 = uint8 */
 	int act_sym;         /* OQ_ACT_* (qparams.h): symmetric narrow and FP8 make percentile/mse
-			      * use |x| and ranges [-t, t]; unsigned symmetric a signed histogram */
+			      * use |x| and ranges [-t, t]; unsigned symmetric a signed histogram
+			      * for tensors without negatives (oq_act_form) */
 } oq_calib_opts;
 
 /*

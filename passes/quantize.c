@@ -320,7 +320,7 @@ static int own_qp(qctx *c, const oq_value *v, const oq_node *prod, qp *out, int 
 		lo = r->min;
 		hi = r->max;
 	}
-	rc = oq_qparams(lo, hi, dtype, oq_act_form(sym), 0, &out->scale, &out->zp);
+	rc = oq_qparams(lo, hi, dtype, oq_act_form(sym, lo), 0, &out->scale, &out->zp);
 	if (rc)
 		return oq_err(c->d, rc, "quantize: tensor '%s': no quantization parameters for range "
 			      "[%g, %g] on %s", v->name, lo, hi, oq_dtype_name(dtype));

@@ -29,6 +29,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "dtype.h"
 #include "oq.h"
@@ -43,14 +44,17 @@ enum { OQ_QP_ASYM = 0, OQ_QP_SYM_NARROW, OQ_QP_SYM_FULL };
 enum {
 	OQ_ACT_ASYM = 0,        /* asymmetric (default) */
 	OQ_ACT_SYM,             /* symmetric narrow: int8 [-127,127] zp 0, uint8 [0,254] zp 127 */
-	OQ_ACT_SYM_UNSIGNED,    /* AIMET symmetric unsigned: uint8 [0,255] zp 0, negatives clamp */
+	OQ_ACT_SYM_UNSIGNED,    /* symmetric; AIMET's unsigned grid (uint8 [0,255], zp 0) for
+				 * tensors whose range has no negatives, narrow for the others */
 };
 
-/* The oq_qparams form of an OQ_ACT_* setting (unsigned symmetric is the full form on an
- * unsigned type). */
-static inline int oq_act_form(int act_sym)
+/* The oq_qparams form of an OQ_ACT_* setting for a tensor whose (calibrated) range starts at lo.
+ * Unsigned symmetric is the full form on an unsigned type, used where lo >= 0 (post-ReLU
+ * tensors; AIMET's use_unsigned_symmetric); a tensor with negatives gets symmetric narrow
+ * (uint8 [0,254] zp 127), since clamping its negatives to 0 would destroy it. */
+static inline int oq_act_form(int act_sym, double lo)
 {
-	return act_sym == OQ_ACT_SYM_UNSIGNED ? OQ_QP_SYM_FULL
+	return act_sym == OQ_ACT_SYM_UNSIGNED ? (lo >= 0 ? OQ_QP_SYM_FULL : OQ_QP_SYM_NARROW)
 	       : act_sym                      ? OQ_QP_SYM_NARROW
 	                                      : OQ_QP_ASYM;
 }
@@ -103,16 +107,24 @@ static inline int64_t oq_quantize_value(float x, float scale, int64_t zp, int64_
  * to +-448, as a float: QuantizeLinear(saturate=1) followed by the cast back. NaN stays NaN. */
 static inline float oq_fp8_round(float x, float scale)
 {
-	float v = x / scale + 0.0f, a = fabsf(v), q;
+	float v = x / scale + 0.0f, a = fabsf(v), q, inv;
+	uint32_t u;
 	int e;
 
 	if (!(a < 464.0f)) /* 464 = halfway from 448 to the next (absent) binade value 480 */
 		return v != v ? v : v < 0 ? -448.0f : 448.0f;
-	frexpf(a, &e); /* a = f * 2^e, f in [0.5, 1): the binade [2^(e-1), 2^e) has step 2^(e-4) */
-	if (e < -5)
-		e = -5; /* subnormals (and 0): fixed step 2^-9 */
-	q = ldexpf(1.0f, e - 4);
-	a = rintf(a / q) * q; /* exact: q is a power of two */
+	/* binade [2^e, 2^(e+1)) of a from its float32 exponent bits; step 2^(e-3); below 2^-6
+	 * (subnormals, and 0) the step stays 2^-9. The powers of two are built from bits: this
+	 * runs once per weight per candidate in the mse search. */
+	memcpy(&u, &a, 4);
+	e = (int)(u >> 23) - 127;
+	if (e < -6)
+		e = -6;
+	u = (uint32_t)(e - 3 + 127) << 23;
+	memcpy(&q, &u, 4);
+	u = (uint32_t)(3 - e + 127) << 23;
+	memcpy(&inv, &u, 4);
+	a = rintf(a * inv) * q; /* exact: powers of two */
 	if (a > 448.0f)
 		a = 448.0f;
 	return v < 0 ? -a : a;

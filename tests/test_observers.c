@@ -302,7 +302,7 @@ Test(observers, mse_unsigned_symmetric_and_fp8)
 	uint64_t s = 5;
 	oq_hist h;
 	double a, b, e;
-	int form = oq_act_form(OQ_ACT_SYM_UNSIGNED);
+	int form = oq_act_form(OQ_ACT_SYM_UNSIGNED, 0);
 
 	cr_assert_not_null(x);
 	/* AIMET unsigned uint8 (zp 0 on [0,255]): a quarter of the values negative (they clamp to 0

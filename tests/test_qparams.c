@@ -262,12 +262,15 @@ Test(qparams, aimet_unsigned_symmetric_act_form)
 {
 	float s;
 	int64_t zp;
-	/* --act-symmetric=unsigned is the full form on an unsigned type */
-	cr_expect_eq(oq_act_form(OQ_ACT_SYM_UNSIGNED), OQ_QP_SYM_FULL);
-	cr_expect_eq(oq_act_form(OQ_ACT_SYM), OQ_QP_SYM_NARROW);
-	cr_expect_eq(oq_act_form(OQ_ACT_ASYM), OQ_QP_ASYM);
-	/* uint8 [-0.3, 5.1]: zp 0, s = 5.1/255 = 0.02; -0.3 clamps to q 0, 5.1 -> 255, 0.03 -> 1.5 -> 2 */
-	qp(-0.3, 5.1, OQ_DT_UINT8, oq_act_form(OQ_ACT_SYM_UNSIGNED), 0, &s, &zp);
+	/* --act-symmetric=unsigned is the full form on an unsigned type for ranges without
+	 * negatives, symmetric narrow for the others */
+	cr_expect_eq(oq_act_form(OQ_ACT_SYM_UNSIGNED, 0), OQ_QP_SYM_FULL);
+	cr_expect_eq(oq_act_form(OQ_ACT_SYM_UNSIGNED, -0.1), OQ_QP_SYM_NARROW);
+	cr_expect_eq(oq_act_form(OQ_ACT_SYM, 0), OQ_QP_SYM_NARROW);
+	cr_expect_eq(oq_act_form(OQ_ACT_ASYM, -1), OQ_QP_ASYM);
+	/* the AIMET unsigned grid itself: uint8 [-0.3, 5.1] (the negatives clamp): zp 0,
+	 * s = 5.1/255 = 0.02; -0.3 -> q 0, 5.1 -> 255, 0.03 -> 1.5 -> 2 */
+	qp(-0.3, 5.1, OQ_DT_UINT8, OQ_QP_SYM_FULL, 0, &s, &zp);
 	cr_expect(close_rel(s, 0.02), "%g", (double)s);
 	cr_expect_eq(zp, 0);
 	cr_expect_eq(oq_quantize_value(-0.3f, s, zp, 0, 255), 0);

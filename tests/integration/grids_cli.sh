@@ -4,8 +4,9 @@
 #   - --act-type/--weight-type float8e4m3fn: opset 19 chosen, float8e4m3fn Q/DQ and weights,
 #     QuantizeLinear saturate=1, `check` clean, held-out SQNR >= 15 dB (measured 18.4 min);
 #     per tensor weights and every --method (mse models the FP8 grid) run;
-#   - --act-symmetric=unsigned: every activation zero point is 0 (AIMET unsigned symmetric),
-#     including the logits, which have negatives (asymmetric gives them zp > 0);
+#   - --act-symmetric=unsigned: tensors without negatives (post-ReLU) get zero point 0 on the
+#     whole uint8 grid (AIMET unsigned symmetric), the logits (negatives) symmetric narrow zp 127,
+#     where plain --act-symmetric gives post-ReLU tensors zp 127 too;
 #   - --weight-method mse: different weights from minmax, byte-identical on a second run;
 #   - impossible combinations: exit 1 (usage) or 3 (unsupported), one message naming the
 #     option, a pre-existing output file untouched.
@@ -74,20 +75,21 @@ done
 q fp8_acts_only --act-type float8e4m3fn && min_sqnr fp8_acts_only 15
 
 # ---------------------------------------------------------------- unsigned symmetric
-if q unsigned --act-symmetric=unsigned --export-encodings "$tmp/unsigned.json"; then
-	n=$(grep -c '"onnx_type": "uint8"' "$tmp/unsigned.json")
-	nz=$(grep -c '"offset": 0,.*"onnx_type": "uint8"' "$tmp/unsigned.json")
-	if [ "$n" -gt 0 ] && [ "$n" -eq "$nz" ]; then ok "unsigned: all $n activation zero points 0"; else
-		bad "unsigned: $nz of $n activation zero points 0"; fi
-	min_sqnr unsigned 5
-fi
-# the same model asymmetric: the logits (negative values) get a zero point above 0
-if q asym --export-encodings "$tmp/asym.json"; then
-	if grep -q '"offset": -[1-9][0-9]*,.*"onnx_type": "uint8"' "$tmp/asym.json"; then
-		ok "asym: some activation zero point > 0 (so the unsigned check above can fail)"
-	else
-		bad "asym: every zero point 0: the unsigned check proves nothing"
-	fi
+# (zero point = -offset in the encodings; the rows of one tensor are on one line)
+if q unsigned --act-symmetric=unsigned --export-encodings "$tmp/unsigned.json" &&
+	q symmetric --act-symmetric --export-encodings "$tmp/symmetric.json"; then
+	# post-ReLU tensors (calibrated min 0) use the whole uint8 grid: zero point 0
+	n=$(grep -c '"min": 0, .*"onnx_type": "uint8"' "$tmp/unsigned.json")
+	nz=$(grep -c '"offset": 0, "min": 0, .*"onnx_type": "uint8"' "$tmp/unsigned.json")
+	if [ "$n" -ge 5 ] && [ "$n" -eq "$nz" ]; then ok "unsigned: the $n tensors without negatives have zero point 0"; else
+		bad "unsigned: $nz of $n non-negative tensors with zero point 0"; fi
+	# the logits have negatives: symmetric narrow, zero point 127 (clamping them would destroy them)
+	if grep -A1 '"logits": \[' "$tmp/unsigned.json" | grep -q '"offset": -127,'; then ok "unsigned: logits zero point 127"; else
+		bad "unsigned: logits: $(grep -A1 '"logits": \[' "$tmp/unsigned.json" | tail -1)"; fi
+	# plain --act-symmetric puts the same post-ReLU tensor on [0,254] with zero point 127
+	if grep -A1 '"r1": \[' "$tmp/symmetric.json" | grep -q '"offset": -127,'; then ok "symmetric: r1 zero point 127"; else
+		bad "symmetric: r1: $(grep -A1 '"r1": \[' "$tmp/symmetric.json" | tail -1)"; fi
+	min_sqnr unsigned 15
 fi
 q unsigned16 --act-symmetric=unsigned --act-type uint16
 
