@@ -48,6 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "qparams.h"
 #include "run.h"
 
 #define LANES 16
@@ -385,7 +386,7 @@ static int pick(const calib *c, const oq_calib_opts *o, size_t i, double *lo, do
 		else if (c->method == OQ_CALIB_ENTROPY)
 			rc = oq_select_entropy(h, s->lo, s->hi, 1 << (oq_dtype_bits(act) - 1), lo, hi);
 		else
-			rc = oq_select_mse(h, s->lo, s->hi, act, o->act_sym, lo, hi);
+			rc = oq_select_mse(h, s->lo, s->hi, act, oq_act_form(o->act_sym, s->lo), lo, hi);
 	}
 	if (rc)
 		return oq_err(d, rc, "calibrate: tensor '%s': %s range selection failed (%s)",
@@ -580,17 +581,22 @@ static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 	return OQ_OK;
 }
 
-/* Histograms over the exact ranges in c->st ([0, max |x|] when abs). */
-static int hist_setup(calib *c, int abs, oq_diag *d)
+/* Histograms over the exact ranges in c->st: of |x| for entropy and for grids mirrored around 0
+ * (the form depends on the tensor's minimum with --act-symmetric=unsigned), else signed. */
+static int hist_setup(calib *c, const oq_calib_opts *o, oq_diag *d)
 {
 	const oq_graph *g = c->g;
+	int act = o->act_type ? o->act_type : OQ_DT_UINT8;
 
 	for (size_t i = 0; i < g->n_values; i++) {
 		const tstat *s = &c->st[i];
 		double lo = s->lo, hi = s->hi;
-		int rc;
-		if (!s->seen || !oq_stats_wants_hist(lo, hi, abs))
-			continue; /* nothing finite, or a constant tensor: its range is exact already */
+		int rc, abs;
+		if (!s->seen || !(lo <= hi))
+			continue;
+		abs = o->method == OQ_CALIB_ENTROPY || oq_qform_mirrored(act, oq_act_form(o->act_sym, lo));
+		if (!oq_stats_wants_hist(lo, hi, abs))
+			continue; /* a constant tensor: its range is exact already */
 		if (abs) {
 			hi = -lo > hi ? -lo : hi;
 			lo = 0;
@@ -633,10 +639,13 @@ static int is_two_pass(int method)
 	return method == OQ_CALIB_PERCENTILE || method == OQ_CALIB_ENTROPY || method == OQ_CALIB_MSE;
 }
 
-/* Histograms of |x| (entropy, symmetric percentile/mse) rather than x. */
+/* What decides each histogram's form (hist_setup), recorded in statistics files so a file is only
+ * used with the settings it was made for: 1 for entropy (always |x|), else 2 + the activation
+ * grid (--act-symmetric form x 256 + activation dtype). */
 static int hist_abs(const oq_calib_opts *o)
 {
-	return o->method == OQ_CALIB_ENTROPY || o->act_sym;
+	int act = o->act_type ? o->act_type : OQ_DT_UINT8;
+	return o->method == OQ_CALIB_ENTROPY ? 1 : 2 + o->act_sym * 256 + act;
 }
 
 static void release(const oq_model *m, job *j, calib *c)
@@ -931,7 +940,7 @@ int oq_calibrate_stats(oq_model *m, const oq_calib_opts *o, oq_stats *out, oq_di
 			goto fail;
 		}
 		if ((rc = load_file(&c, o->ranges, rname, 0, d)) ||
-		    (rc = hist_setup(&c, hist_abs(o), d)))
+		    (rc = hist_setup(&c, o, d)))
 			goto fail;
 		c.phase = 1;
 		if ((rc = sweep(&j, &c, " (histograms)", d)))
@@ -994,10 +1003,10 @@ static int calibrate_from_stats(oq_model *m, const oq_calib_opts *o, oq_ranges *
 		              what, oq_calib_method_name(o->method), what);
 	if (two && s->hist_abs != hist_abs(o))
 		return oq_err(d, OQ_EINVAL,
-		              "quantize --stats: %s holds histograms of %s, --method %s%s needs %s; "
-		              "use the same --method / --act-symmetric as the calibrate runs",
-		              what, s->hist_abs ? "|x|" : "signed x", oq_calib_method_name(o->method),
-		              o->act_sym ? " --act-symmetric" : "", hist_abs(o) ? "|x|" : "signed x");
+		              "quantize --stats: %s holds histograms made for other settings than "
+		              "--method %s with these --act-type / --act-symmetric; use the same "
+		              "options as the calibrate runs",
+		              what, oq_calib_method_name(o->method));
 	if ((rc = calib_init(m, o, &c, d)) || (rc = load_file(&c, s, what, two, d)))
 		goto fail;
 	if ((rc = collect(&c, o, out, d)))
@@ -1051,7 +1060,7 @@ int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d
 	if ((rc = sweep(&j, &c, two ? " (pass 1/2: min/max)" : "", d)))
 		goto fail;
 	if (two) {
-		if ((rc = hist_setup(&c, hist_abs(o), d)))
+		if ((rc = hist_setup(&c, o, d)))
 			goto fail;
 		c.phase = 1;
 		if ((rc = sweep(&j, &c, " (pass 2/2: histograms)", d)))

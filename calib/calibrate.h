@@ -40,7 +40,9 @@ typedef struct oq_calib_opts {
 	double ema_constant; /* --ema-constant in (0, 1]; 0 = OQ_EMA_CONSTANT */
 	double percentile;   /* --percentile in (0, 100]; 0 = OQ_PERCENTILE */
 	int act_type;        /* activation dtype, the grid entropy/mse aim at; 0 = uint8 */
-	int act_sym;         /* symmetric activations: percentile/mse use |x|, ranges [-t, t] */
+	int act_sym;         /* OQ_ACT_* (qparams.h): symmetric narrow and FP8 make percentile/mse
+			      * use |x| and ranges [-t, t]; unsigned symmetric a signed histogram
+			      * for tensors without negatives (oq_act_form) */
 	size_t batch;        /* --calib-batch N: samples run together along axis 0 (symbolic batch dim); 0/1 = one */
 	uint32_t shard, n_shards; /* --shard I/N (0-based I) for oq_calibrate_stats; n_shards 0 = 1 */
 	const oq_stats *ranges;   /* --ranges: merged round-1 ranges (histogram round), or NULL */

@@ -58,6 +58,14 @@
  *   asymmetric: the upper end over the edges above 0 and the lower end over
  *   the edges below 0, one at a time (coordinate descent from [min, max],
  *   at most 8 rounds, stop when neither end moves). Ties keep the wider range.
+ *   AIMET's unsigned symmetric grid (zero point 0 on [0, 2^b - 1]) uses the
+ *   signed histogram: gl = 0, so everything below 0 costs c^2 (clipped to
+ *   0), and the coordinate descent moves the upper end only.
+ *   FP8 E4M3FN (|x| histogram, scale s = t / 448): the step is constant in
+ *   each binade, 2^(e-3) s on [2^e s, 2^(e+1) s) for e = -6..8, and 2^-9 s
+ *   below 2^-6 s (subnormals); a bin costs cnt step^2/12 in range, c^2 when
+ *   |c| < 2^-10 s (rounds to 0), (c - t)^2 above t: O(16) per candidate
+ *   from the same prefix sums.
  */
 #include "observe.h"
 
@@ -339,7 +347,7 @@ typedef struct msectx {
 	const oq_hist *h;
 	double *C, *S1, *S2; /* n + 1 entries each */
 	double w;            /* bin width */
-	int dtype, form;     /* target grid: activation dtype, OQ_QP_ASYM or OQ_QP_SYM_NARROW */
+	int dtype, form;     /* target grid: activation dtype and oq_qparams form */
 	int64_t qmin, qmax;  /* the form's grid */
 } msectx;
 
@@ -409,20 +417,53 @@ static double mse_err(const msectx *m, double a, double b)
 	return e;
 }
 
-int oq_select_mse(const oq_hist *h, double lo, double hi, int dtype, int sym, double *out_lo,
+/* Expected squared error of [-t, t] on the FP8 E4M3FN grid (|x| histogram). */
+static double mse_err_fp8(const msectx *m, double t)
+{
+	double s = t / OQ_FP8_E4M3FN_MAX, n = (double)m->h->n, e = 0, c0, c1, c2, a, b;
+
+	if (!(s > 0))
+		return INFINITY;
+	/* clipping above t */
+	a = first_above(m, t);
+	sums(m, a, n, &c0, &c1, &c2);
+	e += c2 - 2 * t * c1 + t * t * c0;
+	/* below half the smallest subnormal: rounds to 0 */
+	b = first_at_or_above(m, ldexp(s, -10));
+	sums(m, 0, b, &c0, &c1, &c2);
+	e += c2;
+	/* subnormals (k = -7), then binades [2^k s, 2^(k+1) s) for k = -6..8, the last up to t */
+	for (int k = -7; k <= 8; k++) {
+		double top = k < 8 ? ldexp(s, k + 1) : t, step = ldexp(s, (k < -6 ? -6 : k) - 3);
+		double ib = first_at_or_above(m, top);
+		if (ib > a || k == 8)
+			ib = a;
+		if (ib < b)
+			ib = b;
+		sums(m, b, ib, &c0, &c1, &c2);
+		e += c0 * step * step / 12;
+		b = ib;
+	}
+	return e;
+}
+
+int oq_select_mse(const oq_hist *h, double lo, double hi, int dtype, int form, double *out_lo,
 		  double *out_hi)
 {
 	msectx m;
 	size_t n = h->n;
-	int rc = OQ_OK;
+	int rc = OQ_OK, fp8, sym;
 
 	*out_lo = lo;
 	*out_hi = hi;
 	memset(&m, 0, sizeof m);
 	m.h = h;
 	m.dtype = dtype;
-	m.form = sym ? OQ_QP_SYM_NARROW : OQ_QP_ASYM;
-	if (!!sym != !!h->abs || !oq_qgrid(dtype, m.form, 0, &m.qmin, &m.qmax))
+	m.form = form;
+	fp8 = oq_qtype_is_fp8(dtype);
+	sym = oq_qform_mirrored(dtype, form);
+	if (sym != !!h->abs ||
+	    (fp8 ? form == OQ_QP_ASYM : !oq_qgrid(dtype, form, 0, &m.qmin, &m.qmax)))
 		return OQ_EINVAL;
 	m.w = (h->hi - h->lo) / (double)n;
 	m.C = oq_malloc((n + 1) * sizeof *m.C);
@@ -440,9 +481,9 @@ int oq_select_mse(const oq_hist *h, double lo, double hi, int dtype, int sym, do
 		m.S2[k + 1] = m.S2[k] + cnt * c * c;
 	}
 	if (sym) {
-		double best = mse_err(&m, -h->hi, h->hi), bt = h->hi;
+		double best = fp8 ? mse_err_fp8(&m, h->hi) : mse_err(&m, -h->hi, h->hi), bt = h->hi;
 		for (size_t k = n; k-- > 1;) {
-			double t = edge(h, k), e = mse_err(&m, -t, t);
+			double t = edge(h, k), e = fp8 ? mse_err_fp8(&m, t) : mse_err(&m, -t, t);
 			if (e < best) {
 				best = e;
 				bt = t;
@@ -468,7 +509,7 @@ int oq_select_mse(const oq_hist *h, double lo, double hi, int dtype, int sym, do
 				moved |= nb != b;
 				b = nb;
 			}
-			if (a < 0) { /* lower end over the edges below 0 */
+			if (a < 0 && form == OQ_QP_ASYM) { /* lower end over the edges below 0 */
 				double na = a;
 				for (size_t k = 1; k < n; k++) {
 					double t = edge(h, k), e;

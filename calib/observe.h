@@ -69,14 +69,16 @@ void oq_ema_update(double *lo, double *hi, int *init, double blo, double bhi, do
  *    keeping at least p % of the values, range [-t, t].
  *  entropy: |x| histogram; target = 2^(b-1) bins (128 for 8 bits); OQ_EINVAL
  *    when the histogram has fewer bins than target.
- *  mse: dtype = activation type, sym = symmetric narrow grid (|x| histogram)
- *    or asymmetric (signed histogram); see observe.c for the error model.
+ *  mse: dtype = activation type (integer or float8e4m3fn), form = the
+ *    oq_qparams form the quantize pass uses; a |x| histogram exactly when
+ *    oq_qform_mirrored(dtype, form), else a signed one (OQ_EINVAL otherwise);
+ *    see observe.c for the error model.
  */
 void oq_select_percentile(const oq_hist *h, double lo, double hi, double p, double *out_lo,
 			  double *out_hi);
 int oq_select_entropy(const oq_hist *h, double lo, double hi, int target, double *out_lo,
 		      double *out_hi) OQ_WUR;
-int oq_select_mse(const oq_hist *h, double lo, double hi, int dtype, int sym, double *out_lo,
+int oq_select_mse(const oq_hist *h, double lo, double hi, int dtype, int form, double *out_lo,
 		  double *out_hi) OQ_WUR;
 
 #endif

@@ -359,7 +359,7 @@ int oq_stats_decode(const uint8_t *buf, size_t len, const char *what, oq_stats *
 	(void)get_u64(&r, &s->n_total);
 	(void)get_u64(&r, &s->n_samples);
 	(void)get_u32(&r, &s->n_shards);
-	if ((kind != OQ_STATS_RANGES && kind != OQ_STATS_HIST) || abs > 1 || reserved ||
+	if ((kind != OQ_STATS_RANGES && kind != OQ_STATS_HIST) || reserved ||
 	    (kind == OQ_STATS_RANGES && abs))
 		return corrupt(d, what, "bad header fields");
 	s->kind = (int)kind;
@@ -392,9 +392,12 @@ int oq_stats_decode(const uint8_t *buf, size_t len, const char *what, oq_stats *
 		s->n = i + 1;
 		if ((rc = get_record(&r, &s->v[i], i ? s->v[i - 1].name : NULL, what, d)))
 			return rc;
-		if ((s->v[i].h.bin != NULL) !=
-			(kind == OQ_STATS_HIST && oq_stats_wants_hist(s->v[i].lo, s->v[i].hi, (int)abs)) ||
-		    (s->v[i].h.bin && s->v[i].h.abs != s->hist_abs))
+		/* the form of each histogram (|x| or x) is per tensor (hist_setup); hist_abs 1
+		 * (entropy) means |x| everywhere */
+		const oq_stat *v = &s->v[i];
+		if (v->h.bin ? kind != OQ_STATS_HIST || !oq_stats_wants_hist(v->lo, v->hi, v->h.abs) ||
+				   (abs == 1 && !v->h.abs)
+			     : kind == OQ_STATS_HIST && v->lo < v->hi)
 			return corrupt(d, what, "histogram does not match the file kind");
 	}
 	if (r.at != r.len)
@@ -621,8 +624,8 @@ int oq_stats_merge(oq_stats *acc, const oq_stats *b, const char *bname, oq_diag 
 	if (acc->kind != b->kind || acc->hist_abs != b->hist_abs)
 		return oq_err(d, OQ_EINVAL,
 			      "stats: %s holds %s%s, the files before it %s%s; merge files of one round",
-			      bname, kind_name(b->kind), b->hist_abs ? " of |x|" : "",
-			      kind_name(acc->kind), acc->hist_abs ? " of |x|" : "");
+			      bname, kind_name(b->kind), b->hist_abs ? " (other histogram settings)" : "",
+			      kind_name(acc->kind), acc->hist_abs ? "" : "");
 	if (acc->n_shards != b->n_shards || acc->n_total != b->n_total)
 		return oq_err(d, OQ_EINVAL,
 			      "stats: %s splits %llu samples into %u shards, the files before it %llu "

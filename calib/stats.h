@@ -64,7 +64,7 @@ typedef struct oq_stat {
 /* A statistics file in memory. */
 typedef struct oq_stats {
 	int kind;           /* OQ_STATS_* */
-	int hist_abs;       /* histograms of |x| (entropy, --act-symmetric) rather than x */
+	int hist_abs;       /* histogram settings (calibrate.c hist_abs: 1 entropy, else 2 + grid); 0: ranges */
 	uint64_t model_fp;  /* oq_stats_fingerprint of the rewritten model */
 	uint64_t ranges_id; /* histograms: checksum of the ranges file they were built over */
 	uint64_t n_total;   /* samples of the whole set */

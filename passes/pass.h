@@ -49,6 +49,12 @@ enum {
 	OQ_GRID_FULL,        /* [-128,127], scale = max(max/127, -min/128) (AIMET) */
 };
 
+/* How weight ranges are chosen (--weight-method). */
+enum {
+	OQ_WMETHOD_MINMAX = 0, /* min/max of each channel/block/tensor (default) */
+	OQ_WMETHOD_MSE,        /* the clipped range with the least squared error on the weight's grid */
+};
+
 /* Per-tensor / per-node settings from --overrides FILE.json (quantize pass). */
 typedef struct oq_override {
 	char *name;          /* tensor (value) name or node name */
@@ -73,13 +79,16 @@ typedef struct oq_opts {
 	/* fuse / quantize */
 	int profile;         /* OQ_PROFILE_* */
 	int keep_activations;/* --keep-activations: never remove a fused Relu/Clip */
-	int weight_type;     /* oq_dtype of weights: INT8 (default), UINT8, INT4, UINT4, INT16 */
-	int act_type;        /* oq_dtype of activations: UINT8 (default), INT8, UINT16, INT16 */
+	int weight_type;     /* oq_dtype of weights: INT8 (default), UINT8, INT4, UINT4, INT16,
+			      * FLOAT8E4M3FN */
+	int act_type;        /* oq_dtype of activations: UINT8 (default), INT8, UINT16, INT16,
+			      * FLOAT8E4M3FN */
+	int weight_method;   /* OQ_WMETHOD_* */
 	int granularity;     /* OQ_GRAN_* */
 	int64_t block_size;  /* --block-size, for OQ_GRAN_BLOCK (default 32 when 0) */
 	int sym_grid;        /* OQ_GRID_* for symmetric signed weights */
 	int weight_asym;     /* --weight-asymmetric */
-	int act_sym;         /* --act-symmetric */
+	int act_sym;         /* OQ_ACT_* (qparams.h): --act-symmetric[=unsigned]; FP8 forces OQ_ACT_SYM */
 	int reduce_range;    /* --reduce-range: 7-bit weights (ORT) */
 	int weight_only;     /* --weight-only: weights get a DQ, activations stay float */
 	const char *const *op_types; /* --op-types: op types whose weights are quantized (weight-only); NULL = default */

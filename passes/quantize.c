@@ -253,7 +253,7 @@ static void select_nodes(qctx *c)
 
 static int act_sym(const qctx *c)
 {
-	return c->trt || c->o->act_sym;
+	return c->trt ? OQ_ACT_SYM : c->o->act_sym;
 }
 
 /*
@@ -273,17 +273,33 @@ static int own_qp(qctx *c, const oq_value *v, const oq_node *prod, qp *out, int 
 		dtype = n->dtype;
 	if (t && t->dtype)
 		dtype = t->dtype;
+	/* an override's "symmetric": true keeps the global symmetric kind (narrow or unsigned) */
 	if (n && n->symmetric >= 0)
-		sym = n->symmetric;
+		sym = n->symmetric ? (sym ? sym : OQ_ACT_SYM) : OQ_ACT_ASYM;
 	if (t && t->symmetric >= 0)
-		sym = t->symmetric;
-	if (!oq_qrange(dtype, 0, &qmin, &qmax))
+		sym = t->symmetric ? (sym ? sym : OQ_ACT_SYM) : OQ_ACT_ASYM;
+	if (oq_qtype_is_fp8(dtype)) {
+		qmin = qmax = 0;
+		if (!sym)
+			return oq_err(c->d, OQ_EUSAGE, "quantize: tensor '%s': float8e4m3fn activations are "
+				      "symmetric; drop the override's \"symmetric\": false", v->name);
+		sym = OQ_ACT_SYM;
+	} else if (!oq_qrange(dtype, 0, &qmin, &qmax)) {
 		return oq_err(c->d, OQ_EUSAGE, "quantize: tensor '%s': activation type %s is not supported "
-			      "(use uint8, int8, uint16 or int16)", v->name, oq_dtype_name(dtype));
+			      "(use uint8, int8, uint16, int16 or float8e4m3fn)", v->name, oq_dtype_name(dtype));
+	}
+	if (sym == OQ_ACT_SYM_UNSIGNED && qmin < 0)
+		return oq_err(c->d, OQ_EUSAGE, "quantize: tensor '%s': unsigned symmetric activations need "
+			      "an unsigned type, not %s; set \"symmetric\" in its override", v->name,
+			      oq_dtype_name(dtype));
 	out->dtype = dtype;
 	if ((t && t->has_qparams) || (!(t && t->has_range) && n && n->has_qparams)) {
 		const oq_override *f = t && t->has_qparams ? t : n;
-		if (f->zero_point < qmin || f->zero_point > qmax)
+		if (oq_qtype_is_fp8(dtype) && f->zero_point != 0)
+			return oq_err(c->d, OQ_EUSAGE, "quantize: tensor '%s': override zero_point %lld: "
+				      "float8e4m3fn activations have zero point 0", v->name,
+				      (long long)f->zero_point);
+		if (!oq_qtype_is_fp8(dtype) && (f->zero_point < qmin || f->zero_point > qmax))
 			return oq_err(c->d, OQ_EUSAGE, "quantize: tensor '%s': override zero_point %lld is "
 				      "outside %s [%lld, %lld]", v->name, (long long)f->zero_point,
 				      oq_dtype_name(dtype), (long long)qmin, (long long)qmax);
@@ -308,7 +324,7 @@ static int own_qp(qctx *c, const oq_value *v, const oq_node *prod, qp *out, int 
 		lo = r->min;
 		hi = r->max;
 	}
-	rc = oq_qparams(lo, hi, dtype, sym ? OQ_QP_SYM_NARROW : OQ_QP_ASYM, 0, &out->scale, &out->zp);
+	rc = oq_qparams(lo, hi, dtype, oq_act_form(sym, lo), 0, &out->scale, &out->zp);
 	if (rc)
 		return oq_err(c->d, rc, "quantize: tensor '%s': no quantization parameters for range "
 			      "[%g, %g] on %s", v->name, lo, hi, oq_dtype_name(dtype));
@@ -546,6 +562,9 @@ static oq_value *add_pair(qctx *c, oq_value *v, oq_value *src, oq_value *dst)
 	in[2] = c->z_init[v->index];
 	if (oq_node_set_inputs(q, in, 3) || oq_node_set_outputs(q, &qv, 1))
 		goto out;
+	/* FP8: out-of-range values become +-448, never NaN (the default, written for readers) */
+	if (oq_qtype_is_fp8(c->q[v->index].dtype) && oq_node_set_attr_int(q, "saturate", 1))
+		goto out;
 	in[0] = qv;
 	if (oq_node_set_inputs(dq, in, 3) || oq_node_set_outputs(dq, &dst, 1))
 		goto out;
@@ -729,6 +748,7 @@ static int weight_spec(const qctx *c, const oq_node *n, const oq_value *w, oq_ws
 	s->symmetric = c->trt || !c->o->weight_asym;
 	s->sym_grid = c->o->sym_grid;
 	s->reduce_range = c->o->reduce_range;
+	s->mse = c->o->weight_method == OQ_WMETHOD_MSE;
 	for (int k = 0; k < 2; k++) {
 		const oq_override *v = k ? t : no;
 		if (!v)
@@ -839,6 +859,11 @@ static int needs21(int dtype)
 	return dtype == OQ_DT_INT4 || dtype == OQ_DT_UINT4 || dtype == OQ_DT_INT16 || dtype == OQ_DT_UINT16;
 }
 
+static int needs19(int dtype)
+{
+	return oq_qtype_is_fp8(dtype);
+}
+
 /* Raises *need to n (with the reason) when it is higher. */
 static void want(int64_t *need, const char **why, int64_t n, const char *w)
 {
@@ -860,6 +885,10 @@ static int check_opset(qctx *c)
 		want(&need, &why, 13, "per-channel weights");
 	if (o->granularity == OQ_GRAN_BLOCK)
 		want(&need, &why, 21, "blocked weights");
+	if (!c->trt && needs19(o->act_type))
+		want(&need, &why, 19, "float8e4m3fn activations");
+	if (!c->trt && needs19(o->weight_type))
+		want(&need, &why, 19, "float8e4m3fn weights");
 	if (!c->trt && needs21(o->act_type))
 		want(&need, &why, 21, "16-bit activations");
 	if (!c->trt && needs21(o->weight_type))

@@ -15,6 +15,14 @@
  * symmetric narrow/full or asymmetric form; values are quantized with
  * rintf(x / scale) + zp in float32 (ties to even) and saturated. 4-bit
  * values are packed two per byte, element 2k in the low nibble.
+ * float8e4m3fn: scale = amax / 448, zero point +0, each value encoded from
+ * x / scale + 0 in float32 by the executor's E4M3FN encoder (ties to even,
+ * saturate=1), so the stored bits are what QuantizeLinear would give.
+ *
+ * --weight-method mse (oq_wspec.mse): candidate ranges are scored by the
+ * exact squared error sum (x - DQ(Q(x)))^2 over each group, one pass over
+ * the weight per candidate (all groups at once): 100 candidates for the
+ * symmetric forms and FP8, 300 (joint, upper end, lower end) asymmetric.
  *
  * Bias (REFERENCE.md section 2): int32, zero point omitted (0),
  *   bias_scale[c] = in_scale * w_scale[c] * beta  (float32 products as ORT),
@@ -47,6 +55,7 @@
 #include <unistd.h>
 
 #include "qparams.h"
+#include "quant_math.h"
 
 /* How elements of w map to scale groups (see the header comment). */
 typedef struct wlayout {
@@ -64,6 +73,8 @@ typedef struct wlayout {
 typedef struct wq {
 	wlayout L;          /* grouping */
 	int form;           /* OQ_QP_* */
+	int fp8;            /* float8e4m3fn (qmin/qmax unused) */
+	int mse;            /* --weight-method mse */
 	int64_t qmin, qmax; /* grid */
 	float *mn, *mx;     /* per group observed range */
 	float *scale;       /* per group scale */
@@ -102,7 +113,10 @@ static void put(unsigned char *buf, int dtype, size_t i, int64_t v)
 		memcpy(buf + i, &x, 1);
 		break;
 	}
-	case OQ_DT_UINT8: buf[i] = (unsigned char)v; break;
+	case OQ_DT_UINT8:
+	case OQ_DT_FLOAT8E4M3FN: /* v is the encoding */
+		buf[i] = (unsigned char)v;
+		break;
 	case OQ_DT_INT16: {
 		int16_t x = (int16_t)v;
 		memcpy(buf + 2 * i, &x, 2);
@@ -180,6 +194,93 @@ static int layout(const oq_tensor *w, const oq_wspec *s, wlayout *L, oq_diag *d)
 	return OQ_OK;
 }
 
+/* Dequantized x with one group's parameters (the round trip DQ(Q(x))). */
+static inline float roundtrip(const wq *st, float x, float s, int64_t zp)
+{
+	if (st->fp8)
+		return oq_fp8_round(x, s) * s;
+	return (float)(oq_quantize_value(x, s, zp, st->qmin, st->qmax) - zp) * s;
+}
+
+/* Candidate range of phase ph: both ends (0), the upper (1) or the lower (2) scaled by f;
+ * a kept end comes from [flo, fhi], the best range when the phase started. */
+static void candidate(int ph, float f, float mn, float mx, float flo, float fhi, float *lo,
+                      float *hi)
+{
+	*lo = ph == 1 ? flo : mn * f;
+	*hi = ph == 2 ? fhi : mx * f;
+}
+
+/*
+ * --weight-method mse: replaces each group's [mn, mx] by the candidate range
+ * (see qweight.h) with the least squared round-trip error. Phase 0 scales
+ * both ends by f; asymmetric phases 1 and 2 scale one end, the other kept
+ * at the phase's starting best. OQ_ENOMEM on allocation failure.
+ */
+static int mse_search(const oq_tensor *w, wq *st, int dtype, int reduce_range)
+{
+	const wlayout *L = &st->L;
+	size_t ng = L->ngroups;
+	int nphase = st->form == OQ_QP_ASYM ? 3 : 1, rc = OQ_ENOMEM;
+	double *err = oq_calloc(ng, sizeof *err), *best = oq_calloc(ng, sizeof *best);
+	float *blo = oq_calloc(ng, sizeof *blo), *bhi = oq_calloc(ng, sizeof *bhi);
+	float *flo = oq_calloc(ng, sizeof *flo), *fhi = oq_calloc(ng, sizeof *fhi);
+	float *cs = oq_calloc(ng, sizeof *cs);
+	int64_t *cz = oq_calloc(ng, sizeof *cz);
+
+	if (!err || !best || !blo || !bhi || !flo || !fhi || !cs || !cz)
+		goto out;
+	for (size_t g = 0; g < ng; g++) {
+		blo[g] = st->mn[g];
+		bhi[g] = st->mx[g];
+		best[g] = INFINITY;
+	}
+	for (int ph = 0; ph < nphase; ph++) {
+		memcpy(flo, blo, ng * sizeof *flo);
+		memcpy(fhi, bhi, ng * sizeof *fhi);
+		for (int k = ph ? 1 : 0; k < 100; k++) {
+			/* f in float so the candidates are the same numbers on every machine */
+			float f = 1.0f - (float)k / 100.0f;
+			size_t idx = 0;
+			for (size_t g = 0; g < ng; g++) {
+				float lo, hi;
+				candidate(ph, f, st->mn[g], st->mx[g], flo[g], fhi[g], &lo, &hi);
+				err[g] = 0;
+				if (oq_qparams(lo, hi, dtype, st->form, reduce_range, &cs[g], &cz[g]))
+					err[g] = INFINITY; /* never chosen */
+			}
+			for (size_t o = 0; o < L->outer; o++)
+				for (size_t a = 0; a < L->alen; a++) {
+					size_t gb = o * L->so + (a / L->blk) * L->sa;
+					for (size_t i = 0; i < L->inner; i++, idx++) {
+						size_t g = gb + i * L->si;
+						float x = ld(w, idx);
+						double e = (double)x - (double)roundtrip(st, x, cs[g], cz[g]);
+						err[g] += e * e;
+					}
+				}
+			for (size_t g = 0; g < ng; g++)
+				if (err[g] < best[g]) { /* strict: ties keep the wider (earlier) range */
+					best[g] = err[g];
+					candidate(ph, f, st->mn[g], st->mx[g], flo[g], fhi[g], &blo[g], &bhi[g]);
+				}
+		}
+	}
+	memcpy(st->mn, blo, ng * sizeof *blo);
+	memcpy(st->mx, bhi, ng * sizeof *bhi);
+	rc = OQ_OK;
+out:
+	free(err);
+	free(best);
+	free(blo);
+	free(bhi);
+	free(flo);
+	free(fhi);
+	free(cs);
+	free(cz);
+	return rc;
+}
+
 /* Range of each group, then scale and zero point. */
 static int ranges(const oq_tensor *w, wq *st, int dtype, int reduce_range, oq_diag *d)
 {
@@ -207,9 +308,12 @@ static int ranges(const oq_tensor *w, wq *st, int dtype, int reduce_range, oq_di
 					st->mx[g] = x;
 			}
 		}
-	for (size_t g = 0; g < L->ngroups; g++) {
+	for (size_t g = 0; g < L->ngroups; g++)
 		if (st->mn[g] > st->mx[g])
 			st->mn[g] = st->mx[g] = 0; /* empty group */
+	if (st->mse && mse_search(w, st, dtype, reduce_range))
+		return oq_err(d, OQ_ENOMEM, "quantize: weight '%s': out of memory", tname(w));
+	for (size_t g = 0; g < L->ngroups; g++) {
 		if (oq_qparams(st->mn[g], st->mx[g], dtype, st->form, reduce_range, &st->scale[g],
 		               &st->zp[g]))
 			return oq_err(d, OQ_EINVAL,
@@ -233,9 +337,13 @@ static void quantize_elems(const oq_tensor *w, wq *st, int dtype, size_t only)
 				size_t g = gb + i * L->si;
 				if (only != SIZE_MAX && g != only)
 					continue;
-				put(out, dtype, idx,
-				    oq_quantize_value(ld(w, idx), st->scale[g], st->zp[g], st->qmin,
-				                      st->qmax));
+				if (st->fp8)
+					put(out, dtype, idx,
+					    oq_smallfloat_from_f32(dtype, ld(w, idx) / st->scale[g] + 0.0f, 1));
+				else
+					put(out, dtype, idx,
+					    oq_quantize_value(ld(w, idx), st->scale[g], st->zp[g], st->qmin,
+					                      st->qmax));
 			}
 		}
 }
@@ -252,10 +360,21 @@ static int wq_run(const oq_tensor *w, const oq_wspec *s, wq *st, oq_diag *d)
 	st->form = !s->symmetric                 ? OQ_QP_ASYM
 	           : s->sym_grid == OQ_GRID_FULL ? OQ_QP_SYM_FULL
 	                                         : OQ_QP_SYM_NARROW;
-	if (!oq_qgrid(s->dtype, st->form, s->reduce_range, &st->qmin, &st->qmax))
+	st->mse = s->mse;
+	if (oq_qtype_is_fp8(s->dtype)) {
+		st->fp8 = 1;
+		if (!s->symmetric || s->reduce_range || s->block_size > 0)
+			return oq_err(d, OQ_EUSAGE,
+			              "quantize: weight '%s': float8e4m3fn weights are symmetric, "
+			              "per tensor or per channel (%s); change the options or override",
+			              tname(w),
+			              !s->symmetric   ? "asymmetric requested"
+			              : s->block_size ? "blocks requested"
+			                              : "reduce_range requested");
+	} else if (!oq_qgrid(s->dtype, st->form, s->reduce_range, &st->qmin, &st->qmax))
 		return oq_err(d, OQ_EUSAGE,
 		              "quantize: weight '%s': cannot quantize to %s (use int8, uint8, "
-		              "int16, uint16, int4 or uint4)",
+		              "int16, uint16, int4, uint4 or float8e4m3fn)",
 		              tname(w), oq_dtype_name(s->dtype));
 	if ((rc = layout(w, s, &st->L, d)))
 		return rc;
@@ -348,6 +467,8 @@ void oq_weight_release_pages(const oq_model *m, const oq_tensor *t)
  */
 static int64_t need_opset(const oq_wspec *s)
 {
+	if (oq_qtype_is_fp8(s->dtype) && s->block_size <= 0)
+		return 19;
 	if (s->block_size > 0 || (s->dtype != OQ_DT_INT8 && s->dtype != OQ_DT_UINT8))
 		return 21;
 	return s->axis >= 0 ? 13 : 10;
@@ -597,7 +718,7 @@ int oq_weight_insert_dq(oq_graph *g, oq_node *n, int w_idx, int b_idx, float in_
 		return rc;
 
 	if (b_idx >= 0 && (size_t)b_idx < n->n_inputs && n->inputs[b_idx] && in_scale > 0 &&
-	    beta > 0 && !blocked) {
+	    beta > 0 && !blocked && !st.fp8) {
 		bv = n->inputs[b_idx];
 		/* per-axis: the bias is 1-D with one entry per channel; per tensor: any shape */
 		if (!oq_weight_quantizable(bv) ||

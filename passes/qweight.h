@@ -13,12 +13,14 @@
 
 /* How one weight tensor is quantized. */
 typedef struct oq_wspec {
-	int dtype;           /* OQ_DT_INT8, UINT8, INT16, UINT16, INT4, UINT4 */
+	int dtype;           /* OQ_DT_INT8, UINT8, INT16, UINT16, INT4, UINT4, FLOAT8E4M3FN */
 	int axis;            /* per axis: the channel axis; blocked: the reduction axis; -1: per tensor */
 	int64_t block_size;  /* > 0: blocked along `axis` (opset 21), partial last block allowed */
 	int symmetric;       /* 1: symmetric grid (zero point 0, or the mid-point for unsigned types) */
 	int sym_grid;        /* OQ_GRID_NARROW / OQ_GRID_FULL for symmetric signed types */
 	int reduce_range;    /* 7-bit range (ORT --reduce-range) */
+	int mse;             /* 1: per group, the clipped range with the least squared error
+			      * (--weight-method mse); 0: min/max */
 } oq_wspec;
 
 /*
@@ -26,6 +28,15 @@ typedef struct oq_wspec {
  * packed two per byte, low nibble first); *scale: float32, a scalar for
  * per tensor, [C] for per axis, w's rank with ceil(D/B) on `axis` for
  * blocked; *zp: same shape as scale, dtype s->dtype. Owned by the caller.
+ * float8e4m3fn: symmetric only (scale = amax/448, zero point +0), per
+ * tensor or per axis (OQ_EUSAGE otherwise), values x / scale rounded to
+ * the E4M3FN grid and saturated (QuantizeLinear saturate=1).
+ * With s->mse each group's range is the one of
+ *   symmetric: [f min, f max], f = 1 - k/100, k = 0..99;
+ *   asymmetric: the same, then the upper end f max (lower end kept), then
+ *     the lower end f min (upper end kept), k = 0..99 each;
+ * with the least sum of (x - dequantize(quantize(x)))^2 over the group on
+ * its actual grid (ties keep the wider range; k = 0 is min/max).
  */
 int oq_weight_quantize(const oq_tensor *w, const oq_wspec *s, oq_tensor **q, oq_tensor **scale,
 		       oq_tensor **zp, oq_diag *d) OQ_WUR;
@@ -53,9 +64,10 @@ int oq_weight_fake_quantize(const oq_tensor *w, const oq_wspec *s, float *out, o
  * A weight already quantized to identical tensors by an earlier call (a
  * shared weight) reuses that DequantizeLinear. Blocked weights leave the
  * bias float (no per-channel weight scale); so does a per-axis weight whose
- * bias is not 1-D [C], and beta <= 0. The weight must satisfy
+ * bias is not 1-D [C], beta <= 0, and a float8e4m3fn weight (as TensorRT:
+ * FP8 layers add a float bias). The weight must satisfy
  * oq_weight_quantizable (else OQ_EUNSUP); the model's opset must be >= 13
- * for an axis and >= 21 for block_size or 16/4-bit types (else OQ_EUNSUP
+ * for an axis, >= 19 for float8e4m3fn, >= 21 for block_size or 16/4-bit types (else OQ_EUNSUP
  * naming the node). Uses are rebuilt; the DQ is appended (toposort after).
  */
 int oq_weight_insert_dq(oq_graph *g, oq_node *n, int w_idx, int b_idx, float in_scale, float beta,

@@ -1006,6 +1006,9 @@ static int64_t needed_opset(const oq_opts *o)
 	for (int i = 0; i < 2; i++)
 		if (t[i] == OQ_DT_INT4 || t[i] == OQ_DT_UINT4 || t[i] == OQ_DT_INT16 || t[i] == OQ_DT_UINT16)
 			return 21;
+	for (int i = 0; i < 2; i++)
+		if (t[i] == OQ_DT_FLOAT8E4M3FN)
+			return 19; /* float8 types and QuantizeLinear's saturate */
 	return 13;
 }
 

@@ -156,6 +156,7 @@ int oq_quantize_weight_only(oq_graph *g, const oq_opts *o, oq_diag *d, int *chan
 		s.symmetric = !o->weight_asym;
 		s.sym_grid = o->sym_grid;
 		s.reduce_range = o->reduce_range;
+		s.mse = o->weight_method == OQ_WMETHOD_MSE;
 		if (o->granularity == OQ_GRAN_BLOCK) {
 			s.axis = r.block_axis;
 			s.block_size = block;

@@ -14,6 +14,7 @@
 #include "onnx_io.h"
 #include "oq.h"
 #include "pipeline.h"
+#include "qparams.h"
 #include "run.h"
 
 static const char usage_main[] =
@@ -111,15 +112,24 @@ static const char usage_quantize[] =
 	"  --bias-correction       fold the mean output shift that weight quantization causes\n"
 	"                          (measured on the calibration samples) into each Conv/Gemm/\n"
 	"                          MatMul bias\n"
+	"";
+
+/* The rest of `quantize --help` (one literal would pass the 4095 characters C99 promises). */
+static const char usage_quantize_more[] =
 	"Quantization:\n"
 	"  --profile ort|trt       Q/DQ placement: ONNX Runtime's (default) or TensorRT's\n"
-	"  --weight-type T         int8 (default), uint8, int16, int4, uint4\n"
-	"  --act-type T            uint8 (default), int8, uint16, int16\n"
+	"  --weight-type T         int8 (default), uint8, int16, int4, uint4, float8e4m3fn\n"
+	"  --act-type T            uint8 (default), int8, uint16, int16, float8e4m3fn\n"
+	"                          (FP8: symmetric, scale = amax/448, opset 19)\n"
 	"  --granularity G         channel (default), tensor or block\n"
 	"  --block-size B          block size for --granularity block (default 32)\n"
 	"  --sym-grid narrow|full  symmetric weight grid: [-127,127] (default) or [-128,127]\n"
 	"  --weight-asymmetric     asymmetric weights\n"
-	"  --act-symmetric         symmetric activations\n"
+	"  --act-symmetric         symmetric activations (uint8: [0,254] zero point 127)\n"
+	"  --act-symmetric=unsigned  symmetric, with zero point 0 on [0,255] (AIMET unsigned)\n"
+	"                          for tensors without negatives (post-ReLU); uint8/uint16\n"
+	"  --weight-method M       minmax (default) or mse: per channel/block/tensor, the\n"
+	"                          clipping range with the least squared error on its grid\n"
 	"  --reduce-range          7-bit weights (older x86 integer kernels)\n"
 	"  --keep-activations      keep Relu/Clip after Conv/Gemm instead of folding them into Q\n"
 	"  --weight-only           quantize weights only (no calibration): DQ -> MatMul/Gemm\n"
@@ -326,6 +336,7 @@ static int parse_qtype(const char *s)
 	static const struct { const char *name; int dt; } t[] = {
 		{"int8", OQ_DT_INT8}, {"uint8", OQ_DT_UINT8}, {"int16", OQ_DT_INT16},
 		{"uint16", OQ_DT_UINT16}, {"int4", OQ_DT_INT4}, {"uint4", OQ_DT_UINT4},
+		{"float8e4m3fn", OQ_DT_FLOAT8E4M3FN},
 	};
 	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
 		if (!strcmp(s, t[i].name))
@@ -372,6 +383,7 @@ enum {
 	O_PASSES, O_DUMP, O_VERIFY, O_EXT, O_EXT_T, O_QUIET, O_VERBOSE, O_METHOD, O_EMA_C, O_PCT,
 	O_STATS, O_SHARD, O_RANGES, O_CALIB_BATCH,
 	O_BIASC,
+	O_WMETHOD,
 };
 
 /* Command kinds parse_qargs serves. */
@@ -430,7 +442,8 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		{"block-size", required_argument, NULL, O_BLOCK},
 		{"sym-grid", required_argument, NULL, O_GRID},
 		{"weight-asymmetric", no_argument, NULL, O_WASYM},
-		{"act-symmetric", no_argument, NULL, O_ASYM},
+		{"act-symmetric", optional_argument, NULL, O_ASYM},
+		{"weight-method", required_argument, NULL, O_WMETHOD},
 		{"reduce-range", no_argument, NULL, O_REDUCE},
 		{"keep-activations", no_argument, NULL, O_KEEP},
 		{"weight-only", no_argument, NULL, O_WONLY},
@@ -554,12 +567,14 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 			break;
 		case O_WTYPE:
 			if (!(p->q.weight_type = parse_qtype(optarg)) || p->q.weight_type == OQ_DT_UINT16)
-				return usage_error(cmd, "--weight-type is int8, uint8, int16, int4 or uint4");
+				return usage_error(cmd, "--weight-type is int8, uint8, int16, int4, uint4 or "
+							"float8e4m3fn");
 			break;
 		case O_ATYPE: {
 			int t = parse_qtype(optarg);
-			if (t != OQ_DT_INT8 && t != OQ_DT_UINT8 && t != OQ_DT_INT16 && t != OQ_DT_UINT16)
-				return usage_error(cmd, "--act-type is uint8, int8, uint16 or int16");
+			if (t != OQ_DT_INT8 && t != OQ_DT_UINT8 && t != OQ_DT_INT16 && t != OQ_DT_UINT16 &&
+			    t != OQ_DT_FLOAT8E4M3FN)
+				return usage_error(cmd, "--act-type is uint8, int8, uint16, int16 or float8e4m3fn");
 			p->q.act_type = t;
 			break;
 		}
@@ -587,7 +602,19 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 				return usage_error(cmd, "--sym-grid is narrow or full");
 			break;
 		case O_WASYM: p->q.weight_asym = 1; break;
-		case O_ASYM: p->q.act_sym = 1; break;
+		case O_ASYM:
+			if (optarg && strcmp(optarg, "unsigned"))
+				return usage_error(cmd, "--act-symmetric takes no value or =unsigned");
+			p->q.act_sym = optarg ? OQ_ACT_SYM_UNSIGNED : OQ_ACT_SYM;
+			break;
+		case O_WMETHOD:
+			if (!strcmp(optarg, "minmax"))
+				p->q.weight_method = OQ_WMETHOD_MINMAX;
+			else if (!strcmp(optarg, "mse"))
+				p->q.weight_method = OQ_WMETHOD_MSE;
+			else
+				return usage_error(cmd, "--weight-method is minmax or mse");
+			break;
 		case O_REDUCE: p->q.reduce_range = 1; break;
 		case O_KEEP: p->q.keep_activations = 1; break;
 		case O_WONLY: p->q.weight_only = 1; break;
@@ -623,7 +650,11 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 			break;
 		case O_QUIET: p->quiet = 1; break;
 		case O_VERBOSE: p->verbose = 1; break;
-		case 'h': fputs(usage, stdout); return -1;
+		case 'h':
+			fputs(usage, stdout);
+			if (usage == usage_quantize)
+				fputs(usage_quantize_more, stdout);
+			return -1;
 		default: return usage_error(cmd, "unknown option");
 		}
 	}
@@ -673,6 +704,25 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		return usage_error(cmd, "--op-types applies to --weight-only");
 	if (p->q.profile == OQ_PROFILE_TRT && (p->q.act_type != OQ_DT_UINT8 || p->q.act_sym))
 		return usage_error(cmd, "--profile trt fixes activations to symmetric int8; drop --act-type/--act-symmetric");
+	if (p->q.profile == OQ_PROFILE_TRT && p->q.weight_type != OQ_DT_INT8)
+		return usage_error(cmd, "--profile trt fixes weights to symmetric int8; drop --weight-type");
+	if (p->q.act_sym == OQ_ACT_SYM_UNSIGNED && p->q.act_type != OQ_DT_UINT8 &&
+	    p->q.act_type != OQ_DT_UINT16)
+		return usage_error(cmd, "--act-symmetric=unsigned needs --act-type uint8 or uint16 (zero point 0 "
+				   "at the bottom of an unsigned grid)");
+	if (p->q.act_type == OQ_DT_FLOAT8E4M3FN)
+		p->q.act_sym = OQ_ACT_SYM; /* FP8 has one grid: symmetric, zero point 0, amax / 448 */
+	if (p->q.weight_type == OQ_DT_FLOAT8E4M3FN) {
+		if (p->q.weight_asym)
+			return usage_error(cmd, "float8e4m3fn weights are symmetric (scale = amax/448); drop "
+					   "--weight-asymmetric");
+		if (p->q.reduce_range)
+			return usage_error(cmd, "--reduce-range is for 8-bit integer weights; drop it with "
+					   "--weight-type float8e4m3fn");
+		if (p->q.granularity == OQ_GRAN_BLOCK)
+			return usage_error(cmd, "float8e4m3fn weights are per tensor or per channel; use "
+					   "--granularity channel or tensor");
+	}
 	if (p->q.profile == OQ_PROFILE_TRT)
 		p->q.act_type = OQ_DT_INT8, p->q.act_sym = 1;
 	return 0;

@@ -83,8 +83,20 @@ int oq_qparams(double min, double max, int dtype, int form, int reduce_range, fl
 	int64_t qmin, qmax;
 	double rmin, rmax, s, z;
 
-	if (isnan(min) || isnan(max) || min > max ||
-	    !oq_qgrid(dtype, form, reduce_range, &qmin, &qmax))
+	if (isnan(min) || isnan(max) || min > max)
+		return OQ_EINVAL;
+	if (oq_qtype_is_fp8(dtype)) {
+		/* TensorRT/ModelOpt FP8: amax / 448 in double, then narrowed to float32 */
+		double a;
+		if (form == OQ_QP_ASYM || form > OQ_QP_SYM_FULL || reduce_range)
+			return OQ_EINVAL;
+		a = fmax(fabs(fmax(min, -FLT_MAX / 2)), fabs(fmin(max, FLT_MAX / 2)));
+		s = (double)(float)a / OQ_FP8_E4M3FN_MAX;
+		*scale = s < FLT_MIN ? 1.0f : (float)s;
+		*zp = 0;
+		return OQ_OK;
+	}
+	if (!oq_qgrid(dtype, form, reduce_range, &qmin, &qmax))
 		return OQ_EINVAL;
 	/* ORT replaces infinite (or huge) ends so that rmax - rmin stays finite. */
 	if (min < -FLT_MAX / 2)

@@ -240,7 +240,7 @@ static void mse_check(const float *x, size_t n, double lo, double hi, int sym, d
 
 	cr_assert_eq(oq_hist_init(&h, ha, hh, OQ_HIST_BINS, sym), OQ_OK);
 	oq_hist_add_f32(&h, x, n);
-	cr_assert_eq(oq_select_mse(&h, lo, hi, dt, sym, &a, &b), OQ_OK);
+	cr_assert_eq(oq_select_mse(&h, lo, hi, dt, form, &a, &b), OQ_OK);
 	e = sse(x, n, a, b, dt, form);
 	cr_expect(e <= sse(x, n, lo, hi, dt, form), "mse worse than min/max");
 	cr_expect(e <= 1.02 * sse(x, n, a, b * 0.8, dt, form), "0.8 x hi is better: [%g, %g]", a, b);
@@ -280,6 +280,69 @@ Test(observers, mse_clips_outlier_and_is_near_optimal)
 	cr_expect(b < 10, "t %g", b);
 	/* signed, asymmetric uint8 */
 	mse_check(x, n, -20, 1, 0, &b);
+	free(x);
+}
+
+/* Actual FP8 round-trip error of x on [-t, t] (scale t/448). */
+static double sse_fp8(const float *x, size_t n, double t)
+{
+	float s = (float)(t / OQ_FP8_E4M3FN_MAX);
+	double e = 0;
+	for (size_t i = 0; i < n; i++) {
+		double d = (double)oq_fp8_round(x[i], s) * s - x[i];
+		e += d * d;
+	}
+	return e;
+}
+
+Test(observers, mse_unsigned_symmetric_and_fp8)
+{
+	size_t n = 2000000;
+	float *x = malloc(n * sizeof *x);
+	uint64_t s = 5;
+	oq_hist h;
+	double a, b, e;
+	int form = oq_act_form(OQ_ACT_SYM_UNSIGNED, 0);
+
+	cr_assert_not_null(x);
+	/* AIMET unsigned uint8 (zp 0 on [0,255]): a quarter of the values negative (they clamp to 0
+	 * whatever the range), uniform [0, 1) and one 20: the top must come down as in the
+	 * asymmetric case, on a signed histogram */
+	for (size_t i = 0; i < n; i++)
+		x[i] = i % 4 ? unif(&s) : -unif(&s);
+	x[7] = 20;
+	cr_assert_eq(oq_hist_init(&h, -1, 20, OQ_HIST_BINS, 0), OQ_OK);
+	oq_hist_add_f32(&h, x, n);
+	cr_assert_eq(oq_select_mse(&h, -1, 20, OQ_DT_UINT8, form, &a, &b), OQ_OK);
+	e = sse(x, n, a, b, OQ_DT_UINT8, form);
+	cr_expect(b < 10, "hi %g", b);
+	cr_expect(e <= sse(x, n, -1, 20, OQ_DT_UINT8, form));
+	cr_expect(e <= 1.02 * sse(x, n, a, b * 0.8, OQ_DT_UINT8, form), "0.8 x hi better: %g", b);
+	cr_expect(e <= 1.02 * sse(x, n, a, b * 1.25, OQ_DT_UINT8, form), "1.25 x hi better: %g", b);
+	/* an |x| histogram does not describe this grid */
+	oq_hist_free(&h);
+	cr_assert_eq(oq_hist_init(&h, 0, 20, OQ_HIST_BINS, 1), OQ_OK);
+	cr_expect_eq(oq_select_mse(&h, -1, 20, OQ_DT_UINT8, form, &a, &b), OQ_EINVAL);
+	oq_hist_free(&h);
+
+	/* FP8 E4M3FN on |x|: uniform [-1, 1) and one outlier 8 (histogram bins of 8/2048: the
+	 * linear histogram resolves the bulk). The chosen t must be near-optimal by the actual
+	 * FP8 error and no worse than min/max */
+	for (size_t i = 0; i < n; i++)
+		x[i] = 2 * unif(&s) - 1;
+	x[3] = 8;
+	cr_assert_eq(oq_hist_init(&h, 0, 8, OQ_HIST_BINS, 1), OQ_OK);
+	oq_hist_add_f32(&h, x, n);
+	cr_assert_eq(oq_select_mse(&h, -1, 8, OQ_DT_FLOAT8E4M3FN, OQ_QP_SYM_NARROW, &a, &b), OQ_OK);
+	e = sse_fp8(x, n, b);
+	cr_expect(a == -b || a == -1, "[%g, %g]", a, b);
+	cr_expect(e <= sse_fp8(x, n, 8), "mse %g vs minmax %g", e, sse_fp8(x, n, 8));
+	cr_expect(e <= 1.02 * sse_fp8(x, n, b * 0.8), "0.8 x t better: %g", b);
+	cr_expect(e <= 1.02 * sse_fp8(x, n, b * 1.25), "1.25 x t better: %g", b);
+	/* the FP8 grid has no asymmetric form */
+	cr_expect_eq(oq_select_mse(&h, -1, 8, OQ_DT_FLOAT8E4M3FN, OQ_QP_ASYM, &a, &b),
+	             OQ_EINVAL);
+	oq_hist_free(&h);
 	free(x);
 }
 

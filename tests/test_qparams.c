@@ -11,9 +11,11 @@
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "dtype.h"
 #include "qparams.h"
+#include "quant_math.h"
 
 /* relative closeness for scales that are not exact binary fractions */
 static int close_rel(double a, double b)
@@ -254,4 +256,96 @@ Test(qparams, bad_input)
 	cr_expect_eq(oq_qparams(-INFINITY, INFINITY, OQ_DT_INT8, OQ_QP_SYM_NARROW, 0, &s, &zp),
 	             OQ_OK);
 	cr_expect(close_rel(s, (double)FLT_MAX / 2 / 127), "%g", (double)s);
+}
+
+Test(qparams, aimet_unsigned_symmetric_act_form)
+{
+	float s;
+	int64_t zp;
+	/* --act-symmetric=unsigned is the full form on an unsigned type for ranges without
+	 * negatives, symmetric narrow for the others */
+	cr_expect_eq(oq_act_form(OQ_ACT_SYM_UNSIGNED, 0), OQ_QP_SYM_FULL);
+	cr_expect_eq(oq_act_form(OQ_ACT_SYM_UNSIGNED, -0.1), OQ_QP_SYM_NARROW);
+	cr_expect_eq(oq_act_form(OQ_ACT_SYM, 0), OQ_QP_SYM_NARROW);
+	cr_expect_eq(oq_act_form(OQ_ACT_ASYM, -1), OQ_QP_ASYM);
+	/* the AIMET unsigned grid itself: uint8 [-0.3, 5.1] (the negatives clamp): zp 0,
+	 * s = 5.1/255 = 0.02; -0.3 -> q 0, 5.1 -> 255, 0.03 -> 1.5 -> 2 */
+	qp(-0.3, 5.1, OQ_DT_UINT8, OQ_QP_SYM_FULL, 0, &s, &zp);
+	cr_expect(close_rel(s, 0.02), "%g", (double)s);
+	cr_expect_eq(zp, 0);
+	cr_expect_eq(oq_quantize_value(-0.3f, s, zp, 0, 255), 0);
+	cr_expect_eq(oq_quantize_value(5.1f, s, zp, 0, 255), 255);
+	cr_expect_eq(oq_quantize_value(0.03f, s, zp, 0, 255), 2);
+	/* uint16 [0, 655.35]: s = 655.35/65535 = 0.01 */
+	qp(0, 655.35, OQ_DT_UINT16, OQ_QP_SYM_FULL, 0, &s, &zp);
+	cr_expect(close_rel(s, 0.01), "%g", (double)s);
+	cr_expect_eq(zp, 0);
+	/* all-negative range: max(max, 0) = 0 -> scale below FLT_MIN -> 1, zp 0 */
+	qp(-3, -1, OQ_DT_UINT8, OQ_QP_SYM_FULL, 0, &s, &zp);
+	cr_expect_eq(s, 1.0f);
+	cr_expect_eq(zp, 0);
+	/* which grids a |x| histogram describes */
+	cr_expect_not(oq_qform_mirrored(OQ_DT_UINT8, OQ_QP_SYM_FULL));
+	cr_expect_not(oq_qform_mirrored(OQ_DT_UINT8, OQ_QP_ASYM));
+	cr_expect(oq_qform_mirrored(OQ_DT_UINT8, OQ_QP_SYM_NARROW));
+	cr_expect(oq_qform_mirrored(OQ_DT_INT8, OQ_QP_SYM_FULL));
+	cr_expect(oq_qform_mirrored(OQ_DT_FLOAT8E4M3FN, OQ_QP_SYM_NARROW));
+}
+
+Test(qparams, fp8_e4m3fn_scale)
+{
+	float s;
+	int64_t zp = 5;
+	/* amax 896 -> 896/448 = 2, zero point 0 (both symmetric forms) */
+	qp(-896, 10, OQ_DT_FLOAT8E4M3FN, OQ_QP_SYM_NARROW, 0, &s, &zp);
+	cr_expect_eq(s, 2.0f);
+	cr_expect_eq(zp, 0);
+	qp(-1, 896, OQ_DT_FLOAT8E4M3FN, OQ_QP_SYM_FULL, 0, &s, &zp);
+	cr_expect_eq(s, 2.0f);
+	/* amax 3.5 -> 3.5/448 = 2^-7 exactly */
+	qp(-3.5, 1, OQ_DT_FLOAT8E4M3FN, OQ_QP_SYM_NARROW, 0, &s, &zp);
+	cr_expect_eq(s, 0x1p-7f);
+	/* [0, 0] -> scale 1 */
+	qp(0, 0, OQ_DT_FLOAT8E4M3FN, OQ_QP_SYM_NARROW, 0, &s, &zp);
+	cr_expect_eq(s, 1.0f);
+	/* asymmetric and reduce_range have no FP8 meaning */
+	cr_expect_eq(oq_qparams(-1, 1, OQ_DT_FLOAT8E4M3FN, OQ_QP_ASYM, 0, &s, &zp), OQ_EINVAL);
+	cr_expect_eq(oq_qparams(-1, 1, OQ_DT_FLOAT8E4M3FN, OQ_QP_SYM_NARROW, 1, &s, &zp), OQ_EINVAL);
+	/* the other float8 types are not offered */
+	cr_expect_eq(oq_qparams(-1, 1, OQ_DT_FLOAT8E5M2, OQ_QP_SYM_NARROW, 0, &s, &zp), OQ_EINVAL);
+}
+
+Test(qparams, fp8_e4m3fn_values)
+{
+	/* E4M3FN: bias 7, 3 mantissa bits; step 2^(e-3) in binade [2^e, 2^(e+1)), e >= -6;
+	 * subnormals m * 2^-9; max 1.75 * 2^8 = 448 (S.1111.110); S.1111.111 is NaN */
+	cr_expect_eq(oq_fp8_round(448, 1), 448.0f);
+	cr_expect_eq(oq_fp8_round(500, 1), 448.0f);   /* saturate */
+	cr_expect_eq(oq_fp8_round(-1e6f, 1), -448.0f);
+	cr_expect_eq(oq_fp8_round(INFINITY, 1), 448.0f);
+	cr_expect_eq(oq_fp8_round(0x1p-6f, 1), 0x1p-6f); /* smallest normal */
+	cr_expect_eq(oq_fp8_round(0x1p-9f, 1), 0x1p-9f); /* smallest subnormal */
+	cr_expect_eq(oq_fp8_round(7 * 0x1p-9f, 1), 7 * 0x1p-9f); /* largest subnormal */
+	cr_expect_eq(oq_fp8_round(0x1p-10f, 1), 0.0f);    /* tie 0 | 2^-9 -> even (0) */
+	cr_expect_eq(oq_fp8_round(3 * 0x1p-10f, 1), 0x1p-8f); /* tie 1 | 2 (x 2^-9) -> 2 */
+	cr_expect_eq(oq_fp8_round(17, 1), 16.0f);          /* [16,32) step 2: tie 16 | 18 -> 16 */
+	cr_expect_eq(oq_fp8_round(19, 1), 20.0f);          /* tie 18 | 20 -> 20 (even mantissa) */
+	cr_expect_eq(oq_fp8_round(-0.3f, 1), -0.3125f);    /* [0.25,0.5) step 1/32: 9.6 -> 10 */
+	cr_expect_eq(oq_fp8_round(5, 2), 2.5f);            /* x / scale */
+	/* encodings (the executor's encoder, which the weights use): sign|eeee|mmm */
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, 448, 1), 0x7E);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, 1000, 1), 0x7E);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, -1000, 1), 0xFE);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, 1, 1), 0x38);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, 0x1p-6f, 1), 0x08);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, 0x1p-9f, 1), 0x01);
+	cr_expect_eq(oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, -0x1p-9f, 1), 0x81);
+	/* the inline rounding agrees with encode -> decode over a sweep of magnitudes */
+	for (int i = -4000; i <= 4000; i++) {
+		float x = (float)i * 0.0371f * (float)(1 + abs(i) / 100), s = 0.37f;
+		float want = oq_smallfloat_to_f32(OQ_DT_FLOAT8E4M3FN,
+		                                  oq_smallfloat_from_f32(OQ_DT_FLOAT8E4M3FN, x / s + 0.0f, 1));
+		cr_expect_eq(oq_fp8_round(x, s), want, "x %g: %g vs %g", (double)x,
+		             (double)oq_fp8_round(x, s), (double)want);
+	}
 }

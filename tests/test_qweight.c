@@ -1039,3 +1039,164 @@ Test(qweight, external_data_weight_pages_released_and_reread)
 	if (system(cmd) != 0)
 		fprintf(stderr, "cannot remove %s\n", dir);
 }
+
+/* ------------------------------------------------------------------ FP8 and --weight-method mse */
+
+Test(qweight, fp8_per_channel_encodings)
+{
+	/* row 0 {896, -1, 0.5}: s = 896/448 = 2 -> 448 (0x7E), -0.5 (0xB0), 0.25 (0x28);
+	 * row 1 {3, 0.1, -0.75}: s = 3/448 -> 448 (0x7E); 0.1*448/3 = 14.93 -> 15 = 1.875*2^3
+	 * (0 1010 111 = 0x57); -0.75*448/3 = -112 = -1.75*2^6 (1 1101 110 = 0xEE) */
+	const float w[6] = {896, -1, 0.5f, 3, 0.1f, -0.75f};
+	const uint8_t want[6] = {0x7E, 0xB0, 0x28, 0x7E, 0x57, 0xEE};
+	oq_tensor *t = ftensor(2, (const int64_t[]){2, 3}, w), *q, *s, *z;
+	oq_wspec sp = spec(OQ_DT_FLOAT8E4M3FN, 0, 0, 1, 0);
+	oq_diag d;
+
+	oq_diag_init(&d);
+	cr_assert_eq(oq_weight_quantize(t, &sp, &q, &s, &z, &d), OQ_OK, "%s", d.msg);
+	cr_expect_eq(q->dtype, OQ_DT_FLOAT8E4M3FN);
+	cr_expect_eq(z->dtype, OQ_DT_FLOAT8E4M3FN);
+	cr_expect_eq(sc_at(s, 0), 2.0f);
+	cr_expect_eq(sc_at(s, 1), (float)(3.0 / 448));
+	for (int i = 0; i < 6; i++)
+		cr_expect_eq(((const uint8_t *)q->data)[i], want[i], "element %d: 0x%02x", i,
+		             ((const uint8_t *)q->data)[i]);
+	cr_expect_eq(((const uint8_t *)z->data)[0], 0);
+	cr_expect_eq(((const uint8_t *)z->data)[1], 0);
+	oq_tensor_free(q);
+	oq_tensor_free(s);
+	oq_tensor_free(z);
+	/* asymmetric or blocked FP8 is refused */
+	sp = spec(OQ_DT_FLOAT8E4M3FN, 0, 0, 0, 0);
+	cr_expect_eq(oq_weight_quantize(t, &sp, &q, &s, &z, &d), OQ_EUSAGE);
+	sp = spec(OQ_DT_FLOAT8E4M3FN, 1, 2, 1, 0);
+	cr_expect_eq(oq_weight_quantize(t, &sp, &q, &s, &z, &d), OQ_EUSAGE);
+	cr_expect(strstr(d.msg, "float8e4m3fn") != NULL, "%s", d.msg);
+	oq_tensor_free(t);
+}
+
+/* Sum of squared round-trip errors of row r (n values) with int8 scale s, zp 0, grid [-127,127]. */
+static double row_sse(const float *x, size_t n, float s)
+{
+	double e = 0;
+	for (size_t i = 0; i < n; i++) {
+		double v = rint((double)x[i] / s);
+		v = fmax(-127, fmin(127, v));
+		e += (x[i] - v * s) * (x[i] - v * s);
+	}
+	return e;
+}
+
+Test(qweight, mse_clips_an_outlier_channel)
+{
+	/*
+	 * int8 narrow, per channel (axis 0), rows of N = 10001.
+	 * Row 0: one 127 and 10000 x 0.5. min/max: s = 1, each 0.5 rounds (tie) to 0: error
+	 * 10000 * 0.25 = 2500. Candidate f = 1 - k/100: s = f, 0.5/f rounds to 1 (error
+	 * (0.5 - k/100)^2 each), 127/f saturates at 127 (error (1.27 k)^2):
+	 *   E(k) = 10000 (0.5 - k/100)^2 + 1.6129 k^2
+	 *   E(18) = 1024 + 522.6 = 1546.6, E(19) = 961 + 582.3 = 1543.3, E(20) = 900 + 645.2 = 1545.2
+	 * so k = 19, s = 0.81, error 1543.3 < 2500.
+	 * Row 1: 1.27 and -1.27 and multiples of 0.01: exact on the min/max grid (s = 0.01), error
+	 * 0; every smaller candidate clips 1.27: min/max is kept.
+	 */
+	enum { N = 10001 };
+	float *w = malloc(2 * N * sizeof *w);
+	oq_tensor *t, *q, *s, *z;
+	oq_wspec sp = spec(OQ_DT_INT8, 0, 0, 1, OQ_GRID_NARROW);
+	oq_diag d;
+
+	cr_assert_not_null(w);
+	w[0] = 127;
+	for (int i = 1; i < N; i++)
+		w[i] = 0.5f;
+	w[N] = 1.27f;
+	w[N + 1] = -1.27f;
+	for (int i = 2; i < N; i++)
+		w[N + i] = 0.01f * (float)(i % 200 - 100);
+	t = ftensor(2, (const int64_t[]){2, N}, w);
+	sp.mse = 1;
+	oq_diag_init(&d);
+	cr_assert_eq(oq_weight_quantize(t, &sp, &q, &s, &z, &d), OQ_OK, "%s", d.msg);
+	cr_expect(fabs(sc_at(s, 0) - 0.81) < 1e-6, "row 0 scale %g", (double)sc_at(s, 0));
+	cr_expect(fabs(row_sse(w, N, sc_at(s, 0)) - 1543.3) < 0.1, "%g", row_sse(w, N, sc_at(s, 0)));
+	cr_expect(row_sse(w, N, 1.0f) == 2500.0);
+	cr_expect(fabs(sc_at(s, 1) - 0.01) < 1e-9, "row 1 scale %g", (double)sc_at(s, 1));
+	cr_expect_eq(oq_tensor_get_int(q, 0), 127); /* the outlier saturates */
+	cr_expect_eq(oq_tensor_get_int(q, 1), 1);   /* 0.5 / 0.81 = 0.62 -> 1 */
+	oq_tensor_free(q);
+	oq_tensor_free(s);
+	oq_tensor_free(z);
+	/* minmax for comparison: s = 1 and 0.5 -> 0 */
+	sp.mse = 0;
+	cr_assert_eq(oq_weight_quantize(t, &sp, &q, &s, &z, &d), OQ_OK, "%s", d.msg);
+	cr_expect_eq(sc_at(s, 0), 1.0f);
+	cr_expect_eq(oq_tensor_get_int(q, 1), 0);
+	oq_tensor_free(q);
+	oq_tensor_free(s);
+	oq_tensor_free(z);
+	oq_tensor_free(t);
+	free(w);
+}
+
+/* Round-trip SSE of a quantized tensor against w (per tensor, dequantized by hand). */
+static double dq_sse(const float *w, size_t n, const oq_tensor *q, const oq_tensor *s,
+                     const oq_tensor *z)
+{
+	double e = 0, sc = sc_at(s, 0);
+	for (size_t i = 0; i < n; i++) {
+		double v = q->dtype == OQ_DT_FLOAT8E4M3FN
+		               ? oq_tensor_get(q, i) * sc
+		               : (double)(oq_tensor_get_int(q, i) - oq_tensor_get_int(z, 0)) * sc;
+		e += (w[i] - v) * (w[i] - v);
+	}
+	return e;
+}
+
+Test(qweight, mse_asymmetric_clips_fp8_keeps_minmax)
+{
+	/* a skewed per-tensor weight with outliers on both sides; N large enough that rounding
+	 * (N s^2/12 = 3.0 at s = 6/255) outweighs clipping: moving the top from 4 to 3.8 saves
+	 * 3.0 (1 - 0.95^2) = 0.3 and costs 0.2^2 = 0.04 */
+	enum { N = 65536 };
+	float *w = malloc(N * sizeof *w);
+	int dts[2] = {OQ_DT_UINT8, OQ_DT_FLOAT8E4M3FN};
+	uint64_t r = 7;
+
+	cr_assert_not_null(w);
+	for (int i = 0; i < N; i++) {
+		r = r * 6364136223846793005ull + 1442695040888963407ull;
+		w[i] = (float)((double)(r >> 11) / 9007199254740992.0) * 0.2f - 0.05f;
+	}
+	w[3] = 4;
+	w[9] = -2;
+	for (int k = 0; k < 2; k++) {
+		oq_tensor *t = ftensor(1, (const int64_t[]){N}, w), *q[2], *s[2], *z[2];
+		oq_wspec sp = spec(dts[k], -1, 0, k == 1, 0);
+		oq_diag d;
+		double e[2];
+		oq_diag_init(&d);
+		for (int m = 0; m < 2; m++) {
+			sp.mse = m;
+			cr_assert_eq(oq_weight_quantize(t, &sp, &q[m], &s[m], &z[m], &d), OQ_OK, "%s", d.msg);
+			e[m] = dq_sse(w, N, q[m], s[m], z[m]);
+		}
+		/* uint8: clipping the outliers pays off clearly (step 6/255 vs values of 0.2 spread);
+		 * FP8: the small values already get fine steps (relative precision 2^-4), so clipping
+		 * cannot pay for the outlier's error and min/max must stay */
+		if (k == 0) {
+			cr_expect(e[1] < 0.9 * e[0], "uint8: mse %g vs minmax %g", e[1], e[0]);
+			cr_expect(sc_at(s[1], 0) < sc_at(s[0], 0));
+		} else {
+			cr_expect(e[1] <= e[0], "fp8: mse %g vs minmax %g", e[1], e[0]);
+		}
+		for (int m = 0; m < 2; m++) {
+			oq_tensor_free(q[m]);
+			oq_tensor_free(s[m]);
+			oq_tensor_free(z[m]);
+		}
+		oq_tensor_free(t);
+	}
+	free(w);
+}

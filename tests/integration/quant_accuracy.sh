@@ -59,7 +59,8 @@
 #   OQ_ACC_SETTINGS="int8 int4 convert" limits the settings; OQ_ACC_QOPTS="--bias-correction" adds
 #   options to the int8 quantize command (word-split); OQ_ACC_KNOWN=FILE replaces
 #   quant_accuracy_known.txt (/dev/null: judge everything); OQ_ACC_NO_TIES=1 judges qdq on the
-#   1e-3 alone (no tie analysis); OQ_ACC_KEEP=1 keeps the work
+#   1e-3 alone (no tie analysis); OQ_ACC_QOPTS="--weight-method mse" adds quantize options
+#   to the int8 and int4 settings (to measure an option on the corpus); OQ_ACC_KEEP=1 keeps the work
 #   folder; OQ_ACC_FAKE=1 copies MODEL as Q instead of running quantize/convert and skips
 #   `onnxq compare` (to debug the harness itself: every number must then be perfect, and only
 #   the int4 size items fail: a copy has no DequantizeLinear).
@@ -70,6 +71,7 @@ onnxq=${1:-$root/build/onnxq}
 py=/usr/bin/python3
 evalpy=$here/quant_accuracy_eval.py
 fake=${OQ_ACC_FAKE:-0}
+qopts=${OQ_ACC_QOPTS:-}
 
 if ! [ -x "$py" ] || ! "$py" -c 'import numpy, torch, torchvision, skimage, onnx' 2> /dev/null ||
   ! [ -x /usr/bin/convert ] || ! command -v node > /dev/null; then
@@ -242,9 +244,11 @@ judge() { # NAME SETTING
     cp "$model" "$q"; rc=$?
   else
     case $set in
-      int8) "$onnxq" quantize "$model" -o "$q" --calib "$calib" ${OQ_ACC_QOPTS:-} > "$w/make.out" 2> "$w/make.err" ;;
+      # shellcheck disable=SC2086
+      int8) "$onnxq" quantize "$model" -o "$q" --calib "$calib" $qopts > "$w/make.out" 2> "$w/make.err" ;;
+      # shellcheck disable=SC2086
       int4) "$onnxq" quantize "$model" -o "$q" --weight-only --weight-type int4 \
-        --granularity block --block-size 32 > "$w/make.out" 2> "$w/make.err" ;;
+        --granularity block --block-size 32 $qopts > "$w/make.out" 2> "$w/make.err" ;;
       convert) "$onnxq" convert "$model" -o "$q" --passes cleanup,fold-bn,fuse > "$w/make.out" 2> "$w/make.err" ;;
     esac
     rc=$?

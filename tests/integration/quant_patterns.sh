@@ -8,8 +8,10 @@
 # ConvTranspose/Relu/Resize/Slice/Pad/AveragePool; HardSigmoid/Mul/Split/
 # Concat/Gather). Each is quantized with several option sets (default ORT
 # layout, --profile trt, int8 symmetric activations, --keep-activations,
-# per-tensor weights, blocked weights, int16 activations, hand ranges from
-# an --overrides file) and for each result:
+# per-tensor weights, blocked weights, int16 activations, float8e4m3fn
+# activations and weights (per channel, per tensor), float8e4m3fn weights
+# with uint8 activations, AIMET unsigned symmetric activations,
+# --weight-method mse, hand ranges from an --overrides file) and for each result:
 #   - `onnxq check` reports no problem;
 #   - ONNX Runtime (onnxruntime-node, graphOptimizationLevel 'basic') loads
 #     and runs it on a random input, and its outputs agree with onnxq's
@@ -53,6 +55,11 @@ configs=(
 	"tensor|--granularity tensor"
 	"block|--granularity block --block-size 2"
 	"int16|--act-type int16"
+	"fp8|--act-type float8e4m3fn --weight-type float8e4m3fn"
+	"fp8tensor|--act-type float8e4m3fn --weight-type float8e4m3fn --granularity tensor --weight-method mse"
+	"fp8w|--weight-type float8e4m3fn"
+	"unsigned|--act-symmetric=unsigned"
+	"wmse|--weight-method mse --weight-asymmetric"
 )
 
 "$tool" list >"$tmp/list"

@@ -1,6 +1,8 @@
 /*
  * quant_math.h - the scalar arithmetic of ONNX quantization, shared by the
- * Q/DQ kernels (kernels_quant.c) and pinned by tests/test_quant.c.
+ * Q/DQ kernels (calib/kernels_quant.c) and the weight quantizer
+ * (passes/qweight.c: float8 weights are encoded here, so the stored bits are
+ * what QuantizeLinear computes), pinned by tests/test_quant.c.
  *
  * Integer quantization follows ONNX Runtime's MLAS reference loop exactly:
  *   y = clamp(nearbyintf(x / scale) + (float)zp, qmin, qmax)
