@@ -169,6 +169,42 @@ static oq_node *bias_add(const oq_graph *g, const oq_node *mm, size_t M, int *bi
 }
 
 /*
+ * Where layer n's correction goes: input *bidx of *tgt (n itself, or a
+ * MatMul's bias Add), scaled by *f (1 / beta for a Gemm), the bias there
+ * now being *old (NULL: none yet). Returns why it cannot take one, or NULL.
+ */
+static const char *target(const oq_graph *g, oq_node *n, size_t M, oq_node **tgt, size_t *bidx, double *f,
+			  const oq_tensor **old)
+{
+	*tgt = n;
+	*bidx = 2;
+	*f = 1;
+	*old = NULL;
+	if (n->op == OQ_OP_Gemm) {
+		const oq_attr *b = oq_node_attr(n, "beta");
+		*f = b && b->type == OQ_ATTR_FLOAT ? b->f : 1;
+		if (*f == 0)
+			return "beta is 0";
+		*f = 1 / *f;
+	}
+	if (n->op == OQ_OP_MatMul) {
+		int bi;
+		if (!(*tgt = bias_add(g, n, M, &bi)))
+			return "no bias Add with a constant reads its output";
+		*bidx = (size_t)bi;
+	}
+	if (*bidx < (*tgt)->n_inputs && (*tgt)->inputs[*bidx]) {
+		const oq_value *bv = (*tgt)->inputs[*bidx];
+		*old = bv->graph == g && !(bv->flags & OQ_V_INPUT) ? bv->init : NULL;
+		if (!*old || (*old)->dtype != OQ_DT_FLOAT)
+			return "its bias is not a float32 constant";
+		if ((*old)->nelem != 1 && !((*old)->rank >= 1 && (size_t)(*old)->dims[(*old)->rank - 1] == M))
+			return "its bias does not broadcast along the output channels";
+	}
+	return NULL;
+}
+
+/*
  * new[j] = old[j] - shift[j % M] * f for a constant of dims that broadcasts to
  * [..., M] (last dim M, or all ones: widened to last dim M).
  */
@@ -242,35 +278,8 @@ int oq_bias_correct(oq_graph *g, const oq_opts *o, const oq_bc_stats *s, FILE *l
 					: "no calibration data reached it";
 			goto next;
 		}
-		if (n->op == OQ_OP_Gemm) {
-			const oq_attr *b = oq_node_attr(n, "beta");
-			f = b && b->type == OQ_ATTR_FLOAT ? b->f : 1;
-			if (f == 0) {
-				why = "beta is 0";
-				goto next;
-			}
-			f = 1 / f;
-		}
-		if (n->op == OQ_OP_MatMul) {
-			int bi;
-			if (!(tgt = bias_add(g, n, M, &bi))) {
-				why = "no bias Add with a constant reads its output";
-				goto next;
-			}
-			bidx = (size_t)bi;
-		}
-		if (bidx < tgt->n_inputs && tgt->inputs[bidx]) {
-			const oq_value *bv = tgt->inputs[bidx];
-			old = bv->graph == g && !(bv->flags & OQ_V_INPUT) ? bv->init : NULL;
-			if (!old || old->dtype != OQ_DT_FLOAT) {
-				why = "its bias is not a float32 constant";
-				goto next;
-			}
-			if (old->nelem != 1 && !(old->rank >= 1 && (size_t)old->dims[old->rank - 1] == M)) {
-				why = "its bias does not broadcast along the output channels";
-				goto next;
-			}
-		}
+		if ((why = target(g, n, M, &tgt, &bidx, &f, &old)))
+			goto next;
 		wq = malloc(w->nelem * sizeof *wq);
 		shift = oq_calloc(M ? M : 1, sizeof *shift);
 		wf = oq_tensor_to_floats(w);
@@ -327,5 +336,93 @@ fail:
 	if (log)
 		fprintf(log, "bias correction: %zu layers corrected, %zu skipped; largest |shift| %.3g ('%s')\n",
 			n_done, n_skip, worst, worst_name);
+	return OQ_OK;
+}
+
+/* ---- empirical mode: corrections measured on the quantized model (calib/bcemp.c) ---- */
+
+oq_node *oq_bias_correct_node(oq_graph *g, const char *name)
+{
+	oq_value *v = oq_graph_value(g, name);
+	return v && v->producer && !v->producer->dead && v->producer_index == 0 ? v->producer : NULL;
+}
+
+int oq_bias_correct_targets(oq_graph *g, const oq_opts *o, oq_bce *b, oq_diag *d)
+{
+	oq_wplan *p = NULL;
+	size_t np = 0;
+	int rc;
+
+	memset(b, 0, sizeof *b);
+	if ((rc = oq_quantize_weight_plans(g, o, &p, &np, d)))
+		return rc;
+	if ((rc = oq_graph_rebuild_uses(g)) || (np && !(b->v = oq_calloc(np, sizeof *b->v)))) {
+		free(p);
+		return oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+	}
+	for (size_t i = 0; i < np; i++) {
+		oq_node *n = p[i].node, *tgt;
+		oq_bce_layer *l = &b->v[b->n];
+		const oq_tensor *w = n->inputs[p[i].w_idx]->init, *old;
+		const char *why;
+		size_t M, bidx;
+		double f;
+
+		if (n->op != OQ_OP_Conv && n->op != OQ_OP_ConvTranspose && n->op != OQ_OP_Gemm &&
+		    n->op != OQ_OP_MatMul)
+			continue;
+		M = out_channels(n, w);
+		if (!n->n_outputs || !n->outputs[0])
+			why = "it has no output";
+		else
+			why = target(g, n, M, &tgt, &bidx, &f, &old);
+		if (why) {
+			if (o->log)
+				fprintf(o->log, "bias correction: node '%s' (%s) skipped: %s\n", n->name,
+					n->op_type, why);
+			continue;
+		}
+		l->node = oq_strdup(n->outputs[0]->name);
+		l->measured = oq_strdup(tgt->outputs[0] ? tgt->outputs[0]->name : "");
+		l->ch_last = n->op == OQ_OP_Gemm || n->op == OQ_OP_MatMul;
+		l->M = M;
+		l->corr = oq_calloc(M ? M : 1, sizeof *l->corr);
+		l->sum_f = oq_calloc(M ? M : 1, sizeof *l->sum_f);
+		l->sum_q = oq_calloc(M ? M : 1, sizeof *l->sum_q);
+		b->n++;
+		if (!l->node || !l->measured || !l->corr || !l->sum_f || !l->sum_q) {
+			free(p);
+			return oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+		}
+	}
+	free(p);
+	return OQ_OK;
+}
+
+int oq_bias_correct_apply(oq_graph *g, const oq_bce *b, oq_diag *d)
+{
+	int rc;
+
+	if ((rc = oq_graph_rebuild_uses(g)))
+		return oq_err(d, rc, "bias correction: out of memory");
+	for (size_t i = 0; i < b->n; i++) {
+		const oq_bce_layer *l = &b->v[i];
+		oq_node *n = oq_bias_correct_node(g, l->node), *tgt;
+		const oq_tensor *old;
+		size_t bidx, m;
+		double f;
+		char base[256];
+
+		for (m = 0; m < l->M && l->corr[m] == 0; m++)
+			;
+		if (m == l->M)
+			continue;
+		if (!n || target(g, n, l->M, &tgt, &bidx, &f, &old))
+			return oq_err(d, OQ_EINVAL, "bias correction: layer writing '%s' is no longer correctable "
+				      "(internal error)", l->node);
+		snprintf(base, sizeof base, "%.200s_bias", l->node);
+		if ((rc = fold(g, tgt, bidx, base, old, l->corr, l->M, f)))
+			return oq_err(d, rc, "bias correction: node '%s' (%s): out of memory", n->name, n->op_type);
+	}
 	return OQ_OK;
 }

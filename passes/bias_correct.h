@@ -27,4 +27,24 @@ int oq_bias_correct_plan(oq_graph *g, const oq_opts *o, oq_bc_stats *s, oq_diag 
  */
 int oq_bias_correct(oq_graph *g, const oq_opts *o, const oq_bc_stats *s, FILE *log, oq_diag *d) OQ_WUR;
 
+/*
+ * Empirical mode (the default; calib/bcemp.h measures). The layers of g
+ * (a float graph after the rewrites) whose bias can take a correction: b
+ * gets one zeroed entry per Conv, ConvTranspose, Gemm and MatMul that the
+ * quantize pass will quantize and that has (or may get) a float bias; the
+ * others are skipped with a note on o->log. Layers are named by their
+ * output (oq_bias_correct_node finds them again in a fresh copy).
+ */
+int oq_bias_correct_targets(oq_graph *g, const oq_opts *o, oq_bce *b, oq_diag *d) OQ_WUR;
+
+/* The live node whose output 0 is `name`, or NULL. */
+oq_node *oq_bias_correct_node(oq_graph *g, const char *name);
+
+/*
+ * Subtracts each layer's corr from its bias in g (a fresh float copy of the
+ * graph b was planned on), before the quantize pass; layers whose corr is
+ * all zero are left exactly as they are (no bias created).
+ */
+int oq_bias_correct_apply(oq_graph *g, const oq_bce *b, oq_diag *d) OQ_WUR;
+
 #endif

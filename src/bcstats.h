@@ -43,4 +43,36 @@ typedef struct oq_bc_stats {
 
 void oq_bc_stats_free(oq_bc_stats *s);
 
+/*
+ * Empirical correction (the default mode): measured on the quantized model
+ * itself. For every layer whose bias can take a correction, the mean of its
+ * output per channel over the calibration samples, in the float model and
+ * in the quantized one (calib/bcemp.c measures; passes/bias_correct.c lists
+ * the layers and folds corr into the biases before the quantize pass).
+ */
+typedef struct oq_bce_layer {
+	char *node;          /* layer node name (Conv, ConvTranspose, Gemm, MatMul) */
+	char *measured;      /* node whose output 0 is measured: the layer, or a MatMul's bias Add */
+	int ch_last;         /* channel axis: the last one (Gemm, MatMul) or 1 (Conv, ConvTranspose) */
+	size_t M;            /* output channels */
+	double *corr;        /* M: correction subtracted from the layer's output (the bias) so far */
+	double *sum_f, *sum_q; /* M: sums of the measured output per channel, float / quantized model */
+	uint64_t n_f, n_q;   /* elements summed per channel (equal when both ran the same samples) */
+	int failed;          /* the measured value did not fit (dtype, channel dim): no correction */
+} oq_bce_layer;
+
+/* All layers and the model-level result of one measurement. */
+typedef struct oq_bce {
+	oq_bce_layer *v;
+	size_t n;
+	double sqnr_min;     /* over samples and float outputs, dB (capped at OQ_BCE_SQNR_CAP) */
+	double sqnr_mean;    /* mean over outputs of the per-sample mean, dB */
+} oq_bce;
+
+/* An exact output (no error) counts as this many dB, so means stay finite. */
+#define OQ_BCE_SQNR_CAP 300.0
+
+/* Frees the layers (names and arrays) and resets *b. */
+void oq_bce_free(oq_bce *b);
+
 #endif

@@ -109,9 +109,13 @@ static const char usage_quantize[] =
 	"  --ema-constant C        ema smoothing constant in (0, 1] (default 0.01)\n"
 	"  --percentile P          percentile kept in (0, 100] (default 99.999): (100-P)/2 %\n"
 	"                          cut on each side, or of |x| with --act-symmetric\n"
-	"  --bias-correction       fold the mean output shift that weight quantization causes\n"
-	"                          (measured on the calibration samples) into each Conv/Gemm/\n"
-	"                          MatMul bias\n"
+	"  --bias-correction[=empirical|analytic]  fold the mean output shift quantization\n"
+	"                          causes into Conv/Gemm/MatMul biases: empirical (default)\n"
+	"                          measures float vs quantized outputs on the calibration\n"
+	"                          samples and keeps a round only if their SQNR improves;\n"
+	"                          analytic folds E[(W_q - W) x] of every layer\n"
+	"  --bias-correction-rounds N  empirical: N forward layer groups before the last\n"
+	"                          layer's round (default 0)\n"
 	"";
 
 /* The rest of `quantize --help` (one literal would pass the 4095 characters C99 promises). */
@@ -384,6 +388,7 @@ enum {
 	O_STATS, O_SHARD, O_RANGES, O_CALIB_BATCH,
 	O_BIASC,
 	O_WMETHOD,
+	O_BIASC_R,
 };
 
 /* Command kinds parse_qargs serves. */
@@ -433,7 +438,8 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		{"method", required_argument, NULL, O_METHOD},
 		{"ema-constant", required_argument, NULL, O_EMA_C},
 		{"percentile", required_argument, NULL, O_PCT},
-		{"bias-correction", no_argument, NULL, O_BIASC},
+		{"bias-correction", optional_argument, NULL, O_BIASC},
+		{"bias-correction-rounds", required_argument, NULL, O_BIASC_R},
 		{"threads", required_argument, NULL, O_THREADS},
 		{"profile", required_argument, NULL, O_PROFILE},
 		{"weight-type", required_argument, NULL, O_WTYPE},
@@ -467,13 +473,14 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 	oq_pipeline_opts *p = &a->p;
 	size_t n_inc = 0, n_exc = 0, n_no = 0;
 	long long v;
-	int c, nargs = 0, method_given = 0, calibrate = quantize == CMD_CALIBRATE;
+	int c, nargs = 0, method_given = 0, calibrate = quantize == CMD_CALIBRATE, bc_given = 0, no_bc = 0;
 
 	memset(a, 0, sizeof *a);
 	oq_opts_init(&p->q);
 	/* measured best overall on the PaddleOCR and torchvision models (README "Calibration methods") */
 	p->calib.method = OQ_CALIB_MSE;
 	p->log = stderr;
+	p->bias_rounds = -1;
 	p->rewrite_only = !quantize;
 	for (int i = 0; i < 3; i++)
 		if (!(a->lists[i] = calloc((size_t)argc, sizeof(char *))))
@@ -481,7 +488,8 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 	/* --no-PASS: take them out of argv before getopt sees them */
 	for (int i = 1; i < argc; i++) {
 		if (quantize && strcmp(argv[i], "--no-bias-correction") == 0) {
-			p->bias_correction = 0;
+			p->bias_correction = OQ_BC_OFF;
+			no_bc = 1;
 			memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof *argv);
 			argc--;
 			i--;
@@ -533,7 +541,20 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 				return usage_error(cmd, "--ranges is a calibrate option");
 			p->ranges_in = optarg;
 			break;
-		case O_BIASC: p->bias_correction = 1; break;
+		case O_BIASC:
+			if (!optarg || strcmp(optarg, "empirical") == 0)
+				p->bias_correction = OQ_BC_EMPIRICAL;
+			else if (strcmp(optarg, "analytic") == 0)
+				p->bias_correction = OQ_BC_ANALYTIC;
+			else
+				return usage_error(cmd, "--bias-correction takes =empirical (the default) or =analytic");
+			bc_given = 1;
+			break;
+		case O_BIASC_R:
+			if ((v = parse_num(optarg, 0, 100)) < 0)
+				return usage_error(cmd, "--bias-correction-rounds needs a number in 0..100");
+			p->bias_rounds = (int)v;
+			break;
 		case O_CALIB_LIMIT:
 			if ((v = parse_num(optarg, 1, (long long)1 << 40)) < 0)
 				return usage_error(cmd, "--calib-limit needs a positive number");
@@ -695,9 +716,13 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		return usage_error(cmd, "--percentile applies to --method percentile");
 	if (method_given && p->q.weight_only)
 		return usage_error(cmd, "--method needs activation calibration; drop --weight-only");
-	if (p->bias_correction && p->q.weight_only)
+	if (no_bc) {
+		p->bias_correction = OQ_BC_OFF; /* wherever it stood on the command line */
+		bc_given = 0;
+	}
+	if (bc_given && p->q.weight_only)
 		return usage_error(cmd, "--bias-correction measures the shift on calibration data; drop --weight-only");
-	if (p->bias_correction && (p->stats_in || calibrate))
+	if (bc_given && (p->stats_in || calibrate))
 		return usage_error(cmd, "--bias-correction needs the samples (--calib DIR): statistics files "
 					"carry no bias-correction sums");
 	if (p->q.op_types && !p->q.weight_only)

@@ -326,3 +326,96 @@ Test(biascorr, strided_padded_convtranspose_varying_sizes)
 	transpose = 1;
 	border_case();
 }
+
+/*
+ * Empirical mode (calib/bcemp.c): a 1x1 Conv y = 2x + 0.5 on x [1, 1, 1, 4],
+ * and its "quantized" model with x behind a uint8 Q/DQ of scale 0.25, zero
+ * point 0 (ties to even). Samples and what the quantized model sees:
+ *   x1 = {0.125, 0.375, 1, 0.625} -> {0, 0.5, 1, 0.5}    (0.5->0, 1.5->2, 2.5->2)
+ *   x2 = {0.625, 0, 0, 0}         -> {0.5, 0, 0, 0}
+ * Output sums: float 6.25 + 3.25 = 9.5, quantized 6 + 3 = 9, over 8
+ * positions: shift -0.0625, so the corrected bias is 0.5625. Output SQNR:
+ * sample 1 sum y^2 = 11.4375, sum err^2 = 0.1875; sample 2 3.8125 and
+ * 0.0625: both 10 log10(61) dB.
+ */
+#include "bcemp.h"
+#include "npy.h"
+
+static gen_model *conv_2x(int quantized)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg;
+
+	gen_opset(g, "", 13);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 4));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(2));
+	gen_init(g, mg, "B", OQ_DT_FLOAT, GEN_SHAPE(1), GEN_VALS(0.5));
+	if (quantized) {
+		gen_init(g, mg, "s", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0.25));
+		gen_init(g, mg, "z", OQ_DT_UINT8, 0, NULL, GEN_VALS(0));
+		gen_node(g, mg, "QuantizeLinear", "q", "x,s,z", "xq");
+		gen_node(g, mg, "DequantizeLinear", "dq", "xq,s,z", "xd");
+		gen_node(g, mg, "Conv", "conv", "xd,W,B", "y");
+	} else {
+		gen_node(g, mg, "Conv", "conv", "x,W,B", "y");
+	}
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 4));
+	return g;
+}
+
+Test(biascorr, empirical_measure_and_apply_hand)
+{
+	static const float x1[] = {0.125f, 0.375f, 1, 0.625f}, x2[] = {0.625f, 0, 0, 0};
+	gen_model *gf = conv_2x(0), *gq = conv_2x(1);
+	oq_model *mf = load(gf), *mq = load(gq);
+	oq_calib_opts co;
+	oq_opts o;
+	oq_bce b;
+	oq_node *rn[1], *qn[1];
+	oq_diag d;
+	char dir[64] = "/tmp/oq_bce_XXXXXX", path[128];
+	const int64_t dims[] = {1, 1, 1, 4};
+
+	oq_diag_init(&d);
+	oq_opts_init(&o);
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof path, "%s/000.npy", dir);
+	cr_assert_eq(oq_npy_write(path, OQ_DT_FLOAT, 4, dims, x1, sizeof x1, &d), OQ_OK, "%s", d.msg);
+	snprintf(path, sizeof path, "%s/001.npy", dir);
+	cr_assert_eq(oq_npy_write(path, OQ_DT_FLOAT, 4, dims, x2, sizeof x2, &d), OQ_OK, "%s", d.msg);
+
+	cr_assert_eq(oq_bias_correct_targets(mf->graph, &o, &b, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(b.n, 1);
+	cr_expect_str_eq(b.v[0].node, "y");
+	cr_expect_str_eq(b.v[0].measured, "y");
+	cr_expect_eq(b.v[0].M, 1);
+	rn[0] = oq_bias_correct_node(mf->graph, "y");
+	qn[0] = oq_bias_correct_node(mq->graph, "y");
+	cr_assert(rn[0] && qn[0]);
+	memset(&co, 0, sizeof co);
+	co.source = dir;
+	co.threads = 1;
+	cr_assert_eq(oq_bce_measure(mf, mq, rn, qn, &co, &b, &d), OQ_OK, "%s", d.msg);
+	cr_assert(!b.v[0].failed);
+	cr_expect_eq(b.v[0].n_f, 8);
+	cr_expect_eq(b.v[0].n_q, 8);
+	cr_expect_eq(b.v[0].sum_f[0], 9.5);
+	cr_expect_eq(b.v[0].sum_q[0], 9.0);
+	cr_expect(fabs(b.sqnr_min - 10 * log10(61.0)) < 1e-9, "min %.12g", b.sqnr_min);
+	cr_expect(fabs(b.sqnr_mean - 10 * log10(61.0)) < 1e-9, "mean %.12g", b.sqnr_mean);
+
+	/* fold the shift into the float model's bias */
+	b.v[0].corr[0] = b.v[0].sum_q[0] / 8 - b.v[0].sum_f[0] / 8;
+	cr_expect_eq(b.v[0].corr[0], -0.0625);
+	cr_assert_eq(oq_bias_correct_apply(mf->graph, &b, &d), OQ_OK, "%s", d.msg);
+	cr_expect_eq(oq_tensor_get(input_init(node_named(mf->graph, "conv"), 2), 0), 0.5625);
+
+	oq_bce_free(&b);
+	oq_model_free(mf);
+	oq_model_free(mq);
+	gen_free(gf);
+	gen_free(gq);
+	snprintf(path, sizeof path, "rm -rf '%s'", dir);
+	cr_expect_eq(system(path), 0);
+}

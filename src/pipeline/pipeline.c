@@ -6,10 +6,16 @@
  *           for every float activation, on the rewritten
  *           float model: fuse only marks units, so a Relu's output range is
  *           what its Q will use when quantize folds the Relu away)
- *        -> bias correction (--bias-correction: statistics collected during
- *           calibration, each layer's mean output shift from weight
- *           quantization folded into its bias; passes/bias_correct.c)
+ *        -> bias correction, analytic (--bias-correction=analytic: statistics
+ *           collected during calibration, each layer's mean output shift from
+ *           weight quantization folded into its bias; passes/bias_correct.c)
  *        -> quantize (Q/DQ placement, weights, biases)
+ *        -> bias correction, empirical (the default): the quantized model and
+ *           the float one run the calibration samples (calib/bcemp.c); each
+ *           layer's measured mean output shift is folded into the float bias
+ *           of a fresh copy (load + rewrites) that is quantized again with
+ *           the same ranges; a round is kept only if the output SQNR on the
+ *           calibration samples improves (mean up, min not down).
  *        -> save (temporary file + rename: OUT is untouched on failure).
  *
  * `onnxq calibrate` (stats_out) runs load -> rewrites -> calibrate one
@@ -28,6 +34,7 @@
 #include <time.h>
 
 #include "bias_correct.h"
+#include "bcemp.h"
 #include "biascorr.h"
 #include "encodings.h"
 #include "overrides.h"
@@ -71,6 +78,163 @@ static int runs_quantize(const oq_pass_run *r)
 		if (strcmp(r->disabled[i], "quantize") == 0)
 			return 0;
 	return 1;
+}
+
+
+/* A fresh copy of the float model: load + the rewrites (deterministic, so the same graph as m). */
+static int fresh_copy(const oq_pipeline_opts *o, const oq_opts *q, oq_model **out, oq_diag *d)
+{
+	oq_pass_run run = o->run;
+	int rc;
+
+	run.stop_before_quantize = 1;
+	if ((rc = oq_model_load(o->in_path, out, d)) || (rc = oq_passes_run(*out, &run, q, d))) {
+		oq_model_free(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+/*
+ * A fresh copy with b's corrections folded into its biases, quantized with
+ * q; nodes[i]: the node measured for layer i (NULL when not found). The
+ * nodes are resolved before the quantize pass, which rewires but never
+ * removes the layers and their bias Adds.
+ */
+static int quantize_corrected(const oq_pipeline_opts *o, const oq_opts *q, const oq_bce *b, oq_model **out,
+			      oq_node **nodes, oq_diag *d)
+{
+	oq_pass_run run = o->run;
+	int rc;
+
+	run.only_quantize = 1;
+	if ((rc = fresh_copy(o, q, out, d)))
+		return rc;
+	if ((rc = oq_bias_correct_apply((*out)->graph, b, d)))
+		goto fail;
+	for (size_t i = 0; i < b->n; i++)
+		nodes[i] = oq_bias_correct_node((*out)->graph, b->v[i].measured);
+	if ((rc = oq_passes_run(*out, &run, q, d)))
+		goto fail;
+	return OQ_OK;
+fail:
+	oq_model_free(*out);
+	*out = NULL;
+	return rc;
+}
+
+/* diff[i][m] = layer i's measured mean shift, quantized - float (0 for a failed layer). */
+static void take_diffs(const oq_bce *b, double **diff)
+{
+	for (size_t i = 0; i < b->n; i++) {
+		const oq_bce_layer *l = &b->v[i];
+		for (size_t m = 0; m < l->M; m++)
+			diff[i][m] = l->failed || !l->n_f || l->n_f != l->n_q
+					     ? 0
+					     : l->sum_q[m] / (double)l->n_q - l->sum_f[m] / (double)l->n_f;
+	}
+}
+
+/*
+ * Empirical bias correction: ref is the float model (after the rewrites),
+ * *out receives the quantized model kept (round 0 is the uncorrected one).
+ * The layers but the last, in topological order, are split into `rounds`
+ * consecutive groups, and the last layer is a final group of its own;
+ * round r adds the shifts measured on the best model so far to the
+ * corrections of group r only, so a group is corrected after the layers
+ * before it (correcting every layer at once counts an upstream shift twice:
+ * in its own layer and again in every layer it reaches; measured on
+ * mobilenet_v2: 36.7 -> 35.2 dB). The last layer's shift is the whole
+ * model's mean output error, whatever its cause. A round is kept when the
+ * calibration SQNR improves (mean up, min not down), else its group keeps
+ * its previous correction.
+ */
+static int empirical(const oq_pipeline_opts *o, const oq_opts *q, oq_model *ref, oq_model **out, FILE *log,
+		     oq_diag *d)
+{
+	oq_bce b = {0};
+	oq_node **rn = NULL, **qn = NULL;
+	double **diff = NULL;
+	oq_model *best = NULL, *cand = NULL;
+	int rounds = o->bias_rounds >= 0 ? o->bias_rounds : OQ_BC_ROUNDS, kept = 0;
+	double bmin, bmean;
+	int rc;
+
+	*out = NULL;
+	if ((rc = oq_bias_correct_targets(ref->graph, q, &b, d)))
+		goto out;
+	rn = oq_calloc(b.n + 1, sizeof *rn);
+	qn = oq_calloc(b.n + 1, sizeof *qn);
+	diff = oq_calloc(b.n + 1, sizeof *diff);
+	if (!rn || !qn || !diff) {
+		rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < b.n; i++) {
+		rn[i] = oq_bias_correct_node(ref->graph, b.v[i].measured);
+		if (!(diff[i] = oq_calloc(b.v[i].M + 1, sizeof **diff))) {
+			rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+			goto out;
+		}
+	}
+	if ((rc = quantize_corrected(o, q, &b, &best, qn, d)) ||
+	    (rc = oq_bce_measure(ref, best, rn, qn, &o->calib, &b, d)))
+		goto out;
+	take_diffs(&b, diff);
+	bmin = b.sqnr_min;
+	bmean = b.sqnr_mean;
+	if (q->log)
+		fprintf(q->log, "bias correction: round 0 (uncorrected): SQNR min %.2f mean %.2f dB\n", bmin,
+			bmean);
+	for (int r = 0; r <= rounds && b.n; r++) {
+		/* rounds forward groups over layers [0, n-1), then the last layer alone */
+		size_t nf = b.n - 1, lo = r < rounds ? nf * (size_t)r / (size_t)rounds : nf,
+		       hi = r < rounds ? nf * (size_t)(r + 1) / (size_t)rounds : b.n;
+		int better;
+		if (lo == hi)
+			continue;
+		for (size_t i = lo; i < hi; i++)
+			for (size_t m = 0; m < b.v[i].M; m++)
+				b.v[i].corr[m] += diff[i][m];
+		if ((rc = quantize_corrected(o, q, &b, &cand, qn, d)) ||
+		    (rc = oq_bce_measure(ref, cand, rn, qn, &o->calib, &b, d)))
+			goto out;
+		better = b.sqnr_mean > bmean && b.sqnr_min >= bmin;
+		if (q->log)
+			fprintf(q->log, "bias correction: round %d (layers %zu..%zu): SQNR min %.2f mean %.2f dB%s\n",
+				r + 1, lo, hi - 1, b.sqnr_min, b.sqnr_mean, better ? "" : ": worse, not kept");
+		if (!better) {
+			for (size_t i = lo; i < hi; i++)
+				for (size_t m = 0; m < b.v[i].M; m++)
+					b.v[i].corr[m] -= diff[i][m];
+			oq_model_free(cand);
+			cand = NULL;
+			continue;
+		}
+		take_diffs(&b, diff);
+		oq_model_free(best);
+		best = cand;
+		cand = NULL;
+		bmin = b.sqnr_min;
+		bmean = b.sqnr_mean;
+		kept++;
+	}
+	if (log)
+		fprintf(log, "bias correction: %zu layers, %d forward groups + the last layer, %d rounds kept; calibration SQNR min %.2f mean "
+			"%.2f dB\n", b.n, rounds, kept, bmin, bmean);
+	*out = best;
+	best = NULL;
+	rc = OQ_OK;
+out:
+	oq_model_free(best);
+	oq_model_free(cand);
+	for (size_t i = 0; diff && i < b.n; i++)
+		free(diff[i]);
+	free(diff);
+	free(rn);
+	free(qn);
+	oq_bce_free(&b);
+	return rc;
 }
 
 int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
@@ -173,7 +337,7 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		co.act_sym = q.act_sym;
 		co.stats = o->stats_in ? &stats : NULL;
 		co.stats_name = o->stats_in;
-		if (o->bias_correction) {
+		if (o->bias_correction == OQ_BC_ANALYTIC) {
 			if ((rc = oq_bias_correct_plan(m->graph, &q, &bcs, d)) ||
 			    (rc = oq_bc_collect_new(m->graph, &bcs, &bcc, d)))
 				goto out;
@@ -185,17 +349,28 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		if ((rc = oq_calibrate(m, &co, &ranges, d)))
 			goto out;
 		q.ranges = &ranges;
-		if (o->bias_correction && (rc = oq_bias_correct(m->graph, &q, &bcs, log, d)))
+		if (o->bias_correction == OQ_BC_ANALYTIC && (rc = oq_bias_correct(m->graph, &q, &bcs, log, d)))
 			goto out;
 	}
 	t2 = now();
 
-	/* quantization */
-	if (quantize) {
+	/* quantization; empirical correction runs samples: not on statistics files or random data */
+	if (quantize && !q.weight_only && o->bias_correction == OQ_BC_EMPIRICAL && o->calib.source &&
+	    strncmp(o->calib.source, "random:", 7) && !o->stats_in) {
+		oq_model *qm = NULL;
+		if ((rc = empirical(o, &q, m, &qm, log, d)))
+			goto out;
+		oq_model_free(m);
+		m = qm;
+	} else if (quantize) {
+		if (o->bias_correction == OQ_BC_EMPIRICAL && !q.weight_only && o->verbose && log)
+			fprintf(log, "bias correction: skipped: it needs calibration samples from a folder\n");
 		run = o->run;
 		run.only_quantize = 1;
 		if ((rc = oq_passes_run(m, &run, &q, d)))
 			goto out;
+	}
+	if (quantize) {
 		if (o->import_encodings) {
 			size_t unused = 0;
 			if ((rc = oq_encodings_verify(m, &enc, o->verbose ? log : NULL, &unused, d)))

@@ -14,6 +14,16 @@
 #include "onnx_io.h"
 #include "pass.h"
 
+/* Bias correction modes (README "Bias correction"). */
+enum {
+	OQ_BC_OFF = 0,
+	OQ_BC_ANALYTIC,  /* weight-rounding shift from input sums, folded before quantizing */
+	OQ_BC_EMPIRICAL, /* shift measured on the quantized model, in rounds kept only if SQNR improves */
+};
+
+/* Empirical correction: forward groups before the last layer's round, by default. */
+#define OQ_BC_ROUNDS 0
+
 typedef struct oq_pipeline_opts {
 	const char *in_path, *out_path;
 	oq_opts q;               /* pass options */
@@ -26,7 +36,8 @@ typedef struct oq_pipeline_opts {
 	const char *stats_in;    /* quantize --stats FILE: merged statistics instead of --calib, or NULL */
 	const char *stats_out;   /* `calibrate -o FILE`: write this shard's statistics, no quantization */
 	const char *ranges_in;   /* calibrate --ranges FILE (histogram round), or NULL */
-	int bias_correction;     /* --bias-correction: fold the weight-quantization shift into biases */
+	int bias_correction;     /* OQ_BC_*: --bias-correction[=empirical|analytic], --no-bias-correction */
+	int bias_rounds;         /* --bias-correction-rounds N (empirical forward groups); -1 = OQ_BC_ROUNDS */
 	int rewrite_only;        /* `convert --passes`: no quantize pass, no calibration */
 	int quiet, verbose;
 	FILE *log;               /* summary / warnings / timings (stderr) */

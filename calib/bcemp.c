@@ -1,0 +1,197 @@
+/*
+ * bcemp.c - empirical bias correction, the measurement (see bcemp.h).
+ *
+ * For layer i with measured output y (channel axis 1 for Conv and
+ * ConvTranspose, the last axis for Gemm and MatMul):
+ *     sum_f[m] = sum of y_float[..., m, ...] over all samples and positions
+ *     sum_q[m] = the same in the quantized model
+ * so sum_q / n_q - sum_f / n_f is the mean shift of channel m that the
+ * quantized model shows on the calibration data, whatever its cause
+ * (weight rounding, upstream activation rounding and clipping). The
+ * quantized model's y is the float value before its QuantizeLinear, so
+ * the shift is pre-activation and a bias change moves it one to one.
+ *
+ * Output SQNR per sample and float output, as `onnxq compare` computes it:
+ *     SQNR = 10 log10( sum r^2 / sum (r - q)^2 )  dB,  r the float model's
+ * (an exact output counts as OQ_BCE_SQNR_CAP).
+ */
+#include "bcemp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run.h"
+
+/* One model's side of the measurement: the observer's context. */
+typedef struct side {
+	oq_bce *b;
+	const oq_value **vals; /* per layer: the measured value in this model, or NULL */
+	int q;                 /* 1: the quantized model (sum_q), 0: the float one (sum_f) */
+} side;
+
+static int want(void *ctx, const oq_value *v)
+{
+	const side *s = ctx;
+	for (size_t i = 0; i < s->b->n; i++)
+		if (s->vals[i] == v)
+			return 1;
+	return 0;
+}
+
+/* Adds t to layer l's per-channel sums (or marks l failed when t does not fit). */
+static void add(oq_bce_layer *l, const oq_rt *t, int q)
+{
+	double *S = q ? l->sum_q : l->sum_f;
+	uint64_t *cnt = q ? &l->n_q : &l->n_f;
+	const float *x = t->data;
+	size_t outer = 1, inner = 1;
+	int axis;
+
+	if (t->kind != OQ_RT_TENSOR || t->dtype != OQ_DT_FLOAT || t->rank < (l->ch_last ? 1 : 2)) {
+		l->failed = 1;
+		return;
+	}
+	axis = l->ch_last ? t->rank - 1 : 1;
+	if ((size_t)t->dims[axis] != l->M) {
+		l->failed = 1;
+		return;
+	}
+	for (int k = 0; k < axis; k++)
+		outer *= (size_t)t->dims[k]; /* factors of nelem, which is in memory */
+	for (int k = axis + 1; k < t->rank; k++)
+		inner *= (size_t)t->dims[k];
+	for (size_t o = 0; o < outer; o++)
+		for (size_t m = 0; m < l->M; m++) {
+			const float *p = x + (o * l->M + m) * inner;
+			double a = 0;
+			for (size_t j = 0; j < inner; j++)
+				a += p[j];
+			S[m] += a;
+		}
+	*cnt += (uint64_t)(outer * inner);
+}
+
+static int observe(void *ctx, const oq_value *v, const oq_rt *t)
+{
+	side *s = ctx;
+	for (size_t i = 0; i < s->b->n; i++)
+		if (s->vals[i] == v && !s->b->v[i].failed)
+			add(&s->b->v[i], t, s->q);
+	return 0;
+}
+
+/* SQNR of q against reference r (float32, same size), capped; NaN when they do not fit. */
+static double sqnr(const oq_rt *r, const oq_rt *q)
+{
+	double r2 = 0, d2 = 0, db;
+	const float *a = r->data, *b = q->data;
+
+	if (r->kind != OQ_RT_TENSOR || q->kind != OQ_RT_TENSOR || r->dtype != OQ_DT_FLOAT ||
+	    q->dtype != OQ_DT_FLOAT || r->nelem != q->nelem)
+		return NAN;
+	for (size_t i = 0; i < r->nelem; i++) {
+		double e = (double)a[i] - (double)b[i];
+		r2 += (double)a[i] * a[i];
+		d2 += e * e;
+	}
+	if (d2 == 0)
+		return OQ_BCE_SQNR_CAP;
+	db = 10 * log10(r2 / d2);
+	return db > OQ_BCE_SQNR_CAP ? OQ_BCE_SQNR_CAP : db;
+}
+
+int oq_bce_measure(oq_model *ref, oq_model *qm, oq_node *const *ref_nodes, oq_node *const *q_nodes,
+		   const oq_calib_opts *o, oq_bce *b, oq_diag *d)
+{
+	oq_exec *ef = NULL, *eq = NULL;
+	oq_exec_opts eo = {.threads = o->threads};
+	oq_samples s = {0};
+	oq_rt *in = NULL, *of = NULL, *oqs = NULL;
+	side sf = {b, NULL, 0}, sq = {b, NULL, 1};
+	size_t nin = 0, nout = 0, n, n_db = 0;
+	double sum_db = 0;
+	int rc;
+
+	b->sqnr_min = OQ_BCE_SQNR_CAP;
+	b->sqnr_mean = NAN;
+	for (size_t i = 0; i < b->n; i++) {
+		oq_bce_layer *l = &b->v[i];
+		memset(l->sum_f, 0, l->M * sizeof *l->sum_f);
+		memset(l->sum_q, 0, l->M * sizeof *l->sum_q);
+		l->n_f = l->n_q = 0;
+		l->failed = !ref_nodes[i] || !q_nodes[i] || !ref_nodes[i]->n_outputs ||
+			    !q_nodes[i]->n_outputs;
+	}
+	if (!o->source || !strncmp(o->source, "random:", 7))
+		return oq_err(d, OQ_EUNSUP, "bias correction: needs calibration samples from a folder");
+	sf.vals = oq_calloc(b->n ? b->n : 1, sizeof *sf.vals);
+	sq.vals = oq_calloc(b->n ? b->n : 1, sizeof *sq.vals);
+	if (!sf.vals || !sq.vals) {
+		rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < b->n; i++)
+		if (!b->v[i].failed) {
+			sf.vals[i] = ref_nodes[i]->outputs[0];
+			sq.vals[i] = q_nodes[i]->outputs[0];
+		}
+	if ((rc = oq_exec_new(ref, &eo, &ef, d)) || (rc = oq_exec_new(qm, &eo, &eq, d)))
+		goto out;
+	nin = oq_exec_n_inputs(ef);
+	nout = oq_exec_n_outputs(ef);
+	if (oq_exec_n_inputs(eq) != nin || oq_exec_n_outputs(eq) != nout) {
+		rc = oq_err(d, OQ_EINVAL, "bias correction: the quantized model has other inputs or outputs "
+			    "than the float one (internal error)");
+		goto out;
+	}
+	oq_exec_set_observer(ef, observe, &sf);
+	oq_exec_set_observe_want(ef, want);
+	oq_exec_set_observer(eq, observe, &sq);
+	oq_exec_set_observe_want(eq, want);
+	if ((rc = oq_samples_scan(o->source, ef, &s, d)))
+		goto out;
+	n = o->limit && o->limit < s.n ? o->limit : s.n;
+	in = oq_calloc(nin ? nin : 1, sizeof *in);
+	of = oq_calloc(nout ? nout : 1, sizeof *of);
+	oqs = oq_calloc(nout ? nout : 1, sizeof *oqs);
+	if (!in || !of || !oqs) {
+		rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if ((rc = oq_sample_load(&s, i, ef, in, d)) || (rc = oq_exec_run(ef, in, nin, of, nout, d)) ||
+		    (rc = oq_exec_run(eq, in, nin, oqs, nout, d)))
+			goto out;
+		for (size_t k = 0; k < nout; k++) {
+			double db = sqnr(&of[k], &oqs[k]);
+			if (!isnan(db)) {
+				sum_db += db;
+				n_db++;
+				b->sqnr_min = fmin(b->sqnr_min, db);
+			}
+			oq_rt_release(&of[k]);
+			oq_rt_release(&oqs[k]);
+		}
+		for (size_t k = 0; k < nin; k++)
+			oq_rt_release(&in[k]);
+	}
+	b->sqnr_mean = n_db ? sum_db / (double)n_db : NAN;
+	rc = OQ_OK;
+out:
+	for (size_t k = 0; in && k < nin; k++)
+		oq_rt_release(&in[k]);
+	for (size_t k = 0; of && k < nout; k++)
+		oq_rt_release(&of[k]);
+	for (size_t k = 0; oqs && k < nout; k++)
+		oq_rt_release(&oqs[k]);
+	free(in);
+	free(of);
+	free(oqs);
+	free(sf.vals);
+	free(sq.vals);
+	oq_samples_free(&s);
+	oq_exec_free(ef);
+	oq_exec_free(eq);
+	return rc;
+}
