@@ -802,6 +802,18 @@ int oq_encodings_to_overrides(const oq_encodings *e, const oq_model *m, const ch
 			o->symmetric = x->symmetric;
 			if ((rc = param_shape(x, val->init, path, o, d)))
 				goto fail;
+			if (x->has_qparams && x->n) {
+				/* the file's scales and offsets, used as they are */
+				o->w_scale = oq_calloc(x->n, sizeof *o->w_scale);
+				o->w_zp = oq_calloc(x->n, sizeof *o->w_zp);
+				if (!o->w_scale || !o->w_zp) {
+					rc = oq_err(d, OQ_ENOMEM, "encodings: out of memory");
+					goto fail;
+				}
+				memcpy(o->w_scale, x->scale, x->n * sizeof *o->w_scale);
+				memcpy(o->w_zp, x->zp, x->n * sizeof *o->w_zp);
+				o->n_wq = x->n;
+			}
 		} else if (x->has_qparams) {
 			o->has_qparams = 1;
 			o->scale = x->scale[0];
@@ -886,10 +898,9 @@ int oq_encodings_verify(const oq_model *q, const oq_encodings *want, FILE *log, 
 			if (w->is_param)
 				rc = oq_err(
 				    d, OQ_EUNSUP,
-				    "encodings: weight '%s' record %zu: quantize computed "
-				    "scale %.9g zero point %lld from the float weights, the file "
-				    "has %.9g / "
-				    "%lld; fixed per-channel weight scales cannot be imported yet",
+				    "encodings: weight '%s' record %zu: the quantized model uses "
+				    "scale %.9g zero point %lld, the file has %.9g / %lld (the "
+				    "int32 bias would overflow with the imported scale)",
 				    w->name, c, (double)h->scale[c], (long long)h->zp[c],
 				    (double)w->scale[c], (long long)w->zp[c]);
 			else

@@ -26,8 +26,11 @@ void oq_overrides_free(oq_override *v, size_t n)
 {
 	if (!v)
 		return;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		free(v[i].name);
+		free(v[i].w_scale);
+		free(v[i].w_zp);
+	}
 	free(v);
 }
 

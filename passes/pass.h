@@ -70,6 +70,11 @@ typedef struct oq_override {
 	int has_qparams;     /* fixed scale / zero point */
 	float scale;
 	int64_t zero_point;
+	/* a weight's fixed quantization parameters, one per group (per tensor 1, per channel C,
+	 * blocks in the scale tensor's order), e.g. imported encodings; owned; n_wq 0: none */
+	float *w_scale;
+	int64_t *w_zp;
+	size_t n_wq;
 } oq_override;
 
 /* Options shared by the passes (the `onnxq quantize` / `convert` command line). */

@@ -763,6 +763,11 @@ static int weight_spec(const qctx *c, const oq_node *n, const oq_value *w, oq_ws
 			axis = v->axis;
 		if (v->block_size)
 			bs = v->block_size;
+		if (v->n_wq) {
+			s->fixed_scale = v->w_scale;
+			s->fixed_zp = v->w_zp;
+			s->n_fixed = v->n_wq;
+		}
 	}
 	switch (n->op) {
 	case OQ_OP_Conv: chan = 0; red = 1; break;

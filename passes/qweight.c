@@ -348,6 +348,30 @@ static void quantize_elems(const oq_tensor *w, wq *st, int dtype, size_t only)
 		}
 }
 
+/* Replaces the computed parameters by s->fixed_* (checked against the grid and the group count). */
+static int fixed_params(const oq_tensor *w, const oq_wspec *s, wq *st, oq_diag *d)
+{
+	if (s->n_fixed != st->L.ngroups)
+		return oq_err(d, OQ_EUSAGE,
+		              "quantize: weight '%s': %zu fixed scales given, its layout has %zu groups "
+		              "(check the granularity / axis / block size of the encodings)",
+		              tname(w), s->n_fixed, st->L.ngroups);
+	for (size_t g = 0; g < s->n_fixed; g++) {
+		float sc = s->fixed_scale[g];
+		int64_t z = s->fixed_zp[g];
+		if (!(sc > 0) || !isfinite(sc))
+			return oq_err(d, OQ_EUSAGE, "quantize: weight '%s': fixed scale %zu is %g; scales "
+			                            "must be finite and > 0", tname(w), g, (double)sc);
+		if (st->fp8 ? z != 0 : z < st->qmin || z > st->qmax)
+			return oq_err(d, OQ_EUSAGE,
+			              "quantize: weight '%s': fixed zero point %zu is %lld, outside the "
+			              "%s grid", tname(w), g, (long long)z, oq_dtype_name(s->dtype));
+		st->scale[g] = sc;
+		st->zp[g] = z;
+	}
+	return OQ_OK;
+}
+
 static int wq_run(const oq_tensor *w, const oq_wspec *s, wq *st, oq_diag *d)
 {
 	int rc;
@@ -388,6 +412,10 @@ static int wq_run(const oq_tensor *w, const oq_wspec *s, wq *st, oq_diag *d)
 		return oq_err(d, OQ_ENOMEM, "quantize: weight '%s': out of memory", tname(w));
 	}
 	if ((rc = ranges(w, st, s->dtype, s->reduce_range, d))) {
+		wq_free(st);
+		return rc;
+	}
+	if (s->n_fixed && (rc = fixed_params(w, s, st, d))) {
 		wq_free(st);
 		return rc;
 	}

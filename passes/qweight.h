@@ -21,6 +21,10 @@ typedef struct oq_wspec {
 	int reduce_range;    /* 7-bit range (ORT --reduce-range) */
 	int mse;             /* 1: per group, the clipped range with the least squared error
 			      * (--weight-method mse); 0: min/max */
+	const float *fixed_scale; /* n_fixed given scales (one per group, in the scale tensor's
+				   * order) instead of computed ones, e.g. imported encodings */
+	const int64_t *fixed_zp;  /* their zero points */
+	size_t n_fixed;           /* 0: compute the parameters */
 } oq_wspec;
 
 /*
