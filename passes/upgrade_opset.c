@@ -1006,9 +1006,19 @@ static int64_t needed_opset(const oq_opts *o)
 	for (int i = 0; i < 2; i++)
 		if (t[i] == OQ_DT_INT4 || t[i] == OQ_DT_UINT4 || t[i] == OQ_DT_INT16 || t[i] == OQ_DT_UINT16)
 			return 21;
+	/* --overrides may ask for more than the options (e.g. int16 for a few sensitive weights) */
+	for (size_t i = 0; i < o->n_overrides; i++) {
+		int dt = o->overrides[i].dtype;
+		if (o->overrides[i].granularity == OQ_GRAN_BLOCK || dt == OQ_DT_INT4 ||
+		    dt == OQ_DT_UINT4 || dt == OQ_DT_INT16 || dt == OQ_DT_UINT16)
+			return 21;
+	}
 	for (int i = 0; i < 2; i++)
 		if (t[i] == OQ_DT_FLOAT8E4M3FN)
 			return 19; /* float8 types and QuantizeLinear's saturate */
+	for (size_t i = 0; i < o->n_overrides; i++)
+		if (o->overrides[i].dtype == OQ_DT_FLOAT8E4M3FN)
+			return 19;
 	return 13;
 }
 

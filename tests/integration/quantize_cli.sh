@@ -60,6 +60,12 @@ if grep -q '"QuantizeLinear"' "$tmp/insp.json" && grep -q '"DequantizeLinear"' "
 fi
 if grep -q '"int8"' "$tmp/insp.json"; then ok "int8 weights"; else bad "int8 weights"; fi
 
+# an int16 override on one weight raises the default opset to 21 (upgrade-opset counts overrides)
+echo '{"tensors": {"fc.weight": {"dtype": "int16"}}}' >"$tmp/ov16.json"
+expect_exit 0 "quantize --overrides int16 weight" "$onnxq" quantize "$model" -o "$tmp/q16.onnx" --calib "$calib" --overrides "$tmp/ov16.json" --quiet
+if "$onnxq" inspect "$tmp/q16.onnx" 2>/dev/null | grep -qE '^opsets +ai.onnx 21'; then ok "int16 override -> opset 21"; else
+	bad "int16 override -> opset 21: $("$onnxq" inspect "$tmp/q16.onnx" 2>&1 | grep opsets)"
+fi
 expect_exit 0 "quantize --threads 2" "$onnxq" quantize "$model" -o "$tmp/q2.onnx" --calib "$calib" --threads 2 --quiet
 if cmp -s "$q" "$tmp/q2.onnx"; then ok "threads 1 vs 2 byte-identical"; else bad "threads 1 vs 2 byte-identical"; fi
 "$onnxq" quantize "$model" -o "$tmp/q3.onnx" --calib "$calib" --threads 1 --quiet 2>/dev/null
