@@ -118,10 +118,21 @@ void oq_act_apply(const oq_act *act, float *y, size_t n)
 	}
 }
 
+#if defined(__GNUC__) && defined(__x86_64__)
+static int z_gemm_ok(void);
+static void z_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n);
+#endif
+
 void oq_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n)
 {
 	if (!ep)
 		return;
+#if defined(__GNUC__) && defined(__x86_64__)
+	if (z_gemm_ok()) {
+		z_epi_apply(ep, ch, y, n);
+		return;
+	}
+#endif
 	if (ep->scale) { /* as the BatchNormalization kernel: x * a + b in double, rounded once */
 		double a = ep->scale[ch], b = ep->shift[ch];
 		size_t i = 0;
@@ -666,6 +677,183 @@ static int z_gemm_ok(void)
 	}
 	return ok && !oq_linalg_no_avx512 && !oq_linalg_use_blas;
 }
+
+/* ---------------------------------------- AVX-512 depthwise conv (float) */
+
+/*
+ * Depthwise float convolution with horizontal stride 1 or 2 on AVX-512F:
+ * 16 outputs of a row per vector, read straight from the input plane (no
+ * zero-padded copy): each tap loads the 16 (stride 2: 32, then the even
+ * lanes) input columns it needs with a mask that zeroes the columns outside
+ * the row, and a tap whose input row is outside the plane adds w * 0. So
+ * every output is b + sum of w * x over all taps in (i, j) order with
+ * separate multiply and add, exactly as dw_row: the bits equal the SSE
+ * path's (tests compare them). The column masks depend only on the geometry
+ * and are built once per call. The fused epilogue runs on the registers
+ * before the (masked) store: BN affine in double, Relu and Clip as maxps /
+ * minps (other activations on the stored row, by oq_act_apply).
+ */
+#define DWZ_MAX_KW 16
+
+typedef struct dwz_job {
+	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
+	const oq_conv_geom *g;
+	const float *x, *w, *b;
+	float *y;
+	const oq_kfuse *ep;    /* fused epilogue, or NULL */
+	int64_t nblk;          /* 16-output blocks per row */
+	atomic_int oom;
+} dwz_job;
+
+/* Lanes l of 16 with 0 <= i0 + l < n. */
+static __mmask16 lane_mask(int64_t i0, int64_t n)
+{
+	int64_t lo = i0 < 0 ? -i0 : 0, hi = n - i0;
+	if (hi > 16)
+		hi = 16;
+	if (lo >= hi)
+		return 0;
+	return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+/* The epilogue on one vector of channel ch: BN affine in double (rounded once), then Relu / Clip. */
+AVX512 static inline __m512 dwz_epi(__m512 v, const oq_kfuse *ep, int64_t ch)
+{
+	if (ep->scale) {
+		__m512d a = _mm512_set1_pd(ep->scale[ch]), b = _mm512_set1_pd(ep->shift[ch]);
+		__m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+		__m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+		lo = _mm512_add_pd(_mm512_mul_pd(lo, a), b);
+		hi = _mm512_add_pd(_mm512_mul_pd(hi, a), b);
+		v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo))),
+							  _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1));
+	}
+	if (ep->act.kind == OQ_ACT_RELU)
+		v = _mm512_max_ps(_mm512_setzero_ps(), v);
+	else if (ep->act.kind == OQ_ACT_CLIP)
+		v = _mm512_min_ps(_mm512_set1_ps(ep->act.b), _mm512_max_ps(_mm512_set1_ps(ep->act.a), v));
+	return v;
+}
+
+/* oq_epi_apply on AVX-512F, 16 values at a time: the same bits. */
+AVX512 static void z_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n)
+{
+	oq_kfuse e = *ep;
+	int late = e.act.kind != OQ_ACT_NONE && e.act.kind != OQ_ACT_RELU &&
+		   !(e.act.kind == OQ_ACT_CLIP && e.act.a <= e.act.b);
+
+	if (late)
+		e.act.kind = OQ_ACT_NONE;
+	if (e.scale || e.act.kind != OQ_ACT_NONE)
+		for (size_t i = 0; i < n; i += 16) {
+			__mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1u);
+			_mm512_mask_storeu_ps(y + i, m, dwz_epi(_mm512_maskz_loadu_ps(m, y + i), &e, ch));
+		}
+	if (late)
+		oq_act_apply(&ep->act, y, n);
+}
+
+/*
+ * Output row oh of one channel plane: xc the input plane, yr the output row,
+ * cm the column masks [nblk][kw] (stride 2: [nblk][kw][2]), w the taps,
+ * ep the part of the epilogue done in registers (or NULL).
+ */
+AVX512 static inline void dwz_row(const dwz_job *j, const oq_kfuse *ep, const float *xc, float *yr, int64_t oh,
+				  const __mmask16 *cm, const float *w, float b, int64_t ch, int64_t kh, int64_t kw,
+				  int64_t sw)
+{
+	const oq_conv_geom *g = j->g;
+	int64_t H = g->in[0], W = g->in[1], OW = g->out[1], dh = g->dil[0], dw = g->dil[1];
+	int64_t ih0 = oh * g->stride[0] - g->pad[0];
+	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	const float *xr[DWZ_MAX_KW];
+	int ok[DWZ_MAX_KW];
+
+	for (int64_t i = 0; i < kh; i++) {
+		int64_t ih = ih0 + i * dh;
+		ok[i] = ih >= 0 && ih < H;
+		xr[i] = xc + (ok[i] ? ih : 0) * W;
+	}
+	for (int64_t bk = 0; bk < j->nblk; bk++, cm += sw * kw) {
+		int64_t ow = bk * 16, c0 = ow * sw - g->pad[1];
+		__m512 acc = _mm512_set1_ps(b);
+		for (int64_t i = 0; i < kh; i++) {
+			for (int64_t jj = 0; jj < kw; jj++) {
+				const float *p = xr[i] + c0 + jj * dw;
+				__m512 v;
+				if (!ok[i])
+					v = _mm512_setzero_ps();
+				else if (sw == 1)
+					v = _mm512_maskz_loadu_ps(cm[jj], p);
+				else
+					v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(cm[2 * jj], p), even,
+								   _mm512_maskz_loadu_ps(cm[2 * jj + 1], p + 16));
+				acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(w[i * kw + jj]), v));
+			}
+		}
+		if (ep)
+			acc = dwz_epi(acc, ep, ch);
+		_mm512_mask_storeu_ps(yr + ow, lane_mask(ow, OW), acc);
+	}
+}
+
+AVX512 static void dwz_range(void *ctx, size_t begin, size_t end)
+{
+	dwz_job *j = ctx;
+	const oq_conv_geom *g = j->g;
+	int64_t W = g->in[1], OH = g->out[0], OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1];
+	size_t nm = (size_t)(j->nblk * kw * sw);
+	__mmask16 *own = j->k ? NULL : malloc(nm * sizeof *own);
+	__mmask16 *cm = j->k ? oq_k_scratch(j->k, nm * sizeof *cm) : own;
+	/* activations not done in registers run on each stored row */
+	int late = j->ep && j->ep->act.kind != OQ_ACT_NONE && j->ep->act.kind != OQ_ACT_RELU &&
+		   !(j->ep->act.kind == OQ_ACT_CLIP && j->ep->act.a <= j->ep->act.b);
+	oq_kfuse early;
+	const oq_kfuse *ep = j->ep;
+
+	if (!cm) {
+		atomic_store(&j->oom, 1);
+		return;
+	}
+	/* input columns of block bk, tap jj: c0 + jj * dw + l (stride 2: + 2 l, as two 16-lane halves) */
+	for (int64_t bk = 0, q = 0; bk < j->nblk; bk++) {
+		int64_t c0 = bk * 16 * sw - g->pad[1];
+		for (int64_t jj = 0; jj < kw; jj++) {
+			int64_t c = c0 + jj * g->dil[1];
+			cm[q++] = lane_mask(c, W);
+			if (sw == 2)
+				cm[q++] = lane_mask(c + 16, W);
+		}
+	}
+	if (late) {
+		early = *j->ep;
+		early.act.kind = OQ_ACT_NONE;
+		ep = early.scale ? &early : NULL;
+	}
+	for (size_t it = begin; it < end; it++) {
+		int64_t ch = (int64_t)it % g->c;
+		const float *xc = j->x + (int64_t)it * g->in_size;
+		float *yc = j->y + (int64_t)it * OH * OW;
+		const float *wc = j->w + ch * g->k_size;
+		float b = j->b ? j->b[ch] : 0.0f;
+		for (int64_t oh = 0; oh < OH; oh++) {
+			float *yr = yc + oh * OW;
+			if (kh == 3 && kw == 3 && sw == 1)
+				dwz_row(j, ep, xc, yr, oh, cm, wc, b, ch, 3, 3, 1);
+			else if (kh == 3 && kw == 3)
+				dwz_row(j, ep, xc, yr, oh, cm, wc, b, ch, 3, 3, 2);
+			else if (kh == 5 && kw == 5 && sw == 1)
+				dwz_row(j, ep, xc, yr, oh, cm, wc, b, ch, 5, 5, 1);
+			else if (kh == 5 && kw == 5)
+				dwz_row(j, ep, xc, yr, oh, cm, wc, b, ch, 5, 5, 2);
+			else
+				dwz_row(j, ep, xc, yr, oh, cm, wc, b, ch, kh, kw, sw);
+			if (late)
+				oq_act_apply(&j->ep->act, yr, (size_t)OW);
+		}
+	}
+	free(own);
+}
 #endif
 
 /* ---------------------------------------------------------- conv via GEMM */
@@ -829,6 +1017,26 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 	oq_linalg_blas_init();
 	if (t == OQ_LT_F32 && g.nsp == 2 && g.group == g.c && g.group == g.m && g.in_size > 0) {
 		dw_job d;
+#if defined(HAVE_OWN_GEMM)
+		if (z_gemm_ok() && (g.stride[1] == 1 || g.stride[1] == 2) && g.k[0] <= DWZ_MAX_KW &&
+		    g.k[1] <= DWZ_MAX_KW) {
+			dwz_job dz;
+			dz.k = k;
+			dz.g = &g;
+			dz.x = x;
+			dz.w = w;
+			dz.b = b;
+			dz.y = y;
+			dz.ep = ep;
+			dz.nblk = ceil_div(g.out[1], 16);
+			atomic_init(&dz.oom, 0);
+			if (k)
+				oq_k_parallel(k, (size_t)(g.n * g.c), 1, dwz_range, &dz);
+			else
+				dwz_range(&dz, 0, (size_t)(g.n * g.c));
+			return atomic_load(&dz.oom) ? OQ_ENOMEM : OQ_OK;
+		}
+#endif
 		d.k = k;
 		d.g = &g;
 		d.x = x;
