@@ -11,8 +11,12 @@
  * im2col rows of their tile's positions into a per-thread buffer of at most
  * about 1 MiB (reused while consecutive tiles share positions). Depthwise
  * float convolutions (one input and one output channel per group) skip
- * GEMM: each channel plane is copied once into a zero-padded buffer and
- * every output is b + sum of taps in kernel order (SSE, 4 outputs at a time).
+ * GEMM: every output is b + sum of taps in kernel order, with separate
+ * multiply and add. On AVX-512 CPUs (horizontal stride 1 or 2, at most 25
+ * taps) 16 outputs of 4 rows at a time are read straight from the input
+ * with masked loads at the edges and the epilogue runs on the registers;
+ * otherwise each channel plane is copied into a zero-padded buffer (SSE,
+ * 4 outputs at a time). Both give the same bits.
  *
  * Fused epilogue (oq_conv_run_ep): a per-channel BN affine map and an
  * activation are applied to each GEMM tile (rows of mm channels x pp
