@@ -498,7 +498,8 @@ static int binary(oq_kctx *k, int op)
 	if ((rc = bc_shape(k, in, 2, &rank, dims)))
 		return rc;
 	out_dt = b_is_bool_out(op) ? OQ_DT_BOOL : a->dtype;
-	if ((rc = oq_k_output(k, 0, out_dt, rank, dims, &y)))
+	/* bin_range writes every element (sub-byte types are packed into zeroed bytes) */
+	if ((rc = (oq_dtype_is_subbyte(out_dt) ? oq_k_output : oq_k_output_raw)(k, 0, out_dt, rank, dims, &y)))
 		return rc;
 	if (a->dtype == OQ_DT_FLOAT && bv.dtype == OQ_DT_FLOAT && out_dt == OQ_DT_FLOAT && op != B_POW && op != B_MOD)
 		dom = 'f';
@@ -883,7 +884,9 @@ static int unary_par(oq_kctx *k, int op, const ew_par *par)
 		return oq_k_err(k, OQ_EINVAL, "does not take bool inputs");
 	if (!is_float(x->dtype) && !u_int_ok(op) && op != U_SHRINK && op != U_ISNAN && op != U_ISINF)
 		return oq_k_err(k, OQ_EUNSUP, "needs a float input, got %s", oq_dtype_name(x->dtype));
-	if ((rc = oq_k_output(k, 0, u_bool_out(op) ? OQ_DT_BOOL : x->dtype, x->rank, x->dims, &y)))
+	/* un_range writes every element (sub-byte types are packed into zeroed bytes) */
+	if ((rc = (oq_dtype_is_subbyte(x->dtype) ? oq_k_output : oq_k_output_raw)(
+		     k, 0, u_bool_out(op) ? OQ_DT_BOOL : x->dtype, x->rank, x->dims, &y)))
 		return rc;
 	j.x = x;
 	j.y = y;

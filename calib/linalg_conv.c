@@ -11,8 +11,12 @@
  * im2col rows of their tile's positions into a per-thread buffer of at most
  * about 1 MiB (reused while consecutive tiles share positions). Depthwise
  * float convolutions (one input and one output channel per group) skip
- * GEMM: each channel plane is copied once into a zero-padded buffer and
- * every output is b + sum of taps in kernel order (SSE, 4 outputs at a time).
+ * GEMM: every output is b + sum of taps in kernel order, with separate
+ * multiply and add. On AVX-512 CPUs (horizontal stride 1 or 2, at most 25
+ * taps) 16 outputs of 4 rows at a time are read straight from the input
+ * with masked loads at the edges and the epilogue runs on the registers;
+ * otherwise each channel plane is copied into a zero-padded buffer (SSE,
+ * 4 outputs at a time). Both give the same bits.
  *
  * Fused epilogue (oq_conv_run_ep): a per-channel BN affine map and an
  * activation are applied to each GEMM tile (rows of mm channels x pp
@@ -118,10 +122,21 @@ void oq_act_apply(const oq_act *act, float *y, size_t n)
 	}
 }
 
+#if defined(__GNUC__) && defined(__x86_64__)
+static int z_gemm_ok(void);
+static void z_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n);
+#endif
+
 void oq_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n)
 {
 	if (!ep)
 		return;
+#if defined(__GNUC__) && defined(__x86_64__)
+	if (z_gemm_ok()) {
+		z_epi_apply(ep, ch, y, n);
+		return;
+	}
+#endif
 	if (ep->scale) { /* as the BatchNormalization kernel: x * a + b in double, rounded once */
 		double a = ep->scale[ch], b = ep->shift[ch];
 		size_t i = 0;
@@ -666,6 +681,237 @@ static int z_gemm_ok(void)
 	}
 	return ok && !oq_linalg_no_avx512 && !oq_linalg_use_blas;
 }
+
+/* ---------------------------------------- AVX-512 depthwise conv (float) */
+
+/*
+ * Depthwise float convolution with horizontal stride 1 or 2 on AVX-512F:
+ * 16 outputs of a row per vector, read straight from the input plane (no
+ * zero-padded copy): each tap loads the 16 (stride 2: 32, then the even
+ * lanes) input columns it needs with a mask that zeroes the columns outside
+ * the row, and a tap whose input row is outside the plane adds w * 0. So
+ * every output is b + sum of w * x over all taps in (i, j) order with
+ * separate multiply and add, exactly as dw_row: the bits equal the SSE
+ * path's (tests compare them). The column masks depend only on the geometry
+ * and are built once per call. The fused epilogue runs on the registers
+ * before the (masked) store: BN affine in double, Relu and Clip as maxps /
+ * minps (other activations on the stored row, by oq_act_apply).
+ */
+#define DWZ_MAX_TAPS 25 /* taps of the largest kernel (kh * kw) it takes */
+
+typedef struct dwz_job {
+	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
+	const oq_conv_geom *g;
+	const float *x, *w, *b;
+	float *y;
+	const oq_kfuse *ep;    /* fused epilogue, or NULL */
+	int64_t nblk;          /* 16-output blocks per row */
+	atomic_int oom;
+} dwz_job;
+
+/* Lanes l of 16 with 0 <= i0 + l < n. */
+static __mmask16 lane_mask(int64_t i0, int64_t n)
+{
+	int64_t lo = i0 < 0 ? -i0 : 0, hi = n - i0;
+	if (hi > 16)
+		hi = 16;
+	if (lo >= hi)
+		return 0;
+	return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+/* The epilogue of one channel, ready for the registers. */
+typedef struct dwz_ev {
+	int bn;                /* BN affine: x * a + b in double, rounded once */
+	int act;               /* OQ_ACT_NONE, OQ_ACT_RELU or OQ_ACT_CLIP (lo <= hi) */
+	__m512d a, b;          /* BN scale and shift */
+	__m512 lo, hi;         /* Clip bounds */
+} dwz_ev;
+
+/* The part of ep done in registers for channel ch (late: the activation is left to the caller). */
+AVX512 static inline void dwz_ev_make(const oq_kfuse *ep, int64_t ch, int late, dwz_ev *ev)
+{
+	ev->bn = ep && ep->scale;
+	ev->act = ep && !late ? ep->act.kind : OQ_ACT_NONE;
+	ev->a = _mm512_set1_pd(ev->bn ? ep->scale[ch] : 0);
+	ev->b = _mm512_set1_pd(ev->bn ? ep->shift[ch] : 0);
+	ev->lo = _mm512_set1_ps(ep ? ep->act.a : 0);
+	ev->hi = _mm512_set1_ps(ep ? ep->act.b : 0);
+}
+
+/* Activations oq_act_apply must run on the stored values (NaN and ordering rules of fmaxf / expf). */
+static int late_act(const oq_kfuse *ep)
+{
+	return ep && ep->act.kind != OQ_ACT_NONE && ep->act.kind != OQ_ACT_RELU &&
+	       !(ep->act.kind == OQ_ACT_CLIP && ep->act.a <= ep->act.b);
+}
+
+/* The epilogue on one vector: BN as the BatchNormalization kernel, then Relu / Clip as maxps / minps. */
+AVX512 static inline __m512 dwz_epi(__m512 v, const dwz_ev *ev)
+{
+	if (ev->bn) {
+		__m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+		__m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+		lo = _mm512_add_pd(_mm512_mul_pd(lo, ev->a), ev->b);
+		hi = _mm512_add_pd(_mm512_mul_pd(hi, ev->a), ev->b);
+		v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo))),
+							  _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1));
+	}
+	if (ev->act == OQ_ACT_RELU)
+		v = _mm512_max_ps(_mm512_setzero_ps(), v);
+	else if (ev->act == OQ_ACT_CLIP)
+		v = _mm512_min_ps(ev->hi, _mm512_max_ps(ev->lo, v));
+	return v;
+}
+
+/* oq_epi_apply on AVX-512F, 16 values at a time: the same bits. */
+AVX512 static void z_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n)
+{
+	int late = late_act(ep);
+	dwz_ev ev;
+
+	dwz_ev_make(ep, ch, late, &ev);
+	if (ev.bn || ev.act != OQ_ACT_NONE)
+		for (size_t i = 0; i < n; i += 16) {
+			__mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1u);
+			_mm512_mask_storeu_ps(y + i, m, dwz_epi(_mm512_maskz_loadu_ps(m, y + i), &ev));
+		}
+	if (late)
+		oq_act_apply(&ep->act, y, n);
+}
+
+/*
+ * nr (1..DWZ_ROWS) output rows from oh0 of one channel plane: xc the input
+ * plane, yc the output plane, cm the column masks [nblk][kw] (stride 2:
+ * [nblk][kw][2]) and full[nblk] (all of a block's masks are whole), wv the
+ * taps broadcast, ev the epilogue done in registers. The rows are
+ * independent sums, so their add chains overlap; each one still adds its
+ * taps in (i, j) order. Blocks whose taps all fall inside the plane use
+ * plain loads.
+ */
+#define DWZ_ROWS 4
+
+AVX512 static inline void dwz_rows(const dwz_job *j, const dwz_ev *ev, const float *xc, float *yc, int64_t oh0,
+				   int nr, const __mmask16 *cm, const unsigned char *full, const __m512 *wv, float b,
+				   int64_t kh, int64_t kw, int64_t sw)
+{
+	const oq_conv_geom *g = j->g;
+	int64_t H = g->in[0], W = g->in[1], OW = g->out[1], dh = g->dil[0], dw = g->dil[1];
+	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	const float *xr[DWZ_ROWS][DWZ_MAX_TAPS];
+	int ok[DWZ_ROWS][DWZ_MAX_TAPS], allok = 1;
+
+	for (int r = 0; r < nr; r++)
+		for (int64_t i = 0; i < kh; i++) {
+			int64_t ih = (oh0 + r) * g->stride[0] - g->pad[0] + i * dh;
+			ok[r][i] = ih >= 0 && ih < H;
+			xr[r][i] = xc + (ok[r][i] ? ih : 0) * W;
+			allok &= ok[r][i];
+		}
+	for (int64_t bk = 0; bk < j->nblk; bk++, cm += sw * kw) {
+		int64_t ow = bk * 16, c0 = ow * sw - g->pad[1];
+		__m512 acc[DWZ_ROWS];
+		for (int r = 0; r < nr; r++)
+			acc[r] = _mm512_set1_ps(b);
+		if (allok && full[bk]) {
+			for (int64_t i = 0; i < kh; i++)
+				for (int r = 0; r < nr; r++) {
+					const float *p = xr[r][i] + c0;
+					for (int64_t jj = 0; jj < kw; jj++, p += dw) {
+						__m512 v = sw == 1 ? _mm512_loadu_ps(p)
+								   : _mm512_permutex2var_ps(_mm512_loadu_ps(p), even,
+											    _mm512_loadu_ps(p + 16));
+						acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(wv[i * kw + jj], v));
+					}
+				}
+		} else {
+			for (int64_t i = 0; i < kh; i++)
+				for (int r = 0; r < nr; r++) {
+					const float *p = xr[r][i] + c0;
+					for (int64_t jj = 0; jj < kw; jj++, p += dw) {
+						__m512 v = _mm512_setzero_ps();
+						if (ok[r][i] && sw == 1)
+							v = _mm512_maskz_loadu_ps(cm[jj], p);
+						else if (ok[r][i])
+							v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(cm[2 * jj], p), even,
+										   _mm512_maskz_loadu_ps(cm[2 * jj + 1], p + 16));
+						acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(wv[i * kw + jj], v));
+					}
+				}
+		}
+		for (int r = 0; r < nr; r++)
+			_mm512_mask_storeu_ps(yc + (oh0 + r) * OW + ow, lane_mask(ow, OW), dwz_epi(acc[r], ev));
+	}
+}
+
+/* All rows of one channel, DWZ_ROWS at a time; kh, kw, sw constant where inlined with constants. */
+AVX512 static inline void dwz_plane(const dwz_job *j, const dwz_ev *ev, const float *xc, float *yc,
+				    const __mmask16 *cm, const unsigned char *full, const float *w, float b, int64_t kh,
+				    int64_t kw, int64_t sw)
+{
+	int64_t OH = j->g->out[0], oh = 0;
+	__m512 wv[DWZ_MAX_TAPS];
+
+	for (int64_t t = 0; t < kh * kw; t++)
+		wv[t] = _mm512_set1_ps(w[t]);
+	for (; oh + DWZ_ROWS <= OH; oh += DWZ_ROWS)
+		dwz_rows(j, ev, xc, yc, oh, DWZ_ROWS, cm, full, wv, b, kh, kw, sw);
+	for (; oh < OH; oh++)
+		dwz_rows(j, ev, xc, yc, oh, 1, cm, full, wv, b, kh, kw, sw);
+}
+
+AVX512 static void dwz_range(void *ctx, size_t begin, size_t end)
+{
+	dwz_job *j = ctx;
+	const oq_conv_geom *g = j->g;
+	int64_t W = g->in[1], OH = g->out[0], OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1];
+	size_t nm = (size_t)(j->nblk * kw * sw), need = nm * sizeof(__mmask16) + (size_t)j->nblk;
+	void *own = j->k ? NULL : malloc(need), *buf = j->k ? oq_k_scratch(j->k, need) : own;
+	__mmask16 *cm = buf;
+	unsigned char *full = (unsigned char *)(cm + nm);
+	int late = late_act(j->ep);
+
+	if (!buf) {
+		atomic_store(&j->oom, 1);
+		return;
+	}
+	/* input columns of block bk, tap jj: c0 + jj * dw + l (stride 2: + 2 l, as two 16-lane halves) */
+	for (int64_t bk = 0, q = 0; bk < j->nblk; bk++) {
+		int64_t c0 = bk * 16 * sw - g->pad[1];
+		full[bk] = 1;
+		for (int64_t jj = 0; jj < kw; jj++) {
+			int64_t c = c0 + jj * g->dil[1];
+			cm[q] = lane_mask(c, W);
+			full[bk] &= cm[q++] == 0xffff;
+			if (sw == 2) {
+				cm[q] = lane_mask(c + 16, W);
+				full[bk] &= cm[q++] == 0xffff;
+			}
+		}
+	}
+	for (size_t it = begin; it < end; it++) {
+		int64_t ch = (int64_t)it % g->c;
+		const float *xc = j->x + (int64_t)it * g->in_size;
+		float *yc = j->y + (int64_t)it * OH * OW;
+		const float *wc = j->w + ch * g->k_size;
+		float b = j->b ? j->b[ch] : 0.0f;
+		dwz_ev ev;
+		dwz_ev_make(j->ep, ch, late, &ev);
+		if (kh == 3 && kw == 3 && sw == 1)
+			dwz_plane(j, &ev, xc, yc, cm, full, wc, b, 3, 3, 1);
+		else if (kh == 3 && kw == 3)
+			dwz_plane(j, &ev, xc, yc, cm, full, wc, b, 3, 3, 2);
+		else if (kh == 5 && kw == 5 && sw == 1)
+			dwz_plane(j, &ev, xc, yc, cm, full, wc, b, 5, 5, 1);
+		else if (kh == 5 && kw == 5)
+			dwz_plane(j, &ev, xc, yc, cm, full, wc, b, 5, 5, 2);
+		else
+			dwz_plane(j, &ev, xc, yc, cm, full, wc, b, kh, kw, sw);
+		for (int64_t oh = 0; late && oh < OH; oh++)
+			oq_act_apply(&j->ep->act, yc + oh * OW, (size_t)OW);
+	}
+	free(own);
+}
 #endif
 
 /* ---------------------------------------------------------- conv via GEMM */
@@ -829,6 +1075,25 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 	oq_linalg_blas_init();
 	if (t == OQ_LT_F32 && g.nsp == 2 && g.group == g.c && g.group == g.m && g.in_size > 0) {
 		dw_job d;
+#if defined(HAVE_OWN_GEMM)
+		if (z_gemm_ok() && (g.stride[1] == 1 || g.stride[1] == 2) && g.k[0] * g.k[1] <= DWZ_MAX_TAPS) {
+			dwz_job dz;
+			dz.k = k;
+			dz.g = &g;
+			dz.x = x;
+			dz.w = w;
+			dz.b = b;
+			dz.y = y;
+			dz.ep = ep;
+			dz.nblk = ceil_div(g.out[1], 16);
+			atomic_init(&dz.oom, 0);
+			if (k)
+				oq_k_parallel(k, (size_t)(g.n * g.c), 1, dwz_range, &dz);
+			else
+				dwz_range(&dz, 0, (size_t)(g.n * g.c));
+			return atomic_load(&dz.oom) ? OQ_ENOMEM : OQ_OK;
+		}
+#endif
 		d.k = k;
 		d.g = &g;
 		d.x = x;

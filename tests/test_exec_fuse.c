@@ -522,6 +522,45 @@ Test(exec_fuse, avx512_gemm_bit_identical_to_avx2)
 	}
 }
 
+Test(exec_fuse, avx512_depthwise_epilogue_bit_identical_to_sse)
+{
+	/* The AVX-512 depthwise kernel runs BN (in double), Relu and Clip on the registers and the
+	 * other activations on the stored row; the SSE kernel runs oq_epi_apply on each row. Same
+	 * bits expected for: BN + Relu, Clip (lo < hi), Clip with lo > hi (every value becomes hi,
+	 * done on the row), HardSwish and LeakyRelu (on the row), no epilogue; 5x5 stride 2, 3x3
+	 * stride 1 and 2; widths 7, 17, 19, 33; 13 and 24 channels; 2 images. */
+	static const spec cases[] = {
+		{.opset = 13, .n = 2, .c = 13, .h = 9, .w = 17, .m = 13, .k = 3, .stride = 1, .pad = 1, .group = 13,
+		 .bias = 1, .bn = 1, .act = "Relu"},
+		{.opset = 13, .n = 1, .c = 24, .h = 20, .w = 33, .m = 24, .k = 3, .stride = 2, .pad = 1,
+		 .group = 24, .bias = 1, .act = "Clip", .lo = 0, .hi = 0.3f},
+		{.opset = 13, .n = 1, .c = 13, .h = 7, .w = 7, .m = 13, .k = 3, .stride = 1, .pad = 1, .group = 13,
+		 .bias = 0, .bn = 1, .act = "Clip", .lo = 0.5f, .hi = -0.5f},
+		{.opset = 14, .n = 1, .c = 24, .h = 19, .w = 19, .m = 24, .k = 5, .stride = 2, .pad = 2,
+		 .group = 24, .bias = 1, .bn = 1, .act = "HardSwish"},
+		{.opset = 13, .n = 1, .c = 13, .h = 11, .w = 17, .m = 13, .k = 5, .stride = 1, .pad = 2,
+		 .group = 13, .bias = 1, .act = "LeakyRelu"},
+		{.opset = 13, .n = 1, .c = 13, .h = 11, .w = 17, .m = 13, .k = 3, .stride = 2, .pad = 0,
+		 .group = 13, .bias = 1},
+	};
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("no AVX-512F on this CPU: nothing to compare");
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		oq_rt a, b, c;
+		run_engine(&cases[i], 80 + i, 0, 1, &a);
+		run_engine(&cases[i], 80 + i, 1, 1, &b);
+		run_engine(&cases[i], 80 + i, 0, 2, &c);
+		cr_assert(a.nbytes == b.nbytes && !memcmp(a.data, b.data, a.nbytes),
+			  "case %zu: AVX-512 and SSE depthwise outputs differ", i);
+		cr_assert(a.nbytes == c.nbytes && !memcmp(a.data, c.data, a.nbytes),
+			  "case %zu: AVX-512 output differs between 1 and 2 threads", i);
+		oq_rt_release(&a);
+		oq_rt_release(&b);
+		oq_rt_release(&c);
+	}
+}
+
 Test(exec_fuse, observer_without_intermediates_keeps_fusion)
 {
 	/* An observer that wants neither the Conv nor the BN output keeps the group fused (it sees

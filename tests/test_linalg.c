@@ -771,3 +771,93 @@ Test(linalg, random_gemm_matmul_fast_vs_ref)
 		}
 	}
 }
+
+/*
+ * Depthwise Conv on odd shapes through both float engines: the AVX-512
+ * kernel (16 outputs per vector, masked loads at the row edges, horizontal
+ * stride 1 and 2) and the SSE kernel on a zero-padded copy
+ * (oq_linalg_no_avx512). Both add b + w * x over every tap in (i, j) order
+ * with separate multiply and add, so their outputs must be the same bits;
+ * both must be the same for 1 and 2 threads and within 1e-4 of the
+ * double-precision reference. Shapes: channels not a multiple of 8 or 16,
+ * widths 1..17 (and a few wider, for several 16-lane blocks), kernels 1..7
+ * not square, asymmetric pads up to 3, dilations up to 3, strides 1..3
+ * (horizontal stride 3 takes the SSE path on both runs).
+ */
+Test(linalg, depthwise_avx512_vs_sse_vs_ref)
+{
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("no AVX-512F on this CPU: nothing to compare");
+	for (uint64_t sd = 1; sd <= 120; sd++) {
+		int64_t c, kh, kw, sh, sw, dh, dw, pads[4], h, w;
+		tin in[3];
+		attrs a;
+		oq_rt vals[3], o1, o2, os, oref;
+		char what[192], err[1024] = "";
+		size_t nin;
+		seed(5000 + sd);
+		c = irand(1, 37);
+		kh = sd % 4 == 0 ? 3 : sd % 4 == 1 ? 5 : irand(1, 7);
+		kw = sd % 4 == 0 ? 3 : sd % 4 == 1 ? 5 : irand(1, 7);
+		sh = irand(1, 3);
+		sw = sd % 10 == 0 ? 3 : irand(1, 2);
+		dh = irand(0, 2) ? 1 : irand(2, 3);
+		dw = irand(0, 2) ? 1 : irand(2, 3);
+		for (int i = 0; i < 4; i++)
+			pads[i] = irand(0, 3);
+		h = (kh - 1) * dh + 1 - pads[0] - pads[2] + irand(0, 12);
+		w = sd % 7 == 0 ? irand(18, 70) : irand(1, 17);
+		if (h < 1)
+			h = 1;
+		/* the padded extents must hold one kernel */
+		while (h + pads[0] + pads[2] < (kh - 1) * dh + 1)
+			pads[2]++;
+		while (w + pads[1] + pads[3] < (kw - 1) * dw + 1)
+			pads[3]++;
+		memset(&a, 0, sizeof a);
+		memset(in, 0, sizeof in);
+		in[0] = (tin){"x", OQ_DT_FLOAT, 4, {irand(1, 2), c, h, w}, NULL};
+		in[1] = (tin){"w", OQ_DT_FLOAT, 4, {c, 1, kh, kw}, NULL};
+		in[2] = (tin){"b", OQ_DT_FLOAT, 1, {c}, NULL};
+		nin = irand(0, 1) ? 3 : 2;
+		add_ints(&a, "strides", 2, (const int64_t[]){sh, sw});
+		add_ints(&a, "dilations", 2, (const int64_t[]){dh, dw});
+		add_ints(&a, "pads", 4, pads);
+		add_int(&a, "group", c);
+		snprintf(what, sizeof what, "seed %llu: c %lld %lldx%lld k %lldx%lld s %lld,%lld d %lld,%lld",
+			 (unsigned long long)sd, (long long)c, (long long)h, (long long)w, (long long)kh,
+			 (long long)kw, (long long)sh, (long long)sw, (long long)dh, (long long)dw);
+		for (size_t i = 0; i < nin; i++)
+			make_rt(&in[i], &vals[i]);
+		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 1, &o1, err, sizeof err), 0,
+			     "%s: %s", what, err);
+		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 2, &o2, err, sizeof err), 0,
+			     "%s: %s", what, err);
+		oq_linalg_no_avx512 = 1;
+		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 1, &os, err, sizeof err), 0,
+			     "%s: %s", what, err);
+		oq_linalg_no_avx512 = 0;
+		oq_linalg_use_ref = 1;
+		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 1, &oref, err, sizeof err),
+			     0, "%s: %s", what, err);
+		oq_linalg_use_ref = 0;
+		cr_assert(o1.nelem > 0 && o1.nbytes == os.nbytes && o1.nbytes == o2.nbytes && o1.nelem == oref.nelem,
+			  "%s: output sizes", what);
+		cr_expect(!memcmp(o1.data, os.data, o1.nbytes), "%s: AVX-512 and SSE outputs differ", what);
+		cr_expect(!memcmp(o1.data, o2.data, o1.nbytes), "%s: threads 1 and 2 differ", what);
+		for (size_t i = 0; i < o1.nelem; i++) {
+			double x = ((float *)o1.data)[i], r = ((float *)oref.data)[i];
+			if (!(fabs(x - r) <= 1e-4 + 1e-4 * fabs(r))) {
+				cr_expect(0, "%s: element %zu fast %.8g ref %.8g", what, i, x, r);
+				break;
+			}
+		}
+		for (size_t i = 0; i < nin; i++)
+			oq_rt_release(&vals[i]);
+		oq_rt_release(&o1);
+		oq_rt_release(&o2);
+		oq_rt_release(&os);
+		oq_rt_release(&oref);
+	}
+}
