@@ -16,10 +16,10 @@
  * whatever the order of samples or elements and whatever the executor's
  * thread count (whose outputs are already identical for any --threads).
  *
- * Hot loop: float32 data is scanned in blocks of LANES independent lanes
- * (lo[j], hi[j], bad[j]); each lane does compare-and-select only, so the
- * compiler can vectorise it (minps/maxps) without -ffast-math. A value is
- * finite iff x - x == 0 (false for NaN and +-Inf). float16/bfloat16 are
+ * Hot loop: float32 data goes through oq_minmax_f32 (observe.c: masked
+ * AVX-512 min/max, or independent compare-and-select lanes the compiler
+ * vectorises without -ffast-math). A value is finite iff x - x == 0 (false
+ * for NaN and +-Inf). float16/bfloat16 are
  * widened into a small float buffer and go through the same loop; double
  * has its own loop (and is rounded outwards to float at the end).
  *
@@ -51,7 +51,6 @@
 #include "qparams.h"
 #include "run.h"
 
-#define LANES 16
 #define WIDEN_BLOCK 1024 /* f16/bf16 elements widened at a time */
 
 /* Running state of one main-graph value. */
@@ -83,52 +82,6 @@ typedef struct calib {
 
 /* ------------------------------------------------------------ the hot loop */
 
-/* Folds n float32 values into *lo, *hi, *bad (NaN/Inf skipped, -0 read as +0). */
-static void scan_f32(const float *p, size_t n, float *lo_out, float *hi_out, uint64_t *bad_out)
-{
-	float lo[LANES], hi[LANES];
-	uint32_t bad[LANES];
-	size_t i = 0;
-
-	for (int j = 0; j < LANES; j++) {
-		lo[j] = INFINITY;
-		hi[j] = -INFINITY;
-		bad[j] = 0;
-	}
-	while (i + LANES <= n) {
-		/* lane counters are flushed every 2^24 blocks so they cannot overflow */
-		size_t stop = n - i > ((size_t)LANES << 24) ? i + ((size_t)LANES << 24) : n;
-		for (; i + LANES <= stop; i += LANES) {
-			for (int j = 0; j < LANES; j++) {
-				float x = p[i + (size_t)j] + 0.0f;
-				int fin = (x - x) == 0.0f;
-				float a = fin ? x : lo[j];
-				float b = fin ? x : hi[j];
-				lo[j] = a < lo[j] ? a : lo[j];
-				hi[j] = b > hi[j] ? b : hi[j];
-				bad[j] += (uint32_t)!fin;
-			}
-		}
-		for (int j = 0; j < LANES; j++) {
-			*bad_out += bad[j];
-			bad[j] = 0;
-		}
-	}
-	for (; i < n; i++) {
-		float x = p[i] + 0.0f;
-		if ((x - x) != 0.0f) {
-			(*bad_out)++;
-			continue;
-		}
-		lo[0] = x < lo[0] ? x : lo[0];
-		hi[0] = x > hi[0] ? x : hi[0];
-	}
-	for (int j = 0; j < LANES; j++) {
-		*lo_out = lo[j] < *lo_out ? lo[j] : *lo_out;
-		*hi_out = hi[j] > *hi_out ? hi[j] : *hi_out;
-	}
-}
-
 static void scan_f64(const double *p, size_t n, double *lo, double *hi, uint64_t *bad)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -158,7 +111,7 @@ static void fold(tstat *s, ema *em, double ema_c, const oq_rt *t)
 	if (!t->nelem || !t->data)
 		return;
 	if (t->dtype == OQ_DT_FLOAT) {
-		scan_f32(t->data, t->nelem, &lo, &hi, &bad);
+		oq_minmax_f32(t->data, t->nelem, &lo, &hi, &bad);
 	} else if (t->dtype == OQ_DT_DOUBLE) {
 		double dlo = INFINITY, dhi = -INFINITY;
 		scan_f64(t->data, t->nelem, &dlo, &dhi, &bad);
@@ -176,7 +129,7 @@ static void fold(tstat *s, ema *em, double ema_c, const oq_rt *t)
 			for (size_t j = 0; j < m; j++)
 				buf[j] = t->dtype == OQ_DT_FLOAT16 ? oq_f16_to_f32(h[i + j])
 				                                   : oq_bf16_to_f32(h[i + j]);
-			scan_f32(buf, m, &lo, &hi, &bad);
+			oq_minmax_f32(buf, m, &lo, &hi, &bad);
 		}
 	}
 	s->lo = (double)lo < s->lo ? (double)lo : s->lo;

@@ -5,8 +5,16 @@
  *     k = floor((x - lo) * inv),  inv = n / (hi - lo)   (clamped to [0, n-1]),
  * computed in float (lo and inv rounded to float once), so k depends on x
  * alone. |x| histograms use lo = 0 and |x|. Exact zeros go to n_zero. The
- * fill loop computes a block of indices branch-free (vectorisable; zeros
- * and NaN/Inf get two scratch slots after the bins), then counts them.
+ * fill loop computes a block of indices branch-free (AVX-512 when the CPU
+ * has it, chosen at run time; plain C otherwise): zeros, bin 0 and bin n-1
+ * are counted by mask/popcount, the other indices are compacted and counted
+ * into four interleaved sub-histograms that are summed at the end. All
+ * counts are integers, so every path gives the same histogram as the plain
+ * one-value-at-a-time oq_hist_add_f32_ref.
+ *
+ * Min/max scan (oq_minmax_f32): per-lane compare-and-select, or masked
+ * vector min/max on AVX-512; min and max are exact, so both agree bit for
+ * bit with oq_minmax_f32_ref.
  *
  * EMA (PyTorch MovingAverageMinMaxObserver, ONNX Runtime CalibMovingAverage):
  *     min <- min + c * (sample_min - min),  max alike; the first sample sets them.
@@ -100,7 +108,7 @@ int oq_hist_init(oq_hist *h, double lo, double hi, size_t n, int abs)
 	memset(h, 0, sizeof *h);
 	if (!(lo < hi) || !isfinite(lo) || !isfinite(hi) || n < 1 || (abs && lo != 0))
 		return OQ_EINVAL;
-	if (n > (1u << 24) || !(h->bin = oq_calloc(n + 2, sizeof *h->bin)))
+	if (n > (1u << 24) || !(h->bin = oq_calloc(n, sizeof *h->bin)))
 		return OQ_ENOMEM;
 	h->lo = lo;
 	h->hi = hi;
@@ -122,8 +130,6 @@ void oq_hist_free(oq_hist *h)
 	memset(h, 0, sizeof *h);
 }
 
-#define FILL_BLOCK 256
-
 /* Bin of a finite x (the fill loop's arithmetic). */
 static size_t bin_of(const oq_hist *h, float x)
 {
@@ -135,27 +141,248 @@ static size_t bin_of(const oq_hist *h, float x)
 	return (size_t)u;
 }
 
+void oq_hist_add_f32_ref(oq_hist *h, const float *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		float x = p[i];
+		if ((x - x) != 0.0f)
+			continue;
+		if (x == 0.0f)
+			h->n_zero++;
+		else
+			h->bin[bin_of(h, x)]++;
+	}
+}
+
+int oq_hist_simd = 1;
+
+#define FILL_BLOCK 1024          /* values whose bin indices are computed at a time */
+#define SUB_MAX OQ_HIST_BINS      /* sub-histograms only for n <= this (stack arrays) */
+#define SUB_CHUNK ((size_t)1 << 30) /* values per sub-histogram flush (uint32 counts) */
+
+/* Counts of one block that bypass the bin array. */
+typedef struct fillcnt {
+	uint64_t zero;  /* exact zeros */
+	uint64_t first; /* values in bin 0 (u <= 0) */
+	uint64_t last;  /* values in bin n-1 (u >= n-1) */
+} fillcnt;
+
+/*
+ * Index kernel contract: for p[0..m), the finite non-zero values strictly
+ * inside (0, n-1) in u = (x' - lo) * inv get their truncated u written to
+ * idx (returned: how many; idx holds m + 16 slots), the others are counted
+ * in c (NaN/Inf only skipped). The end bins and zeros are counted, not
+ * stored, because after ReLU/ReLU6 they hold most values and incrementing
+ * one counter from memory again and again is a serial dependency.
+ */
+static inline size_t idx_tail(const oq_hist *h, const float *p, size_t m, uint32_t *idx,
+			      fillcnt *c)
+{
+	const float lo = h->abs ? 0.0f : h->lo_f, inv = h->inv_f, top = (float)(h->n - 1);
+	const int ab = h->abs;
+	size_t k = 0;
+
+	for (size_t j = 0; j < m; j++) {
+		float x = p[j], u = ((ab ? fabsf(x) : x) - lo) * inv;
+		unsigned fin = (x - x) == 0.0f, nz = fin & (x != 0.0f);
+		unsigned pos = nz & (u > 0), last = pos & (u >= top), in = pos & !last;
+		c->zero += fin & !nz;
+		c->first += nz & !pos;
+		c->last += last;
+		idx[k] = in ? (uint32_t)u : 0;
+		k += in;
+	}
+	return k;
+}
+
+static size_t idx_c(const oq_hist *h, const float *p, size_t m, uint32_t *idx, fillcnt *c)
+{
+	return idx_tail(h, p, m, idx, c);
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define AVX512 __attribute__((target("avx512f")))
+
+/* The same with 16 values a step: compare masks, counts by popcount, indices compressed. */
+AVX512 static size_t idx_avx512(const oq_hist *h, const float *p, size_t m, uint32_t *idx,
+				 fillcnt *c)
+{
+	const __m512 lo = _mm512_set1_ps(h->abs ? 0.0f : h->lo_f), inv = _mm512_set1_ps(h->inv_f);
+	const __m512 top = _mm512_set1_ps((float)(h->n - 1)), zero = _mm512_setzero_ps();
+	const int ab = h->abs;
+	uint64_t nzero = 0, first = 0, last = 0;
+	size_t j = 0, k = 0;
+
+	for (; j + 16 <= m; j += 16) {
+		__m512 x = _mm512_loadu_ps(p + j);
+		__mmask16 fin = _mm512_cmp_ps_mask(_mm512_sub_ps(x, x), zero, _CMP_EQ_OQ);
+		__mmask16 nz = _mm512_mask_cmp_ps_mask(fin, x, zero, _CMP_NEQ_UQ);
+		__m512 u = _mm512_mul_ps(_mm512_sub_ps(ab ? _mm512_abs_ps(x) : x, lo), inv);
+		__mmask16 pos = _mm512_mask_cmp_ps_mask(nz, u, zero, _CMP_GT_OQ);
+		__mmask16 hi = _mm512_mask_cmp_ps_mask(pos, u, top, _CMP_GE_OQ);
+		__mmask16 in = pos & (__mmask16)~hi;
+		nzero += (unsigned)__builtin_popcount(fin & (unsigned)~nz);
+		first += (unsigned)__builtin_popcount(nz & (unsigned)~pos);
+		last += (unsigned)__builtin_popcount(hi);
+		_mm512_storeu_si512(idx + k, _mm512_maskz_compress_epi32(in, _mm512_cvttps_epi32(u)));
+		k += (unsigned)__builtin_popcount(in);
+	}
+	c->zero += nzero;
+	c->first += first;
+	c->last += last;
+	return k + idx_tail(h, p + j, m - j, idx + k, c);
+}
+
+static int have_avx512(void)
+{
+	static int ok = -1;
+	if (ok < 0) {
+		__builtin_cpu_init();
+		ok = __builtin_cpu_supports("avx512f");
+	}
+	return ok;
+}
+#else
+static int have_avx512(void)
+{
+	return 0;
+}
+#define idx_avx512 idx_c
+#endif
+
 void oq_hist_add_f32(oq_hist *h, const float *p, size_t n)
 {
-	uint32_t idx[FILL_BLOCK];
-	const float lo = h->abs ? 0.0f : h->lo_f, inv = h->inv_f, top = (float)(h->n - 1);
-	const uint32_t zslot = (uint32_t)h->n, bad = (uint32_t)h->n + 1;
-	const int ab = h->abs;
+	uint32_t idx[FILL_BLOCK + 16];
+	uint32_t sub[3][SUB_MAX]; /* bin[] is the fourth */
+	size_t (*kern)(const oq_hist *, const float *, size_t, uint32_t *, fillcnt *) =
+		oq_hist_simd && have_avx512() ? idx_avx512 : idx_c;
+	/* four interleaved histograms, summed at the end, break the chain of increments of one
+	 * bin when neighbouring values share it; worth zeroing only for enough values */
+	const int use_sub = h->n <= SUB_MAX && n >= 4 * h->n;
+	fillcnt c = {0, 0, 0};
 
-	for (size_t i = 0; i < n; i += FILL_BLOCK) {
-		size_t m = n - i < FILL_BLOCK ? n - i : FILL_BLOCK;
-		for (size_t j = 0; j < m; j++) {
-			float x = p[i + j], u = ((ab ? fabsf(x) : x) - lo) * inv;
-			int fin = (x - x) == 0.0f;
-			u = u > 0 ? u : 0; /* also maps NaN to 0 before the cast */
-			u = u < top ? u : top;
-			idx[j] = !fin ? bad : x == 0.0f ? zslot : (uint32_t)u;
+	for (size_t i0 = 0; i0 < n; i0 += SUB_CHUNK) {
+		size_t n1 = n - i0 < SUB_CHUNK ? n - i0 : SUB_CHUNK;
+		if (use_sub)
+			memset(sub, 0, sizeof sub);
+		for (size_t i = i0; i < i0 + n1; i += FILL_BLOCK) {
+			size_t m = i0 + n1 - i < FILL_BLOCK ? i0 + n1 - i : FILL_BLOCK;
+			size_t k = kern(h, p + i, m, idx, &c), j = 0;
+			if (use_sub) {
+				for (; j + 4 <= k; j += 4) {
+					h->bin[idx[j]]++;
+					sub[0][idx[j + 1]]++;
+					sub[1][idx[j + 2]]++;
+					sub[2][idx[j + 3]]++;
+				}
+			}
+			for (; j < k; j++)
+				h->bin[idx[j]]++;
 		}
-		for (size_t j = 0; j < m; j++)
-			h->bin[idx[j]]++;
+		if (use_sub)
+			for (size_t b = 0; b < h->n; b++)
+				h->bin[b] += (uint64_t)sub[0][b] + sub[1][b] + sub[2][b];
 	}
-	h->n_zero += h->bin[zslot];
-	h->bin[zslot] = h->bin[bad] = 0;
+	h->n_zero += c.zero;
+	h->bin[0] += c.first;
+	h->bin[h->n - 1] += c.last;
+}
+
+/* ------------------------------------------------------------ min/max scan */
+
+#define LANES 16
+
+void oq_minmax_f32_ref(const float *p, size_t n, float *lo, float *hi, uint64_t *bad)
+{
+	for (size_t i = 0; i < n; i++) {
+		float x = p[i] + 0.0f;
+		if ((x - x) != 0.0f) {
+			(*bad)++;
+			continue;
+		}
+		*lo = x < *lo ? x : *lo;
+		*hi = x > *hi ? x : *hi;
+	}
+}
+
+/* LANES independent lanes of compare-and-select (vectorisable without -ffast-math). */
+static void minmax_c(const float *p, size_t n, float *lo_out, float *hi_out, uint64_t *bad_out)
+{
+	float lo[LANES], hi[LANES];
+	uint32_t bad[LANES];
+	size_t i = 0;
+
+	for (int j = 0; j < LANES; j++) {
+		lo[j] = INFINITY;
+		hi[j] = -INFINITY;
+		bad[j] = 0;
+	}
+	while (i + LANES <= n) {
+		/* lane counters are flushed every 2^24 blocks so they cannot overflow */
+		size_t stop = n - i > ((size_t)LANES << 24) ? i + ((size_t)LANES << 24) : n;
+		for (; i + LANES <= stop; i += LANES) {
+			for (int j = 0; j < LANES; j++) {
+				float x = p[i + (size_t)j] + 0.0f;
+				int fin = (x - x) == 0.0f;
+				float a = fin ? x : lo[j];
+				float b = fin ? x : hi[j];
+				lo[j] = a < lo[j] ? a : lo[j];
+				hi[j] = b > hi[j] ? b : hi[j];
+				bad[j] += (uint32_t)!fin;
+			}
+		}
+		for (int j = 0; j < LANES; j++) {
+			*bad_out += bad[j];
+			bad[j] = 0;
+		}
+	}
+	oq_minmax_f32_ref(p + i, n - i, &lo[0], &hi[0], bad_out);
+	for (int j = 0; j < LANES; j++) {
+		*lo_out = lo[j] < *lo_out ? lo[j] : *lo_out;
+		*hi_out = hi[j] > *hi_out ? hi[j] : *hi_out;
+	}
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+/* Masked min/max (NaN/Inf lanes keep the old value), two accumulators against the latency. */
+AVX512 static void minmax_avx512(const float *p, size_t n, float *lo_out, float *hi_out,
+				 uint64_t *bad_out)
+{
+	const __m512 zero = _mm512_setzero_ps();
+	__m512 lo0 = _mm512_set1_ps(INFINITY), lo1 = lo0, hi0 = _mm512_set1_ps(-INFINITY), hi1 = hi0;
+	uint64_t bad = 0;
+	size_t i = 0;
+	float lo, hi;
+
+	for (; i + 32 <= n; i += 32) {
+		__m512 x = _mm512_add_ps(_mm512_loadu_ps(p + i), zero);
+		__m512 y = _mm512_add_ps(_mm512_loadu_ps(p + i + 16), zero);
+		__mmask16 fx = _mm512_cmp_ps_mask(_mm512_sub_ps(x, x), zero, _CMP_EQ_OQ);
+		__mmask16 fy = _mm512_cmp_ps_mask(_mm512_sub_ps(y, y), zero, _CMP_EQ_OQ);
+		lo0 = _mm512_mask_min_ps(lo0, fx, lo0, x);
+		hi0 = _mm512_mask_max_ps(hi0, fx, hi0, x);
+		lo1 = _mm512_mask_min_ps(lo1, fy, lo1, y);
+		hi1 = _mm512_mask_max_ps(hi1, fy, hi1, y);
+		bad += 32u - (unsigned)__builtin_popcount(fx) - (unsigned)__builtin_popcount(fy);
+	}
+	lo = _mm512_reduce_min_ps(_mm512_min_ps(lo0, lo1));
+	hi = _mm512_reduce_max_ps(_mm512_max_ps(hi0, hi1));
+	oq_minmax_f32_ref(p + i, n - i, &lo, &hi, &bad);
+	*lo_out = lo < *lo_out ? lo : *lo_out;
+	*hi_out = hi > *hi_out ? hi : *hi_out;
+	*bad_out += bad;
+}
+#else
+#define minmax_avx512 minmax_c
+#endif
+
+void oq_minmax_f32(const float *p, size_t n, float *lo, float *hi, uint64_t *bad)
+{
+	if (oq_hist_simd && have_avx512())
+		minmax_avx512(p, n, lo, hi, bad);
+	else
+		minmax_c(p, n, lo, hi, bad);
 }
 
 void oq_hist_add_f64(oq_hist *h, const double *p, size_t n)

@@ -47,7 +47,7 @@ typedef struct oq_hist {
 	float lo_f, inv_f; /* lo and inv as the fill loop uses them (bin of x: (x - lo_f) * inv_f) */
 	size_t n;        /* number of bins */
 	int abs;         /* 1: counts |x| over [0, hi] (symmetric forms, entropy) */
-	uint64_t *bin;   /* n counts, then 2 scratch slots for the fill loop (zeros, NaN/Inf) */
+	uint64_t *bin;   /* n counts */
 	uint64_t n_zero; /* exact zeros (+0 and -0), not in bin[] */
 } oq_hist;
 
@@ -56,6 +56,19 @@ int oq_hist_init(oq_hist *h, double lo, double hi, size_t n, int abs) OQ_WUR;
 void oq_hist_free(oq_hist *h);
 /* Adds the finite values of p (NaN/Inf skipped: the min/max pass counted them). */
 void oq_hist_add_f32(oq_hist *h, const float *p, size_t n);
+/* The same, one value at a time: the reference the fast fill is tested against. */
+void oq_hist_add_f32_ref(oq_hist *h, const float *p, size_t n);
+
+/*
+ * Folds p[0..n) into *lo, *hi (finite values, -0 read as +0) and counts NaN/Inf in *bad.
+ * *lo, *hi, *bad carry over between calls (start from +Inf, -Inf, 0).
+ */
+void oq_minmax_f32(const float *p, size_t n, float *lo, float *hi, uint64_t *bad);
+void oq_minmax_f32_ref(const float *p, size_t n, float *lo, float *hi, uint64_t *bad);
+
+/* 1 (default): oq_hist_add_f32 and oq_minmax_f32 use AVX-512 when the CPU has it; 0: plain C
+ * (tests check both paths against the references). */
+extern int oq_hist_simd;
 void oq_hist_add_f64(oq_hist *h, const double *p, size_t n);
 
 /* One EMA step: the first call (*init == 0) takes [blo, bhi]; later ones move by c. */

@@ -42,33 +42,172 @@ static void flat(oq_hist *h, double lo, double hi, int abs, uint64_t per)
 
 /* ------------------------------------------------------------ histogram */
 
+typedef void (*fill_fn)(oq_hist *, const float *, size_t);
+
+/* fill: 0 reference, 1 fast plain C, 2 fast with SIMD (AVX-512 where the CPU has it). */
+static void fill(int how, oq_hist *h, const float *p, size_t n)
+{
+	oq_hist_simd = how == 2;
+	if (how == 0)
+		oq_hist_add_f32_ref(h, p, n);
+	else
+		oq_hist_add_f32(h, p, n);
+	oq_hist_simd = 1;
+}
+
 Test(observers, histogram_bins_by_hand)
 {
 	oq_hist h;
-	const float v[] = {0.5f, 7.99f, 8.0f, 0.0f, -0.0f, NAN, INFINITY, 3.0f, 2.999f, 1.0f};
+	const float v[] = {0.5f, 7.99f, 8.0f, 0.0f, -0.0f, NAN, INFINITY, 3.0f, 2.999f, 1.0f,
+			   /* past 16 so the vector loop runs too */
+			   5.5f, 5.5f, 0.0f, 6.0f, -INFINITY, 8.0f, 7.0f, 0.125f};
 	const float w[] = {-3.5f, 3.5f, -8.0f, 0.25f};
 
-	/* [0, 8] in 8 bins: k = floor(x); 8 goes to the last bin; zeros apart; NaN/Inf skipped */
-	cr_assert_eq(oq_hist_init(&h, 0, 8, 8, 0), OQ_OK);
-	oq_hist_add_f32(&h, v, sizeof v / sizeof *v);
-	cr_expect_eq(h.n_zero, 2);
-	cr_expect_eq(h.bin[0], 1); /* 0.5 */
-	cr_expect_eq(h.bin[1], 1); /* 1.0 */
-	cr_expect_eq(h.bin[2], 1); /* 2.999 */
-	cr_expect_eq(h.bin[3], 1); /* 3.0 */
-	cr_expect_eq(h.bin[7], 2); /* 7.99, 8.0 */
-	oq_hist_free(&h);
+	for (int how = 0; how < 3; how++) {
+		/* [0, 8] in 8 bins: k = floor(x); 8 goes to the last bin; zeros apart; NaN/Inf skipped */
+		cr_assert_eq(oq_hist_init(&h, 0, 8, 8, 0), OQ_OK);
+		fill(how, &h, v, sizeof v / sizeof *v);
+		cr_expect_eq(h.n_zero, 3, "fill %d", how);
+		cr_expect_eq(h.bin[0], 2); /* 0.5, 0.125 */
+		cr_expect_eq(h.bin[1], 1); /* 1.0 */
+		cr_expect_eq(h.bin[2], 1); /* 2.999 */
+		cr_expect_eq(h.bin[3], 1); /* 3.0 */
+		cr_expect_eq(h.bin[4], 0);
+		cr_expect_eq(h.bin[5], 2); /* 5.5, 5.5 */
+		cr_expect_eq(h.bin[6], 1); /* 6.0 */
+		cr_expect_eq(h.bin[7], 4, "fill %d", how); /* 7.99, 8.0, 8.0, 7.0 */
+		oq_hist_free(&h);
 
-	/* |x| over [0, 8] */
-	cr_assert_eq(oq_hist_init(&h, 0, 8, 8, 1), OQ_OK);
-	oq_hist_add_f32(&h, w, 4);
-	cr_expect_eq(h.bin[3], 2);
-	cr_expect_eq(h.bin[7], 1);
-	cr_expect_eq(h.bin[0], 1);
-	oq_hist_free(&h);
+		/* |x| over [0, 8] */
+		cr_assert_eq(oq_hist_init(&h, 0, 8, 8, 1), OQ_OK);
+		fill(how, &h, w, 4);
+		cr_expect_eq(h.bin[3], 2);
+		cr_expect_eq(h.bin[7], 1);
+		cr_expect_eq(h.bin[0], 1);
+		oq_hist_free(&h);
+	}
 
 	cr_expect_eq(oq_hist_init(&h, 1, 1, 8, 0), OQ_EINVAL);
 	cr_expect_eq(oq_hist_init(&h, -1, 1, 8, 1), OQ_EINVAL);
+}
+
+/* Random values with the hard cases mixed in: NaN, +-Inf, +-0, values on bin edges, lo, hi. */
+static float *edge_data(const oq_hist *h, size_t n, uint64_t seed)
+{
+	float *x = malloc(n * sizeof *x);
+	uint64_t s = seed;
+	cr_assert(x);
+	for (size_t i = 0; i < n; i++) {
+		float r = unif(&s), k = (float)(int)(unif(&s) * (float)(h->n + 1));
+		switch ((int)(unif(&s) * 12)) {
+		case 0: x[i] = NAN; break;
+		case 1: x[i] = r < 0.5f ? INFINITY : -INFINITY; break;
+		case 2: x[i] = r < 0.5f ? 0.0f : -0.0f; break;
+		case 3: x[i] = (float)h->hi; break;
+		case 4: x[i] = (float)h->lo; break;
+		case 5: /* a bin edge as the fill computes it, and its float neighbours */
+			x[i] = (h->abs ? 0.0f : h->lo_f) + k / h->inv_f;
+			if (r < 0.3f)
+				x[i] = nextafterf(x[i], INFINITY);
+			else if (r < 0.6f)
+				x[i] = nextafterf(x[i], -INFINITY);
+			if (h->abs && unif(&s) < 0.5f)
+				x[i] = -x[i];
+			break;
+		case 6: x[i] = (float)h->hi * (1 + r); break; /* above the range (clamped) */
+		case 7: x[i] = r < 0.5f ? 1e-30f : -1e-30f; break;
+		default: x[i] = (float)(h->abs ? -h->hi : h->lo) + r * (float)(2 * h->hi - h->lo);
+		}
+	}
+	return x;
+}
+
+Test(observers, fast_fill_matches_scalar_reference)
+{
+	/* sizes: below 16 (scalar tail only), below 4 bins (no sub-histograms), above (with) */
+	const size_t sizes[] = {13, 1000, 3 * OQ_HIST_BINS + 7, 9 * OQ_HIST_BINS + 29};
+	const double ranges[][3] = {{-3.25, 5.5, 0}, {0, 6, 0}, {0, 2.75, 1}, {-1e-3, 1e-3, 0}};
+
+	for (size_t r = 0; r < sizeof ranges / sizeof *ranges; r++) {
+		for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++) {
+			oq_hist ref, fast;
+			cr_assert_eq(oq_hist_init(&ref, ranges[r][0], ranges[r][1], OQ_HIST_BINS,
+						  (int)ranges[r][2]), OQ_OK);
+			float *x = edge_data(&ref, sizes[z], 7 + r * 31 + z);
+			/* two calls, the second starting mid-vector, to check that counts add up */
+			oq_hist_add_f32_ref(&ref, x, sizes[z] / 3);
+			oq_hist_add_f32_ref(&ref, x + sizes[z] / 3, sizes[z] - sizes[z] / 3);
+			uint64_t nonzero = 0;
+			for (size_t k = 0; k < ref.n; k++)
+				nonzero += ref.bin[k] != 0;
+			cr_expect(sizes[z] < 1000 || (nonzero > 100 && ref.n_zero > 0), "data too thin");
+			for (int how = 1; how < 3; how++) {
+				cr_assert_eq(oq_hist_init(&fast, ranges[r][0], ranges[r][1], OQ_HIST_BINS,
+							  (int)ranges[r][2]), OQ_OK);
+				fill(how, &fast, x, sizes[z] / 3);
+				fill(how, &fast, x + sizes[z] / 3, sizes[z] - sizes[z] / 3);
+				cr_expect_eq(fast.n_zero, ref.n_zero);
+				cr_expect_eq(memcmp(fast.bin, ref.bin, ref.n * sizeof *ref.bin), 0,
+					     "range %zu size %zu fill %d differs from the reference", r,
+					     sizes[z], how);
+				oq_hist_free(&fast);
+			}
+			free(x);
+			oq_hist_free(&ref);
+		}
+	}
+}
+
+Test(observers, minmax_scan_by_hand_and_against_reference)
+{
+	const float v[] = {NAN, -0.0f, INFINITY, 2.5f, -INFINITY, 0.0f, 1.0f, NAN, -0.0f, -0.0f,
+			   3.0f, -1.5f, 1e-30f, 2.0f, NAN, 0.5f, -0.0f, 2.0f, 1.0f, 0.0f,
+			   -1.0f, 3.0f, 1.0f, 2.0f, 0.25f, 0.5f, 0.75f, 1.25f, -1.25f, 2.25f,
+			   INFINITY, -0.5f, 1.0f, 0.125f};
+	const float z[] = {NAN, -0.0f, -0.0f, INFINITY, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f,
+			   -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f,
+			   -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f, -0.0f,
+			   -0.0f, -0.0f, -0.0f, -0.0f};
+	const size_t n = 100003;
+	float *x = malloc(n * sizeof *x);
+	uint64_t s = 99;
+	cr_assert(x);
+	for (size_t i = 0; i < n; i++) {
+		float r = unif(&s), c = unif(&s);
+		x[i] = c < 0.05f ? NAN : c < 0.1f ? -INFINITY : c < 0.15f ? -0.0f : 8 * r - 3;
+	}
+
+	for (int how = 0; how < 3; how++) {
+		float lo = INFINITY, hi = -INFINITY, lo2 = INFINITY, hi2 = -INFINITY;
+		uint64_t bad = 0, bad2 = 0;
+		oq_hist_simd = how == 2;
+		/* by hand: 6 NaN/Inf out of 34; finite min -1.5, max 3 */
+		if (how)
+			oq_minmax_f32(v, sizeof v / sizeof *v, &lo, &hi, &bad);
+		else
+			oq_minmax_f32_ref(v, sizeof v / sizeof *v, &lo, &hi, &bad);
+		cr_expect(lo == -1.5f && hi == 3.0f && bad == 6, "scan %d: %g %g %lu", how, lo, hi,
+			  (unsigned long)bad);
+		/* only -0 and non-finite: both ends +0 (sign bit clear), 2 bad */
+		lo = INFINITY, hi = -INFINITY, bad = 0;
+		if (how)
+			oq_minmax_f32(z, sizeof z / sizeof *z, &lo, &hi, &bad);
+		else
+			oq_minmax_f32_ref(z, sizeof z / sizeof *z, &lo, &hi, &bad);
+		cr_expect(lo == 0 && hi == 0 && !signbit(lo) && !signbit(hi) && bad == 2, "scan %d", how);
+		/* random data against the reference, in two calls that carry the state */
+		lo = INFINITY, hi = -INFINITY, bad = 0;
+		oq_minmax_f32_ref(x, n, &lo2, &hi2, &bad2);
+		if (how) {
+			oq_minmax_f32(x, 777, &lo, &hi, &bad);
+			oq_minmax_f32(x + 777, n - 777, &lo, &hi, &bad);
+			cr_expect(lo == lo2 && hi == hi2 && bad == bad2, "scan %d: %a %a %lu", how, lo, hi,
+				  (unsigned long)bad);
+		}
+		cr_expect(lo2 >= -3 && hi2 < 5 && bad2 > n / 20 && bad2 < n / 5);
+	}
+	oq_hist_simd = 1;
+	free(x);
 }
 
 /* ------------------------------------------------------------ EMA */
