@@ -6,9 +6,10 @@
  * computed in float (lo and inv rounded to float once), so k depends on x
  * alone. |x| histograms use lo = 0 and |x|. Exact zeros go to n_zero. The
  * fill loop computes a block of indices branch-free (AVX-512 when the CPU
- * has it, chosen at run time; plain C otherwise): zeros, bin 0 and bin n-1
- * are counted by mask/popcount, the other indices are compacted and counted
- * into four interleaved sub-histograms that are summed at the end. All
+ * has it, chosen at run time: zeros, bin 0 and bin n-1 counted by
+ * mask/popcount, the other indices compacted; plain C otherwise: zeros and
+ * NaN/Inf through two scratch slots after the bins), then counts them into
+ * four interleaved sub-histograms that are summed at the end. All
  * counts are integers, so every path gives the same histogram as the plain
  * one-value-at-a-time oq_hist_add_f32_ref.
  *
@@ -108,7 +109,7 @@ int oq_hist_init(oq_hist *h, double lo, double hi, size_t n, int abs)
 	memset(h, 0, sizeof *h);
 	if (!(lo < hi) || !isfinite(lo) || !isfinite(hi) || n < 1 || (abs && lo != 0))
 		return OQ_EINVAL;
-	if (n > (1u << 24) || !(h->bin = oq_calloc(n, sizeof *h->bin)))
+	if (n > (1u << 24) || !(h->bin = oq_calloc(n + 2, sizeof *h->bin)))
 		return OQ_ENOMEM;
 	h->lo = lo;
 	h->hi = hi;
@@ -168,12 +169,13 @@ typedef struct fillcnt {
 } fillcnt;
 
 /*
- * Index kernel contract: for p[0..m), the finite non-zero values strictly
- * inside (0, n-1) in u = (x' - lo) * inv get their truncated u written to
- * idx (returned: how many; idx holds m + 16 slots), the others are counted
- * in c (NaN/Inf only skipped). The end bins and zeros are counted, not
- * stored, because after ReLU/ReLU6 they hold most values and incrementing
- * one counter from memory again and again is a serial dependency.
+ * Index kernels: for p[0..m), write bin indices to idx (m + 16 slots) and
+ * return how many. The plain-C kernel writes one per value, slot n for an
+ * exact zero and n + 1 for NaN/Inf (branch-free, so the compiler vectorises
+ * it). The AVX-512 kernel counts zeros, bin 0 and bin n-1 in c instead and
+ * stores only the indices strictly inside (0, n-1) in u = (x' - lo) * inv:
+ * after ReLU/ReLU6 those three hold most values, and incrementing one
+ * counter from memory again and again is a serial dependency.
  */
 static inline size_t idx_tail(const oq_hist *h, const float *p, size_t m, uint32_t *idx,
 			      fillcnt *c)
@@ -197,7 +199,19 @@ static inline size_t idx_tail(const oq_hist *h, const float *p, size_t m, uint32
 
 static size_t idx_c(const oq_hist *h, const float *p, size_t m, uint32_t *idx, fillcnt *c)
 {
-	return idx_tail(h, p, m, idx, c);
+	const float lo = h->abs ? 0.0f : h->lo_f, inv = h->inv_f, top = (float)(h->n - 1);
+	const uint32_t zslot = (uint32_t)h->n, bad = (uint32_t)h->n + 1;
+	const int ab = h->abs;
+
+	(void)c;
+	for (size_t j = 0; j < m; j++) {
+		float x = p[j], u = ((ab ? fabsf(x) : x) - lo) * inv;
+		int fin = (x - x) == 0.0f;
+		u = u > 0 ? u : 0; /* also maps NaN to 0 before the cast */
+		u = u < top ? u : top;
+		idx[j] = !fin ? bad : x == 0.0f ? zslot : (uint32_t)u;
+	}
+	return m;
 }
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -254,12 +268,13 @@ static int have_avx512(void)
 void oq_hist_add_f32(oq_hist *h, const float *p, size_t n)
 {
 	uint32_t idx[FILL_BLOCK + 16];
-	uint32_t sub[3][SUB_MAX]; /* bin[] is the fourth */
+	uint32_t sub[3][SUB_MAX + 2]; /* bin[] is the fourth */
 	size_t (*kern)(const oq_hist *, const float *, size_t, uint32_t *, fillcnt *) =
 		oq_hist_simd && have_avx512() ? idx_avx512 : idx_c;
 	/* four interleaved histograms, summed at the end, break the chain of increments of one
 	 * bin when neighbouring values share it; worth zeroing only for enough values */
 	const int use_sub = h->n <= SUB_MAX && n >= 4 * h->n;
+	const size_t nb = h->n + 2;
 	fillcnt c = {0, 0, 0};
 
 	for (size_t i0 = 0; i0 < n; i0 += SUB_CHUNK) {
@@ -281,12 +296,13 @@ void oq_hist_add_f32(oq_hist *h, const float *p, size_t n)
 				h->bin[idx[j]]++;
 		}
 		if (use_sub)
-			for (size_t b = 0; b < h->n; b++)
+			for (size_t b = 0; b < nb; b++)
 				h->bin[b] += (uint64_t)sub[0][b] + sub[1][b] + sub[2][b];
 	}
-	h->n_zero += c.zero;
+	h->n_zero += c.zero + h->bin[h->n];
 	h->bin[0] += c.first;
 	h->bin[h->n - 1] += c.last;
+	h->bin[h->n] = h->bin[h->n + 1] = 0;
 }
 
 /* ------------------------------------------------------------ min/max scan */

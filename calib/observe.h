@@ -47,7 +47,7 @@ typedef struct oq_hist {
 	float lo_f, inv_f; /* lo and inv as the fill loop uses them (bin of x: (x - lo_f) * inv_f) */
 	size_t n;        /* number of bins */
 	int abs;         /* 1: counts |x| over [0, hi] (symmetric forms, entropy) */
-	uint64_t *bin;   /* n counts */
+	uint64_t *bin;   /* n counts, then 2 scratch slots for the fill loop (zeros, NaN/Inf) */
 	uint64_t n_zero; /* exact zeros (+0 and -0), not in bin[] */
 } oq_hist;
 
