@@ -611,44 +611,49 @@ AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const 
 }
 
 /*
- * The same product for a tail of at most R (4 or 8) rows: R x 32 accumulators
- * in arrays the compiler keeps in registers (R is a constant at each call),
- * so a 64-row block costs 5 x 12 + 4 rows of FMAs instead of 6 x 12. Same
- * sum order per output as z12x32, hence the same bits.
+ * The same product on narrower register tiles, for the tails of a block:
+ * at most R (4, 8 or 12) rows times NV (1 or 2) 16-column vectors, the
+ * accumulators in arrays the compiler keeps in registers (R and NV are
+ * constants in each function). A 64-row block then costs 5 x 12 + 4 rows of
+ * FMAs instead of 6 x 12, and a last panel of at most 16 positions (196 =
+ * 6 x 32 + 4) one vector instead of two. Same sum order per output as
+ * z12x32, hence the same bits.
  */
-#define Z_TAIL(R)                                                                                     \
-	AVX512 static void z##R##x32(int64_t kd, const float *a, int64_t lda, const float *bp, float *c, \
-				     int64_t ldc, int mr, int nr, int load, const float *bias)            \
-	{                                                                                             \
-		const float *ar[R];                                                                   \
-		__m512 c0[R], c1[R];                                                                  \
-		__mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);                      \
-		__mmask16 m1 = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1); \
-		for (int r = 0; r < R; r++) {                                                         \
-			ar[r] = mr > r ? a + r * lda : a;                                             \
-			if (load && mr > r) {                                                         \
-				c0[r] = _mm512_maskz_loadu_ps(m0, c + r * ldc);                       \
-				c1[r] = _mm512_maskz_loadu_ps(m1, c + r * ldc + 16);                  \
-			} else {                                                                      \
-				c0[r] = c1[r] = _mm512_set1_ps(!load && bias && mr > r ? bias[r] : 0.0f); \
-			}                                                                             \
-		}                                                                                     \
-		for (int64_t k = 0; k < kd; k++, bp += Z_NR) {                                        \
-			__m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);                  \
-			for (int r = 0; r < R; r++) {                                                 \
-				__m512 t = _mm512_set1_ps(ar[r][k]);                                  \
-				c0[r] = _mm512_fmadd_ps(t, b0, c0[r]);                                \
-				c1[r] = _mm512_fmadd_ps(t, b1, c1[r]);                                \
-			}                                                                             \
-		}                                                                                     \
-		for (int r = 0; r < R && r < mr; r++) {                                               \
-			_mm512_mask_storeu_ps(c + r * ldc, m0, c0[r]);                                \
-			_mm512_mask_storeu_ps(c + r * ldc + 16, m1, c1[r]);                           \
-		}                                                                                     \
+#define Z_TILE(R, NV, NAME)                                                                             \
+	AVX512 static void NAME(int64_t kd, const float *a, int64_t lda, const float *bp, float *c,        \
+				int64_t ldc, int mr, int nr, int load, const float *bias)                 \
+	{                                                                                               \
+		const float *ar[R];                                                                     \
+		__m512 acc[R][NV];                                                                      \
+		__mmask16 mk[2];                                                                        \
+		mk[0] = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);                                \
+		mk[1] = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);         \
+		for (int r = 0; r < R; r++) {                                                           \
+			ar[r] = mr > r ? a + r * lda : a;                                               \
+			for (int v = 0; v < NV; v++)                                                    \
+				acc[r][v] = load && mr > r ? _mm512_maskz_loadu_ps(mk[v], c + r * ldc + 16 * v) \
+					: _mm512_set1_ps(!load && bias && mr > r ? bias[r] : 0.0f);   \
+		}                                                                                       \
+		for (int64_t k = 0; k < kd; k++, bp += Z_NR) {                                          \
+			__m512 b[NV];                                                                   \
+			for (int v = 0; v < NV; v++)                                                    \
+				b[v] = _mm512_load_ps(bp + 16 * v);                                     \
+			for (int r = 0; r < R; r++) {                                                   \
+				__m512 t = _mm512_set1_ps(ar[r][k]);                                    \
+				for (int v = 0; v < NV; v++)                                            \
+					acc[r][v] = _mm512_fmadd_ps(t, b[v], acc[r][v]);                \
+			}                                                                               \
+		}                                                                                       \
+		for (int r = 0; r < R && r < mr; r++)                                                   \
+			for (int v = 0; v < NV; v++)                                                    \
+				_mm512_mask_storeu_ps(c + r * ldc + 16 * v, mk[v], acc[r][v]);          \
 	}
-Z_TAIL(4)
-Z_TAIL(8)
-#undef Z_TAIL
+Z_TILE(4, 2, z4x32)
+Z_TILE(8, 2, z8x32)
+Z_TILE(4, 1, z4x16)
+Z_TILE(8, 1, z8x16)
+Z_TILE(12, 1, z12x16)
+#undef Z_TILE
 
 /* Floats of the packed col of a tile of pt positions: [ceil(pt / 32)][kc][32]. */
 static size_t z_col_floats(int64_t kc, int64_t pt)
@@ -706,12 +711,20 @@ AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, in
 				for (int64_t m = mb; m < me; m += Z_MR) {
 					int mr = me - m < Z_MR ? (int)(me - m) : Z_MR;
 					const float *bm = bias ? bias + m : NULL;
-					if (mr <= 4)
-						z4x32(kb, a + m * lda + k0, lda, bk, c + m * ldc + q0, ldc, mr, nr, load, bm);
+					const float *am = a + m * lda + k0;
+					float *cm = c + m * ldc + q0;
+					if (nr <= 16 && mr <= 4)
+						z4x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+					else if (nr <= 16 && mr <= 8)
+						z8x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+					else if (nr <= 16)
+						z12x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+					else if (mr <= 4)
+						z4x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
 					else if (mr <= 8)
-						z8x32(kb, a + m * lda + k0, lda, bk, c + m * ldc + q0, ldc, mr, nr, load, bm);
+						z8x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
 					else
-						z12x32(kb, a + m * lda + k0, lda, bk, c + m * ldc + q0, ldc, mr, nr, load, bm);
+						z12x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
 				}
 			}
 		}
