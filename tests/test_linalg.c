@@ -864,7 +864,8 @@ Test(linalg, depthwise_avx512_vs_sse_vs_ref)
 
 /*
  * Plain Conv (group 1) through the AVX-512 GEMM, whose row tails of at most
- * 4 or 8 rows run narrower register tiles than the 12-row one, and through
+ * 4 or 8 rows and last panels of at most 16 positions run narrower register
+ * tiles than the 12 x 32 one, and through
  * the AVX2 kernel (oq_linalg_no_avx512). Every output is init + sum of w * x
  * in k order with one FMA per term in both, so the bits must be equal; also
  * threads 1 vs 2 bit-identical and within 1e-4 of the double reference.
