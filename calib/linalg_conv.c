@@ -610,6 +610,51 @@ AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const 
 #undef ST
 }
 
+/*
+ * The same product on narrower register tiles, for the tails of a block:
+ * at most R (4, 8 or 12) rows times NV (1 or 2) 16-column vectors, the
+ * accumulators in arrays the compiler keeps in registers (R and NV are
+ * constants in each function). A 64-row block then costs 5 x 12 + 4 rows of
+ * FMAs instead of 6 x 12, and a last panel of at most 16 positions (196 =
+ * 6 x 32 + 4) one vector instead of two. Same sum order per output as
+ * z12x32, hence the same bits.
+ */
+#define Z_TILE(R, NV, NAME)                                                                             \
+	AVX512 static void NAME(int64_t kd, const float *a, int64_t lda, const float *bp, float *c,        \
+				int64_t ldc, int mr, int nr, int load, const float *bias)                 \
+	{                                                                                               \
+		const float *ar[R];                                                                     \
+		__m512 acc[R][NV];                                                                      \
+		__mmask16 mk[2];                                                                        \
+		mk[0] = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);                                \
+		mk[1] = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);         \
+		for (int r = 0; r < R; r++) {                                                           \
+			ar[r] = mr > r ? a + r * lda : a;                                               \
+			for (int v = 0; v < NV; v++)                                                    \
+				acc[r][v] = load && mr > r ? _mm512_maskz_loadu_ps(mk[v], c + r * ldc + 16 * v) \
+					: _mm512_set1_ps(!load && bias && mr > r ? bias[r] : 0.0f);   \
+		}                                                                                       \
+		for (int64_t k = 0; k < kd; k++, bp += Z_NR) {                                          \
+			__m512 b[NV];                                                                   \
+			for (int v = 0; v < NV; v++)                                                    \
+				b[v] = _mm512_load_ps(bp + 16 * v);                                     \
+			for (int r = 0; r < R; r++) {                                                   \
+				__m512 t = _mm512_set1_ps(ar[r][k]);                                    \
+				for (int v = 0; v < NV; v++)                                            \
+					acc[r][v] = _mm512_fmadd_ps(t, b[v], acc[r][v]);                \
+			}                                                                               \
+		}                                                                                       \
+		for (int r = 0; r < R && r < mr; r++)                                                   \
+			for (int v = 0; v < NV; v++)                                                    \
+				_mm512_mask_storeu_ps(c + r * ldc + 16 * v, mk[v], acc[r][v]);          \
+	}
+Z_TILE(4, 2, z4x32)
+Z_TILE(8, 2, z8x32)
+Z_TILE(4, 1, z4x16)
+Z_TILE(8, 1, z8x16)
+Z_TILE(12, 1, z12x16)
+#undef Z_TILE
+
 /* Floats of the packed col of a tile of pt positions: [ceil(pt / 32)][kc][32]. */
 static size_t z_col_floats(int64_t kc, int64_t pt)
 {
@@ -663,9 +708,24 @@ AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, in
 			for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
 				const float *bk = bp + (q0 / Z_NR * kd + k0) * Z_NR;
 				int nr = pp - q0 < Z_NR ? (int)(pp - q0) : Z_NR;
-				for (int64_t m = mb; m < me; m += Z_MR)
-					z12x32(kb, a + m * lda + k0, lda, bk, c + m * ldc + q0, ldc,
-					       me - m < Z_MR ? (int)(me - m) : Z_MR, nr, load, bias ? bias + m : NULL);
+				for (int64_t m = mb; m < me; m += Z_MR) {
+					int mr = me - m < Z_MR ? (int)(me - m) : Z_MR;
+					const float *bm = bias ? bias + m : NULL;
+					const float *am = a + m * lda + k0;
+					float *cm = c + m * ldc + q0;
+					if (nr <= 16 && mr <= 4)
+						z4x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+					else if (nr <= 16 && mr <= 8)
+						z8x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+					else if (nr <= 16)
+						z12x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+					else if (mr <= 4)
+						z4x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+					else if (mr <= 8)
+						z8x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+					else
+						z12x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+				}
 			}
 		}
 		k0 += kb;

@@ -861,3 +861,92 @@ Test(linalg, depthwise_avx512_vs_sse_vs_ref)
 		oq_rt_release(&oref);
 	}
 }
+
+/*
+ * Plain Conv (group 1) through the AVX-512 GEMM, whose row tails of at most
+ * 4 or 8 rows and last panels of at most 16 positions run narrower register
+ * tiles than the 12 x 32 one, and through
+ * the AVX2 kernel (oq_linalg_no_avx512). Every output is init + sum of w * x
+ * in k order with one FMA per term in both, so the bits must be equal; also
+ * threads 1 vs 2 bit-identical and within 1e-4 of the double reference.
+ * Output channels 1..24 and 97..108 (every tail after 0 and 8 whole tiles),
+ * then random up to 200; the other shape parameters as in the depthwise test.
+ */
+Test(linalg, conv_gemm_avx512_row_tails_vs_avx2_vs_ref)
+{
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("no AVX-512F on this CPU: nothing to compare");
+	for (uint64_t sd = 1; sd <= 60; sd++) {
+		int64_t c, m, kh, kw, sh, sw, dh, dw, pads[4], h, w;
+		tin in[3];
+		attrs a;
+		oq_rt vals[3], o1, o2, os, oref;
+		char what[192], err[1024] = "";
+		size_t nin;
+		seed(6000 + sd);
+		c = irand(1, 40);
+		/* every row tail of the 12-row tile: 1..12 rows past a multiple of 12, and whole 96-row blocks */
+		m = sd <= 24 ? (int64_t)sd : sd <= 36 ? 96 + (int64_t)sd - 24 : irand(1, 200);
+		kh = sd % 4 == 0 ? 3 : sd % 4 == 1 ? 5 : irand(1, 7);
+		kw = sd % 4 == 0 ? 3 : sd % 4 == 1 ? 5 : irand(1, 7);
+		sh = irand(1, 3);
+		sw = sd % 10 == 0 ? 3 : irand(1, 2);
+		dh = irand(0, 2) ? 1 : irand(2, 3);
+		dw = irand(0, 2) ? 1 : irand(2, 3);
+		for (int i = 0; i < 4; i++)
+			pads[i] = irand(0, 3);
+		h = (kh - 1) * dh + 1 - pads[0] - pads[2] + irand(0, 12);
+		w = sd % 7 == 0 ? irand(18, 70) : irand(1, 17);
+		if (h < 1)
+			h = 1;
+		/* the padded extents must hold one kernel */
+		while (h + pads[0] + pads[2] < (kh - 1) * dh + 1)
+			pads[2]++;
+		while (w + pads[1] + pads[3] < (kw - 1) * dw + 1)
+			pads[3]++;
+		memset(&a, 0, sizeof a);
+		memset(in, 0, sizeof in);
+		in[0] = (tin){"x", OQ_DT_FLOAT, 4, {irand(1, 2), c, h, w}, NULL};
+		in[1] = (tin){"w", OQ_DT_FLOAT, 4, {m, c, kh, kw}, NULL};
+		in[2] = (tin){"b", OQ_DT_FLOAT, 1, {m}, NULL};
+		nin = irand(0, 1) ? 3 : 2;
+		add_ints(&a, "strides", 2, (const int64_t[]){sh, sw});
+		add_ints(&a, "dilations", 2, (const int64_t[]){dh, dw});
+		add_ints(&a, "pads", 4, pads);
+		snprintf(what, sizeof what, "seed %llu: c %lld m %lld %lldx%lld k %lldx%lld s %lld,%lld d %lld,%lld",
+			 (unsigned long long)sd, (long long)c, (long long)m, (long long)h, (long long)w, (long long)kh,
+			 (long long)kw, (long long)sh, (long long)sw, (long long)dh, (long long)dw);
+		for (size_t i = 0; i < nin; i++)
+			make_rt(&in[i], &vals[i]);
+		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 1, &o1, err, sizeof err), 0,
+			     "%s: %s", what, err);
+		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 2, &o2, err, sizeof err), 0,
+			     "%s: %s", what, err);
+		oq_linalg_no_avx512 = 1;
+		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 1, &os, err, sizeof err), 0,
+			     "%s: %s", what, err);
+		oq_linalg_no_avx512 = 0;
+		oq_linalg_use_ref = 1;
+		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 1, &oref, err, sizeof err),
+			     0, "%s: %s", what, err);
+		oq_linalg_use_ref = 0;
+		cr_assert(o1.nelem > 0 && o1.nbytes == os.nbytes && o1.nbytes == o2.nbytes && o1.nelem == oref.nelem,
+			  "%s: output sizes", what);
+		cr_expect(!memcmp(o1.data, os.data, o1.nbytes), "%s: AVX-512 and AVX2 outputs differ", what);
+		cr_expect(!memcmp(o1.data, o2.data, o1.nbytes), "%s: threads 1 and 2 differ", what);
+		for (size_t i = 0; i < o1.nelem; i++) {
+			double x = ((float *)o1.data)[i], r = ((float *)oref.data)[i];
+			if (!(fabs(x - r) <= 1e-4 + 1e-4 * fabs(r))) {
+				cr_expect(0, "%s: element %zu fast %.8g ref %.8g", what, i, x, r);
+				break;
+			}
+		}
+		for (size_t i = 0; i < nin; i++)
+			oq_rt_release(&vals[i]);
+		oq_rt_release(&o1);
+		oq_rt_release(&o2);
+		oq_rt_release(&os);
+		oq_rt_release(&oref);
+	}
+}
