@@ -131,6 +131,9 @@ int oq_pass_upgrade_opset(oq_graph *g, const oq_opts *o, oq_diag *d, int *change
 int oq_pass_fold_bn(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
 int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
 int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
+/* The lowest opset the quantization o asks for needs (options and overrides); *why names the
+ * feature that needs it. upgrade-opset targets it (at least 13), quantize checks it. */
+int64_t oq_quantize_opset_need(const oq_opts *o, const char **why);
 
 /*
  * Stores `data` (float32, dims) as input idx of n (idx may be past n's last

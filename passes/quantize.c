@@ -878,33 +878,43 @@ static void want(int64_t *need, const char **why, int64_t n, const char *w)
 	}
 }
 
-/* The opset the requested features need; OQ_EUNSUP naming the feature when the model is older. */
-static int check_opset(qctx *c)
+int64_t oq_quantize_opset_need(const oq_opts *o, const char **why)
 {
-	const oq_opts *o = c->o;
-	int64_t have = c->g->model ? oq_model_opset(c->g->model, "") : 0;
-	const char *why = "QuantizeLinear/DequantizeLinear";
+	int trt = o->profile == OQ_PROFILE_TRT;
 	int64_t need = 10;
 
-	if (o->granularity == OQ_GRAN_CHANNEL || c->trt)
-		want(&need, &why, 13, "per-channel weights");
+	*why = "QuantizeLinear/DequantizeLinear";
+	if (o->granularity == OQ_GRAN_CHANNEL || trt)
+		want(&need, why, 13, "per-channel weights");
 	if (o->granularity == OQ_GRAN_BLOCK)
-		want(&need, &why, 21, "blocked weights");
-	if (!c->trt && needs19(o->act_type))
-		want(&need, &why, 19, "float8e4m3fn activations");
-	if (!c->trt && needs19(o->weight_type))
-		want(&need, &why, 19, "float8e4m3fn weights");
-	if (!c->trt && needs21(o->act_type))
-		want(&need, &why, 21, "16-bit activations");
-	if (!c->trt && needs21(o->weight_type))
-		want(&need, &why, 21, "4/16-bit weights");
+		want(&need, why, 21, "blocked weights");
+	if (!trt && needs19(o->act_type))
+		want(&need, why, 19, "float8e4m3fn activations");
+	if (!trt && needs19(o->weight_type))
+		want(&need, why, 19, "float8e4m3fn weights");
+	if (!trt && needs21(o->act_type))
+		want(&need, why, 21, "16-bit activations");
+	if (!trt && needs21(o->weight_type))
+		want(&need, why, 21, "4/16-bit weights");
 	for (size_t i = 0; i < o->n_overrides; i++) {
 		const oq_override *v = &o->overrides[i];
 		if (needs21(v->dtype) || v->granularity == OQ_GRAN_BLOCK)
-			want(&need, &why, 21, "overrides with 4/16-bit types or blocks");
+			want(&need, why, 21, "overrides with 4/16-bit types or blocks");
+		if (needs19(v->dtype))
+			want(&need, why, 19, "overrides with float8e4m3fn");
 		if (v->granularity == OQ_GRAN_CHANNEL)
-			want(&need, &why, 13, "per-channel weights");
+			want(&need, why, 13, "per-channel weights");
 	}
+	return need;
+}
+
+/* OQ_EUNSUP naming the feature when the model's opset is older than the options need. */
+static int check_opset(qctx *c)
+{
+	int64_t have = c->g->model ? oq_model_opset(c->g->model, "") : 0;
+	const char *why;
+	int64_t need = oq_quantize_opset_need(c->o, &why);
+
 	if (have < need)
 		return oq_err(c->d, OQ_EUNSUP, "quantize: %s need opset %lld but the model has opset %lld: "
 			      "run upgrade-opset (--opset %lld)", why, (long long)need, (long long)have,

@@ -997,29 +997,12 @@ static int sort_subs(oq_graph *g, oq_node *owner, void *ctx)
 	return oq_graph_each_subgraph(g, sort_subs, ctx);
 }
 
-/* Lowest opset the requested quantization needs. */
+/* Lowest opset the requested quantization needs, at least 13. */
 static int64_t needed_opset(const oq_opts *o)
 {
-	int t[2] = {o->weight_type, o->act_type};
-	if (o->granularity == OQ_GRAN_BLOCK)
-		return 21;
-	for (int i = 0; i < 2; i++)
-		if (t[i] == OQ_DT_INT4 || t[i] == OQ_DT_UINT4 || t[i] == OQ_DT_INT16 || t[i] == OQ_DT_UINT16)
-			return 21;
-	/* --overrides may ask for more than the options (e.g. int16 for a few sensitive weights) */
-	for (size_t i = 0; i < o->n_overrides; i++) {
-		int dt = o->overrides[i].dtype;
-		if (o->overrides[i].granularity == OQ_GRAN_BLOCK || dt == OQ_DT_INT4 ||
-		    dt == OQ_DT_UINT4 || dt == OQ_DT_INT16 || dt == OQ_DT_UINT16)
-			return 21;
-	}
-	for (int i = 0; i < 2; i++)
-		if (t[i] == OQ_DT_FLOAT8E4M3FN)
-			return 19; /* float8 types and QuantizeLinear's saturate */
-	for (size_t i = 0; i < o->n_overrides; i++)
-		if (o->overrides[i].dtype == OQ_DT_FLOAT8E4M3FN)
-			return 19;
-	return 13;
+	const char *why;
+	int64_t need = oq_quantize_opset_need(o, &why);
+	return need > 13 ? need : 13;
 }
 
 /* ir_version a model of opset `op` needs (ONNX versioning table). */
