@@ -595,7 +595,7 @@ static int is_two_pass(int method)
 /* What decides each histogram's form (hist_setup), recorded in statistics files so a file is only
  * used with the settings it was made for: 1 for entropy (always |x|), else 2 + the activation
  * grid (--act-symmetric form x 256 + activation dtype). */
-static int hist_abs(const oq_calib_opts *o)
+static int hist_mode(const oq_calib_opts *o)
 {
 	int act = o->act_type ? o->act_type : OQ_DT_UINT8;
 	return o->method == OQ_CALIB_ENTROPY ? 1 : 2 + o->act_sym * 256 + act;
@@ -902,7 +902,7 @@ int oq_calibrate_stats(oq_model *m, const oq_calib_opts *o, oq_stats *out, oq_di
 		goto fail;
 	}
 	out->kind = round2 ? OQ_STATS_HIST : OQ_STATS_RANGES;
-	out->hist_abs = round2 ? hist_abs(o) : 0;
+	out->hist_mode = round2 ? hist_mode(o) : 0;
 	out->model_fp = oq_stats_fingerprint(m);
 	out->ranges_id = round2 ? o->ranges->sum : 0;
 	out->n_total = j.total;
@@ -954,7 +954,7 @@ static int calibrate_from_stats(oq_model *m, const oq_calib_opts *o, oq_ranges *
 		              "quantize --stats: %s holds ranges only (round 1); --method %s needs the "
 		              "histogram round: calibrate --ranges %s on every shard, then merge-stats",
 		              what, oq_calib_method_name(o->method), what);
-	if (two && s->hist_abs != hist_abs(o))
+	if (two && s->hist_mode != hist_mode(o))
 		return oq_err(d, OQ_EINVAL,
 		              "quantize --stats: %s holds histograms made for other settings than "
 		              "--method %s with these --act-type / --act-symmetric; use the same "

@@ -176,7 +176,7 @@ int oq_stats_encode(oq_stats *s, uint8_t **buf, size_t *len, oq_diag *d)
 	put(&w, magic, 8);
 	put_u32(&w, OQ_STATS_VERSION);
 	put_u32(&w, (uint32_t)s->kind);
-	put_u32(&w, (uint32_t)s->hist_abs);
+	put_u32(&w, (uint32_t)s->hist_mode);
 	put_u32(&w, 0);
 	put_u64(&w, s->model_fp);
 	put_u64(&w, s->ranges_id);
@@ -363,7 +363,7 @@ int oq_stats_decode(const uint8_t *buf, size_t len, const char *what, oq_stats *
 	    (kind == OQ_STATS_RANGES && abs))
 		return corrupt(d, what, "bad header fields");
 	s->kind = (int)kind;
-	s->hist_abs = (int)abs;
+	s->hist_mode = (int)abs;
 	if (s->n_shards == 0 || s->n_shards > OQ_STATS_MAX_SHARDS || s->n_samples > s->n_total)
 		return corrupt(d, what, "bad shard count");
 	nb = ((size_t)s->n_shards + 7) / 8;
@@ -392,7 +392,7 @@ int oq_stats_decode(const uint8_t *buf, size_t len, const char *what, oq_stats *
 		s->n = i + 1;
 		if ((rc = get_record(&r, &s->v[i], i ? s->v[i - 1].name : NULL, what, d)))
 			return rc;
-		/* the form of each histogram (|x| or x) is per tensor (hist_setup); hist_abs 1
+		/* the form of each histogram (|x| or x) is per tensor (hist_setup); hist_mode 1
 		 * (entropy) means |x| everywhere */
 		const oq_stat *v = &s->v[i];
 		if (v->h.bin ? kind != OQ_STATS_HIST || !oq_stats_wants_hist(v->lo, v->hi, v->h.abs) ||
@@ -621,11 +621,15 @@ int oq_stats_merge(oq_stats *acc, const oq_stats *b, const char *bname, oq_diag 
 			      "stats: %s was computed for another model or other rewrite options than "
 			      "the files before it; calibrate every shard with the same model and options",
 			      bname);
-	if (acc->kind != b->kind || acc->hist_abs != b->hist_abs)
+	if (acc->kind != b->kind)
 		return oq_err(d, OQ_EINVAL,
-			      "stats: %s holds %s%s, the files before it %s%s; merge files of one round",
-			      bname, kind_name(b->kind), b->hist_abs ? " (other histogram settings)" : "",
-			      kind_name(acc->kind), acc->hist_abs ? "" : "");
+			      "stats: %s holds %s, the files before it %s; merge files of one round",
+			      bname, kind_name(b->kind), kind_name(acc->kind));
+	if (acc->hist_mode != b->hist_mode)
+		return oq_err(d, OQ_EINVAL,
+			      "stats: %s holds histograms made with other --method / --act-type / "
+			      "--act-symmetric than the files before it; calibrate every shard with the same options",
+			      bname);
 	if (acc->n_shards != b->n_shards || acc->n_total != b->n_total)
 		return oq_err(d, OQ_EINVAL,
 			      "stats: %s splits %llu samples into %u shards, the files before it %llu "

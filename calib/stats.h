@@ -24,7 +24,7 @@
  * File format (version 1, all integers little-endian, doubles as their
  * IEEE-754 bit pattern):
  *   magic "ONNXQSTA" | u32 version | u32 kind (1 ranges, 2 histograms)
- *   | u32 hist_abs | u32 reserved (0) | u64 model fingerprint
+ *   | u32 hist_mode | u32 reserved (0) | u64 model fingerprint
  *   | u64 ranges id (histograms: checksum of the ranges file; ranges: 0)
  *   | u64 total samples | u64 covered samples | u32 N | ceil(N/8) bytes of
  *   coverage bitmap (shard I: bit I%8 of byte I/8) | u64 record count
@@ -64,7 +64,7 @@ typedef struct oq_stat {
 /* A statistics file in memory. */
 typedef struct oq_stats {
 	int kind;           /* OQ_STATS_* */
-	int hist_abs;       /* histogram settings (calibrate.c hist_abs: 1 entropy, else 2 + grid); 0: ranges */
+	int hist_mode;       /* histogram settings (calibrate.c hist_mode: 1 entropy, else 2 + grid); 0: ranges */
 	uint64_t model_fp;  /* oq_stats_fingerprint of the rewritten model */
 	uint64_t ranges_id; /* histograms: checksum of the ranges file they were built over */
 	uint64_t n_total;   /* samples of the whole set */

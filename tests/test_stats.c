@@ -250,7 +250,7 @@ static void two_rounds(int method, int act_sym)
 		round_all(&f, method, act_sym, n, &rs, &hs);
 		cr_expect_eq(hs.kind, OQ_STATS_HIST);
 		/* calibrate.c's histogram-settings code: 1 for entropy, else 2 + grid x 256 + dtype */
-		cr_expect_eq(hs.hist_abs,
+		cr_expect_eq(hs.hist_mode,
 			     method == OQ_CALIB_ENTROPY ? 1 : 2 + act_sym * 256 + OQ_DT_UINT8);
 		ranges_from(&f, method, act_sym, &hs, &r);
 		same_ranges(&r, &one, oq_calib_method_name(method));
@@ -535,6 +535,14 @@ Test(stats, merge_refusals)
 
 	handmade(&b, OQ_STATS_HIST, 2);
 	expect_merge_err(&a, &b, "merge files of one round");
+	oq_stats_free(&b);
+	oq_stats_free(&a);
+
+	/* histograms made with other histogram settings (entropy's |x| vs mse's) */
+	handmade(&a, OQ_STATS_HIST, 1);
+	handmade(&b, OQ_STATS_HIST, 2);
+	b.hist_mode = a.hist_mode + 1;
+	expect_merge_err(&a, &b, "other --method");
 	oq_stats_free(&b);
 	oq_stats_free(&a);
 
