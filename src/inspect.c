@@ -88,7 +88,7 @@ typedef struct report {
 	size_t n_qops[2];        /* [0] DequantizeLinear, [1] QuantizeLinear */
 	size_t by_gran[G_COUNT];
 	size_t by_qtype[OQ_DT_COUNT]; /* slot 0: unknown */
-	size_t n_qweights;       /* distinct integer initializers feeding a DQ's x */
+	size_t n_qweights;       /* distinct quantized initializers (integer, 8/4-bit float) feeding a DQ's x */
 	size_t qweight_bytes;
 } report;
 
@@ -460,8 +460,11 @@ static int gather(report *r, const oq_model *m)
 			classify(r, n, k, gi > 0);
 			if (k == 0) {
 				const oq_value *x = resolve(input_at(n, 0));
-				char kind = x && x->init ? oq_dtype_kind(x->init->dtype) : '-';
-				if (kind == 's' || kind == 'u')
+				/* a stored quantized weight: integer, or a float type narrower than 16 bits
+				 * (float8 weights of --weight-type float8e4m3fn, float4e2m1) */
+				int dt = x && x->init ? x->init->dtype : 0;
+				char kind = dt ? oq_dtype_kind(dt) : '-';
+				if (kind == 's' || kind == 'u' || (kind == 'f' && oq_dtype_bits(dt) < 16))
 					w[n_w++] = x->init;
 			}
 		}
@@ -726,7 +729,7 @@ static void write_text(FILE *f, const report *r)
 		fprintf(f, "%s%s %zu", first ? "" : ", ", dtname(slot), r->by_qtype[slot]);
 		first = 0;
 	}
-	fprintf(f, "\n  weights      %zu integer initializers feed a DequantizeLinear, ", r->n_qweights);
+	fprintf(f, "\n  weights      %zu quantized initializers feed a DequantizeLinear, ", r->n_qweights);
 	text_bytes(f, r->qweight_bytes);
 	fputc('\n', f);
 	for (size_t i = 0; i < r->n_q && i < TEXT_MAX_QNODES; i++)

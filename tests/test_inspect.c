@@ -546,7 +546,7 @@ Test(inspect, synthetic_text)
 	expect(t, "QuantizeLinear 2, DequantizeLinear 6\n");
 	expect(t, "granularity per-tensor 2, per-channel 4, blockwise 1, unknown 1\n");
 	expect(t, "types uint8 2, int8 4, int4 1, ? 1\n");
-	expect(t, "weights 2 integer initializers feed a DequantizeLinear, 48 bytes\n");
+	expect(t, "weights 2 quantized initializers feed a DequantizeLinear, 48 bytes\n");
 	expect(t, "DequantizeLinear dq_w: per-channel axis=0, int8\n");
 	expect(t, "DequantizeLinear dq_b: blockwise axis=1 block_size=4, int4\n");
 	expect(t, "QuantizeLinear q_x: per-tensor, int8\n");

@@ -59,6 +59,10 @@ if q fp8 --act-type float8e4m3fn --weight-type float8e4m3fn; then
 	if grep -qE 'float8e4m3fn +[0-9]+ tensors' "$tmp/insp"; then ok "fp8: float8e4m3fn initializers"; else
 		bad "fp8: no float8e4m3fn initializers"; fi
 	if "$onnxq" check "$tmp/fp8.onnx" >"$tmp/err" 2>&1; then ok "fp8: check"; else bad "fp8: check: $(head -c 300 "$tmp/err")"; fi
+	# inspect counts the stored float8 weights like integer ones: the model's 4 Conv/Gemm weights
+	# (tiny_cnn: conv1..conv3 and fc; biases stay float on FP8 layers)
+	nw=$(sed -nE 's/^ *weights +([0-9]+) quantized initializers.*/\1/p' "$tmp/insp")
+	if [ "$nw" = 4 ]; then ok "fp8: inspect counts 4 float8 weights"; else bad "fp8: inspect weights: '${nw}', want 4"; fi
 	# saturate=1 on every QuantizeLinear: the attribute name and value 1 (AttributeProto i = 1 -> 0x18 0x01)
 	nq=$(grep -oE '^ *QuantizeLinear [0-9]+,' "$tmp/insp" | grep -oE '[0-9]+')
 	if [ "$(grep -ao 'saturate' "$tmp/fp8.onnx" | wc -l)" -eq "$nq" ] && [ "$nq" -gt 0 ]; then
