@@ -129,7 +129,7 @@ t0=$(now)
 if "$root/tests/integration/fetch.sh" >/dev/null &&
 	{ ! /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null ||
 		/usr/bin/python3 "$root/tests/integration/torchvision_export.py" "${OQ_CACHE:-$root/.cache}/tv" \
-			resnet18 mobilenet_v2 mobilenet_v3_small efficientnet_b0 squeezenet1_1 vit_b_16 >/dev/null; }; then
+			resnet18 resnet50 mobilenet_v2 mobilenet_v3_small efficientnet_b0 squeezenet1_1 vit_b_16 >/dev/null; }; then
 	note "prefetch (.cache)" 1 0 0 $(($(now) - t0))
 else
 	echo "run_all: fetching test models failed" >&2

@@ -3,7 +3,7 @@
 
 usage: /usr/bin/python3 torchvision_export.py OUTDIR MODEL...
 
-Writes OUTDIR/<model>.onnx for every MODEL (resnet18, mobilenet_v2,
+Writes OUTDIR/<model>.onnx for every MODEL (resnet18, resnet50, mobilenet_v2,
 mobilenet_v3_small, efficientnet_b0, squeezenet1_1, vit_b_16) that is not
 there yet, and OUTDIR/input.npy when missing: one float32 [1, 3, 224, 224]
 image normalised with the ImageNet mean/std. The image is a photo shipped by

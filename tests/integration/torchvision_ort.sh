@@ -2,7 +2,7 @@
 # torchvision_ort.sh - `onnxq run` against ONNX Runtime on torchvision classifiers.
 #
 # tests/integration/torchvision_export.py (Debian python3-torch/torchvision, run
-# with /usr/bin/python3) exports resnet18, mobilenet_v2, mobilenet_v3_small,
+# with /usr/bin/python3) exports resnet18, resnet50, mobilenet_v2, mobilenet_v3_small,
 # efficientnet_b0, squeezenet1_1 and vit_b_16 (weights=None, seeded, random
 # BatchNorm statistics; opset 13, no constant folding) into $OQ_CACHE/tv/ once
 # (later runs reuse them), plus one input [1, 3, 224, 224]: a skimage photo
@@ -26,7 +26,7 @@ root=$(cd "$here/../.." && pwd)
 onnxq=${1:-$root/build/onnxq}
 py=/usr/bin/python3
 tol=1e-4
-models=${OQ_TV_MODELS:-resnet18 mobilenet_v2 mobilenet_v3_small efficientnet_b0 squeezenet1_1 vit_b_16}
+models=${OQ_TV_MODELS:-resnet18 resnet50 mobilenet_v2 mobilenet_v3_small efficientnet_b0 squeezenet1_1 vit_b_16}
 
 if ! [ -x "$py" ] || ! "$py" -c 'import torch, torchvision' 2> /dev/null; then
   echo "SKIP torchvision: $py cannot import torch and torchvision (apt-get install python3-torchvision)"
