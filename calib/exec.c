@@ -170,12 +170,13 @@ typedef struct node_plan {
 	int n_members;
 	int absorbed;          /* a later member of a fused group: skipped when running fused */
 	int obs_fused;         /* group member: runs fused even while observing (intermediates unwanted) */
+	int folded;            /* computed once by the plan: its outputs are plan constants (inits) */
 } node_plan;
 
 typedef struct plan {
 	const oq_graph *g;
 	node_plan *nodes;
-	oq_rt **inits;         /* per value index: initializer view, or NULL */
+	oq_rt **inits;         /* per value index: initializer view or folded constant, or NULL */
 	int *uses;             /* per value index: uses by nodes of this graph */
 	struct plan *next;
 } plan;
@@ -532,6 +533,232 @@ static int plan_fusion(plan *p)
 	return OQ_OK;
 }
 
+/* ------------------------------------------------------ constant folding */
+
+int oq_exec_no_fold;
+
+/*
+ * Ops the plan may compute once: deterministic, no subgraph, no state, and
+ * cheap or data movement only - what exporters put between a weight and its
+ * consumer (Identity, Transpose, Reshape, Cast, ...) or use to build shapes
+ * from constants (Shape, Gather, Unsqueeze, Concat, arithmetic on scalars).
+ * DequantizeLinear is left out on purpose: folding it would keep a float
+ * copy of every quantized weight (four times the int8 bytes).
+ */
+static int fold_op(oq_op op)
+{
+	switch (op) {
+	case OQ_OP_Identity: case OQ_OP_Constant: case OQ_OP_Transpose: case OQ_OP_Reshape:
+	case OQ_OP_Unsqueeze: case OQ_OP_Squeeze: case OQ_OP_Flatten: case OQ_OP_Cast:
+	case OQ_OP_CastLike: case OQ_OP_Concat: case OQ_OP_Gather: case OQ_OP_Shape:
+	case OQ_OP_Size: case OQ_OP_Slice: case OQ_OP_Expand: case OQ_OP_ConstantOfShape:
+	case OQ_OP_Range: case OQ_OP_Add: case OQ_OP_Sub: case OQ_OP_Mul: case OQ_OP_Div:
+	case OQ_OP_Neg: case OQ_OP_Equal: case OQ_OP_Where: case OQ_OP_Not: case OQ_OP_Less:
+	case OQ_OP_Greater: case OQ_OP_Tile: case OQ_OP_Split:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* Ops whose output holds the input's bytes unchanged: the folded constant can share them. */
+static int fold_alias_op(oq_op op)
+{
+	return op == OQ_OP_Identity || op == OQ_OP_Reshape || op == OQ_OP_Unsqueeze || op == OQ_OP_Squeeze ||
+	       op == OQ_OP_Flatten;
+}
+
+/*
+ * v's value is the same in every run of p's graph: an initializer view or
+ * an earlier folded output. A subgraph's inputs are bound by its caller
+ * even when they have an initializer, so those do not count; nor do outer
+ * values (the enclosing frame's slots may hold them).
+ */
+static int plan_const(const plan *p, const oq_value *v)
+{
+	if (!v || (v->flags & OQ_V_OUTER) || !p->inits[v->index])
+		return 0;
+	return !(p->g->parent && (v->flags & OQ_V_INPUT));
+}
+
+/* p->inits[i]: a view of value i's initializer (borrowed, or an aligned copy). */
+static int init_view(plan *p, size_t i, oq_diag *d)
+{
+	const oq_value *v = p->g->values[i];
+	int rc = OQ_ENOMEM;
+
+	if (!(p->inits[i] = calloc(1, sizeof(oq_rt))) || (rc = oq_rt_from_tensor(p->inits[i], v->init)))
+		return oq_err(d, rc == OQ_EUNSUP ? OQ_EUNSUP : OQ_ENOMEM,
+			      "run: initializer '%s': cannot prepare (rank above %d or out of memory)", v->name,
+			      OQ_RT_MAX_RANK);
+	/* an unaligned weight was copied: do not keep its file pages resident as well */
+	if (!p->inits[i]->borrowed)
+		oq_tensor_release_pages(p->g->model, v->init);
+	return OQ_OK;
+}
+
+/*
+ * After node ni: drops the view of initializer v when every reader of v
+ * is a folded node up to ni (no run reads it any more; `pinned`: a folded
+ * output shares its bytes) - its copy is freed, its file pages released
+ * (read again from the file if ever touched). Done per node, so a weight
+ * behind Transpose is held once, transposed, even at the peak.
+ */
+static void init_drop(plan *p, const oq_value *v, size_t ni, const unsigned char *pinned, unsigned char *gone)
+{
+	const oq_graph *g = p->g;
+	size_t i;
+
+	if (!v || !v->init || (v->flags & (OQ_V_OUTPUT | OQ_V_OUTER)) || v->graph != g)
+		return;
+	i = v->index;
+	if (!p->inits[i] || pinned[i] || gone[i] || v->n_uses == 0 || oq_value_n_captures(v) != 0)
+		return;
+	for (size_t u = 0; u < v->n_uses; u++) {
+		const oq_node *c = v->uses[u].node;
+		if (c->graph != g || c->index > ni || g->nodes[c->index] != c || !p->nodes[c->index].folded)
+			return;
+	}
+	oq_tensor_release_pages(g->model, v->init);
+	oq_rt_release(p->inits[i]);
+	free(p->inits[i]);
+	p->inits[i] = NULL;
+	gone[i] = 1;
+}
+
+/*
+ * Runs node ni once now if all its inputs are plan constants (see
+ * fold_op), keeping its outputs as plan constants; the node is then
+ * skipped by every run (run_frame still reports its outputs to an
+ * observer). The same kernel computes the same bits as it would in a run
+ * (kernels do not depend on the thread count). A kernel error, a sequence
+ * output or an output above twice the inputs' bytes + 64 KiB (e.g. a big
+ * ConstantOfShape, better made per run and freed) leave the node to the
+ * runs, which report errors as before. Identity / Reshape-like outputs
+ * share their input's bytes instead of a copy; `pinned` marks such inputs.
+ */
+static int fold_node(oq_exec *e, plan *p, size_t ni, unsigned char *pinned, const unsigned char *gone,
+		     oq_diag *pd)
+{
+	const oq_node *n = p->g->nodes[ni];
+	oq_rt *in[16], *out[16];
+	size_t in_bytes = 0, out_bytes = 0;
+	oq_diag d;
+	oq_kctx k;
+	int rc, keep = 1;
+
+	if (!fold_op(n->op) || !p->nodes[ni].fn || n->n_inputs > 16 || n->n_outputs > 16 || n->n_outputs == 0)
+		return OQ_OK;
+	for (size_t i = 0; i < n->n_attrs; i++)
+		if (n->attrs[i].g || n->attrs[i].graphs)
+			return OQ_OK;
+	for (size_t i = 0; i < n->n_inputs; i++) {
+		const oq_value *v = n->inputs[i];
+		in[i] = NULL;
+		if (!v)
+			continue;
+		if (v->init && !(v->flags & OQ_V_OUTER) && v->graph == p->g && !p->inits[v->index] && !gone[v->index] &&
+		    (rc = init_view(p, v->index, pd)))
+			return rc;
+		if (!plan_const(p, v))
+			return OQ_OK;
+		in[i] = p->inits[n->inputs[i]->index];
+		if (in[i]->kind != OQ_RT_TENSOR)
+			return OQ_OK;
+		in_bytes += in[i]->nbytes;
+	}
+	for (size_t i = 0; i < n->n_outputs; i++) {
+		out[i] = NULL;
+		if (n->outputs[i] && p->inits[n->outputs[i]->index])
+			return OQ_OK; /* an output that is also an initializer: the run decides */
+	}
+	oq_diag_init(&d);
+	memset(&k, 0, sizeof k);
+	k.e = e;
+	k.node = n;
+	k.opset = n->opset;
+	k.d = &d;
+	k.threads = 1;
+	k.in = in;
+	k.n_in = n->n_inputs;
+	k.out = out;
+	k.n_out = n->n_outputs;
+	rc = p->nodes[ni].fn(&k);
+	if (rc == OQ_ENOMEM)
+		keep = 0;
+	for (size_t i = 0; i < n->n_outputs; i++) {
+		if (!out[i] || out[i]->kind != OQ_RT_TENSOR || out[i]->strs)
+			keep = 0;
+		else
+			out_bytes += out[i]->nbytes;
+		if (out[i] && !out[i]->borrowed)
+			e->live -= out[i]->nbytes; /* not an activation */
+	}
+	if (rc || out_bytes / 2 > in_bytes + 32768)
+		keep = 0;
+	for (size_t i = 0; i < n->n_outputs; i++) {
+		oq_value *v = n->outputs[i];
+		if (keep && v && !p->inits[v->index]) {
+			if (fold_alias_op(n->op) && in[0] && !in[0]->strs && in[0]->dtype == out[i]->dtype &&
+			    in[0]->nbytes == out[i]->nbytes && out[i]->nbytes) {
+				free(out[i]->data);
+				out[i]->data = in[0]->data;
+				out[i]->borrowed = 1;
+				out[i]->cap = 0;
+				pinned[n->inputs[0]->index] = 1;
+			}
+			p->inits[v->index] = out[i];
+			continue;
+		}
+		if (out[i]) {
+			oq_rt_release(out[i]);
+			free(out[i]);
+		}
+	}
+	p->nodes[ni].folded = keep;
+	return rc == OQ_ENOMEM ? OQ_ENOMEM : OQ_OK;
+}
+
+/*
+ * Folds what it can, in graph order (so chains fold), making initializer
+ * views on demand and dropping those only folded nodes read (init_drop),
+ * then makes the views of the initializers that are left.
+ */
+static int plan_fold(oq_exec *e, plan *p, oq_diag *d)
+{
+	const oq_graph *g = p->g;
+	unsigned char *pinned = oq_calloc(g->n_values ? g->n_values : 1, 1);
+	unsigned char *gone = oq_calloc(g->n_values ? g->n_values : 1, 1);
+	int rc = OQ_OK;
+
+	if (!pinned || !gone) {
+		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+		goto done;
+	}
+	for (size_t i = 0; i < g->n_nodes && !rc && !oq_exec_no_fold; i++) {
+		if ((rc = fold_node(e, p, i, pinned, gone, d)) == OQ_ENOMEM && d->count == 0)
+			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+		for (size_t j = 0; !rc && p->nodes[i].folded && j < g->nodes[i]->n_inputs; j++)
+			init_drop(p, g->nodes[i]->inputs[j], i, pinned, gone);
+	}
+	for (size_t i = 0; i < g->n_values && !rc; i++)
+		if (g->values[i]->init && !p->inits[i] && !gone[i])
+			rc = init_view(p, i, d);
+done:
+	free(pinned);
+	free(gone);
+	return rc;
+}
+
+size_t oq_exec_n_folded(const oq_exec *e)
+{
+	size_t n = 0;
+	for (const plan *p = e->plans; p; p = p->next)
+		for (size_t i = 0; i < p->g->n_nodes; i++)
+			n += p->nodes[i].folded != 0;
+	return n;
+}
+
 static int plan_node_check(oq_exec *e, const oq_graph *g, oq_diag *d);
 
 static int make_plan(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)
@@ -554,20 +781,6 @@ static int make_plan(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)
 	if (!p->nodes || !p->inits || !p->uses) {
 		free_plan(p);
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
-	}
-	for (size_t i = 0; i < g->n_values; i++) {
-		oq_value *v = g->values[i];
-		if (!v->init)
-			continue;
-		if (!(p->inits[i] = calloc(1, sizeof(oq_rt))) || (rc = oq_rt_from_tensor(p->inits[i], v->init))) {
-			free_plan(p);
-			return oq_err(d, rc == OQ_EUNSUP ? OQ_EUNSUP : OQ_ENOMEM,
-				      "run: initializer '%s': cannot prepare (rank above %d or out of memory)",
-				      v->name, OQ_RT_MAX_RANK);
-		}
-		/* an unaligned weight was copied: do not keep its file pages resident as well */
-		if (!p->inits[i]->borrowed)
-			oq_tensor_release_pages(g->model, v->init);
 	}
 	for (size_t i = 0; i < g->n_nodes; i++) {
 		oq_node *n = g->nodes[i];
@@ -592,6 +805,10 @@ static int make_plan(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)
 	if (plan_fusion(p)) {
 		free_plan(p);
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
+	}
+	if ((rc = plan_fold(e, p, d))) {
+		free_plan(p);
+		return rc;
 	}
 	p->next = e->plans;
 	e->plans = p;
@@ -637,6 +854,15 @@ int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
 	if (!e)
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	e->m = m;
+	/* the pool and scratch first: the plan runs kernels to fold constants */
+	if ((rc = pool_init(&e->pool, threads))) {
+		rc = oq_err(d, rc, "run: cannot start %d threads", threads);
+		goto fail;
+	}
+	if (!(e->scratch = oq_calloc((size_t)e->pool.n, sizeof *e->scratch))) {
+		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+		goto fail;
+	}
 	if ((rc = oq_graph_rebuild_uses(m->graph)) || (rc = plan_node_check(e, m->graph, d)) ||
 	    (rc = make_plan(e, m->graph, &p, d)))
 		goto fail;
@@ -648,14 +874,6 @@ int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
 	for (size_t i = 0; i < m->graph->n_inputs; i++)
 		if (!m->graph->inputs[i]->init)
 			e->in[e->n_in++] = m->graph->inputs[i];
-	if ((rc = pool_init(&e->pool, threads))) {
-		rc = oq_err(d, rc, "run: cannot start %d threads", threads);
-		goto fail;
-	}
-	if (!(e->scratch = oq_calloc((size_t)e->pool.n, sizeof *e->scratch))) {
-		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
-		goto fail;
-	}
 	*out = e;
 	return OQ_OK;
 fail:
@@ -793,6 +1011,12 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 
 		if (fused && np->absorbed)
 			continue; /* computed by its group's head */
+		if (np->folded) { /* a plan constant: observers still see it here, as if computed now */
+			for (size_t i = 0; e->observe && !rc && i < n->n_outputs; i++)
+				if (n->outputs[i])
+					rc = e->observe(e->observe_ctx, n->outputs[i], f->p->inits[n->outputs[i]->index]);
+			continue;
+		}
 		if (fused && np->fuse) {
 			ovals = g->nodes[np->tail]->outputs;
 			n_out = 1;

@@ -158,6 +158,10 @@ int oq_k_conv_fused(oq_kctx *k);
 
 /* Fused groups in e's plans so far (main graph at oq_exec_new; subgraphs once run). For tests and bench. */
 size_t oq_exec_n_fused(const oq_exec *e);
+/* Nodes computed once at plan time (constant folding, exec.c) in e's plans so far. For tests and bench. */
+size_t oq_exec_n_folded(const oq_exec *e);
+/* Non-zero: plans made from now on fold nothing (every node runs each time). For tests and bench. */
+extern int oq_exec_no_fold;
 
 /* The kernel for (op, opset), or NULL. */
 oq_kernel_fn oq_kernel_find(oq_op op, int64_t opset);

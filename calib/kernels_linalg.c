@@ -524,6 +524,26 @@ int oq_linalg_mm_plan(oq_kctx *k, const oq_rt *a, const oq_rt *b, oq_mm_plan *p)
 	return OQ_OK;
 }
 
+/*
+ * Whether every batch item uses the same B (B's batch dims are all 1) and
+ * the items of A and C follow each other (A is not broadcast): then the
+ * batch is one GEMM of batch * m rows. Each output element is still the
+ * same dot product of one A row and one B column, so only the tiling
+ * changes: e.g. X[197, 1, 768] x W[768, 2304] is one 197-row product, not
+ * 197 one-row ones that each repack W.
+ */
+static int mm_fold_batch(const oq_mm_plan *mp)
+{
+	size_t astep = (size_t)(mp->m * mp->kd);
+
+	if (mp->batch < 2 || (double)mp->m * (double)mp->batch > (double)INT32_MAX)
+		return 0;
+	for (size_t i = 0; i < mp->batch; i++)
+		if (mp->boff[i] != 0 || mp->aoff[i] != i * astep)
+			return 0;
+	return 1;
+}
+
 static int k_matmul(oq_kctx *k)
 {
 	oq_rt *a = oq_k_in(k, 0), *b = oq_k_in(k, 1), *y;
@@ -558,6 +578,11 @@ static int k_matmul(oq_kctx *k)
 	if (is_int_type(a->dtype)) {
 		int_gemm(a, b, y, &p, 1, 0);
 		goto done;
+	}
+	if (mm_fold_batch(&mp)) { /* one [batch * m, kd] x [kd, n] product instead of batch small ones */
+		p.m = mp.m * (int64_t)mp.batch;
+		p.batch = 1;
+		p.aoff = p.boff = p.coff = NULL;
 	}
 	lt = ltype_of(a->dtype);
 	p.t = lt;

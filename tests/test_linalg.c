@@ -768,6 +768,10 @@ Test(linalg, random_gemm_matmul_fast_vs_ref)
 				in[1] = (tin){"b", OQ_DT_FLOAT, 1, {kd}, NULL};
 			snprintf(what, sizeof what, "matmul seed %llu", (unsigned long long)sd);
 			fast_vs_ref("MatMul", 13, in, 2, &a, 1e-4, what);
+			/* a 2-D B: the batch folds into the rows of one product */
+			in[1] = (tin){"b", OQ_DT_FLOAT, 2, {kd, n}, NULL};
+			snprintf(what, sizeof what, "matmul 2-D B seed %llu", (unsigned long long)sd);
+			fast_vs_ref("MatMul", 13, in, 2, &a, 1e-4, what);
 		}
 	}
 }
