@@ -514,6 +514,54 @@ Test(ew, fast_path_matches_reference)
 	}
 }
 
+/*
+ * float32 Pow with a one-element exponent 2 runs as x * x: bit for bit the
+ * definition (float)pow((double)x, 2) computed here, for exponents given as
+ * float scalar, float [1], int64 scalar and double [1, 1], including -0,
+ * subnormals (x * x underflows), values whose square overflows to Inf, Inf
+ * and NaN; an exponent of higher rank than x takes the general path (same
+ * values, broadcast shape).
+ */
+Test(ew, pow_square_is_exact)
+{
+	static const double xs[] = {0.0, -0.0, 1.0, -1.5, 3.0e-39, -1.0e-45, 1.0e-20, 1.8446744e19, -2.0e19, 3.4e38,
+				    INFINITY, -INFINITY, NAN, 0.1, -7.123456789, 65504.0, 1.17549435e-38};
+	enum { N = sizeof xs / sizeof xs[0] };
+	double want[N];
+	oq_rt in[2], y;
+
+	for (int i = 0; i < N; i++)
+		want[i] = (double)(float)pow((double)(float)xs[i], 2.0);
+	for (int form = 0; form < 4; form++) {
+		in[0] = mk(OQ_DT_FLOAT, 2, (int64_t[]){1, N}, xs);
+		if (form == 0)
+			in[1] = SCALAR(OQ_DT_FLOAT, 2);
+		else if (form == 1)
+			in[1] = T(OQ_DT_FLOAT, (1), 2);
+		else if (form == 2)
+			in[1] = SCALAR(OQ_DT_INT64, 2);
+		else
+			in[1] = T(OQ_DT_DOUBLE, (1, 1), 2);
+		RUN_OK("Pow", 15, "x,e", in, NULL, &y);
+		cr_assert_eq(y.nelem, (size_t)N);
+		for (int i = 0; i < N; i++) {
+			float g = ((float *)y.data)[i], w = (float)want[i];
+			cr_assert(memcmp(&g, &w, sizeof g) == 0 || (isnan(g) && isnan(w)),
+				  "form %d: %.9g ^ 2 = %.9g, want %.9g", form, xs[i], (double)g, (double)w);
+		}
+		oq_rt_release(&y);
+	}
+	in[0] = mk(OQ_DT_FLOAT, 1, (int64_t[]){N}, xs);
+	in[1] = T(OQ_DT_FLOAT, (1, 1), 2);
+	RUN_OK("Pow", 15, "x,e", in, NULL, &y);
+	cr_assert_eq(y.rank, 2);
+	for (int i = 0; i < N; i++) {
+		float g = ((float *)y.data)[i], w = (float)want[i];
+		cr_assert(memcmp(&g, &w, sizeof g) == 0 || (isnan(g) && isnan(w)), "rank-2 exponent, element %d", i);
+	}
+	oq_rt_release(&y);
+}
+
 Test(ew, unary_fast_path_close_to_reference)
 {
 	const char *ops[] = {"Sigmoid", "Tanh", "Exp", "Erf", "Softplus", "Elu", "HardSigmoid", "Mish", "Sqrt"};
