@@ -30,6 +30,7 @@
  * so the choice is made per run.
  */
 #include "kernel.h"
+#include "linalg.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -171,6 +172,7 @@ typedef struct node_plan {
 	int absorbed;          /* a later member of a fused group: skipped when running fused */
 	int obs_fused;         /* group member: runs fused even while observing (intermediates unwanted) */
 	int folded;            /* computed once by the plan: its outputs are plan constants (inits) */
+	const oq_pb *pb;       /* MatMul / Gemm: its constant B packed (owned by plan.packs), else NULL */
 } node_plan;
 
 typedef struct plan {
@@ -178,6 +180,7 @@ typedef struct plan {
 	node_plan *nodes;
 	oq_rt **inits;         /* per value index: initializer view or folded constant, or NULL */
 	int *uses;             /* per value index: uses by nodes of this graph */
+	oq_pb **packs;         /* per value index i: [2i] the value packed as B, [2i + 1] packed as transposed B */
 	struct plan *next;
 } plan;
 
@@ -259,9 +262,15 @@ static void free_plan(plan *p)
 				oq_rt_release(p->inits[i]);
 				free(p->inits[i]);
 			}
+	for (size_t i = 0; p->packs && i < 2 * p->g->n_values; i++)
+		if (p->packs[i]) {
+			oq_pb_free(p->packs[i]);
+			free(p->packs[i]);
+		}
 	free(p->nodes);
 	free(p->inits);
 	free(p->uses);
+	free(p->packs);
 	free(p);
 }
 
@@ -359,6 +368,12 @@ static float attr_f(const oq_node *n, const char *name, float dflt)
 {
 	const oq_attr *a = oq_node_attr(n, name);
 	return a && a->type == OQ_ATTR_FLOAT ? a->f : dflt;
+}
+
+static int64_t attr_i(const oq_node *n, const char *name, int64_t dflt)
+{
+	const oq_attr *a = oq_node_attr(n, name);
+	return a && a->type == OQ_ATTR_INT ? a->i : dflt;
 }
 
 /* n as an epilogue activation (float32 semantics of kernels_ew.c); 0 if it cannot be one. */
@@ -536,6 +551,7 @@ static int plan_fusion(plan *p)
 /* ------------------------------------------------------ constant folding */
 
 int oq_exec_no_fold;
+int oq_exec_no_pack;
 
 /*
  * Ops the plan may compute once: deterministic, no subgraph, no state, and
@@ -595,35 +611,6 @@ static int init_view(plan *p, size_t i, oq_diag *d)
 	if (!p->inits[i]->borrowed)
 		oq_tensor_release_pages(p->g->model, v->init);
 	return OQ_OK;
-}
-
-/*
- * After node ni: drops the view of initializer v when every reader of v
- * is a folded node up to ni (no run reads it any more; `pinned`: a folded
- * output shares its bytes) - its copy is freed, its file pages released
- * (read again from the file if ever touched). Done per node, so a weight
- * behind Transpose is held once, transposed, even at the peak.
- */
-static void init_drop(plan *p, const oq_value *v, size_t ni, const unsigned char *pinned, unsigned char *gone)
-{
-	const oq_graph *g = p->g;
-	size_t i;
-
-	if (!v || !v->init || (v->flags & (OQ_V_OUTPUT | OQ_V_OUTER)) || v->graph != g)
-		return;
-	i = v->index;
-	if (!p->inits[i] || pinned[i] || gone[i] || v->n_uses == 0 || oq_value_n_captures(v) != 0)
-		return;
-	for (size_t u = 0; u < v->n_uses; u++) {
-		const oq_node *c = v->uses[u].node;
-		if (c->graph != g || c->index > ni || g->nodes[c->index] != c || !p->nodes[c->index].folded)
-			return;
-	}
-	oq_tensor_release_pages(g->model, v->init);
-	oq_rt_release(p->inits[i]);
-	free(p->inits[i]);
-	p->inits[i] = NULL;
-	gone[i] = 1;
 }
 
 /*
@@ -720,26 +707,141 @@ static int fold_node(oq_exec *e, plan *p, size_t ni, unsigned char *pinned, cons
 }
 
 /*
- * Folds what it can, in graph order (so chains fold), making initializer
- * views on demand and dropping those only folded nodes read (init_drop),
- * then makes the views of the initializers that are left.
+ * Packing: a float32 MatMul / Gemm whose B (input 1) is a plan constant and
+ * whose A is not gets B packed once (oq_pb_pack, linalg_pack.c) and runs on
+ * the packed panels (kctx.pb) - MatMul when B's batch dims are all 1, Gemm
+ * when alpha is 1 and A is not transposed (the kernel's shape). One packed
+ * copy per value and orientation, shared by its products. A constant only
+ * packed products (as B) and folded nodes read is then let go
+ * (const_drop), its tensor kept as a shell (dims, data NULL) so runs still
+ * see its shape; an observer gets folded values rebuilt from the panels
+ * (oq_pb_unpack), so it sees what it saw before.
+ */
+static int pack_node(plan *p, size_t ni, const unsigned char *gone, oq_diag *d)
+{
+	const oq_node *n = p->g->nodes[ni];
+	const oq_value *a, *b;
+	const oq_rt *t;
+	int64_t kd, nn, lead = 1;
+	int tb = 0, rc;
+	oq_pb **slot;
+
+	if (p->nodes[ni].folded || n->n_inputs < 2 || n->n_outputs != 1)
+		return OQ_OK;
+	if (n->op == OQ_OP_Gemm) {
+		if (attr_f(n, "alpha", 1.0f) != 1.0f || attr_i(n, "transA", 0) != 0)
+			return OQ_OK;
+		tb = attr_i(n, "transB", 0) != 0;
+	} else if (n->op != OQ_OP_MatMul || n->n_inputs != 2) {
+		return OQ_OK;
+	}
+	a = n->inputs[0];
+	b = n->inputs[1];
+	if (!a || !b || (b->flags & OQ_V_OUTER) || b->graph != p->g)
+		return OQ_OK;
+	if (b->init && !p->inits[b->index] && !gone[b->index] && (rc = init_view(p, b->index, d)))
+		return rc;
+	if ((a->init && !(a->flags & OQ_V_OUTER)) || plan_const(p, a) || !plan_const(p, b))
+		return OQ_OK;
+	t = p->inits[b->index];
+	if (t->kind != OQ_RT_TENSOR || t->dtype != OQ_DT_FLOAT || t->rank < 2 || !t->data ||
+	    (n->op == OQ_OP_Gemm && t->rank != 2))
+		return OQ_OK;
+	for (int i = 0; i < t->rank - 2; i++)
+		lead *= t->dims[i];
+	if (lead != 1)
+		return OQ_OK;
+	kd = t->dims[t->rank - (tb ? 1 : 2)];
+	nn = t->dims[t->rank - (tb ? 2 : 1)];
+	slot = &p->packs[2 * b->index + (size_t)tb];
+	if (!*slot) {
+		if (!(*slot = calloc(1, sizeof **slot)))
+			return OQ_ENOMEM;
+		if ((rc = oq_pb_pack(t->data, kd, nn, tb, t->dims[t->rank - 1], *slot))) {
+			free(*slot);
+			*slot = NULL;
+			return rc == OQ_ENOMEM ? OQ_ENOMEM : OQ_OK;
+		}
+	}
+	p->nodes[ni].pb = *slot;
+	return OQ_OK;
+}
+
+/*
+ * After node ni: lets go of constant v when every reader of v is a node up
+ * to ni that no run executes for it - folded, or a packed product reading v
+ * as B - and no folded output shares v's bytes (pinned). An initializer
+ * read by folded nodes only loses its view (`gone`: its copy freed, its
+ * file pages released, read again from the file if ever touched); a
+ * packed constant keeps its tensor as a shell (dims, data NULL), so runs
+ * still see its shape. A folded output that is not packed is kept (an
+ * observer sees it). Done per node, so a weight behind Transpose and
+ * MatMul is held once, packed, even at the peak.
+ */
+static void const_drop(plan *p, const oq_value *v, size_t ni, const unsigned char *pinned, unsigned char *gone)
+{
+	const oq_graph *g = p->g;
+	oq_rt *t;
+	size_t i;
+	int packed;
+
+	if (!v || (v->flags & (OQ_V_OUTPUT | OQ_V_OUTER)) || v->graph != g)
+		return;
+	i = v->index;
+	t = p->inits[i];
+	packed = p->packs[2 * i] || p->packs[2 * i + 1];
+	if (!t || !t->data || pinned[i] || (!v->init && !packed) || v->n_uses == 0 || oq_value_n_captures(v) != 0)
+		return;
+	for (size_t u = 0; u < v->n_uses; u++) {
+		const oq_node *c = v->uses[u].node;
+		const node_plan *np;
+		if (c->graph != g || c->index > ni || g->nodes[c->index] != c)
+			return;
+		np = &p->nodes[c->index];
+		if (!np->folded && !(np->pb && v->uses[u].index == 1 && c->inputs[0] != v))
+			return;
+	}
+	if (v->init)
+		oq_tensor_release_pages(g->model, v->init);
+	if (!packed) {
+		oq_rt_release(t);
+		free(t);
+		p->inits[i] = NULL;
+		gone[i] = 1;
+		return;
+	}
+	if (!t->borrowed)
+		free(t->data);
+	t->data = NULL;
+	t->borrowed = 1;
+	t->cap = 0;
+}
+
+/*
+ * Folds and packs what it can, node by node in graph order (so chains
+ * fold, and a product packs its B right after B was folded), making
+ * initializer views on demand and dropping constants nothing reads any more
+ * (const_drop); then makes the views of the initializers that are left.
  */
 static int plan_fold(oq_exec *e, plan *p, oq_diag *d)
 {
 	const oq_graph *g = p->g;
 	unsigned char *pinned = oq_calloc(g->n_values ? g->n_values : 1, 1);
 	unsigned char *gone = oq_calloc(g->n_values ? g->n_values : 1, 1);
-	int rc = OQ_OK;
+	int rc = OQ_OK, pack = oq_pb_available() && !oq_exec_no_pack;
 
 	if (!pinned || !gone) {
 		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
 		goto done;
 	}
-	for (size_t i = 0; i < g->n_nodes && !rc && !oq_exec_no_fold; i++) {
-		if ((rc = fold_node(e, p, i, pinned, gone, d)) == OQ_ENOMEM && d->count == 0)
+	for (size_t i = 0; i < g->n_nodes && !rc; i++) {
+		const oq_node *n = g->nodes[i];
+		if (!oq_exec_no_fold && (rc = fold_node(e, p, i, pinned, gone, d)) == OQ_ENOMEM && d->count == 0)
 			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
-		for (size_t j = 0; !rc && p->nodes[i].folded && j < g->nodes[i]->n_inputs; j++)
-			init_drop(p, g->nodes[i]->inputs[j], i, pinned, gone);
+		if (!rc && pack && (rc = pack_node(p, i, gone, d)) == OQ_ENOMEM && d->count == 0)
+			rc = oq_err(d, rc, "run: out of memory packing the weight of node '%s'", n->name);
+		for (size_t j = 0; !rc && (p->nodes[i].folded || p->nodes[i].pb) && j < n->n_inputs; j++)
+			const_drop(p, n->inputs[j], i, pinned, gone);
 	}
 	for (size_t i = 0; i < g->n_values && !rc; i++)
 		if (g->values[i]->init && !p->inits[i] && !gone[i])
@@ -748,6 +850,15 @@ done:
 	free(pinned);
 	free(gone);
 	return rc;
+}
+
+size_t oq_exec_n_packed(const oq_exec *e)
+{
+	size_t n = 0;
+	for (const plan *p = e->plans; p; p = p->next)
+		for (size_t i = 0; i < p->g->n_nodes; i++)
+			n += p->nodes[i].pb != NULL;
+	return n;
 }
 
 size_t oq_exec_n_folded(const oq_exec *e)
@@ -778,7 +889,8 @@ static int make_plan(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)
 	p->nodes = oq_calloc(g->n_nodes, sizeof *p->nodes);
 	p->inits = oq_calloc(g->n_values, sizeof *p->inits);
 	p->uses = oq_calloc(g->n_values, sizeof *p->uses);
-	if (!p->nodes || !p->inits || !p->uses) {
+	p->packs = oq_calloc(2 * g->n_values, sizeof *p->packs);
+	if (!p->nodes || !p->inits || !p->uses || !p->packs) {
 		free_plan(p);
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	}
@@ -993,6 +1105,27 @@ static void use_done(oq_exec *e, frame *f, const oq_value *v)
 	drop(e, f, i);
 }
 
+/* Reports plan constant v to the observer; a packed-only shell is rebuilt from its panels for the call. */
+static int observe_const(oq_exec *e, const plan *p, const oq_value *v, oq_diag *d)
+{
+	const oq_rt *t = p->inits[v->index];
+	const oq_pb *pb;
+	oq_rt tmp;
+	int rc;
+
+	if (t->data || t->nbytes == 0)
+		return e->observe(e->observe_ctx, v, t);
+	pb = p->packs[2 * v->index] ? p->packs[2 * v->index] : p->packs[2 * v->index + 1];
+	if (!pb)
+		return oq_err(d, OQ_EINVAL, "run: constant '%s' has no data (internal error)", v->name);
+	if (oq_rt_alloc(&tmp, t->dtype, t->rank, t->dims))
+		return oq_err(d, OQ_ENOMEM, "run: out of memory");
+	oq_pb_unpack(pb, !p->packs[2 * v->index], tmp.data);
+	rc = e->observe(e->observe_ctx, v, &tmp);
+	oq_rt_release(&tmp);
+	return rc;
+}
+
 static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 {
 	const oq_graph *g = f->p->g;
@@ -1014,7 +1147,7 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		if (np->folded) { /* a plan constant: observers still see it here, as if computed now */
 			for (size_t i = 0; e->observe && !rc && i < n->n_outputs; i++)
 				if (n->outputs[i])
-					rc = e->observe(e->observe_ctx, n->outputs[i], f->p->inits[n->outputs[i]->index]);
+					rc = observe_const(e, f->p, n->outputs[i], d);
 			continue;
 		}
 		if (fused && np->fuse) {
@@ -1037,6 +1170,7 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		k.n_out = n_out;
 		if (fused)
 			k.fuse = np->fuse;
+		k.pb = np->pb;
 		if (!in || !out) {
 			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
 			goto next;

@@ -381,9 +381,11 @@ static int k_gemm(oq_kctx *k)
 			return oq_k_err(k, OQ_EINVAL, "C must be [%lld, %lld] when attribute broadcast is 0",
 					(long long)m, (long long)n);
 	}
-	if ((rc = oq_k_output(k, 0, a->dtype, 2, dims, &y)))
-		return rc;
+	if (k->pb && (a->dtype != OQ_DT_FLOAT || ta || alpha != 1.0f || k->pb->kd != kd || k->pb->n != n))
+		return oq_k_err(k, OQ_EINVAL, "packed B does not fit (internal error)");
 	/* Y = beta * C first (broadcast), then the product accumulates onto it */
+	if ((rc = (k->pb && !(c && beta != 0) ? oq_k_output_raw : oq_k_output)(k, 0, a->dtype, 2, dims, &y)))
+		return rc;
 	if (c && beta != 0)
 		for (int64_t i = 0; i < m; i++)
 			for (int64_t j = 0; j < n; j++) {
@@ -395,6 +397,10 @@ static int k_gemm(oq_kctx *k)
 				else
 					oq_rt_set(y, (size_t)(i * n + j), (double)beta * oq_rt_get(c, ci));
 			}
+	if (k->pb) { /* B packed by the plan: Y = (beta * C or 0) + A x op(B) */
+		oq_pb_gemm(k, m, a->data, a->dims[1], k->pb, y->data, n, c && beta != 0);
+		return OQ_OK;
+	}
 	memset(&p, 0, sizeof p);
 	p.ta = ta;
 	p.tb = tb;
@@ -561,6 +567,15 @@ static int k_matmul(oq_kctx *k)
 		return oq_k_err(k, OQ_EUNSUP, "type %s is not supported", oq_dtype_name(a->dtype));
 	if ((rc = oq_linalg_mm_plan(k, a, b, &mp)))
 		return rc;
+	if (k->pb) { /* B packed by the plan (float32, batch dims all 1): one product of every row of A */
+		if (a->dtype != OQ_DT_FLOAT || k->pb->kd != mp.kd || k->pb->n != mp.n) {
+			rc = oq_k_err(k, OQ_EINVAL, "packed B does not fit (internal error)");
+			goto done;
+		}
+		if (!(rc = oq_k_output_raw(k, 0, a->dtype, mp.rank, mp.dims, &y)))
+			oq_pb_gemm(k, mp.m * (int64_t)mp.batch, a->data, mp.kd, k->pb, y->data, mp.n, 0);
+		goto done;
+	}
 	if ((rc = oq_k_output(k, 0, a->dtype, mp.rank, mp.dims, &y)))
 		goto done;
 	memset(&p, 0, sizeof p);

@@ -352,3 +352,65 @@ Test(exec_fold, what_is_not_folded)
 	oq_rt_release(&x);
 	gen_free(g);
 }
+
+/*
+ * A folded weight that only a MatMul reads is packed and let go (a shell
+ * with its shape); an observer still sees it, rebuilt from the panels, with
+ * the bits of an unfolded, unpacked run. Also a Gemm whose B (transB) is
+ * an initializer. x [2, 2] = [[1, 1], [2, -1]], W [3, 2] as above:
+ *   Wt = Transpose(W) = [[1, 3, 5], [2, 4, 6]], p = MatMul(x, Wt) = [[3, 7, 11], [0, 2, 4]]
+ *   y = Gemm(x, W, transB = 1) = x W^T = p.
+ */
+Test(exec_fold, packed_weight_still_observed)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *gp;
+	oq_model *m = NULL;
+	oq_exec *e = NULL;
+	oq_exec_opts o = {1};
+	oq_diag d;
+	oq_rt x, f[2], u[2];
+	seen sf, su;
+	static const float xv[] = {1, 1, 2, -1};
+
+	__builtin_cpu_init();
+	gen_opset(g, "", 13);
+	gp = gen_graph(g);
+	gen_input(g, gp, "x", OQ_DT_FLOAT, GEN_SHAPE(2, 2));
+	gen_init(g, gp, "W", OQ_DT_FLOAT, GEN_SHAPE(3, 2), GEN_VALS(1, 2, 3, 4, 5, 6));
+	gen_attr_ints(g, gen_node(g, gp, "Transpose", "tr", "W", "Wt"), "perm", 2, (const int64_t[]){1, 0});
+	gen_node(g, gp, "MatMul", "mm", "x,Wt", "p");
+	gen_attr_int(g, gen_node(g, gp, "Gemm", "gemm", "x,W", "y"), "transB", 1);
+	gen_output(g, gp, "p", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+	gen_output(g, gp, "y", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+	cr_assert_eq(oq_rt_alloc(&x, OQ_DT_FLOAT, 2, (const int64_t[]){2, 2}), OQ_OK);
+	memcpy(x.data, xv, sizeof xv);
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_exec_new(m, &o, &e, &d), OQ_OK, "%s", d.msg);
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
+		cr_expect_eq(oq_exec_n_packed(e), 2, "MatMul and Gemm packed");
+	oq_exec_free(e);
+	oq_model_free(m);
+
+	memset(&sf, 0, sizeof sf);
+	memset(&su, 0, sizeof su);
+	run(g, 1, 1, &sf, &x, 1, f, 2, NULL, NULL, 0);
+	oq_exec_no_pack = 1;
+	run(g, 1, 0, &su, &x, 1, u, 2, NULL, NULL, 0);
+	oq_exec_no_pack = 0;
+	expect_floats(&f[0], (const double[]){3, 7, 11, 0, 2, 4}, 6, "p");
+	expect_floats(&f[1], (const double[]){3, 7, 11, 0, 2, 4}, 6, "y");
+	expect_same(&f[0], &u[0], "p packed vs not");
+	expect_same(&f[1], &u[1], "y packed vs not");
+	cr_expect_eq(sf.n, 3, "observed values (one per node)");
+	expect_same_seen(&sf, &su);
+	for (int i = 0; i < 2; i++) {
+		oq_rt_release(&u[i]);
+		oq_rt_release(&f[i]);
+	}
+	seen_free(&sf);
+	seen_free(&su);
+	oq_rt_release(&x);
+	gen_free(g);
+}
