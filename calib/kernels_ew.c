@@ -733,7 +733,7 @@ static int un_f(int op, const ew_par *p, size_t n, const float *xv, float *yv)
 	case U_FLOOR: LOOP1(float, float, floorf(x)); break;
 	case U_CEIL: LOOP1(float, float, ceilf(x)); break;
 	case U_ROUND: LOOP1(float, float, nearbyintf(x)); break;
-	case U_ERF: LOOP1(float, float, erff(x)); break;
+	case U_ERF: oq_erf_f32(xv, yv, n); break;
 	case U_TANH: LOOP1(float, float, tanhf(x)); break;
 	case U_SIGMOID: LOOP1(float, float, sigmoidf(x)); break;
 	case U_RELU: LOOP1(float, float, x < 0 ? 0 : x); break;
