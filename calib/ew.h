@@ -2,8 +2,7 @@
  * ew.h - private to the element-wise family (kernels_ew.c, ew_conv.c):
  * chunked element conversion between any numeric dtype and the two compute
  * domains (double for float dtypes, int64 bit patterns for integer/bool
- * dtypes), the small-float encoders used by Cast, the Cast kernels and the
- * vectorised float math (ew_math.c).
+ * dtypes), the small-float encoders used by Cast, and the Cast kernels.
  *
  * Why two domains: double holds every float16/bfloat16/float/float8 value
  * exactly and gives correctly rounded float results for + - * / sqrt after
@@ -47,15 +46,6 @@ void oq_ew_store_i(oq_rt *t, size_t off, size_t n, const int64_t *v, int uns);
  */
 uint16_t oq_ew_encode_small(double v, int dtype, int sat);
 double oq_ew_decode_small(uint16_t bits, int dtype);
-
-/*
- * Erf of n floats (ew_math.c): 16 lanes at a time on AVX-512 (at most 2 ulp
- * from erf; the same bits as oq_erf_ref for every element wherever it falls
- * in x), else erff.
- */
-void oq_erf_f32(const float *x, float *y, size_t n);
-/* The AVX-512 path's operations on one value (fmaf, same order): its reference. */
-float oq_erf_ref(float x);
 
 /* Cast (opset 1: `to` as a string; 6+: int; 19+: saturate) and CastLike. */
 int oq_ew_cast(oq_kctx *k);

@@ -25,6 +25,7 @@
  * the default rounding mode).
  */
 #include "ew.h"
+#include "vmath.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -15,6 +15,7 @@
 #include "exec.h"
 #include "gen_model.h"
 #include "../calib/ew.h"
+#include "../calib/vmath.h"
 
 static int threads = 1;
 
