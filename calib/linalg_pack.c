@@ -38,8 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KC 768       /* depth slice */
-#define MB_MAX 240   /* rows per work unit (a multiple of 6) */
+#define KC 768     /* depth slice */
+#define MB_MAX 240 /* rows per work unit (a multiple of 6) */
 
 static int64_t ceil_div(int64_t a, int64_t b)
 {
@@ -79,8 +79,9 @@ void oq_pb_unpack(const oq_pb *pb, int tb, float *b)
 {
 	for (int64_t k = 0; k < pb->kd; k++)
 		for (int64_t j = 0; j < pb->n; j++) {
-			float v = pb->p[((size_t)(j / OQ_PB_NR) * (size_t)pb->kd + (size_t)k) * OQ_PB_NR +
-					(size_t)(j % OQ_PB_NR)];
+			float v =
+			    pb->p[((size_t)(j / OQ_PB_NR) * (size_t)pb->kd + (size_t)k) * OQ_PB_NR +
+			          (size_t)(j % OQ_PB_NR)];
 			if (tb)
 				b[j * pb->kd + k] = v;
 			else
@@ -97,10 +98,12 @@ void oq_pb_free(oq_pb *pb)
 /* Element (k, j) of the packed B. */
 static float pb_at(const oq_pb *pb, int64_t k, int64_t j)
 {
-	return pb->p[((size_t)(j / OQ_PB_NR) * (size_t)pb->kd + (size_t)k) * OQ_PB_NR + (size_t)(j % OQ_PB_NR)];
+	return pb->p[((size_t)(j / OQ_PB_NR) * (size_t)pb->kd + (size_t)k) * OQ_PB_NR +
+	             (size_t)(j % OQ_PB_NR)];
 }
 
-void oq_pb_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_pb *pb, float *c, int64_t ldc, int load)
+void oq_pb_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_pb *pb, float *c, int64_t ldc,
+                    int load)
 {
 	for (int64_t i = 0; i < m; i++)
 		for (int64_t j = 0; j < pb->n; j++) {
@@ -124,38 +127,38 @@ void oq_pb_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_pb *pb, flo
  * masked). init: C (load) or 0. R is a constant per function, and the
  * loops over it are unrolled so the accumulators stay in registers.
  */
-#define PB_TILE(R, NAME)                                                                                 \
-	AVX512 static void NAME(int64_t kd, const float *a, int64_t lda, const float *bp, float *c,          \
-				int64_t ldc, int mr, const __mmask16 *mk, int load)                        \
-	{                                                                                                \
-		const float *ar[R];                                                                      \
-		__m512 acc[R][4];                                                                        \
-		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                                      \
-		{                                                                                        \
-			ar[r] = mr > r ? a + r * lda : a;                                                \
-			_Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) acc[r][v] =                  \
-				load && mr > r ? _mm512_maskz_loadu_ps(mk[v], c + r * ldc + 16 * v)      \
-					       : _mm512_setzero_ps();                                    \
-		}                                                                                        \
-		for (int64_t k = 0; k < kd; k++, bp += OQ_PB_NR) {                                       \
-			__m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);                    \
-			__m512 b2 = _mm512_load_ps(bp + 32), b3 = _mm512_load_ps(bp + 48);               \
-			_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                              \
-			{                                                                                \
-				__m512 t = _mm512_set1_ps(ar[r][k]);                                     \
-				acc[r][0] = _mm512_fmadd_ps(t, b0, acc[r][0]);                           \
-				acc[r][1] = _mm512_fmadd_ps(t, b1, acc[r][1]);                           \
-				acc[r][2] = _mm512_fmadd_ps(t, b2, acc[r][2]);                           \
-				acc[r][3] = _mm512_fmadd_ps(t, b3, acc[r][3]);                           \
-			}                                                                                \
-		}                                                                                        \
-		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                                      \
-		{                                                                                        \
-			if (r >= mr)                                                                     \
-				break;                                                                   \
-			_Pragma("GCC unroll 4") for (int v = 0; v < 4; v++)                              \
-				_mm512_mask_storeu_ps(c + r * ldc + 16 * v, mk[v], acc[r][v]);           \
-		}                                                                                        \
+#define PB_TILE(R, NAME)                                                                           \
+	AVX512 static void NAME(int64_t kd, const float *a, int64_t lda, const float *bp,          \
+	                        float *c, int64_t ldc, int mr, const __mmask16 *mk, int load)      \
+	{                                                                                          \
+		const float *ar[R];                                                                \
+		__m512 acc[R][4];                                                                  \
+		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                                \
+		{                                                                                  \
+			ar[r] = mr > r ? a + r * lda : a;                                          \
+			_Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) acc[r][v] =            \
+			    load && mr > r ? _mm512_maskz_loadu_ps(mk[v], c + r * ldc + 16 * v)    \
+			                   : _mm512_setzero_ps();                                  \
+		}                                                                                  \
+		for (int64_t k = 0; k < kd; k++, bp += OQ_PB_NR) {                                 \
+			__m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);              \
+			__m512 b2 = _mm512_load_ps(bp + 32), b3 = _mm512_load_ps(bp + 48);         \
+			_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                        \
+			{                                                                          \
+				__m512 t = _mm512_set1_ps(ar[r][k]);                               \
+				acc[r][0] = _mm512_fmadd_ps(t, b0, acc[r][0]);                     \
+				acc[r][1] = _mm512_fmadd_ps(t, b1, acc[r][1]);                     \
+				acc[r][2] = _mm512_fmadd_ps(t, b2, acc[r][2]);                     \
+				acc[r][3] = _mm512_fmadd_ps(t, b3, acc[r][3]);                     \
+			}                                                                          \
+		}                                                                                  \
+		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                                \
+		{                                                                                  \
+			if (r >= mr)                                                               \
+				break;                                                             \
+			_Pragma("GCC unroll 4") for (int v = 0; v < 4; v++)                        \
+			    _mm512_mask_storeu_ps(c + r * ldc + 16 * v, mk[v], acc[r][v]);         \
+		}                                                                                  \
 	}
 PB_TILE(6, pb6)
 PB_TILE(4, pb4)
@@ -174,8 +177,8 @@ static int pb_cpu(void)
 }
 
 /* Rows [m0, m1) x panel pi of the product (see the file comment). */
-static void pb_unit(const oq_pb *pb, int64_t m0, int64_t m1, int64_t pi, const float *a, int64_t lda, float *c,
-		    int64_t ldc, int load)
+static void pb_unit(const oq_pb *pb, int64_t m0, int64_t m1, int64_t pi, const float *a,
+                    int64_t lda, float *c, int64_t ldc, int load)
 {
 	int64_t j0 = pi * OQ_PB_NR, nr = pb->n - j0 < OQ_PB_NR ? pb->n - j0 : OQ_PB_NR;
 	const float *panel = pb->p + (size_t)pi * (size_t)pb->kd * OQ_PB_NR;
@@ -184,7 +187,9 @@ static void pb_unit(const oq_pb *pb, int64_t m0, int64_t m1, int64_t pi, const f
 
 	for (int v = 0; v < 4; v++) {
 		int64_t left = nr - 16 * v;
-		mk[v] = left >= 16 ? (__mmask16)0xffff : left <= 0 ? (__mmask16)0 : (__mmask16)((1u << left) - 1);
+		mk[v] = left >= 16  ? (__mmask16)0xffff
+		        : left <= 0 ? (__mmask16)0
+		                    : (__mmask16)((1u << left) - 1);
 	}
 	do {
 		int64_t kb = pb->kd - k0 < KC ? pb->kd - k0 : KC;
@@ -235,8 +240,8 @@ int oq_pb_available(void)
 	return pb_cpu() && !oq_linalg_no_avx512 && !oq_linalg_use_blas;
 }
 
-void oq_pb_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_pb *pb, float *c, int64_t ldc,
-		int load)
+void oq_pb_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_pb *pb, float *c,
+                int64_t ldc, int load)
 {
 	if (m <= 0 || pb->n <= 0)
 		return;
@@ -261,9 +266,11 @@ void oq_pb_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_pb 
 		j.nmb = ceil_div(m, MB_MAX);
 		j.mb = ceil_div(ceil_div(m, j.nmb), 6) * 6;
 		j.nmb = ceil_div(m, j.mb);
-		if (k) /* units of at least ~2 MFLOP per thread: small products stay on the caller */
-			oq_k_parallel(k, (size_t)(j.nmb * j.np), (size_t)ceil_div(1 << 20, j.mb * OQ_PB_NR * pb->kd),
-				      pb_range, &j);
+		if (k) /* units of at least ~2 MFLOP per thread: small products stay on the caller
+		        */
+			oq_k_parallel(k, (size_t)(j.nmb * j.np),
+			              (size_t)ceil_div(1 << 20, j.mb * OQ_PB_NR * pb->kd), pb_range,
+			              &j);
 		else
 			pb_range(&j, 0, (size_t)(j.nmb * j.np));
 		return;

@@ -35,23 +35,28 @@
 #include <math.h>
 #include <stdint.h>
 
-static const float ERF_P[7] = {8.387590787606314e-05f, -0.0008147202315740287f, 0.0052014668472111225f,
-			       -0.026859592646360397f, 0.11283699423074722f,   -0.37612634897232056f,
-			       1.128379225730896f};
-static const float ERF_Q[11] = {-5.593435403739022e-08f, -2.3575008611942394e-08f, 1.9513875031407224e-06f,
-				-1.4208043467078824e-05f, 8.442359830951318e-05f,   -0.00045938396942801774f,
-				0.0023415079340338707f,   -0.011578889563679695f,   -0.9412024617195129f,
-				-5.201870918273926f,      -7.384636402130127f};
-static const float EXP_E[7] = {0.0013941108481958508f, 0.00837512593716383f, 0.04166635125875473f,
-			       0.16666415333747864f,   0.5f,                 1.0f,
-			       1.0f};
-#define ERF_SMALL 0.921875f  /* below: x * P(x^2) */
-#define ERF_BIG 3.92f        /* above: +-1 */
-#define ERF_MID 2.42f        /* Q's centre */
+static const float ERF_P[7] = {
+    8.387590787606314e-05f, -0.0008147202315740287f, 0.0052014668472111225f, -0.026859592646360397f,
+    0.11283699423074722f,   -0.37612634897232056f,   1.128379225730896f};
+static const float ERF_Q[11] = {
+    -5.593435403739022e-08f,  -2.3575008611942394e-08f, 1.9513875031407224e-06f,
+    -1.4208043467078824e-05f, 8.442359830951318e-05f,   -0.00045938396942801774f,
+    0.0023415079340338707f,   -0.011578889563679695f,   -0.9412024617195129f,
+    -5.201870918273926f,      -7.384636402130127f};
+static const float EXP_E[7] = {0.0013941108481958508f,
+                               0.00837512593716383f,
+                               0.04166635125875473f,
+                               0.16666415333747864f,
+                               0.5f,
+                               1.0f,
+                               1.0f};
+#define ERF_SMALL 0.921875f /* below: x * P(x^2) */
+#define ERF_BIG 3.92f       /* above: +-1 */
+#define ERF_MID 2.42f       /* Q's centre */
 #define LOG2E 1.4426950216293335f
-#define LN2_HI 0.693359375f  /* 9 significant bits: n * LN2_HI is exact */
+#define LN2_HI 0.693359375f /* 9 significant bits: n * LN2_HI is exact */
 #define LN2_LO (-0.00021219444170128554f)
-#define EXP_LO (-104.0f)     /* exp(-104) < half the least subnormal: 0 */
+#define EXP_LO (-104.0f) /* exp(-104) < half the least subnormal: 0 */
 #define STRIPES 16
 
 /* exp(q) for q in [EXP_LO, 0] (see the file comment). */
@@ -135,7 +140,8 @@ static int have_avx512(void)
 /* exp_ref on 16 lanes. */
 AVX512 static __m512 exp16(__m512 q)
 {
-	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(q, _mm512_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m512 n = _mm512_roundscale_ps(_mm512_mul_ps(q, _mm512_set1_ps(LOG2E)),
+	                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 	__m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), q), e = _mm512_set1_ps(EXP_E[0]);
 	r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), r);
 	for (int i = 1; i < 7; i++)
@@ -160,7 +166,8 @@ AVX512 static __m512 erf16(__m512 x)
 	for (int i = 1; i < 11; i++)
 		q = _mm512_fmadd_ps(q, u, _mm512_set1_ps(ERF_Q[i]));
 	big = _mm512_sub_ps(_mm512_set1_ps(1.0f), exp16(q));
-	big = _mm512_castsi512_ps(_mm512_or_epi32(_mm512_castps_si512(big), sx)); /* 1 - e > 0: copysign */
+	big = _mm512_castsi512_ps(
+	    _mm512_or_epi32(_mm512_castps_si512(big), sx)); /* 1 - e > 0: copysign */
 	return _mm512_mask_mov_ps(_mm512_mask_mov_ps(big, small, p), nan, x);
 }
 
@@ -187,12 +194,14 @@ AVX512 static double sum_avx512(const float *x, size_t n, int expm, float m, flo
 		__mmask16 k = tail_mask(n - i);
 		__m512 v = _mm512_maskz_loadu_ps(k, x + i);
 		if (expm) {
-			v = exp16(_mm512_max_ps(_mm512_sub_ps(v, _mm512_set1_ps(m)), _mm512_set1_ps(EXP_LO)));
+			v = exp16(_mm512_max_ps(_mm512_sub_ps(v, _mm512_set1_ps(m)),
+			                        _mm512_set1_ps(EXP_LO)));
 			v = _mm512_maskz_mov_ps(k, v);
 			_mm512_mask_storeu_ps(y + i, k, v);
 		}
 		lo = _mm512_add_pd(lo, _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
-		hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+		hi = _mm512_add_pd(hi, _mm512_cvtps_pd(_mm256_castpd_ps(
+		                           _mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
 	}
 	_mm512_storeu_pd(acc, lo);
 	_mm512_storeu_pd(acc + 8, hi);
@@ -223,7 +232,8 @@ AVX512 static void scale_avx512(float *y, size_t n, float s)
 {
 	for (size_t i = 0; i < n; i += 16) {
 		__mmask16 k = tail_mask(n - i);
-		_mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + i), _mm512_set1_ps(s)));
+		_mm512_mask_storeu_ps(
+		    y + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + i), _mm512_set1_ps(s)));
 	}
 }
 #else
