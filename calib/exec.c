@@ -28,6 +28,19 @@
  * bit-identical to the unfused one. With an observer set every node runs on
  * its own (calibration and `compare --per-tensor` need each intermediate),
  * so the choice is made per run.
+ *
+ * Constants: the plan also computes once the nodes whose inputs are all
+ * constants and whose op is cheap and deterministic (plan_fold: Identity,
+ * Transpose, Reshape, Cast, shape arithmetic, ...; exporters without
+ * constant folding put Transpose(Identity(W)) before every weight), keeping
+ * their outputs as plan constants beside the initializer views; runs skip
+ * them but still report their outputs to an observer at the node's place,
+ * so observers see exactly what they saw before. Then a float32 MatMul /
+ * Gemm whose B is constant gets B packed once into GEMM panels
+ * (linalg_pack.c), and constants that nothing but folded nodes and packed
+ * products read are let go as they become unused (a weight is held once,
+ * even at the plan's peak). The same kernels compute the folded values, so
+ * outputs are bit-identical with folding and without (oq_exec_no_fold).
  */
 #include "kernel.h"
 #include "linalg.h"
