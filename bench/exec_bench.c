@@ -8,9 +8,9 @@
  * every output is bit-identical across the thread counts.
  *
  * Also printed: the executor's fused Conv groups and the model's GFLOP per
- * run (2 * multiply-adds of Conv, Gemm and MatMul with constant weights, not
- * ConvTranspose; counted from the
- * output shapes of one observed run and the weights' dims), and a memory line:
+ * run (2 * multiply-adds of Conv with constant weights, Gemm and MatMul with
+ * any operands, not ConvTranspose; counted from the output shapes of one
+ * observed run, the weights' dims and the shapes of A), and a memory line:
  * peak RSS of the process, the initializer bytes, the executor's peak of live
  * activations (oq_exec_peak_bytes), and the bound weights + 2 x that peak.
  *
@@ -120,20 +120,41 @@ static double init_prod(const oq_value *v, int from)
 	return p;
 }
 
-/* Observer: FLOPs of Conv / Gemm / MatMul from their output sizes and constant weights. */
+/* count_flops' context: the FLOP sum and the last two dims of each main-graph value seen so far. */
+typedef struct fctx {
+	double flops;
+	const oq_graph *g;
+	int64_t (*d2)[2];  /* per value index: dims[rank - 2], dims[rank - 1] (1-D: 1, dims[0]; 0 unknown) */
+} fctx;
+
+static void note_dims(fctx *f, const oq_value *v, int rank, const int64_t *dims)
+{
+	if (!v || v->graph != f->g || rank < 1)
+		return;
+	f->d2[v->index][0] = rank >= 2 ? dims[rank - 2] : 1;
+	f->d2[v->index][1] = dims[rank - 1];
+}
+
+/*
+ * Observer: FLOPs of Conv (constant weights), Gemm and MatMul (any
+ * operands: K from the shape of A, noted when A was fed, loaded or
+ * produced) from their output sizes.
+ */
 static int count_flops(void *ctx, const oq_value *v, const oq_rt *t)
 {
-	double *f = ctx;
+	fctx *f = ctx;
 	const oq_node *n = v->producer;
-	if (!n || v->producer_index != 0 || n->n_inputs < 2)
+	note_dims(f, v, t->rank, t->dims);
+	if (!n || v->producer_index != 0 || n->n_inputs < 2 || !n->inputs[0] || n->inputs[0]->graph != f->g)
 		return 0;
-	if (n->op == OQ_OP_Conv)
-		*f += 2.0 * (double)t->nelem * init_prod(n->inputs[1], 1);
-	else if (n->op == OQ_OP_Gemm && weight_of(n->inputs[1]) && weight_of(n->inputs[1])->rank == 2) {
-		const oq_attr *tb = oq_node_attr(n, "transB");
-		*f += 2.0 * (double)t->nelem * (double)weight_of(n->inputs[1])->dims[tb && tb->i ? 1 : 0];
-	} else if (n->op == OQ_OP_MatMul && weight_of(n->inputs[1]) && weight_of(n->inputs[1])->rank >= 2)
-		*f += 2.0 * (double)t->nelem * (double)weight_of(n->inputs[1])->dims[weight_of(n->inputs[1])->rank - 2];
+	if (n->op == OQ_OP_Conv) {
+		f->flops += 2.0 * (double)t->nelem * init_prod(n->inputs[1], 1);
+	} else if (n->op == OQ_OP_Gemm) {
+		const oq_attr *ta = oq_node_attr(n, "transA");
+		f->flops += 2.0 * (double)t->nelem * (double)f->d2[n->inputs[0]->index][ta && ta->i ? 0 : 1];
+	} else if (n->op == OQ_OP_MatMul) {
+		f->flops += 2.0 * (double)t->nelem * (double)f->d2[n->inputs[0]->index][1];
+	}
 	return 0;
 }
 
@@ -248,9 +269,21 @@ int main(int argc, char **argv)
 		}
 		out = calloc(nout + 1, sizeof *out);
 		if (ti == 0) { /* one observed (unfused) run: FLOPs */
-			oq_exec_set_observer(e, count_flops, &flops);
-			if (oq_exec_run(e, in, nin, out, nout, &d)) {
-				fprintf(stderr, "exec_bench: %s\n", d.msg);
+			fctx fc = {0, m->graph, calloc(m->graph->n_values + 1, sizeof *fc.d2)};
+			int frc;
+			for (size_t k = 0; fc.d2 && k < m->graph->n_values; k++) {
+				const oq_value *v = m->graph->values[k];
+				if (v->init)
+					note_dims(&fc, v, v->init->rank, v->init->dims);
+			}
+			for (size_t k = 0; fc.d2 && k < nin; k++)
+				note_dims(&fc, oq_exec_input(e, k), in[k].rank, in[k].dims);
+			oq_exec_set_observer(e, count_flops, &fc);
+			frc = fc.d2 ? oq_exec_run(e, in, nin, out, nout, &d) : OQ_ENOMEM;
+			flops = fc.flops;
+			free(fc.d2);
+			if (frc) {
+				fprintf(stderr, "exec_bench: %s\n", frc == OQ_ENOMEM && !d.count ? "out of memory" : d.msg);
 				oq_exec_free(e);
 				free(t);
 				free(c);

@@ -2,7 +2,9 @@
 # exec_conv.sh - the executor's speed against ONNX Runtime on Conv-heavy
 # models: ResNet-50 (BatchNormalization unfolded, [1,3,224,224]),
 # MobileNetV2 (folded, depthwise convolutions, [1,3,224,224]) and the
-# PaddleOCR v4 detector ([1,3,640,640]).
+# PaddleOCR v4 detector ([1,3,640,640]); and on a transformer, torchvision's
+# vit_b_16 ([1,3,224,224]; exported without constant folding, so weights sit
+# behind Transpose / Identity: the executor's plan folds them).
 #
 # Builds bench/exec_bench.c against an existing build directory (the
 # executor's static libraries), then for each model prints the median
@@ -16,7 +18,8 @@
 # peak of live activations).
 # Absent models are skipped (ResNet-50: bench/make_resnet50.py;
 # MobileNetV2: bench/exec_make_mobilenet_v2.py; OCR and ORT:
-# tests/integration/fetch.sh). Use a Release build for meaningful numbers.
+# tests/integration/fetch.sh; vit_b_16: tests/integration/torchvision_export.py
+# via torchvision_ort.sh). Use a Release build for meaningful numbers.
 #
 # usage: bench/exec_conv.sh [MODEL_FILTER]
 # env: OQ_BUILD (default <repo>/build), OQ_CACHE (default <repo>/.cache), RUNS (default 10)
@@ -39,7 +42,8 @@ cc -std=c11 -O2 -Wall -Wextra -Wpedantic -Wshadow -Wvla -D_POSIX_C_SOURCE=200809
 # name|file|input name|shape
 MODELS="resnet50|$CACHE/bench/resnet50.onnx|input|1,3,224,224
 mobilenet_v2|$CACHE/bench/mobilenet_v2.onnx|input|1,3,224,224
-ocr_det|$CACHE/ocr/ch_PP-OCRv4_det_infer.onnx|x|1,3,640,640"
+ocr_det|$CACHE/ocr/ch_PP-OCRv4_det_infer.onnx|x|1,3,640,640
+vit_b_16|$CACHE/tv/vit_b_16.onnx|input|1,3,224,224"
 
 field() { # tool threads key <output
 	awk -v t="$2" -v tool="$1" -v key="$3" '$1 == tool && $2 == "threads=" t {

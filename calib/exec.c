@@ -28,8 +28,22 @@
  * bit-identical to the unfused one. With an observer set every node runs on
  * its own (calibration and `compare --per-tensor` need each intermediate),
  * so the choice is made per run.
+ *
+ * Constants: the plan also computes once the nodes whose inputs are all
+ * constants and whose op is cheap and deterministic (plan_fold: Identity,
+ * Transpose, Reshape, Cast, shape arithmetic, ...; exporters without
+ * constant folding put Transpose(Identity(W)) before every weight), keeping
+ * their outputs as plan constants beside the initializer views; runs skip
+ * them but still report their outputs to an observer at the node's place,
+ * so observers see exactly what they saw before. Then a float32 MatMul /
+ * Gemm whose B is constant gets B packed once into GEMM panels
+ * (linalg_pack.c), and constants that nothing but folded nodes and packed
+ * products read are let go as they become unused (a weight is held once,
+ * even at the plan's peak). The same kernels compute the folded values, so
+ * outputs are bit-identical with folding and without (oq_exec_no_fold).
  */
 #include "kernel.h"
+#include "linalg.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -170,13 +184,16 @@ typedef struct node_plan {
 	int n_members;
 	int absorbed;          /* a later member of a fused group: skipped when running fused */
 	int obs_fused;         /* group member: runs fused even while observing (intermediates unwanted) */
+	int folded;            /* computed once by the plan: its outputs are plan constants (inits) */
+	const oq_pb *pb;       /* MatMul / Gemm: its constant B packed (owned by plan.packs), else NULL */
 } node_plan;
 
 typedef struct plan {
 	const oq_graph *g;
 	node_plan *nodes;
-	oq_rt **inits;         /* per value index: initializer view, or NULL */
+	oq_rt **inits;         /* per value index: initializer view or folded constant, or NULL */
 	int *uses;             /* per value index: uses by nodes of this graph */
+	oq_pb **packs;         /* per value index i: [2i] the value packed as B, [2i + 1] packed as transposed B */
 	struct plan *next;
 } plan;
 
@@ -258,9 +275,15 @@ static void free_plan(plan *p)
 				oq_rt_release(p->inits[i]);
 				free(p->inits[i]);
 			}
+	for (size_t i = 0; p->packs && i < 2 * p->g->n_values; i++)
+		if (p->packs[i]) {
+			oq_pb_free(p->packs[i]);
+			free(p->packs[i]);
+		}
 	free(p->nodes);
 	free(p->inits);
 	free(p->uses);
+	free(p->packs);
 	free(p);
 }
 
@@ -358,6 +381,12 @@ static float attr_f(const oq_node *n, const char *name, float dflt)
 {
 	const oq_attr *a = oq_node_attr(n, name);
 	return a && a->type == OQ_ATTR_FLOAT ? a->f : dflt;
+}
+
+static int64_t attr_i(const oq_node *n, const char *name, int64_t dflt)
+{
+	const oq_attr *a = oq_node_attr(n, name);
+	return a && a->type == OQ_ATTR_INT ? a->i : dflt;
 }
 
 /* n as an epilogue activation (float32 semantics of kernels_ew.c); 0 if it cannot be one. */
@@ -532,6 +561,328 @@ static int plan_fusion(plan *p)
 	return OQ_OK;
 }
 
+/* ------------------------------------------------------ constant folding */
+
+int oq_exec_no_fold;
+int oq_exec_no_pack;
+
+/*
+ * Ops the plan may compute once: deterministic, no subgraph, no state, and
+ * cheap or data movement only - what exporters put between a weight and its
+ * consumer (Identity, Transpose, Reshape, Cast, ...) or use to build shapes
+ * from constants (Shape, Gather, Unsqueeze, Concat, arithmetic on scalars).
+ * DequantizeLinear is left out on purpose: folding it would keep a float
+ * copy of every quantized weight (four times the int8 bytes).
+ */
+static int fold_op(oq_op op)
+{
+	switch (op) {
+	case OQ_OP_Identity: case OQ_OP_Constant: case OQ_OP_Transpose: case OQ_OP_Reshape:
+	case OQ_OP_Unsqueeze: case OQ_OP_Squeeze: case OQ_OP_Flatten: case OQ_OP_Cast:
+	case OQ_OP_CastLike: case OQ_OP_Concat: case OQ_OP_Gather: case OQ_OP_Shape:
+	case OQ_OP_Size: case OQ_OP_Slice: case OQ_OP_Expand: case OQ_OP_ConstantOfShape:
+	case OQ_OP_Range: case OQ_OP_Add: case OQ_OP_Sub: case OQ_OP_Mul: case OQ_OP_Div:
+	case OQ_OP_Neg: case OQ_OP_Equal: case OQ_OP_Where: case OQ_OP_Not: case OQ_OP_Less:
+	case OQ_OP_Greater: case OQ_OP_Tile: case OQ_OP_Split:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* Ops whose output holds the input's bytes unchanged: the folded constant can share them. */
+static int fold_alias_op(oq_op op)
+{
+	return op == OQ_OP_Identity || op == OQ_OP_Reshape || op == OQ_OP_Unsqueeze || op == OQ_OP_Squeeze ||
+	       op == OQ_OP_Flatten;
+}
+
+/*
+ * v's value is the same in every run of p's graph: an initializer view or
+ * an earlier folded output. A subgraph's inputs are bound by its caller
+ * even when they have an initializer, so those do not count; nor do outer
+ * values (the enclosing frame's slots may hold them).
+ */
+static int plan_const(const plan *p, const oq_value *v)
+{
+	if (!v || (v->flags & OQ_V_OUTER) || !p->inits[v->index])
+		return 0;
+	return !(p->g->parent && (v->flags & OQ_V_INPUT));
+}
+
+/* p->inits[i]: a view of value i's initializer (borrowed, or an aligned copy). */
+static int init_view(plan *p, size_t i, oq_diag *d)
+{
+	const oq_value *v = p->g->values[i];
+	int rc = OQ_ENOMEM;
+
+	if (!(p->inits[i] = calloc(1, sizeof(oq_rt))) || (rc = oq_rt_from_tensor(p->inits[i], v->init)))
+		return oq_err(d, rc == OQ_EUNSUP ? OQ_EUNSUP : OQ_ENOMEM,
+			      "run: initializer '%s': cannot prepare (rank above %d or out of memory)", v->name,
+			      OQ_RT_MAX_RANK);
+	/* an unaligned weight was copied: do not keep its file pages resident as well */
+	if (!p->inits[i]->borrowed)
+		oq_tensor_release_pages(p->g->model, v->init);
+	return OQ_OK;
+}
+
+/*
+ * Runs node ni once now if all its inputs are plan constants (see
+ * fold_op), keeping its outputs as plan constants; the node is then
+ * skipped by every run (run_frame still reports its outputs to an
+ * observer). The same kernel computes the same bits as it would in a run
+ * (kernels do not depend on the thread count). A kernel error, a sequence
+ * output or an output above twice the inputs' bytes + 64 KiB (e.g. a big
+ * ConstantOfShape, better made per run and freed) leave the node to the
+ * runs, which report errors as before. Identity / Reshape-like outputs
+ * share their input's bytes instead of a copy; `pinned` marks such inputs.
+ */
+static int fold_node(oq_exec *e, plan *p, size_t ni, unsigned char *pinned, const unsigned char *gone,
+		     oq_diag *pd)
+{
+	const oq_node *n = p->g->nodes[ni];
+	oq_rt *in[16], *out[16];
+	size_t in_bytes = 0, out_bytes = 0;
+	oq_diag d;
+	oq_kctx k;
+	int rc, keep = 1;
+
+	if (!fold_op(n->op) || !p->nodes[ni].fn || n->n_inputs > 16 || n->n_outputs > 16 || n->n_outputs == 0)
+		return OQ_OK;
+	for (size_t i = 0; i < n->n_attrs; i++)
+		if (n->attrs[i].g || n->attrs[i].graphs)
+			return OQ_OK;
+	for (size_t i = 0; i < n->n_inputs; i++) {
+		const oq_value *v = n->inputs[i];
+		in[i] = NULL;
+		if (!v)
+			continue;
+		if (v->init && !(v->flags & OQ_V_OUTER) && v->graph == p->g && !p->inits[v->index] && !gone[v->index] &&
+		    (rc = init_view(p, v->index, pd)))
+			return rc;
+		if (!plan_const(p, v))
+			return OQ_OK;
+		in[i] = p->inits[n->inputs[i]->index];
+		if (in[i]->kind != OQ_RT_TENSOR)
+			return OQ_OK;
+		in_bytes += in[i]->nbytes;
+	}
+	for (size_t i = 0; i < n->n_outputs; i++) {
+		out[i] = NULL;
+		if (n->outputs[i] && p->inits[n->outputs[i]->index])
+			return OQ_OK; /* an output that is also an initializer: the run decides */
+	}
+	oq_diag_init(&d);
+	memset(&k, 0, sizeof k);
+	k.e = e;
+	k.node = n;
+	k.opset = n->opset;
+	k.d = &d;
+	k.threads = 1;
+	k.in = in;
+	k.n_in = n->n_inputs;
+	k.out = out;
+	k.n_out = n->n_outputs;
+	rc = p->nodes[ni].fn(&k);
+	if (rc == OQ_ENOMEM)
+		keep = 0;
+	for (size_t i = 0; i < n->n_outputs; i++) {
+		if (!out[i] || out[i]->kind != OQ_RT_TENSOR || out[i]->strs)
+			keep = 0;
+		else
+			out_bytes += out[i]->nbytes;
+		if (out[i] && !out[i]->borrowed)
+			e->live -= out[i]->nbytes; /* not an activation */
+	}
+	if (rc || out_bytes / 2 > in_bytes + 32768)
+		keep = 0;
+	for (size_t i = 0; i < n->n_outputs; i++) {
+		oq_value *v = n->outputs[i];
+		if (keep && v && !p->inits[v->index]) {
+			if (fold_alias_op(n->op) && in[0] && !in[0]->strs && in[0]->dtype == out[i]->dtype &&
+			    in[0]->nbytes == out[i]->nbytes && out[i]->nbytes) {
+				free(out[i]->data);
+				out[i]->data = in[0]->data;
+				out[i]->borrowed = 1;
+				out[i]->cap = 0;
+				pinned[n->inputs[0]->index] = 1;
+			}
+			p->inits[v->index] = out[i];
+			continue;
+		}
+		if (out[i]) {
+			oq_rt_release(out[i]);
+			free(out[i]);
+		}
+	}
+	p->nodes[ni].folded = keep;
+	return rc == OQ_ENOMEM ? OQ_ENOMEM : OQ_OK;
+}
+
+/*
+ * Packing: a float32 MatMul / Gemm whose B (input 1) is a plan constant and
+ * whose A is not gets B packed once (oq_pb_pack, linalg_pack.c) and runs on
+ * the packed panels (kctx.pb) - MatMul when B's batch dims are all 1, Gemm
+ * when alpha is 1 and A is not transposed (the kernel's shape). One packed
+ * copy per value and orientation, shared by its products. A constant only
+ * packed products (as B) and folded nodes read is then let go
+ * (const_drop), its tensor kept as a shell (dims, data NULL) so runs still
+ * see its shape; an observer gets folded values rebuilt from the panels
+ * (oq_pb_unpack), so it sees what it saw before.
+ */
+static int pack_node(plan *p, size_t ni, const unsigned char *gone, oq_diag *d)
+{
+	const oq_node *n = p->g->nodes[ni];
+	const oq_value *a, *b;
+	const oq_rt *t;
+	int64_t kd, nn, lead = 1;
+	int tb = 0, rc;
+	oq_pb **slot;
+
+	if (p->nodes[ni].folded || n->n_inputs < 2 || n->n_outputs != 1)
+		return OQ_OK;
+	if (n->op == OQ_OP_Gemm) {
+		if (attr_f(n, "alpha", 1.0f) != 1.0f || attr_i(n, "transA", 0) != 0)
+			return OQ_OK;
+		tb = attr_i(n, "transB", 0) != 0;
+	} else if (n->op != OQ_OP_MatMul || n->n_inputs != 2) {
+		return OQ_OK;
+	}
+	a = n->inputs[0];
+	b = n->inputs[1];
+	if (!a || !b || (b->flags & OQ_V_OUTER) || b->graph != p->g)
+		return OQ_OK;
+	if (b->init && !p->inits[b->index] && !gone[b->index] && (rc = init_view(p, b->index, d)))
+		return rc;
+	if ((a->init && !(a->flags & OQ_V_OUTER)) || plan_const(p, a) || !plan_const(p, b))
+		return OQ_OK;
+	t = p->inits[b->index];
+	if (t->kind != OQ_RT_TENSOR || t->dtype != OQ_DT_FLOAT || t->rank < 2 || !t->data ||
+	    (n->op == OQ_OP_Gemm && t->rank != 2))
+		return OQ_OK;
+	for (int i = 0; i < t->rank - 2; i++)
+		lead *= t->dims[i];
+	if (lead != 1)
+		return OQ_OK;
+	kd = t->dims[t->rank - (tb ? 1 : 2)];
+	nn = t->dims[t->rank - (tb ? 2 : 1)];
+	slot = &p->packs[2 * b->index + (size_t)tb];
+	if (!*slot) {
+		if (!(*slot = calloc(1, sizeof **slot)))
+			return OQ_ENOMEM;
+		if ((rc = oq_pb_pack(t->data, kd, nn, tb, t->dims[t->rank - 1], *slot))) {
+			free(*slot);
+			*slot = NULL;
+			return rc == OQ_ENOMEM ? OQ_ENOMEM : OQ_OK;
+		}
+	}
+	p->nodes[ni].pb = *slot;
+	return OQ_OK;
+}
+
+/*
+ * After node ni: lets go of constant v when every reader of v is a node up
+ * to ni that no run executes for it - folded, or a packed product reading v
+ * as B - and no folded output shares v's bytes (pinned). An initializer
+ * read by folded nodes only loses its view (`gone`: its copy freed, its
+ * file pages released, read again from the file if ever touched); a
+ * packed constant keeps its tensor as a shell (dims, data NULL), so runs
+ * still see its shape. A folded output that is not packed is kept (an
+ * observer sees it). Done per node, so a weight behind Transpose and
+ * MatMul is held once, packed, even at the peak.
+ */
+static void const_drop(plan *p, const oq_value *v, size_t ni, const unsigned char *pinned, unsigned char *gone)
+{
+	const oq_graph *g = p->g;
+	oq_rt *t;
+	size_t i;
+	int packed;
+
+	if (!v || (v->flags & (OQ_V_OUTPUT | OQ_V_OUTER)) || v->graph != g)
+		return;
+	i = v->index;
+	t = p->inits[i];
+	packed = p->packs[2 * i] || p->packs[2 * i + 1];
+	if (!t || !t->data || pinned[i] || (!v->init && !packed) || v->n_uses == 0 || oq_value_n_captures(v) != 0)
+		return;
+	for (size_t u = 0; u < v->n_uses; u++) {
+		const oq_node *c = v->uses[u].node;
+		const node_plan *np;
+		if (c->graph != g || c->index > ni || g->nodes[c->index] != c)
+			return;
+		np = &p->nodes[c->index];
+		if (!np->folded && !(np->pb && v->uses[u].index == 1 && c->inputs[0] != v))
+			return;
+	}
+	if (v->init)
+		oq_tensor_release_pages(g->model, v->init);
+	if (!packed) {
+		oq_rt_release(t);
+		free(t);
+		p->inits[i] = NULL;
+		gone[i] = 1;
+		return;
+	}
+	if (!t->borrowed)
+		free(t->data);
+	t->data = NULL;
+	t->borrowed = 1;
+	t->cap = 0;
+}
+
+/*
+ * Folds and packs what it can, node by node in graph order (so chains
+ * fold, and a product packs its B right after B was folded), making
+ * initializer views on demand and dropping constants nothing reads any more
+ * (const_drop); then makes the views of the initializers that are left.
+ */
+static int plan_fold(oq_exec *e, plan *p, oq_diag *d)
+{
+	const oq_graph *g = p->g;
+	unsigned char *pinned = oq_calloc(g->n_values ? g->n_values : 1, 1);
+	unsigned char *gone = oq_calloc(g->n_values ? g->n_values : 1, 1);
+	int rc = OQ_OK, pack = oq_pb_available() && !oq_exec_no_pack;
+
+	if (!pinned || !gone) {
+		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+		goto done;
+	}
+	for (size_t i = 0; i < g->n_nodes && !rc; i++) {
+		const oq_node *n = g->nodes[i];
+		if (!oq_exec_no_fold && (rc = fold_node(e, p, i, pinned, gone, d)) == OQ_ENOMEM && d->count == 0)
+			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+		if (!rc && pack && (rc = pack_node(p, i, gone, d)) == OQ_ENOMEM && d->count == 0)
+			rc = oq_err(d, rc, "run: out of memory packing the weight of node '%s'", n->name);
+		for (size_t j = 0; !rc && (p->nodes[i].folded || p->nodes[i].pb) && j < n->n_inputs; j++)
+			const_drop(p, n->inputs[j], i, pinned, gone);
+	}
+	for (size_t i = 0; i < g->n_values && !rc; i++)
+		if (g->values[i]->init && !p->inits[i] && !gone[i])
+			rc = init_view(p, i, d);
+done:
+	free(pinned);
+	free(gone);
+	return rc;
+}
+
+size_t oq_exec_n_packed(const oq_exec *e)
+{
+	size_t n = 0;
+	for (const plan *p = e->plans; p; p = p->next)
+		for (size_t i = 0; i < p->g->n_nodes; i++)
+			n += p->nodes[i].pb != NULL;
+	return n;
+}
+
+size_t oq_exec_n_folded(const oq_exec *e)
+{
+	size_t n = 0;
+	for (const plan *p = e->plans; p; p = p->next)
+		for (size_t i = 0; i < p->g->n_nodes; i++)
+			n += p->nodes[i].folded != 0;
+	return n;
+}
+
 static int plan_node_check(oq_exec *e, const oq_graph *g, oq_diag *d);
 
 static int make_plan(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)
@@ -551,23 +902,10 @@ static int make_plan(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)
 	p->nodes = oq_calloc(g->n_nodes, sizeof *p->nodes);
 	p->inits = oq_calloc(g->n_values, sizeof *p->inits);
 	p->uses = oq_calloc(g->n_values, sizeof *p->uses);
-	if (!p->nodes || !p->inits || !p->uses) {
+	p->packs = oq_calloc(2 * g->n_values, sizeof *p->packs);
+	if (!p->nodes || !p->inits || !p->uses || !p->packs) {
 		free_plan(p);
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
-	}
-	for (size_t i = 0; i < g->n_values; i++) {
-		oq_value *v = g->values[i];
-		if (!v->init)
-			continue;
-		if (!(p->inits[i] = calloc(1, sizeof(oq_rt))) || (rc = oq_rt_from_tensor(p->inits[i], v->init))) {
-			free_plan(p);
-			return oq_err(d, rc == OQ_EUNSUP ? OQ_EUNSUP : OQ_ENOMEM,
-				      "run: initializer '%s': cannot prepare (rank above %d or out of memory)",
-				      v->name, OQ_RT_MAX_RANK);
-		}
-		/* an unaligned weight was copied: do not keep its file pages resident as well */
-		if (!p->inits[i]->borrowed)
-			oq_tensor_release_pages(g->model, v->init);
 	}
 	for (size_t i = 0; i < g->n_nodes; i++) {
 		oq_node *n = g->nodes[i];
@@ -592,6 +930,10 @@ static int make_plan(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)
 	if (plan_fusion(p)) {
 		free_plan(p);
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
+	}
+	if ((rc = plan_fold(e, p, d))) {
+		free_plan(p);
+		return rc;
 	}
 	p->next = e->plans;
 	e->plans = p;
@@ -637,6 +979,15 @@ int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
 	if (!e)
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	e->m = m;
+	/* the pool and scratch first: the plan runs kernels to fold constants */
+	if ((rc = pool_init(&e->pool, threads))) {
+		rc = oq_err(d, rc, "run: cannot start %d threads", threads);
+		goto fail;
+	}
+	if (!(e->scratch = oq_calloc((size_t)e->pool.n, sizeof *e->scratch))) {
+		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+		goto fail;
+	}
 	if ((rc = oq_graph_rebuild_uses(m->graph)) || (rc = plan_node_check(e, m->graph, d)) ||
 	    (rc = make_plan(e, m->graph, &p, d)))
 		goto fail;
@@ -648,14 +999,6 @@ int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
 	for (size_t i = 0; i < m->graph->n_inputs; i++)
 		if (!m->graph->inputs[i]->init)
 			e->in[e->n_in++] = m->graph->inputs[i];
-	if ((rc = pool_init(&e->pool, threads))) {
-		rc = oq_err(d, rc, "run: cannot start %d threads", threads);
-		goto fail;
-	}
-	if (!(e->scratch = oq_calloc((size_t)e->pool.n, sizeof *e->scratch))) {
-		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
-		goto fail;
-	}
 	*out = e;
 	return OQ_OK;
 fail:
@@ -775,6 +1118,27 @@ static void use_done(oq_exec *e, frame *f, const oq_value *v)
 	drop(e, f, i);
 }
 
+/* Reports plan constant v to the observer; a packed-only shell is rebuilt from its panels for the call. */
+static int observe_const(oq_exec *e, const plan *p, const oq_value *v, oq_diag *d)
+{
+	const oq_rt *t = p->inits[v->index];
+	const oq_pb *pb;
+	oq_rt tmp;
+	int rc;
+
+	if (t->data || t->nbytes == 0)
+		return e->observe(e->observe_ctx, v, t);
+	pb = p->packs[2 * v->index] ? p->packs[2 * v->index] : p->packs[2 * v->index + 1];
+	if (!pb)
+		return oq_err(d, OQ_EINVAL, "run: constant '%s' has no data (internal error)", v->name);
+	if (oq_rt_alloc(&tmp, t->dtype, t->rank, t->dims))
+		return oq_err(d, OQ_ENOMEM, "run: out of memory");
+	oq_pb_unpack(pb, !p->packs[2 * v->index], tmp.data);
+	rc = e->observe(e->observe_ctx, v, &tmp);
+	oq_rt_release(&tmp);
+	return rc;
+}
+
 static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 {
 	const oq_graph *g = f->p->g;
@@ -793,6 +1157,12 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 
 		if (fused && np->absorbed)
 			continue; /* computed by its group's head */
+		if (np->folded) { /* a plan constant: observers still see it here, as if computed now */
+			for (size_t i = 0; e->observe && !rc && i < n->n_outputs; i++)
+				if (n->outputs[i])
+					rc = observe_const(e, f->p, n->outputs[i], d);
+			continue;
+		}
 		if (fused && np->fuse) {
 			ovals = g->nodes[np->tail]->outputs;
 			n_out = 1;
@@ -813,6 +1183,7 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		k.n_out = n_out;
 		if (fused)
 			k.fuse = np->fuse;
+		k.pb = np->pb;
 		if (!in || !out) {
 			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
 			goto next;

@@ -18,6 +18,7 @@
 
 typedef struct oq_kctx oq_kctx;
 typedef int (*oq_kernel_fn)(oq_kctx *k);
+typedef struct oq_pb oq_pb; /* a constant B packed by the plan (linalg.h) */
 
 /*
  * An activation a fused convolution applies to each output tile while it is
@@ -73,6 +74,7 @@ struct oq_kctx {
 	int threads;
 	void *frame;        /* executor frame (for subgraphs); opaque to kernels */
 	const oq_kfuse *fuse; /* oq_k_conv_fused only: the group this call runs, else NULL */
+	const oq_pb *pb;    /* MatMul / Gemm: B (input 1) packed at plan time, whose data may be gone; else NULL */
 };
 
 /* Input i or NULL when absent (out of range or omitted). */
@@ -158,6 +160,14 @@ int oq_k_conv_fused(oq_kctx *k);
 
 /* Fused groups in e's plans so far (main graph at oq_exec_new; subgraphs once run). For tests and bench. */
 size_t oq_exec_n_fused(const oq_exec *e);
+/* Nodes computed once at plan time (constant folding, exec.c) in e's plans so far. For tests and bench. */
+size_t oq_exec_n_folded(const oq_exec *e);
+/* Non-zero: plans made from now on fold nothing (every node runs each time). For tests and bench. */
+extern int oq_exec_no_fold;
+/* MatMul / Gemm nodes running on a B packed at plan time, in e's plans so far. For tests and bench. */
+size_t oq_exec_n_packed(const oq_exec *e);
+/* Non-zero: plans made from now on pack no constant MatMul / Gemm weight (OpenBLAS runs them). For tests and bench. */
+extern int oq_exec_no_pack;
 
 /* The kernel for (op, opset), or NULL. */
 oq_kernel_fn oq_kernel_find(oq_op op, int64_t opset);

@@ -25,6 +25,7 @@
  * the default rounding mode).
  */
 #include "ew.h"
+#include "vmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -501,6 +502,16 @@ static int binary(oq_kctx *k, int op)
 	/* bin_range writes every element (sub-byte types are packed into zeroed bytes) */
 	if ((rc = (oq_dtype_is_subbyte(out_dt) ? oq_k_output : oq_k_output_raw)(k, 0, out_dt, rank, dims, &y)))
 		return rc;
+	/*
+	 * float32 x ^ 2 (LayerNorm's variance as exported by PyTorch) as x * x:
+	 * pow((double)x, 2) is the exact square (48 significant bits fit in
+	 * double), so storing it rounds the exact square once to float, which
+	 * is what the float32 product does; Inf, NaN and -0 agree too. The
+	 * output has a's shape (a one-element exponent of no higher rank).
+	 */
+	if (op == B_POW && a->dtype == OQ_DT_FLOAT && bv.nelem == 1 && bv.rank <= a->rank && bv.data &&
+	    oq_rt_get(&bv, 0) == 2.0)
+		return bin_run(k, B_MUL, a, a, y, 'f', &par);
 	if (a->dtype == OQ_DT_FLOAT && bv.dtype == OQ_DT_FLOAT && out_dt == OQ_DT_FLOAT && op != B_POW && op != B_MOD)
 		dom = 'f';
 	else if (is_float(a->dtype) || (op == B_POW && is_float(bv.dtype)))
@@ -723,7 +734,7 @@ static int un_f(int op, const ew_par *p, size_t n, const float *xv, float *yv)
 	case U_FLOOR: LOOP1(float, float, floorf(x)); break;
 	case U_CEIL: LOOP1(float, float, ceilf(x)); break;
 	case U_ROUND: LOOP1(float, float, nearbyintf(x)); break;
-	case U_ERF: LOOP1(float, float, erff(x)); break;
+	case U_ERF: oq_erf_f32(xv, yv, n); break;
 	case U_TANH: LOOP1(float, float, tanhf(x)); break;
 	case U_SIGMOID: LOOP1(float, float, sigmoidf(x)); break;
 	case U_RELU: LOOP1(float, float, x < 0 ? 0 : x); break;

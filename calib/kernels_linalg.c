@@ -381,9 +381,11 @@ static int k_gemm(oq_kctx *k)
 			return oq_k_err(k, OQ_EINVAL, "C must be [%lld, %lld] when attribute broadcast is 0",
 					(long long)m, (long long)n);
 	}
-	if ((rc = oq_k_output(k, 0, a->dtype, 2, dims, &y)))
-		return rc;
+	if (k->pb && (a->dtype != OQ_DT_FLOAT || ta || alpha != 1.0f || k->pb->kd != kd || k->pb->n != n))
+		return oq_k_err(k, OQ_EINVAL, "packed B does not fit (internal error)");
 	/* Y = beta * C first (broadcast), then the product accumulates onto it */
+	if ((rc = (k->pb && !(c && beta != 0) ? oq_k_output_raw : oq_k_output)(k, 0, a->dtype, 2, dims, &y)))
+		return rc;
 	if (c && beta != 0)
 		for (int64_t i = 0; i < m; i++)
 			for (int64_t j = 0; j < n; j++) {
@@ -395,6 +397,10 @@ static int k_gemm(oq_kctx *k)
 				else
 					oq_rt_set(y, (size_t)(i * n + j), (double)beta * oq_rt_get(c, ci));
 			}
+	if (k->pb) { /* B packed by the plan: Y = (beta * C or 0) + A x op(B) */
+		oq_pb_gemm(k, m, a->data, a->dims[1], k->pb, y->data, n, c && beta != 0);
+		return OQ_OK;
+	}
 	memset(&p, 0, sizeof p);
 	p.ta = ta;
 	p.tb = tb;
@@ -524,6 +530,26 @@ int oq_linalg_mm_plan(oq_kctx *k, const oq_rt *a, const oq_rt *b, oq_mm_plan *p)
 	return OQ_OK;
 }
 
+/*
+ * Whether every batch item uses the same B (B's batch dims are all 1) and
+ * the items of A and C follow each other (A is not broadcast): then the
+ * batch is one GEMM of batch * m rows. Each output element is still the
+ * same dot product of one A row and one B column, so only the tiling
+ * changes: e.g. X[197, 1, 768] x W[768, 2304] is one 197-row product, not
+ * 197 one-row ones that each repack W.
+ */
+static int mm_fold_batch(const oq_mm_plan *mp)
+{
+	size_t astep = (size_t)(mp->m * mp->kd);
+
+	if (mp->batch < 2 || (double)mp->m * (double)mp->batch > (double)INT32_MAX)
+		return 0;
+	for (size_t i = 0; i < mp->batch; i++)
+		if (mp->boff[i] != 0 || mp->aoff[i] != i * astep)
+			return 0;
+	return 1;
+}
+
 static int k_matmul(oq_kctx *k)
 {
 	oq_rt *a = oq_k_in(k, 0), *b = oq_k_in(k, 1), *y;
@@ -541,6 +567,15 @@ static int k_matmul(oq_kctx *k)
 		return oq_k_err(k, OQ_EUNSUP, "type %s is not supported", oq_dtype_name(a->dtype));
 	if ((rc = oq_linalg_mm_plan(k, a, b, &mp)))
 		return rc;
+	if (k->pb) { /* B packed by the plan (float32, batch dims all 1): one product of every row of A */
+		if (a->dtype != OQ_DT_FLOAT || k->pb->kd != mp.kd || k->pb->n != mp.n) {
+			rc = oq_k_err(k, OQ_EINVAL, "packed B does not fit (internal error)");
+			goto done;
+		}
+		if (!(rc = oq_k_output_raw(k, 0, a->dtype, mp.rank, mp.dims, &y)))
+			oq_pb_gemm(k, mp.m * (int64_t)mp.batch, a->data, mp.kd, k->pb, y->data, mp.n, 0);
+		goto done;
+	}
 	if ((rc = oq_k_output(k, 0, a->dtype, mp.rank, mp.dims, &y)))
 		goto done;
 	memset(&p, 0, sizeof p);
@@ -558,6 +593,11 @@ static int k_matmul(oq_kctx *k)
 	if (is_int_type(a->dtype)) {
 		int_gemm(a, b, y, &p, 1, 0);
 		goto done;
+	}
+	if (mm_fold_batch(&mp)) { /* one [batch * m, kd] x [kd, n] product instead of batch small ones */
+		p.m = mp.m * (int64_t)mp.batch;
+		p.batch = 1;
+		p.aoff = p.boff = p.coff = NULL;
 	}
 	lt = ltype_of(a->dtype);
 	p.t = lt;

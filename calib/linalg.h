@@ -109,6 +109,36 @@ typedef struct oq_gemm_batch {
 void oq_gemm_run(oq_kctx *k, const oq_gemm_batch *p);
 void oq_gemm_ref(const oq_gemm_batch *p);
 
+/*
+ * A float32 B [kd, n] packed once for oq_pb_gemm (linalg_pack.c): panels of
+ * OQ_PB_NR columns, each holding its kd rows contiguously, zero past n.
+ */
+#define OQ_PB_NR 64
+struct oq_pb {
+	int64_t kd, n;                     /* op(B) is kd x n */
+	float *p;                          /* ceil(n / OQ_PB_NR) panels of kd x OQ_PB_NR floats (64-byte aligned) */
+};
+
+/*
+ * Packs op(B): B row-major with leading dim ldb, [kd, n] (tb 0) or [n, kd]
+ * (tb 1, i.e. Gemm's transB). OQ_ENOMEM, OQ_EINVAL on negative dims.
+ */
+int oq_pb_pack(const float *b, int64_t kd, int64_t n, int tb, int64_t ldb, oq_pb *out) OQ_WUR;
+/* Writes the packed B back in its original layout ([kd, n], or [n, kd] for tb), for observers. */
+void oq_pb_unpack(const oq_pb *pb, int tb, float *b);
+void oq_pb_free(oq_pb *pb);
+/* The packed path runs here: an AVX-512 CPU (and neither oq_linalg_no_avx512 nor oq_linalg_use_blas set). */
+int oq_pb_available(void);
+/*
+ * C[m, n] (ldc) = init + A[m, kd] (lda) x B, init = C's contents (load) or
+ * 0; each output a chain of fused multiply-adds in k order, so the AVX-512
+ * path, any thread count and oq_pb_gemm_ref give the same bits. k: for the
+ * thread pool (NULL: caller only). Uses the reference under oq_linalg_use_ref.
+ */
+void oq_pb_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_pb *pb, float *c, int64_t ldc,
+		int load);
+void oq_pb_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_pb *pb, float *c, int64_t ldc, int load);
+
 /* Calls openblas_set_num_threads(1) the first time. */
 void oq_linalg_blas_init(void);
 

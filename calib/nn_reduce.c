@@ -10,9 +10,14 @@
  * int), LogSum/LogSumExp -inf, Mean NaN (0/0). Float inputs accumulate in
  * double, integer inputs in int64 (Mean truncates like numpy's mean cast
  * back; L2, LogSum and LogSumExp go through double). LogSumExp subtracts the
- * maximum first. Work is split over output elements.
+ * maximum first. float32 ReduceSum / ReduceMean over one contiguous run
+ * (the last axes, as LayerNorm exports use) add in 16 double stripes on an
+ * AVX-512 CPU (oq_vm_sum) instead of one serial chain: both sum in double,
+ * only the order of the additions differs. Work is split over output
+ * elements.
  */
 #include "nn.h"
+#include "vmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -108,6 +113,7 @@ typedef struct rjob {
 	oq_nn_getf getf;       /* float path */
 	oq_nn_geti geti;       /* integer path (NULL for floats) */
 	oq_rt *y;
+	const float *xf;       /* float32 data whose reduced elements are contiguous on an AVX-512 CPU (ReduceSum/Mean) */
 } rjob;
 
 /*
@@ -201,6 +207,11 @@ static void reduce_outs(void *ctx, size_t begin, size_t end)
 			continue;
 		}
 		double v, m;
+		if (J->xf) { /* one contiguous run: the vector sum (vmath.h) */
+			v = oq_vm_sum(J->xf + base, J->p->n_red);
+			oq_nn_setf(J->y, o, J->op == R_MEAN ? v / n : v);
+			continue;
+		}
 		switch (J->op) {
 		case R_SUM: v = fold_f(J, base, A_SUM, 0); break;
 		case R_MEAN: v = fold_f(J, base, A_SUM, 0) / n; break;
@@ -334,6 +345,8 @@ int oq_nn_reduce(oq_kctx *k)
 	}
 	oq_nn_rplan_init(&p, x->rank, x->dims, mask);
 	J.p = &p;
+	if (x->dtype == OQ_DT_FLOAT && (op == R_SUM || op == R_MEAN) && p.nr == 1 && p.rs[0] == 1 && oq_vm_fast())
+		J.xf = x->data;
 	oq_k_parallel(k, p.n_out, p.n_red >= 4096 ? 1 : 4096 / p.n_red, reduce_outs, &J);
 	return OQ_OK;
 }

@@ -6,9 +6,14 @@
  * along the single dim `axis` (default -1). Both are lines of n elements
  * with stride `inner` (inner = 1 for the coerced form). Softmax subtracts the
  * line maximum before exp, sums in double; Hardmax marks the first maximum.
- * Work is split over lines.
+ * Contiguous lines (inner 1: the last axis, as in attention) run on the
+ * vector path of vmath.h on an AVX-512 CPU (its own exp, within an ulp or
+ * so of expf, and the sum in 16 double stripes); lines with NaN or an
+ * infinite maximum, strided lines and other CPUs take the scalar loop.
+ * Work is split over lines; a line's result does not depend on the split.
  */
 #include "nn.h"
+#include "vmath.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -21,7 +26,33 @@ typedef struct smjob {
 	const float *x;
 	float *y;
 	size_t n, inner;
+	int vec;           /* contiguous lines (inner 1) of Softmax / LogSoftmax on an AVX-512 CPU */
 } smjob;
+
+/*
+ * A contiguous line on the vector path (vmath.h): max, exp(x - max) with
+ * its sum in double (16 stripes), scale by 1 / sum (LogSoftmax: x - max -
+ * log(sum)). Returns 0 (nothing written) for a line with NaN or an
+ * infinite maximum, which the scalar loop handles as before.
+ */
+static int sm_line_vec(int kind, const float *x, float *y, size_t n)
+{
+	int nan;
+	float m = oq_vm_max(x, n, &nan), ls;
+	double s;
+
+	if (nan || !isfinite(m))
+		return 0;
+	s = oq_vm_expsum(x, m, y, n);
+	if (kind == S_SOFTMAX) {
+		oq_vm_scale(y, n, (float)(1.0 / s));
+		return 1;
+	}
+	ls = (float)log(s);
+	for (size_t i = 0; i < n; i++)
+		y[i] = x[i] - m - ls;
+	return 1;
+}
 
 static void sm_lines(void *ctx, size_t begin, size_t end)
 {
@@ -33,6 +64,8 @@ static void sm_lines(void *ctx, size_t begin, size_t end)
 		float m = x[0];
 		size_t arg = 0;
 		double s = 0;
+		if (J->vec && sm_line_vec(J->kind, x, y, J->n))
+			continue;
 		for (size_t i = 1; i < J->n; i++)
 			if (x[i * st] > m) {
 				m = x[i * st];
@@ -96,6 +129,7 @@ static int run_softmax(oq_kctx *k, int kind)
 		free(xo);
 		return rc;
 	}
+	J.vec = J.inner == 1 && kind != S_HARD && oq_vm_fast();
 	oq_k_parallel(k, lines, J.n >= 1024 ? 1 : 1024 / J.n, sm_lines, &J);
 	oq_nn_f32_out(y, yo);
 	free(xo);

@@ -15,6 +15,7 @@
 #include "exec.h"
 #include "gen_model.h"
 #include "../calib/ew.h"
+#include "../calib/vmath.h"
 
 static int threads = 1;
 
@@ -514,6 +515,54 @@ Test(ew, fast_path_matches_reference)
 	}
 }
 
+/*
+ * float32 Pow with a one-element exponent 2 runs as x * x: bit for bit the
+ * definition (float)pow((double)x, 2) computed here, for exponents given as
+ * float scalar, float [1], int64 scalar and double [1, 1], including -0,
+ * subnormals (x * x underflows), values whose square overflows to Inf, Inf
+ * and NaN; an exponent of higher rank than x takes the general path (same
+ * values, broadcast shape).
+ */
+Test(ew, pow_square_is_exact)
+{
+	static const double xs[] = {0.0, -0.0, 1.0, -1.5, 3.0e-39, -1.0e-45, 1.0e-20, 1.8446744e19, -2.0e19, 3.4e38,
+				    INFINITY, -INFINITY, NAN, 0.1, -7.123456789, 65504.0, 1.17549435e-38};
+	enum { N = sizeof xs / sizeof xs[0] };
+	double want[N];
+	oq_rt in[2], y;
+
+	for (int i = 0; i < N; i++)
+		want[i] = (double)(float)pow((double)(float)xs[i], 2.0);
+	for (int form = 0; form < 4; form++) {
+		in[0] = mk(OQ_DT_FLOAT, 2, (int64_t[]){1, N}, xs);
+		if (form == 0)
+			in[1] = SCALAR(OQ_DT_FLOAT, 2);
+		else if (form == 1)
+			in[1] = T(OQ_DT_FLOAT, (1), 2);
+		else if (form == 2)
+			in[1] = SCALAR(OQ_DT_INT64, 2);
+		else
+			in[1] = T(OQ_DT_DOUBLE, (1, 1), 2);
+		RUN_OK("Pow", 15, "x,e", in, NULL, &y);
+		cr_assert_eq(y.nelem, (size_t)N);
+		for (int i = 0; i < N; i++) {
+			float g = ((float *)y.data)[i], w = (float)want[i];
+			cr_assert(memcmp(&g, &w, sizeof g) == 0 || (isnan(g) && isnan(w)),
+				  "form %d: %.9g ^ 2 = %.9g, want %.9g", form, xs[i], (double)g, (double)w);
+		}
+		oq_rt_release(&y);
+	}
+	in[0] = mk(OQ_DT_FLOAT, 1, (int64_t[]){N}, xs);
+	in[1] = T(OQ_DT_FLOAT, (1, 1), 2);
+	RUN_OK("Pow", 15, "x,e", in, NULL, &y);
+	cr_assert_eq(y.rank, 2);
+	for (int i = 0; i < N; i++) {
+		float g = ((float *)y.data)[i], w = (float)want[i];
+		cr_assert(memcmp(&g, &w, sizeof g) == 0 || (isnan(g) && isnan(w)), "rank-2 exponent, element %d", i);
+	}
+	oq_rt_release(&y);
+}
+
 Test(ew, unary_fast_path_close_to_reference)
 {
 	const char *ops[] = {"Sigmoid", "Tanh", "Exp", "Erf", "Softplus", "Elu", "HardSigmoid", "Mish", "Sqrt"};
@@ -559,4 +608,65 @@ Test(ew, bad_inputs_are_errors)
 	in[0] = T(OQ_DT_FLOAT, (2), 1, 2);
 	in[1] = T(OQ_DT_FLOAT, (2), 1, 2);
 	cr_assert_eq(run("Clip", 13, "x,lo", in, NULL, &y, msg), OQ_EINVAL); /* min not a scalar */
+}
+
+/*
+ * Erf's AVX-512 path (oq_erf_f32) against its scalar reference oq_erf_ref
+ * (same operations): the same bits for every element of arrays whose
+ * lengths leave every tail of a 16-lane vector, at any offset; and the
+ * reference within 2 ulp of erf in double over a sweep of magnitudes from
+ * subnormal to past the saturation point, with NaN, +-Inf and -0 exact.
+ */
+static int64_t ulp_diff(float a, float b)
+{
+	int32_t ia, ib;
+	memcpy(&ia, &a, 4);
+	memcpy(&ib, &b, 4);
+	if (ia < 0)
+		ia = INT32_MIN - ia;
+	if (ib < 0)
+		ib = INT32_MIN - ib;
+	return ia > ib ? (int64_t)ia - ib : (int64_t)ib - ia;
+}
+
+Test(ew, erf_vector_vs_ref)
+{
+	enum { N = 4099 };
+	float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+	static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, 1e-45f, -1e-30f, 0.921875f, 0.92187494f,
+					3.92f, 3.9200003f, -3.92f, 10.0f, -50.0f};
+	uint32_t bits = 0x00000001u;
+
+	cr_assert(x && y);
+	for (int i = 0; i < N; i++) {
+		/* magnitudes from 2^-149 to 16 evenly in the float bit patterns (geometric), alternating signs */
+		float v;
+		memcpy(&v, &bits, 4);
+		x[i] = i % 2 ? -v : v;
+		bits += 0x41800000u / N;
+	}
+	for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+		x[i * 7] = special[i];
+	x[N - 1] = NAN;
+	for (size_t off = 0; off < 17; off++)
+		for (size_t n = 0; n + off <= N; n += n < 40 ? 1 : 997) {
+			oq_erf_f32(x + off, y, n);
+			for (size_t i = 0; i < n; i++) {
+				float r = oq_erf_ref(x[off + i]);
+				cr_assert(memcmp(&r, &y[i], 4) == 0 || (isnan(r) && isnan(y[i])),
+					  "erf(%.9g): vector %.9g, reference %.9g (offset %zu, n %zu)", x[off + i], y[i], r,
+					  off, n);
+			}
+		}
+	for (int i = 0; i < N; i++) {
+		float r = oq_erf_ref(x[i]), w = (float)erf((double)x[i]);
+		if (isnan(x[i]))
+			cr_assert(isnan(r));
+		else
+			cr_assert(ulp_diff(r, w) <= 2, "erf(%.9g) = %.9g, want %.9g", x[i], r, w);
+	}
+	cr_assert(oq_erf_ref(-0.0f) == 0 && signbit(oq_erf_ref(-0.0f)), "erf(-0) is -0");
+	cr_assert(oq_erf_ref(INFINITY) == 1 && oq_erf_ref(-INFINITY) == -1);
+	free(x);
+	free(y);
 }

@@ -14,6 +14,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "exec.h"
@@ -768,6 +769,10 @@ Test(linalg, random_gemm_matmul_fast_vs_ref)
 				in[1] = (tin){"b", OQ_DT_FLOAT, 1, {kd}, NULL};
 			snprintf(what, sizeof what, "matmul seed %llu", (unsigned long long)sd);
 			fast_vs_ref("MatMul", 13, in, 2, &a, 1e-4, what);
+			/* a 2-D B: the batch folds into the rows of one product */
+			in[1] = (tin){"b", OQ_DT_FLOAT, 2, {kd, n}, NULL};
+			snprintf(what, sizeof what, "matmul 2-D B seed %llu", (unsigned long long)sd);
+			fast_vs_ref("MatMul", 13, in, 2, &a, 1e-4, what);
 		}
 	}
 }
@@ -948,5 +953,232 @@ Test(linalg, conv_gemm_avx512_row_tails_vs_avx2_vs_ref)
 		oq_rt_release(&o2);
 		oq_rt_release(&os);
 		oq_rt_release(&oref);
+	}
+}
+
+/* ------------------------------------------- packed constant B (linalg_pack.c) */
+
+/* Random floats in [-1, 1) for an array of n. */
+static float *rand_floats(size_t n)
+{
+	float *v = malloc((n ? n : 1) * sizeof *v);
+	cr_assert(v);
+	for (size_t i = 0; i < n; i++)
+		v[i] = (float)frand();
+	return v;
+}
+
+/*
+ * The engine alone: pack / unpack round trip in both orientations, and
+ * oq_pb_gemm (AVX-512 tiles, depth slices of 768) bit-identical to
+ * oq_pb_gemm_ref (fmaf in k order) over every row tail of the 6-row tile,
+ * column counts around the 64-column panel, depths 0, 1 and across a slice
+ * boundary, with and without accumulating onto C.
+ */
+Test(linalg, packed_gemm_vs_ref_bits)
+{
+	static const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 11, 13, 197, 241};
+	static const int64_t ns[] = {1, 15, 16, 17, 63, 64, 65, 130, 200};
+	static const int64_t ks[] = {0, 1, 7, 64, 769, 1600};
+
+	seed(7100);
+	for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+		for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+			int64_t kd = ks[ki], n = ns[ni];
+			float *b = rand_floats((size_t)(kd * n)), *back = malloc((size_t)(kd * n + 1) * sizeof *back);
+			oq_pb pb[2];
+			for (int tb = 0; tb < 2; tb++) {
+				cr_assert_eq(oq_pb_pack(b, kd, n, tb, tb ? kd : n, &pb[tb]), OQ_OK);
+				oq_pb_unpack(&pb[tb], tb, back);
+				cr_expect(kd * n == 0 || !memcmp(b, back, (size_t)(kd * n) * sizeof *b),
+					  "unpack(pack(B)) != B (kd %lld n %lld tb %d)", (long long)kd, (long long)n, tb);
+			}
+			for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+				int64_t m = ms[mi], lda = kd + (mi % 3), ldc = n + (ni % 2);
+				float *a = rand_floats((size_t)(m * lda)), *c0 = rand_floats((size_t)(m * ldc));
+				float *c1 = malloc((size_t)(m * ldc) * sizeof *c1), *c2 = malloc((size_t)(m * ldc) * sizeof *c2);
+				for (int load = 0; load < 2; load++)
+					for (int tb = 0; tb < 2; tb++) {
+						memcpy(c1, c0, (size_t)(m * ldc) * sizeof *c1);
+						memcpy(c2, c0, (size_t)(m * ldc) * sizeof *c2);
+						oq_pb_gemm(NULL, m, a, lda, &pb[tb], c1, ldc, load);
+						oq_pb_gemm_ref(m, a, lda, &pb[tb], c2, ldc, load);
+						cr_expect(!memcmp(c1, c2, (size_t)(m * ldc) * sizeof *c1),
+							  "m %lld n %lld kd %lld load %d tb %d: fast and ref differ",
+							  (long long)m, (long long)n, (long long)kd, load, tb);
+						/* the ref against the definition (double), and untouched padding columns */
+						for (int64_t i = 0; i < m; i++)
+							for (int64_t j = 0; j < ldc; j++) {
+								double s = load ? c0[i * ldc + j] : 0, r = c2[i * ldc + j];
+								if (j >= n) {
+									cr_assert(r == c0[i * ldc + j], "column %lld past n written",
+										  (long long)j);
+									continue;
+								}
+								for (int64_t q = 0; q < kd; q++)
+									s += (double)a[i * lda + q] * (tb ? b[j * kd + q] : b[q * n + j]);
+								cr_assert(fabs(r - s) <= 1e-5 * (double)(kd + 1),
+									  "ref %.8g vs %.8g", r, s);
+							}
+					}
+				free(a);
+				free(c0);
+				free(c1);
+				free(c2);
+			}
+			oq_pb_free(&pb[0]);
+			oq_pb_free(&pb[1]);
+			free(b);
+			free(back);
+		}
+}
+
+/*
+ * One MatMul / Gemm whose B (and C) are initializers, so the plan packs B:
+ * A fed, attributes from a; returns the run status.
+ */
+static int run_const_b(const char *op, const tin *a_in, const oq_rt *a_val, const tin *b_in, const tin *c_in,
+		       const attrs *a, int threads, oq_rt *out, char *err, size_t errn)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *gp;
+	Onnx__NodeProto *n;
+	oq_model *m = NULL;
+	oq_exec *e = NULL;
+	oq_exec_opts o = {threads};
+	oq_diag d;
+	int rc;
+
+	gen_opset(g, "", 13);
+	gp = gen_graph(g);
+	gen_input(g, gp, "a", OQ_DT_FLOAT, a_in->rank, a_in->dims);
+	gen_init(g, gp, "b", OQ_DT_FLOAT, b_in->rank, b_in->dims, b_in->vals);
+	if (c_in)
+		gen_init(g, gp, "c", OQ_DT_FLOAT, c_in->rank, c_in->dims, c_in->vals);
+	n = gen_node(g, gp, op, "node", c_in ? "a,b,c" : "a,b", "y");
+	if (a)
+		set_attrs(g, n, a);
+	gen_output(g, gp, "y", OQ_DT_FLOAT, -1, NULL);
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "load: %s", d.msg);
+	memset(out, 0, sizeof *out);
+	rc = oq_exec_new(m, &o, &e, &d);
+	if (!rc)
+		rc = oq_exec_run(e, a_val, 1, out, 1, &d);
+	if (rc && err)
+		snprintf(err, errn, "%s", d.msg);
+	oq_exec_free(e);
+	oq_model_free(m);
+	gen_free(g);
+	return rc;
+}
+
+static double *rand_doubles(size_t n)
+{
+	double *v = malloc((n ? n : 1) * sizeof *v);
+	cr_assert(v);
+	for (size_t i = 0; i < n; i++)
+		v[i] = (double)(float)frand();
+	return v;
+}
+
+/*
+ * Through the executor: MatMul (A with batch dims, B 2-D or [1, kd, n]) and
+ * Gemm (transB, C of every broadcast shape, beta; alpha 1 and transA 0 pack,
+ * others take OpenBLAS) with constant B. The packed run must be the same
+ * bits for 1 and 2 threads and for the reference (oq_linalg_use_ref: the
+ * fmaf loop over the packed B), and within 1e-4 of the OpenBLAS path
+ * (oq_exec_no_pack), which sums in another order.
+ */
+Test(linalg, packed_matmul_gemm_const_b)
+{
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("no AVX-512F on this CPU: weights are not packed");
+	for (uint64_t sd = 1; sd <= 40; sd++) {
+		int gemm = sd % 2 == 0, tb = 0, ta = 0;
+		int64_t m, n, kd;
+		tin ain, bin, cin;
+		attrs at;
+		oq_rt av, o1, o2, oref, oblas;
+		double *bv, *cv = NULL, *avals;
+		char what[128], err[1024] = "";
+		float alpha = 1;
+
+		seed(7300 + sd);
+		m = sd % 5 == 0 ? 1 : irand(1, 70);
+		n = sd % 7 == 0 ? irand(60, 200) : irand(1, 90);
+		kd = sd % 9 == 0 ? irand(700, 900) : irand(1, 120);
+		memset(&at, 0, sizeof at);
+		memset(&cin, 0, sizeof cin);
+		if (gemm) {
+			tb = irand(0, 1);
+			ta = sd % 8 == 0;
+			alpha = sd % 6 == 0 ? 0.5f : 1.0f;
+			add_int(&at, "transB", tb);
+			add_int(&at, "transA", ta);
+			add_float(&at, "alpha", alpha);
+			add_float(&at, "beta", irand(0, 3) ? (float)frand() : 0.0f);
+			ain = (tin){"a", OQ_DT_FLOAT, 2, {ta ? kd : m, ta ? m : kd}, NULL};
+			bin = (tin){"b", OQ_DT_FLOAT, 2, {tb ? n : kd, tb ? kd : n}, NULL};
+			switch (irand(0, 3)) {
+			case 0: cin = (tin){"c", OQ_DT_FLOAT, 1, {n}, NULL}; break;
+			case 1: cin = (tin){"c", OQ_DT_FLOAT, 2, {m, 1}, NULL}; break;
+			case 2: cin = (tin){"c", OQ_DT_FLOAT, 2, {m, n}, NULL}; break;
+			default: cin.rank = -1;
+			}
+		} else {
+			int64_t b0 = irand(1, 3);
+			ain = (tin){"a", OQ_DT_FLOAT, 3, {b0, m, kd}, NULL};
+			bin = irand(0, 1) ? (tin){"b", OQ_DT_FLOAT, 2, {kd, n}, NULL}
+					  : (tin){"b", OQ_DT_FLOAT, 3, {1, kd, n}, NULL};
+		}
+		bv = rand_doubles((size_t)(kd * n));
+		bin.vals = bv;
+		if (cin.rank >= 0 && gemm) {
+			size_t nc = 1;
+			for (int i = 0; i < cin.rank; i++)
+				nc *= (size_t)cin.dims[i];
+			cv = rand_doubles(nc);
+			cin.vals = cv;
+		}
+		avals = rand_doubles((size_t)(ain.dims[0] * ain.dims[1] * (ain.rank == 3 ? ain.dims[2] : 1)));
+		ain.vals = avals;
+		make_rt(&ain, &av);
+		snprintf(what, sizeof what, "%s seed %llu m %lld n %lld kd %lld tb %d ta %d alpha %g", gemm ? "gemm" : "matmul",
+			 (unsigned long long)sd, (long long)m, (long long)n, (long long)kd, tb, ta, (double)alpha);
+		{
+			const tin *cp = gemm && cin.rank >= 0 ? &cin : NULL;
+			const char *op = gemm ? "Gemm" : "MatMul";
+			cr_assert_eq(run_const_b(op, &ain, &av, &bin, cp, &at, 1, &o1, err, sizeof err), 0, "%s: %s", what, err);
+			cr_assert_eq(run_const_b(op, &ain, &av, &bin, cp, &at, 2, &o2, err, sizeof err), 0, "%s: %s", what, err);
+			oq_linalg_use_ref = 1;
+			cr_assert_eq(run_const_b(op, &ain, &av, &bin, cp, &at, 1, &oref, err, sizeof err), 0, "%s: %s", what,
+				     err);
+			oq_linalg_use_ref = 0;
+			oq_exec_no_pack = 1;
+			cr_assert_eq(run_const_b(op, &ain, &av, &bin, cp, &at, 1, &oblas, err, sizeof err), 0, "%s: %s", what,
+				     err);
+			oq_exec_no_pack = 0;
+		}
+		cr_assert(o1.nbytes == o2.nbytes && o1.nbytes == oref.nbytes && o1.nbytes == oblas.nbytes, "%s: sizes", what);
+		cr_expect(!memcmp(o1.data, o2.data, o1.nbytes), "%s: threads 1 and 2 differ", what);
+		if (!ta && alpha == 1)
+			cr_expect(!memcmp(o1.data, oref.data, o1.nbytes), "%s: packed fast and ref differ", what);
+		for (size_t i = 0; i < o1.nelem; i++) {
+			double x = ((float *)o1.data)[i], r = ((float *)oblas.data)[i];
+			if (!(fabs(x - r) <= 1e-4 + 1e-4 * fabs(r))) {
+				cr_expect(0, "%s: element %zu packed %.8g OpenBLAS %.8g", what, i, x, r);
+				break;
+			}
+		}
+		oq_rt_release(&av);
+		oq_rt_release(&o1);
+		oq_rt_release(&o2);
+		oq_rt_release(&oref);
+		oq_rt_release(&oblas);
+		free(bv);
+		free(cv);
+		free(avals);
 	}
 }

@@ -1,0 +1,416 @@
+/*
+ * test_exec_fold.c - the executor's plan-time constant folding (calib/exec.c
+ * plan_fold): nodes whose inputs are all initializers or folded values run
+ * once when the plan is made, and every run reuses their outputs.
+ *
+ * Each model runs with folding (the default) and without (oq_exec_no_fold):
+ * outputs must be bit-identical, an observer must see the same values (names,
+ * order and bytes) either way, and oq_exec_n_folded counts the folded nodes.
+ * Expected outputs are computed by hand in the comments (a transpose and a
+ * small matrix product of integers, exact in float).
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec.h"
+#include "gen_model.h"
+#include "kernel.h"
+
+/* ------------------------------------------------------------- helpers */
+
+/* What an observer saw: value names in order and a copy of each value's bytes. */
+typedef struct seen {
+	int n;
+	char names[64][48];
+	size_t nbytes[64];
+	unsigned char *bytes[64];
+} seen;
+
+static int observe(void *ctx, const oq_value *v, const oq_rt *t)
+{
+	seen *s = ctx;
+	if (s->n >= 64)
+		return 0;
+	snprintf(s->names[s->n], sizeof s->names[0], "%s", v->name);
+	s->nbytes[s->n] = t->nbytes;
+	s->bytes[s->n] = malloc(t->nbytes + 1);
+	cr_assert(s->bytes[s->n]);
+	if (t->nbytes)
+		memcpy(s->bytes[s->n], t->data, t->nbytes);
+	s->n++;
+	return 0;
+}
+
+static void seen_free(seen *s)
+{
+	for (int i = 0; i < s->n; i++)
+		free(s->bytes[i]);
+	memset(s, 0, sizeof *s);
+}
+
+static const unsigned char *seen_get(const seen *s, const char *name, size_t *nbytes)
+{
+	for (int i = 0; i < s->n; i++)
+		if (!strcmp(s->names[i], name)) {
+			*nbytes = s->nbytes[i];
+			return s->bytes[i];
+		}
+	return NULL;
+}
+
+/*
+ * Loads g and runs it (threads, fold on/off, optional observer) on the
+ * inputs; fills out (nout owned tensors) and returns oq_exec_n_folded.
+ * err non-NULL: the run may fail, its status goes to *err with the message.
+ */
+static size_t run(gen_model *g, int threads, int fold, seen *ob, const oq_rt *in, size_t nin, oq_rt *out,
+		  size_t nout, int *err, char *msg, size_t msgn)
+{
+	oq_model *m = NULL;
+	oq_exec *e = NULL;
+	oq_exec_opts o = {threads};
+	oq_diag d;
+	size_t nf;
+	int rc;
+
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "load: %s", d.msg);
+	oq_exec_no_fold = !fold;
+	rc = oq_exec_new(m, &o, &e, &d);
+	oq_exec_no_fold = 0;
+	cr_assert_eq(rc, OQ_OK, "exec_new: %s", d.msg);
+	if (ob)
+		oq_exec_set_observer(e, observe, ob);
+	rc = oq_exec_run(e, in, nin, out, nout, &d);
+	if (err) {
+		*err = rc;
+		snprintf(msg, msgn, "%s", d.msg);
+	} else {
+		cr_assert_eq(rc, OQ_OK, "run: %s", d.msg);
+	}
+	nf = oq_exec_n_folded(e);
+	oq_exec_free(e);
+	oq_model_free(m);
+	return nf;
+}
+
+static void expect_same(const oq_rt *a, const oq_rt *b, const char *what)
+{
+	cr_assert_eq(a->dtype, b->dtype, "%s: dtype", what);
+	cr_assert_eq(a->rank, b->rank, "%s: rank", what);
+	for (int i = 0; i < a->rank; i++)
+		cr_assert_eq(a->dims[i], b->dims[i], "%s: dim %d", what, i);
+	cr_assert_eq(a->nbytes, b->nbytes, "%s: bytes", what);
+	cr_assert(a->nbytes == 0 || memcmp(a->data, b->data, a->nbytes) == 0, "%s: bits differ", what);
+}
+
+static void expect_floats(const oq_rt *t, const double *want, size_t n, const char *what)
+{
+	cr_assert_eq(t->dtype, OQ_DT_FLOAT, "%s: dtype", what);
+	cr_assert_eq(t->nelem, n, "%s: %zu elements, want %zu", what, t->nelem, n);
+	for (size_t i = 0; i < n; i++)
+		cr_expect_eq(((const float *)t->data)[i], (float)want[i], "%s: element %zu is %g, want %g", what, i,
+			     (double)((const float *)t->data)[i], want[i]);
+}
+
+/* Observers of a folded and an unfolded run saw the same values in the same order. */
+static void expect_same_seen(const seen *a, const seen *b)
+{
+	cr_assert_eq(a->n, b->n, "observer saw %d values folded, %d unfolded", a->n, b->n);
+	for (int i = 0; i < a->n; i++) {
+		cr_expect_str_eq(a->names[i], b->names[i], "observed value #%d", i);
+		cr_assert_eq(a->nbytes[i], b->nbytes[i], "observed '%s': size", a->names[i]);
+		cr_expect(memcmp(a->bytes[i], b->bytes[i], a->nbytes[i]) == 0, "observed '%s': bits differ",
+			  a->names[i]);
+	}
+}
+
+/* ------------------------------------------------------------- models */
+
+/*
+ * The vit_b_16 export's pattern and its shape arithmetic:
+ *   Wi = Identity(W)            W [3, 2] = [[1, 2], [3, 4], [5, 6]]
+ *   Wt = Transpose(Wi)          [2, 3] = [[1, 3, 5], [2, 4, 6]]
+ *   p  = MatMul(x, Wt)          x [2, 1, 2] (batch dims broadcast against a 2-D B)
+ *   s  = Shape(Wt), s0 = Gather(s, 0) = 2, u = Unsqueeze(s0, [0]) = [2],
+ *   sh = Concat(u, c3) = [2, 3]  (c3 = Constant [3])
+ *   y  = Reshape(p, sh)         [2, 3]
+ *   wt = Wt (graph output)
+ * x = [[[1, 1]], [[2, -1]]]: p = [[1+2, 3+4, 5+6], [2-2, 6-4, 10-6]] = [[3, 7, 11], [0, 2, 4]].
+ * Folded: Identity, Transpose, Shape, Gather, Unsqueeze, Constant, Concat = 7 nodes.
+ */
+static gen_model *vit_like(void)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *gp;
+	Onnx__NodeProto *n;
+
+	gen_opset(g, "", 13);
+	gp = gen_graph(g);
+	gen_input(g, gp, "x", OQ_DT_FLOAT, GEN_SHAPE(2, 1, 2));
+	gen_init(g, gp, "W", OQ_DT_FLOAT, GEN_SHAPE(3, 2), GEN_VALS(1, 2, 3, 4, 5, 6));
+	gen_init(g, gp, "axes", OQ_DT_INT64, GEN_SHAPE(1), GEN_VALS(0));
+	gen_init(g, gp, "zero", OQ_DT_INT64, 0, NULL, GEN_VALS(0));
+	gen_node(g, gp, "Identity", "id", "W", "Wi");
+	n = gen_node(g, gp, "Transpose", "tr", "Wi", "Wt");
+	gen_attr_ints(g, n, "perm", 2, (const int64_t[]){1, 0});
+	gen_node(g, gp, "MatMul", "mm", "x,Wt", "p");
+	gen_node(g, gp, "Shape", "shape", "Wt", "s");
+	gen_node(g, gp, "Gather", "gather", "s,zero", "s0");
+	gen_node(g, gp, "Unsqueeze", "unsq", "s0,axes", "u");
+	n = gen_node(g, gp, "Constant", "c3", "", "c3");
+	gen_attr(g, n, "value", OQ_ATTR_TENSOR)->t = gen_tensor(g, "", OQ_DT_INT64, 1, (const int64_t[]){1},
+								GEN_VALS(3));
+	gen_attr_int(g, gen_node(g, gp, "Concat", "concat", "u,c3", "sh"), "axis", 0);
+	gen_node(g, gp, "Reshape", "reshape", "p,sh", "y");
+	gen_output(g, gp, "y", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+	gen_output(g, gp, "Wt", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+	return g;
+}
+
+static void input_x(oq_rt *x)
+{
+	static const float xv[] = {1, 1, 2, -1};
+	cr_assert_eq(oq_rt_alloc(x, OQ_DT_FLOAT, 3, (const int64_t[]){2, 1, 2}), OQ_OK);
+	memcpy(x->data, xv, sizeof xv);
+}
+
+Test(exec_fold, weight_transpose_and_shape_chain)
+{
+	gen_model *g = vit_like();
+	oq_rt x, f[2], u[2], two[2];
+	seen sf, su;
+
+	input_x(&x);
+	memset(&sf, 0, sizeof sf);
+	memset(&su, 0, sizeof su);
+	cr_expect_eq(run(g, 1, 1, NULL, &x, 1, f, 2, NULL, NULL, 0), 7, "folded nodes");
+	cr_expect_eq(run(g, 1, 0, NULL, &x, 1, u, 2, NULL, NULL, 0), 0, "folded nodes with no_fold");
+	expect_floats(&f[0], (const double[]){3, 7, 11, 0, 2, 4}, 6, "y");
+	expect_floats(&f[1], (const double[]){1, 3, 5, 2, 4, 6}, 6, "Wt (a folded graph output)");
+	cr_expect_eq(f[0].rank, 2);
+	expect_same(&f[0], &u[0], "y folded vs not");
+	expect_same(&f[1], &u[1], "Wt folded vs not");
+	for (int i = 0; i < 2; i++) {
+		oq_rt_release(&u[i]);
+		oq_rt_release(&f[i]);
+	}
+
+	/* observers: every node output, folded or not, in graph order with the same bits */
+	run(g, 1, 1, &sf, &x, 1, f, 2, NULL, NULL, 0);
+	run(g, 1, 0, &su, &x, 1, u, 2, NULL, NULL, 0);
+	cr_expect_eq(sf.n, 9, "observed values (one per node)");
+	expect_same_seen(&sf, &su);
+	{
+		size_t nb = 0;
+		const unsigned char *b = seen_get(&sf, "Wt", &nb);
+		float want[] = {1, 3, 5, 2, 4, 6};
+		cr_assert(b && nb == sizeof want, "observer saw the folded Wt");
+		cr_expect(memcmp(b, want, sizeof want) == 0, "observed Wt");
+	}
+	/* a second run of the same executor and 2 threads: same bits */
+	run(g, 2, 1, NULL, &x, 1, two, 2, NULL, NULL, 0);
+	expect_same(&f[0], &two[0], "y threads 1 vs 2");
+	for (int i = 0; i < 2; i++) {
+		oq_rt_release(&u[i]);
+		oq_rt_release(&f[i]);
+		oq_rt_release(&two[i]);
+	}
+	seen_free(&sf);
+	seen_free(&su);
+	oq_rt_release(&x);
+	gen_free(g);
+}
+
+/*
+ * A run reuses the folded values: two runs of one executor give the same
+ * outputs (nothing is released or overwritten by the first run), also when
+ * the folded value feeds an element-wise op with a run-time input.
+ * y = Add(x, Transpose(W)) with x [2, 3] = 10..15, W [3, 2] as above:
+ * W^T = [[1, 3, 5], [2, 4, 6]] -> y = [[11, 14, 17], [15, 18, 21]].
+ */
+Test(exec_fold, repeated_runs_reuse_constants)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *gp;
+	oq_model *m = NULL;
+	oq_exec *e = NULL;
+	oq_exec_opts o = {1};
+	oq_diag d;
+	oq_rt x, y;
+	static const float xv[] = {10, 11, 12, 13, 14, 15};
+
+	gen_opset(g, "", 13);
+	gp = gen_graph(g);
+	gen_input(g, gp, "x", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+	gen_init(g, gp, "W", OQ_DT_FLOAT, GEN_SHAPE(3, 2), GEN_VALS(1, 2, 3, 4, 5, 6));
+	gen_attr_ints(g, gen_node(g, gp, "Transpose", "tr", "W", "Wt"), "perm", 2, (const int64_t[]){1, 0});
+	gen_node(g, gp, "Add", "add", "x,Wt", "y");
+	gen_output(g, gp, "y", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_exec_new(m, &o, &e, &d), OQ_OK, "%s", d.msg);
+	cr_expect_eq(oq_exec_n_folded(e), 1);
+	cr_assert_eq(oq_rt_alloc(&x, OQ_DT_FLOAT, 2, (const int64_t[]){2, 3}), OQ_OK);
+	memcpy(x.data, xv, sizeof xv);
+	for (int r = 0; r < 3; r++) {
+		cr_assert_eq(oq_exec_run(e, &x, 1, &y, 1, &d), OQ_OK, "%s", d.msg);
+		expect_floats(&y, (const double[]){11, 14, 17, 15, 18, 21}, 6, "y");
+		oq_rt_release(&y);
+	}
+	oq_rt_release(&x);
+	oq_exec_free(e);
+	oq_model_free(m);
+	gen_free(g);
+}
+
+/*
+ * A subgraph reads a folded value of the main graph (outer scope):
+ * If(c) then: t = Identity(Wt) else: e = Identity(W), Wt = Transpose(W).
+ */
+Test(exec_fold, subgraph_reads_folded_outer_value)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *gp, *br;
+	Onnx__NodeProto *n;
+	oq_rt c, f, u;
+
+	gen_opset(g, "", 13);
+	gp = gen_graph(g);
+	gen_input(g, gp, "c", OQ_DT_BOOL, 0, NULL);
+	gen_init(g, gp, "W", OQ_DT_FLOAT, GEN_SHAPE(3, 2), GEN_VALS(1, 2, 3, 4, 5, 6));
+	gen_attr_ints(g, gen_node(g, gp, "Transpose", "tr", "W", "Wt"), "perm", 2, (const int64_t[]){1, 0});
+	n = gen_node(g, gp, "If", "if", "c", "y");
+	br = gen_attr_graph(g, n, "then_branch", "then");
+	gen_node(g, br, "Identity", "t", "Wt", "ty");
+	gen_output(g, br, "ty", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+	br = gen_attr_graph(g, n, "else_branch", "else");
+	gen_node(g, br, "Identity", "e", "W", "ey");
+	gen_output(g, br, "ey", OQ_DT_FLOAT, GEN_SHAPE(3, 2));
+	gen_output(g, gp, "y", OQ_DT_FLOAT, -1, NULL);
+	cr_assert_eq(oq_rt_alloc(&c, OQ_DT_BOOL, 0, NULL), OQ_OK);
+	((unsigned char *)c.data)[0] = 1;
+	cr_expect_eq(run(g, 1, 1, NULL, &c, 1, &f, 1, NULL, NULL, 0), 1, "folded: the Transpose only");
+	run(g, 1, 0, NULL, &c, 1, &u, 1, NULL, NULL, 0);
+	expect_floats(&f, (const double[]){1, 3, 5, 2, 4, 6}, 6, "then branch");
+	expect_same(&f, &u, "then branch folded vs not");
+	oq_rt_release(&f);
+	oq_rt_release(&u);
+	((unsigned char *)c.data)[0] = 0;
+	run(g, 1, 1, NULL, &c, 1, &f, 1, NULL, NULL, 0);
+	expect_floats(&f, (const double[]){1, 2, 3, 4, 5, 6}, 6, "else branch (W itself)");
+	oq_rt_release(&f);
+	oq_rt_release(&c);
+	gen_free(g);
+}
+
+/*
+ * Not folded: a node with a run-time input (Add(x, c)); a ConstantOfShape
+ * whose output is far bigger than its inputs (kept per run, freed after
+ * use); a node whose kernel fails at plan time (Reshape of 6 values to
+ * [4]): the run then reports the kernel's error as without folding.
+ */
+Test(exec_fold, what_is_not_folded)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *gp;
+	oq_rt x, f, u;
+	int ef = 0, eu = 0;
+	char mf[1024], mu[1024];
+
+	gen_opset(g, "", 13);
+	gp = gen_graph(g);
+	gen_input(g, gp, "x", OQ_DT_FLOAT, GEN_SHAPE(1));
+	gen_init(g, gp, "shape", OQ_DT_INT64, GEN_SHAPE(1), GEN_VALS(100000));
+	gen_node(g, gp, "ConstantOfShape", "big", "shape", "z");
+	gen_node(g, gp, "ReduceSum", "sum", "z", "s"); /* 0 (ConstantOfShape's default value) */
+	gen_node(g, gp, "Add", "add", "x,s", "y");
+	gen_output(g, gp, "y", OQ_DT_FLOAT, -1, NULL);
+	cr_assert_eq(oq_rt_alloc(&x, OQ_DT_FLOAT, 1, (const int64_t[]){1}), OQ_OK);
+	((float *)x.data)[0] = 2.5f;
+	cr_expect_eq(run(g, 1, 1, NULL, &x, 1, &f, 1, NULL, NULL, 0), 0, "nothing folded");
+	expect_floats(&f, (const double[]){2.5}, 1, "y");
+	oq_rt_release(&f);
+	gen_free(g);
+
+	g = gen_new(8);
+	gen_opset(g, "", 13);
+	gp = gen_graph(g);
+	gen_input(g, gp, "x", OQ_DT_FLOAT, GEN_SHAPE(1));
+	gen_init(g, gp, "W", OQ_DT_FLOAT, GEN_SHAPE(3, 2), GEN_VALS(1, 2, 3, 4, 5, 6));
+	gen_init(g, gp, "bad", OQ_DT_INT64, GEN_SHAPE(1), GEN_VALS(4));
+	gen_node(g, gp, "Reshape", "reshape", "W,bad", "r");
+	gen_node(g, gp, "Add", "add", "x,r", "y");
+	gen_output(g, gp, "y", OQ_DT_FLOAT, -1, NULL);
+	cr_expect_eq(run(g, 1, 1, NULL, &x, 1, &f, 1, &ef, mf, sizeof mf), 0, "nothing folded");
+	run(g, 1, 0, NULL, &x, 1, &u, 1, &eu, mu, sizeof mu);
+	cr_expect_neq(ef, OQ_OK, "the bad Reshape fails the run");
+	cr_expect_eq(ef, eu, "same status folded or not");
+	cr_expect_str_eq(mf, mu, "same message folded or not");
+	oq_rt_release(&x);
+	gen_free(g);
+}
+
+/*
+ * A folded weight that only a MatMul reads is packed and let go (a shell
+ * with its shape); an observer still sees it, rebuilt from the panels, with
+ * the bits of an unfolded, unpacked run. Also a Gemm whose B (transB) is
+ * an initializer. x [2, 2] = [[1, 1], [2, -1]], W [3, 2] as above:
+ *   Wt = Transpose(W) = [[1, 3, 5], [2, 4, 6]], p = MatMul(x, Wt) = [[3, 7, 11], [0, 2, 4]]
+ *   y = Gemm(x, W, transB = 1) = x W^T = p.
+ */
+Test(exec_fold, packed_weight_still_observed)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *gp;
+	oq_model *m = NULL;
+	oq_exec *e = NULL;
+	oq_exec_opts o = {1};
+	oq_diag d;
+	oq_rt x, f[2], u[2];
+	seen sf, su;
+	static const float xv[] = {1, 1, 2, -1};
+
+	__builtin_cpu_init();
+	gen_opset(g, "", 13);
+	gp = gen_graph(g);
+	gen_input(g, gp, "x", OQ_DT_FLOAT, GEN_SHAPE(2, 2));
+	gen_init(g, gp, "W", OQ_DT_FLOAT, GEN_SHAPE(3, 2), GEN_VALS(1, 2, 3, 4, 5, 6));
+	gen_attr_ints(g, gen_node(g, gp, "Transpose", "tr", "W", "Wt"), "perm", 2, (const int64_t[]){1, 0});
+	gen_node(g, gp, "MatMul", "mm", "x,Wt", "p");
+	gen_attr_int(g, gen_node(g, gp, "Gemm", "gemm", "x,W", "y"), "transB", 1);
+	gen_output(g, gp, "p", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+	gen_output(g, gp, "y", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+	cr_assert_eq(oq_rt_alloc(&x, OQ_DT_FLOAT, 2, (const int64_t[]){2, 2}), OQ_OK);
+	memcpy(x.data, xv, sizeof xv);
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_exec_new(m, &o, &e, &d), OQ_OK, "%s", d.msg);
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
+		cr_expect_eq(oq_exec_n_packed(e), 2, "MatMul and Gemm packed");
+	oq_exec_free(e);
+	oq_model_free(m);
+
+	memset(&sf, 0, sizeof sf);
+	memset(&su, 0, sizeof su);
+	run(g, 1, 1, &sf, &x, 1, f, 2, NULL, NULL, 0);
+	oq_exec_no_pack = 1;
+	run(g, 1, 0, &su, &x, 1, u, 2, NULL, NULL, 0);
+	oq_exec_no_pack = 0;
+	expect_floats(&f[0], (const double[]){3, 7, 11, 0, 2, 4}, 6, "p");
+	expect_floats(&f[1], (const double[]){3, 7, 11, 0, 2, 4}, 6, "y");
+	expect_same(&f[0], &u[0], "p packed vs not");
+	expect_same(&f[1], &u[1], "y packed vs not");
+	cr_expect_eq(sf.n, 3, "observed values (one per node)");
+	expect_same_seen(&sf, &su);
+	for (int i = 0; i < 2; i++) {
+		oq_rt_release(&u[i]);
+		oq_rt_release(&f[i]);
+	}
+	seen_free(&sf);
+	seen_free(&su);
+	oq_rt_release(&x);
+	gen_free(g);
+}
