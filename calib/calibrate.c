@@ -80,6 +80,8 @@ typedef struct calib {
 	double ema_c;      /* EMA constant */
 	ema *em;           /* g->n_values entries (ema only) */
 	oq_hist *h;        /* g->n_values entries (histogram methods); bin NULL: no non-zero value yet */
+	uint8_t *track;    /* g->n_values entries (histogram methods): 1 = h[i] is kept (filled, or
+			    * read from a statistics file) */
 	unsigned skip;     /* oq_calib_opts.skip_qmark */
 	const oq_value *oom; /* the value whose histogram could not be allocated, or NULL */
 } calib;
@@ -166,7 +168,8 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 	    !is_observed_dtype(t->dtype))
 		return 0;
 	i = v->index;
-	if ((rc = fold(&c->st[i], c->em ? &c->em[i] : NULL, c->h ? &c->h[i] : NULL, c->ema_c, t)))
+	if ((rc = fold(&c->st[i], c->em ? &c->em[i] : NULL, c->h && c->track[i] ? &c->h[i] : NULL,
+	               c->ema_c, t)))
 		c->oom = v;
 	return rc;
 }
@@ -340,7 +343,20 @@ static int pick(const calib *c, const oq_calib_opts *o, size_t i, double *lo, do
 		*hi = c->em[i].hi;
 		return OQ_OK;
 	}
-	if (!h || !h->bin) /* minmax, or no non-zero value: min/max is the range */
+	if (!h)
+		return OQ_OK; /* minmax */
+	if (!c->track[i]) {
+		/* only from a statistics file calibrated with other options (one machine keeps what
+		 * hist_need asks for) */
+		if (!o->hist_need || o->hist_need[i])
+			return oq_err(d, OQ_EINVAL,
+			              "calibrate: the statistics have no histogram for tensor '%s', "
+			              "whose range quantize needs: run calibrate with the same "
+			              "--include, --exclude, --overrides and --profile as quantize",
+			              name);
+		return OQ_OK; /* the quantize pass does not read this range */
+	}
+	if (!h->bin) /* no non-zero value: min/max is the range */
 		return OQ_OK;
 	if ((rc = grid_of(c, o, i, &dtype, &sym, d)))
 		return rc;
@@ -598,6 +614,7 @@ static void release(const oq_model *m, job *j, calib *c)
 		for (size_t i = 0; i < m->graph->n_values; i++)
 			oq_hist_free(&c->h[i]);
 	free(c->h);
+	free(c->track);
 	free(c->em);
 	if (j->pend)
 		for (size_t i = 0; i < j->batch * j->nin; i++)
@@ -621,15 +638,20 @@ static int calib_init(oq_model *m, const oq_calib_opts *o, calib *c, oq_diag *d)
 	c->st = oq_calloc(m->graph->n_values, sizeof *c->st);
 	if (o->method == OQ_CALIB_EMA)
 		c->em = oq_calloc(m->graph->n_values, sizeof *c->em);
-	if (is_hist(o->method))
+	if (is_hist(o->method)) {
 		c->h = oq_calloc(m->graph->n_values, sizeof *c->h);
-	if (!c->st || (o->method == OQ_CALIB_EMA && !c->em) || (is_hist(o->method) && !c->h))
+		c->track = oq_calloc(m->graph->n_values, 1);
+	}
+	if (!c->st || (o->method == OQ_CALIB_EMA && !c->em) ||
+	    (is_hist(o->method) && (!c->h || !c->track)))
 		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 	for (size_t i = 0; i < m->graph->n_values; i++) {
 		c->st[i].lo = INFINITY;
 		c->st[i].hi = -INFINITY;
-		if (c->h)
+		if (c->h) {
 			oq_hist_init(&c->h[i]);
+			c->track[i] = o->hist_need ? o->hist_need[i] != 0 : 1;
+		}
 	}
 	return OQ_OK;
 }
@@ -787,6 +809,9 @@ static int load_file(calib *c, const oq_stats *s, const char *what, oq_diag *d)
 {
 	const oq_graph *g = c->g;
 
+	if (c->track) /* the file says which histograms were kept */
+		memset(c->track, 0, g->n_values);
+
 	for (size_t k = 0; k < s->n; k++) {
 		const oq_stat *r = &s->v[k];
 		const oq_value *v = oq_graph_find(g, r->name);
@@ -801,8 +826,11 @@ static int load_file(calib *c, const oq_stats *s, const char *what, oq_diag *d)
 		t->lo = r->lo;
 		t->hi = r->hi;
 		t->n_bad = r->n_bad;
-		if (c->h && oq_hist_copy(&c->h[v->index], &r->h))
-			return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+		if (c->h) {
+			c->track[v->index] = (uint8_t)r->hist;
+			if (oq_hist_copy(&c->h[v->index], &r->h))
+				return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+		}
 	}
 	return OQ_OK;
 }
@@ -830,7 +858,8 @@ static int save_file(const calib *c, oq_stats *out, oq_diag *d)
 		r->lo = t->lo;
 		r->hi = t->hi;
 		r->n_bad = t->n_bad;
-		if (!(r->name = oq_strdup(g->values[i]->name)) || (c->h && oq_hist_copy(&r->h, &c->h[i])))
+		r->hist = c->h && c->track[i];
+		if (!(r->name = oq_strdup(g->values[i]->name)) || (r->hist && oq_hist_copy(&r->h, &c->h[i])))
 			return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 	}
 	for (size_t i = 1; i < out->n; i++) /* values are few: insertion sort by name */
@@ -920,6 +949,7 @@ fail:
 		for (size_t i = 0; i < m->graph->n_values; i++)
 			oq_hist_free(&c.h[i]);
 	free(c.h);
+	free(c.track);
 	free(c.em);
 	free(c.st);
 	return rc;

@@ -55,6 +55,9 @@ typedef struct oq_calib_opts {
 			      * tensors without negatives (oq_act_form) */
 	oq_calib_grid_fn grid; /* per-tensor grid instead of act_type / act_sym, or NULL */
 	void *grid_ctx;      /* its context */
+	const uint8_t *hist_need; /* per main-graph value (oq_value.index): 1 when the quantize pass
+			      * reads its range (oq_quantize_range_needs): the histogram methods
+			      * keep histograms for these only (the others get min/max); NULL: all */
 	size_t batch;        /* --calib-batch N: samples run together along axis 0 (symbolic batch dim); 0/1 = one */
 	uint32_t shard, n_shards; /* --shard I/N (0-based I) for oq_calibrate_stats; n_shards 0 = 1 */
 	const oq_stats *stats;    /* quantize --stats: merged statistics instead of samples, or NULL */

@@ -749,6 +749,7 @@ typedef struct msectx {
 	double *C, *S1, *S2; /* n + 1 entries each */
 	double w;            /* bin width */
 	int dtype, form;     /* target grid: activation dtype and oq_qparams form */
+	int fp8;             /* dtype is float8e4m3fn (|x| bins, binade model) */
 	int64_t qmin, qmax;  /* the form's grid */
 } msectx;
 
@@ -786,35 +787,81 @@ static double first_at_or_above(const msectx *m, double x)
 	return k < 0 ? 0 : k;
 }
 
-/* Expected squared error of range [a, b] on the target grid; +inf when it has no qparams. */
+/* The level (integer code) the quantize pass gives x on the grid (s, zp): round half to even,
+ * saturated. */
+static int64_t level(const msectx *m, double x, double s, int64_t zp)
+{
+	double q = nearbyint(x / s) + (double)zp;
+	return q < (double)m->qmin ? m->qmin : q > (double)m->qmax ? m->qmax : (int64_t)q;
+}
+
+/* Squared error of cnt values spread evenly over [l, r] that all become v. */
+static double seg(double cnt, double l, double r, double v)
+{
+	double d = 0.5 * (l + r) - v, len = r - l;
+	return cnt * (d * d + len * len / 12);
+}
+
+/* Squared error of the part [l, r] of bin k (its count spread evenly over the bin) becoming v. */
+static double part(const msectx *m, size_t k, double l, double r, double v)
+{
+	return r > l ? seg((double)m->h->bin[k] * (r - l) / m->w, l, r, v) : 0;
+}
+
+/*
+ * Expected squared error of range [a, b] on the target grid (+inf when it has no qparams),
+ * each bin's count spread evenly over the bin (a piecewise-constant density) and quantized by
+ * the pass' Q then DQ (round to nearest level, clipping at the grid ends). Level j takes
+ * [v - s/2, v + s/2) (v = (j - zp) s; the end levels reach to -inf / +inf): the bins wholly
+ * inside cost sum cnt ((c - v)^2 + w^2/12), O(1) from the prefix sums, and the one or two bins
+ * cut by the cell's ends cost their share (seg). The result is exact for that density and
+ * continuous in a and b, so the search does not jump between ranges that happen to align bin
+ * centres with levels (a bin-centre model did: rounding error that depends on the binning).
+ * One step per level between those of the lowest and highest bin edge; a step narrower than a
+ * bin (16-bit grids) makes that more steps than bins, and each bin costs its clipped part
+ * exactly and s^2/12 per value inside the grid instead (values spread over many steps).
+ */
 static double mse_err(const msectx *m, double a, double b)
 {
-	float s;
-	int64_t zp;
-	double gl, gh, n = (double)m->h->n, e = 0, c0, c1, c2, in0, z0, iz0, iz1, lo_in, hi_in;
+	float sf;
+	int64_t zp, j0, j1;
+	double s, n = (double)m->h->n, lo = m->h->lo, hi = m->h->hi, w = m->w, e = 0, gl, gh;
 
-	if (oq_qparams(a, b, m->dtype, m->form, 0, &s, &zp) || !(s > 0))
+	if (oq_qparams(a, b, m->dtype, m->form, 0, &sf, &zp) || !(sf > 0))
 		return INFINITY;
+	s = sf;
 	gl = (double)(m->qmin - zp) * s;
 	gh = (double)(m->qmax - zp) * s;
-	/* clipping above gh */
-	hi_in = first_above(m, gh);
-	sums(m, hi_in, n, &c0, &c1, &c2);
-	e += c2 - 2 * gh * c1 + gh * gh * c0;
-	/* clipping below gl */
-	lo_in = first_at_or_above(m, gl);
-	sums(m, 0, lo_in, &c0, &c1, &c2);
-	e += c2 - 2 * gl * c1 + gl * gl * c0;
-	/* in range: near-zero bins round to 0, the rest carry s^2/12 */
-	sums(m, lo_in, hi_in, &in0, &c1, &c2);
-	iz0 = first_above(m, -(double)s / 2);
-	iz1 = first_at_or_above(m, (double)s / 2);
-	if (iz0 < lo_in)
-		iz0 = lo_in;
-	if (iz1 > hi_in)
-		iz1 = hi_in;
-	sums(m, iz0, iz1, &z0, &c1, &c2);
-	e += c2 + (in0 - z0) * (double)s * (double)s / 12;
+	if (s < w) {
+		for (size_t k = 0; k < m->h->n; k++) {
+			double l = lo + (double)k * w, r = l + w, cnt = (double)m->h->bin[k], in;
+			if (!cnt)
+				continue;
+			e += part(m, k, l, fmin(r, gl), gl) + part(m, k, fmax(l, gh), r, gh);
+			in = fmin(r, gh) - fmax(l, gl);
+			e += in > 0 ? cnt * in / w * s * s / 12 : 0;
+		}
+		return e;
+	}
+	j0 = level(m, lo, s, zp);
+	j1 = level(m, hi, s, zp);
+	for (int64_t j = j0; j <= j1; j++) {
+		double v = (double)(j - zp) * s, cl = v - 0.5 * s, cr = v + 0.5 * s, kl, kr, c0, c1, c2;
+		/* whole bins [kl, kr): left edge >= cl, right edge <= cr */
+		kl = j == j0 ? 0 : fmin(fmax(ceil((cl - lo) / w), 0), n);
+		kr = j == j1 ? n : fmin(fmax(floor((cr - lo) / w), 0), n);
+		if (kr > kl) {
+			sums(m, kl, kr, &c0, &c1, &c2);
+			e += fmax(c2 - 2 * v * c1 + v * v * c0, 0) + c0 * w * w / 12;
+		} else {
+			kr = kl; /* the cell lies inside one bin: cannot happen with s >= w */
+		}
+		/* the bin cut by the cell's left end, from there on; the one cut by its right end */
+		if (j != j0 && kl >= 1)
+			e += part(m, (size_t)kl - 1, cl, fmin(lo + kl * w, cr), v);
+		if (j != j1 && kr < n && lo + kr * w < cr)
+			e += part(m, (size_t)kr, fmax(lo + kr * w, cl), cr, v);
+	}
 	return e;
 }
 
@@ -848,12 +895,71 @@ static double mse_err_fp8(const msectx *m, double t)
 	return e;
 }
 
+/* Which end a search moves. */
+enum { END_SYM, END_HI, END_LO };
+
+/* Error of the range with end `which` at t (the other end at a or b; END_SYM: [-t, t]). */
+static double err_at(const msectx *m, int which, double a, double b, double t)
+{
+	if (which == END_SYM)
+		return m->fp8 ? mse_err_fp8(m, t) : mse_err(m, -t, t);
+	return which == END_HI ? mse_err(m, a, t) : mse_err(m, t, b);
+}
+
+#define COARSE 32 /* candidates of a search's first pass */
+#define REFINE 8  /* each further pass looks 8 times closer */
+
+/*
+ * The least-error end among the edges k0..k1 of m's bins, or `cur` (error *best) when none is
+ * better. Candidates are tried from the wide end (END_LO: k0 up, else k1 down) and only a
+ * strictly smaller error wins, so ties keep the wider range. The error is smooth in the end
+ * (mse_err), so the search narrows down instead of trying every edge: every step-th edge
+ * (step = ceil(count / COARSE)), then around the best so far every step/REFINE-th edge within
+ * one step, and so on down to single edges: about COARSE + 2 REFINE log_REFINE(count / COARSE)
+ * evaluations (80 for 4096 edges) instead of count.
+ */
+static double search(const msectx *m, int which, double a, double b, size_t k0, size_t k1,
+		     double cur, double *best)
+{
+	size_t cnt = k1 - k0 + 1, step = (cnt + COARSE - 1) / COARSE, bi = 0;
+	double bt = cur;
+
+	if (k1 < k0)
+		return cur;
+	for (size_t i = 0;; ) {
+		double t = edge(m->h, which == END_LO ? k0 + i : k1 - i), e = err_at(m, which, a, b, t);
+		if (e < *best) {
+			*best = e;
+			bt = t;
+			bi = i;
+		}
+		if ((i += step) >= cnt)
+			break;
+	}
+	while (step > 1) {
+		size_t ns = (step + REFINE - 1) / REFINE, c = bi, from = c > step ? c - step : 0;
+		for (size_t i = from + ns; i < c + step && i < cnt; i += ns) {
+			double t, e;
+			if (i == c)
+				continue;
+			t = edge(m->h, which == END_LO ? k0 + i : k1 - i);
+			if ((e = err_at(m, which, a, b, t)) < *best) {
+				*best = e;
+				bt = t;
+				bi = i;
+			}
+		}
+		step = ns;
+	}
+	return bt;
+}
+
 int oq_select_mse(const oq_hbins *h, double lo, double hi, int dtype, int form, double *out_lo,
 		  double *out_hi)
 {
 	msectx m;
 	size_t n = h->n;
-	int rc = OQ_OK, fp8, sym;
+	int rc = OQ_OK, sym;
 
 	*out_lo = lo;
 	*out_hi = hi;
@@ -861,10 +967,10 @@ int oq_select_mse(const oq_hbins *h, double lo, double hi, int dtype, int form, 
 	m.h = h;
 	m.dtype = dtype;
 	m.form = form;
-	fp8 = oq_qtype_is_fp8(dtype);
+	m.fp8 = oq_qtype_is_fp8(dtype);
 	sym = oq_qform_mirrored(dtype, form);
 	if (sym != !!h->abs ||
-	    (fp8 ? form == OQ_QP_ASYM : !oq_qgrid(dtype, form, 0, &m.qmin, &m.qmax)))
+	    (m.fp8 ? form == OQ_QP_ASYM : !oq_qgrid(dtype, form, 0, &m.qmin, &m.qmax)))
 		return OQ_EINVAL;
 	m.w = (h->hi - h->lo) / (double)n;
 	m.C = oq_malloc((n + 1) * sizeof *m.C);
@@ -882,50 +988,24 @@ int oq_select_mse(const oq_hbins *h, double lo, double hi, int dtype, int form, 
 		m.S2[k + 1] = m.S2[k] + cnt * c * c;
 	}
 	if (sym) {
-		double bt = fmax(-lo, hi), best = fp8 ? mse_err_fp8(&m, bt) : mse_err(&m, -bt, bt);
-		for (size_t k = n; k-- > 1;) {
-			double t = edge(h, k), e = fp8 ? mse_err_fp8(&m, t) : mse_err(&m, -t, t);
-			if (e < best) {
-				best = e;
-				bt = t;
-			}
-		}
+		double bt = fmax(-lo, hi), best = err_at(&m, END_SYM, 0, 0, bt);
+		bt = search(&m, END_SYM, 0, 0, 1, n - 1, bt, &best);
 		*out_lo = -bt;
 		*out_hi = bt;
 	} else {
-		double a = lo, b = hi, best = mse_err(&m, a, b);
+		/* edges above 0: k > -lo / w; below 0: k < -lo / w (edge k = lo + k w, exact) */
+		double z = -h->lo / m.w, a = lo, b = hi, best = mse_err(&m, a, b);
+		size_t kp = z < 0 ? 1 : (size_t)floor(z) + 1, kn = z <= 1 ? 0 : (size_t)ceil(z) - 1;
 		for (int round = 0; round < 8; round++) {
-			int moved = 0;
-			if (b > 0) { /* upper end over the edges above 0 */
-				double nb = b;
-				for (size_t k = n; k-- > 1;) {
-					double t = edge(h, k), e;
-					if (t <= 0)
-						break;
-					if ((e = mse_err(&m, a, t)) < best) {
-						best = e;
-						nb = t;
-					}
-				}
-				moved |= nb != b;
-				b = nb;
-			}
-			if (a < 0 && form == OQ_QP_ASYM) { /* lower end over the edges below 0 */
-				double na = a;
-				for (size_t k = 1; k < n; k++) {
-					double t = edge(h, k), e;
-					if (t >= 0)
-						break;
-					if ((e = mse_err(&m, t, b)) < best) {
-						best = e;
-						na = t;
-					}
-				}
-				moved |= na != a;
-				a = na;
-			}
-			if (!moved)
+			double na = a, nb = b;
+			if (b > 0 && kp < n)
+				nb = search(&m, END_HI, a, b, kp, n - 1, b, &best);
+			if (a < 0 && form == OQ_QP_ASYM && kn >= 1)
+				na = search(&m, END_LO, a, nb, 1, kn < n - 1 ? kn : n - 1, a, &best);
+			if (na == a && nb == b)
 				break;
+			a = na;
+			b = nb;
 		}
 		*out_lo = a;
 		*out_hi = b;

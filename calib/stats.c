@@ -196,24 +196,26 @@ int oq_stats_encode(oq_stats *s, uint8_t **buf, size_t *len, oq_diag *d)
 		size_t l = strlen(r->name);
 		put_u32(&w, (uint32_t)l);
 		put(&w, r->name, l);
-		int bins = s->kind == OQ_STATS_HIST && r->h.bin;
-		put_u32(&w, (uint32_t)(r->seen ? 1 : 0) | (bins ? 2u : 0u));
+		int hist = s->kind == OQ_STATS_HIST && r->hist;
+		uint32_t used[2] = {0, 0};
+		put_u32(&w, (uint32_t)(r->seen ? 1 : 0) | (hist ? 2u : 0u));
 		put_f64(&w, r->lo);
 		put_f64(&w, r->hi);
 		put_u64(&w, r->n_bad);
-		if (s->kind == OQ_STATS_HIST)
-			put_u64(&w, r->h.n_zero);
-		if (bins) {
-			put_u32(&w, (uint32_t)(r->h.e - OQ_HIST_EMIN));
-			for (size_t side = 0; side < 2; side++) {
-				const uint64_t *b = r->h.bin + side * OQ_HIST_SIDE;
-				uint32_t used = OQ_HIST_SIDE;
-				while (used && !b[used - 1])
-					used--;
-				put_u32(&w, used);
-				for (uint32_t k = 0; k < used; k++)
-					put_u64(&w, b[k]);
-			}
+		if (!hist)
+			continue;
+		for (size_t side = 0; side < 2 && r->h.bin; side++) {
+			const uint64_t *b = r->h.bin + side * OQ_HIST_SIDE;
+			used[side] = OQ_HIST_SIDE;
+			while (used[side] && !b[used[side] - 1])
+				used[side]--;
+		}
+		put_u64(&w, r->h.n_zero);
+		put_u32(&w, used[0] || used[1] ? (uint32_t)(r->h.e - OQ_HIST_EMIN) : 0);
+		for (size_t side = 0; side < 2; side++) {
+			put_u32(&w, used[side]);
+			for (uint32_t k = 0; k < used[side]; k++)
+				put_u64(&w, r->h.bin[side * OQ_HIST_SIDE + k]);
 		}
 	}
 	if (!w.bad)
@@ -308,22 +310,16 @@ static int get_record(rbuf *r, int kind, oq_stat *st, const char *prev, const ch
 	st->seen = (int)(flags & 1);
 	if (isnan(st->lo) || isnan(st->hi) || (st->lo <= st->hi && (!isfinite(st->lo) || !isfinite(st->hi))))
 		return corrupt(d, what, "bad range");
-	if (kind != OQ_STATS_HIST)
-		return flags & 2 ? corrupt(d, what, "histogram in a ranges file") : OQ_OK;
-	if (!get_u64(r, &st->h.n_zero))
-		return corrupt(d, what, "truncated record");
-	total = st->h.n_zero;
 	if (!(flags & 2))
 		return OQ_OK;
-	/* bins hold finite non-zero values, so the record has a finite range */
-	if (!(st->lo <= st->hi) || !st->seen)
-		return corrupt(d, what, "histogram without a range");
-	if (!get_u32(r, &e))
+	if (kind != OQ_STATS_HIST)
+		return corrupt(d, what, "histogram in a ranges file");
+	st->hist = 1;
+	if (!get_u64(r, &st->h.n_zero) || !get_u32(r, &e))
 		return corrupt(d, what, "truncated histogram");
 	if (e > (uint32_t)(OQ_HIST_EMAX - OQ_HIST_EMIN))
 		return corrupt(d, what, "bad histogram exponent");
-	if (oq_hist_reserve(&st->h, (int)e + OQ_HIST_EMIN))
-		return oq_err(d, OQ_ENOMEM, "stats: out of memory");
+	total = st->h.n_zero;
 	for (size_t side = 0; side < 2; side++) {
 		uint32_t used;
 		if (!get_u32(r, &used))
@@ -332,6 +328,13 @@ static int get_record(rbuf *r, int kind, oq_stat *st, const char *prev, const ch
 			return corrupt(d, what, "bad histogram bin count");
 		if ((size_t)used > (r->len - r->at) / 8)
 			return corrupt(d, what, "truncated histogram");
+		if (!used)
+			continue;
+		/* bins hold finite non-zero values, so the record has a finite range */
+		if (!(st->lo <= st->hi) || !st->seen)
+			return corrupt(d, what, "histogram without a range");
+		if (oq_hist_reserve(&st->h, (int)e + OQ_HIST_EMIN))
+			return oq_err(d, OQ_ENOMEM, "stats: out of memory");
 		for (size_t k = 0; k < used; k++) {
 			uint64_t *c = &st->h.bin[side * OQ_HIST_SIDE + k];
 			(void)get_u64(r, c);
@@ -341,6 +344,8 @@ static int get_record(rbuf *r, int kind, oq_stat *st, const char *prev, const ch
 			total += *c;
 		}
 	}
+	if (!st->h.bin && e)
+		return corrupt(d, what, "bad histogram exponent"); /* no bins: written as 0 */
 	return OQ_OK;
 }
 
@@ -608,6 +613,11 @@ static int merge_stat(oq_stat *a, const oq_stat *b, const char *bname, oq_diag *
 	a->hi = b->hi > a->hi ? b->hi : a->hi;
 	if (!add_u64(&a->n_bad, b->n_bad))
 		return oq_err(d, OQ_EINVAL, "stats: %s: tensor '%s': NaN/Inf count overflows",
+			      bname, a->name);
+	if (a->hist != b->hist)
+		return oq_err(d, OQ_EINVAL,
+			      "stats: %s: tensor '%s' has a histogram in one file and not in the other; "
+			      "calibrate every shard with the same options",
 			      bname, a->name);
 	/* both totals fit (checked when read); their sum bounds every count of the merge */
 	t = hist_total(&a->h, &ok);

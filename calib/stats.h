@@ -31,10 +31,11 @@
  *   | ceil(N/8) bytes of coverage bitmap (shard I: bit I%8 of byte I/8)
  *   | u64 record count | records | u64 checksum of everything before it.
  * A record: u32 name length | name bytes (no NUL) | u32 flags (1 seen,
- *   2 histogram bins) | f64 min | f64 max | u64 NaN/Inf count, then in a
- *   histogram file u64 exact zeros, then with flag 2: u32 e - OQ_HIST_EMIN
- *   | u32 P | P x u64 (bins 0..P-1 of x > 0) | u32 M | M x u64 (bins of
- *   x < 0); the bins past P, M are empty (trailing empty bins are left out).
+ *   2 histogram) | f64 min | f64 max | u64 NaN/Inf count, then with flag 2
+ *   (histogram files only; tensors whose range quantize reads): u64 exact
+ *   zeros | u32 e - OQ_HIST_EMIN | u32 P | P x u64 (bins 0..P-1 of x > 0)
+ *   | u32 M | M x u64 (bins of x < 0); the bins past P, M are empty
+ *   (trailing empty bins are left out; P = M = 0: no bins, and e - EMIN 0).
  * Records are sorted by name (strcmp) and unique.
  */
 #ifndef OQ_STATS_H
@@ -61,7 +62,8 @@ typedef struct oq_stat {
 	int seen;       /* observed with a float dtype */
 	double lo, hi;  /* finite min/max; lo > hi when no finite value was seen */
 	uint64_t n_bad; /* NaN/Inf elements skipped */
-	oq_hist h;      /* histogram (histogram files; h.bin NULL: no non-zero finite value) */
+	int hist;       /* histogram files: the histogram was kept (the tensor's range is needed) */
+	oq_hist h;      /* that histogram (h.bin NULL: no non-zero finite value) */
 } oq_stat;
 
 /* A statistics file in memory. */

@@ -157,6 +157,16 @@ int oq_quantize_act_grid(const oq_opts *o, const oq_value *v, const oq_node *pro
 const oq_node *oq_quantize_grid_node(const oq_opts *o, const oq_value *v);
 
 /*
+ * need[i] (g->n_values entries) = 1 for the main-graph values whose calibrated range the
+ * quantize pass with options o reads, else 0: the activations that get their own Q (after
+ * --include/--exclude, overrides and the profile), not those that share their input's
+ * parameters (Reshape, pooling, ...), take a fixed [0, 1] (Softmax) or an override's range or
+ * parameters. Calibration keeps histograms for these only. Bad --include/--exclude names are
+ * OQ_EUSAGE, as in the pass.
+ */
+int oq_quantize_range_needs(oq_graph *g, const oq_opts *o, uint8_t *need, oq_diag *d) OQ_WUR;
+
+/*
  * Stores `data` (float32, dims) as input idx of n (idx may be past n's last
  * input: the input is added): replaced in place when n is the value's only
  * live reader and the value is private (not a graph input/output, not

@@ -971,6 +971,60 @@ static int count_subgraphs(oq_graph *sub, oq_node *owner, void *ctx)
 
 /* ------------------------------------------------------------ entry */
 
+static void ctx_free_needs(qctx *c)
+{
+	free(c->info);
+	free(c->need);
+}
+
+int oq_quantize_range_needs(oq_graph *g, const oq_opts *o, uint8_t *need, oq_diag *d)
+{
+	qctx c;
+	int rc;
+
+	memset(need, 0, g->n_values);
+	if (o->weight_only || g->parent)
+		return OQ_OK;
+	memset(&c, 0, sizeof c);
+	c.g = g;
+	c.o = o;
+	c.d = d;
+	c.trt = o->profile == OQ_PROFILE_TRT;
+	if ((rc = check_lists(&c)))
+		return rc;
+	c.nv = g->n_values;
+	c.nn = g->n_nodes;
+	c.info = oq_calloc(c.nn + 1, sizeof *c.info);
+	c.need = oq_calloc(c.nv + 1, 1);
+	if (!c.info || !c.need) {
+		ctx_free_needs(&c);
+		return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+	}
+	/* the pass' selection and wanted values (drop_activations moves a folded activation's
+	 * output to the producer but does not change which values are wanted) */
+	select_nodes(&c);
+	mark_needed(&c);
+	for (size_t i = 0; i < c.nv; i++) {
+		const oq_value *v = g->values[i];
+		const oq_node *p = v->producer;
+		const opinfo *f = p && p->index < c.nn && g->nodes[p->index] == p ? c.info[p->index] : NULL;
+		const oq_override *t = tovr(&c, v->name), *n = novr(&c, oq_quantize_grid_node(o, v));
+		if (!c.need[i])
+			continue;
+		/* own_qp's fixed parameters and ranges, and value_qp's shared ones, need no range */
+		if ((t && (t->has_qparams || t->has_range)) || (n && (n->has_qparams || n->has_range)))
+			continue;
+		if (f && f->kind == K_SOFTMAX)
+			continue;
+		if (f && f->kind == K_SHARE && p->n_inputs && p->inputs[0] && p->inputs[0]->index < c.nv &&
+		    c.need[p->inputs[0]->index] && !overridden(&c, v) && !novr(&c, p))
+			continue;
+		need[i] = 1;
+	}
+	ctx_free_needs(&c);
+	return OQ_OK;
+}
+
 static void ctx_free(qctx *c)
 {
 	free(c->info);

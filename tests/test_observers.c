@@ -22,6 +22,7 @@
 #include "gen_model.h"
 #include "npy.h"
 #include "observe.h"
+#include "pass.h"
 #include "qparams.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -530,7 +531,8 @@ static void mse_check(const float *x, size_t n, double lo, double hi, int sym, d
 	view_of(x, n, lo, hi, sym, &h);
 	cr_assert_eq(oq_select_mse(&h, lo, hi, dt, form, &a, &b), OQ_OK);
 	e = sse(x, n, a, b, dt, form);
-	cr_expect(e <= sse(x, n, lo, hi, dt, form), "mse worse than min/max");
+	cr_expect(e <= sse(x, n, lo, hi, dt, form), "mse worse than min/max: [%g, %g] %g vs %g", a, b,
+	          e, sse(x, n, lo, hi, dt, form));
 	cr_expect(e <= 1.02 * sse(x, n, a, b * 0.8, dt, form), "0.8 x hi is better: [%g, %g]", a, b);
 	cr_expect(e <= 1.02 * sse(x, n, a, b * 1.25, dt, form), "1.25 x hi is better: [%g, %g]", a,
 	          b);
@@ -875,4 +877,113 @@ Test(observers, method_names)
 	cr_expect_eq(oq_calib_method_parse("mse"), OQ_CALIB_MSE);
 	cr_expect_eq(oq_calib_method_parse("kl"), -1);
 	cr_expect_str_eq(oq_calib_method_name(OQ_CALIB_ENTROPY), "entropy");
+}
+
+/* ------------------------------------------------------------ per-tensor grids */
+
+/* oq_calib_grid_fn as the pipeline's: the quantize pass' resolution (ctx: its options). */
+static int pass_grid(void *ctx, const oq_value *v, int *dtype, int *act_sym, oq_diag *d)
+{
+	const oq_opts *q = ctx;
+	return oq_quantize_act_grid(q, v, oq_quantize_grid_node(q, v), dtype, act_sym, d);
+}
+
+#define BIG 65536
+
+/*
+ * x float[1, 65536] -> Relu -> r, 16 samples of uniform [0, 1) and one 20 (sample 5). For r:
+ *   uint8 (s = t/255): keeping the 20 costs about N s^2/12 = 1M (20/255)^2/12 = 512 in squared
+ *     error, clipping it to t ~ 1 costs (20 - t)^2 ~ 361: mse clips, far below 20;
+ *   int16 (s = t/65535): keeping it costs 1M (20/65535)^2/12 < 0.01, any clipping below 20
+ *     costs (20 - t)^2: mse keeps [0, 20] exactly.
+ * A tensor override {"r": {"dtype": "int16"}} (or a node override on relu) must give r the
+ * int16 search, equal to oq_select_mse on r's bins with int16, while x keeps uint8's.
+ */
+Test(observers, per_tensor_grid_from_overrides, .init = setup, .fini = teardown)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg = gen_graph(g);
+	oq_model *m;
+	oq_diag d;
+	oq_opts q;
+	oq_override ov;
+	oq_calib_opts o;
+	oq_ranges r8, r16, rn;
+	oq_hist h;
+	oq_hbins b;
+	float *v = malloc(BIG * sizeof *v), amax = 0, vmin = INFINITY;
+	uint64_t s = 17;
+	double lo, hi;
+
+	cr_assert_not_null(v);
+	gen_opset(g, "", 13);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, BIG));
+	gen_node(g, mg, "Relu", "relu", "x", "r");
+	gen_output(g, mg, "r", OQ_DT_FLOAT, GEN_SHAPE(1, BIG));
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(mkdir(at("c"), 0700), 0);
+	oq_hist_init(&h);
+	for (int i = 0; i < 16; i++) {
+		char rel[32];
+		for (int k = 0; k < BIG; k++)
+			v[k] = unif(&s);
+		if (i == 5)
+			v[77] = 20;
+		snprintf(rel, sizeof rel, "c/%03d.npy", i);
+		cr_assert_eq(oq_npy_write(at(rel), OQ_DT_FLOAT, 2, (const int64_t[]){1, BIG}, v,
+		                          BIG * 4, &d), OQ_OK, "%s", d.msg);
+		for (int k = 0; k < BIG; k++) {
+			amax = v[k] > amax ? v[k] : amax;
+			vmin = v[k] < vmin ? v[k] : vmin;
+		}
+		cr_assert_eq(oq_hist_add_f32(&h, v, BIG, amax), OQ_OK);
+	}
+	oq_opts_init(&q);
+	memset(&ov, 0, sizeof ov);
+	ov.name = "r";
+	ov.dtype = OQ_DT_INT16;
+	ov.symmetric = -1;
+	ov.granularity = -1;
+	memset(&o, 0, sizeof o);
+	o.source = at("c");
+	o.threads = 1;
+	o.method = OQ_CALIB_MSE;
+	o.grid = pass_grid;
+	o.grid_ctx = &q;
+	cr_assert_eq(oq_calibrate(m, &o, &r8, &d), OQ_OK, "%s", d.msg);
+	q.overrides = &ov;
+	q.n_overrides = 1;
+	cr_assert_eq(oq_calibrate(m, &o, &r16, &d), OQ_OK, "%s", d.msg);
+	ov.name = "relu"; /* the same as a node entry of r's producer */
+	ov.is_node = 1;
+	cr_assert_eq(oq_calibrate(m, &o, &rn, &d), OQ_OK, "%s", d.msg);
+
+	/* (no exact 0 in the data: r's minimum is the data's smallest value) */
+	cr_expect(find(&r8, "r")->max < 10 && find(&r8, "r")->min == vmin, "uint8: r [%g, %g]",
+	          find(&r8, "r")->min, find(&r8, "r")->max);
+	cr_expect(find(&r16, "r")->min == vmin && find(&r16, "r")->max == 20, "int16: r [%g, %g]",
+	          find(&r16, "r")->min, find(&r16, "r")->max);
+	cr_assert_eq(oq_hist_view(&h, vmin, 20, 0, &b), OQ_OK);
+	cr_assert_eq(oq_select_mse(&b, vmin, 20, OQ_DT_INT16, OQ_QP_ASYM, &lo, &hi), OQ_OK);
+	cr_expect(find(&r16, "r")->min == (float)lo && find(&r16, "r")->max == (float)hi,
+	          "direct int16 search [%g, %g]", lo, hi);
+	cr_assert_eq(oq_select_mse(&b, vmin, 20, OQ_DT_UINT8, OQ_QP_ASYM, &lo, &hi), OQ_OK);
+	cr_expect(find(&r8, "r")->max == (float)hi, "direct uint8 search [%g, %g]", lo, hi);
+	/* the node entry gives the same; x (no entry) keeps the uint8 search in every run */
+	cr_expect(find(&rn, "r")->max == 20);
+	cr_expect(find(&r16, "x")->max == find(&r8, "x")->max && find(&r8, "x")->max < 10);
+	/* entropy has no 16-bit search: a usage error naming the tensor */
+	o.method = OQ_CALIB_ENTROPY;
+	oq_diag_init(&d);
+	cr_expect_eq(oq_calibrate(m, &o, &rn, &d), OQ_EUSAGE);
+	cr_expect(strstr(d.msg, "'r'") && strstr(d.msg, "int16"), "%s", d.msg);
+	oq_hbins_free(&b);
+	oq_hist_free(&h);
+	oq_ranges_free(&r8);
+	oq_ranges_free(&r16);
+	oq_ranges_free(&rn);
+	oq_model_free(m);
+	gen_free(g);
+	free(v);
 }

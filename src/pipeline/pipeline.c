@@ -255,6 +255,7 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	size_t n_ov = 0, n_all = 0;
 	oq_encodings enc = {0};
 	oq_stats stats = {0};
+	uint8_t *need = NULL;
 	oq_bc_stats bcs = {0};
 	oq_bc_collect *bcc = NULL;
 	oq_opts q = o->q;
@@ -320,6 +321,15 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	t1 = now();
 	/* after cleanup, which turns Constant-node weights (PaddleOCR) into initializers */
 	init_bytes(m->graph, &fl0, &in0);
+	/* the tensors whose ranges the quantize pass will read: only they need histograms */
+	if (o->stats_out || (quantize && !q.weight_only)) {
+		if (!(need = oq_calloc(m->graph->n_values + 1, 1))) {
+			rc = oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+			goto out;
+		}
+		if ((rc = oq_quantize_range_needs(m->graph, &q, need, d)))
+			goto out;
+	}
 
 	/* calibrate one shard into a statistics file */
 	if (o->stats_out) {
@@ -328,6 +338,7 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		co.act_type = q.act_type;
 		co.act_sym = q.act_sym;
 		co.skip_qmark = OQ_QM_INTERNAL; /* as below: same ranges, fused Convs kept */
+		co.hist_need = need;
 		if ((rc = oq_calibrate_stats(m, &co, &stats, d)) ||
 		    (rc = oq_stats_write(o->stats_out, &stats, d)))
 			goto out;
@@ -344,6 +355,7 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		co.act_sym = q.act_sym;
 		co.grid = calib_grid;
 		co.grid_ctx = &q;
+		co.hist_need = need;
 		co.stats = o->stats_in ? &stats : NULL;
 		co.stats_name = o->stats_in;
 		if (o->bias_correction == OQ_BC_ANALYTIC) {
@@ -416,6 +428,7 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	}
 out:
 	oq_stats_free(&stats);
+	free(need);
 	oq_bc_collect_free(bcc);
 	oq_bc_stats_free(&bcs);
 	oq_ranges_free(&ranges);
