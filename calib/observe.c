@@ -244,11 +244,18 @@ static size_t idx_c(const float *p, size_t m, float sc, uint32_t *idx, uint64_t 
 
 	(void)nzero;
 	for (size_t j = 0; j < m; j++) {
-		float x = p[j], a = fabsf(x), u = a * sc;
-		int fin = a < INFINITY; /* false for NaN too */
-		u = u < top ? u : top;  /* also maps NaN and Inf into range before the cast */
-		uint32_t k = (uint32_t)u + (x < 0 ? (uint32_t)SIDE : 0);
-		idx[j] = !fin ? (uint32_t)BSLOT : x == 0.0f ? (uint32_t)ZSLOT : k;
+		/* sign and magnitude from the bits (fabsf or x < 0 ? ... made GCC 12 give up
+		 * vectorising the loop) */
+		float x = p[j], u;
+		uint32_t b, neg;
+		int fin = (x - x) == 0.0f; /* false for NaN and +-Inf */
+		memcpy(&b, &x, sizeof b);
+		neg = (b >> 31) << OQ_HIST_LOG2;
+		b &= 0x7fffffffu;
+		memcpy(&u, &b, sizeof u);
+		u *= sc;
+		u = u < top ? u : top; /* also maps NaN and Inf into range before the cast */
+		idx[j] = !fin ? (uint32_t)BSLOT : x == 0.0f ? (uint32_t)ZSLOT : (uint32_t)u + neg;
 	}
 	return m;
 }
