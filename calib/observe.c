@@ -754,7 +754,7 @@ int oq_select_entropy(const oq_hbins *h, double lo, double hi, int target, doubl
 typedef struct msectx {
 	const oq_hbins *h;
 	double *C, *S1, *S2; /* n + 1 entries each */
-	double w;            /* bin width */
+	double w, inv_w;     /* bin width and its inverse */
 	int dtype, form;     /* target grid: activation dtype and oq_qparams form */
 	int fp8;             /* dtype is float8e4m3fn (|x| bins, binade model) */
 	int64_t qmin, qmax;  /* the form's grid */
@@ -809,30 +809,27 @@ static double seg(double cnt, double l, double r, double v)
 	return cnt * (d * d + len * len / 12);
 }
 
-/* Squared error of the part [l, r] of bin k (its count spread evenly over the bin) becoming v. */
-static double part(const msectx *m, size_t k, double l, double r, double v)
-{
-	return r > l ? seg((double)m->h->bin[k] * (r - l) / m->w, l, r, v) : 0;
-}
-
 /*
  * Expected squared error of range [a, b] on the target grid (+inf when it has no qparams),
  * each bin's count spread evenly over the bin (a piecewise-constant density) and quantized by
  * the pass' Q then DQ (round to nearest level, clipping at the grid ends). Level j takes
- * [v - s/2, v + s/2) (v = (j - zp) s; the end levels reach to -inf / +inf): the bins wholly
- * inside cost sum cnt ((c - v)^2 + w^2/12), O(1) from the prefix sums, and the one or two bins
- * cut by the cell's ends cost their share (seg). The result is exact for that density and
- * continuous in a and b, so the search does not jump between ranges that happen to align bin
- * centres with levels (a bin-centre model did: rounding error that depends on the binning).
- * One step per level between those of the lowest and highest bin edge; a step narrower than a
- * bin (16-bit grids) makes that more steps than bins, and each bin costs its clipped part
- * exactly and s^2/12 per value inside the grid instead (values spread over many steps).
+ * [v - s/2, v + s/2) (v = (j - zp) s; the end levels reach to -inf / +inf). Walking the levels
+ * from the one holding the lowest bin edge to the one holding the highest, each boundary
+ * v + s/2 cuts one bin: its left part goes to level j, its right part to j + 1, and the bins
+ * wholly between two boundaries cost sum cnt ((c - v)^2 + w^2/12), O(1) from the prefix sums.
+ * The result is exact for that density and continuous in a and b, so the search does not jump
+ * between ranges that happen to align bin centres with levels (a bin-centre model did:
+ * rounding error that depends on the binning). A step narrower than a bin (16-bit grids) makes
+ * more levels than bins; then each bin costs its clipped parts exactly and s^2/12 per value
+ * inside the grid (values spread over many steps).
  */
 static double mse_err(const msectx *m, double a, double b)
 {
 	float sf;
 	int64_t zp, j0, j1;
-	double s, n = (double)m->h->n, lo = m->h->lo, hi = m->h->hi, w = m->w, e = 0, gl, gh;
+	double s, n = (double)m->h->n, lo = m->h->lo, w = m->w, e = 0, gl, gh;
+	double cut_l = 0, cut_cnt = 0; /* the right part of the bin cut by the last boundary */
+	size_t start = 0;               /* the first bin not yet counted */
 
 	if (oq_qparams(a, b, m->dtype, m->form, 0, &sf, &zp) || !(sf > 0))
 		return INFINITY;
@@ -841,33 +838,47 @@ static double mse_err(const msectx *m, double a, double b)
 	gh = (double)(m->qmax - zp) * s;
 	if (s < w) {
 		for (size_t k = 0; k < m->h->n; k++) {
-			double l = lo + (double)k * w, r = l + w, cnt = (double)m->h->bin[k], in;
+			double l = lo + (double)k * w, r = l + w, cnt = (double)m->h->bin[k], x0, x1;
 			if (!cnt)
 				continue;
-			e += part(m, k, l, fmin(r, gl), gl) + part(m, k, fmax(l, gh), r, gh);
-			in = fmin(r, gh) - fmax(l, gl);
-			e += in > 0 ? cnt * in / w * s * s / 12 : 0;
+			x0 = l > gl ? l : gl; /* the part inside [gl, gh] */
+			x1 = r < gh ? r : gh;
+			if (l < gl)
+				e += seg(cnt * ((r < gl ? r : gl) - l) / w, l, r < gl ? r : gl, gl);
+			if (r > gh)
+				e += seg(cnt * (r - (l > gh ? l : gh)) / w, l > gh ? l : gh, r, gh);
+			if (x1 > x0)
+				e += cnt * (x1 - x0) / w * s * s / 12;
 		}
 		return e;
 	}
 	j0 = level(m, lo, s, zp);
-	j1 = level(m, hi, s, zp);
+	j1 = level(m, m->h->hi, s, zp);
 	for (int64_t j = j0; j <= j1; j++) {
-		double v = (double)(j - zp) * s, cl = v - 0.5 * s, cr = v + 0.5 * s, kl, kr, c0, c1, c2;
-		/* whole bins [kl, kr): left edge >= cl, right edge <= cr */
-		kl = j == j0 ? 0 : fmin(fmax(ceil((cl - lo) / w), 0), n);
-		kr = j == j1 ? n : fmin(fmax(floor((cr - lo) / w), 0), n);
-		if (kr > kl) {
-			sums(m, kl, kr, &c0, &c1, &c2);
-			e += fmax(c2 - 2 * v * c1 + v * v * c0, 0) + c0 * w * w / 12;
-		} else {
-			kr = kl; /* the cell lies inside one bin: cannot happen with s >= w */
+		double v = (double)(j - zp) * s, bd = v + 0.5 * s, u;
+		size_t kb = m->h->n;
+		if (cut_cnt > 0) /* what the previous boundary left of its bin */
+			e += seg(cut_cnt, cut_l, lo + (double)start * w, v);
+		cut_cnt = 0;
+		if (j < j1) {
+			/* boundary v + s/2, inside the bins' range (lo is in level j0's cell, hi in j1's) */
+			u = (bd - lo) * m->inv_w;
+			kb = u < 1 ? 0 : u >= n - 1 ? m->h->n - 1 : (size_t)u;
 		}
-		/* the bin cut by the cell's left end, from there on; the one cut by its right end */
-		if (j != j0 && kl >= 1)
-			e += part(m, (size_t)kl - 1, cl, fmin(lo + kl * w, cr), v);
-		if (j != j1 && kr < n && lo + kr * w < cr)
-			e += part(m, (size_t)kr, fmax(lo + kr * w, cl), cr, v);
+		if (kb > start) {
+			double c0 = m->C[kb] - m->C[start], c1 = m->S1[kb] - m->S1[start];
+			double c2 = m->S2[kb] - m->S2[start] - 2 * v * c1 + v * v * c0;
+			e += (c2 > 0 ? c2 : 0) + c0 * w * w / 12;
+		}
+		if (j < j1) {
+			double cnt = (double)m->h->bin[kb], el = lo + (double)kb * w, f = (bd - el) * m->inv_w;
+			f = f < 0 ? 0 : f > 1 ? 1 : f;
+			if (cnt > 0 && f > 0)
+				e += seg(cnt * f, el, bd, v);
+			cut_cnt = cnt * (1 - f);
+			cut_l = bd;
+			start = kb + 1;
+		}
 	}
 	return e;
 }
@@ -933,7 +944,7 @@ static double search(const msectx *m, int which, double a, double b, size_t k0, 
 
 	if (k1 < k0)
 		return cur;
-	for (size_t i = 0;; ) {
+	for (size_t i = 0;;) {
 		double t = edge(m->h, which == END_LO ? k0 + i : k1 - i), e = err_at(m, which, a, b, t);
 		if (e < *best) {
 			*best = e;
@@ -980,6 +991,7 @@ int oq_select_mse(const oq_hbins *h, double lo, double hi, int dtype, int form, 
 	    (m.fp8 ? form == OQ_QP_ASYM : !oq_qgrid(dtype, form, 0, &m.qmin, &m.qmax)))
 		return OQ_EINVAL;
 	m.w = (h->hi - h->lo) / (double)n;
+	m.inv_w = (double)n / (h->hi - h->lo);
 	m.C = oq_malloc((n + 1) * sizeof *m.C);
 	m.S1 = oq_malloc((n + 1) * sizeof *m.S1);
 	m.S2 = oq_malloc((n + 1) * sizeof *m.S2);
