@@ -28,6 +28,11 @@
  * "skip". Values inside a fused unit (OQ_QM_INTERNAL, set by fuse) never get
  * a pair. Only the main graph is rewritten; If/Loop/Scan bodies stay float.
  * New nodes are appended; the driver restores topological order.
+ *
+ * Calibration runs before this pass and asks it two things (pass.h):
+ * oq_quantize_act_grid, the grid a tensor's Q will have (own_qp's
+ * resolution, shared), and oq_quantize_range_needs, which tensors' ranges the
+ * pass will read (a dry run of the selection and of mark_needed).
  */
 #include "pass.h"
 
