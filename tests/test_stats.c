@@ -23,6 +23,7 @@
 #include "gen_model.h"
 #include "npy.h"
 #include "onnx_io.h"
+#include "qparams.h"
 #include "stats.h"
 
 /* ------------------------------------------------------------ fixture */
@@ -494,6 +495,72 @@ Test(stats, corrupt_truncated_version)
 		reseal(c, len);
 		expect_bad(c, len, "corrupted"); /* records laid out for a histogram file */
 	}
+	free(c);
+	free(buf);
+	oq_stats_free(&s);
+}
+
+/* Random edits under a valid checksum: decode returns OQ_OK or OQ_EINVAL, never crashes (ASan runs
+ * this too), and whatever it accepts can be merged and read by every range selection. */
+Test(stats, random_edits_are_refused_or_safe)
+{
+	oq_stats s, t;
+	uint8_t *buf, *c;
+	size_t len;
+	oq_diag d;
+	uint64_t r = 12345;
+	int accepted = 0;
+
+	handmade(&s, OQ_STATS_HIST, 1);
+	oq_diag_init(&d);
+	cr_assert_eq(oq_stats_encode(&s, &buf, &len, &d), OQ_OK);
+	c = malloc(len);
+	cr_assert_not_null(c);
+	for (int it = 0; it < 1500; it++) {
+		int rc;
+		memcpy(c, buf, len);
+		for (int k = 0; k < 1 + it % 3; k++) {
+			r = r * 6364136223846793005u + 1442695040888963407u;
+			c[12 + (r >> 33) % (len - 20)] = (uint8_t)(r >> 13);
+		}
+		reseal(c, len);
+		oq_diag_init(&d);
+		rc = oq_stats_decode(c, len, "f.bin", &t, &d);
+		cr_assert(rc == OQ_OK || rc == OQ_EINVAL, "decode returned %d", rc);
+		if (rc == OQ_OK) {
+			oq_stats u;
+			accepted++;
+			for (size_t i = 0; i < t.n; i++) {
+				const oq_stat *v = &t.v[i];
+				for (int abs = 0; abs < 2 && v->h.bin && v->lo <= v->hi; abs++) {
+					oq_hbins b;
+					double lo, hi;
+					if (oq_hist_view(&v->h, v->lo, v->hi, abs, &b) != OQ_OK)
+						continue;
+					oq_select_percentile(&b, v->lo, v->hi, 99.9, &lo, &hi);
+					rc = abs ? oq_select_entropy(&b, v->lo, v->hi, 128, &lo, &hi) : OQ_OK;
+					cr_assert(rc == OQ_OK || rc == OQ_EINVAL);
+					rc = oq_select_mse(&b, v->lo, v->hi, OQ_DT_UINT8,
+					                   abs ? OQ_QP_SYM_NARROW : OQ_QP_ASYM, &lo, &hi);
+					cr_assert_eq(rc, OQ_OK);
+					oq_hbins_free(&b);
+				}
+			}
+			/* merging it with a copy of another shard must not crash either */
+			handmade(&u, OQ_STATS_HIST, 3);
+			u.model_fp = t.model_fp;
+			u.n_shards = t.n_shards;
+			u.n_total = t.n_total;
+			free(u.covered);
+			u.covered = calloc(t.n_shards, 1);
+			oq_diag_init(&d);
+			rc = oq_stats_merge(&t, &u, "u.bin", &d);
+			cr_assert(rc == OQ_OK || rc == OQ_EINVAL, "merge returned %d", rc);
+			oq_stats_free(&u);
+		}
+		oq_stats_free(&t);
+	}
+	cr_expect(accepted > 10 && accepted < 1500, "accepted %d edits", accepted);
 	free(c);
 	free(buf);
 	oq_stats_free(&s);
