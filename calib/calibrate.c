@@ -378,8 +378,9 @@ static int pick(const calib *c, const oq_calib_opts *o, size_t i, double *lo, do
 		rc = oq_select_entropy(&b, s->lo, s->hi, 1 << (bits - 1), lo, hi);
 	else if (c->method == OQ_CALIB_MSE)
 		rc = oq_select_mse(&b, s->lo, s->hi, dtype, form, lo, hi);
-	/* entropy with fewer bins than targets: only when max|x| < 2^(OQ_HIST_EMIN - 1), where every
-	 * value rounds to 0 on any grid anyway; min/max stays */
+	/* entropy with fewer bins than targets: only when OQ_HIST_EMIN clamped the grid (max|x| <
+	 * 2^(OQ_HIST_EMIN - 5), values that round to 0 on any grid anyway) or in an edited statistics
+	 * file; min/max stays */
 	oq_hbins_free(&b);
 	if (rc)
 		return oq_err(d, rc, "calibrate: tensor '%s': %s range selection failed (%s)", name,
