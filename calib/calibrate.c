@@ -24,12 +24,16 @@
  * has its own loop (and is rounded outwards to float at the end).
  *
  * Other methods (observe.h): ema keeps a moving average of each sample's
- * min/max next to the exact range (one pass). percentile, entropy and mse
- * run the samples a second time: the observer then adds every value to a
- * histogram over the exact range of pass 1 ([0, max |x|] for |x|
- * histograms), and the method picks the range from it at the end. Bin
- * counts are integers and a value's bin depends on the value only, so
- * these ranges are order- and thread-independent too.
+ * min/max next to the exact range. percentile, entropy and mse add every
+ * value to the tensor's histogram in the same pass, right after the min/max
+ * scan of the same tensor (whose largest |x| fixes the histogram's grid
+ * before the fill), and the method picks the range from it at the end.
+ * Bin counts are integers and the histogram depends only on the multiset of
+ * values (observe.h), so these ranges are order-, batch- and
+ * thread-independent too. The grid a method aims at (entropy's bit width,
+ * mse's step and zero point, the |x| form of percentile) is each tensor's
+ * own: oq_calib_opts.grid resolves it as the quantize pass will, overrides
+ * included; the histogram itself does not depend on it.
  *
  * Random calibration ("random:N[:SEED]") reuses calib/run.c's generator
  * through OQ_SRC_RANDOM sources: sample i feeds input K the splitmix64
@@ -71,13 +75,15 @@ typedef struct calib {
 	const oq_graph *g; /* main graph: only its values are observed */
 	tstat *st;         /* g->n_values entries, by oq_value.index */
 	int method;        /* OQ_CALIB_* */
-	oq_observe_fn extra; /* oq_calib_opts.extra (first pass only) */
+	oq_observe_fn extra; /* oq_calib_opts.extra */
 	void *extra_ctx;
-	int phase;         /* 0: min/max (and EMA); 1: histograms */
 	double ema_c;      /* EMA constant */
 	ema *em;           /* g->n_values entries (ema only) */
-	oq_hist *h;        /* g->n_values entries (histogram methods); bin NULL: not histogrammed */
+	oq_hist *h;        /* g->n_values entries (histogram methods); bin NULL: no non-zero value yet */
+	uint8_t *track;    /* g->n_values entries (histogram methods): 1 = h[i] is kept (filled, or
+			    * read from a statistics file) */
 	unsigned skip;     /* oq_calib_opts.skip_qmark */
+	const oq_value *oom; /* the value whose histogram could not be allocated, or NULL */
 } calib;
 
 /* ------------------------------------------------------------ the hot loop */
@@ -101,17 +107,22 @@ static int is_observed_dtype(int dt)
 	       dt == OQ_DT_DOUBLE;
 }
 
-/* Folds tensor t into s (and, for EMA, its per-sample range into em). */
-static void fold(tstat *s, ema *em, double ema_c, const oq_rt *t)
+/* Folds tensor t into s (and, for EMA, its per-sample range into em; the histogram h when not
+ * NULL). OQ_ENOMEM when h's bins cannot be allocated. */
+static int fold(tstat *s, ema *em, oq_hist *h, double ema_c, const oq_rt *t)
 {
 	float lo = INFINITY, hi = -INFINITY;
 	uint64_t bad = 0;
+	int rc = OQ_OK;
 
 	s->seen = 1;
 	if (!t->nelem || !t->data)
-		return;
+		return OQ_OK;
 	if (t->dtype == OQ_DT_FLOAT) {
 		oq_minmax_f32(t->data, t->nelem, &lo, &hi, &bad);
+		/* the scan's extremes fix the histogram's grid for this tensor before the fill */
+		if (h)
+			rc = oq_hist_add_f32(h, t->data, t->nelem, lo <= hi ? fmaxf(-lo, hi) : 0);
 	} else if (t->dtype == OQ_DT_DOUBLE) {
 		double dlo = INFINITY, dhi = -INFINITY;
 		scan_f64(t->data, t->nelem, &dlo, &dhi, &bad);
@@ -120,16 +131,21 @@ static void fold(tstat *s, ema *em, double ema_c, const oq_rt *t)
 		s->n_bad += bad;
 		if (em && dlo <= dhi)
 			oq_ema_update(&em->lo, &em->hi, &em->init, dlo, dhi, ema_c);
-		return;
+		return h ? oq_hist_add_f64(h, t->data, t->nelem) : OQ_OK;
 	} else {
-		const uint16_t *h = t->data;
+		const uint16_t *p = t->data;
 		float buf[WIDEN_BLOCK];
-		for (size_t i = 0; i < t->nelem; i += WIDEN_BLOCK) {
+		for (size_t i = 0; i < t->nelem && !rc; i += WIDEN_BLOCK) {
 			size_t m = t->nelem - i < WIDEN_BLOCK ? t->nelem - i : WIDEN_BLOCK;
+			float blo = INFINITY, bhi = -INFINITY;
 			for (size_t j = 0; j < m; j++)
-				buf[j] = t->dtype == OQ_DT_FLOAT16 ? oq_f16_to_f32(h[i + j])
-				                                   : oq_bf16_to_f32(h[i + j]);
-			oq_minmax_f32(buf, m, &lo, &hi, &bad);
+				buf[j] = t->dtype == OQ_DT_FLOAT16 ? oq_f16_to_f32(p[i + j])
+				                                   : oq_bf16_to_f32(p[i + j]);
+			oq_minmax_f32(buf, m, &blo, &bhi, &bad);
+			if (h)
+				rc = oq_hist_add_f32(h, buf, m, blo <= bhi ? fmaxf(-blo, bhi) : 0);
+			lo = blo < lo ? blo : lo;
+			hi = bhi > hi ? bhi : hi;
 		}
 	}
 	s->lo = (double)lo < s->lo ? (double)lo : s->lo;
@@ -137,46 +153,25 @@ static void fold(tstat *s, ema *em, double ema_c, const oq_rt *t)
 	s->n_bad += bad;
 	if (em && lo <= hi)
 		oq_ema_update(&em->lo, &em->hi, &em->init, lo, hi, ema_c);
-}
-
-/* Adds tensor t to histogram h. */
-static void hist_add(oq_hist *h, const oq_rt *t)
-{
-	if (!t->nelem || !t->data)
-		return;
-	if (t->dtype == OQ_DT_FLOAT) {
-		oq_hist_add_f32(h, t->data, t->nelem);
-	} else if (t->dtype == OQ_DT_DOUBLE) {
-		oq_hist_add_f64(h, t->data, t->nelem);
-	} else {
-		const uint16_t *p = t->data;
-		float buf[WIDEN_BLOCK];
-		for (size_t i = 0; i < t->nelem; i += WIDEN_BLOCK) {
-			size_t m = t->nelem - i < WIDEN_BLOCK ? t->nelem - i : WIDEN_BLOCK;
-			for (size_t j = 0; j < m; j++)
-				buf[j] = t->dtype == OQ_DT_FLOAT16 ? oq_f16_to_f32(p[i + j])
-				                                   : oq_bf16_to_f32(p[i + j]);
-			oq_hist_add_f32(h, buf, m);
-		}
-	}
+	return rc;
 }
 
 static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 {
 	calib *c = ctx;
-	if (c->phase == 0 && c->extra) {
-		int rc = c->extra(c->extra_ctx, v, t);
-		if (rc)
-			return rc;
-	}
+	size_t i;
+	int rc;
+
+	if (c->extra && (rc = c->extra(c->extra_ctx, v, t)))
+		return rc;
 	if (v->graph != c->g || v->index >= c->g->n_values || c->g->values[v->index] != v ||
 	    !is_observed_dtype(t->dtype))
 		return 0;
-	if (c->phase == 0)
-		fold(&c->st[v->index], c->em ? &c->em[v->index] : NULL, c->ema_c, t);
-	else if (c->h[v->index].bin)
-		hist_add(&c->h[v->index], t);
-	return 0;
+	i = v->index;
+	if ((rc = fold(&c->st[i], c->em ? &c->em[i] : NULL, c->h && c->track[i] ? &c->h[i] : NULL,
+	               c->ema_c, t)))
+		c->oom = v;
+	return rc;
 }
 
 /* Whether the observer needs v (oq_exec_set_observe_want). */
@@ -319,31 +314,77 @@ static float up_f(double x)
 	return -down_f(-x);
 }
 
+/* Largest target bin count entropy accepts: 8 groups of bins at least, as TensorRT's 128 targets
+ * over 2048 bins (a view has more than OQ_HIST_SIDE / 2 bins). */
+#define ENTROPY_MAX_TARGET (OQ_HIST_SIDE / 2 / 8)
+
+/* The activation grid of value i: o->grid's answer, else the global --act-type / --act-symmetric. */
+static int grid_of(const calib *c, const oq_calib_opts *o, size_t i, int *dtype, int *sym, oq_diag *d)
+{
+	*dtype = o->act_type ? o->act_type : OQ_DT_UINT8;
+	*sym = o->act_sym;
+	return o->grid ? o->grid(o->grid_ctx, c->g->values[i], dtype, sym, d) : OQ_OK;
+}
+
 /* The method's range of value i into [*lo, *hi] (finite values were seen). */
 static int pick(const calib *c, const oq_calib_opts *o, size_t i, double *lo, double *hi,
                 oq_diag *d)
 {
 	const tstat *s = &c->st[i];
 	const oq_hist *h = c->h ? &c->h[i] : NULL;
-	int act = o->act_type ? o->act_type : OQ_DT_UINT8, rc = OQ_OK;
+	const char *name = c->g->values[i]->name;
+	oq_hbins b;
+	int dtype, sym, form, abs, bits, rc;
 
 	*lo = s->lo;
 	*hi = s->hi;
 	if (c->method == OQ_CALIB_EMA && c->em[i].init) {
 		*lo = c->em[i].lo;
 		*hi = c->em[i].hi;
-	} else if (h && h->bin) {
-		if (c->method == OQ_CALIB_PERCENTILE)
-			oq_select_percentile(h, s->lo, s->hi,
-			                     o->percentile > 0 ? o->percentile : OQ_PERCENTILE, lo, hi);
-		else if (c->method == OQ_CALIB_ENTROPY)
-			rc = oq_select_entropy(h, s->lo, s->hi, 1 << (oq_dtype_bits(act) - 1), lo, hi);
-		else
-			rc = oq_select_mse(h, s->lo, s->hi, act, oq_act_form(o->act_sym, s->lo), lo, hi);
+		return OQ_OK;
 	}
+	if (!h)
+		return OQ_OK; /* minmax */
+	if (!c->track[i]) {
+		/* only from a statistics file calibrated with other options (one machine keeps what
+		 * hist_need asks for) */
+		if (!o->hist_need || o->hist_need[i])
+			return oq_err(d, OQ_EINVAL,
+			              "calibrate: the statistics have no histogram for tensor '%s', "
+			              "whose range quantize needs: run calibrate with the same "
+			              "--include, --exclude, --overrides and --profile as quantize",
+			              name);
+		return OQ_OK; /* the quantize pass does not read this range */
+	}
+	if (!h->bin) /* no non-zero value: min/max is the range */
+		return OQ_OK;
+	if ((rc = grid_of(c, o, i, &dtype, &sym, d)))
+		return rc;
+	form = oq_act_form(sym, s->lo);
+	bits = oq_dtype_bits(dtype);
+	abs = c->method == OQ_CALIB_ENTROPY || oq_qform_mirrored(dtype, form);
+	if (c->method == OQ_CALIB_ENTROPY && (bits < 2 || bits > 16 ||
+	                                      1 << (bits - 1) > ENTROPY_MAX_TARGET))
+		return oq_err(d, OQ_EUSAGE,
+		              "calibrate: tensor '%s': --method entropy needs at most %d target bins; "
+		              "its %s grid has 2^%d: use --method mse or percentile for it",
+		              name, ENTROPY_MAX_TARGET, oq_dtype_name(dtype), bits - 1);
+	if ((rc = oq_hist_view(h, s->lo, s->hi, abs, &b)))
+		return oq_err(d, rc, "calibrate: tensor '%s': out of memory", name);
+	if (c->method == OQ_CALIB_PERCENTILE)
+		oq_select_percentile(&b, s->lo, s->hi,
+		                     o->percentile > 0 ? o->percentile : OQ_PERCENTILE, lo, hi);
+	else if (c->method == OQ_CALIB_ENTROPY && b.n >= (size_t)1 << (bits - 1))
+		rc = oq_select_entropy(&b, s->lo, s->hi, 1 << (bits - 1), lo, hi);
+	else if (c->method == OQ_CALIB_MSE)
+		rc = oq_select_mse(&b, s->lo, s->hi, dtype, form, lo, hi);
+	/* entropy with fewer bins than targets: only when OQ_HIST_EMIN clamped the grid (max|x| <
+	 * 2^(OQ_HIST_EMIN - 5), values that round to 0 on any grid anyway) or in an edited statistics
+	 * file; min/max stays */
+	oq_hbins_free(&b);
 	if (rc)
-		return oq_err(d, rc, "calibrate: tensor '%s': %s range selection failed (%s)",
-		              c->g->values[i]->name, oq_calib_method_name(c->method),
+		return oq_err(d, rc, "calibrate: tensor '%s': %s range selection failed (%s)", name,
+		              oq_calib_method_name(c->method),
 		              rc == OQ_ENOMEM ? "out of memory" : "bad histogram");
 	return OQ_OK;
 }
@@ -428,6 +469,9 @@ static int run_one(job *j, calib *c, oq_diag *d)
 		rc = observe(c, oq_exec_input(j->e, k), &j->in[k]);
 	if (!rc)
 		rc = oq_exec_run(j->e, j->in, j->nin, j->outs, j->nout, d);
+	if (rc && c->oom) /* the observer's own failure: the executor has no message for it */
+		rc = oq_err(d, OQ_ENOMEM, "calibrate: out of memory for the histogram of '%s' (%d bins)",
+		            c->oom->name, 2 * OQ_HIST_SIDE);
 	for (size_t k = 0; k < j->nin; k++)
 		oq_rt_release(&j->in[k]);
 	for (size_t k = 0; k < j->nout; k++)
@@ -492,7 +536,7 @@ static void progress(job *j, const char *what, size_t done)
 	}
 }
 
-/* Runs samples [begin, end) once with c observing (c->phase says what it records). */
+/* Runs samples [begin, end) once with c observing. */
 static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 {
 	size_t np = 0;
@@ -534,34 +578,6 @@ static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 	return OQ_OK;
 }
 
-/* Histograms over the exact ranges in c->st: of |x| for entropy and for grids mirrored around 0
- * (the form depends on the tensor's minimum with --act-symmetric=unsigned), else signed. */
-static int hist_setup(calib *c, const oq_calib_opts *o, oq_diag *d)
-{
-	const oq_graph *g = c->g;
-	int act = o->act_type ? o->act_type : OQ_DT_UINT8;
-
-	for (size_t i = 0; i < g->n_values; i++) {
-		const tstat *s = &c->st[i];
-		double lo = s->lo, hi = s->hi;
-		int rc, abs;
-		if (!s->seen || !(lo <= hi))
-			continue;
-		abs = o->method == OQ_CALIB_ENTROPY || oq_qform_mirrored(act, oq_act_form(o->act_sym, lo));
-		if (!oq_stats_wants_hist(lo, hi, abs))
-			continue; /* a constant tensor: its range is exact already */
-		if (abs) {
-			hi = -lo > hi ? -lo : hi;
-			lo = 0;
-		}
-		if ((rc = oq_hist_init(&c->h[i], lo, hi, OQ_HIST_BINS, abs)))
-			return oq_err(d, rc, "calibrate: out of memory for the histogram of '%s' "
-			                     "(%d bins per tensor)",
-			              g->values[i]->name, OQ_HIST_BINS);
-	}
-	return OQ_OK;
-}
-
 /* OQ_EUSAGE for settings the method cannot use. */
 static int check_opts(const oq_calib_opts *o, oq_diag *d)
 {
@@ -578,27 +594,19 @@ static int check_opts(const oq_calib_opts *o, oq_diag *d)
 	if (bits < 2 || bits > 16)
 		return oq_err(d, OQ_EUSAGE, "calibrate: activation type %s has no integer grid",
 		              oq_dtype_name(act));
-	if (o->method == OQ_CALIB_ENTROPY && (1 << (bits - 1)) * 8 > OQ_HIST_BINS)
+	if (o->method == OQ_CALIB_ENTROPY && 1 << (bits - 1) > ENTROPY_MAX_TARGET)
 		return oq_err(d, OQ_EUSAGE,
-		              "calibrate: --method entropy compares %d-bin histograms with 2^(b-1) "
-		              "target bins; %s needs %d, too many for a meaningful search: use "
+		              "calibrate: --method entropy compares histograms of more than %d bins with "
+		              "2^(b-1) target bins; %s needs %d, too many for a meaningful search: use "
 		              "--method mse or percentile for %d-bit activations",
-		              OQ_HIST_BINS, oq_dtype_name(act), 1 << (bits - 1), bits);
+		              OQ_HIST_SIDE / 2, oq_dtype_name(act), 1 << (bits - 1), bits);
 	return OQ_OK;
 }
 
-static int is_two_pass(int method)
+/* Does the method read histograms? */
+static int is_hist(int method)
 {
 	return method == OQ_CALIB_PERCENTILE || method == OQ_CALIB_ENTROPY || method == OQ_CALIB_MSE;
-}
-
-/* What decides each histogram's form (hist_setup), recorded in statistics files so a file is only
- * used with the settings it was made for: 1 for entropy (always |x|), else 2 + the activation
- * grid (--act-symmetric form x 256 + activation dtype). */
-static int hist_mode(const oq_calib_opts *o)
-{
-	int act = o->act_type ? o->act_type : OQ_DT_UINT8;
-	return o->method == OQ_CALIB_ENTROPY ? 1 : 2 + o->act_sym * 256 + act;
 }
 
 static void release(const oq_model *m, job *j, calib *c)
@@ -607,6 +615,7 @@ static void release(const oq_model *m, job *j, calib *c)
 		for (size_t i = 0; i < m->graph->n_values; i++)
 			oq_hist_free(&c->h[i]);
 	free(c->h);
+	free(c->track);
 	free(c->em);
 	if (j->pend)
 		for (size_t i = 0; i < j->batch * j->nin; i++)
@@ -630,13 +639,20 @@ static int calib_init(oq_model *m, const oq_calib_opts *o, calib *c, oq_diag *d)
 	c->st = oq_calloc(m->graph->n_values, sizeof *c->st);
 	if (o->method == OQ_CALIB_EMA)
 		c->em = oq_calloc(m->graph->n_values, sizeof *c->em);
-	if (is_two_pass(o->method))
+	if (is_hist(o->method)) {
 		c->h = oq_calloc(m->graph->n_values, sizeof *c->h);
-	if (!c->st || (o->method == OQ_CALIB_EMA && !c->em) || (is_two_pass(o->method) && !c->h))
+		c->track = oq_calloc(m->graph->n_values, 1);
+	}
+	if (!c->st || (o->method == OQ_CALIB_EMA && !c->em) ||
+	    (is_hist(o->method) && (!c->h || !c->track)))
 		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 	for (size_t i = 0; i < m->graph->n_values; i++) {
 		c->st[i].lo = INFINITY;
 		c->st[i].hi = -INFINITY;
+		if (c->h) {
+			oq_hist_init(&c->h[i]);
+			c->track[i] = o->hist_need ? o->hist_need[i] != 0 : 1;
+		}
 	}
 	return OQ_OK;
 }
@@ -789,10 +805,13 @@ static int check_file(const oq_model *m, const oq_stats *s, const char *what, co
 	return oq_stats_check_complete(s, what, d);
 }
 
-/* c->st (and c->h when hist) from the records of s. */
-static int load_file(calib *c, const oq_stats *s, const char *what, int hist, oq_diag *d)
+/* c->st (and c->h when c has histograms) from the records of s. */
+static int load_file(calib *c, const oq_stats *s, const char *what, oq_diag *d)
 {
 	const oq_graph *g = c->g;
+
+	if (c->track) /* the file says which histograms were kept */
+		memset(c->track, 0, g->n_values);
 
 	for (size_t k = 0; k < s->n; k++) {
 		const oq_stat *r = &s->v[k];
@@ -808,18 +827,16 @@ static int load_file(calib *c, const oq_stats *s, const char *what, int hist, oq
 		t->lo = r->lo;
 		t->hi = r->hi;
 		t->n_bad = r->n_bad;
-		if (hist && r->h.bin) {
-			oq_hist *h = &c->h[v->index];
-			if (oq_hist_init(h, r->h.lo, r->h.hi, r->h.n, r->h.abs))
+		if (c->h) {
+			c->track[v->index] = (uint8_t)r->hist;
+			if (oq_hist_copy(&c->h[v->index], &r->h))
 				return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
-			memcpy(h->bin, r->h.bin, r->h.n * sizeof *h->bin);
-			h->n_zero = r->h.n_zero;
 		}
 	}
 	return OQ_OK;
 }
 
-/* out's records from c (every value seen; histograms when c->phase is 1). */
+/* out's records from c (every value seen, with its histogram when c has them). */
 static int save_file(const calib *c, oq_stats *out, oq_diag *d)
 {
 	const oq_graph *g = c->g;
@@ -829,6 +846,8 @@ static int save_file(const calib *c, oq_stats *out, oq_diag *d)
 		n += (size_t)c->st[i].seen;
 	if (!(out->v = oq_calloc(n, sizeof *out->v)))
 		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+	for (size_t i = 0; i < n; i++)
+		oq_hist_init(&out->v[i].h);
 	for (size_t i = 0; i < g->n_values; i++) {
 		const tstat *t = &c->st[i];
 		oq_stat *r;
@@ -840,15 +859,9 @@ static int save_file(const calib *c, oq_stats *out, oq_diag *d)
 		r->lo = t->lo;
 		r->hi = t->hi;
 		r->n_bad = t->n_bad;
-		if (!(r->name = oq_strdup(g->values[i]->name)))
+		r->hist = c->h && c->track[i];
+		if (!(r->name = oq_strdup(g->values[i]->name)) || (r->hist && oq_hist_copy(&r->h, &c->h[i])))
 			return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
-		if (c->phase == 1 && c->h[i].bin) {
-			const oq_hist *h = &c->h[i];
-			if (oq_hist_init(&r->h, h->lo, h->hi, h->n, h->abs))
-				return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
-			memcpy(r->h.bin, h->bin, h->n * sizeof *h->bin);
-			r->h.n_zero = h->n_zero;
-		}
 	}
 	for (size_t i = 1; i < out->n; i++) /* values are few: insertion sort by name */
 		for (size_t x = i; x > 0 && strcmp(out->v[x - 1].name, out->v[x].name) > 0; x--) {
@@ -863,48 +876,16 @@ int oq_calibrate_stats(oq_model *m, const oq_calib_opts *o, oq_stats *out, oq_di
 {
 	job j;
 	calib c;
-	const char *rname = o->ranges_name ? o->ranges_name : "the ranges file";
-	int round2 = o->ranges != NULL, rc;
+	int rc;
 	double t0 = now();
 
 	memset(out, 0, sizeof *out);
 	if ((rc = refuse_ema(o, "calibrate", d)))
 		return rc;
-	if (round2 && !is_two_pass(o->method))
-		return oq_err(d, OQ_EUSAGE,
-		              "calibrate: --ranges is for the histogram round of --method percentile, "
-		              "entropy or mse; --method %s needs one round (no --ranges)",
-		              oq_calib_method_name(o->method));
-	if (round2 && o->ranges->kind != OQ_STATS_RANGES)
-		return oq_err(d, OQ_EUSAGE,
-		              "calibrate: --ranges %s holds histograms; give the merged round-1 "
-		              "ranges (calibrate without --ranges, then merge-stats)",
-		              rname);
-	if (round2 && (rc = check_file(m, o->ranges, rname, "calibrate", d)))
-		return rc;
-	if ((rc = prepare(m, o, &j, &c, d)))
+	if ((rc = prepare(m, o, &j, &c, d)) || (rc = sweep(&j, &c, "", d)))
 		goto fail;
-	if (round2) {
-		if (o->ranges->n_total != j.total) {
-			rc = oq_err(d, OQ_EINVAL,
-			            "calibrate: %s was computed on %llu samples, this run has %zu; use "
-			            "the same --calib and --calib-limit in both rounds",
-			            rname, (unsigned long long)o->ranges->n_total, j.total);
-			goto fail;
-		}
-		if ((rc = load_file(&c, o->ranges, rname, 0, d)) ||
-		    (rc = hist_setup(&c, o, d)))
-			goto fail;
-		c.phase = 1;
-		if ((rc = sweep(&j, &c, " (histograms)", d)))
-			goto fail;
-	} else if ((rc = sweep(&j, &c, " (ranges)", d))) {
-		goto fail;
-	}
-	out->kind = round2 ? OQ_STATS_HIST : OQ_STATS_RANGES;
-	out->hist_mode = round2 ? hist_mode(o) : 0;
+	out->kind = is_hist(o->method) ? OQ_STATS_HIST : OQ_STATS_RANGES;
 	out->model_fp = oq_stats_fingerprint(m);
-	out->ranges_id = round2 ? o->ranges->sum : 0;
 	out->n_total = j.total;
 	out->n_samples = j.end - j.begin;
 	out->n_shards = o->n_shards ? o->n_shards : 1;
@@ -921,7 +902,7 @@ int oq_calibrate_stats(oq_model *m, const oq_calib_opts *o, oq_stats *out, oq_di
 		fprintf(o->progress,
 		        "calibrate: shard %u/%u: samples [%zu, %zu) of %zu, %zu tensors, %s, %.1f s\n",
 		        o->shard, out->n_shards, j.begin, j.end, j.total, out->n,
-		        round2 ? "histograms" : "ranges", now() - t0);
+		        out->kind == OQ_STATS_HIST ? "ranges + histograms" : "ranges", now() - t0);
 	}
 	rc = OQ_OK;
 fail:
@@ -939,7 +920,7 @@ static int calibrate_from_stats(oq_model *m, const oq_calib_opts *o, oq_ranges *
 	const oq_stats *s = o->stats;
 	const char *what = o->stats_name ? o->stats_name : "the statistics file";
 	calib c;
-	int two = is_two_pass(o->method), rc;
+	int rc;
 
 	memset(&c, 0, sizeof c);
 	out->v = NULL;
@@ -949,18 +930,13 @@ static int calibrate_from_stats(oq_model *m, const oq_calib_opts *o, oq_ranges *
 	if ((rc = check_opts(o, d)) || (rc = refuse_ema(o, "quantize --stats", d)) ||
 	    (rc = check_file(m, s, what, "quantize --stats", d)))
 		return rc;
-	if (two && s->kind != OQ_STATS_HIST)
+	if (is_hist(o->method) && s->kind != OQ_STATS_HIST)
 		return oq_err(d, OQ_EINVAL,
-		              "quantize --stats: %s holds ranges only (round 1); --method %s needs the "
-		              "histogram round: calibrate --ranges %s on every shard, then merge-stats",
-		              what, oq_calib_method_name(o->method), what);
-	if (two && s->hist_mode != hist_mode(o))
-		return oq_err(d, OQ_EINVAL,
-		              "quantize --stats: %s holds histograms made for other settings than "
-		              "--method %s with these --act-type / --act-symmetric; use the same "
-		              "options as the calibrate runs",
-		              what, oq_calib_method_name(o->method));
-	if ((rc = calib_init(m, o, &c, d)) || (rc = load_file(&c, s, what, two, d)))
+		              "quantize --stats: %s holds ranges only (calibrate --method minmax); "
+		              "--method %s needs histograms: run calibrate with --method %s on every "
+		              "shard, then merge-stats",
+		              what, oq_calib_method_name(o->method), oq_calib_method_name(o->method));
+	if ((rc = calib_init(m, o, &c, d)) || (rc = load_file(&c, s, what, d)))
 		goto fail;
 	if ((rc = collect(&c, o, out, d)))
 		goto fail;
@@ -974,6 +950,7 @@ fail:
 		for (size_t i = 0; i < m->graph->n_values; i++)
 			oq_hist_free(&c.h[i]);
 	free(c.h);
+	free(c.track);
 	free(c.em);
 	free(c.st);
 	return rc;
@@ -998,7 +975,6 @@ int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d
 	oq_calib_opts all = *o;
 	job j;
 	calib c;
-	int two = is_two_pass(o->method);
 	int rc;
 	double t0 = now();
 
@@ -1008,26 +984,15 @@ int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d
 		return calibrate_from_stats(m, o, out, d);
 	all.shard = 0;
 	all.n_shards = 1;
-	if ((rc = prepare(m, &all, &j, &c, d)))
-		goto fail;
-	if ((rc = sweep(&j, &c, two ? " (pass 1/2: min/max)" : "", d)))
-		goto fail;
-	if (two) {
-		if ((rc = hist_setup(&c, o, d)))
-			goto fail;
-		c.phase = 1;
-		if ((rc = sweep(&j, &c, " (pass 2/2: histograms)", d)))
-			goto fail;
-	}
-	if ((rc = collect(&c, o, out, d)))
+	if ((rc = prepare(m, &all, &j, &c, d)) || (rc = sweep(&j, &c, "", d)) ||
+	    (rc = collect(&c, o, out, d)))
 		goto fail;
 	if (o->progress) {
 		if (j.tty)
 			fputs("\r\033[K", o->progress);
 		warn_nan(o->progress, out);
-		fprintf(o->progress, "calibrate: %zu samples, %zu tensors observed, %s%s, %.1f s\n",
-		        j.total, out->n, oq_calib_method_name(o->method),
-		        two ? " (2 passes)" : "", now() - t0);
+		fprintf(o->progress, "calibrate: %zu samples, %zu tensors observed, %s, %.1f s\n",
+		        j.total, out->n, oq_calib_method_name(o->method), now() - t0);
 	}
 	rc = OQ_OK;
 fail:

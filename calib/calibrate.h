@@ -5,10 +5,11 @@
  *
  * Methods (--method, calib/observe.h): minmax (exact), ema (moving average
  * of per-sample min/max, in sample order), and the histogram methods
- * percentile, entropy and mse, which run the samples twice: pass 1 finds
- * each tensor's exact min/max, pass 2 fills a fixed-range histogram
- * (OQ_HIST_BINS bins) that the method turns into a range. Memory is
- * O(tensors x bins) for any number of samples.
+ * percentile, entropy and mse, which fill each tensor's histogram (a
+ * power-of-two grid set by the data alone, 2 x OQ_HIST_SIDE bins) in the
+ * same single pass as the exact min/max, and turn it into a range on the
+ * tensor's own activation grid at the end. Memory is O(tensors x bins) for
+ * any number of samples.
  *
  * Sources: a sample folder (run.h layouts) or "random:N[:SEED]" (N random
  * samples from the declared input types, only when asked: a warning says it
@@ -31,6 +32,15 @@
 #include "ranges.h"
 #include "stats.h"
 
+/*
+ * The activation grid of value v: *dtype (an oq_dtype) and *act_sym (OQ_ACT_*), on entry the
+ * global --act-type / --act-symmetric; OQ_EUSAGE (with d filled) for impossible settings. The
+ * pipeline answers with the quantize pass' own resolution (passes/quantize.c
+ * oq_quantize_act_grid: profile, --act-type, node and tensor overrides).
+ */
+typedef int (*oq_calib_grid_fn)(void *ctx, const oq_value *v, int *dtype, int *act_sym,
+                                oq_diag *d);
+
 typedef struct oq_calib_opts {
 	const char *source;  /* --calib DIR or "random:N[:SEED]" */
 	size_t limit;        /* --calib-limit N: first N samples in lexical order; 0 = all */
@@ -41,16 +51,19 @@ typedef struct oq_calib_opts {
 	double percentile;   /* --percentile in (0, 100]; 0 = OQ_PERCENTILE */
 	int act_type;        /* activation dtype, the grid entropy/mse aim at; 0 = uint8 */
 	int act_sym;         /* OQ_ACT_* (qparams.h): symmetric narrow and FP8 make percentile/mse
-			      * use |x| and ranges [-t, t]; unsigned symmetric a signed histogram
-			      * for tensors without negatives (oq_act_form) */
+			      * use |x| and ranges [-t, t]; unsigned symmetric signed bins for
+			      * tensors without negatives (oq_act_form) */
+	oq_calib_grid_fn grid; /* per-tensor grid instead of act_type / act_sym, or NULL */
+	void *grid_ctx;      /* its context */
+	const uint8_t *hist_need; /* per main-graph value (oq_value.index): 1 when the quantize pass
+			      * reads its range (oq_quantize_range_needs): the histogram methods
+			      * keep histograms for these only (the others get min/max); NULL: all */
 	size_t batch;        /* --calib-batch N: samples run together along axis 0 (symbolic batch dim); 0/1 = one */
 	uint32_t shard, n_shards; /* --shard I/N (0-based I) for oq_calibrate_stats; n_shards 0 = 1 */
-	const oq_stats *ranges;   /* --ranges: merged round-1 ranges (histogram round), or NULL */
-	const char *ranges_name;  /* its file name, for messages */
 	const oq_stats *stats;    /* quantize --stats: merged statistics instead of samples, or NULL */
 	const char *stats_name;   /* its file name, for messages */
-	oq_observe_fn extra; /* also sees every value of the first pass (graph inputs and node
-			      * outputs, any dtype), e.g. bias-correction statistics; or NULL */
+	oq_observe_fn extra; /* also sees every value (graph inputs and node outputs, any dtype),
+			      * e.g. bias-correction statistics; or NULL */
 	void *extra_ctx;     /* its context */
 	unsigned skip_qmark; /* values with (qmark & skip_qmark) need no range: the executor may keep
 			      * its fused Conv groups whose intermediates all carry such a mark (no
@@ -68,20 +81,21 @@ int oq_calibrate_minmax(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_
 /*
  * The same with o->method and its settings (oq_calibrate_minmax reads only
  * source, limit, threads and progress). Bad settings are OQ_EUSAGE, e.g.
- * entropy on a 16-bit grid (2^15 target bins do not fit the histogram).
+ * entropy on a 16-bit grid (2^15 target bins do not fit the histogram),
+ * also when only one tensor's grid (o->grid) is 16-bit.
  */
 int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d) OQ_WUR;
 
 /*
- * One shard's mergeable statistics (`onnxq calibrate`, calib/stats.h):
- * without o->ranges the exact min/max of the shard's samples (the only
- * round for minmax; round 1 for percentile/entropy/mse); with o->ranges
- * (complete, same model) histograms over those ranges (round 2). ema is
- * OQ_EUSAGE: its moving average depends on the sample order.
+ * One shard's mergeable statistics (`onnxq calibrate`, calib/stats.h), one
+ * pass over the shard's samples: the exact min/max of every tensor, and for
+ * percentile/entropy/mse its histogram. ema is OQ_EUSAGE: its moving
+ * average depends on the sample order.
  *
  * oq_calibrate with o->stats set runs no sample: it checks the file against
- * the model and the method (complete, right kind) and picks the ranges from
- * it, exactly as a one-machine run on the same samples would.
+ * the model and the method (complete, histograms for a histogram method)
+ * and picks the ranges from it, exactly as a one-machine run on the same
+ * samples would (any histogram method and grid can use a histogram file).
  */
 int oq_calibrate_stats(oq_model *m, const oq_calib_opts *o, oq_stats *out, oq_diag *d) OQ_WUR;
 

@@ -7,7 +7,8 @@
  * trailing checksum first (so a flipped bit anywhere is "corrupted", not a
  * strange parse error), then walks it with a cursor whose every read is
  * bounds-checked, and validates what it read (sorted unique names, bin
- * counts, finite histogram ranges, coverage bits beyond N clear).
+ * counts and exponents, count totals that cannot overflow, coverage bits
+ * beyond N clear).
  *
  * Checksum and fingerprint use one 64-bit hash: 8-byte little-endian words
  * folded with h = (h ^ w) * K, h ^= h >> 29 (K an odd 64-bit constant),
@@ -26,7 +27,7 @@
 
 static const char magic[8] = {'O', 'N', 'N', 'X', 'Q', 'S', 'T', 'A'};
 
-#define HDR_FIXED (8 + 4 * 4 + 8 * 4 + 4) /* magic .. N */
+#define HDR_FIXED (8 + 4 * 4 + 8 * 3 + 4) /* magic .. N */
 #define MAX_NAME (1u << 20)
 
 /* ------------------------------------------------------------ hashing */
@@ -103,7 +104,7 @@ void oq_stats_free(oq_stats *s)
 		return;
 	for (size_t i = 0; i < s->n; i++) {
 		free(s->v[i].name);
-		oq_hist_free(&s->v[i].h);
+		free(s->v[i].h.bin);
 	}
 	free(s->v);
 	free(s->covered);
@@ -119,7 +120,8 @@ void oq_stats_shard_range(uint64_t total, uint32_t i, uint32_t n, uint64_t *begi
 
 static const char *kind_name(int kind)
 {
-	return kind == OQ_STATS_RANGES ? "ranges (round 1)" : "histograms (round 2)";
+	return kind == OQ_STATS_RANGES ? "ranges only (--method minmax)"
+				       : "histograms (--method percentile, entropy or mse)";
 }
 
 /* ------------------------------------------------------------ encoding */
@@ -176,10 +178,9 @@ int oq_stats_encode(oq_stats *s, uint8_t **buf, size_t *len, oq_diag *d)
 	put(&w, magic, 8);
 	put_u32(&w, OQ_STATS_VERSION);
 	put_u32(&w, (uint32_t)s->kind);
-	put_u32(&w, (uint32_t)s->hist_mode);
+	put_u32(&w, s->kind == OQ_STATS_HIST ? OQ_HIST_SIDE : 0);
 	put_u32(&w, 0);
 	put_u64(&w, s->model_fp);
-	put_u64(&w, s->ranges_id);
 	put_u64(&w, s->n_total);
 	put_u64(&w, s->n_samples);
 	put_u32(&w, s->n_shards);
@@ -195,18 +196,26 @@ int oq_stats_encode(oq_stats *s, uint8_t **buf, size_t *len, oq_diag *d)
 		size_t l = strlen(r->name);
 		put_u32(&w, (uint32_t)l);
 		put(&w, r->name, l);
-		put_u32(&w, (uint32_t)(r->seen ? 1 : 0) | (r->h.bin ? 2u : 0u));
+		int hist = s->kind == OQ_STATS_HIST && r->hist;
+		uint32_t used[2] = {0, 0};
+		put_u32(&w, (uint32_t)(r->seen ? 1 : 0) | (hist ? 2u : 0u));
 		put_f64(&w, r->lo);
 		put_f64(&w, r->hi);
 		put_u64(&w, r->n_bad);
-		if (r->h.bin) {
-			put_f64(&w, r->h.lo);
-			put_f64(&w, r->h.hi);
-			put_u32(&w, (uint32_t)r->h.abs);
-			put_u32(&w, (uint32_t)r->h.n);
-			put_u64(&w, r->h.n_zero);
-			for (size_t k = 0; k < r->h.n; k++)
-				put_u64(&w, r->h.bin[k]);
+		if (!hist)
+			continue;
+		for (size_t side = 0; side < 2 && r->h.bin; side++) {
+			const uint64_t *b = r->h.bin + side * OQ_HIST_SIDE;
+			used[side] = OQ_HIST_SIDE;
+			while (used[side] && !b[used[side] - 1])
+				used[side]--;
+		}
+		put_u64(&w, r->h.n_zero);
+		put_u32(&w, used[0] || used[1] ? (uint32_t)(r->h.e - OQ_HIST_EMIN) : 0);
+		for (size_t side = 0; side < 2; side++) {
+			put_u32(&w, used[side]);
+			for (uint32_t k = 0; k < used[side]; k++)
+				put_u64(&w, r->h.bin[side * OQ_HIST_SIDE + k]);
 		}
 	}
 	if (!w.bad)
@@ -273,13 +282,14 @@ static int corrupt(oq_diag *d, const char *what, const char *why)
 		      what, why);
 }
 
-/* One record; `prev` is the previous name (NULL for the first). */
-static int get_record(rbuf *r, oq_stat *st, const char *prev, const char *what, oq_diag *d)
+/* One record of a file of `kind`; `prev` is the previous name (NULL for the first). */
+static int get_record(rbuf *r, int kind, oq_stat *st, const char *prev, const char *what,
+		      oq_diag *d)
 {
-	uint32_t l, flags, abs, nbins;
-	double hlo, hhi;
-	int rc;
+	uint32_t l, flags, e;
+	uint64_t total;
 
+	oq_hist_init(&st->h);
 	if (!get_u32(r, &l))
 		return corrupt(d, what, "truncated record");
 	if (l == 0 || l > MAX_NAME || l > r->len - r->at)
@@ -302,26 +312,47 @@ static int get_record(rbuf *r, oq_stat *st, const char *prev, const char *what, 
 		return corrupt(d, what, "bad range");
 	if (!(flags & 2))
 		return OQ_OK;
-	if (!get_f64(r, &hlo) || !get_f64(r, &hhi) || !get_u32(r, &abs) || !get_u32(r, &nbins))
+	if (kind != OQ_STATS_HIST)
+		return corrupt(d, what, "histogram in a ranges file");
+	st->hist = 1;
+	if (!get_u64(r, &st->h.n_zero) || !get_u32(r, &e))
 		return corrupt(d, what, "truncated histogram");
-	if (abs > 1 || nbins != OQ_HIST_BINS)
-		return corrupt(d, what, "bad histogram header");
-	if ((size_t)nbins > (r->len - r->at) / 8)
-		return corrupt(d, what, "truncated histogram");
-	if ((rc = oq_hist_init(&st->h, hlo, hhi, nbins, (int)abs)))
-		return rc == OQ_ENOMEM ? oq_err(d, rc, "stats: out of memory")
-				       : corrupt(d, what, "bad histogram range");
-	if (!get_u64(r, &st->h.n_zero))
-		return corrupt(d, what, "truncated histogram");
-	for (size_t k = 0; k < nbins; k++)
-		(void)get_u64(r, &st->h.bin[k]);
+	if (e > (uint32_t)(OQ_HIST_EMAX - OQ_HIST_EMIN))
+		return corrupt(d, what, "bad histogram exponent");
+	total = st->h.n_zero;
+	for (size_t side = 0; side < 2; side++) {
+		uint32_t used;
+		if (!get_u32(r, &used))
+			return corrupt(d, what, "truncated histogram");
+		if (used > OQ_HIST_SIDE)
+			return corrupt(d, what, "bad histogram bin count");
+		if ((size_t)used > (r->len - r->at) / 8)
+			return corrupt(d, what, "truncated histogram");
+		if (!used)
+			continue;
+		/* bins hold finite non-zero values, so the record has a finite range */
+		if (!(st->lo <= st->hi) || !st->seen)
+			return corrupt(d, what, "histogram without a range");
+		if (oq_hist_reserve(&st->h, (int)e + OQ_HIST_EMIN))
+			return oq_err(d, OQ_ENOMEM, "stats: out of memory");
+		for (size_t k = 0; k < used; k++) {
+			uint64_t *c = &st->h.bin[side * OQ_HIST_SIDE + k];
+			(void)get_u64(r, c);
+			/* the total bounds every sum the histogram code forms (merged bins, |x| views) */
+			if (*c > UINT64_MAX - total)
+				return corrupt(d, what, "histogram counts overflow");
+			total += *c;
+		}
+	}
+	if (!st->h.bin && e)
+		return corrupt(d, what, "bad histogram exponent"); /* no bins: written as 0 */
 	return OQ_OK;
 }
 
 int oq_stats_decode(const uint8_t *buf, size_t len, const char *what, oq_stats *s, oq_diag *d)
 {
 	rbuf r = {buf, 0, 0};
-	uint32_t version, kind, abs, reserved;
+	uint32_t version, kind, side, reserved;
 	uint64_t sum, nrec;
 	size_t nb;
 	int rc;
@@ -352,18 +383,16 @@ int oq_stats_decode(const uint8_t *buf, size_t len, const char *what, oq_stats *
 		return corrupt(d, what, "checksum mismatch");
 	s->sum = sum;
 	(void)get_u32(&r, &kind);
-	(void)get_u32(&r, &abs);
+	(void)get_u32(&r, &side);
 	(void)get_u32(&r, &reserved);
 	(void)get_u64(&r, &s->model_fp);
-	(void)get_u64(&r, &s->ranges_id);
 	(void)get_u64(&r, &s->n_total);
 	(void)get_u64(&r, &s->n_samples);
 	(void)get_u32(&r, &s->n_shards);
 	if ((kind != OQ_STATS_RANGES && kind != OQ_STATS_HIST) || reserved ||
-	    (kind == OQ_STATS_RANGES && abs))
+	    side != (kind == OQ_STATS_HIST ? OQ_HIST_SIDE : 0))
 		return corrupt(d, what, "bad header fields");
 	s->kind = (int)kind;
-	s->hist_mode = (int)abs;
 	if (s->n_shards == 0 || s->n_shards > OQ_STATS_MAX_SHARDS || s->n_samples > s->n_total)
 		return corrupt(d, what, "bad shard count");
 	nb = ((size_t)s->n_shards + 7) / 8;
@@ -383,22 +412,15 @@ int oq_stats_decode(const uint8_t *buf, size_t len, const char *what, oq_stats *
 	}
 	if (!get_u64(&r, &nrec))
 		return corrupt(d, what, "truncated header");
-	/* a record takes at least 32 bytes: bounds the allocation by the file size */
-	if (nrec > (r.len - r.at) / 32)
+	/* a record takes at least 33 bytes: bounds the allocation by the file size */
+	if (nrec > (r.len - r.at) / 33)
 		return corrupt(d, what, "record count larger than the file");
 	if (!(s->v = oq_calloc((size_t)nrec, sizeof *s->v)))
 		return oq_err(d, OQ_ENOMEM, "stats: out of memory");
 	for (size_t i = 0; i < nrec; i++) {
 		s->n = i + 1;
-		if ((rc = get_record(&r, &s->v[i], i ? s->v[i - 1].name : NULL, what, d)))
+		if ((rc = get_record(&r, s->kind, &s->v[i], i ? s->v[i - 1].name : NULL, what, d)))
 			return rc;
-		/* the form of each histogram (|x| or x) is per tensor (hist_setup); hist_mode 1
-		 * (entropy) means |x| everywhere */
-		const oq_stat *v = &s->v[i];
-		if (v->h.bin ? kind != OQ_STATS_HIST || !oq_stats_wants_hist(v->lo, v->hi, v->h.abs) ||
-				   (abs == 1 && !v->h.abs)
-			     : kind == OQ_STATS_HIST && v->lo < v->hi)
-			return corrupt(d, what, "histogram does not match the file kind");
 	}
 	if (r.at != r.len)
 		return corrupt(d, what, "trailing bytes");
@@ -564,50 +586,48 @@ static int add_u64(uint64_t *a, uint64_t b)
 static int copy_stat(oq_stat *dst, const oq_stat *src)
 {
 	*dst = *src;
-	memset(&dst->h, 0, sizeof dst->h);
-	if (!(dst->name = oq_strdup(src->name)))
+	oq_hist_init(&dst->h);
+	if (!(dst->name = oq_strdup(src->name)) || oq_hist_copy(&dst->h, &src->h))
 		return OQ_ENOMEM;
-	if (src->h.bin) {
-		if (oq_hist_init(&dst->h, src->h.lo, src->h.hi, src->h.n, src->h.abs))
-			return OQ_ENOMEM;
-		memcpy(dst->h.bin, src->h.bin, src->h.n * sizeof *src->h.bin);
-		dst->h.n_zero = src->h.n_zero;
-	}
 	return OQ_OK;
 }
 
-/* Folds record b into a (same name). */
-static int merge_stat(oq_stat *a, const oq_stat *b, int kind, const char *bname, oq_diag *d)
+/* Total of h's counts; 0 when it overflows (*ok cleared). */
+static uint64_t hist_total(const oq_hist *h, int *ok)
 {
-	if (kind == OQ_STATS_RANGES) {
-		a->seen |= b->seen;
-		a->lo = b->lo < a->lo ? b->lo : a->lo;
-		a->hi = b->hi > a->hi ? b->hi : a->hi;
-		if (!add_u64(&a->n_bad, b->n_bad))
-			return oq_err(d, OQ_EINVAL, "stats: %s: tensor '%s': NaN/Inf count overflows",
-				      bname, a->name);
-		return OQ_OK;
-	}
-	/* histograms: the ranges are the merged ones, identical in every shard */
-	if (a->seen != b->seen || memcmp(&a->lo, &b->lo, sizeof a->lo) ||
-	    memcmp(&a->hi, &b->hi, sizeof a->hi) || a->n_bad != b->n_bad || !a->h.bin != !b->h.bin ||
-	    (a->h.bin && (a->h.lo != b->h.lo || a->h.hi != b->h.hi || a->h.n != b->h.n ||
-			  a->h.abs != b->h.abs)))
-		return oq_err(d, OQ_EINVAL,
-			      "stats: %s: tensor '%s': histograms over a different range than the other "
-			      "files; run every shard's histogram round with the same --ranges file",
+	uint64_t t = h->n_zero;
+	for (size_t k = 0; h->bin && k < 2 * (size_t)OQ_HIST_SIDE; k++)
+		if (!add_u64(&t, h->bin[k]))
+			*ok = 0;
+	return t;
+}
+
+/* Folds record b into a (same name). */
+static int merge_stat(oq_stat *a, const oq_stat *b, const char *bname, oq_diag *d)
+{
+	int ok = 1, rc;
+	uint64_t t;
+
+	a->seen |= b->seen;
+	a->lo = b->lo < a->lo ? b->lo : a->lo;
+	a->hi = b->hi > a->hi ? b->hi : a->hi;
+	if (!add_u64(&a->n_bad, b->n_bad))
+		return oq_err(d, OQ_EINVAL, "stats: %s: tensor '%s': NaN/Inf count overflows",
 			      bname, a->name);
-	if (!a->h.bin)
-		return OQ_OK;
-	if (!add_u64(&a->h.n_zero, b->h.n_zero))
-		goto overflow;
-	for (size_t k = 0; k < a->h.n; k++)
-		if (!add_u64(&a->h.bin[k], b->h.bin[k]))
-			goto overflow;
+	if (a->hist != b->hist)
+		return oq_err(d, OQ_EINVAL,
+			      "stats: %s: tensor '%s' has a histogram in one file and not in the other; "
+			      "calibrate every shard with the same options",
+			      bname, a->name);
+	/* both totals fit (checked when read); their sum bounds every count of the merge */
+	t = hist_total(&a->h, &ok);
+	if (!add_u64(&t, hist_total(&b->h, &ok)) || !ok)
+		return oq_err(d, OQ_EINVAL, "stats: %s: tensor '%s': histogram count overflows", bname,
+			      a->name);
+	if ((rc = oq_hist_merge(&a->h, &b->h)))
+		return oq_err(d, rc, "stats: %s: tensor '%s': %s", bname, a->name,
+			      rc == OQ_ENOMEM ? "out of memory" : "histogram count overflows");
 	return OQ_OK;
-overflow:
-	return oq_err(d, OQ_EINVAL, "stats: %s: tensor '%s': histogram count overflows", bname,
-		      a->name);
 }
 
 int oq_stats_merge(oq_stats *acc, const oq_stats *b, const char *bname, oq_diag *d)
@@ -623,31 +643,22 @@ int oq_stats_merge(oq_stats *acc, const oq_stats *b, const char *bname, oq_diag 
 			      bname);
 	if (acc->kind != b->kind)
 		return oq_err(d, OQ_EINVAL,
-			      "stats: %s holds %s, the files before it %s; merge files of one round",
+			      "stats: %s holds %s, the files before it %s; calibrate every shard with the "
+			      "same --method",
 			      bname, kind_name(b->kind), kind_name(acc->kind));
-	if (acc->hist_mode != b->hist_mode)
-		return oq_err(d, OQ_EINVAL,
-			      "stats: %s holds histograms made with other --method / --act-type / "
-			      "--act-symmetric than the files before it; calibrate every shard with the same options",
-			      bname);
 	if (acc->n_shards != b->n_shards || acc->n_total != b->n_total)
 		return oq_err(d, OQ_EINVAL,
 			      "stats: %s splits %llu samples into %u shards, the files before it %llu "
 			      "into %u; use the same --calib, --calib-limit and --shard I/N",
 			      bname, (unsigned long long)b->n_total, b->n_shards,
 			      (unsigned long long)acc->n_total, acc->n_shards);
-	if (acc->ranges_id != b->ranges_id)
-		return oq_err(d, OQ_EINVAL,
-			      "stats: %s was built over another ranges file than the files before it; "
-			      "give every shard the same --ranges",
-			      bname);
 	for (uint32_t s = 0; s < b->n_shards; s++)
 		if (acc->covered[s] && b->covered[s])
 			return oq_err(d, OQ_EINVAL,
 				      "stats: %s: shard %u of %u is already in the files before it; give "
 				      "each shard once",
 				      bname, s, b->n_shards);
-	/* union of the sorted record lists */
+	/* union of the sorted record lists (a shard without samples has no records) */
 	if (!(v = oq_calloc(acc->n + b->n, sizeof *v)))
 		return oq_err(d, OQ_ENOMEM, "stats: out of memory");
 	while (i < acc->n || j < b->n) {
@@ -655,16 +666,9 @@ int oq_stats_merge(oq_stats *acc, const oq_stats *b, const char *bname, oq_diag 
 		if (c < 0) {
 			v[k++] = acc->v[i++];
 		} else if (c > 0) {
-			if (acc->kind == OQ_STATS_HIST) {
-				rc = oq_err(d, OQ_EINVAL,
-					    "stats: %s: tensor '%s' is missing from the files before it "
-					    "(histogram files must hold the same tensors)",
-					    bname, b->v[j].name);
-				goto fail;
-			}
 			if (copy_stat(&v[k], &b->v[j])) {
 				free(v[k].name);
-				oq_hist_free(&v[k].h);
+				free(v[k].h.bin);
 				rc = oq_err(d, OQ_ENOMEM, "stats: out of memory");
 				goto fail;
 			}
@@ -672,16 +676,9 @@ int oq_stats_merge(oq_stats *acc, const oq_stats *b, const char *bname, oq_diag 
 			j++;
 		} else {
 			v[k] = acc->v[i++];
-			if ((rc = merge_stat(&v[k++], &b->v[j++], acc->kind, bname, d)))
+			if ((rc = merge_stat(&v[k++], &b->v[j++], bname, d)))
 				goto fail;
 		}
-	}
-	if (acc->kind == OQ_STATS_HIST && k != b->n) {
-		rc = oq_err(d, OQ_EINVAL,
-			    "stats: %s lacks tensors the files before it hold (histogram files must "
-			    "hold the same tensors)",
-			    bname);
-		goto fail;
 	}
 	free(acc->v);
 	acc->v = v;
@@ -698,7 +695,7 @@ fail:
 			from_acc = v[x].name == acc->v[y].name;
 		if (!from_acc) {
 			free(v[x].name);
-			oq_hist_free(&v[x].h);
+			free(v[x].h.bin);
 		}
 	}
 	free(v);

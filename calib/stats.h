@@ -4,16 +4,18 @@
  * `onnxq quantize --stats` turns into ranges, with a result byte-identical
  * to calibrating all samples on one machine.
  *
- * Two kinds, matching the two passes of calib/calibrate.c:
+ * One round, one pass over the shard's samples (calib/calibrate.c). Two
+ * kinds of file:
  *   ranges:     per tensor the exact finite min/max, NaN/Inf count and a
- *               "seen" flag. Merging takes min, max, sum, or: exact.
- *   histograms: per tensor the global ranges (copied from a merged ranges
- *               file, identical in every shard) plus a fixed-range histogram
- *               of this shard's values over them. Merging adds the integer
- *               counts: exact.
- * minmax needs only ranges; percentile, entropy and mse need a histogram
- * round over the merged ranges (the histograms must cover the global range,
- * as on one machine). ema depends on the sample order and is refused.
+ *               "seen" flag (--method minmax). Merging takes min, max,
+ *               sum, or: exact.
+ *   histograms: the same plus each tensor's histogram (calib/observe.h: a
+ *               power-of-two grid that depends on the values alone) and
+ *               its exact-zero count (percentile, entropy, mse). Merging
+ *               brings both histograms to the larger grid and adds the
+ *               integer counts: exact, in any order.
+ * A histogram file serves every histogram method and grid (and minmax);
+ * ema depends on the sample order and is refused.
  *
  * Shards: the samples (lexical order, after --calib-limit) are split into N
  * contiguous blocks; shard I (0-based, I < N) gets samples
@@ -21,17 +23,19 @@
  * A file records N, the total and which shards it covers; merge refuses
  * overlaps and mismatches, quantize refuses an incomplete set.
  *
- * File format (version 1, all integers little-endian, doubles as their
- * IEEE-754 bit pattern):
+ * File format (version 2, all integers little-endian, doubles as their
+ * IEEE-754 bit pattern; version 1 was the two-round format and is refused):
  *   magic "ONNXQSTA" | u32 version | u32 kind (1 ranges, 2 histograms)
- *   | u32 hist_mode | u32 reserved (0) | u64 model fingerprint
- *   | u64 ranges id (histograms: checksum of the ranges file; ranges: 0)
- *   | u64 total samples | u64 covered samples | u32 N | ceil(N/8) bytes of
- *   coverage bitmap (shard I: bit I%8 of byte I/8) | u64 record count
- *   | records | u64 checksum of everything before it.
+ *   | u32 bins per side (histograms: OQ_HIST_SIDE; ranges: 0) | u32 reserved (0)
+ *   | u64 model fingerprint | u64 total samples | u64 covered samples | u32 N
+ *   | ceil(N/8) bytes of coverage bitmap (shard I: bit I%8 of byte I/8)
+ *   | u64 record count | records | u64 checksum of everything before it.
  * A record: u32 name length | name bytes (no NUL) | u32 flags (1 seen,
- *   2 histogram) | f64 min | f64 max | u64 NaN/Inf count, then with a
- *   histogram: f64 lo | f64 hi | u32 abs | u32 bins | u64 zeros | bins x u64.
+ *   2 histogram) | f64 min | f64 max | u64 NaN/Inf count, then with flag 2
+ *   (histogram files only; tensors whose range quantize reads): u64 exact
+ *   zeros | u32 e - OQ_HIST_EMIN | u32 P | P x u64 (bins 0..P-1 of x > 0)
+ *   | u32 M | M x u64 (bins of x < 0); the bins past P, M are empty
+ *   (trailing empty bins are left out; P = M = 0: no bins, and e - EMIN 0).
  * Records are sorted by name (strcmp) and unique.
  */
 #ifndef OQ_STATS_H
@@ -44,12 +48,12 @@
 #include "ir.h"
 #include "observe.h"
 
-#define OQ_STATS_VERSION 1
+#define OQ_STATS_VERSION 2
 #define OQ_STATS_MAX_SHARDS 65536
 
 enum {
-	OQ_STATS_RANGES = 1, /* round 1: exact min/max */
-	OQ_STATS_HIST = 2,   /* round 2: histograms over merged ranges */
+	OQ_STATS_RANGES = 1, /* exact min/max (minmax) */
+	OQ_STATS_HIST = 2,   /* exact min/max and histograms (percentile, entropy, mse) */
 };
 
 /* Statistics of one tensor (a main-graph value). */
@@ -58,15 +62,14 @@ typedef struct oq_stat {
 	int seen;       /* observed with a float dtype */
 	double lo, hi;  /* finite min/max; lo > hi when no finite value was seen */
 	uint64_t n_bad; /* NaN/Inf elements skipped */
-	oq_hist h;      /* histogram (h.bin NULL: none, e.g. a constant tensor) */
+	int hist;       /* histogram files: the histogram was kept (the tensor's range is needed) */
+	oq_hist h;      /* that histogram (h.bin NULL: no non-zero finite value) */
 } oq_stat;
 
 /* A statistics file in memory. */
 typedef struct oq_stats {
 	int kind;           /* OQ_STATS_* */
-	int hist_mode;       /* histogram settings (calibrate.c hist_mode: 1 entropy, else 2 + grid); 0: ranges */
 	uint64_t model_fp;  /* oq_stats_fingerprint of the rewritten model */
-	uint64_t ranges_id; /* histograms: checksum of the ranges file they were built over */
 	uint64_t n_total;   /* samples of the whole set */
 	uint64_t n_samples; /* samples these statistics cover */
 	uint32_t n_shards;  /* N of --shard I/N (1 without sharding) */
@@ -95,8 +98,8 @@ int oq_stats_decode(const uint8_t *buf, size_t len, const char *what, oq_stats *
 int oq_stats_write(const char *path, oq_stats *s, oq_diag *d) OQ_WUR;
 int oq_stats_read(const char *path, oq_stats *s, oq_diag *d) OQ_WUR;
 
-/* Folds b (read from `bname`) into acc. Different model, kind, N, total or
- * ranges, or a shard in both, is OQ_EINVAL. */
+/* Folds b (read from `bname`) into acc. Different model, kind, N or total,
+ * a shard in both, or a count that overflows, is OQ_EINVAL. */
 int oq_stats_merge(oq_stats *acc, const oq_stats *b, const char *bname, oq_diag *d) OQ_WUR;
 
 /* Reads and merges n files into out (`onnxq merge-stats`). */
@@ -104,17 +107,6 @@ int oq_stats_merge_files(const char *const *paths, size_t n, oq_stats *out, oq_d
 
 /* OQ_EINVAL unless every shard is covered ("stats cover shards 0,2 of 4"). */
 int oq_stats_check_complete(const oq_stats *s, const char *what, oq_diag *d) OQ_WUR;
-
-/* Does a tensor with finite range [lo, hi] get a histogram? Not when the
- * range (of |x| when abs) is one point: it is exact already. */
-static inline int oq_stats_wants_hist(double lo, double hi, int abs)
-{
-	if (!(lo <= hi))
-		return 0;
-	if (abs)
-		return (-lo > hi ? -lo : hi) > 0;
-	return lo < hi;
-}
 
 /* The first sample and the end of shard i of n over total samples. */
 void oq_stats_shard_range(uint64_t total, uint32_t i, uint32_t n, uint64_t *begin,

@@ -136,6 +136,37 @@ int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ
 int64_t oq_quantize_opset_need(const oq_opts *o, const char **why);
 
 /*
+ * The activation grid the quantize pass gives value v when node `prod` (NULL for a graph input)
+ * writes its Q: *dtype and *act_sym (OQ_ACT_*) from the profile (trt: symmetric int8), then
+ * --act-type / --act-symmetric, prod's node override, v's tensor override ("symmetric": true
+ * keeps the global symmetric kind; FP8 is always symmetric). OQ_EUSAGE naming v for a grid that
+ * cannot be: FP8 with "symmetric": false, a type without an activation grid, unsigned symmetric
+ * on a signed type. The one resolution both the quantize pass and calibration (whose range
+ * methods aim at the grid, through the pipeline) use.
+ */
+int oq_quantize_act_grid(const oq_opts *o, const oq_value *v, const oq_node *prod, int *dtype,
+			 int *act_sym, oq_diag *d) OQ_WUR;
+
+/*
+ * The node whose override sets v's grid (its `prod` above): v's producer, except for the
+ * output of a Relu/Clip that fuse marked removable (OQ_QM_ACT) when the quantize pass folds it
+ * into its input's producer, which then writes v and its Q (asymmetric grids; the pass' other
+ * conditions, node selection and a range inside the activation's bounds, are not checked: a
+ * Relu's or Clip(0, hi)'s calibrated range always is).
+ */
+const oq_node *oq_quantize_grid_node(const oq_opts *o, const oq_value *v);
+
+/*
+ * need[i] (g->n_values entries) = 1 for the main-graph values whose calibrated range the
+ * quantize pass with options o reads, else 0: the activations that get their own Q (after
+ * --include/--exclude, overrides and the profile), not those that share their input's
+ * parameters (Reshape, pooling, ...), take a fixed [0, 1] (Softmax) or an override's range or
+ * parameters. Calibration keeps histograms for these only. Bad --include/--exclude names are
+ * OQ_EUSAGE, as in the pass.
+ */
+int oq_quantize_range_needs(oq_graph *g, const oq_opts *o, uint8_t *need, oq_diag *d) OQ_WUR;
+
+/*
  * Stores `data` (float32, dims) as input idx of n (idx may be past n's last
  * input: the input is added): replaced in place when n is the value's only
  * live reader and the value is private (not a graph input/output, not

@@ -28,6 +28,11 @@
  * "skip". Values inside a fused unit (OQ_QM_INTERNAL, set by fuse) never get
  * a pair. Only the main graph is rewritten; If/Loop/Scan bodies stay float.
  * New nodes are appended; the driver restores topological order.
+ *
+ * Calibration runs before this pass and asks it two things (pass.h):
+ * oq_quantize_act_grid, the grid a tensor's Q will have (own_qp's
+ * resolution, shared), and oq_quantize_range_needs, which tensors' ranges the
+ * pass will read (a dry run of the selection and of mark_needed).
  */
 #include "pass.h"
 
@@ -251,9 +256,67 @@ static void select_nodes(qctx *c)
 
 /* ------------------------------------------------------------ parameters */
 
-static int act_sym(const qctx *c)
+int oq_quantize_act_grid(const oq_opts *o, const oq_value *v, const oq_node *prod, int *dtype,
+			 int *act_sym, oq_diag *d)
 {
-	return c->trt ? OQ_ACT_SYM : c->o->act_sym;
+	const oq_override *t = oq_override_find(o->overrides, o->n_overrides, v->name, 0);
+	const oq_override *n = prod && prod->name[0]
+				       ? oq_override_find(o->overrides, o->n_overrides, prod->name, 1)
+				       : NULL;
+	int trt = o->profile == OQ_PROFILE_TRT, dt = trt ? OQ_DT_INT8 : o->act_type;
+	int sym = trt ? OQ_ACT_SYM : o->act_sym;
+	int64_t qmin = 0, qmax = 0;
+
+	if (n && n->dtype)
+		dt = n->dtype;
+	if (t && t->dtype)
+		dt = t->dtype;
+	/* an override's "symmetric": true keeps the global symmetric kind (narrow or unsigned) */
+	if (n && n->symmetric >= 0)
+		sym = n->symmetric ? (sym ? sym : OQ_ACT_SYM) : OQ_ACT_ASYM;
+	if (t && t->symmetric >= 0)
+		sym = t->symmetric ? (sym ? sym : OQ_ACT_SYM) : OQ_ACT_ASYM;
+	if (oq_qtype_is_fp8(dt)) {
+		if (!sym)
+			return oq_err(d, OQ_EUSAGE, "quantize: tensor '%s': float8e4m3fn activations are "
+				      "symmetric; drop the override's \"symmetric\": false", v->name);
+		sym = OQ_ACT_SYM;
+	} else if (!oq_qrange(dt, 0, &qmin, &qmax)) {
+		return oq_err(d, OQ_EUSAGE, "quantize: tensor '%s': activation type %s is not supported "
+			      "(use uint8, int8, uint16, int16 or float8e4m3fn)", v->name, oq_dtype_name(dt));
+	}
+	if (sym == OQ_ACT_SYM_UNSIGNED && qmin < 0)
+		return oq_err(d, OQ_EUSAGE, "quantize: tensor '%s': unsigned symmetric activations need "
+			      "an unsigned type, not %s; set \"symmetric\" in its override", v->name,
+			      oq_dtype_name(dt));
+	*dtype = dt;
+	*act_sym = sym;
+	return OQ_OK;
+}
+
+const oq_node *oq_quantize_grid_node(const oq_opts *o, const oq_value *v)
+{
+	const oq_node *a = v->producer, *p;
+	const oq_value *t;
+	oq_diag scratch;
+	int dt, sym, form;
+	int64_t qmin, qmax;
+
+	/* the fold's conditions that do not depend on ranges or on the node selection (see
+	 * drop_activations): a removable Relu or Clip, asymmetric profile, a single-use input */
+	if (!a || !(a->qmark & OQ_QM_ACT) || o->profile == OQ_PROFILE_TRT || o->keep_activations ||
+	    (a->op != OQ_OP_Relu && a->op != OQ_OP_Clip) || !a->n_inputs || !(t = a->inputs[0]) ||
+	    !(p = t->producer) || t->n_uses != 1 || !p->n_outputs || p->outputs[0] != t)
+		return a;
+	/* ... and the grid the producer's Q would have must reproduce the activation: zero point at
+	 * qmin for a range starting at 0 (asymmetric, or AIMET unsigned on an unsigned type) */
+	oq_diag_init(&scratch);
+	if (oq_quantize_act_grid(o, v, p, &dt, &sym, &scratch) || oq_qtype_is_fp8(dt))
+		return a;
+	form = oq_act_form(sym, 0);
+	if (form != OQ_QP_ASYM && !(form == OQ_QP_SYM_FULL && oq_qrange(dt, 0, &qmin, &qmax) && qmin == 0))
+		return a;
+	return p;
 }
 
 /*
@@ -264,34 +327,15 @@ static int own_qp(qctx *c, const oq_value *v, const oq_node *prod, qp *out, int 
 {
 	const oq_override *t = tovr(c, v->name), *n = novr(c, prod);
 	const oq_range *r;
-	int dtype = c->trt ? OQ_DT_INT8 : c->o->act_type, sym = act_sym(c), rc;
-	int64_t qmin, qmax;
+	int dtype, sym, rc;
+	int64_t qmin = 0, qmax = 0;
 	double lo, hi;
 
 	*ok = 0;
-	if (n && n->dtype)
-		dtype = n->dtype;
-	if (t && t->dtype)
-		dtype = t->dtype;
-	/* an override's "symmetric": true keeps the global symmetric kind (narrow or unsigned) */
-	if (n && n->symmetric >= 0)
-		sym = n->symmetric ? (sym ? sym : OQ_ACT_SYM) : OQ_ACT_ASYM;
-	if (t && t->symmetric >= 0)
-		sym = t->symmetric ? (sym ? sym : OQ_ACT_SYM) : OQ_ACT_ASYM;
-	if (oq_qtype_is_fp8(dtype)) {
-		qmin = qmax = 0;
-		if (!sym)
-			return oq_err(c->d, OQ_EUSAGE, "quantize: tensor '%s': float8e4m3fn activations are "
-				      "symmetric; drop the override's \"symmetric\": false", v->name);
-		sym = OQ_ACT_SYM;
-	} else if (!oq_qrange(dtype, 0, &qmin, &qmax)) {
-		return oq_err(c->d, OQ_EUSAGE, "quantize: tensor '%s': activation type %s is not supported "
-			      "(use uint8, int8, uint16, int16 or float8e4m3fn)", v->name, oq_dtype_name(dtype));
-	}
-	if (sym == OQ_ACT_SYM_UNSIGNED && qmin < 0)
-		return oq_err(c->d, OQ_EUSAGE, "quantize: tensor '%s': unsigned symmetric activations need "
-			      "an unsigned type, not %s; set \"symmetric\" in its override", v->name,
-			      oq_dtype_name(dtype));
+	if ((rc = oq_quantize_act_grid(c->o, v, prod, &dtype, &sym, c->d)))
+		return rc;
+	if (!oq_qtype_is_fp8(dtype))
+		(void)oq_qrange(dtype, 0, &qmin, &qmax); /* checked by oq_quantize_act_grid */
 	out->dtype = dtype;
 	if ((t && t->has_qparams) || (!(t && t->has_range) && n && n->has_qparams)) {
 		const oq_override *f = t && t->has_qparams ? t : n;
@@ -931,6 +975,60 @@ static int count_subgraphs(oq_graph *sub, oq_node *owner, void *ctx)
 }
 
 /* ------------------------------------------------------------ entry */
+
+static void ctx_free_needs(qctx *c)
+{
+	free(c->info);
+	free(c->need);
+}
+
+int oq_quantize_range_needs(oq_graph *g, const oq_opts *o, uint8_t *need, oq_diag *d)
+{
+	qctx c;
+	int rc;
+
+	memset(need, 0, g->n_values);
+	if (o->weight_only || g->parent)
+		return OQ_OK;
+	memset(&c, 0, sizeof c);
+	c.g = g;
+	c.o = o;
+	c.d = d;
+	c.trt = o->profile == OQ_PROFILE_TRT;
+	if ((rc = check_lists(&c)))
+		return rc;
+	c.nv = g->n_values;
+	c.nn = g->n_nodes;
+	c.info = oq_calloc(c.nn + 1, sizeof *c.info);
+	c.need = oq_calloc(c.nv + 1, 1);
+	if (!c.info || !c.need) {
+		ctx_free_needs(&c);
+		return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+	}
+	/* the pass' selection and wanted values (drop_activations moves a folded activation's
+	 * output to the producer but does not change which values are wanted) */
+	select_nodes(&c);
+	mark_needed(&c);
+	for (size_t i = 0; i < c.nv; i++) {
+		const oq_value *v = g->values[i];
+		const oq_node *p = v->producer;
+		const opinfo *f = p && p->index < c.nn && g->nodes[p->index] == p ? c.info[p->index] : NULL;
+		const oq_override *t = tovr(&c, v->name), *n = novr(&c, oq_quantize_grid_node(o, v));
+		if (!c.need[i])
+			continue;
+		/* own_qp's fixed parameters and ranges, and value_qp's shared ones, need no range */
+		if ((t && (t->has_qparams || t->has_range)) || (n && (n->has_qparams || n->has_range)))
+			continue;
+		if (f && f->kind == K_SOFTMAX)
+			continue;
+		if (f && f->kind == K_SHARE && p->n_inputs && p->inputs[0] && p->inputs[0]->index < c.nv &&
+		    c.need[p->inputs[0]->index] && !overridden(&c, v) && !novr(&c, p))
+			continue;
+		need[i] = 1;
+	}
+	ctx_free_needs(&c);
+	return OQ_OK;
+}
 
 static void ctx_free(qctx *c)
 {

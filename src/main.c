@@ -25,7 +25,7 @@ static const char usage_main[] =
 	"  check MODEL [--json]                validate a model's structure and Q/DQ nodes\n"
 	"  quantize MODEL -o OUT (--calib DIR | --weight-only) [OPTIONS]\n"
 	"                                      quantize a float model (also `onnxq MODEL -o OUT ...`)\n"
-	"  calibrate MODEL --calib DIR -o STATS [--shard I/N] [--ranges FILE] [OPTIONS]\n"
+	"  calibrate MODEL --calib DIR -o STATS [--shard I/N] [OPTIONS]\n"
 	"                                      write mergeable calibration statistics (one shard)\n"
 	"  merge-stats A B ... -o OUT          merge statistics files of the shards\n"
 	"  compare REF TEST --data DIR [--json] [--min-sqnr DB] [--per-tensor]\n"
@@ -103,9 +103,9 @@ static const char usage_quantize[] =
 	"                          error on the activation grid), minmax (exact min/max),\n"
 	"                          ema (moving average of per-sample min/max; depends on the\n"
 	"                          sample order by definition), percentile or entropy\n"
-	"                          (TensorRT KL search); mse, percentile and entropy read the samples twice\n"
-	"                          (exact range, then a 2048-bin histogram), so their ranges\n"
-	"                          do not depend on sample order or threads\n"
+	"                          (TensorRT KL search); mse, percentile and entropy fill a\n"
+	"                          histogram on a power-of-two grid in the same single pass,\n"
+	"                          so their ranges do not depend on sample order or threads\n"
 	"  --ema-constant C        ema smoothing constant in (0, 1] (default 0.01)\n"
 	"  --percentile P          percentile kept in (0, 100] (default 99.999): (100-P)/2 %\n"
 	"                          cut on each side, or of |x| with --act-symmetric\n"
@@ -155,8 +155,7 @@ static const char usage_quantize_more[] =
 	"  --verbose               what each pass did and per-stage timings\n";
 
 static const char usage_calibrate[] =
-	"usage: onnxq calibrate MODEL --calib DIR -o STATS [--shard I/N] [--ranges RANGES]\n"
-	"                       [quantize options]\n"
+	"usage: onnxq calibrate MODEL --calib DIR -o STATS [--shard I/N] [quantize options]\n"
 	"       onnxq merge-stats A.bin B.bin ... -o OUT.bin\n"
 	"\n"
 	"Calibrates one shard of the samples on one machine and writes mergeable\n"
@@ -168,13 +167,11 @@ static const char usage_calibrate[] =
 	"  -o, --output STATS   statistics file to write\n"
 	"  --shard I/N          the I-th (0-based) of N contiguous blocks of the samples\n"
 	"                       (lexical order, after --calib-limit); default 0/1\n"
-	"  --ranges RANGES      merged round-1 statistics: fill histograms over them\n"
-	"                       (round 2 of --method percentile, entropy, mse)\n"
 	"\n"
-	"minmax: one round (calibrate shards, merge, quantize --stats).\n"
-	"percentile/entropy/mse (mse is the default): round 1 without --ranges gives\n"
-	"exact ranges; merge them; round 2 with --ranges gives histograms; merge;\n"
-	"quantize --stats. ema cannot be sharded (its average depends on sample order).\n";
+	"One round for every method: calibrate each shard, merge-stats, quantize --stats.\n"
+	"minmax writes exact ranges; percentile/entropy/mse (mse is the default) also\n"
+	"histograms, which serve any of the three at quantize time. ema cannot be\n"
+	"sharded (its average depends on sample order).\n";
 
 static const char usage_compare[] =
 	"usage: onnxq compare REF TEST --data DIR [--json] [--min-sqnr DB] [--per-tensor]\n"
@@ -537,10 +534,10 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 				return usage_error(cmd, "--shard needs I/N with 0 <= I < N <= 65536 (I is 0-based)");
 			break;
 		case O_RANGES:
-			if (!calibrate)
-				return usage_error(cmd, "--ranges is a calibrate option");
-			p->ranges_in = optarg;
-			break;
+			/* kept so that old scripts get told why, not "unknown option" */
+			return usage_error(cmd, "--ranges is no longer needed: calibrate writes ranges and "
+						"histograms in one round (statistics format 2); drop it and the "
+						"second round, and merge the shards' files");
 		case O_BIASC:
 			if (!optarg || strcmp(optarg, "empirical") == 0)
 				p->bias_correction = OQ_BC_EMPIRICAL;
@@ -697,10 +694,6 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 			return usage_error(cmd, "missing --calib DIR (the samples to calibrate on)");
 		if (p->q.weight_only)
 			return usage_error(cmd, "--weight-only needs no calibration");
-		if (p->ranges_in && p->calib.method != OQ_CALIB_PERCENTILE &&
-		    p->calib.method != OQ_CALIB_ENTROPY && p->calib.method != OQ_CALIB_MSE)
-			return usage_error(cmd, "--ranges is for the histogram round of --method percentile, "
-						"entropy or mse; minmax needs one round");
 	}
 	if (p->stats_in && p->calib.source)
 		return usage_error(cmd, "--stats and --calib exclude each other (the statistics replace the samples)");

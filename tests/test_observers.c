@@ -11,6 +11,7 @@
  * thread count change nothing, bit for bit).
  */
 #include <criterion/criterion.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "gen_model.h"
 #include "npy.h"
 #include "observe.h"
+#include "pass.h"
 #include "qparams.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -32,91 +34,136 @@ static float unif(uint64_t *s)
 	return (float)(*s >> 40) / 16777216.0f;
 }
 
-/* A flat histogram: every bin holds `per` values. */
-static void flat(oq_hist *h, double lo, double hi, int abs, uint64_t per)
+/* Flat bins: every bin holds `per` values. */
+static void flat(oq_hbins *h, double lo, double hi, int abs, uint64_t per)
 {
-	cr_assert_eq(oq_hist_init(h, lo, hi, OQ_HIST_BINS, abs), OQ_OK);
+	cr_assert_eq(oq_hbins_init(h, lo, hi, 2048, abs), OQ_OK);
 	for (size_t k = 0; k < h->n; k++)
 		h->bin[k] = per;
 }
 
 /* ------------------------------------------------------------ histogram */
 
-typedef void (*fill_fn)(oq_hist *, const float *, size_t);
+#define SIDE OQ_HIST_SIDE
 
-/* fill: 0 reference, 1 fast plain C, 2 fast with SIMD (AVX-512 where the CPU has it). */
+/* fill: 0 reference, 1 fast plain C, 2 fast with SIMD (AVX-512 where the CPU has it). The fast
+ * fill gets the block's largest finite |x| from the reference min/max scan. */
 static void fill(int how, oq_hist *h, const float *p, size_t n)
 {
+	float lo = INFINITY, hi = -INFINITY;
+	uint64_t bad = 0;
+
+	oq_minmax_f32_ref(p, n, &lo, &hi, &bad);
 	oq_hist_simd = how == 2;
 	if (how == 0)
-		oq_hist_add_f32_ref(h, p, n);
+		cr_assert_eq(oq_hist_add_f32_ref(h, p, n), OQ_OK);
 	else
-		oq_hist_add_f32(h, p, n);
+		cr_assert_eq(oq_hist_add_f32(h, p, n, lo <= hi ? fmaxf(-lo, hi) : 0), OQ_OK);
 	oq_hist_simd = 1;
+}
+
+/* Count of bin k of side `neg` (0: x > 0, 1: x < 0). */
+static uint64_t at_bin(const oq_hist *h, int neg, size_t k)
+{
+	return h->bin ? h->bin[(size_t)neg * SIDE + k] : 0;
+}
+
+/* Sum of all bins. */
+static uint64_t in_bins(const oq_hist *h)
+{
+	uint64_t t = 0;
+	for (size_t k = 0; h->bin && k < 2 * (size_t)SIDE; k++)
+		t += h->bin[k];
+	return t;
+}
+
+static int same_hist(const oq_hist *a, const oq_hist *b)
+{
+	if (a->n_zero != b->n_zero || !a->bin != !b->bin)
+		return 0;
+	return !a->bin || (a->e == b->e && !memcmp(a->bin, b->bin, 2 * SIDE * sizeof *a->bin));
 }
 
 Test(observers, histogram_bins_by_hand)
 {
-	oq_hist h;
-	const float v[] = {0.5f, 7.99f, 8.0f, 0.0f, -0.0f, NAN, INFINITY, 3.0f, 2.999f, 1.0f,
-			   /* past 16 so the vector loop runs too */
-			   5.5f, 5.5f, 0.0f, 6.0f, -INFINITY, 8.0f, 7.0f, 0.125f};
-	const float w[] = {-3.5f, 3.5f, -8.0f, 0.25f};
+	/* 4096 bins a side; 2^e the smallest power of two above max |x|; bin = floor(|x| 4096 / 2^e).
+	 * Block 1: max |x| 3 -> e = 2, w = 2^-10: 0.5 -> 512, nextafter(0.5, 0) -> 511, 3 -> 3072,
+	 * 2.999 -> 3070 (3070.98), -1 -> negative 1024, 1e-30 and a subnormal -> 0; zeros (+0, -0)
+	 * apart; NaN/Inf skipped. */
+	const float b1[] = {0.5f, 3.0f, 0.0f, -0.0f, NAN, INFINITY, 2.999f, -1.0f, 1e-30f,
+			    -INFINITY, 1e-40f, 0x1.fffffep-2f /* nextafter(0.5, 0) */};
+	/* Block 2: 4 = 2^2 itself needs e = 3 (2^e > |x|, strictly): bins halve (512 -> 256,
+	 * 511 -> 255, 3072 -> 1536, 3070 -> 1535, -1024 -> -512), then 4 -> 2048, -7.99 -> -4090
+	 * (4090.9). Values past 16 so the vector loop runs too. */
+	const float b2[] = {4.0f, -7.99f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f,
+			    0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 4.0f};
+	/* Block 3: 1000 -> e = 10 (s = 7): the same values at floor(|x| 4): 0.5 -> 2, 0.4999 -> 1,
+	 * 3 -> 12, 2.999 -> 11, 4 -> 16, -1 -> -4, -7.99 -> -31; 1000 -> 4000 */
+	const float b3[] = {1000.0f};
 
 	for (int how = 0; how < 3; how++) {
-		/* [0, 8] in 8 bins: k = floor(x); 8 goes to the last bin; zeros apart; NaN/Inf skipped */
-		cr_assert_eq(oq_hist_init(&h, 0, 8, 8, 0), OQ_OK);
-		fill(how, &h, v, sizeof v / sizeof *v);
-		cr_expect_eq(h.n_zero, 3, "fill %d", how);
-		cr_expect_eq(h.bin[0], 2); /* 0.5, 0.125 */
-		cr_expect_eq(h.bin[1], 1); /* 1.0 */
-		cr_expect_eq(h.bin[2], 1); /* 2.999 */
-		cr_expect_eq(h.bin[3], 1); /* 3.0 */
-		cr_expect_eq(h.bin[4], 0);
-		cr_expect_eq(h.bin[5], 2); /* 5.5, 5.5 */
-		cr_expect_eq(h.bin[6], 1); /* 6.0 */
-		cr_expect_eq(h.bin[7], 4, "fill %d", how); /* 7.99, 8.0, 8.0, 7.0 */
-		oq_hist_free(&h);
-
-		/* |x| over [0, 8] */
-		cr_assert_eq(oq_hist_init(&h, 0, 8, 8, 1), OQ_OK);
-		fill(how, &h, w, 4);
-		cr_expect_eq(h.bin[3], 2);
-		cr_expect_eq(h.bin[7], 1);
-		cr_expect_eq(h.bin[0], 1);
+		oq_hist h;
+		oq_hist_init(&h);
+		fill(how, &h, b1, sizeof b1 / sizeof *b1);
+		cr_expect_eq(h.e, 2, "fill %d: e %d", how, h.e);
+		cr_expect_eq(h.n_zero, 2);
+		cr_expect(at_bin(&h, 0, 512) == 1 && at_bin(&h, 0, 511) == 1 && at_bin(&h, 0, 3072) == 1 &&
+			  at_bin(&h, 0, 3070) == 1 && at_bin(&h, 1, 1024) == 1 && at_bin(&h, 0, 0) == 2,
+			  "fill %d", how);
+		cr_expect_eq(in_bins(&h), 7);
+		fill(how, &h, b2, sizeof b2 / sizeof *b2);
+		cr_expect_eq(h.e, 3, "fill %d: e %d", how, h.e);
+		cr_expect_eq(h.n_zero, 16);
+		cr_expect(at_bin(&h, 0, 256) == 1 && at_bin(&h, 0, 255) == 1 && at_bin(&h, 0, 1536) == 1 &&
+			  at_bin(&h, 0, 1535) == 1 && at_bin(&h, 1, 512) == 1 && at_bin(&h, 0, 2048) == 2 &&
+			  at_bin(&h, 1, 4090) == 1 && at_bin(&h, 0, 0) == 2, "fill %d", how);
+		cr_expect_eq(in_bins(&h), 10);
+		fill(how, &h, b3, 1);
+		cr_expect_eq(h.e, 10);
+		cr_expect(at_bin(&h, 0, 2) == 1 && at_bin(&h, 0, 1) == 1 && at_bin(&h, 0, 12) == 1 &&
+			  at_bin(&h, 0, 11) == 1 && at_bin(&h, 0, 16) == 2 && at_bin(&h, 1, 4) == 1 &&
+			  at_bin(&h, 1, 31) == 1 && at_bin(&h, 0, 4000) == 1 && at_bin(&h, 0, 0) == 2,
+			  "fill %d", how);
+		cr_expect_eq(in_bins(&h), 11);
 		oq_hist_free(&h);
 	}
-
-	cr_expect_eq(oq_hist_init(&h, 1, 1, 8, 0), OQ_EINVAL);
-	cr_expect_eq(oq_hist_init(&h, -1, 1, 8, 1), OQ_EINVAL);
+	/* exponents: 2^e > a, strictly; tiny values stop at OQ_HIST_EMIN */
+	cr_expect_eq(oq_hist_exponent(1.0), 1);
+	cr_expect_eq(oq_hist_exponent(0.75), 0);
+	cr_expect_eq(oq_hist_exponent(FLT_MAX), 128);
+	cr_expect_eq(oq_hist_exponent(1e-40), OQ_HIST_EMIN);
+	cr_expect_eq(OQ_HIST_EMIN, -115);
 }
 
-/* Random values with the hard cases mixed in: NaN, +-Inf, +-0, values on bin edges, lo, hi. */
-static float *edge_data(const oq_hist *h, size_t n, uint64_t seed)
+/* Random values with the hard cases mixed in: NaN, +-Inf, +-0, subnormals, values on bin edges
+ * of several grids and their float neighbours, powers of two, and a rare large value that
+ * raises e in the middle of a block. */
+static float *edge_data(size_t n, uint64_t seed, float scale)
 {
 	float *x = malloc(n * sizeof *x);
 	uint64_t s = seed;
 	cr_assert(x);
 	for (size_t i = 0; i < n; i++) {
-		float r = unif(&s), k = (float)(int)(unif(&s) * (float)(h->n + 1));
+		float r = unif(&s), k = (float)(int)(unif(&s) * 4097);
+		int e = (int)(unif(&s) * 8) - 2;
 		switch ((int)(unif(&s) * 12)) {
 		case 0: x[i] = NAN; break;
 		case 1: x[i] = r < 0.5f ? INFINITY : -INFINITY; break;
 		case 2: x[i] = r < 0.5f ? 0.0f : -0.0f; break;
-		case 3: x[i] = (float)h->hi; break;
-		case 4: x[i] = (float)h->lo; break;
-		case 5: /* a bin edge as the fill computes it, and its float neighbours */
-			x[i] = (h->abs ? 0.0f : h->lo_f) + k / h->inv_f;
+		case 3: x[i] = ldexpf(r < 0.5f ? 1.0f : -1.0f, e); break; /* 2^e itself */
+		case 4: /* an edge k 2^(e - 12) of grid e, and its neighbours */
+			x[i] = ldexpf(k, e - 12);
 			if (r < 0.3f)
 				x[i] = nextafterf(x[i], INFINITY);
 			else if (r < 0.6f)
 				x[i] = nextafterf(x[i], -INFINITY);
-			if (h->abs && unif(&s) < 0.5f)
+			if (unif(&s) < 0.5f)
 				x[i] = -x[i];
 			break;
-		case 6: x[i] = (float)h->hi * (1 + r); break; /* above the range (clamped) */
+		case 5: x[i] = r < 0.5f ? 1e-40f : -0x1p-149f; break; /* subnormals */
+		case 6: x[i] = unif(&s) < 0.002f ? scale * 8 * (1 + r) : r; break;
 		case 7: x[i] = r < 0.5f ? 1e-30f : -1e-30f; break;
-		default: x[i] = (float)(h->abs ? -h->hi : h->lo) + r * (float)(2 * h->hi - h->lo);
+		default: x[i] = scale * (2 * r - 1);
 		}
 	}
 	return x;
@@ -124,38 +171,129 @@ static float *edge_data(const oq_hist *h, size_t n, uint64_t seed)
 
 Test(observers, fast_fill_matches_scalar_reference)
 {
-	/* sizes: below 16 (scalar tail only), below 4 bins (no sub-histograms), above (with) */
-	const size_t sizes[] = {13, 1000, 3 * OQ_HIST_BINS + 7, 9 * OQ_HIST_BINS + 29};
-	const double ranges[][3] = {{-3.25, 5.5, 0}, {0, 6, 0}, {0, 2.75, 1}, {-1e-3, 1e-3, 0}};
+	/* sizes: below 16 (scalar tail only), below the sub-histogram threshold, above it */
+	const size_t sizes[] = {13, 1000, 5 * 2 * SIDE + 7, 11 * 2 * SIDE + 29};
+	const float scales[] = {3.25f, 6.0f, 1e-3f, 1e30f};
 
-	for (size_t r = 0; r < sizeof ranges / sizeof *ranges; r++) {
+	for (size_t r = 0; r < sizeof scales / sizeof *scales; r++) {
 		for (size_t z = 0; z < sizeof sizes / sizeof *sizes; z++) {
-			oq_hist ref, fast;
-			cr_assert_eq(oq_hist_init(&ref, ranges[r][0], ranges[r][1], OQ_HIST_BINS,
-						  (int)ranges[r][2]), OQ_OK);
-			float *x = edge_data(&ref, sizes[z], 7 + r * 31 + z);
-			/* two calls, the second starting mid-vector, to check that counts add up */
-			oq_hist_add_f32_ref(&ref, x, sizes[z] / 3);
-			oq_hist_add_f32_ref(&ref, x + sizes[z] / 3, sizes[z] - sizes[z] / 3);
+			size_t n = sizes[z], cut = n / 3;
+			oq_hist ref, fast, rev;
+			float *x = edge_data(n, 7 + r * 31 + z, scales[r]), *y = malloc(n * sizeof *y);
+			cr_assert(y);
+			/* the reference, in two calls; e grows value by value */
+			oq_hist_init(&ref);
+			fill(0, &ref, x, cut);
+			fill(0, &ref, x + cut, n - cut);
 			uint64_t nonzero = 0;
-			for (size_t k = 0; k < ref.n; k++)
+			for (size_t k = 0; k < 2 * (size_t)SIDE; k++)
 				nonzero += ref.bin[k] != 0;
-			cr_expect(sizes[z] < 1000 || (nonzero > 100 && ref.n_zero > 0), "data too thin");
+			cr_expect(n < 1000 || (nonzero > 100 && ref.n_zero > 0), "data too thin");
 			for (int how = 1; how < 3; how++) {
-				cr_assert_eq(oq_hist_init(&fast, ranges[r][0], ranges[r][1], OQ_HIST_BINS,
-							  (int)ranges[r][2]), OQ_OK);
-				fill(how, &fast, x, sizes[z] / 3);
-				fill(how, &fast, x + sizes[z] / 3, sizes[z] - sizes[z] / 3);
-				cr_expect_eq(fast.n_zero, ref.n_zero);
-				cr_expect_eq(memcmp(fast.bin, ref.bin, ref.n * sizeof *ref.bin), 0,
-					     "range %zu size %zu fill %d differs from the reference", r,
-					     sizes[z], how);
+				/* the second call starts mid-vector and (usually) raises e */
+				oq_hist_init(&fast);
+				fill(how, &fast, x, cut);
+				fill(how, &fast, x + cut, n - cut);
+				cr_expect(same_hist(&fast, &ref), "scale %g size %zu fill %d differs from the "
+					  "reference", scales[r], n, how);
 				oq_hist_free(&fast);
 			}
+			/* reversed, in other blocks: the same histogram */
+			for (size_t i = 0; i < n; i++)
+				y[i] = x[n - 1 - i];
+			oq_hist_init(&rev);
+			for (size_t i = 0; i < n; i += 777)
+				fill(2, &rev, y + i, n - i < 777 ? n - i : 777);
+			cr_expect(same_hist(&rev, &ref), "scale %g size %zu: order changed it", scales[r], n);
+			oq_hist_free(&rev);
+			free(y);
 			free(x);
 			oq_hist_free(&ref);
 		}
 	}
+}
+
+/* Merging histograms of two halves gives the histogram of the whole, bit for bit, whatever their
+ * exponents (here 2^-100 and 2^40 apart: e jumps past the 12 bits of the bins). */
+Test(observers, merge_and_copy_are_exact)
+{
+	const size_t n = 20000;
+	float *x = edge_data(n, 99, 2.0f);
+	oq_hist all, a, b, c, tiny, big;
+	const float t[] = {0x1p-100f, -0x1p-101f, 0x1.8p-100f};
+	const float g[] = {0x1p40f, 3.0f};
+
+	oq_hist_init(&all);
+	oq_hist_init(&a);
+	oq_hist_init(&b);
+	fill(0, &all, x, n);
+	fill(2, &a, x, 5000);
+	fill(1, &b, x + 5000, n - 5000);
+	cr_assert_eq(oq_hist_merge(&a, &b), OQ_OK);
+	cr_expect(same_hist(&a, &all), "merge differs");
+	cr_assert_eq(oq_hist_copy(&c, &all), OQ_OK);
+	cr_expect(same_hist(&c, &all));
+	oq_hist_free(&c);
+	/* merging into an empty histogram, and an empty one into a full one */
+	oq_hist_init(&c);
+	cr_assert_eq(oq_hist_merge(&c, &all), OQ_OK);
+	cr_expect(same_hist(&c, &all));
+	oq_hist_free(&b);
+	oq_hist_init(&b);
+	cr_assert_eq(oq_hist_merge(&c, &b), OQ_OK);
+	cr_expect(same_hist(&c, &all));
+	/* far-apart exponents: every tiny value ends in bin 0 of its side; 3 -> floor(3 2^-29) = 0 */
+	oq_hist_init(&tiny);
+	oq_hist_init(&big);
+	fill(0, &tiny, t, 3);
+	cr_expect_eq(tiny.e, -99);
+	cr_expect(at_bin(&tiny, 0, 2048) == 1 && at_bin(&tiny, 1, 1024) == 1 && at_bin(&tiny, 0, 3072) == 1);
+	fill(0, &big, g, 2);
+	cr_expect_eq(big.e, 41);
+	cr_assert_eq(oq_hist_merge(&tiny, &big), OQ_OK);
+	cr_expect_eq(tiny.e, 41);
+	cr_expect(at_bin(&tiny, 0, 0) == 3 && at_bin(&tiny, 1, 0) == 1 && at_bin(&tiny, 0, 2048) == 1,
+		  "%llu %llu", (unsigned long long)at_bin(&tiny, 0, 0), (unsigned long long)at_bin(&tiny, 1, 0));
+	cr_expect_eq(in_bins(&tiny), 5);
+	oq_hist_free(&tiny);
+	oq_hist_free(&big);
+	oq_hist_free(&all);
+	oq_hist_free(&a);
+	oq_hist_free(&b);
+	oq_hist_free(&c);
+	free(x);
+}
+
+Test(observers, views_by_hand)
+{
+	/* -1.5, -0.25, 0, 0.5, 3 -> e = 2, w = 2^-10; signed cells: -1.5 -> -1537, -0.25 -> -257,
+	 * 0.5 -> 512, 3 -> 3072 */
+	const float v[] = {-1.5f, -0.25f, 0.0f, 0.5f, 3.0f};
+	oq_hist h;
+	oq_hbins b;
+
+	oq_hist_init(&h);
+	fill(2, &h, v, 5);
+	cr_assert_eq(oq_hist_view(&h, -1.5, 3, 0, &b), OQ_OK);
+	cr_expect_eq(b.n, 1537 + 3072 + 1);
+	cr_expect(b.lo == -1537.0 / 1024 && b.hi == 3073.0 / 1024, "[%a, %a]", b.lo, b.hi);
+	cr_expect(b.bin[0] == 1 && b.bin[1537 - 257] == 1 && b.bin[1537 + 512] == 1 &&
+		  b.bin[b.n - 1] == 1 && b.n_zero == 1 && !b.abs);
+	oq_hbins_free(&b);
+	/* |x|: cells 0..3072 (max(1.5, 3) = 3), sides added */
+	cr_assert_eq(oq_hist_view(&h, -1.5, 3, 1, &b), OQ_OK);
+	cr_expect(b.n == 3073 && b.lo == 0 && b.hi == 3073.0 / 1024 && b.abs);
+	cr_expect(b.bin[1536] == 1 && b.bin[256] == 1 && b.bin[512] == 1 && b.bin[3072] == 1);
+	oq_hbins_free(&b);
+	/* a positive-only range starts at its own cell: [0.5, 3] -> cells 512..3072 */
+	cr_assert_eq(oq_hist_view(&h, 0.5, 3, 0, &b), OQ_OK);
+	cr_expect(b.n == 2561 && b.lo == 0.5 && b.bin[0] == 1);
+	oq_hbins_free(&b);
+	oq_hist_free(&h);
+	oq_hist_init(&h);
+	cr_expect_eq(oq_hist_view(&h, 0, 1, 0, &b), OQ_EINVAL); /* no bins */
+	cr_expect_eq(oq_hbins_init(&b, 1, 1, 8, 0), OQ_EINVAL);
+	cr_expect_eq(oq_hbins_init(&b, -1, 1, 8, 1), OQ_EINVAL);
 }
 
 Test(observers, minmax_scan_by_hand_and_against_reference)
@@ -231,7 +369,7 @@ Test(observers, ema_steps_by_hand)
 
 Test(observers, percentile_uniform_by_hand)
 {
-	oq_hist h;
+	oq_hbins h;
 	double lo, hi;
 
 	/* 2048 bins x 100 values over [0, 1]; P = 99 cuts at most 0.5 % = 1024 values a side:
@@ -247,7 +385,7 @@ Test(observers, percentile_uniform_by_hand)
 	h.n_zero = 1000;
 	oq_select_percentile(&h, 0, 1, 99, &lo, &hi);
 	cr_expect_eq(lo, 0, "%.10g", lo); /* q = 0.005 * 205800 = 1029 < 1100 in bin 0 */
-	oq_hist_free(&h);
+	oq_hbins_free(&h);
 
 	/* |x| form: cut at most 1 % = 2048 values from the top: 20 bins -> t = 1 - 20/2048 */
 	flat(&h, 0, 1, 1, 100);
@@ -257,7 +395,7 @@ Test(observers, percentile_uniform_by_hand)
 	/* clipped to the observed range */
 	oq_select_percentile(&h, -0.25, 1, 99, &lo, &hi);
 	cr_expect_eq(lo, -0.25);
-	oq_hist_free(&h);
+	oq_hbins_free(&h);
 }
 
 /* ------------------------------------------------------------ entropy */
@@ -267,25 +405,24 @@ Test(observers, percentile_uniform_by_hand)
 static double kl_brute(const uint64_t *hb, size_t n, size_t i, size_t T)
 {
 	double *P = calloc(i, sizeof *P), *Q = calloc(i, sizeof *Q), sp = 0, sq = 0, kl = 0;
-	double O = 0;
+	double *G = calloc(T, sizeof *G), *nz = calloc(T, sizeof *nz), O = 0;
 
-	cr_assert(P && Q);
+	cr_assert(P && Q && G && nz);
 	for (size_t k = 0; k < i; k++)
 		P[k] = (double)hb[k];
 	for (size_t k = i; k < n; k++)
 		O += (double)hb[k];
 	P[i - 1] += O;
-	for (size_t j = 0; j < T; j++) {
-		double G = 0, nz = 0;
-		for (size_t k = 0; k < i; k++)
-			if (k * T / i == j) {
-				G += (double)hb[k];
-				nz += P[k] != 0;
-			}
-		for (size_t k = 0; k < i; k++)
-			if (k * T / i == j && P[k] != 0)
-				Q[k] = G / nz;
+	/* group j of bin k: k * T / i; its mass without the outliers, its non-empty bins of P */
+	for (size_t k = 0; k < i; k++) {
+		G[k * T / i] += (double)hb[k];
+		nz[k * T / i] += P[k] != 0;
 	}
+	for (size_t k = 0; k < i; k++)
+		if (P[k] != 0)
+			Q[k] = G[k * T / i] / nz[k * T / i];
+	free(G);
+	free(nz);
 	for (size_t k = 0; k < i; k++) {
 		sp += P[k];
 		sq += Q[k];
@@ -304,7 +441,7 @@ static double kl_brute(const uint64_t *hb, size_t n, size_t i, size_t T)
 
 Test(observers, entropy_uniform_keeps_full_range)
 {
-	oq_hist h;
+	oq_hbins h;
 	double lo, hi;
 
 	/* flat: Q = P at i = 2048 (KL 0); any smaller i piles outliers into one bin */
@@ -318,41 +455,55 @@ Test(observers, entropy_uniform_keeps_full_range)
 	cr_assert_eq(oq_select_entropy(&h, 0, 1, 128, &lo, &hi), OQ_OK);
 	cr_expect(lo == 0 && hi == 1, "[%g, %g]", lo, hi);
 	cr_expect_eq(oq_select_entropy(&h, 0, 1, 4096, &lo, &hi), OQ_EINVAL);
-	oq_hist_free(&h);
+	oq_hbins_free(&h);
 }
 
 Test(observers, entropy_matches_brute_force_kl)
 {
 	oq_hist h;
+	oq_hbins b;
 	uint64_t s = 7;
 	double lo, hi, best = INFINITY;
 	size_t best_i = 0;
 	float *x = malloc(200000 * sizeof *x);
 
-	/* |Laplace|-like data (-ln u) with a sparse tail up to 30 */
+	/* |Laplace|-like data (-ln u) with a sparse tail up to 30: e = 5, bins of 2^-7, the |x| view
+	 * has the 3841 bins up to the one holding 30 (30 * 128 = 3840) */
 	cr_assert_not_null(x);
 	for (int k = 0; k < 200000; k++)
 		x[k] = -logf(1.0f - unif(&s) * 0.999999f);
 	x[0] = 30.0f;
-	cr_assert_eq(oq_hist_init(&h, 0, 30, OQ_HIST_BINS, 1), OQ_OK);
-	oq_hist_add_f32(&h, x, 200000);
-	cr_assert_eq(oq_select_entropy(&h, 0, 30, 128, &lo, &hi), OQ_OK);
-	for (size_t i = 128; i <= OQ_HIST_BINS; i++) {
-		double kl = kl_brute(h.bin, h.n, i, 128);
+	oq_hist_init(&h);
+	cr_assert_eq(oq_hist_add_f32(&h, x, 200000, 30.0f), OQ_OK);
+	cr_assert_eq(oq_hist_view(&h, 0, 30, 1, &b), OQ_OK);
+	cr_assert_eq(b.n, 3841);
+	cr_assert_eq(oq_select_entropy(&b, 0, 30, 128, &lo, &hi), OQ_OK);
+	for (size_t i = 128; i <= b.n; i++) {
+		double kl = kl_brute(b.bin, b.n, i, 128);
 		if (kl < best - 1e-12) {
 			best = kl;
 			best_i = i;
 		}
 	}
-	cr_expect(fabs(hi - 30.0 * (double)best_i / OQ_HIST_BINS) < 1e-9,
-	          "entropy t = %g, brute force t = %g (i = %zu)", hi,
-	          30.0 * (double)best_i / OQ_HIST_BINS, best_i);
+	cr_expect(fabs(hi - fmin(30, (double)best_i / 128)) < 1e-9,
+	          "entropy t = %g, brute force t = %g (i = %zu)", hi, (double)best_i / 128, best_i);
 	cr_expect(hi < 30 && hi > 2, "t = %g", hi);
+	oq_hbins_free(&b);
 	oq_hist_free(&h);
 	free(x);
 }
 
 /* ------------------------------------------------------------ MSE */
+
+/* The bins a selection reads for x (range [lo, hi]; abs: |x| bins). */
+static void view_of(const float *x, size_t n, double lo, double hi, int abs, oq_hbins *b)
+{
+	oq_hist h;
+	oq_hist_init(&h);
+	cr_assert_eq(oq_hist_add_f32(&h, x, n, (float)fmax(-lo, hi)), OQ_OK);
+	cr_assert_eq(oq_hist_view(&h, lo, hi, abs, b), OQ_OK);
+	oq_hist_free(&h);
+}
 
 /* Sum of squared errors of quantizing x on the pass' grid for [a, b]. */
 static double sse(const float *x, size_t n, double a, double b, int dtype, int form)
@@ -373,15 +524,15 @@ static double sse(const float *x, size_t n, double a, double b, int dtype, int f
 /* mse's range on x (n values, one outlier) is no worse than nearby ranges, by actual error. */
 static void mse_check(const float *x, size_t n, double lo, double hi, int sym, double *out_hi)
 {
-	oq_hist h;
-	double a, b, e, ha = sym ? 0 : lo, hh = sym ? fmax(-lo, hi) : hi;
+	oq_hbins h;
+	double a, b, e;
 	int form = sym ? OQ_QP_SYM_NARROW : OQ_QP_ASYM, dt = sym ? OQ_DT_INT8 : OQ_DT_UINT8;
 
-	cr_assert_eq(oq_hist_init(&h, ha, hh, OQ_HIST_BINS, sym), OQ_OK);
-	oq_hist_add_f32(&h, x, n);
+	view_of(x, n, lo, hi, sym, &h);
 	cr_assert_eq(oq_select_mse(&h, lo, hi, dt, form, &a, &b), OQ_OK);
 	e = sse(x, n, a, b, dt, form);
-	cr_expect(e <= sse(x, n, lo, hi, dt, form), "mse worse than min/max");
+	cr_expect(e <= sse(x, n, lo, hi, dt, form), "mse worse than min/max: [%g, %g] %g vs %g", a, b,
+	          e, sse(x, n, lo, hi, dt, form));
 	cr_expect(e <= 1.02 * sse(x, n, a, b * 0.8, dt, form), "0.8 x hi is better: [%g, %g]", a, b);
 	cr_expect(e <= 1.02 * sse(x, n, a, b * 1.25, dt, form), "1.25 x hi is better: [%g, %g]", a,
 	          b);
@@ -390,7 +541,7 @@ static void mse_check(const float *x, size_t n, double lo, double hi, int sym, d
 		cr_expect(e <= 1.02 * sse(x, n, a * 1.25, b, dt, form), "1.25 x lo is better");
 	}
 	*out_hi = b;
-	oq_hist_free(&h);
+	oq_hbins_free(&h);
 }
 
 Test(observers, mse_clips_outlier_and_is_near_optimal)
@@ -439,7 +590,7 @@ Test(observers, mse_unsigned_symmetric_and_fp8)
 	size_t n = 2000000;
 	float *x = malloc(n * sizeof *x);
 	uint64_t s = 5;
-	oq_hist h;
+	oq_hbins h;
 	double a, b, e;
 	int form = oq_act_form(OQ_ACT_SYM_UNSIGNED, 0);
 
@@ -450,28 +601,26 @@ Test(observers, mse_unsigned_symmetric_and_fp8)
 	for (size_t i = 0; i < n; i++)
 		x[i] = i % 4 ? unif(&s) : -unif(&s);
 	x[7] = 20;
-	cr_assert_eq(oq_hist_init(&h, -1, 20, OQ_HIST_BINS, 0), OQ_OK);
-	oq_hist_add_f32(&h, x, n);
+	view_of(x, n, -1, 20, 0, &h);
 	cr_assert_eq(oq_select_mse(&h, -1, 20, OQ_DT_UINT8, form, &a, &b), OQ_OK);
 	e = sse(x, n, a, b, OQ_DT_UINT8, form);
 	cr_expect(b < 10, "hi %g", b);
 	cr_expect(e <= sse(x, n, -1, 20, OQ_DT_UINT8, form));
 	cr_expect(e <= 1.02 * sse(x, n, a, b * 0.8, OQ_DT_UINT8, form), "0.8 x hi better: %g", b);
 	cr_expect(e <= 1.02 * sse(x, n, a, b * 1.25, OQ_DT_UINT8, form), "1.25 x hi better: %g", b);
-	/* an |x| histogram does not describe this grid */
-	oq_hist_free(&h);
-	cr_assert_eq(oq_hist_init(&h, 0, 20, OQ_HIST_BINS, 1), OQ_OK);
+	/* |x| bins do not describe this grid */
+	oq_hbins_free(&h);
+	view_of(x, n, -1, 20, 1, &h);
 	cr_expect_eq(oq_select_mse(&h, -1, 20, OQ_DT_UINT8, form, &a, &b), OQ_EINVAL);
-	oq_hist_free(&h);
+	oq_hbins_free(&h);
 
-	/* FP8 E4M3FN on |x|: uniform [-1, 1) and one outlier 8 (histogram bins of 8/2048: the
-	 * linear histogram resolves the bulk). The chosen t must be near-optimal by the actual
-	 * FP8 error and no worse than min/max */
+	/* FP8 E4M3FN on |x|: uniform [-1, 1) and one outlier 8 (bins of 16/4096: the linear
+	 * histogram resolves the bulk). The chosen t must be near-optimal by the actual FP8 error
+	 * and no worse than min/max */
 	for (size_t i = 0; i < n; i++)
 		x[i] = 2 * unif(&s) - 1;
 	x[3] = 8;
-	cr_assert_eq(oq_hist_init(&h, 0, 8, OQ_HIST_BINS, 1), OQ_OK);
-	oq_hist_add_f32(&h, x, n);
+	view_of(x, n, -1, 8, 1, &h);
 	cr_assert_eq(oq_select_mse(&h, -1, 8, OQ_DT_FLOAT8E4M3FN, OQ_QP_SYM_NARROW, &a, &b), OQ_OK);
 	e = sse_fp8(x, n, b);
 	cr_expect(a == -b || a == -1, "[%g, %g]", a, b);
@@ -481,7 +630,7 @@ Test(observers, mse_unsigned_symmetric_and_fp8)
 	/* the FP8 grid has no asymmetric form */
 	cr_expect_eq(oq_select_mse(&h, -1, 8, OQ_DT_FLOAT8E4M3FN, OQ_QP_ASYM, &a, &b),
 	             OQ_EINVAL);
-	oq_hist_free(&h);
+	oq_hbins_free(&h);
 	free(x);
 }
 
@@ -653,7 +802,7 @@ Test(observers, outlier_clipped_except_by_minmax, .init = setup, .fini = teardow
 		double p = methods[i] == OQ_CALIB_PERCENTILE ? 99.9 : 0;
 		cr_assert_eq(calib(&f, at("s"), methods[i], 1, p, 0, &r, &d), OQ_OK, "%s", d.msg);
 		/* 16 x 256 values in [-1, 1) and one 50: both drop the outlier; entropy's smallest
-		 * candidate is 128 of 2048 bins of [0, 50]: 3.125 */
+		 * candidate is 128 bins of 2^-6 (e = 6: 50 < 64): 2 */
 		cr_expect(find(&r, "r")->max < 3.2 && find(&r, "r")->max > 0.5, "%s: r max %g",
 		          oq_calib_method_name(methods[i]), find(&r, "r")->max);
 		cr_expect(find(&r, "x")->max < 3.2, "%s: x max %g", oq_calib_method_name(methods[i]),
@@ -728,4 +877,113 @@ Test(observers, method_names)
 	cr_expect_eq(oq_calib_method_parse("mse"), OQ_CALIB_MSE);
 	cr_expect_eq(oq_calib_method_parse("kl"), -1);
 	cr_expect_str_eq(oq_calib_method_name(OQ_CALIB_ENTROPY), "entropy");
+}
+
+/* ------------------------------------------------------------ per-tensor grids */
+
+/* oq_calib_grid_fn as the pipeline's: the quantize pass' resolution (ctx: its options). */
+static int pass_grid(void *ctx, const oq_value *v, int *dtype, int *act_sym, oq_diag *d)
+{
+	const oq_opts *q = ctx;
+	return oq_quantize_act_grid(q, v, oq_quantize_grid_node(q, v), dtype, act_sym, d);
+}
+
+#define BIG 65536
+
+/*
+ * x float[1, 65536] -> Relu -> r, 16 samples of uniform [0, 1) and one 20 (sample 5). For r:
+ *   uint8 (s = t/255): keeping the 20 costs about N s^2/12 = 1M (20/255)^2/12 = 512 in squared
+ *     error, clipping it to t ~ 1 costs (20 - t)^2 ~ 361: mse clips, far below 20;
+ *   int16 (s = t/65535): keeping it costs 1M (20/65535)^2/12 < 0.01, any clipping below 20
+ *     costs (20 - t)^2: mse keeps [0, 20] exactly.
+ * A tensor override {"r": {"dtype": "int16"}} (or a node override on relu) must give r the
+ * int16 search, equal to oq_select_mse on r's bins with int16, while x keeps uint8's.
+ */
+Test(observers, per_tensor_grid_from_overrides, .init = setup, .fini = teardown)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg = gen_graph(g);
+	oq_model *m;
+	oq_diag d;
+	oq_opts q;
+	oq_override ov;
+	oq_calib_opts o;
+	oq_ranges r8, r16, rn;
+	oq_hist h;
+	oq_hbins b;
+	float *v = malloc(BIG * sizeof *v), amax = 0, vmin = INFINITY;
+	uint64_t s = 17;
+	double lo, hi;
+
+	cr_assert_not_null(v);
+	gen_opset(g, "", 13);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, BIG));
+	gen_node(g, mg, "Relu", "relu", "x", "r");
+	gen_output(g, mg, "r", OQ_DT_FLOAT, GEN_SHAPE(1, BIG));
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(mkdir(at("c"), 0700), 0);
+	oq_hist_init(&h);
+	for (int i = 0; i < 16; i++) {
+		char rel[32];
+		for (int k = 0; k < BIG; k++)
+			v[k] = unif(&s);
+		if (i == 5)
+			v[77] = 20;
+		snprintf(rel, sizeof rel, "c/%03d.npy", i);
+		cr_assert_eq(oq_npy_write(at(rel), OQ_DT_FLOAT, 2, (const int64_t[]){1, BIG}, v,
+		                          BIG * 4, &d), OQ_OK, "%s", d.msg);
+		for (int k = 0; k < BIG; k++) {
+			amax = v[k] > amax ? v[k] : amax;
+			vmin = v[k] < vmin ? v[k] : vmin;
+		}
+		cr_assert_eq(oq_hist_add_f32(&h, v, BIG, amax), OQ_OK);
+	}
+	oq_opts_init(&q);
+	memset(&ov, 0, sizeof ov);
+	ov.name = "r";
+	ov.dtype = OQ_DT_INT16;
+	ov.symmetric = -1;
+	ov.granularity = -1;
+	memset(&o, 0, sizeof o);
+	o.source = at("c");
+	o.threads = 1;
+	o.method = OQ_CALIB_MSE;
+	o.grid = pass_grid;
+	o.grid_ctx = &q;
+	cr_assert_eq(oq_calibrate(m, &o, &r8, &d), OQ_OK, "%s", d.msg);
+	q.overrides = &ov;
+	q.n_overrides = 1;
+	cr_assert_eq(oq_calibrate(m, &o, &r16, &d), OQ_OK, "%s", d.msg);
+	ov.name = "relu"; /* the same as a node entry of r's producer */
+	ov.is_node = 1;
+	cr_assert_eq(oq_calibrate(m, &o, &rn, &d), OQ_OK, "%s", d.msg);
+
+	/* (no exact 0 in the data: r's minimum is the data's smallest value) */
+	cr_expect(find(&r8, "r")->max < 10 && find(&r8, "r")->min == vmin, "uint8: r [%g, %g]",
+	          find(&r8, "r")->min, find(&r8, "r")->max);
+	cr_expect(find(&r16, "r")->min == vmin && find(&r16, "r")->max == 20, "int16: r [%g, %g]",
+	          find(&r16, "r")->min, find(&r16, "r")->max);
+	cr_assert_eq(oq_hist_view(&h, vmin, 20, 0, &b), OQ_OK);
+	cr_assert_eq(oq_select_mse(&b, vmin, 20, OQ_DT_INT16, OQ_QP_ASYM, &lo, &hi), OQ_OK);
+	cr_expect(find(&r16, "r")->min == (float)lo && find(&r16, "r")->max == (float)hi,
+	          "direct int16 search [%g, %g]", lo, hi);
+	cr_assert_eq(oq_select_mse(&b, vmin, 20, OQ_DT_UINT8, OQ_QP_ASYM, &lo, &hi), OQ_OK);
+	cr_expect(find(&r8, "r")->max == (float)hi, "direct uint8 search [%g, %g]", lo, hi);
+	/* the node entry gives the same; x (no entry) keeps the uint8 search in every run */
+	cr_expect(find(&rn, "r")->max == 20);
+	cr_expect(find(&r16, "x")->max == find(&r8, "x")->max && find(&r8, "x")->max < 10);
+	/* entropy has no 16-bit search: a usage error naming the tensor */
+	o.method = OQ_CALIB_ENTROPY;
+	oq_diag_init(&d);
+	cr_expect_eq(oq_calibrate(m, &o, &rn, &d), OQ_EUSAGE);
+	cr_expect(strstr(d.msg, "'r'") && strstr(d.msg, "int16"), "%s", d.msg);
+	oq_hbins_free(&b);
+	oq_hist_free(&h);
+	oq_ranges_free(&r8);
+	oq_ranges_free(&r16);
+	oq_ranges_free(&rn);
+	oq_model_free(m);
+	gen_free(g);
+	free(v);
 }

@@ -21,6 +21,7 @@
 #include "gen_model.h"
 #include "overrides.h"
 #include "pass.h"
+#include "qparams.h"
 #include "qtest.h"
 
 /* ------------------------------------------------------------ helpers */
@@ -880,5 +881,166 @@ Test(overrides, missing_file)
 	oq_diag_init(&d);
 	cr_assert_eq(oq_overrides_load("/nonexistent/ov.json", f.m, &ov, &n, &d), OQ_EIO);
 	cr_assert(strstr(d.msg, "/nonexistent/ov.json"), "%s", d.msg);
+	fx_free(&f);
+}
+
+/* ------------------------------------------------------------ grids and needs for calibration */
+
+/* Runs the rewrite passes the pipeline runs before calibration (fuse marks the Relu). */
+static void fuse_only(fx *f)
+{
+	oq_pass_run run = {0};
+	oq_diag d;
+	run.list = "fuse";
+	oq_diag_init(&d);
+	cr_assert_eq(oq_passes_run(f->m, &run, &f->o, &d), OQ_OK, "%s", d.msg);
+}
+
+static const oq_value *val(const fx *f, const char *name)
+{
+	const oq_value *v = oq_graph_find(f->m->graph, name);
+	cr_assert_not_null(v, "%s", name);
+	return v;
+}
+
+/* The activation grid calibration aims at: the pass' own resolution, the producer the pass will
+ * fold a Relu into included. */
+Test(quantize, act_grid_for_calibration)
+{
+	fx f = {0};
+	oq_override *ov = NULL;
+	size_t n = 0;
+	oq_diag d;
+	int dt, sym;
+
+	build_branches(&f, 1);
+	fx_load(&f, relu_ranges, 5);
+	fuse_only(&f);
+	/* B = Relu(Bc): the pass folds the Relu into convb, whose Q (and node override) B gets */
+	cr_expect_eq(oq_quantize_grid_node(&f.o, val(&f, "B")), node_named(f.m->graph, "convb"));
+	cr_expect_eq(oq_quantize_grid_node(&f.o, val(&f, "A")), node_named(f.m->graph, "conva"));
+	f.o.keep_activations = 1;
+	cr_expect_eq(oq_quantize_grid_node(&f.o, val(&f, "B")), node_named(f.m->graph, "relub"));
+	f.o.keep_activations = 0;
+	f.o.act_sym = OQ_ACT_SYM; /* zero point 127: the Q would not reproduce the Relu */
+	cr_expect_eq(oq_quantize_grid_node(&f.o, val(&f, "B")), node_named(f.m->graph, "relub"));
+	f.o.act_sym = OQ_ACT_SYM_UNSIGNED; /* zero point 0 at qmin: it would */
+	cr_expect_eq(oq_quantize_grid_node(&f.o, val(&f, "B")), node_named(f.m->graph, "convb"));
+	f.o.act_sym = OQ_ACT_ASYM;
+
+	cr_assert_eq(load_ov(&f, "{\"nodes\": {\"convb\": {\"dtype\": \"int16\"}},"
+			     " \"tensors\": {\"A\": {\"symmetric\": true, \"dtype\": \"int8\"}}}", &ov, &n, &d),
+		     OQ_OK, "%s", d.msg);
+	f.o.overrides = ov;
+	f.o.n_overrides = n;
+	oq_diag_init(&d);
+	cr_assert_eq(oq_quantize_act_grid(&f.o, val(&f, "B"), oq_quantize_grid_node(&f.o, val(&f, "B")),
+					  &dt, &sym, &d), OQ_OK, "%s", d.msg);
+	cr_expect(dt == OQ_DT_INT16 && sym == OQ_ACT_ASYM, "B: %d %d", dt, sym);
+	cr_assert_eq(oq_quantize_act_grid(&f.o, val(&f, "A"), node_named(f.m->graph, "conva"), &dt, &sym,
+					  &d), OQ_OK);
+	cr_expect(dt == OQ_DT_INT8 && sym == OQ_ACT_SYM, "A: %d %d", dt, sym);
+	cr_assert_eq(oq_quantize_act_grid(&f.o, val(&f, "x"), NULL, &dt, &sym, &d), OQ_OK);
+	cr_expect(dt == OQ_DT_UINT8 && sym == OQ_ACT_ASYM);
+	/* the TRT profile is symmetric int8 whatever --act-type says */
+	f.o.profile = OQ_PROFILE_TRT;
+	f.o.overrides = NULL;
+	f.o.n_overrides = 0;
+	cr_assert_eq(oq_quantize_act_grid(&f.o, val(&f, "x"), NULL, &dt, &sym, &d), OQ_OK);
+	cr_expect(dt == OQ_DT_INT8 && sym == OQ_ACT_SYM);
+	oq_overrides_free(ov, n);
+
+	/* impossible grids are usage errors naming the tensor */
+	f.o.profile = OQ_PROFILE_ORT;
+	f.o.act_type = OQ_DT_FLOAT8E4M3FN;
+	f.o.act_sym = OQ_ACT_SYM;
+	cr_assert_eq(load_ov(&f, "{\"tensors\": {\"A\": {\"symmetric\": false}}}", &ov, &n, &d), OQ_OK);
+	f.o.overrides = ov;
+	f.o.n_overrides = n;
+	oq_diag_init(&d);
+	cr_expect_eq(oq_quantize_act_grid(&f.o, val(&f, "A"), NULL, &dt, &sym, &d), OQ_EUSAGE);
+	cr_expect(strstr(d.msg, "'A'") && strstr(d.msg, "float8e4m3fn"), "%s", d.msg);
+	oq_overrides_free(ov, n);
+	fx_free(&f);
+}
+
+/* x -> MaxPool -> p -> Conv -> y -> Softmax -> z: which ranges the pass reads. */
+static void build_pool_softmax(fx *f)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg = gen_graph(g);
+	Onnx__NodeProto *n;
+	gen_opset(g, "", 13);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(2, 2, 1, 1), GEN_VALS(1.0, -0.4, 0.2, 0.6));
+	n = gen_node(g, mg, "MaxPool", "pool", "x", "p");
+	gen_attr_ints(g, n, "kernel_shape", 2, (const int64_t[]){1, 1});
+	gen_node(g, mg, "Conv", "conv", "p,W", "y");
+	n = gen_node(g, mg, "Softmax", "sm", "y", "z");
+	gen_attr_int(g, n, "axis", 1);
+	gen_output(g, mg, "z", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
+	f->gm = g;
+}
+
+static const rng pool_ranges[] = {{"x", -1, 2}, {"p", -1, 2}, {"y", -3, 3}, {"z", 0, 1}};
+
+/* need[] of name (1: the pass reads its calibrated range). */
+static int needs(const fx *f, const uint8_t *need, const char *name)
+{
+	return need[val(f, name)->index];
+}
+
+Test(quantize, range_needs_for_calibration)
+{
+	fx f = {0};
+	oq_override *ov = NULL;
+	size_t n = 0;
+	oq_diag d;
+	uint8_t need[64];
+	const char *excl[] = {"add"};
+
+	/* branches: x (data input of both Convs), A and B (of the Add) and y (the Add's graph output)
+	 * get their own Q; Bc is inside the fused Conv + Relu */
+	build_branches(&f, 1);
+	fx_load(&f, relu_ranges, 5);
+	fuse_only(&f);
+	cr_assert_lt(f.m->graph->n_values, sizeof need);
+	oq_diag_init(&d);
+	cr_assert_eq(oq_quantize_range_needs(f.m->graph, &f.o, need, &d), OQ_OK, "%s", d.msg);
+	cr_expect(needs(&f, need, "x") && needs(&f, need, "A") && needs(&f, need, "B") &&
+		  needs(&f, need, "y") && !needs(&f, need, "Bc") && !needs(&f, need, "Wa"));
+	/* a fixed range or fixed parameters need no calibration; neither does what nobody quantizes */
+	cr_assert_eq(load_ov(&f, "{\"tensors\": {\"A\": {\"range\": [-1, 1]}},"
+			     " \"nodes\": {\"convb\": {\"scale\": 0.5}}}", &ov, &n, &d), OQ_OK, "%s", d.msg);
+	f.o.overrides = ov;
+	f.o.n_overrides = n;
+	cr_assert_eq(oq_quantize_range_needs(f.m->graph, &f.o, need, &d), OQ_OK);
+	cr_expect(!needs(&f, need, "A") && !needs(&f, need, "B") && needs(&f, need, "x"));
+	f.o.overrides = NULL;
+	f.o.n_overrides = 0;
+	f.o.exclude = excl;
+	f.o.n_exclude = 1;
+	cr_assert_eq(oq_quantize_range_needs(f.m->graph, &f.o, need, &d), OQ_OK);
+	cr_expect(needs(&f, need, "x") && !needs(&f, need, "A") && !needs(&f, need, "B") &&
+		  !needs(&f, need, "y"));
+	/* weight-only: no activation ranges at all */
+	f.o.n_exclude = 0;
+	f.o.weight_only = 1;
+	cr_assert_eq(oq_quantize_range_needs(f.m->graph, &f.o, need, &d), OQ_OK);
+	cr_expect(!needs(&f, need, "x") && !needs(&f, need, "A"));
+	oq_overrides_free(ov, n);
+	fx_free(&f);
+
+	/* MaxPool's output shares its input's parameters; Softmax's is fixed to [0, 1] */
+	memset(&f, 0, sizeof f);
+	build_pool_softmax(&f);
+	fx_load(&f, pool_ranges, 4);
+	fuse_only(&f);
+	cr_assert_eq(oq_quantize_range_needs(f.m->graph, &f.o, need, &d), OQ_OK, "%s", d.msg);
+	cr_expect(needs(&f, need, "x") && !needs(&f, need, "p") && needs(&f, need, "y") &&
+		  !needs(&f, need, "z"));
+	/* the same model quantized: p's Q has x's scale, z's is 1/255 */
+	quantize_ok(&f);
+	cr_expect_float_eq(scalar(dq_of(node_named(f.m->graph, "conv"), 0)->inputs[1]), 3.0 / 255, 1e-9);
 	fx_free(&f);
 }

@@ -3,13 +3,14 @@
  * sharded calibration paths of calib/calibrate.c.
  *
  * Expected numbers are hand-computed: the shard blocks of the split
- * formula, the ranges of five hand-written samples through Relu and Neg,
- * merged records of hand-made statistics. Sharded runs are also checked
- * against the one-machine run bit for bit (the property the feature
- * promises), for minmax and the histogram methods, N = 1..7 (N > samples
- * leaves shards empty). Corrupt, truncated, other-version, other-model and
- * incomplete inputs must be refused with OQ_EINVAL and a message naming
- * the problem.
+ * formula, the ranges and histogram bins of five hand-written samples
+ * through Relu and Neg, merged records of hand-made statistics. Sharded
+ * runs are also checked against the one-machine run bit for bit (the
+ * property the feature promises), for minmax and the histogram methods,
+ * N = 1..7 (N > samples leaves shards empty), and one histogram file serves
+ * every histogram method. Corrupt, truncated, other-version (the two-round
+ * version 1 included), other-model and incomplete inputs must be refused
+ * with OQ_EINVAL and a message naming the problem.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -22,6 +23,7 @@
 #include "gen_model.h"
 #include "npy.h"
 #include "onnx_io.h"
+#include "qparams.h"
 #include "stats.h"
 
 /* ------------------------------------------------------------ fixture */
@@ -109,9 +111,9 @@ static oq_calib_opts opts(int method, int act_sym)
 	return o;
 }
 
-/* Shard i of n (round 1, or round 2 over `ranges`), written to and read back from rel. */
-static void shard(fixture *f, int method, int act_sym, uint32_t i, uint32_t n,
-                  const oq_stats *ranges, const char *rel, oq_stats *back)
+/* Shard i of n, written to and read back from rel. */
+static void shard(fixture *f, int method, int act_sym, uint32_t i, uint32_t n, const char *rel,
+                  oq_stats *back)
 {
 	oq_calib_opts o = opts(method, act_sym);
 	oq_stats s;
@@ -120,7 +122,6 @@ static void shard(fixture *f, int method, int act_sym, uint32_t i, uint32_t n,
 
 	o.shard = i;
 	o.n_shards = n;
-	o.ranges = ranges;
 	oq_diag_init(&d);
 	cr_assert_eq(oq_calibrate_stats(f->m, &o, &s, &d), OQ_OK, "%s", d.msg);
 	snprintf(p, sizeof p, "%s", at(rel));
@@ -129,16 +130,15 @@ static void shard(fixture *f, int method, int act_sym, uint32_t i, uint32_t n,
 	cr_assert_eq(oq_stats_read(p, back, &d), OQ_OK, "%s", d.msg);
 }
 
-/* All n shards of one round, merged in reverse order (merge order must not matter). */
-static void round_all(fixture *f, int method, int act_sym, uint32_t n, const oq_stats *ranges,
-                      oq_stats *out)
+/* All n shards, merged in reverse order (merge order must not matter). */
+static void round_all(fixture *f, int method, int act_sym, uint32_t n, oq_stats *out)
 {
 	oq_diag d;
 	for (uint32_t k = n; k-- > 0;) {
 		oq_stats s;
 		char rel[32];
-		snprintf(rel, sizeof rel, "%c%u.bin", ranges ? 'h' : 'r', k);
-		shard(f, method, act_sym, k, n, ranges, rel, k == n - 1 ? out : &s);
+		snprintf(rel, sizeof rel, "s%u.bin", k);
+		shard(f, method, act_sym, k, n, rel, k == n - 1 ? out : &s);
 		if (k != n - 1) {
 			oq_diag_init(&d);
 			cr_assert_eq(oq_stats_merge(out, &s, rel, &d), OQ_OK, "%s", d.msg);
@@ -215,7 +215,7 @@ Test(stats, minmax_shards_hand_ranges, .init = setup, .fini = teardown)
 	for (uint32_t n = 1; n <= 7; n++) {
 		oq_stats s;
 		const oq_range *x;
-		round_all(&f, OQ_CALIB_MINMAX, 0, n, NULL, &s);
+		round_all(&f, OQ_CALIB_MINMAX, 0, n, &s);
 		cr_expect_eq(s.n_samples, NS);
 		cr_expect_eq(s.n_total, NS);
 		ranges_from(&f, OQ_CALIB_MINMAX, 0, &s, &r);
@@ -235,9 +235,11 @@ Test(stats, minmax_shards_hand_ranges, .init = setup, .fini = teardown)
 	unbuild(&f);
 }
 
-/* Two rounds for the histogram methods: identical to one machine for N = 1..7. */
-static void two_rounds(int method, int act_sym)
+/* One round for the histogram methods: identical to one machine for N = 1..7; a file written for
+ * one histogram method serves the others (and other grids) just as well. */
+static void one_round(int method, int act_sym)
 {
+	static const int hm[] = {OQ_CALIB_PERCENTILE, OQ_CALIB_ENTROPY, OQ_CALIB_MSE};
 	fixture f;
 	oq_ranges one, r;
 
@@ -245,72 +247,80 @@ static void two_rounds(int method, int act_sym)
 	build(&f, 1);
 	one_machine(&f, method, act_sym, &one);
 	for (uint32_t n = 1; n <= 7; n++) {
-		oq_stats rs, hs;
-		round_all(&f, method, act_sym, n, NULL, &rs);
-		round_all(&f, method, act_sym, n, &rs, &hs);
+		oq_stats hs;
+		round_all(&f, method, act_sym, n, &hs);
 		cr_expect_eq(hs.kind, OQ_STATS_HIST);
-		/* calibrate.c's histogram-settings code: 1 for entropy, else 2 + grid x 256 + dtype */
-		cr_expect_eq(hs.hist_mode,
-			     method == OQ_CALIB_ENTROPY ? 1 : 2 + act_sym * 256 + OQ_DT_UINT8);
 		ranges_from(&f, method, act_sym, &hs, &r);
 		same_ranges(&r, &one, oq_calib_method_name(method));
 		oq_ranges_free(&r);
-		oq_stats_free(&rs);
+		if (n == 3)
+			for (size_t k = 0; k < 3; k++) /* the other methods, and the other symmetry */
+				for (int sym = 0; sym < 2; sym++) {
+					oq_ranges o2, r2;
+					one_machine(&f, hm[k], sym, &o2);
+					ranges_from(&f, hm[k], sym, &hs, &r2);
+					same_ranges(&r2, &o2, oq_calib_method_name(hm[k]));
+					oq_ranges_free(&o2);
+					oq_ranges_free(&r2);
+				}
 		oq_stats_free(&hs);
 	}
 	oq_ranges_free(&one);
 	unbuild(&f);
 }
 
-Test(stats, mse_two_rounds, .init = setup, .fini = teardown) { two_rounds(OQ_CALIB_MSE, 0); }
-Test(stats, percentile_sym_two_rounds, .init = setup, .fini = teardown)
+Test(stats, mse_one_round, .init = setup, .fini = teardown) { one_round(OQ_CALIB_MSE, 0); }
+Test(stats, percentile_sym_one_round, .init = setup, .fini = teardown)
 {
-	two_rounds(OQ_CALIB_PERCENTILE, 1);
+	one_round(OQ_CALIB_PERCENTILE, 1);
 }
-Test(stats, entropy_two_rounds, .init = setup, .fini = teardown)
+Test(stats, entropy_one_round, .init = setup, .fini = teardown)
 {
-	two_rounds(OQ_CALIB_ENTROPY, 0);
+	one_round(OQ_CALIB_ENTROPY, 0);
 }
 
-/* Histogram counts of a merged round 2 add up to the values seen: x has 5 samples x 4 elements,
- * one NaN, five exact zeros -> 14 counted in the bins. */
+/* The merged histogram of x by hand: values 1..5, -2.5..-0.5 (step 0.5), 0.25 four times (a NaN in
+ * sample 3), five zeros. max |x| = 5 -> e = 3, bins of 8 / 4096 = 2^-9: k = |x| * 512. */
 Test(stats, hist_counts, .init = setup, .fini = teardown)
 {
 	fixture f;
-	oq_stats rs, hs;
+	oq_stats hs;
 	uint64_t in_bins = 0;
 	const oq_stat *x = NULL;
 
 	write_samples();
 	build(&f, 1);
-	round_all(&f, OQ_CALIB_MSE, 0, 3, NULL, &rs);
-	round_all(&f, OQ_CALIB_MSE, 0, 3, &rs, &hs);
+	round_all(&f, OQ_CALIB_MSE, 0, 3, &hs);
 	for (size_t i = 0; i < hs.n; i++)
 		if (!strcmp(hs.v[i].name, "x"))
 			x = &hs.v[i];
 	cr_assert_not_null(x);
 	cr_assert_not_null(x->h.bin);
-	cr_expect(x->h.lo == -2.5 && x->h.hi == 5.0);
-	for (size_t k = 0; k < x->h.n; k++)
+	cr_expect(x->lo == -2.5 && x->hi == 5.0 && x->n_bad == 1);
+	cr_expect_eq(x->h.e, 3);
+	for (size_t k = 0; k < 2 * (size_t)OQ_HIST_SIDE; k++)
 		in_bins += x->h.bin[k];
 	cr_expect_eq(in_bins, 14);
 	cr_expect_eq(x->h.n_zero, 5);
-	cr_expect_eq(x->h.bin[x->h.n - 1], 1); /* the 5 */
-	cr_expect_eq(x->h.bin[0], 1);          /* the -2.5 */
-	oq_stats_free(&rs);
+	for (int v = 1; v <= 5; v++)
+		cr_expect_eq(x->h.bin[512 * v], 1, "bin of %d", v);
+	cr_expect_eq(x->h.bin[128], 4); /* 0.25 */
+	for (int v = 1; v <= 5; v++)      /* -0.5 v on the negative side */
+		cr_expect_eq(x->h.bin[OQ_HIST_SIDE + 256 * v], 1, "bin of -%g", 0.5 * v);
 	oq_stats_free(&hs);
 	unbuild(&f);
 }
 
 /* ------------------------------------------------------------ the file format */
 
-/* Hand-made statistics: 2 of 4 shards, records "a" (no histogram) and "b" (histogram). */
+/* Hand-made statistics: shard `shard` of 4, records "a" (no histogram bins, 7 zeros in a
+ * histogram file) and "b" (bins at e = 2 + shard % 2: 2 + shard in bin 0, 5 in bin 100, 1 in bin
+ * 7 of the negative side, 7 zeros). */
 static void handmade(oq_stats *s, int kind, uint32_t shard)
 {
 	memset(s, 0, sizeof *s);
 	s->kind = kind;
 	s->model_fp = 0x1122334455667788u;
-	s->ranges_id = kind == OQ_STATS_HIST ? 77 : 0;
 	s->n_total = 40;
 	s->n_samples = 10;
 	s->n_shards = 4;
@@ -323,18 +333,22 @@ static void handmade(oq_stats *s, int kind, uint32_t shard)
 	s->v[0].lo = 1.5;
 	s->v[0].hi = 1.5;
 	s->v[0].n_bad = 3;
+	oq_hist_init(&s->v[0].h);
 	s->v[1].name = strdup("b");
 	s->v[1].seen = 1;
 	s->v[1].lo = -1;
 	s->v[1].hi = 3;
+	oq_hist_init(&s->v[1].h);
+	s->v[0].hist = s->v[1].hist = kind == OQ_STATS_HIST;
 	if (kind == OQ_STATS_HIST) {
-		cr_assert_eq(oq_hist_init(&s->v[1].h, -1, 3, OQ_HIST_BINS, 0), OQ_OK);
+		s->v[0].h.n_zero = 7;
+		cr_assert_eq(oq_hist_reserve(&s->v[1].h, 2 + (int)(shard % 2)), OQ_OK);
 		s->v[1].h.bin[0] = 2 + shard;
-		s->v[1].h.bin[OQ_HIST_BINS - 1] = 5;
+		s->v[1].h.bin[100] = 5;
+		s->v[1].h.bin[OQ_HIST_SIDE + 7] = 1;
 		s->v[1].h.n_zero = 7;
-	} else {
-		s->v[1].lo = -1.0 - shard;
 	}
+	s->v[1].lo = -1.0 - shard;
 }
 
 Test(stats, round_trip)
@@ -350,23 +364,30 @@ Test(stats, round_trip)
 	cr_assert_eq(oq_stats_decode(buf, len, "mem", &t, &d), OQ_OK, "%s", d.msg);
 	cr_expect_eq(t.kind, OQ_STATS_HIST);
 	cr_expect_eq(t.model_fp, 0x1122334455667788u);
-	cr_expect_eq(t.ranges_id, 77);
 	cr_expect(t.n_total == 40 && t.n_samples == 10 && t.n_shards == 4);
 	cr_expect(!t.covered[0] && !t.covered[1] && t.covered[2] && !t.covered[3]);
 	cr_assert_eq(t.n, 2);
 	cr_expect_str_eq(t.v[0].name, "a");
-	cr_expect(t.v[0].lo == 1.5 && t.v[0].hi == 1.5 && t.v[0].n_bad == 3 && !t.v[0].h.bin);
+	cr_expect(t.v[0].lo == 1.5 && t.v[0].hi == 1.5 && t.v[0].n_bad == 3 && !t.v[0].h.bin &&
+	          t.v[0].h.n_zero == 7);
 	cr_expect_str_eq(t.v[1].name, "b");
 	cr_assert_not_null(t.v[1].h.bin);
-	cr_expect(t.v[1].h.bin[0] == 4 && t.v[1].h.bin[OQ_HIST_BINS - 1] == 5 &&
-	          t.v[1].h.n_zero == 7 && t.v[1].h.lo == -1 && t.v[1].h.hi == 3);
-	/* fixed layout: magic, version 1 little-endian, kind 2 */
-	cr_expect(memcmp(buf, "ONNXQSTA\1\0\0\0\2\0\0\0", 16) == 0);
+	cr_expect(t.v[1].h.e == 2 && t.v[1].h.bin[0] == 4 && t.v[1].h.bin[100] == 5 &&
+	          t.v[1].h.bin[OQ_HIST_SIDE + 7] == 1 && t.v[1].h.n_zero == 7);
+	/* fixed layout: magic, version 2 little-endian, kind 2, 4096 bins a side */
+	cr_expect(memcmp(buf, "ONNXQSTA\2\0\0\0\2\0\0\0\0\x10\0\0", 20) == 0);
+	/* trailing empty bins are left out: record b stores e, 101 positive bins (0..100) and 8
+	 * negative ones (0..7). The file: header (61 bytes with N = 4), record a (name length,
+	 * name, flags, min, max, NaN count: 4+1+4+24; its histogram: zeros, e = 0, no bins, no
+	 * bins: 8+4+4+4), record b (33; zeros, e, 101, bins, 8, bins) and the checksum */
+	cr_expect_eq(len, 61 + 33 + 20 + 33 + 8 + 4 + 4 + 808 + 4 + 64 + 8, "%zu", len);
 	cr_expect_eq(t.sum, s.sum);
 	free(buf);
 	oq_stats_free(&s);
 	oq_stats_free(&t);
 }
+
+static char last_msg[1024];
 
 static void expect_bad(const uint8_t *buf, size_t len, const char *needle)
 {
@@ -375,7 +396,16 @@ static void expect_bad(const uint8_t *buf, size_t len, const char *needle)
 	oq_diag_init(&d);
 	cr_expect_eq(oq_stats_decode(buf, len, "f.bin", &t, &d), OQ_EINVAL, "%s: accepted", needle);
 	cr_expect(strstr(d.msg, needle) && strstr(d.msg, "f.bin"), "want '%s' in: %s", needle, d.msg);
+	snprintf(last_msg, sizeof last_msg, "%s", d.msg);
 	oq_stats_free(&t);
+}
+
+/* Offset of record b's histogram part (its exponent) in an encoded handmade() file. */
+static size_t hist_at(const uint8_t *buf, size_t len)
+{
+	const uint8_t *p = memchr(buf + 61 + 53, 'b', len - 61 - 53);
+	cr_assert_not_null(p);
+	return (size_t)(p - buf) + 1 + 4 + 24 + 8;
 }
 
 /* Rewrites the trailing checksum after an edit, to reach the checks behind it. */
@@ -407,19 +437,24 @@ Test(stats, corrupt_truncated_version)
 	for (size_t l = 0; l < len; l += len / 53 + 1)
 		expect_bad(buf, l, l < 8 ? "not an onnxq statistics file" : "corrupted");
 	expect_bad(buf, len - 1, "corrupted");
-	/* another version: refused before anything else is read */
+	/* another version (1: the two-round format): refused before anything else is read */
 	memcpy(c, buf, len);
-	c[8] = 2;
-	expect_bad(c, len, "format version 2");
+	c[8] = 1;
+	expect_bad(c, len, "format version 1");
+	cr_expect(strstr(last_msg, "reads version 2"), "%s", last_msg);
 	/* wrong magic */
 	memcpy(c, buf, len);
 	c[0] = 'X';
 	expect_bad(c, len, "not an onnxq statistics file");
 	/* a valid checksum over bad fields: N = 0, unknown kind, unsorted records */
 	memcpy(c, buf, len);
-	memset(c + 8 + 16 + 32, 0, 4);
+	memset(c + 8 + 16 + 24, 0, 4);
 	reseal(c, len);
 	expect_bad(c, len, "bad shard count");
+	memcpy(c, buf, len); /* bins per side other than 4096 */
+	c[17] = 0x08;
+	reseal(c, len);
+	expect_bad(c, len, "bad header fields");
 	memcpy(c, buf, len);
 	c[12] = 9;
 	reseal(c, len);
@@ -433,6 +468,99 @@ Test(stats, corrupt_truncated_version)
 	}
 	reseal(c, len);
 	expect_bad(c, len, "not sorted");
+	/* histogram fields: exponent past 128, more bins than a side has, counts whose total
+	 * overflows, bins in a ranges file */
+	{
+		size_t h = hist_at(buf, len);
+		cr_assert_eq(buf[h], 3 - OQ_HIST_EMIN); /* shard 1: e = 3, stored as e - EMIN */
+		memcpy(c, buf, len);
+		c[h] = 250;
+		reseal(c, len);
+		expect_bad(c, len, "bad histogram exponent");
+		memcpy(c, buf, len);
+		c[h + 4] = 0x01;
+		c[h + 5] = 0x10; /* 4097 positive bins */
+		reseal(c, len);
+		expect_bad(c, len, "bad histogram bin count");
+		memcpy(c, buf, len);
+		memset(c + h + 8, 0xff, 8); /* bin 0 = 2^64 - 1, plus the others */
+		reseal(c, len);
+		expect_bad(c, len, "overflow");
+		memcpy(c, buf, len);
+		c[12] = 1; /* kind: ranges */
+		reseal(c, len);
+		expect_bad(c, len, "bad header fields"); /* the bins-per-side field says histograms */
+		c[16] = 0;
+		c[17] = 0;
+		reseal(c, len);
+		expect_bad(c, len, "corrupted"); /* records laid out for a histogram file */
+	}
+	free(c);
+	free(buf);
+	oq_stats_free(&s);
+}
+
+/* Random edits under a valid checksum: decode returns OQ_OK or OQ_EINVAL, never crashes (ASan runs
+ * this too), and whatever it accepts can be merged and read by every range selection. */
+Test(stats, random_edits_are_refused_or_safe)
+{
+	oq_stats s, t;
+	uint8_t *buf, *c;
+	size_t len;
+	oq_diag d;
+	uint64_t r = 12345;
+	int accepted = 0;
+
+	handmade(&s, OQ_STATS_HIST, 1);
+	oq_diag_init(&d);
+	cr_assert_eq(oq_stats_encode(&s, &buf, &len, &d), OQ_OK);
+	c = malloc(len);
+	cr_assert_not_null(c);
+	for (int it = 0; it < 1500; it++) {
+		int rc;
+		memcpy(c, buf, len);
+		for (int k = 0; k < 1 + it % 3; k++) {
+			r = r * 6364136223846793005u + 1442695040888963407u;
+			c[12 + (r >> 33) % (len - 20)] = (uint8_t)(r >> 13);
+		}
+		reseal(c, len);
+		oq_diag_init(&d);
+		rc = oq_stats_decode(c, len, "f.bin", &t, &d);
+		cr_assert(rc == OQ_OK || rc == OQ_EINVAL, "decode returned %d", rc);
+		if (rc == OQ_OK) {
+			oq_stats u;
+			accepted++;
+			for (size_t i = 0; i < t.n; i++) {
+				const oq_stat *v = &t.v[i];
+				for (int abs = 0; abs < 2 && v->h.bin && v->lo <= v->hi; abs++) {
+					oq_hbins b;
+					double lo, hi;
+					if (oq_hist_view(&v->h, v->lo, v->hi, abs, &b) != OQ_OK)
+						continue;
+					oq_select_percentile(&b, v->lo, v->hi, 99.9, &lo, &hi);
+					rc = abs ? oq_select_entropy(&b, v->lo, v->hi, 128, &lo, &hi) : OQ_OK;
+					cr_assert(rc == OQ_OK || rc == OQ_EINVAL);
+					rc = oq_select_mse(&b, v->lo, v->hi, OQ_DT_UINT8,
+					                   abs ? OQ_QP_SYM_NARROW : OQ_QP_ASYM, &lo, &hi);
+					cr_assert_eq(rc, OQ_OK);
+					oq_hbins_free(&b);
+				}
+			}
+			/* merging it with a copy of another shard must not crash either */
+			handmade(&u, OQ_STATS_HIST, 3);
+			u.model_fp = t.model_fp;
+			u.n_shards = t.n_shards;
+			u.n_total = t.n_total;
+			free(u.covered);
+			u.covered = calloc(t.n_shards, 1);
+			oq_diag_init(&d);
+			rc = oq_stats_merge(&t, &u, "u.bin", &d);
+			cr_assert(rc == OQ_OK || rc == OQ_EINVAL, "merge returned %d", rc);
+			oq_stats_free(&u);
+		}
+		oq_stats_free(&t);
+	}
+	cr_expect(accepted > 10 && accepted < 1500, "accepted %d edits", accepted);
 	free(c);
 	free(buf);
 	oq_stats_free(&s);
@@ -489,13 +617,18 @@ Test(stats, merge_hand)
 	          "%s", d.msg);
 	oq_stats_free(&b);
 
-	/* histograms: counts add, 2 + 1 and 2 + 3 in bin 0, 5 + 5 at the top, zeros 7 + 7 */
+	/* histograms: shard 0 at e = 2, shard 1 at e = 3: shard 0's bins halve (bin 100 -> 50,
+	 * negative 7 -> 3), then the counts add: bin 0 2 + 3, bin 50 5, bin 100 5, negative 3 and 7
+	 * one each; zeros 7 + 7 (and 7 + 7 for a, whose record has no bins); ranges merge too */
 	handmade(&h1, OQ_STATS_HIST, 0);
 	handmade(&h2, OQ_STATS_HIST, 1);
 	oq_diag_init(&d);
 	cr_assert_eq(oq_stats_merge(&h1, &h2, "h2.bin", &d), OQ_OK, "%s", d.msg);
-	cr_expect(h1.v[1].h.bin[0] == 5 && h1.v[1].h.bin[OQ_HIST_BINS - 1] == 10 &&
-	          h1.v[1].h.n_zero == 14);
+	cr_expect_eq(h1.v[1].h.e, 3);
+	cr_expect(h1.v[1].h.bin[0] == 5 && h1.v[1].h.bin[50] == 5 && h1.v[1].h.bin[100] == 5 &&
+	          h1.v[1].h.bin[OQ_HIST_SIDE + 3] == 1 && h1.v[1].h.bin[OQ_HIST_SIDE + 7] == 1 &&
+	          h1.v[1].h.n_zero == 14 && h1.v[0].h.n_zero == 14 && !h1.v[0].h.bin);
+	cr_expect(h1.v[1].lo == -2 && h1.v[1].hi == 3);
 	oq_stats_free(&h1);
 	oq_stats_free(&h2);
 	oq_stats_free(&a);
@@ -507,6 +640,7 @@ static void expect_merge_err(oq_stats *a, oq_stats *b, const char *needle)
 	oq_diag_init(&d);
 	cr_expect_eq(oq_stats_merge(a, b, "b.bin", &d), OQ_EINVAL, "%s: accepted", needle);
 	cr_expect(strstr(d.msg, needle) != NULL, "want '%s' in: %s", needle, d.msg);
+	snprintf(last_msg, sizeof last_msg, "%s", d.msg);
 }
 
 Test(stats, merge_refusals)
@@ -534,27 +668,16 @@ Test(stats, merge_refusals)
 	oq_stats_free(&b);
 
 	handmade(&b, OQ_STATS_HIST, 2);
-	expect_merge_err(&a, &b, "merge files of one round");
+	expect_merge_err(&a, &b, "same --method");
+	cr_expect(strstr(last_msg, "histograms") && strstr(last_msg, "ranges only"), "%s", last_msg);
 	oq_stats_free(&b);
 	oq_stats_free(&a);
 
-	/* histograms made with other histogram settings (entropy's |x| vs mse's) */
+	/* counts that would overflow 64 bits */
 	handmade(&a, OQ_STATS_HIST, 1);
 	handmade(&b, OQ_STATS_HIST, 2);
-	b.hist_mode = a.hist_mode + 1;
-	expect_merge_err(&a, &b, "other --method");
-	oq_stats_free(&b);
-	oq_stats_free(&a);
-
-	/* histograms over different ranges */
-	handmade(&a, OQ_STATS_HIST, 1);
-	handmade(&b, OQ_STATS_HIST, 2);
-	b.v[1].hi = 3.5;
-	expect_merge_err(&a, &b, "different range");
-	oq_stats_free(&b);
-	handmade(&b, OQ_STATS_HIST, 2);
-	b.ranges_id = 78;
-	expect_merge_err(&a, &b, "another ranges file");
+	b.v[1].h.bin[5] = UINT64_MAX - 10;
+	expect_merge_err(&a, &b, "histogram count overflows");
 	oq_stats_free(&b);
 	oq_stats_free(&a);
 }
@@ -566,13 +689,13 @@ Test(stats, wrong_model_kind_incomplete, .init = setup, .fini = teardown)
 	fixture f, g;
 	oq_stats rs, s0, hs;
 	oq_calib_opts o;
-	oq_ranges r;
+	oq_ranges r, one;
 	oq_diag d;
 
 	write_samples();
 	build(&f, 1);
 	build(&g, 0);
-	round_all(&f, OQ_CALIB_MSE, 0, 2, NULL, &rs);
+	round_all(&f, OQ_CALIB_MINMAX, 0, 2, &rs);
 
 	/* other model: refused with the fingerprint message */
 	o = opts(OQ_CALIB_MINMAX, 0);
@@ -587,7 +710,19 @@ Test(stats, wrong_model_kind_incomplete, .init = setup, .fini = teardown)
 	o.method = OQ_CALIB_MSE;
 	oq_diag_init(&d);
 	cr_expect_eq(oq_calibrate(f.m, &o, &r, &d), OQ_EINVAL);
-	cr_expect(strstr(d.msg, "ranges only") != NULL, "%s", d.msg);
+	cr_expect(strstr(d.msg, "ranges only") && strstr(d.msg, "--method mse"), "%s", d.msg);
+
+	/* a histogram file serves minmax too: the same ranges */
+	round_all(&f, OQ_CALIB_PERCENTILE, 0, 2, &hs);
+	o.method = OQ_CALIB_MINMAX;
+	o.stats = &hs;
+	oq_diag_init(&d);
+	cr_assert_eq(oq_calibrate(f.m, &o, &r, &d), OQ_OK, "%s", d.msg);
+	one_machine(&f, OQ_CALIB_MINMAX, 0, &one);
+	same_ranges(&r, &one, "minmax from histograms");
+	oq_ranges_free(&r);
+	oq_ranges_free(&one);
+	oq_stats_free(&hs);
 
 	/* ema: refused both ways */
 	o.method = OQ_CALIB_EMA;
@@ -599,8 +734,8 @@ Test(stats, wrong_model_kind_incomplete, .init = setup, .fini = teardown)
 	cr_expect_eq(oq_calibrate_stats(f.m, &o, &s0, &d), OQ_EUSAGE);
 
 	/* incomplete: shard 0 of 2 only */
-	shard(&f, OQ_CALIB_MINMAX, 0, 0, 2, NULL, "only0.bin", &s0);
-	o = opts(OQ_CALIB_MINMAX, 0);
+	shard(&f, OQ_CALIB_MSE, 0, 0, 2, "only0.bin", &s0);
+	o = opts(OQ_CALIB_MSE, 0);
 	o.source = NULL;
 	o.stats = &s0;
 	o.stats_name = "only0.bin";
@@ -608,32 +743,11 @@ Test(stats, wrong_model_kind_incomplete, .init = setup, .fini = teardown)
 	cr_expect_eq(oq_calibrate(f.m, &o, &r, &d), OQ_EINVAL);
 	cr_expect(strstr(d.msg, "stats cover shards 0 of 2") && strstr(d.msg, "missing 1"), "%s",
 	          d.msg);
-	/* an incomplete ranges file for round 2 too */
-	o = opts(OQ_CALIB_MSE, 0);
-	o.ranges = &s0;
-	o.ranges_name = "only0.bin";
+	/* ranges and histograms do not merge */
 	oq_diag_init(&d);
-	cr_expect_eq(oq_calibrate_stats(f.m, &o, &hs, &d), OQ_EINVAL);
-	cr_expect(strstr(d.msg, "missing 1") != NULL, "%s", d.msg);
-	/* round 2 on fewer samples than round 1 */
-	o.ranges = &rs;
-	o.limit = 3;
-	oq_diag_init(&d);
-	cr_expect_eq(oq_calibrate_stats(f.m, &o, &hs, &d), OQ_EINVAL);
-	cr_expect(strstr(d.msg, "5 samples") && strstr(d.msg, "has 3"), "%s", d.msg);
-	/* entropy's |x| histograms used for mse (other histogram settings) */
-	o = opts(OQ_CALIB_ENTROPY, 0);
-	o.ranges = &rs;
-	oq_diag_init(&d);
-	cr_assert_eq(oq_calibrate_stats(f.m, &o, &hs, &d), OQ_OK, "%s", d.msg);
-	o = opts(OQ_CALIB_MSE, 0);
-	o.source = NULL;
-	o.stats = &hs;
-	oq_diag_init(&d);
-	cr_expect_eq(oq_calibrate(f.m, &o, &r, &d), OQ_EINVAL);
-	cr_expect(strstr(d.msg, "other settings") != NULL, "%s", d.msg);
+	cr_expect_eq(oq_stats_merge(&s0, &rs, "rs.bin", &d), OQ_EINVAL);
+	cr_expect(strstr(d.msg, "same --method") != NULL, "%s", d.msg);
 
-	oq_stats_free(&hs);
 	oq_stats_free(&s0);
 	oq_stats_free(&rs);
 	unbuild(&g);
@@ -671,7 +785,7 @@ Test(stats, symbolic_spatial_sizes, .init = setup, .fini = teardown)
 	static const int sz[3] = {3, 5, 4};
 	fixture f;
 	oq_ranges one, r;
-	oq_stats s, rs, hs;
+	oq_stats s, hs;
 	oq_diag d;
 	const oq_range *x;
 
@@ -698,21 +812,19 @@ Test(stats, symbolic_spatial_sizes, .init = setup, .fini = teardown)
 	cr_expect(x && x->min == 0.0f && x->max == 92.0f);
 	x = oq_ranges_find(&one, "g");
 	cr_expect(x && x->min == 1.0f && x->max == 68.0f, "g [%g, %g]", x->min, x->max);
-	round_all(&f, OQ_CALIB_MINMAX, 0, 2, NULL, &s);
+	round_all(&f, OQ_CALIB_MINMAX, 0, 2, &s);
 	ranges_from(&f, OQ_CALIB_MINMAX, 0, &s, &r);
 	same_ranges(&r, &one, "symbolic minmax");
 	oq_ranges_free(&r);
 	oq_ranges_free(&one);
 	/* histogram method: the histogram of every tensor spans all sizes */
 	one_machine(&f, OQ_CALIB_MSE, 0, &one);
-	round_all(&f, OQ_CALIB_MSE, 0, 3, NULL, &rs);
-	round_all(&f, OQ_CALIB_MSE, 0, 3, &rs, &hs);
+	round_all(&f, OQ_CALIB_MSE, 0, 3, &hs);
 	ranges_from(&f, OQ_CALIB_MSE, 0, &hs, &r);
 	same_ranges(&r, &one, "symbolic mse");
 	oq_ranges_free(&r);
 	oq_ranges_free(&one);
 	oq_stats_free(&s);
-	oq_stats_free(&rs);
 	oq_stats_free(&hs);
 	unbuild(&f);
 }

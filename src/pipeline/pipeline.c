@@ -23,6 +23,9 @@
  * merged statistics file instead of running samples (same ranges, so the
  * same bytes as a one-machine run).
  *
+ * Calibration aims each tensor's range at the grid the quantize pass will
+ * give it (calib_grid: the pass' own resolution, overrides included).
+ *
  * Weight-only mode skips calibration; `convert --passes` stops after the
  * rewrites. Every stage is a library call; this file only strings them
  * together, times them and prints the summary.
@@ -80,6 +83,13 @@ static int runs_quantize(const oq_pass_run *r)
 	return 1;
 }
 
+
+/* oq_calib_grid_fn: the quantize pass' grid for v (ctx: the pass options). */
+static int calib_grid(void *ctx, const oq_value *v, int *dtype, int *act_sym, oq_diag *d)
+{
+	const oq_opts *q = ctx;
+	return oq_quantize_act_grid(q, v, oq_quantize_grid_node(q, v), dtype, act_sym, d);
+}
 
 /* A fresh copy of the float model: load + the rewrites (deterministic, so the same graph as m). */
 static int fresh_copy(const oq_pipeline_opts *o, const oq_opts *q, oq_model **out, oq_diag *d)
@@ -244,7 +254,8 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	oq_override *ov = NULL, *all = NULL;
 	size_t n_ov = 0, n_all = 0;
 	oq_encodings enc = {0};
-	oq_stats stats = {0}, rstats = {0};
+	oq_stats stats = {0};
+	uint8_t *need = NULL;
 	oq_bc_stats bcs = {0};
 	oq_bc_collect *bcc = NULL;
 	oq_opts q = o->q;
@@ -263,8 +274,7 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 			      "quantize: activation quantization needs calibration data: give --calib DIR "
 			      "(NNN.npy samples or NNN/<input>.npy folders), --calib random:N to calibrate on "
 			      "random data (not representative), or --weight-only");
-	if ((o->stats_in && (rc = oq_stats_read(o->stats_in, &stats, d))) ||
-	    (o->ranges_in && (rc = oq_stats_read(o->ranges_in, &rstats, d))))
+	if (o->stats_in && (rc = oq_stats_read(o->stats_in, &stats, d)))
 		goto out;
 	if ((rc = oq_model_load(o->in_path, &m, d)))
 		goto out;
@@ -311,6 +321,15 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	t1 = now();
 	/* after cleanup, which turns Constant-node weights (PaddleOCR) into initializers */
 	init_bytes(m->graph, &fl0, &in0);
+	/* the tensors whose ranges the quantize pass will read: only they need histograms */
+	if (o->stats_out || (quantize && !q.weight_only)) {
+		if (!(need = oq_calloc(m->graph->n_values + 1, 1))) {
+			rc = oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+			goto out;
+		}
+		if ((rc = oq_quantize_range_needs(m->graph, &q, need, d)))
+			goto out;
+	}
 
 	/* calibrate one shard into a statistics file */
 	if (o->stats_out) {
@@ -318,9 +337,8 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		co.progress = log;
 		co.act_type = q.act_type;
 		co.act_sym = q.act_sym;
-		co.ranges = o->ranges_in ? &rstats : NULL;
 		co.skip_qmark = OQ_QM_INTERNAL; /* as below: same ranges, fused Convs kept */
-		co.ranges_name = o->ranges_in;
+		co.hist_need = need;
 		if ((rc = oq_calibrate_stats(m, &co, &stats, d)) ||
 		    (rc = oq_stats_write(o->stats_out, &stats, d)))
 			goto out;
@@ -333,8 +351,11 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	if (quantize && !q.weight_only) {
 		oq_calib_opts co = o->calib;
 		co.progress = log;
-		co.act_type = q.act_type; /* the grid entropy and mse aim at */
+		co.act_type = q.act_type; /* the grid entropy and mse aim at, per tensor: */
 		co.act_sym = q.act_sym;
+		co.grid = calib_grid;
+		co.grid_ctx = &q;
+		co.hist_need = need;
 		co.stats = o->stats_in ? &stats : NULL;
 		co.stats_name = o->stats_in;
 		if (o->bias_correction == OQ_BC_ANALYTIC) {
@@ -407,7 +428,7 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	}
 out:
 	oq_stats_free(&stats);
-	oq_stats_free(&rstats);
+	free(need);
 	oq_bc_collect_free(bcc);
 	oq_bc_stats_free(&bcs);
 	oq_ranges_free(&ranges);

@@ -35,7 +35,6 @@ typedef struct oq_pipeline_opts {
 	const char *import_encodings; /* --import-encodings FILE.json, or NULL */
 	const char *stats_in;    /* quantize --stats FILE: merged statistics instead of --calib, or NULL */
 	const char *stats_out;   /* `calibrate -o FILE`: write this shard's statistics, no quantization */
-	const char *ranges_in;   /* calibrate --ranges FILE (histogram round), or NULL */
 	int bias_correction;     /* OQ_BC_*: --bias-correction[=empirical|analytic], --no-bias-correction */
 	int bias_rounds;         /* --bias-correction-rounds N (empirical forward groups); -1 = OQ_BC_ROUNDS */
 	int rewrite_only;        /* `convert --passes`: no quantize pass, no calibration */

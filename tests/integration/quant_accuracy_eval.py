@@ -29,18 +29,24 @@ unusable (exit 2).
   worst REF TEST       the sample folder whose normalised max difference (as diff) is largest.
   qprobe QMODEL OUT    writes OUT: QMODEL with the input and the output of every QuantizeLinear
                        added as graph outputs (types from value_info, else from the scale and the
-                       zero point), for `ties`; external data stays where QMODEL's refers (write OUT
-                       next to QMODEL). Prints the number of QuantizeLinear nodes probed.
+                       zero point; float8e4m3fn outputs are left out, as onnxruntime-node cannot
+                       return them: `ties` recomputes them), for `ties`; external data stays where
+                       QMODEL's refers (write OUT next to QMODEL). Prints the number of
+                       QuantizeLinear nodes probed.
   ties QMODEL SAMPLE ORT OQ
                        rounding-tie analysis of two runs of the probe model on one sample (ORT/000
-                       and OQ/000; SAMPLE is that sample's .npy, for a Q reading a graph input).
+                       and OQ/000, or ORT and OQ themselves when they hold no 000; SAMPLE is that
+                       sample's .npy, for a Q reading a graph input).
                        Walks the QuantizeLinear nodes in topological order. A divergence is a Q whose
                        integer output differs while the outputs of all Qs upstream of it are equal
                        (the first divergence of each path; the first of them in graph order is the
                        one named). Every divergence must be a rounding tie: each differing element
                        differs by exactly 1 step, and ORT's float input v = x / scale there lies
                        within 1e-3 of k + 0.5 (scale from the initializer or Constant; per-axis and
-                       blocked scales per element). First line 'ok MESSAGE' or 'fail MESSAGE'.
+                       blocked scales per element). A float8e4m3fn Q's output is the E4M3FN
+                       rounding (nearest, ties to even, saturated at +-448) of each run's v, the
+                       step one code, and the distance from the midpoint between two codes is
+                       measured in units of their spacing. First line 'ok MESSAGE' or 'fail MESSAGE'.
 """
 import json
 import math
@@ -320,7 +326,7 @@ def cmd_qprobe(qpath, out):
         x, y = node.input[0], node.output[0]
         for name, elem in ((x, inits[node.input[1]].data_type if node.input[1] in inits else 1),
                            (y, q_out_type(g, node, inits))):
-            if name in have or name in inits or name in gin:
+            if name in have or name in inits or name in gin or elem == FP8:
                 continue
             if name in known:
                 vi = onnx.ValueInfoProto()
@@ -331,6 +337,35 @@ def cmd_qprobe(qpath, out):
             have.add(name)
     onnx.save(m, out)
     print(n)
+
+
+FP8 = 17  # TensorProto.FLOAT8E4M3FN
+
+
+def fp8_grid():
+    """The finite float8e4m3fn magnitudes in code order (code = 8 e + m; 0x7f is NaN)."""
+    return np.array([(m / 8) * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7)
+                     for e in range(16) for m in range(8)][:127])
+
+
+def fp8_codes(v):
+    """Signed E4M3FN code indices of v (float64): nearest, ties to even, saturated."""
+    g = fp8_grid()
+    a = np.minimum(np.abs(v), g[-1])
+    hi = np.clip(np.searchsorted(g, a), 1, len(g) - 1)
+    lo = hi - 1
+    dl, dh = a - g[lo], g[hi] - a
+    k = np.where(dl < dh, lo, np.where(dh < dl, hi, np.where(lo % 2 == 0, lo, hi)))
+    return np.where(v < 0, -k, k).astype(np.int64)
+
+
+def fp8_tie(v):
+    """Distance of |v| from the midpoint of its two neighbouring E4M3FN values, in their spacing."""
+    g = fp8_grid()
+    a = np.minimum(np.abs(v), g[-1])
+    hi = np.clip(np.searchsorted(g, a), 1, len(g) - 1)
+    lo = hi - 1
+    return np.abs(a - (g[lo] + g[hi]) / 2) / (g[hi] - g[lo])
 
 
 def const_tensors(g):
@@ -397,8 +432,11 @@ def cmd_ties(qpath, sample, ortdir, oqdir):
     gin = {i.name for i in g.input if i.name not in consts}
     nodes = list(g.node)
     order, deps = topo(nodes)
+    inits = {t.name: t for t in g.initializer}
     sub_o = os.path.join(ortdir, '000')
     sub_q = os.path.join(oqdir, '000')
+    if not os.path.isdir(sub_o) and not os.path.isdir(sub_q):
+        sub_o, sub_q = ortdir, oqdir
 
     def load(d, name):
         if name in gin:
@@ -421,8 +459,17 @@ def cmd_ties(qpath, sample, ortdir, oqdir):
         if n.op_type != 'QuantizeLinear' or n.input[0] in consts:
             continue
         nq += 1
-        a = load(sub_o, n.output[0]).astype(np.int64)
-        b = load(sub_q, n.output[0]).astype(np.int64)
+        fp8 = q_out_type(g, n, inits) == FP8
+        if fp8 and n.input[1] not in consts:
+            die("Q '%s': float8e4m3fn with a scale that is not a constant" % n.name)
+        if fp8:  # the codes from each run's input (ORT cannot return float8 tensors)
+            x8 = [load(d, n.input[0]).astype(np.float32) for d in (sub_o, sub_q)]
+            s8 = np.broadcast_to(per_element_scale(to_array(consts[n.input[1]]), x8[0].shape, n),
+                                 x8[0].shape)
+            a, b = (fp8_codes((x / s8).astype(np.float64)) for x in x8)
+        else:
+            a = load(sub_o, n.output[0]).astype(np.int64)
+            b = load(sub_q, n.output[0]).astype(np.int64)
         if a.shape != b.shape:
             die("Q '%s': output shape %s (ORT) vs %s (onnxq)" % (n.name, a.shape, b.shape))
         diff = a != b
@@ -439,7 +486,7 @@ def cmd_ties(qpath, sample, ortdir, oqdir):
         xq = load(sub_q, n.input[0]).astype(np.float32)
         s = np.broadcast_to(per_element_scale(to_array(consts[n.input[1]]), x.shape, n), x.shape)
         v = (x / s)[diff].astype(np.float64)  # float32 division, as both runtimes do
-        tie = np.abs(v - (np.floor(v) + 0.5))
+        tie = fp8_tie(v) if fp8 else np.abs(v - (np.floor(v) + 0.5))
         step = int(np.max(np.abs(a - b)))
         fd = float(np.max(np.abs(x.astype(np.float64) - xq) / s)) if x.shape == xq.shape else math.inf
         found.append((n.name, int(diff.sum()), a.size, step, float(np.max(tie)), fd))

@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
 # stats_cli.sh - sharded calibration through the CLI on models/tiny_cnn.onnx
 # and models/tiny_cnn_calib/ (16 samples):
-#   - `calibrate --shard I/N` + `merge-stats` + `quantize --stats` gives a
-#     model byte-identical (cmp) to `quantize --calib` on the same samples:
-#     minmax (one round) and mse (default) / entropy / percentile
-#     --act-symmetric (two rounds: ranges, then histograms over the merged
-#     ranges), N = 1, 2, 3, 5 (16 samples: uneven blocks), shards merged in
-#     shuffled order; with --calib-limit 11 and N = 4;
+#   - `calibrate --shard I/N` + `merge-stats` + `quantize --stats` (one round
+#     for every method) gives a model byte-identical (cmp) to `quantize
+#     --calib` on the same samples: minmax, mse (default), entropy,
+#     percentile --act-symmetric, N = 1, 2, 3, 5 (16 samples: uneven blocks),
+#     shards merged in reverse order; with --calib-limit 11 and N = 4; with
+#     int16 overrides (a tensor entry, and a node entry on a Conv whose Relu
+#     quantize folds); --calib-batch; merging in another order gives a
+#     byte-identical statistics file;
+#   - one histogram file serves every histogram method and grid: mse shards,
+#     then quantize --stats --method percentile / entropy / mse --act-type
+#     int8 / minmax == quantize --calib with those options;
+#   - --threads 1 and 2, sample order (the samples under reversed names) and
+#     --calib-batch 3 give byte-identical models for every method but ema;
 #   - control: fewer samples give a different model, so cmp can fail;
 #   - refusals (documented exit codes, one line naming the file): incomplete
 #     set, shard given twice, different N, corrupted and truncated files,
 #     another model / other rewrite options, ranges-only file for a histogram
-#     method, ema, --stats with --calib; OUT untouched.
+#     method, files of different methods merged, a version 1 (two-round)
+#     file, ema, --stats with --calib, --ranges (gone: a usage error saying
+#     so); OUT untouched.
 # usage: tests/integration/stats_cli.sh [ONNXQ]   Closing line: "N passed, N failed".
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -53,43 +62,31 @@ expect_msg() { # NAME PATTERN: the last stderr is one line matching PATTERN
 
 if [ ! -x "$onnxq" ]; then echo "stats_cli: $onnxq not found" >&2; echo "0 passed, 1 failed"; exit 1; fi
 
-# shards N [extra options...]: one round (minmax) or two; writes $tmp/final.bin
+# shards N [extra options...]: one round; writes $tmp/final.bin (shards merged in reverse order)
 shards() {
-	local n=$1 two=$2
-	shift 2
-	local order files i
-	rm -f "$tmp"/r_*.bin "$tmp"/h_*.bin
-	order=$(seq 0 $((n - 1)) | sort -r) # merge in reverse order
+	local n=$1
+	shift 1
+	local files i
+	rm -f "$tmp"/r_*.bin
 	for i in $(seq 0 $((n - 1))); do
 		"$onnxq" calibrate "$model" --calib "$calib" --shard "$i/$n" -o "$tmp/r_$i.bin" --quiet "$@" 2>"$tmp/err" ||
 			{ echo "calibrate shard $i/$n: $(cat "$tmp/err")"; return 1; }
 	done
-	files=$(for i in $order; do echo "$tmp/r_$i.bin"; done)
+	files=$(for i in $(seq $((n - 1)) -1 0); do echo "$tmp/r_$i.bin"; done)
 	# shellcheck disable=SC2086
-	"$onnxq" merge-stats $files -o "$tmp/ranges.bin" --quiet 2>"$tmp/err" || { cat "$tmp/err"; return 1; }
-	if [ "$two" = 1 ]; then
-		for i in $(seq 0 $((n - 1))); do
-			"$onnxq" calibrate "$model" --calib "$calib" --shard "$i/$n" --ranges "$tmp/ranges.bin" \
-				-o "$tmp/h_$i.bin" --quiet "$@" 2>"$tmp/err" || { echo "round 2 shard $i: $(cat "$tmp/err")"; return 1; }
-		done
-		files=$(for i in $order; do echo "$tmp/h_$i.bin"; done)
-		# shellcheck disable=SC2086
-		"$onnxq" merge-stats $files -o "$tmp/final.bin" --quiet 2>"$tmp/err" || { cat "$tmp/err"; return 1; }
-	else
-		cp "$tmp/ranges.bin" "$tmp/final.bin"
-	fi
+	"$onnxq" merge-stats $files -o "$tmp/final.bin" --quiet 2>"$tmp/err" || { cat "$tmp/err"; return 1; }
 }
 
-# same NAME N TWO [options...]: sharded result == one-machine result
+# same NAME N [options...]: sharded result == one-machine result
 same() {
-	local name=$1 n=$2 two=$3
-	shift 3
+	local name=$1 n=$2
+	shift 2
 	if ! "$onnxq" quantize "$model" --calib "$calib" -o "$tmp/ref.onnx" --quiet "$@" 2>"$tmp/err"; then
 		bad "$name: one-machine quantize failed: $(head -c 300 "$tmp/err")"
 		return
 	fi
 	local msg
-	if ! msg=$(shards "$n" "$two" "$@"); then bad "$name N=$n: $msg"; return; fi
+	if ! msg=$(shards "$n" "$@"); then bad "$name N=$n: $msg"; return; fi
 	if ! "$onnxq" quantize "$model" --stats "$tmp/final.bin" -o "$tmp/sh.onnx" --quiet "$@" 2>"$tmp/err"; then
 		bad "$name N=$n: quantize --stats failed: $(head -c 300 "$tmp/err")"
 		return
@@ -99,12 +96,54 @@ same() {
 	fi
 }
 
-for n in 1 2 3 5; do same "minmax" "$n" 0 --method minmax; done
-for n in 1 2 3 5; do same "mse (default)" "$n" 1; done
-same "entropy" 3 1 --method entropy
-same "percentile --act-symmetric" 2 1 --method percentile --act-symmetric --percentile 99.9
-same "mse --calib-limit 11" 4 1 --calib-limit 11
-same "minmax int8 per-tensor" 3 0 --method minmax --act-type int8 --granularity tensor
+for n in 1 2 3 5; do same "minmax" "$n" --method minmax; done
+for n in 1 2 3 5; do same "mse (default)" "$n"; done
+same "entropy" 3 --method entropy
+same "percentile --act-symmetric" 2 --method percentile --act-symmetric --percentile 99.9
+same "mse --calib-limit 11" 4 --calib-limit 11
+same "minmax int8 per-tensor" 3 --method minmax --act-type int8 --granularity tensor
+# per-tensor grids: r2 (a tensor entry) and r3 (the output of relu3, which quantize folds into
+# conv3: conv3's node entry) get int16 mse searches, in both paths (the unit tests pin the search
+# itself: test_observers per_tensor_grid_from_overrides)
+printf '{"tensors": {"r2": {"dtype": "int16"}}, "nodes": {"conv3": {"dtype": "int16"}}}' >"$tmp/ov16.json"
+same "mse int16 overrides" 2 --overrides "$tmp/ov16.json"
+run "int16 control" "$onnxq" quantize "$model" --calib "$calib" -o "$tmp/u8.onnx" --quiet &&
+	if cmp -s "$tmp/u8.onnx" "$tmp/ref.onnx"; then bad "control: the int16 overrides changed nothing"; else
+		ok "control: the int16 overrides change the model"; fi
+
+# merge order does not matter: the same statistics file, byte for byte
+if shards 3 >/dev/null && cp "$tmp/final.bin" "$tmp/fwd.bin" &&
+	"$onnxq" merge-stats "$tmp/r_1.bin" "$tmp/r_0.bin" "$tmp/r_2.bin" -o "$tmp/mix.bin" --quiet; then
+	if cmp -s "$tmp/fwd.bin" "$tmp/mix.bin"; then ok "merge order: byte-identical statistics"; else
+		bad "merge order changed the statistics file"; fi
+else bad "merge order: calibrate/merge failed"; fi
+
+# one histogram file, any histogram method and grid at quantize time
+if shards 3 --method mse >/dev/null; then
+	for opts in "--method percentile" "--method entropy" "--method mse --act-type int8" "--method minmax"; do
+		# shellcheck disable=SC2086
+		run "calib $opts" "$onnxq" quantize "$model" --calib "$calib" -o "$tmp/a.onnx" --quiet $opts &&
+			# shellcheck disable=SC2086
+			run "stats $opts" "$onnxq" quantize "$model" --stats "$tmp/final.bin" -o "$tmp/b.onnx" --quiet $opts &&
+			if cmp -s "$tmp/a.onnx" "$tmp/b.onnx"; then ok "mse histograms serve $opts: byte-identical"; else
+				bad "mse histograms with $opts differ from quantize --calib"; fi
+	done
+else bad "histogram file for other methods: calibrate failed"; fi
+
+# threads, sample order, batching: byte-identical models for every order-free method
+mkdir -p "$tmp/rev"
+i=15
+for f in "$calib"/*; do cp -r "$f" "$tmp/rev/$(printf '%03d' "$i").${f##*.}"; i=$((i - 1)); done
+for m in minmax mse percentile entropy; do
+	run "$m t1" "$onnxq" quantize "$model" --calib "$calib" --method "$m" --threads 1 -o "$tmp/t1.onnx" --quiet &&
+		run "$m t2" "$onnxq" quantize "$model" --calib "$calib" --method "$m" --threads 2 -o "$tmp/t2.onnx" --quiet &&
+		run "$m rev" "$onnxq" quantize "$model" --calib "$tmp/rev" --method "$m" -o "$tmp/rv.onnx" --quiet &&
+		run "$m b3" "$onnxq" quantize "$model" --calib "$calib" --method "$m" --calib-batch 3 -o "$tmp/b3.onnx" --quiet &&
+		if cmp -s "$tmp/t1.onnx" "$tmp/t2.onnx" && cmp -s "$tmp/t1.onnx" "$tmp/rv.onnx" &&
+			cmp -s "$tmp/t1.onnx" "$tmp/b3.onnx"; then
+			ok "--method $m: threads 1/2, reversed sample order, --calib-batch 3: byte-identical"
+		else bad "--method $m: threads, order or batching changed the model"; fi
+done
 
 # control: the data matters, so the cmp above can fail
 run "control" "$onnxq" quantize "$model" --calib "$calib" --calib-limit 5 -o "$tmp/few.onnx" --quiet &&
@@ -119,7 +158,7 @@ for m in minmax mse; do
 		if cmp -s "$tmp/b1.onnx" "$tmp/b5.onnx"; then ok "--calib-batch 5 --method $m: byte-identical"; else
 			bad "--calib-batch 5 --method $m: model differs"; fi
 done
-same "mse --calib-batch 4" 3 1 --calib-batch 4
+same "mse --calib-batch 4" 3 --calib-batch 4
 run "ema ref" "$onnxq" quantize "$model" --calib "$calib" --method ema -o "$tmp/e1.onnx" --quiet &&
 	run "ema batch" "$onnxq" quantize "$model" --calib "$calib" --method ema --calib-batch 4 -o "$tmp/e4.onnx" --quiet &&
 	if cmp -s "$tmp/e1.onnx" "$tmp/e4.onnx"; then bad "control: ema per batch equals ema per sample (batching not in effect?)"; else
@@ -139,19 +178,31 @@ expect_msg "--calib-batch on a fixed batch dim" "input 'image' has a fixed batch
 # --- refusals
 echo keep >"$tmp/keep.onnx"
 for i in 0 1 2; do
-	run "shard $i/3" "$onnxq" calibrate "$model" --calib "$calib" --shard "$i/3" -o "$tmp/s$i.bin" --quiet
+	run "shard $i/3" "$onnxq" calibrate "$model" --calib "$calib" --shard "$i/3" -o "$tmp/s$i.bin" --quiet --method minmax
 done
 run "merge 0,2" "$onnxq" merge-stats "$tmp/s0.bin" "$tmp/s2.bin" -o "$tmp/s02.bin" --quiet
 expect_exit 2 "incomplete set" "$onnxq" quantize "$model" --stats "$tmp/s02.bin" -o "$tmp/keep.onnx" --method minmax
 expect_msg "incomplete set" "s02\.bin.*stats cover shards 0,2 of 3.*missing 1"
 expect_exit 2 "shard given twice" "$onnxq" merge-stats "$tmp/s0.bin" "$tmp/s1.bin" "$tmp/s0.bin" -o "$tmp/x.bin"
 expect_msg "shard given twice" "s0\.bin: shard 0 of 3 is already"
-run "shard 0/2" "$onnxq" calibrate "$model" --calib "$calib" --shard 0/2 -o "$tmp/t0.bin" --quiet
+run "shard 0/2" "$onnxq" calibrate "$model" --calib "$calib" --shard 0/2 -o "$tmp/t0.bin" --quiet --method minmax
 expect_exit 2 "different N" "$onnxq" merge-stats "$tmp/s1.bin" "$tmp/t0.bin" -o "$tmp/x.bin"
 expect_msg "different N" "t0\.bin splits 16 samples into 2 shards"
 run "merge all" "$onnxq" merge-stats "$tmp/s0.bin" "$tmp/s1.bin" "$tmp/s2.bin" -o "$tmp/all.bin" --quiet
 expect_exit 2 "ranges only for mse" "$onnxq" quantize "$model" --stats "$tmp/all.bin" -o "$tmp/keep.onnx"
-expect_msg "ranges only for mse" "all\.bin holds ranges only"
+expect_msg "ranges only for mse" "all\.bin holds ranges only.*--method mse"
+run "mse shard 1/3" "$onnxq" calibrate "$model" --calib "$calib" --shard 1/3 -o "$tmp/h1.bin" --quiet
+expect_exit 2 "ranges and histograms merged" "$onnxq" merge-stats "$tmp/s0.bin" "$tmp/h1.bin" -o "$tmp/x.bin"
+expect_msg "ranges and histograms merged" "h1\.bin holds histograms.*same --method"
+# a version 1 file (the two-round format): the version field rewritten, the checksum left alone
+python3 - "$tmp/all.bin" "$tmp/v1.bin" <<'EOF3'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[8] = 1
+open(sys.argv[2], "wb").write(b)
+EOF3
+expect_exit 2 "version 1 file" "$onnxq" quantize "$model" --stats "$tmp/v1.bin" -o "$tmp/keep.onnx" --method minmax
+expect_msg "version 1 file" "v1\.bin has format version 1; this onnxq reads version 2"
 python3 - "$tmp/all.bin" "$tmp/corrupt.bin" <<'EOF'
 import sys
 b = bytearray(open(sys.argv[1], "rb").read())
@@ -175,7 +226,9 @@ expect_exit 1 "ema" "$onnxq" calibrate "$model" --calib "$calib" --method ema -o
 expect_msg "ema" "ema.*cannot be split or merged"
 expect_exit 1 "--stats with --calib" "$onnxq" quantize "$model" --stats "$tmp/all.bin" --calib "$calib" -o "$tmp/keep.onnx"
 expect_exit 1 "bad --shard" "$onnxq" calibrate "$model" --calib "$calib" --shard 3/3 -o "$tmp/x.bin"
-expect_exit 1 "--ranges with minmax" "$onnxq" calibrate "$model" --calib "$calib" --method minmax --ranges "$tmp/all.bin" -o "$tmp/x.bin"
+expect_exit 1 "--ranges (gone)" "$onnxq" calibrate "$model" --calib "$calib" --ranges "$tmp/all.bin" -o "$tmp/x.bin"
+if grep -q -- "--ranges is no longer needed" "$tmp/err"; then ok "--ranges message"; else
+	bad "--ranges message: $(head -c 300 "$tmp/err")"; fi
 if [ "$(cat "$tmp/keep.onnx")" = keep ]; then ok "OUT untouched on errors"; else bad "OUT changed on an error"; fi
 if [ ! -e "$tmp/x.bin" ]; then ok "no statistics file written on errors"; else bad "x.bin written on an error"; fi
 
