@@ -1,6 +1,6 @@
 /*
  * exec.c - the executor: plans, frames, the node loop, memory release,
- * observers, subgraphs and the thread pool.
+ * observers and subgraphs (the thread pool is pool.c).
  *
  * A plan is made once per graph (main graph and every subgraph): the kernel
  * of each node, views of the initializers, and for each value the number of
@@ -32,7 +32,6 @@
 #include "kernel.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,107 +54,6 @@ oq_kernel_fn oq_kernel_find(oq_op op, int64_t opset)
 			if (r->op == op && r->min_opset <= opset && (!best || r->min_opset > best->min_opset))
 				best = r;
 	return best ? best->fn : NULL;
-}
-
-/* ------------------------------------------------------------ thread pool */
-
-typedef struct pool {
-	int n;                 /* threads including the caller */
-	pthread_t *tid;        /* n - 1 workers */
-	pthread_mutex_t mu;
-	pthread_cond_t go, done;
-	unsigned long gen;     /* job generation */
-	int pending;           /* workers still running the current job */
-	int stop;
-	int busy;              /* a job is running: nested calls run inline */
-	oq_range_fn fn;
-	void *ctx;
-	size_t n_items, chunk;
-} pool;
-
-static void run_range(pool *p, int w)
-{
-	size_t b = (size_t)w * p->chunk, e = b + p->chunk;
-	if (b >= p->n_items)
-		return;
-	if (e > p->n_items)
-		e = p->n_items;
-	p->fn(p->ctx, b, e);
-}
-
-typedef struct worker_arg {
-	pool *p;
-	int w;
-} worker_arg;
-
-/* Pool index of the running thread: 0 for a caller, w for worker w (oq_k_scratch). */
-static _Thread_local int tl_worker;
-
-static void *worker(void *arg)
-{
-	worker_arg *a = arg;
-	pool *p = a->p;
-	int w = a->w;
-	unsigned long seen = 0;
-
-	free(a);
-	tl_worker = w;
-	pthread_mutex_lock(&p->mu);
-	for (;;) {
-		while (!p->stop && p->gen == seen)
-			pthread_cond_wait(&p->go, &p->mu);
-		if (p->stop)
-			break;
-		seen = p->gen;
-		pthread_mutex_unlock(&p->mu);
-		run_range(p, w);
-		pthread_mutex_lock(&p->mu);
-		if (--p->pending == 0)
-			pthread_cond_signal(&p->done);
-	}
-	pthread_mutex_unlock(&p->mu);
-	return NULL;
-}
-
-static int pool_init(pool *p, int n)
-{
-	memset(p, 0, sizeof *p);
-	p->n = n < 1 ? 1 : n;
-	if (p->n == 1)
-		return OQ_OK;
-	pthread_mutex_init(&p->mu, NULL);
-	pthread_cond_init(&p->go, NULL);
-	pthread_cond_init(&p->done, NULL);
-	p->tid = calloc((size_t)p->n - 1, sizeof *p->tid);
-	if (!p->tid)
-		return OQ_ENOMEM;
-	for (int i = 1; i < p->n; i++) {
-		worker_arg *a = malloc(sizeof *a);
-		if (!a || (a->p = p, a->w = i, pthread_create(&p->tid[i - 1], NULL, worker, a) != 0)) {
-			free(a);
-			p->n = i; /* only these started */
-			return OQ_ENOMEM;
-		}
-	}
-	return OQ_OK;
-}
-
-static void pool_free(pool *p)
-{
-	if (p->n <= 1 || !p->tid) {
-		free(p->tid);
-		return;
-	}
-	pthread_mutex_lock(&p->mu);
-	p->stop = 1;
-	pthread_cond_broadcast(&p->go);
-	pthread_mutex_unlock(&p->mu);
-	for (int i = 1; i < p->n; i++)
-		pthread_join(p->tid[i - 1], NULL);
-	free(p->tid);
-	pthread_mutex_destroy(&p->mu);
-	pthread_cond_destroy(&p->go);
-	pthread_cond_destroy(&p->done);
 }
 
 /* --------------------------------------------------------------- executor */
@@ -182,7 +80,8 @@ typedef struct plan {
 
 struct oq_exec {
 	oq_model *m;
-	pool pool;
+	oq_pool *pool;         /* threads for oq_k_parallel (pool.c) */
+	int threads;           /* the pool's threads including the caller */
 	oq_observe_fn observe;
 	void *observe_ctx;
 	plan *plans;
@@ -648,11 +547,12 @@ int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
 	for (size_t i = 0; i < m->graph->n_inputs; i++)
 		if (!m->graph->inputs[i]->init)
 			e->in[e->n_in++] = m->graph->inputs[i];
-	if ((rc = pool_init(&e->pool, threads))) {
+	if ((rc = oq_pool_new(threads, &e->pool))) {
 		rc = oq_err(d, rc, "run: cannot start %d threads", threads);
 		goto fail;
 	}
-	if (!(e->scratch = oq_calloc((size_t)e->pool.n, sizeof *e->scratch))) {
+	e->threads = oq_pool_threads(e->pool);
+	if (!(e->scratch = oq_calloc((size_t)e->threads, sizeof *e->scratch))) {
 		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
 		goto fail;
 	}
@@ -667,7 +567,7 @@ void oq_exec_free(oq_exec *e)
 {
 	if (!e)
 		return;
-	pool_free(&e->pool);
+	oq_pool_free(e->pool);
 	while (e->plans) {
 		plan *n = e->plans->next;
 		free_plan(e->plans);
@@ -676,7 +576,7 @@ void oq_exec_free(oq_exec *e)
 	for (size_t i = 0; i < e->n_bufs; i++)
 		free(e->bufs[i].p);
 	free(e->bufs);
-	for (int i = 0; e->scratch && i < e->pool.n; i++)
+	for (int i = 0; e->scratch && i < e->threads; i++)
 		free(e->scratch[i].p);
 	free(e->scratch);
 	free(e->in);
@@ -805,7 +705,7 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		k.node = n;
 		k.opset = n->opset;
 		k.d = d;
-		k.threads = e->pool.n;
+		k.threads = e->threads;
 		k.frame = f;
 		k.in = in;
 		k.n_in = n->n_inputs;
@@ -1037,9 +937,9 @@ done:
 void *oq_k_scratch(oq_kctx *k, size_t bytes)
 {
 	struct buf *b;
-	int w = tl_worker;
+	int w = oq_pool_self();
 
-	if (!k || w < 0 || w >= k->e->pool.n)
+	if (!k || w < 0 || w >= k->e->threads)
 		return NULL;
 	b = &k->e->scratch[w];
 	if (b->cap < bytes) {
@@ -1218,37 +1118,7 @@ size_t oq_k_floats(const oq_kctx *k, const char *name, const float **v)
 
 void oq_k_parallel(oq_kctx *k, size_t n, size_t grain, oq_range_fn fn, void *ctx)
 {
-	pool *p = &k->e->pool;
-	size_t parts, chunk;
-
-	if (n == 0)
-		return;
-	if (grain < 1)
-		grain = 1;
-	parts = (n + grain - 1) / grain;
-	if (parts > (size_t)k->threads)
-		parts = (size_t)k->threads;
-	if (parts <= 1 || p->n <= 1 || p->busy) {
-		fn(ctx, 0, n);
-		return;
-	}
-	chunk = (n + parts - 1) / parts;
-	pthread_mutex_lock(&p->mu);
-	p->busy = 1;
-	p->fn = fn;
-	p->ctx = ctx;
-	p->n_items = n;
-	p->chunk = chunk;
-	p->pending = p->n - 1;
-	p->gen++;
-	pthread_cond_broadcast(&p->go);
-	pthread_mutex_unlock(&p->mu);
-	run_range(p, 0);
-	pthread_mutex_lock(&p->mu);
-	while (p->pending > 0)
-		pthread_cond_wait(&p->done, &p->mu);
-	p->busy = 0;
-	pthread_mutex_unlock(&p->mu);
+	oq_pool_run(k->e->pool, n, grain, fn, ctx);
 }
 
 int oq_broadcast(int ra, const int64_t *a, int rb, const int64_t *b, int *rr, int64_t *r)

@@ -15,6 +15,7 @@
 #define OQ_KERNEL_H
 
 #include "exec.h"
+#include "pool.h"
 
 typedef struct oq_kctx oq_kctx;
 typedef int (*oq_kernel_fn)(oq_kctx *k);
@@ -115,12 +116,12 @@ size_t oq_k_ints(const oq_kctx *k, const char *name, const int64_t **v);
 size_t oq_k_floats(const oq_kctx *k, const char *name, const float **v);
 
 /*
- * Calls fn(ctx, begin, end) over [0, n) split into at most k->threads
- * contiguous ranges of at least `grain` items; returns when all are done.
- * The split depends only on n, grain and the thread count, and each item
- * must be computed the same way whatever range it falls in.
+ * Calls fn(ctx, begin, end) over [0, n) in contiguous chunks of at least
+ * `grain` items, run by the executor's threads (pool.c); returns when all
+ * are done. Which thread runs which chunk is decided at run time, so each
+ * item must be computed the same way whatever range it falls in (per-range
+ * state such as a reused im2col buffer may only save work, never change it).
  */
-typedef void (*oq_range_fn)(void *ctx, size_t begin, size_t end);
 void oq_k_parallel(oq_kctx *k, size_t n, size_t grain, oq_range_fn fn, void *ctx);
 
 /*
