@@ -88,30 +88,45 @@ struct oq_exec {
 	oq_value **in;         /* fed inputs of the main graph */
 	size_t n_in;
 	size_t live, peak;     /* activation bytes held now / at most */
-	struct buf { void *p; size_t cap; } *bufs; /* released activation buffers for reuse */
+	struct buf { void *p; size_t cap; } *bufs; /* released activation buffers for reuse, by capacity */
 	struct buf *scratch;   /* per pool thread: oq_k_scratch's buffer (kept across calls) */
 	size_t n_bufs, cap_bufs;
 };
 
 /*
  * Activation buffers: a released buffer is kept and handed to the next
- * output that fits (smallest capacity >= need, at most twice the need, so a
- * small tensor does not pin a large buffer). The choice depends only on the
- * sequence of sizes, so runs stay deterministic.
+ * output that fits: the smallest capacity >= need, and at most twice the
+ * need plus BUF_SLACK (so a small tensor does not pin a large buffer, while
+ * tensors of a few bytes, whose capacity is rounded up to 128, still find
+ * one). The kept buffers are sorted by capacity (equal ones in release
+ * order), so a lookup is a binary search, and the choice depends only on
+ * the sequence of sizes: runs stay deterministic.
  */
+#define BUF_SLACK 4096
+
+/* First kept buffer of capacity >= need. */
+static size_t buf_lower(const oq_exec *e, size_t need)
+{
+	size_t lo = 0, hi = e->n_bufs;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (e->bufs[mid].cap < need)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 static void *buf_get(oq_exec *e, size_t need, size_t *cap)
 {
-	size_t best = SIZE_MAX;
-	void *p;
+	size_t i = buf_lower(e, need);
 
-	for (size_t i = 0; i < e->n_bufs; i++)
-		if (e->bufs[i].cap >= need && e->bufs[i].cap / 2 <= need &&
-		    (best == SIZE_MAX || e->bufs[i].cap < e->bufs[best].cap))
-			best = i;
-	if (best != SIZE_MAX) {
-		p = e->bufs[best].p;
-		*cap = e->bufs[best].cap;
-		e->bufs[best] = e->bufs[--e->n_bufs];
+	if (i < e->n_bufs && (e->bufs[i].cap - need <= need || e->bufs[i].cap - need <= BUF_SLACK)) {
+		void *p = e->bufs[i].p;
+		*cap = e->bufs[i].cap;
+		memmove(&e->bufs[i], &e->bufs[i + 1], (e->n_bufs - i - 1) * sizeof *e->bufs);
+		e->n_bufs--;
 		return p;
 	}
 	*cap = (need + 63) / 64 * 64 + 64;
@@ -123,8 +138,10 @@ static void rt_recycle(oq_exec *e, oq_rt *t)
 {
 	if (t->data && !t->borrowed && t->cap &&
 	    !oq_grow(&e->bufs, &e->cap_bufs, e->n_bufs + 1, sizeof *e->bufs)) {
-		e->bufs[e->n_bufs].p = t->data;
-		e->bufs[e->n_bufs].cap = t->cap;
+		size_t i = buf_lower(e, t->cap + 1); /* after the buffers of the same capacity */
+		memmove(&e->bufs[i + 1], &e->bufs[i], (e->n_bufs - i) * sizeof *e->bufs);
+		e->bufs[i].p = t->data;
+		e->bufs[i].cap = t->cap;
 		e->n_bufs++;
 		t->data = NULL;
 	}

@@ -1103,9 +1103,50 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 	free(own);
 }
 
-static int64_t round16(int64_t v)
+static int64_t round_up(int64_t v, int64_t q)
 {
-	return (v + 15) / 16 * 16;
+	return (v + q - 1) / q * q;
+}
+
+/*
+ * Tiles of one (image, group) GEMM of mg channels x P positions x kc deep:
+ * positions per tile so that the col tile is near 1 MiB (128 to 4096
+ * columns); then, when images x groups x position tiles are fewer than
+ * TILES_MIN and the work is worth sharing (FLOPs above SPLIT_FLOPS: a few
+ * microseconds), cut positions further down to SPLIT_MIN_P columns
+ * (multiples of 16) and then channels down to 4 rows (a row tail of the
+ * register tiles), so that late layers with 7x7 or 14x14 positions still
+ * give every thread work. Shape-only: never depends on the thread count.
+ */
+#define TILES_MIN 8
+#define SPLIT_FLOPS 1e6
+#define SPLIT_MIN_P 64
+
+static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int64_t *pt, int64_t *np, int64_t *mt)
+{
+	int64_t P = g->out_size, per, tiles, want;
+
+	per = (int64_t)(262144 / (kc > 0 ? kc : 1));
+	per = per < 128 ? 128 : per > 4096 ? 4096 : per;
+	*np = ceil_div(P, per);
+	*pt = *np == 1 ? P : round_up(ceil_div(P, *np), 16);
+	*np = ceil_div(P, *pt);
+	*mt = mg;
+	tiles = g->n * g->group * *np;
+	if (tiles >= TILES_MIN || 2.0 * (double)mg * (double)P * (double)kc * (double)(g->n * g->group) < SPLIT_FLOPS)
+		return;
+	want = ceil_div(TILES_MIN, tiles);
+	if (*pt >= 2 * SPLIT_MIN_P) {
+		int64_t parts = *pt / SPLIT_MIN_P < want ? *pt / SPLIT_MIN_P : want;
+		*pt = round_up(ceil_div(*pt, parts), 16);
+		*np = ceil_div(P, *pt);
+		tiles = g->n * g->group * *np;
+		want = ceil_div(TILES_MIN, tiles);
+	}
+	if (want > 1 && mg >= 8) {
+		int64_t parts = mg / 4 < want ? mg / 4 : want;
+		*mt = round_up(ceil_div(mg, parts), 4);
+	}
 }
 
 int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w,
@@ -1119,7 +1160,7 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 {
 	oq_conv_geom g;
 	conv_job j;
-	int64_t P, per, tiles;
+	int64_t tiles;
 
 	if (ep && t != OQ_LT_F32)
 		return OQ_EUNSUP; /* the fused kernel passes one for float32 only */
@@ -1192,23 +1233,7 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 	for (int d = 0; d < g.nsp; d++)
 		if (g.k[d] != 1 || g.stride[d] != 1 || g.pad[d] != 0 || g.out[d] != g.in[d])
 			j.direct = 0;
-	P = g.out_size;
-	/* positions per tile: the col tile near 1 MiB, at least 128 and at most 4096 columns */
-	per = (int64_t)(262144 / (j.kc > 0 ? j.kc : 1));
-	per = per < 128 ? 128 : per > 4096 ? 4096 : per;
-	j.np = ceil_div(P, per);
-	j.pt = j.np == 1 ? P : round16(ceil_div(P, j.np));
-	j.np = ceil_div(P, j.pt);
-	/* channel tiles only when images x groups x position tiles are too few to share */
-	j.mt = j.mg;
-	tiles = g.n * g.group * j.np;
-	if (tiles < 8 && 2.0 * (double)j.mg * (double)P * (double)j.kc > 4e6) {
-		int64_t want = ceil_div(8, tiles), most = ceil_div(j.mg, 32);
-		if (want > most)
-			want = most;
-		if (want > 1)
-			j.mt = round16(ceil_div(j.mg, want));
-	}
+	conv_tiles(&g, j.kc, j.mg, &j.pt, &j.np, &j.mt);
 	j.nm = ceil_div(j.mg, j.mt);
 	atomic_init(&j.oom, 0);
 	tiles = g.n * g.group * j.np * j.nm;
