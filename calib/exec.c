@@ -13,8 +13,15 @@
  *
  * Fusion: the plan also finds groups Conv [-> BatchNormalization]
  * [-> activation] (Relu, Clip, LeakyRelu, HardSigmoid, HardSwish, Sigmoid)
- * where each intermediate value has exactly one consumer (the next node of
- * the group), is no graph output and is not read by a subgraph; the Conv's
+ * [-> steps] where each intermediate value has exactly one consumer (the
+ * next node of the group), is no graph output and is not read by a
+ * subgraph. Steps (oq_epi_step, kernel.h) are float Add/Sub/Mul/Div with a
+ * constant scalar or per-channel operand, or with a tensor computed before
+ * the Conv (a residual; it must have the output's shape, checked at run
+ * time, else the group runs node by node), activations, and gates
+ * y = x * g(x) whose x has exactly two consumers: the Mul and a chain of
+ * such steps g ending at it (a HardSwish written as Add, Clip, Mul, Div;
+ * x * Sigmoid(x)). The Conv's
  * W must be known float32 (initializer, declared type, or DequantizeLinear
  * with a float32 scale), the BN parameters float32 initializers, Clip bounds
  * constants. Such a group runs as one Conv call at the Conv's position whose
@@ -64,8 +71,9 @@ typedef struct node_plan {
 	size_t n_extra;
 	oq_kfuse *fuse;        /* head (Conv) of a fused group: what it runs instead, else NULL */
 	size_t tail;           /* head: index of the group's last node (its output is the group's) */
-	size_t members[2];     /* head: indices of the absorbed nodes (BN and/or activation) */
+	size_t members[OQ_FUSE_MAX_STEPS + 2]; /* head: indices of the absorbed nodes */
 	int n_members;
+	oq_value *tin[OQ_FUSE_MAX_T]; /* head: the values of the group's tensor operands */
 	int absorbed;          /* a later member of a fused group: skipped when running fused */
 	int obs_fused;         /* group member: runs fused even while observing (intermediates unwanted) */
 } node_plan;
@@ -153,6 +161,7 @@ typedef struct frame {
 	oq_rt **slots;         /* per value index: computed value (owned unless input) */
 	int *remaining;
 	struct frame *parent;
+	unsigned char *unfused; /* per node: absorbed, but its group ran node by node (OQ_K_UNFUSED); NULL: none */
 } frame;
 
 static void free_plan(plan *p)
@@ -163,9 +172,13 @@ static void free_plan(plan *p)
 		for (size_t i = 0; i < p->g->n_nodes; i++) {
 			free(p->nodes[i].extra);
 			if (p->nodes[i].fuse) {
-				free((void *)p->nodes[i].fuse->scale);
-				free((void *)p->nodes[i].fuse->shift);
-				free(p->nodes[i].fuse);
+				oq_kfuse *f = p->nodes[i].fuse;
+				for (int j = 0; j < f->n_steps; j++)
+					free((void *)f->steps[j].c);
+				free((void *)f->steps);
+				free((void *)f->scale);
+				free((void *)f->shift);
+				free(f);
 			}
 		}
 	if (p->inits)
@@ -375,32 +388,226 @@ static int bn_affine(const oq_node *bn, size_t m, oq_kfuse *f)
 /*
  * W known to be float32 before the run: a float32 initializer, a value
  * declared float32, or a DequantizeLinear output with a float32 scale.
+ * *m its output channels and *r its rank (the output's) when known, else -1 and 0.
  */
-static int w_is_f32(const oq_value *w, int64_t *m)
+static int w_is_f32(const oq_value *w, int64_t *m, int *r)
 {
 	const oq_tensor *t = f32_init(w);
 	*m = -1;
+	*r = 0;
 	if (t) {
 		if (t->rank < 3)
 			return 0;
 		*m = t->dims[0];
+		*r = t->rank;
 		return 1;
 	}
 	if (!w || (w->flags & OQ_V_OUTER))
 		return 0;
 	if (w->type.kind == OQ_TYPE_TENSOR && w->type.dtype == OQ_DT_FLOAT) {
-		if (w->type.rank >= 3)
+		if (w->type.rank >= 3) {
 			*m = w->type.dims[0].value;
+			*r = w->type.rank;
+		}
 		return 1;
 	}
 	if (w->producer && w->producer->op == OQ_OP_DequantizeLinear && w->producer->n_inputs >= 2 &&
 	    f32_init(w->producer->inputs[1])) {
 		const oq_tensor *q = const_tensor(w->producer->inputs[0]);
-		if (q && q->rank >= 3)
+		if (q && q->rank >= 3) {
 			*m = q->dims[0];
+			*r = q->rank;
+		}
 		return 1;
 	}
 	return 0;
+}
+
+/* The only use of v (any input), when v may disappear into a fused group; else NULL. */
+static oq_node *only_use(const oq_value *v)
+{
+	if (!v || v->n_uses != 1 || (v->flags & (OQ_V_OUTPUT | OQ_V_INPUT | OQ_V_OUTER)) ||
+	    oq_value_n_captures(v) != 0)
+		return NULL;
+	return v->uses[0].node;
+}
+
+/* A float Add, Sub, Mul or Div with multidirectional broadcasting (opset >= 7) and one output. */
+static int epi_bop(const oq_node *n, int *bop)
+{
+	if (!n || n->n_inputs != 2 || n->n_outputs != 1 || !n->outputs[0] || n->opset < 7 || !n->inputs[0] ||
+	    !n->inputs[1])
+		return 0;
+	switch (n->op) {
+	case OQ_OP_Add: *bop = OQ_EPI_ADD; return 1;
+	case OQ_OP_Sub: *bop = OQ_EPI_SUB; return 1;
+	case OQ_OP_Mul: *bop = OQ_EPI_MUL; return 1;
+	case OQ_OP_Div: *bop = OQ_EPI_DIV; return 1;
+	default: return 0;
+	}
+}
+
+/*
+ * v as the constant operand of a step on a Conv output of rank r with m
+ * channels: a float32 scalar, or a float32 tensor of rank <= r whose dims
+ * (right-aligned to the output's) are 1 except m on the channel axis, so
+ * the result keeps the output's shape. Fills st->s or st->c (owned).
+ * 1, 0 (not such a constant) or OQ_ENOMEM.
+ */
+static int epi_const(const oq_value *v, int r, int64_t m, oq_epi_step *st)
+{
+	const oq_tensor *t;
+
+	if (const_scalar(v, &st->s))
+		return 1;
+	t = f32_init(v);
+	if (!t || m <= 0 || t->rank > r || t->rank < r - 1 || t->nelem != (size_t)m || !t->data)
+		return 0;
+	for (int d = 0; d < t->rank; d++)
+		if (t->dims[d] != (d == t->rank - (r - 1) ? m : 1))
+			return 0;
+	st->c = oq_tensor_to_floats(t);
+	return st->c ? 1 : OQ_ENOMEM;
+}
+
+/* A group being built by plan_fusion. */
+typedef struct grow_grp {
+	oq_epi_step st[OQ_FUSE_MAX_STEPS];
+	int n;                  /* steps */
+	size_t nodes[OQ_FUSE_MAX_STEPS]; /* the nodes the steps absorb, in order */
+	int n_nodes;
+	oq_value *tin[OQ_FUSE_MAX_T];
+	int n_t;
+} grow_grp;
+
+/* v can be read when the head (node index head) runs: computed before it, or a graph input / initializer. */
+static int ready_before(const oq_value *v, const oq_graph *g, size_t head)
+{
+	if (!v || (v->flags & OQ_V_OUTER) || v->graph != g)
+		return 0;
+	return !v->producer || (v->producer->index < head && g->nodes[v->producer->index] == v->producer);
+}
+
+/*
+ * n (reading cur) as one step appended to G: a binary op with a constant or
+ * an early tensor, or an activation. Only constants and activations when
+ * gate (inside g of a gate). 1 on success, 0 when n cannot be a step,
+ * OQ_ENOMEM.
+ */
+static int add_step(const plan *p, size_t head, const oq_node *n, const oq_value *cur, int r, int64_t m, int gate,
+		    grow_grp *G)
+{
+	oq_epi_step *st = &G->st[G->n];
+	int bop, rc;
+
+	if (G->n >= OQ_FUSE_MAX_STEPS || p->nodes[n->index].absorbed || p->g->nodes[n->index] != n)
+		return 0;
+	memset(st, 0, sizeof *st);
+	if (epi_bop(n, &bop) && (n->inputs[0] == cur) != (n->inputs[1] == cur)) {
+		const oq_value *other = n->inputs[n->inputs[0] == cur];
+		st->bop = bop;
+		st->rev = n->inputs[1] == cur;
+		st->kind = OQ_EPI_CONST;
+		rc = epi_const(other, r, m, st);
+		if (rc < 0)
+			return rc;
+		if (!rc) {
+			if (gate || G->n_t >= OQ_FUSE_MAX_T || !ready_before(other, p->g, head))
+				return 0;
+			st->kind = OQ_EPI_TENSOR;
+			st->t = G->n_t;
+			G->tin[G->n_t++] = (oq_value *)other;
+		}
+	} else if (n->n_inputs >= 1 && n->inputs[0] == cur && as_act(n, &st->act)) {
+		st->kind = OQ_EPI_ACT;
+	} else {
+		return 0;
+	}
+	G->nodes[G->n_nodes++] = n->index;
+	G->n++;
+	return 1;
+}
+
+/*
+ * A gate on cur (see the header comment): cur's two consumers are a Mul
+ * and the first node n of a chain of constant / activation steps whose last
+ * output is the Mul's other operand. Appends the GATE step and the chain.
+ * 1, 0 (no gate; G unchanged) or OQ_ENOMEM. add_gate tries both consumers
+ * as the Mul; *out the Mul.
+ */
+static int gate_from(const plan *p, size_t head, const oq_value *cur, const oq_node *mul, const oq_node *n, int r,
+		     int64_t m, grow_grp *G)
+{
+	const oq_value *x = cur;
+	int n0 = G->n, nn0 = G->n_nodes, rc = 0;
+
+	if (mul->op != OQ_OP_Mul || mul->n_inputs != 2 || mul->n_outputs != 1 || !mul->outputs[0] || mul->opset < 7 ||
+	    p->nodes[mul->index].absorbed || p->g->nodes[mul->index] != mul)
+		return 0;
+	/* the GATE step, then g */
+	memset(&G->st[G->n], 0, sizeof G->st[G->n]);
+	G->st[G->n].kind = OQ_EPI_GATE;
+	G->st[G->n].rev = mul->inputs[0] != cur;
+	G->n++;
+	while (n && n != mul) {
+		if ((rc = add_step(p, head, n, x, r, m, 1, G)) != 1)
+			goto undo;
+		x = n->outputs[0];
+		n = only_use(x);
+	}
+	rc = 0;
+	if (!n || G->n == n0 + 1 ||
+	    !((mul->inputs[0] == cur && mul->inputs[1] == x) || (mul->inputs[1] == cur && mul->inputs[0] == x)))
+		goto undo;
+	G->st[n0].n_gate = G->n - n0 - 1;
+	G->nodes[G->n_nodes++] = mul->index;
+	return 1;
+undo:
+	for (int i = n0; i < G->n; i++)
+		free((void *)G->st[i].c);
+	G->n = n0;
+	G->n_nodes = nn0;
+	return rc;
+}
+
+static int add_gate(const plan *p, size_t head, const oq_value *cur, int r, int64_t m, grow_grp *G,
+		    const oq_node **out)
+{
+	if (!cur || cur->n_uses != 2 || (cur->flags & (OQ_V_OUTPUT | OQ_V_INPUT | OQ_V_OUTER)) ||
+	    oq_value_n_captures(cur) != 0 || cur->uses[0].node == cur->uses[1].node || G->n + 2 > OQ_FUSE_MAX_STEPS)
+		return 0;
+	for (int u = 0; u < 2; u++) {
+		int rc = gate_from(p, head, cur, cur->uses[u].node, cur->uses[1 - u].node, r, m, G);
+		if (rc) {
+			if (rc > 0)
+				*out = cur->uses[u].node;
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/* Steps after the Conv / BN / activation whose output is cur; *tail the last absorbed node (unchanged if none). */
+static int grow_steps(const plan *p, size_t head, const oq_value *cur, int r, int64_t m, grow_grp *G,
+		      const oq_node **tail)
+{
+	for (;;) {
+		const oq_node *n = only_use(cur), *mul = NULL;
+		int rc;
+		if (n && (rc = add_step(p, head, n, cur, r, m, 0, G)) != 0) {
+			if (rc < 0)
+				return rc;
+			*tail = n;
+			cur = n->outputs[0];
+			continue;
+		}
+		if ((rc = add_gate(p, head, cur, r, m, G, &mul)) < 0)
+			return rc;
+		if (!rc)
+			return OQ_OK;
+		*tail = mul;
+		cur = mul->outputs[0];
+	}
 }
 
 /* Finds the fused groups of p's graph (see the header comment). */
@@ -409,13 +616,16 @@ static int plan_fusion(plan *p)
 	const oq_graph *g = p->g;
 
 	for (size_t i = 0; i < g->n_nodes; i++) {
-		const oq_node *n = g->nodes[i], *bn = NULL, *act = NULL, *next;
+		const oq_node *n = g->nodes[i], *bn = NULL, *act = NULL, *next, *tail;
 		int64_t m;
+		int r, rc;
 		oq_act a;
 		oq_kfuse *f;
+		grow_grp G;
+		node_plan *np = &p->nodes[i];
 
-		if (n->op != OQ_OP_Conv || p->nodes[i].absorbed || n->n_inputs < 2 || n->n_inputs > 3 ||
-		    n->n_outputs != 1 || !n->outputs[0] || !w_is_f32(n->inputs[1], &m))
+		if (n->op != OQ_OP_Conv || np->absorbed || n->n_inputs < 2 || n->n_inputs > 3 || n->n_outputs != 1 ||
+		    !n->outputs[0] || !w_is_f32(n->inputs[1], &m, &r))
 			continue;
 		next = sole_consumer(n->outputs[0]);
 		if (next && m > 0 && bn_ok(next, m)) {
@@ -426,24 +636,41 @@ static int plan_fusion(plan *p)
 			act = next;
 		if ((bn && g->nodes[bn->index] != bn) || (act && g->nodes[act->index] != act))
 			continue; /* stale indices: no fusion rather than a wrong one */
-		if (!bn && !act)
+		tail = act ? act : bn ? bn : n;
+		memset(&G, 0, sizeof G);
+		if ((rc = grow_steps(p, i, tail->outputs[0], r, m, &G, &tail)))
+			goto oom;
+		if (!bn && !act && !G.n)
 			continue;
-		if (!(f = calloc(1, sizeof *f)))
-			return OQ_ENOMEM;
-		p->nodes[i].fuse = f;
+		if (!(f = calloc(1, sizeof *f)) || (G.n && !(f->steps = oq_calloc((size_t)G.n, sizeof *f->steps)))) {
+			free(f);
+			goto oom;
+		}
+		np->fuse = f;
 		if (act)
 			f->act = a;
+		if (G.n)
+			memcpy((void *)f->steps, G.st, (size_t)G.n * sizeof *G.st);
+		f->n_steps = G.n;
+		G.n = 0; /* the constants now belong to f */
+		f->n_t = G.n_t;
+		memcpy(np->tin, G.tin, sizeof G.tin);
 		if (bn && bn_affine(bn, (size_t)m, f))
 			return OQ_ENOMEM;
-		p->nodes[i].tail = act ? act->index : bn->index;
-		if (bn) {
-			p->nodes[bn->index].absorbed = 1;
-			p->nodes[i].members[p->nodes[i].n_members++] = bn->index;
-		}
-		if (act) {
-			p->nodes[act->index].absorbed = 1;
-			p->nodes[i].members[p->nodes[i].n_members++] = act->index;
-		}
+		np->tail = tail->index;
+		if (bn)
+			np->members[np->n_members++] = bn->index;
+		if (act)
+			np->members[np->n_members++] = act->index;
+		for (int j = 0; j < G.n_nodes; j++)
+			np->members[np->n_members++] = G.nodes[j];
+		for (int j = 0; j < np->n_members; j++)
+			p->nodes[np->members[j]].absorbed = 1;
+		continue;
+	oom:
+		for (int j = 0; j < G.n; j++)
+			free((void *)G.st[j].c);
+		return OQ_ENOMEM;
 	}
 	return OQ_OK;
 }
@@ -678,6 +905,7 @@ static void frame_free(oq_exec *e, frame *f)
 			drop(e, f, i);
 	free(f->slots);
 	free(f->remaining);
+	free(f->unfused);
 }
 
 /* Released when its remaining uses reach zero, unless it is a graph output or input. */
@@ -702,20 +930,21 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		const oq_node *n = g->nodes[ni];
 		const node_plan *np = &f->p->nodes[ni];
 		oq_kctx k;
-		oq_rt **in, **out;
+		oq_rt **in, **out, *fin[OQ_FUSE_MAX_T];
 		oq_value *const *ovals = n->outputs; /* values the outputs are bound to */
 		size_t n_out = n->n_outputs;
 		/* observers see every value, so no fusion, unless they want none of the group's intermediates */
 		int fused = !e->observe || np->obs_fused;
 
-		if (fused && np->absorbed)
+		if (fused && np->absorbed && !(f->unfused && f->unfused[ni]))
 			continue; /* computed by its group's head */
 		if (fused && np->fuse) {
 			ovals = g->nodes[np->tail]->outputs;
 			n_out = 1;
 		}
 		in = n->n_inputs <= 16 ? inbuf : oq_calloc(n->n_inputs, sizeof *in);
-		out = n_out <= 16 ? outbuf : oq_calloc(n_out, sizeof *out);
+		/* room for the head's own outputs too (OQ_K_UNFUSED) */
+		out = n->n_outputs <= 16 ? outbuf : oq_calloc(n->n_outputs > n_out ? n->n_outputs : n_out, sizeof *out);
 
 		memset(&k, 0, sizeof k);
 		k.e = e;
@@ -752,7 +981,28 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 					      in[i]->kind == OQ_RT_SEQ ? "sequence" : "empty optional");
 				goto next;
 			}
+		if (k.fuse) {
+			for (int i = 0; i < k.fuse->n_t; i++)
+				fin[i] = lookup(f, np->tin[i]);
+			k.fin = fin;
+		}
 		rc = k.fuse ? oq_k_conv_fused(&k) : np->fn(&k);
+		if (rc == OQ_K_UNFUSED) {
+			/* a tensor operand does not fit the output at run time: the group runs node by node */
+			if (!f->unfused && !(f->unfused = oq_calloc(g->n_nodes, 1))) {
+				rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+				goto next;
+			}
+			for (int j = 0; j < np->n_members; j++)
+				f->unfused[np->members[j]] = 1;
+			k.fuse = NULL;
+			k.fin = NULL;
+			ovals = n->outputs;
+			n_out = k.n_out = n->n_outputs;
+			for (size_t i = 0; i < n_out; i++)
+				out[i] = NULL;
+			rc = np->fn(&k);
+		}
 		for (size_t i = 0; !rc && i < n_out; i++)
 			if (!out[i] && ovals[i])
 				rc = oq_k_err(&k, OQ_EINVAL, "kernel produced no output #%zu (internal error)", i);

@@ -122,18 +122,87 @@ void oq_act_apply(const oq_act *act, float *y, size_t n)
 	}
 }
 
+/* y[i] = y[i] op v, or v op y[i] when rev (the operand order of the element-wise kernel). */
+static void bop_scalar(int bop, int rev, float v, float *y, size_t n)
+{
+	switch (bop * 2 + !!rev) {
+	case OQ_EPI_ADD * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] + v; break;
+	case OQ_EPI_ADD * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = v + y[i]; break;
+	case OQ_EPI_SUB * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] - v; break;
+	case OQ_EPI_SUB * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = v - y[i]; break;
+	case OQ_EPI_MUL * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] * v; break;
+	case OQ_EPI_MUL * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = v * y[i]; break;
+	case OQ_EPI_DIV * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] / v; break;
+	case OQ_EPI_DIV * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = v / y[i]; break;
+	default: break;
+	}
+}
+
+/* y[i] = y[i] op t[i], or t[i] op y[i] when rev. */
+static void bop_vec(int bop, int rev, const float *t, float *y, size_t n)
+{
+	switch (bop * 2 + !!rev) {
+	case OQ_EPI_ADD * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] + t[i]; break;
+	case OQ_EPI_ADD * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = t[i] + y[i]; break;
+	case OQ_EPI_SUB * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] - t[i]; break;
+	case OQ_EPI_SUB * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = t[i] - y[i]; break;
+	case OQ_EPI_MUL * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] * t[i]; break;
+	case OQ_EPI_MUL * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = t[i] * y[i]; break;
+	case OQ_EPI_DIV * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] / t[i]; break;
+	case OQ_EPI_DIV * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = t[i] / y[i]; break;
+	default: break;
+	}
+}
+
+#define GATE_CHUNK 256
+
+/*
+ * Steps [s, s + ns) of ep on y[0..n), the elements of channel ch starting at
+ * element off of the output (where the tensor operands are read).
+ */
+static void epi_steps(const oq_kfuse *ep, const oq_epi_step *s, int ns, int64_t ch, size_t off, float *y, size_t n)
+{
+	for (int i = 0; i < ns; i++) {
+		const oq_epi_step *st = &s[i];
+		switch (st->kind) {
+		case OQ_EPI_CONST:
+			bop_scalar(st->bop, st->rev, st->c ? st->c[ch] : st->s, y, n);
+			break;
+		case OQ_EPI_TENSOR:
+			bop_vec(st->bop, st->rev, ep->t[st->t] + off, y, n);
+			break;
+		case OQ_EPI_ACT:
+			oq_act_apply(&st->act, y, n);
+			break;
+		case OQ_EPI_GATE:
+			/* g(y) of a chunk in tmp, then y * g(y) (or g(y) * y, the Mul's operand order) */
+			for (size_t c0 = 0; c0 < n; c0 += GATE_CHUNK) {
+				float tmp[GATE_CHUNK];
+				size_t m = n - c0 < GATE_CHUNK ? n - c0 : GATE_CHUNK;
+				memcpy(tmp, y + c0, m * sizeof *tmp);
+				epi_steps(ep, st + 1, st->n_gate, ch, off + c0, tmp, m);
+				bop_vec(OQ_EPI_MUL, st->rev, tmp, y + c0, m);
+			}
+			i += st->n_gate;
+			break;
+		default:
+			break;
+		}
+	}
+}
+
 #if defined(__GNUC__) && defined(__x86_64__)
 static int z_gemm_ok(void);
-static void z_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n);
+static void z_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n);
 #endif
 
-void oq_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n)
+void oq_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n)
 {
 	if (!ep)
 		return;
 #if defined(__GNUC__) && defined(__x86_64__)
 	if (z_gemm_ok()) {
-		z_epi_apply(ep, ch, y, n);
+		z_epi_apply(ep, ch, off, y, n);
 		return;
 	}
 #endif
@@ -153,6 +222,7 @@ void oq_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n)
 			y[i] = (float)(y[i] * a + b);
 	}
 	oq_act_apply(&ep->act, y, n);
+	epi_steps(ep, ep->steps, ep->n_steps, ch, off, y, n);
 }
 
 /* 1-D problems run as 2-D ones with a unit leading spatial dim. */
@@ -369,7 +439,7 @@ static void dw_range(void *ctx, size_t begin, size_t end)
 				dw_row(row, j->ow4, x0, rs, sw, dw, wc, 5, 5, b);
 			else
 				dw_row(row, j->ow4, x0, rs, sw, dw, wc, kh, kw, b);
-			oq_epi_apply(j->ep, ch, row, (size_t)OW);
+			oq_epi_apply(j->ep, ch, (size_t)(yc + oh * OW - j->y), row, (size_t)OW);
 			memcpy(yc + oh * OW, row, (size_t)OW * sizeof *row);
 		}
 	}
@@ -786,18 +856,10 @@ typedef struct dwz_ev {
 	int act;               /* OQ_ACT_NONE, OQ_ACT_RELU or OQ_ACT_CLIP (lo <= hi) */
 	__m512d a, b;          /* BN scale and shift */
 	__m512 lo, hi;         /* Clip bounds */
+	const oq_kfuse *ep;    /* for its steps and tensor operands */
+	int steps;             /* ep's steps run on the registers too (reg_steps) */
+	__m512 cv[OQ_FUSE_MAX_STEPS]; /* CONST steps: the operand for this channel */
 } dwz_ev;
-
-/* The part of ep done in registers for channel ch (late: the activation is left to the caller). */
-AVX512 static inline void dwz_ev_make(const oq_kfuse *ep, int64_t ch, int late, dwz_ev *ev)
-{
-	ev->bn = ep && ep->scale;
-	ev->act = ep && !late ? ep->act.kind : OQ_ACT_NONE;
-	ev->a = _mm512_set1_pd(ev->bn ? ep->scale[ch] : 0);
-	ev->b = _mm512_set1_pd(ev->bn ? ep->shift[ch] : 0);
-	ev->lo = _mm512_set1_ps(ep ? ep->act.a : 0);
-	ev->hi = _mm512_set1_ps(ep ? ep->act.b : 0);
-}
 
 /* Activations oq_act_apply must run on the stored values (NaN and ordering rules of fmaxf / expf). */
 static int late_act(const oq_kfuse *ep)
@@ -806,7 +868,113 @@ static int late_act(const oq_kfuse *ep)
 	       !(ep->act.kind == OQ_ACT_CLIP && ep->act.a <= ep->act.b);
 }
 
-/* The epilogue on one vector: BN as the BatchNormalization kernel, then Relu / Clip as maxps / minps. */
+/* ep's steps can run on the registers: binary ops, Relu, Clip with lo <= hi, gates of those. */
+static int reg_steps(const oq_kfuse *ep)
+{
+	for (int i = 0; ep && i < ep->n_steps; i++) {
+		const oq_act *a = &ep->steps[i].act;
+		if (ep->steps[i].kind == OQ_EPI_ACT && a->kind != OQ_ACT_RELU && !(a->kind == OQ_ACT_CLIP && a->a <= a->b))
+			return 0;
+	}
+	return 1;
+}
+
+/* The part of ep done in registers for channel ch (late: the activation and the steps are left to the caller). */
+AVX512 static inline void dwz_ev_make(const oq_kfuse *ep, int64_t ch, int late, dwz_ev *ev)
+{
+	ev->bn = ep && ep->scale;
+	ev->act = ep && !late ? ep->act.kind : OQ_ACT_NONE;
+	ev->a = _mm512_set1_pd(ev->bn ? ep->scale[ch] : 0);
+	ev->b = _mm512_set1_pd(ev->bn ? ep->shift[ch] : 0);
+	ev->lo = _mm512_set1_ps(ep ? ep->act.a : 0);
+	ev->hi = _mm512_set1_ps(ep ? ep->act.b : 0);
+	ev->ep = ep;
+	ev->steps = ep && ep->n_steps && !late && reg_steps(ep);
+	for (int i = 0; ev->steps && i < ep->n_steps; i++) {
+		const oq_epi_step *st = &ep->steps[i];
+		if (st->kind == OQ_EPI_CONST)
+			ev->cv[i] = _mm512_set1_ps(st->c ? st->c[ch] : st->s);
+		else if (st->kind == OQ_EPI_ACT)
+			ev->cv[i] = _mm512_set1_ps(st->act.a);
+	}
+}
+
+/* y op v, or v op y when rev: the element-wise kernel's operand order. */
+AVX512 static inline __m512 zbop(int bop, int rev, __m512 y, __m512 v)
+{
+	switch (bop * 2 + !!rev) {
+	case OQ_EPI_ADD * 2: return _mm512_add_ps(y, v);
+	case OQ_EPI_ADD * 2 + 1: return _mm512_add_ps(v, y);
+	case OQ_EPI_SUB * 2: return _mm512_sub_ps(y, v);
+	case OQ_EPI_SUB * 2 + 1: return _mm512_sub_ps(v, y);
+	case OQ_EPI_MUL * 2: return _mm512_mul_ps(y, v);
+	case OQ_EPI_MUL * 2 + 1: return _mm512_mul_ps(v, y);
+	case OQ_EPI_DIV * 2: return _mm512_div_ps(y, v);
+	default: return _mm512_div_ps(v, y);
+	}
+}
+
+#define ZB 8 /* vectors per block of zsteps */
+
+/*
+ * Steps [i0, i0 + ns) of ev->ep on ZB vectors v (128 values from output
+ * element o; lanes m[q] of vector q valid), step by step over the block so
+ * the dispatch is paid once per 128 values: the expressions of epi_steps,
+ * so the same bits. Relu is maxps(0, x) (x < 0 ? 0 : x, NaN and -0 kept),
+ * Clip minps(hi, maxps(lo, x)).
+ */
+AVX512 static void zsteps(const dwz_ev *ev, int i0, int ns, size_t o, const __mmask16 *m, __m512 *v)
+{
+	const oq_epi_step *s = ev->ep->steps;
+#define ZLOOP(EXPR)                          \
+	for (int q = 0; q < ZB; q++)         \
+		v[q] = (EXPR);               \
+	break
+	for (int i = i0; i < i0 + ns; i++) {
+		const float *t = s[i].kind == OQ_EPI_TENSOR ? ev->ep->t[s[i].t] + o : NULL;
+		__m512 c = ev->cv[i], hi = _mm512_set1_ps(s[i].act.b), z = _mm512_setzero_ps();
+		switch (s[i].kind == OQ_EPI_CONST ? s[i].bop * 2 + s[i].rev
+			: s[i].kind == OQ_EPI_TENSOR ? 8 + s[i].bop * 2 + s[i].rev
+			: s[i].kind == OQ_EPI_ACT ? 16 + (s[i].act.kind == OQ_ACT_RELU)
+			: 18) {
+		case OQ_EPI_ADD * 2: ZLOOP(_mm512_add_ps(v[q], c));
+		case OQ_EPI_ADD * 2 + 1: ZLOOP(_mm512_add_ps(c, v[q]));
+		case OQ_EPI_SUB * 2: ZLOOP(_mm512_sub_ps(v[q], c));
+		case OQ_EPI_SUB * 2 + 1: ZLOOP(_mm512_sub_ps(c, v[q]));
+		case OQ_EPI_MUL * 2: ZLOOP(_mm512_mul_ps(v[q], c));
+		case OQ_EPI_MUL * 2 + 1: ZLOOP(_mm512_mul_ps(c, v[q]));
+		case OQ_EPI_DIV * 2: ZLOOP(_mm512_div_ps(v[q], c));
+		case OQ_EPI_DIV * 2 + 1: ZLOOP(_mm512_div_ps(c, v[q]));
+		case 8 + OQ_EPI_ADD * 2: ZLOOP(_mm512_add_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
+		case 8 + OQ_EPI_ADD * 2 + 1: ZLOOP(_mm512_add_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
+		case 8 + OQ_EPI_SUB * 2: ZLOOP(_mm512_sub_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
+		case 8 + OQ_EPI_SUB * 2 + 1: ZLOOP(_mm512_sub_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
+		case 8 + OQ_EPI_MUL * 2: ZLOOP(_mm512_mul_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
+		case 8 + OQ_EPI_MUL * 2 + 1: ZLOOP(_mm512_mul_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
+		case 8 + OQ_EPI_DIV * 2: ZLOOP(_mm512_div_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
+		case 8 + OQ_EPI_DIV * 2 + 1: ZLOOP(_mm512_div_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
+		case 16: ZLOOP(_mm512_min_ps(hi, _mm512_max_ps(c, v[q]))); /* Clip */
+		case 17: ZLOOP(_mm512_max_ps(z, v[q]));                    /* Relu */
+		default: { /* GATE */
+			__m512 g[ZB];
+			for (int q = 0; q < ZB; q++)
+				g[q] = v[q];
+			zsteps(ev, i + 1, s[i].n_gate, o, m, g);
+			if (s[i].rev)
+				for (int q = 0; q < ZB; q++)
+					v[q] = _mm512_mul_ps(g[q], v[q]);
+			else
+				for (int q = 0; q < ZB; q++)
+					v[q] = _mm512_mul_ps(v[q], g[q]);
+			i += s[i].n_gate;
+			break;
+		}
+		}
+	}
+#undef ZLOOP
+}
+
+/* The epilogue on one vector: BN as the BatchNormalization kernel, then Relu / Clip (not the steps). */
 AVX512 static inline __m512 dwz_epi(__m512 v, const dwz_ev *ev)
 {
 	if (ev->bn) {
@@ -824,20 +992,42 @@ AVX512 static inline __m512 dwz_epi(__m512 v, const dwz_ev *ev)
 	return v;
 }
 
-/* oq_epi_apply on AVX-512F, 16 values at a time: the same bits. */
-AVX512 static void z_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n)
+/*
+ * y[0..n) (output element off on): BN and Relu / Clip when epi, then the
+ * steps when ev->steps, ZB vectors at a time.
+ */
+AVX512 static void z_rows(const dwz_ev *ev, int epi, size_t off, float *y, size_t n)
+{
+	for (size_t i = 0; i < n; i += 16 * ZB) {
+		__m512 v[ZB];
+		__mmask16 m[ZB];
+		for (int q = 0; q < ZB; q++) {
+			size_t at = i + 16 * (size_t)q;
+			m[q] = at >= n ? 0 : n - at >= 16 ? 0xffff : (__mmask16)((1u << (n - at)) - 1u);
+			v[q] = _mm512_maskz_loadu_ps(m[q], y + at);
+			if (epi)
+				v[q] = dwz_epi(v[q], ev);
+		}
+		if (ev->steps)
+			zsteps(ev, 0, ev->ep->n_steps, off + i, m, v);
+		for (int q = 0; q < ZB; q++)
+			_mm512_mask_storeu_ps(y + i + 16 * (size_t)q, m[q], v[q]);
+	}
+}
+
+/* oq_epi_apply on AVX-512F: the same bits. */
+AVX512 static void z_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n)
 {
 	int late = late_act(ep);
 	dwz_ev ev;
 
 	dwz_ev_make(ep, ch, late, &ev);
-	if (ev.bn || ev.act != OQ_ACT_NONE)
-		for (size_t i = 0; i < n; i += 16) {
-			__mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1u);
-			_mm512_mask_storeu_ps(y + i, m, dwz_epi(_mm512_maskz_loadu_ps(m, y + i), &ev));
-		}
+	if (ev.bn || ev.act != OQ_ACT_NONE || ev.steps)
+		z_rows(&ev, 1, off, y, n);
 	if (late)
 		oq_act_apply(&ep->act, y, n);
+	if (!ev.steps)
+		epi_steps(ep, ep->steps, ep->n_steps, ch, off, y, n);
 }
 
 /*
@@ -899,8 +1089,11 @@ AVX512 static inline void dwz_rows(const dwz_job *j, const dwz_ev *ev, const flo
 					}
 				}
 		}
-		for (int r = 0; r < nr; r++)
-			_mm512_mask_storeu_ps(yc + (oh0 + r) * OW + ow, lane_mask(ow, OW), dwz_epi(acc[r], ev));
+		for (int r = 0; r < nr; r++) {
+			float *yr = yc + (oh0 + r) * OW + ow;
+			__mmask16 m = lane_mask(ow, OW);
+			_mm512_mask_storeu_ps(yr, m, dwz_epi(acc[r], ev));
+		}
 	}
 }
 
@@ -967,8 +1160,15 @@ AVX512 static void dwz_range(void *ctx, size_t begin, size_t end)
 			dwz_plane(j, &ev, xc, yc, cm, full, wc, b, 5, 5, 2);
 		else
 			dwz_plane(j, &ev, xc, yc, cm, full, wc, b, kh, kw, sw);
-		for (int64_t oh = 0; late && oh < OH; oh++)
-			oq_act_apply(&j->ep->act, yc + oh * OW, (size_t)OW);
+		for (int64_t oh = 0; j->ep && (late || j->ep->n_steps) && oh < OH; oh++) {
+			float *yr = yc + oh * OW;
+			if (late)
+				oq_act_apply(&j->ep->act, yr, (size_t)OW);
+			if (ev.steps)
+				z_rows(&ev, 0, (size_t)(yr - j->y), yr, (size_t)OW);
+			else
+				epi_steps(j->ep, j->ep->steps, j->ep->n_steps, ch, (size_t)(yr - j->y), yr, (size_t)OW);
+		}
 	}
 	free(own);
 }
@@ -1036,7 +1236,8 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 			z_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, col, (float *)j->y + yo, P,
 			       j->b ? (const float *)j->b + grp * j->mg + m0 : NULL);
 			for (int64_t r = 0; j->ep && r < mm; r++)
-				oq_epi_apply(j->ep, grp * j->mg + m0 + r, (float *)j->y + yo + r * P, (size_t)pp);
+				oq_epi_apply(j->ep, grp * j->mg + m0 + r, (size_t)(yo + r * P), (float *)j->y + yo + r * P,
+				     (size_t)pp);
 			continue;
 		}
 #endif
@@ -1098,7 +1299,8 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 			oq_gemm_run(NULL, &gb);
 		}
 		for (int64_t r = 0; j->ep && r < mm; r++)
-			oq_epi_apply(j->ep, grp * j->mg + m0 + r, (float *)j->y + yo + r * P, (size_t)pp);
+			oq_epi_apply(j->ep, grp * j->mg + m0 + r, (size_t)(yo + r * P), (float *)j->y + yo + r * P,
+				     (size_t)pp);
 	}
 	free(own);
 }
@@ -1167,7 +1369,8 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 	if (oq_linalg_use_ref) {
 		oq_conv_ref(t, g0, x, w, b, y);
 		for (int64_t r = 0; ep && r < g0->n * g0->m; r++)
-			oq_epi_apply(ep, r % g0->m, (float *)y + r * g0->out_size, (size_t)g0->out_size);
+			oq_epi_apply(ep, r % g0->m, (size_t)(r * g0->out_size), (float *)y + r * g0->out_size,
+				     (size_t)g0->out_size);
 		return OQ_OK;
 	}
 	as_2d(g0, &g);
