@@ -744,13 +744,108 @@ AVX512 static void z_pack_row(const float *src, int64_t pp, int64_t r, int64_t k
 	}
 }
 
+static __mmask16 lane_mask(int64_t i0, int64_t n);
+
+#define Z_IM2COL_KW 16      /* widest kernel z_im2col takes */
+#define Z_PIECES (Z_NR + 3) /* 16-lane pieces of one panel's runs, at most */
+
 /*
- * The packed col of one tile: rows of x (ldx apart) when direct, else each
- * im2col row built in row (pp floats) first.
+ * The 2-D im2col matrix (as im2col_2d_f) of positions [p0, p0 + pp),
+ * horizontal stride 1 or 2, written straight into the packed col bp (zero
+ * past pp) in one pass, panel by panel so the stores are sequential. A
+ * panel's 32 positions fall into runs along output rows, cut into pieces of
+ * at most 16 lanes; per panel the pieces and their column masks for each
+ * kernel column are found once, then each im2col row (c, i, j) is per piece
+ * one or two masked loads of an input row (columns outside the row, and
+ * rows outside the plane, give 0) and a masked store.
+ */
+AVX512 static void z_im2col(const oq_conv_geom *g, const float *x, int64_t kc, int64_t p0, int64_t pp, float *bp)
+{
+	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	int64_t H = g->in[0], W = g->in[1], OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1];
+	int64_t dw = g->dil[1], cg = kc / (kh * kw);
+	int64_t pc_oh[Z_PIECES], pc_col[Z_PIECES], pc_lane[Z_PIECES];
+	__mmask16 pc_n[Z_PIECES], lo[Z_PIECES][Z_IM2COL_KW], hi[Z_PIECES][Z_IM2COL_KW];
+	const float *rowp[Z_PIECES];
+
+	for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
+		int64_t nq = pp - q0 < Z_NR ? pp - q0 : Z_NR, npc = 0;
+		float *dst = bp + q0 * kc;
+		for (int64_t l = 0; l < nq;) {
+			int64_t p = p0 + q0 + l, ow = p % OW, run = OW - ow < nq - l ? OW - ow : nq - l;
+			for (int64_t k = 0; k < run; k += 16, npc++) {
+				int64_t n = run - k < 16 ? run - k : 16;
+				pc_oh[npc] = p / OW;
+				pc_col[npc] = (ow + k) * sw - g->pad[1];
+				pc_lane[npc] = l + k;
+				pc_n[npc] = (__mmask16)((1u << n) - 1u);
+				for (int64_t j = 0; j < kw; j++) {
+					lo[npc][j] = lane_mask(pc_col[npc] + j * dw, W);
+					hi[npc][j] = lane_mask(pc_col[npc] + j * dw + 16, W);
+				}
+			}
+			l += run;
+		}
+		for (int64_t c = 0; c < cg; c++) {
+			const float *xc = x + c * H * W;
+			for (int64_t i = 0; i < kh; i++) {
+				for (int64_t u = 0; u < npc; u++) {
+					int64_t ih = pc_oh[u] * g->stride[0] - g->pad[0] + i * g->dil[0];
+					rowp[u] = ih >= 0 && ih < H ? xc + ih * W + pc_col[u] : NULL;
+				}
+				for (int64_t j = 0; j < kw; j++, dst += Z_NR) {
+					if (nq < Z_NR) {
+						_mm512_store_ps(dst, _mm512_setzero_ps());
+						_mm512_store_ps(dst + 16, _mm512_setzero_ps());
+					}
+					for (int64_t u = 0; u < npc; u++) {
+						__m512 v = _mm512_setzero_ps();
+						if (rowp[u] && sw == 1)
+							v = _mm512_maskz_loadu_ps(lo[u][j], rowp[u] + j * dw);
+						else if (rowp[u])
+							v = _mm512_permutex2var_ps(
+								_mm512_maskz_loadu_ps(lo[u][j], rowp[u] + j * dw), even,
+								_mm512_maskz_loadu_ps(hi[u][j], rowp[u] + j * dw + 16));
+						_mm512_mask_storeu_ps(dst + pc_lane[u], pc_n[u], v);
+					}
+				}
+			}
+		}
+	}
+}
+
+/* Rows [0, kc) of x (ldx apart, pp values each) into the packed col bp, panel by panel (sequential stores). */
+AVX512 static void z_pack_direct(const float *x, int64_t ldx, int64_t kc, int64_t pp, float *bp)
+{
+	for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
+		int64_t nq = pp - q0 < Z_NR ? pp - q0 : Z_NR;
+		__mmask16 m0 = nq >= 16 ? 0xffff : (__mmask16)((1u << nq) - 1);
+		__mmask16 m1 = nq >= 32 ? 0xffff : nq <= 16 ? 0 : (__mmask16)((1u << (nq - 16)) - 1);
+		const float *src = x + q0;
+		float *dst = bp + q0 * kc;
+		for (int64_t r = 0; r < kc; r++, src += ldx, dst += Z_NR) {
+			_mm512_store_ps(dst, _mm512_maskz_loadu_ps(m0, src));
+			_mm512_store_ps(dst + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+		}
+	}
+}
+
+/*
+ * The packed col of one tile: rows of x (ldx apart) when direct, else the
+ * im2col rows, straight into the panels (2-D, horizontal stride 1 or 2) or
+ * each built in row (pp floats) first.
  */
 static void z_pack_col(const oq_conv_geom *g, const float *x, int64_t ldx, int direct, int64_t kc, int64_t p0,
 		       int64_t pp, float *row, float *bp)
 {
+	if (!direct && g->nsp == 2 && (g->stride[1] == 1 || g->stride[1] == 2) && g->k[1] <= Z_IM2COL_KW) {
+		z_im2col(g, x, kc, p0, pp, bp);
+		return;
+	}
+	if (direct) {
+		z_pack_direct(x + p0, ldx, kc, pp, bp);
+		return;
+	}
 	for (int64_t r = 0; r < kc; r++) {
 		const float *src = x + r * ldx + p0;
 		if (!direct) {
