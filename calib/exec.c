@@ -98,6 +98,7 @@ struct oq_exec {
 	size_t live, peak;     /* activation bytes held now / at most */
 	struct buf { void *p; size_t cap; } *bufs; /* released activation buffers for reuse, by capacity */
 	struct buf *scratch;   /* per pool thread: oq_k_scratch's buffer (kept across calls) */
+	struct buf shared;     /* oq_k_shared's buffer (kept across calls) */
 	size_t n_bufs, cap_bufs;
 };
 
@@ -823,6 +824,7 @@ void oq_exec_free(oq_exec *e)
 	for (int i = 0; e->scratch && i < e->threads; i++)
 		free(e->scratch[i].p);
 	free(e->scratch);
+	free(e->shared.p);
 	free(e->in);
 	free(e);
 }
@@ -1209,6 +1211,22 @@ void *oq_k_scratch(oq_kctx *k, size_t bytes)
 	if (!k || w < 0 || w >= k->e->threads)
 		return NULL;
 	b = &k->e->scratch[w];
+	if (b->cap < bytes) {
+		size_t cap = (bytes + 63) / 64 * 64 + 64;
+		void *p = aligned_alloc(64, cap);
+		if (!p)
+			return NULL;
+		free(b->p);
+		b->p = p;
+		b->cap = cap;
+	}
+	return b->p;
+}
+
+void *oq_k_shared(oq_kctx *k, size_t bytes)
+{
+	struct buf *b = &k->e->shared;
+
 	if (b->cap < bytes) {
 		size_t cap = (bytes + 63) / 64 * 64 + 64;
 		void *p = aligned_alloc(64, cap);

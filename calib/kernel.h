@@ -132,6 +132,13 @@ int oq_k_output_raw(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *di
  * when out of memory or k is NULL (callers fall back to malloc).
  */
 void *oq_k_scratch(oq_kctx *k, size_t bytes);
+/*
+ * A 64-byte aligned buffer of at least `bytes` shared by all threads of one
+ * kernel call (requested by the calling thread, outside oq_k_parallel) and
+ * kept by the executor across calls. Valid until the next oq_k_shared call;
+ * NULL when out of memory.
+ */
+void *oq_k_shared(oq_kctx *k, size_t bytes);
 /* Makes output i a copy of src's elements with a new shape (same element count). */
 int oq_k_output_like(oq_kctx *k, size_t i, const oq_rt *src, int rank, const int64_t *dims, oq_rt **t) OQ_WUR;
 

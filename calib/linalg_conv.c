@@ -747,30 +747,37 @@ AVX512 static void z_pack_row(const float *src, int64_t pp, int64_t r, int64_t k
 static __mmask16 lane_mask(int64_t i0, int64_t n);
 
 #define Z_IM2COL_KW 16      /* widest kernel z_im2col takes */
+
+/* z_im2col takes g: 2-D, horizontal stride 1 or 2, kernel width at most Z_IM2COL_KW. */
+static int z_im2col_fits(const oq_conv_geom *g)
+{
+	return g->nsp == 2 && (g->stride[1] == 1 || g->stride[1] == 2) && g->k[1] <= Z_IM2COL_KW;
+}
 #define Z_PIECES (Z_NR + 3) /* 16-lane pieces of one panel's runs, at most */
 
 /*
- * The 2-D im2col matrix (as im2col_2d_f) of positions [p0, p0 + pp),
- * horizontal stride 1 or 2, written straight into the packed col bp (zero
- * past pp) in one pass, panel by panel so the stores are sequential. A
+ * Rows of input channels [c0, c1) of the 2-D im2col matrix (as im2col_2d_f)
+ * of positions [p0, p0 + pp), horizontal stride 1 or 2, written straight
+ * into the packed col bp of kc rows (zero past pp) in one pass, panel by panel so the stores are sequential. A
  * panel's 32 positions fall into runs along output rows, cut into pieces of
  * at most 16 lanes; per panel the pieces and their column masks for each
  * kernel column are found once, then each im2col row (c, i, j) is per piece
  * one or two masked loads of an input row (columns outside the row, and
  * rows outside the plane, give 0) and a masked store.
  */
-AVX512 static void z_im2col(const oq_conv_geom *g, const float *x, int64_t kc, int64_t p0, int64_t pp, float *bp)
+AVX512 static void z_im2col(const oq_conv_geom *g, const float *x, int64_t c0, int64_t c1, int64_t kc, int64_t p0,
+			    int64_t pp, float *bp)
 {
 	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
 	int64_t H = g->in[0], W = g->in[1], OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1];
-	int64_t dw = g->dil[1], cg = kc / (kh * kw);
+	int64_t dw = g->dil[1];
 	int64_t pc_oh[Z_PIECES], pc_col[Z_PIECES], pc_lane[Z_PIECES];
 	__mmask16 pc_n[Z_PIECES], lo[Z_PIECES][Z_IM2COL_KW], hi[Z_PIECES][Z_IM2COL_KW];
 	const float *rowp[Z_PIECES];
 
 	for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
 		int64_t nq = pp - q0 < Z_NR ? pp - q0 : Z_NR, npc = 0;
-		float *dst = bp + q0 * kc;
+		float *dst = bp + (q0 * kc + c0 * kh * kw * Z_NR);
 		for (int64_t l = 0; l < nq;) {
 			int64_t p = p0 + q0 + l, ow = p % OW, run = OW - ow < nq - l ? OW - ow : nq - l;
 			for (int64_t k = 0; k < run; k += 16, npc++) {
@@ -786,7 +793,7 @@ AVX512 static void z_im2col(const oq_conv_geom *g, const float *x, int64_t kc, i
 			}
 			l += run;
 		}
-		for (int64_t c = 0; c < cg; c++) {
+		for (int64_t c = c0; c < c1; c++) {
 			const float *xc = x + c * H * W;
 			for (int64_t i = 0; i < kh; i++) {
 				for (int64_t u = 0; u < npc; u++) {
@@ -814,16 +821,17 @@ AVX512 static void z_im2col(const oq_conv_geom *g, const float *x, int64_t kc, i
 	}
 }
 
-/* Rows [0, kc) of x (ldx apart, pp values each) into the packed col bp, panel by panel (sequential stores). */
-AVX512 static void z_pack_direct(const float *x, int64_t ldx, int64_t kc, int64_t pp, float *bp)
+/* Rows [r0, r1) of x (ldx apart, pp values each) into the packed col bp of kc rows, panel by panel (sequential stores). */
+AVX512 static void z_pack_direct(const float *x, int64_t ldx, int64_t r0, int64_t r1, int64_t kc, int64_t pp,
+				 float *bp)
 {
 	for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
 		int64_t nq = pp - q0 < Z_NR ? pp - q0 : Z_NR;
 		__mmask16 m0 = nq >= 16 ? 0xffff : (__mmask16)((1u << nq) - 1);
 		__mmask16 m1 = nq >= 32 ? 0xffff : nq <= 16 ? 0 : (__mmask16)((1u << (nq - 16)) - 1);
-		const float *src = x + q0;
-		float *dst = bp + q0 * kc;
-		for (int64_t r = 0; r < kc; r++, src += ldx, dst += Z_NR) {
+		const float *src = x + r0 * ldx + q0;
+		float *dst = bp + q0 * kc + r0 * Z_NR;
+		for (int64_t r = r0; r < r1; r++, src += ldx, dst += Z_NR) {
 			_mm512_store_ps(dst, _mm512_maskz_loadu_ps(m0, src));
 			_mm512_store_ps(dst + 16, _mm512_maskz_loadu_ps(m1, src + 16));
 		}
@@ -831,31 +839,28 @@ AVX512 static void z_pack_direct(const float *x, int64_t ldx, int64_t kc, int64_
 }
 
 /*
- * The packed col of one tile: rows of x (ldx apart) when direct, else the
- * im2col rows, straight into the panels (2-D, horizontal stride 1 or 2) or
- * each built in row (pp floats) first.
+ * Rows [r0, r1) of the packed col of one tile (kc rows): rows of x (ldx
+ * apart) when direct, else the im2col rows, straight into the panels (2-D,
+ * horizontal stride 1 or 2; r0, r1 then whole input channels) or each
+ * built in row (pp floats) first.
  */
-static void z_pack_col(const oq_conv_geom *g, const float *x, int64_t ldx, int direct, int64_t kc, int64_t p0,
-		       int64_t pp, float *row, float *bp)
+static void z_pack_col(const oq_conv_geom *g, const float *x, int64_t ldx, int direct, int64_t r0, int64_t r1,
+		       int64_t kc, int64_t p0, int64_t pp, float *row, float *bp)
 {
-	if (!direct && g->nsp == 2 && (g->stride[1] == 1 || g->stride[1] == 2) && g->k[1] <= Z_IM2COL_KW) {
-		z_im2col(g, x, kc, p0, pp, bp);
+	if (!direct && z_im2col_fits(g)) {
+		z_im2col(g, x, r0 / g->k_size, r1 / g->k_size, kc, p0, pp, bp);
 		return;
 	}
 	if (direct) {
-		z_pack_direct(x + p0, ldx, kc, pp, bp);
+		z_pack_direct(x + p0, ldx, r0, r1, kc, pp, bp);
 		return;
 	}
-	for (int64_t r = 0; r < kc; r++) {
-		const float *src = x + r * ldx + p0;
-		if (!direct) {
-			if (g->nsp == 2)
-				im2col_2d_f(g, x, r, 1, p0, pp, row);
-			else
-				im2col_nd_f(g, x, r, 1, p0, pp, row);
-			src = row;
-		}
-		z_pack_row(src, pp, r, kc, bp);
+	for (int64_t r = r0; r < r1; r++) {
+		if (g->nsp == 2)
+			im2col_2d_f(g, x, r, 1, p0, pp, row);
+		else
+			im2col_nd_f(g, x, r, 1, p0, pp, row);
+		z_pack_row(row, pp, r, kc, bp);
 	}
 }
 
@@ -1284,6 +1289,8 @@ typedef struct conv_job {
 	int64_t cg, mg, kc;    /* channels per group in / out, GEMM depth */
 	int64_t pt, mt;        /* tile sizes: positions, output channels */
 	int64_t np, nm;        /* tiles per (image, group) along positions / channels */
+	float *packed;         /* z: the packed col of every position tile, shared by its channel tiles, or NULL */
+	int64_t rb;            /* packing into packed: rows per work item (whole input channels) */
 	atomic_int oom;
 } conv_job;
 
@@ -1299,7 +1306,7 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 #if defined(HAVE_OWN_GEMM)
 	/* packed col, then one im2col row */
 	if (j->z)
-		need = (z_col_floats(j->kc, j->pt) + (size_t)j->pt) * sizeof(float);
+		need = j->packed ? 0 : (z_col_floats(j->kc, j->pt) + (size_t)j->pt) * sizeof(float);
 #endif
 	if (need) {
 		need = (need + 63) / 64 * 64;
@@ -1323,12 +1330,13 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 
 #if defined(HAVE_OWN_GEMM)
 		if (j->z) {
-			if (rest != last) {
-				z_pack_col(g, (const float *)j->x + xo, P, j->direct, j->kc, p0, pp,
+			const float *bp = j->packed ? j->packed + (size_t)rest * z_col_floats(j->kc, j->pt) : col;
+			if (!j->packed && rest != last) {
+				z_pack_col(g, (const float *)j->x + xo, P, j->direct, 0, j->kc, j->kc, p0, pp,
 					   (float *)col + z_col_floats(j->kc, j->pt), col);
 				last = rest;
 			}
-			z_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, col, (float *)j->y + yo, P,
+			z_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, bp, (float *)j->y + yo, P,
 			       j->b ? (const float *)j->b + grp * j->mg + m0 : NULL);
 			for (int64_t r = 0; j->ep && r < mm; r++)
 				oq_epi_apply(j->ep, grp * j->mg + m0 + r, (size_t)(yo + r * P), (float *)j->y + yo + r * P,
@@ -1400,6 +1408,36 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 	free(own);
 }
 
+#if defined(HAVE_OWN_GEMM)
+/*
+ * Work items of the shared packing (conv_job.packed): item = position tile
+ * (image, group, tile) x block of rb rows; every channel tile of that
+ * position tile then reads the same packed col instead of packing its own.
+ */
+static void pack_range(void *ctx, size_t begin, size_t end)
+{
+	conv_job *j = ctx;
+	const oq_conv_geom *g = j->g;
+	int64_t P = g->out_size, nrb = ceil_div(j->kc, j->rb);
+	float *row = NULL;
+
+	for (size_t it = begin; it < end; it++) {
+		int64_t rest = (int64_t)it / nrb, r0 = (int64_t)it % nrb * j->rb;
+		int64_t r1 = r0 + j->rb < j->kc ? r0 + j->rb : j->kc;
+		int64_t pi = rest % j->np, ng = rest / j->np, n = ng / g->group, grp = ng % g->group;
+		int64_t p0 = pi * j->pt, pp = P - p0 < j->pt ? P - p0 : j->pt;
+		int64_t xo = (n * g->c + grp * j->cg) * g->in_size;
+		if (!row && !j->direct && !z_im2col_fits(g) &&
+		    !(row = oq_k_scratch(j->k, (size_t)j->pt * sizeof *row))) {
+			atomic_store(&j->oom, 1);
+			return;
+		}
+		z_pack_col(g, (const float *)j->x + xo, P, j->direct, r0, r1, j->kc, p0, pp, row,
+			   j->packed + (size_t)rest * z_col_floats(j->kc, j->pt));
+	}
+}
+#endif
+
 static int64_t round_up(int64_t v, int64_t q)
 {
 	return (v + q - 1) / q * q;
@@ -1415,7 +1453,8 @@ static int64_t round_up(int64_t v, int64_t q)
  * register tiles), so that late layers with 7x7 or 14x14 positions still
  * give every thread work. Shape-only: never depends on the thread count.
  */
-#define TILES_MIN 8
+#define TILES_MIN 16
+#define SHARED_PACK_FLOATS (4u << 20) /* 16 MiB: larger packed cols are packed per tile */
 #define SPLIT_FLOPS 1e6
 #define SPLIT_MIN_P 64
 
@@ -1535,6 +1574,19 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 	j.nm = ceil_div(j.mg, j.mt);
 	atomic_init(&j.oom, 0);
 	tiles = g.n * g.group * j.np * j.nm;
+#if defined(HAVE_OWN_GEMM)
+	if (j.z && j.nm > 1 && k && k->threads > 1) {
+		/* channel tiles share their position tile's packed col: pack each once, in parallel */
+		size_t each = z_col_floats(j.kc, j.pt), n_pt = (size_t)(g.n * g.group * j.np);
+		if (n_pt * each <= SHARED_PACK_FLOATS && (j.packed = oq_k_shared(k, n_pt * each * sizeof(float)))) {
+			int64_t ks = j.direct ? 1 : g.k_size;
+			j.rb = ks * (j.direct ? 64 : ceil_div(64, ks)); /* about 64 rows, whole input channels */
+			oq_k_parallel(k, n_pt * (size_t)ceil_div(j.kc, j.rb), 1, pack_range, &j);
+			if (atomic_load(&j.oom))
+				return OQ_ENOMEM;
+		}
+	}
+#endif
 	if (k)
 		oq_k_parallel(k, (size_t)tiles, 1, conv_range, &j);
 	else
