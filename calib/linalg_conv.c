@@ -958,7 +958,7 @@ typedef struct dwz_ev {
 	__m512 lo, hi;         /* Clip bounds */
 	const oq_kfuse *ep;    /* for its steps and tensor operands */
 	int steps;             /* ep's steps run on the registers too (reg_steps) */
-	__m512 cv[OQ_FUSE_MAX_STEPS]; /* CONST steps: the operand for this channel */
+	int64_t ch;            /* the output channel (per-channel constants of the steps) */
 } dwz_ev;
 
 /* Activations oq_act_apply must run on the stored values (NaN and ordering rules of fmaxf / expf). */
@@ -990,13 +990,7 @@ AVX512 static inline void dwz_ev_make(const oq_kfuse *ep, int64_t ch, int late, 
 	ev->hi = _mm512_set1_ps(ep ? ep->act.b : 0);
 	ev->ep = ep;
 	ev->steps = ep && ep->n_steps && !late && reg_steps(ep);
-	for (int i = 0; ev->steps && i < ep->n_steps; i++) {
-		const oq_epi_step *st = &ep->steps[i];
-		if (st->kind == OQ_EPI_CONST)
-			ev->cv[i] = _mm512_set1_ps(st->c ? st->c[ch] : st->s);
-		else if (st->kind == OQ_EPI_ACT)
-			ev->cv[i] = _mm512_set1_ps(st->act.a);
-	}
+	ev->ch = ch;
 }
 
 /* y op v, or v op y when rev: the element-wise kernel's operand order. */
@@ -1032,7 +1026,8 @@ AVX512 static void zsteps(const dwz_ev *ev, int i0, int ns, size_t o, const __mm
 	break
 	for (int i = i0; i < i0 + ns; i++) {
 		const float *t = s[i].kind == OQ_EPI_TENSOR ? ev->ep->t[s[i].t] + o : NULL;
-		__m512 c = ev->cv[i], hi = _mm512_set1_ps(s[i].act.b), z = _mm512_setzero_ps();
+		__m512 c = _mm512_set1_ps(s[i].kind == OQ_EPI_ACT ? s[i].act.a : s[i].c ? s[i].c[ev->ch] : s[i].s);
+		__m512 hi = _mm512_set1_ps(s[i].act.b), z = _mm512_setzero_ps();
 		switch (s[i].kind == OQ_EPI_CONST ? s[i].bop * 2 + s[i].rev
 			: s[i].kind == OQ_EPI_TENSOR ? 8 + s[i].bop * 2 + s[i].rev
 			: s[i].kind == OQ_EPI_ACT ? 16 + (s[i].act.kind == OQ_ACT_RELU)
@@ -1122,12 +1117,60 @@ AVX512 static void z_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float
 	dwz_ev ev;
 
 	dwz_ev_make(ep, ch, late, &ev);
-	if (ev.bn || ev.act != OQ_ACT_NONE || ev.steps)
+	if (ev.steps)
 		z_rows(&ev, 1, off, y, n);
+	else if (ev.bn || ev.act != OQ_ACT_NONE)
+		for (size_t i = 0; i < n; i += 16) {
+			__mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1u);
+			_mm512_mask_storeu_ps(y + i, m, dwz_epi(_mm512_maskz_loadu_ps(m, y + i), &ev));
+		}
 	if (late)
 		oq_act_apply(&ep->act, y, n);
 	if (!ev.steps)
 		epi_steps(ep, ep->steps, ep->n_steps, ch, off, y, n);
+}
+
+/*
+ * The epilogue of a GEMM tile: rows of channels ch0 .. ch0 + mm - 1, pp
+ * values each, ldc apart, the first at output element off: z_epi_apply row
+ * by row, with the BN / Relu / Clip loop inlined for the usual case
+ * without steps (no per-row setup beyond two broadcasts).
+ */
+AVX512 static void z_epi_tile(const oq_kfuse *ep, int64_t ch0, int64_t mm, size_t off, float *y, int64_t ldc,
+			      int64_t pp)
+{
+	int bn = ep->scale != NULL, act = ep->act.kind;
+
+	if (ep->n_steps || late_act(ep)) {
+		for (int64_t r = 0; r < mm; r++)
+			z_epi_apply(ep, ch0 + r, off + (size_t)(r * ldc), y + r * ldc, (size_t)pp);
+		return;
+	}
+	if (!bn && act == OQ_ACT_NONE)
+		return;
+	for (int64_t r = 0; r < mm; r++) {
+		__m512d a = _mm512_set1_pd(bn ? ep->scale[ch0 + r] : 0), b = _mm512_set1_pd(bn ? ep->shift[ch0 + r] : 0);
+		__m512 lo = _mm512_set1_ps(ep->act.a), hi = _mm512_set1_ps(ep->act.b);
+		float *yr = y + r * ldc;
+		for (int64_t i = 0; i < pp; i += 16) {
+			__mmask16 m = pp - i >= 16 ? 0xffff : (__mmask16)((1u << (pp - i)) - 1u);
+			__m512 v = _mm512_maskz_loadu_ps(m, yr + i);
+			if (bn) { /* as dwz_epi */
+				__m512d l = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+				__m512d h = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+				l = _mm512_add_pd(_mm512_mul_pd(l, a), b);
+				h = _mm512_add_pd(_mm512_mul_pd(h, a), b);
+				v = _mm512_castpd_ps(_mm512_insertf64x4(
+					_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(l))),
+					_mm256_castps_pd(_mm512_cvtpd_ps(h)), 1));
+			}
+			if (act == OQ_ACT_RELU)
+				v = _mm512_max_ps(_mm512_setzero_ps(), v);
+			else if (act == OQ_ACT_CLIP)
+				v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+			_mm512_mask_storeu_ps(yr + i, m, v);
+		}
+	}
 }
 
 /*
@@ -1338,9 +1381,8 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 			}
 			z_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, bp, (float *)j->y + yo, P,
 			       j->b ? (const float *)j->b + grp * j->mg + m0 : NULL);
-			for (int64_t r = 0; j->ep && r < mm; r++)
-				oq_epi_apply(j->ep, grp * j->mg + m0 + r, (size_t)(yo + r * P), (float *)j->y + yo + r * P,
-				     (size_t)pp);
+			if (j->ep)
+				z_epi_tile(j->ep, grp * j->mg + m0, mm, (size_t)yo, (float *)j->y + yo, P, pp);
 			continue;
 		}
 #endif
@@ -1449,8 +1491,8 @@ static int64_t round_up(int64_t v, int64_t q)
  * columns); then, when images x groups x position tiles are fewer than
  * TILES_MIN and the work is worth sharing (FLOPs above SPLIT_FLOPS: a few
  * microseconds), cut positions further down to SPLIT_MIN_P columns
- * (multiples of 16) and then channels down to 4 rows (a row tail of the
- * register tiles), so that late layers with 7x7 or 14x14 positions still
+ * (whole 32-column panels) and then channels down to 12 rows (one register tile;
+ * 4 for fewer than 24 channels), so that late layers with 7x7 or 14x14 positions still
  * give every thread work. Shape-only: never depends on the thread count.
  */
 #define TILES_MIN 16
@@ -1474,14 +1516,16 @@ static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int64_t *p
 	want = ceil_div(TILES_MIN, tiles);
 	if (*pt >= 2 * SPLIT_MIN_P) {
 		int64_t parts = *pt / SPLIT_MIN_P < want ? *pt / SPLIT_MIN_P : want;
-		*pt = round_up(ceil_div(*pt, parts), 16);
+		*pt = round_up(ceil_div(*pt, parts), 32); /* whole 32-column panels */
 		*np = ceil_div(P, *pt);
 		tiles = g->n * g->group * *np;
 		want = ceil_div(TILES_MIN, tiles);
 	}
 	if (want > 1 && mg >= 8) {
-		int64_t parts = mg / 4 < want ? mg / 4 : want;
-		*mt = round_up(ceil_div(mg, parts), 4);
+		/* whole 12-row register tiles where there are enough rows, else 4-row tails */
+		int64_t q = mg >= 24 ? 12 : 4, parts = mg / q < want ? mg / q : want;
+		if (parts > 1)
+			*mt = round_up(ceil_div(mg, parts), q);
 	}
 }
 
