@@ -1315,6 +1315,75 @@ AVX512 static void dwz_range(void *ctx, size_t begin, size_t end)
 	}
 	free(own);
 }
+
+/*
+ * Small planes (DWF_MAX_P outputs at most, rows of at most DWF_MAX_W) with stride 1
+ * and the output the input's size: the plane is one flat row of positions,
+ * and tap (i, j) of output p reads input p + (i * dh - pad0) * W + j * dw -
+ * pad1, a fixed offset, so 16 positions (several output rows) fill each
+ * vector instead of one short row. A mask per (vector, tap), built once per
+ * call, zeroes the taps outside the plane (w * 0 is still added, as on the
+ * padded copy): the same sums in the same (i, j) order.
+ */
+#define DWF_MAX_P 256
+#define DWF_VECS (DWF_MAX_P / 16)
+#define DWF_MAX_W 10 /* wider rows fill most of a vector already */
+
+static int dwf_fits(const oq_conv_geom *g)
+{
+	return g->stride[0] == 1 && g->stride[1] == 1 && g->in[0] == g->out[0] && g->in[1] == g->out[1] &&
+	       g->out[1] <= DWF_MAX_W && g->out_size <= DWF_MAX_P;
+}
+
+AVX512 static void dwf_range(void *ctx, size_t begin, size_t end)
+{
+	dwz_job *j = ctx;
+	const oq_conv_geom *g = j->g;
+	int64_t H = g->in[0], W = g->in[1], P = g->out_size, taps = g->k_size, nv = (P + 15) / 16;
+	int64_t offs[DWZ_MAX_TAPS];
+	__mmask16 mk[DWF_VECS * DWZ_MAX_TAPS];
+	int late = late_act(j->ep);
+
+	for (int64_t t = 0; t < taps; t++) {
+		int64_t di = t / g->k[1] * g->dil[0] - g->pad[0], dj = t % g->k[1] * g->dil[1] - g->pad[1];
+		offs[t] = di * W + dj;
+		for (int64_t v = 0; v < nv; v++) {
+			unsigned m = 0;
+			for (int64_t l = 0; l < 16; l++) {
+				int64_t p = v * 16 + l, ih = p / W + di, iw = p % W + dj;
+				if (p < P && ih >= 0 && ih < H && iw >= 0 && iw < W)
+					m |= 1u << l;
+			}
+			mk[v * taps + t] = (__mmask16)m;
+		}
+	}
+	for (size_t it = begin; it < end; it++) {
+		int64_t ch = (int64_t)it % g->c;
+		const float *xc = j->x + (int64_t)it * g->in_size, *wc = j->w + ch * taps;
+		float *yc = j->y + (int64_t)it * P;
+		__m512 acc[DWF_VECS];
+		dwz_ev ev;
+		dwz_ev_make(j->ep, ch, late, &ev);
+		for (int64_t v = 0; v < nv; v++)
+			acc[v] = _mm512_set1_ps(j->b ? j->b[ch] : 0.0f);
+		for (int64_t t = 0; t < taps; t++) {
+			__m512 w = _mm512_set1_ps(wc[t]);
+			for (int64_t v = 0; v < nv; v++)
+				acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(w, _mm512_maskz_loadu_ps(mk[v * taps + t],
+												   xc + v * 16 + offs[t])));
+		}
+		for (int64_t v = 0; v < nv; v++)
+			_mm512_mask_storeu_ps(yc + v * 16, lane_mask(v * 16, P), dwz_epi(acc[v], &ev));
+		if (late)
+			oq_act_apply(&j->ep->act, yc, (size_t)P);
+		if (j->ep && j->ep->n_steps) {
+			if (ev.steps)
+				z_rows(&ev, 0, (size_t)(yc - j->y), yc, (size_t)P);
+			else
+				epi_steps(j->ep, j->ep->steps, j->ep->n_steps, ch, (size_t)(yc - j->y), yc, (size_t)P);
+		}
+	}
+}
 #endif
 
 /* ---------------------------------------------------------- conv via GEMM */
@@ -1570,9 +1639,9 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 			dz.nblk = ceil_div(g.out[1], 16);
 			atomic_init(&dz.oom, 0);
 			if (k)
-				oq_k_parallel(k, (size_t)(g.n * g.c), 1, dwz_range, &dz);
+				oq_k_parallel(k, (size_t)(g.n * g.c), 1, dwf_fits(&g) ? dwf_range : dwz_range, &dz);
 			else
-				dwz_range(&dz, 0, (size_t)(g.n * g.c));
+				(dwf_fits(&g) ? dwf_range : dwz_range)(&dz, 0, (size_t)(g.n * g.c));
 			return atomic_load(&dz.oom) ? OQ_ENOMEM : OQ_OK;
 		}
 #endif

@@ -364,6 +364,13 @@ Test(exec_steps, silu_gate)
 	model t = {.c = 16, .h = 8, .w = 30, .m = 16, .k = 3, .stride = 1, .pad = 1, .group = 16, .bn = 0,
 		   .chain = CH_SILU};
 	check(&t, 8, 1, "silu depthwise");
+	/* a 7x7 plane: the flat depthwise path (several rows per vector) */
+	model u = {.c = 16, .h = 7, .w = 7, .m = 16, .k = 3, .stride = 1, .pad = 1, .group = 16, .bn = 1,
+		   .chain = CH_SILU};
+	check(&u, 10, 1, "silu depthwise 7x7");
+	model v = {.c = 24, .h = 5, .w = 9, .m = 24, .k = 5, .stride = 1, .pad = 2, .group = 24, .bn = 0,
+		   .chain = CH_LCNET};
+	check(&v, 11, 1, "lcnet depthwise 5x9");
 }
 
 Test(exec_steps, broadcast_residual_runs_unfused)
