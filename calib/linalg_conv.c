@@ -602,13 +602,83 @@ static int own_gemm_ok(void)
 
 int oq_linalg_no_avx512 = 0;
 
+/* y op v, or v op y when rev: the element-wise kernel's operand order. */
+AVX512 static inline __m512 zbop(int bop, int rev, __m512 y, __m512 v)
+{
+	switch (bop * 2 + !!rev) {
+	case OQ_EPI_ADD * 2: return _mm512_add_ps(y, v);
+	case OQ_EPI_ADD * 2 + 1: return _mm512_add_ps(v, y);
+	case OQ_EPI_SUB * 2: return _mm512_sub_ps(y, v);
+	case OQ_EPI_SUB * 2 + 1: return _mm512_sub_ps(v, y);
+	case OQ_EPI_MUL * 2: return _mm512_mul_ps(y, v);
+	case OQ_EPI_MUL * 2 + 1: return _mm512_mul_ps(v, y);
+	case OQ_EPI_DIV * 2: return _mm512_div_ps(y, v);
+	default: return _mm512_div_ps(v, y);
+	}
+}
+
+/*
+ * The fused epilogue applied by the register tiles before their last store
+ * (e: NULL when none) when it is BN, Relu / Clip (not late_act) and at most
+ * a residual Add and Relu: per row r of the tile the BN affine in double
+ * (scale / shift from the tile's first row, or NULL), the activation, then
+ * + t and Relu - the expressions of dwz_epi and zsteps, so the bits of the
+ * separate pass.
+ */
+typedef struct zepi {
+	const double *scale, *shift;
+	int act;               /* OQ_ACT_NONE, OQ_ACT_RELU or OQ_ACT_CLIP */
+	float lo, hi;
+	int res;               /* 0; 1: + t (a residual Add); 2: + t, then Relu (res_steps) */
+	int64_t ldc;           /* row stride of the output and of t */
+	const float *t;        /* the residual at the tile's first element */
+} zepi;
+
+/*
+ * Steps that are a residual Add (either operand order: float addition is
+ * commutative bit for bit) and optionally a Relu: 1 or 2 (zepi.res), else 0.
+ * The other steps run in a pass over the stored tile (z_epi_tile).
+ */
+static int res_steps(const oq_kfuse *ep)
+{
+	const oq_epi_step *s = ep->steps;
+	if (ep->n_steps < 1 || ep->n_steps > 2 || s[0].kind != OQ_EPI_TENSOR || s[0].bop != OQ_EPI_ADD)
+		return 0;
+	if (ep->n_steps == 1)
+		return 1;
+	return s[1].kind == OQ_EPI_ACT && s[1].act.kind == OQ_ACT_RELU ? 2 : 0;
+}
+
+AVX512 static inline __m512 zepi_vec(const zepi *e, int r, int q, __mmask16 m, __m512 v)
+{
+	if (e->scale) {
+		__m512d a = _mm512_set1_pd(e->scale[r]), b = _mm512_set1_pd(e->shift[r]);
+		__m512d l = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+		__m512d h = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+		l = _mm512_add_pd(_mm512_mul_pd(l, a), b);
+		h = _mm512_add_pd(_mm512_mul_pd(h, a), b);
+		v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(l))),
+							  _mm256_castps_pd(_mm512_cvtpd_ps(h)), 1));
+	}
+	if (e->act == OQ_ACT_RELU)
+		v = _mm512_max_ps(_mm512_setzero_ps(), v);
+	else if (e->act == OQ_ACT_CLIP)
+		v = _mm512_min_ps(_mm512_set1_ps(e->hi), _mm512_max_ps(_mm512_set1_ps(e->lo), v));
+	if (e->res) {
+		v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, e->t + r * e->ldc + 16 * q));
+		if (e->res == 2)
+			v = _mm512_max_ps(_mm512_setzero_ps(), v);
+	}
+	return v;
+}
+
 /*
  * C[mr, nr] (ldc) = init + A[mr, kd] (rows lda apart) * Bp[kd][32]; init: C
- * when load, else bias[r] (bias NULL: 0). Rows past mr read row 0 and,
- * like columns past nr, are not stored.
+ * when load, else bias[r] (bias NULL: 0); then the epilogue e (NULL: none).
+ * Rows past mr read row 0 and, like columns past nr, are not stored.
  */
 AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const float *bp, float *c, int64_t ldc,
-				 int mr, int nr, int load, const float *bias)
+				 int mr, int nr, int load, const float *bias, const zepi *e)
 {
 #define AR(r) (mr > (r) ? a + (r) * lda : a)
 	const float *a0 = a, *a1 = AR(1), *a2 = AR(2), *a3 = AR(3), *a4 = AR(4), *a5 = AR(5);
@@ -661,6 +731,10 @@ AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const 
 #define ST(r, x0, x1)                                                      \
 	do {                                                               \
 		if (mr > (r)) {                                            \
+			if (e) {                                           \
+				x0 = zepi_vec(e, r, 0, m0, x0);            \
+				x1 = zepi_vec(e, r, 1, m1, x1);            \
+			}                                                  \
 			_mm512_mask_storeu_ps(c + (r) * ldc, m0, x0);      \
 			_mm512_mask_storeu_ps(c + (r) * ldc + 16, m1, x1); \
 		}                                                          \
@@ -691,7 +765,7 @@ AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const 
  */
 #define Z_TILE(R, NV, NAME)                                                                             \
 	AVX512 static void NAME(int64_t kd, const float *a, int64_t lda, const float *bp, float *c,        \
-				int64_t ldc, int mr, int nr, int load, const float *bias)                 \
+				int64_t ldc, int mr, int nr, int load, const float *bias, const zepi *e)  \
 	{                                                                                               \
 		const float *ar[R];                                                                     \
 		__m512 acc[R][NV];                                                                      \
@@ -716,7 +790,8 @@ AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const 
 		}                                                                                       \
 		for (int r = 0; r < R && r < mr; r++)                                                   \
 			for (int v = 0; v < NV; v++)                                                    \
-				_mm512_mask_storeu_ps(c + r * ldc + 16 * v, mk[v], acc[r][v]);          \
+				_mm512_mask_storeu_ps(c + r * ldc + 16 * v, mk[v],                      \
+						      e ? zepi_vec(e, r, v, mk[v], acc[r][v]) : acc[r][v]); \
 	}
 Z_TILE(4, 2, z4x32)
 Z_TILE(8, 2, z8x32)
@@ -864,15 +939,19 @@ static void z_pack_col(const oq_conv_geom *g, const float *x, int64_t ldx, int d
 	}
 }
 
-/* C[mm, pp] (ldc) = init + A[mm, kd] (lda) * Bp (packed col of kd rows), init = bias[row] (NULL: 0). */
+/*
+ * C[mm, pp] (ldc) = init + A[mm, kd] (lda) * Bp (packed col of kd rows), init = bias[row] (NULL: 0),
+ * then the epilogue e (rows from C's first; NULL: none) with the last depth slice.
+ */
 AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *bp,
-			  float *c, int64_t ldc, const float *bias)
+			  float *c, int64_t ldc, const float *bias, const zepi *e)
 {
 	int64_t k0 = 0;
 
 	do {
 		int64_t kb = kd - k0 < KC_DEPTH ? kd - k0 : KC_DEPTH;
 		int load = k0 > 0;
+		const zepi *el = k0 + kb == kd ? e : NULL;
 		for (int64_t mb = 0; mb < mm; mb += MC_ROWS) {
 			int64_t me = mb + MC_ROWS < mm ? mb + MC_ROWS : mm;
 			for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
@@ -883,18 +962,26 @@ AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, in
 					const float *bm = bias ? bias + m : NULL;
 					const float *am = a + m * lda + k0;
 					float *cm = c + m * ldc + q0;
+					zepi em, *ep = NULL;
+					if (el) {
+						em = *el;
+						em.scale = el->scale ? el->scale + m : NULL;
+						em.shift = el->shift ? el->shift + m : NULL;
+						em.t = el->res ? el->t + m * ldc + q0 : NULL;
+						ep = &em;
+					}
 					if (nr <= 16 && mr <= 4)
-						z4x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+						z4x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (nr <= 16 && mr <= 8)
-						z8x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+						z8x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (nr <= 16)
-						z12x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+						z12x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (mr <= 4)
-						z4x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+						z4x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (mr <= 8)
-						z8x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+						z8x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
 					else
-						z12x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+						z12x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
 				}
 			}
 		}
@@ -993,20 +1080,6 @@ AVX512 static inline void dwz_ev_make(const oq_kfuse *ep, int64_t ch, int late, 
 	ev->ch = ch;
 }
 
-/* y op v, or v op y when rev: the element-wise kernel's operand order. */
-AVX512 static inline __m512 zbop(int bop, int rev, __m512 y, __m512 v)
-{
-	switch (bop * 2 + !!rev) {
-	case OQ_EPI_ADD * 2: return _mm512_add_ps(y, v);
-	case OQ_EPI_ADD * 2 + 1: return _mm512_add_ps(v, y);
-	case OQ_EPI_SUB * 2: return _mm512_sub_ps(y, v);
-	case OQ_EPI_SUB * 2 + 1: return _mm512_sub_ps(v, y);
-	case OQ_EPI_MUL * 2: return _mm512_mul_ps(y, v);
-	case OQ_EPI_MUL * 2 + 1: return _mm512_mul_ps(v, y);
-	case OQ_EPI_DIV * 2: return _mm512_div_ps(y, v);
-	default: return _mm512_div_ps(v, y);
-	}
-}
 
 #define ZB 8 /* vectors per block of zsteps */
 
@@ -1442,15 +1515,28 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 
 #if defined(HAVE_OWN_GEMM)
 		if (j->z) {
+			zepi ze;
+			int reg = j->ep && !late_act(j->ep) && (!j->ep->n_steps || res_steps(j->ep));
 			const float *bp = j->packed ? j->packed + (size_t)rest * z_col_floats(j->kc, j->pt) : col;
 			if (!j->packed && rest != last) {
 				z_pack_col(g, (const float *)j->x + xo, P, j->direct, 0, j->kc, j->kc, p0, pp,
 					   (float *)col + z_col_floats(j->kc, j->pt), col);
 				last = rest;
 			}
+			/* the epilogue on the registers before the last store, else in a pass over the tile */
+			if (reg) {
+				ze.scale = j->ep->scale ? j->ep->scale + grp * j->mg + m0 : NULL;
+				ze.shift = j->ep->scale ? j->ep->shift + grp * j->mg + m0 : NULL;
+				ze.act = j->ep->act.kind;
+				ze.lo = j->ep->act.a;
+				ze.hi = j->ep->act.b;
+				ze.res = res_steps(j->ep);
+				ze.ldc = P;
+				ze.t = ze.res ? j->ep->t[j->ep->steps[0].t] + yo : NULL;
+			}
 			z_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, bp, (float *)j->y + yo, P,
-			       j->b ? (const float *)j->b + grp * j->mg + m0 : NULL);
-			if (j->ep)
+			       j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
+			if (j->ep && !reg)
 				z_epi_tile(j->ep, grp * j->mg + m0, mm, (size_t)yo, (float *)j->y + yo, P, pp);
 			continue;
 		}

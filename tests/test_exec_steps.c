@@ -343,8 +343,9 @@ Test(exec_steps, residual_on_the_left)
 
 Test(exec_steps, lcnet_affine_and_decomposed_hardswish)
 {
-	/* dense 3x3 and depthwise 3x3 (the register depthwise path), several 16-lane tails */
-	model s = {.c = 6, .h = 13, .w = 21, .m = 10, .k = 3, .stride = 1, .pad = 1, .group = 1, .bn = 0,
+	/* dense 3x3 (30 channels: three register tiles of rows) and depthwise 3x3 (the register depthwise
+	 * path), several 16-lane tails */
+	model s = {.c = 6, .h = 13, .w = 21, .m = 30, .k = 3, .stride = 1, .pad = 1, .group = 1, .bn = 0,
 		   .chain = CH_LCNET};
 	check(&s, 4, 1, "lcnet dense");
 	model t = {.c = 12, .h = 17, .w = 37, .m = 12, .k = 3, .stride = 1, .pad = 1, .group = 12, .bn = 1,
