@@ -19,7 +19,9 @@
  * tens of microseconds (ORT and OpenMP runtimes spin for the same reason).
  * So a worker spins (with a pause) for up to SPIN_NS after its last chunk
  * before it sleeps on a condition variable, and the caller spins for up to
- * SPIN_NS for the claimed chunks to finish before it sleeps. The sleeping
+ * SPIN_NS for the claimed chunks to finish before it sleeps; after the first
+ * SPIN_ALONE_NS of a spin it also yields the core between checks, for when
+ * the machine is shared. The sleeping
  * side announces itself in an atomic counter before its final check, under
  * the mutex; the waking side changes the state and then reads the counter
  * (both sequentially consistent), so one of them always sees the other and
@@ -33,6 +35,7 @@
 #include "pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -47,6 +50,12 @@
 
 /* How long an idle thread spins before it sleeps: longer than the executor's serial gaps between kernels. */
 #define SPIN_NS 200000
+/*
+ * After this much of the spin, each check also yields the core (sched_yield):
+ * free on an idle machine, but when other processes share the cores a
+ * spinning thread no longer keeps the thread it waits for off its core.
+ */
+#define SPIN_ALONE_NS 5000
 /* Chunks per thread: enough for a thread that finishes early to pick up slack. */
 #define CHUNKS_PER_THREAD 4
 /* Bits of the ticket: generation (32), chunk count (16), next chunk (16). */
@@ -136,6 +145,8 @@ static uint64_t wait_job(oq_pool *p, uint32_t seen)
 				end = now + SPIN_NS;
 			else if (now > end)
 				break;
+			else if (now > end - SPIN_NS + SPIN_ALONE_NS)
+				sched_yield();
 		}
 		cpu_relax();
 	}
@@ -284,6 +295,8 @@ void oq_pool_run(oq_pool *p, size_t n, size_t grain, oq_range_fn fn, void *ctx)
 			int64_t now = now_ns();
 			if (!end) {
 				end = now + SPIN_NS;
+			} else if (now > end - SPIN_NS + SPIN_ALONE_NS && now <= end) {
+				sched_yield();
 			} else if (now > end) {
 				pthread_mutex_lock(&p->mu);
 				atomic_store(&p->waiting, 1);
