@@ -1670,11 +1670,19 @@ static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int64_t *p
 		return;
 	want = ceil_div(TILES_MIN, tiles);
 	if (*pt >= 2 * SPLIT_MIN_P) {
-		int64_t parts = *pt / SPLIT_MIN_P < want ? *pt / SPLIT_MIN_P : want;
-		*pt = round_up(ceil_div(*pt, parts), 32); /* whole 32-column panels */
-		*np = ceil_div(P, *pt);
-		tiles = g->n * g->group * *np;
-		want = ceil_div(TILES_MIN, tiles);
+		int64_t parts = *pt / SPLIT_MIN_P < want ? *pt / SPLIT_MIN_P : want, q = *pt;
+		/* whole 32-column panels, and no last tile below half a tile (196 = 96 + 96 + 4: 2 parts) */
+		for (; parts > 1; parts--) {
+			q = round_up(ceil_div(*pt, parts), 32);
+			if (P % q == 0 || P % q >= q / 2)
+				break;
+		}
+		if (parts > 1) {
+			*pt = q;
+			*np = ceil_div(P, *pt);
+			tiles = g->n * g->group * *np;
+			want = ceil_div(TILES_MIN, tiles);
+		}
 	}
 	if (want > 1 && mg >= 8) {
 		/* whole 12-row register tiles where there are enough rows, else 4-row tails */
