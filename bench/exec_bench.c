@@ -5,7 +5,8 @@
  * spent per op type (taken between consecutive observer calls, so it
  * includes the executor's own bookkeeping for that node; with several
  * threads it is the CPU time of all of them). With --check it verifies that
- * every output is bit-identical across the thread counts.
+ * every output is bit-identical across the thread counts, and between the
+ * fused run and an observed one (which runs every node on its own).
  *
  * Also printed: the executor's fused Conv groups and the model's GFLOP per
  * run (2 * multiply-adds of Conv with constant weights, Gemm and MatMul with
@@ -177,7 +178,7 @@ int main(int argc, char **argv)
 	int threads[MAX_T] = {1, 2}, nt = 2, runs = 10, profile = 0, check = 0, rc = 1;
 	oq_model *m = NULL;
 	oq_diag d;
-	oq_rt *in = NULL, *ref = NULL;
+	oq_rt *in = NULL, *ref = NULL, *unf = NULL; /* unf: outputs of the unfused (observed) run */
 	size_t nin = 0, nout = 0;
 	unsigned long long rng = 12345;
 	int64_t shape[MAX_DIMS];
@@ -239,6 +240,7 @@ int main(int argc, char **argv)
 			nout = oq_exec_n_outputs(e);
 			in = calloc(nin + 1, sizeof *in);
 			ref = calloc(nout + 1, sizeof *ref);
+			unf = calloc(nout + 1, sizeof *unf);
 			for (size_t i = 0; i < nin; i++) {
 				const oq_value *v = oq_exec_input(e, i);
 				int64_t dims[MAX_DIMS];
@@ -290,8 +292,13 @@ int main(int argc, char **argv)
 				free(out);
 				goto done;
 			}
-			for (size_t k = 0; k < nout; k++)
+			for (size_t k = 0; k < nout; k++) {
+				if (check) { /* the unfused outputs, compared with the fused run below */
+					unf[k] = out[k];
+					memset(&out[k], 0, sizeof out[k]);
+				}
 				oq_rt_release(&out[k]);
+			}
 			oq_exec_set_observer(e, NULL, NULL);
 		}
 		for (int r = -1; r < runs; r++) { /* r = -1: warm-up */
@@ -317,6 +324,11 @@ int main(int argc, char **argv)
 			for (size_t k = 0; k < nout; k++) {
 				if (check && r == -1) {
 					if (ti == 0) {
+						if (out[k].nbytes != unf[k].nbytes ||
+						    memcmp(out[k].data, unf[k].data, unf[k].nbytes)) {
+							printf("check: output %zu differs between the fused and unfused runs\n", k);
+							check = 2;
+						}
 						ref[k] = out[k];
 						memset(&out[k], 0, sizeof out[k]);
 						continue;
@@ -354,7 +366,7 @@ int main(int argc, char **argv)
 		oq_exec_free(e);
 	}
 	if (check == 1)
-		printf("check: outputs bit-identical for all thread counts\n");
+		printf("check: outputs bit-identical for all thread counts and fused / unfused\n");
 	for (size_t i = 0; i < m->graph->n_inits; i++)
 		weights += (double)m->graph->inits[i]->init->nbytes;
 	for (size_t i = 0; i < m->graph->n_nodes; i++) /* exporters that store weights as Constant nodes */
@@ -374,8 +386,11 @@ done:
 		oq_rt_release(&in[i]);
 	for (size_t i = 0; ref && i < nout; i++)
 		oq_rt_release(&ref[i]);
+	for (size_t i = 0; unf && i < nout; i++)
+		oq_rt_release(&unf[i]);
 	free(in);
 	free(ref);
+	free(unf);
 	oq_model_free(m);
 	return rc;
 }

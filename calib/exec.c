@@ -1,6 +1,6 @@
 /*
  * exec.c - the executor: plans, frames, the node loop, memory release,
- * observers, subgraphs and the thread pool.
+ * observers and subgraphs (the thread pool is pool.c).
  *
  * A plan is made once per graph (main graph and every subgraph): the kernel
  * of each node, views of the initializers, and for each value the number of
@@ -13,8 +13,15 @@
  *
  * Fusion: the plan also finds groups Conv [-> BatchNormalization]
  * [-> activation] (Relu, Clip, LeakyRelu, HardSigmoid, HardSwish, Sigmoid)
- * where each intermediate value has exactly one consumer (the next node of
- * the group), is no graph output and is not read by a subgraph; the Conv's
+ * [-> steps] where each intermediate value has exactly one consumer (the
+ * next node of the group), is no graph output and is not read by a
+ * subgraph. Steps (oq_epi_step, kernel.h) are float Add/Sub/Mul/Div with a
+ * constant scalar or per-channel operand, or with a tensor computed before
+ * the Conv (a residual; it must have the output's shape, checked at run
+ * time, else the group runs node by node), activations, and gates
+ * y = x * g(x) whose x has exactly two consumers: the Mul and a chain of
+ * such steps g ending at it (a HardSwish written as Add, Clip, Mul, Div;
+ * x * Sigmoid(x)). The Conv's
  * W must be known float32 (initializer, declared type, or DequantizeLinear
  * with a float32 scale), the BN parameters float32 initializers, Clip bounds
  * constants. Such a group runs as one Conv call at the Conv's position whose
@@ -46,7 +53,6 @@
 #include "linalg.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,107 +77,6 @@ oq_kernel_fn oq_kernel_find(oq_op op, int64_t opset)
 	return best ? best->fn : NULL;
 }
 
-/* ------------------------------------------------------------ thread pool */
-
-typedef struct pool {
-	int n;                 /* threads including the caller */
-	pthread_t *tid;        /* n - 1 workers */
-	pthread_mutex_t mu;
-	pthread_cond_t go, done;
-	unsigned long gen;     /* job generation */
-	int pending;           /* workers still running the current job */
-	int stop;
-	int busy;              /* a job is running: nested calls run inline */
-	oq_range_fn fn;
-	void *ctx;
-	size_t n_items, chunk;
-} pool;
-
-static void run_range(pool *p, int w)
-{
-	size_t b = (size_t)w * p->chunk, e = b + p->chunk;
-	if (b >= p->n_items)
-		return;
-	if (e > p->n_items)
-		e = p->n_items;
-	p->fn(p->ctx, b, e);
-}
-
-typedef struct worker_arg {
-	pool *p;
-	int w;
-} worker_arg;
-
-/* Pool index of the running thread: 0 for a caller, w for worker w (oq_k_scratch). */
-static _Thread_local int tl_worker;
-
-static void *worker(void *arg)
-{
-	worker_arg *a = arg;
-	pool *p = a->p;
-	int w = a->w;
-	unsigned long seen = 0;
-
-	free(a);
-	tl_worker = w;
-	pthread_mutex_lock(&p->mu);
-	for (;;) {
-		while (!p->stop && p->gen == seen)
-			pthread_cond_wait(&p->go, &p->mu);
-		if (p->stop)
-			break;
-		seen = p->gen;
-		pthread_mutex_unlock(&p->mu);
-		run_range(p, w);
-		pthread_mutex_lock(&p->mu);
-		if (--p->pending == 0)
-			pthread_cond_signal(&p->done);
-	}
-	pthread_mutex_unlock(&p->mu);
-	return NULL;
-}
-
-static int pool_init(pool *p, int n)
-{
-	memset(p, 0, sizeof *p);
-	p->n = n < 1 ? 1 : n;
-	if (p->n == 1)
-		return OQ_OK;
-	pthread_mutex_init(&p->mu, NULL);
-	pthread_cond_init(&p->go, NULL);
-	pthread_cond_init(&p->done, NULL);
-	p->tid = calloc((size_t)p->n - 1, sizeof *p->tid);
-	if (!p->tid)
-		return OQ_ENOMEM;
-	for (int i = 1; i < p->n; i++) {
-		worker_arg *a = malloc(sizeof *a);
-		if (!a || (a->p = p, a->w = i, pthread_create(&p->tid[i - 1], NULL, worker, a) != 0)) {
-			free(a);
-			p->n = i; /* only these started */
-			return OQ_ENOMEM;
-		}
-	}
-	return OQ_OK;
-}
-
-static void pool_free(pool *p)
-{
-	if (p->n <= 1 || !p->tid) {
-		free(p->tid);
-		return;
-	}
-	pthread_mutex_lock(&p->mu);
-	p->stop = 1;
-	pthread_cond_broadcast(&p->go);
-	pthread_mutex_unlock(&p->mu);
-	for (int i = 1; i < p->n; i++)
-		pthread_join(p->tid[i - 1], NULL);
-	free(p->tid);
-	pthread_mutex_destroy(&p->mu);
-	pthread_cond_destroy(&p->go);
-	pthread_cond_destroy(&p->done);
-}
-
 /* --------------------------------------------------------------- executor */
 
 typedef struct node_plan {
@@ -180,8 +85,9 @@ typedef struct node_plan {
 	size_t n_extra;
 	oq_kfuse *fuse;        /* head (Conv) of a fused group: what it runs instead, else NULL */
 	size_t tail;           /* head: index of the group's last node (its output is the group's) */
-	size_t members[2];     /* head: indices of the absorbed nodes (BN and/or activation) */
+	size_t members[OQ_FUSE_MAX_STEPS + 2]; /* head: indices of the absorbed nodes */
 	int n_members;
+	oq_value *tin[OQ_FUSE_MAX_T]; /* head: the values of the group's tensor operands */
 	int absorbed;          /* a later member of a fused group: skipped when running fused */
 	int obs_fused;         /* group member: runs fused even while observing (intermediates unwanted) */
 	int folded;            /* computed once by the plan: its outputs are plan constants (inits) */
@@ -199,37 +105,54 @@ typedef struct plan {
 
 struct oq_exec {
 	oq_model *m;
-	pool pool;
+	oq_pool *pool;         /* threads for oq_k_parallel (pool.c) */
+	int threads;           /* the pool's threads including the caller */
 	oq_observe_fn observe;
 	void *observe_ctx;
 	plan *plans;
 	oq_value **in;         /* fed inputs of the main graph */
 	size_t n_in;
 	size_t live, peak;     /* activation bytes held now / at most */
-	struct buf { void *p; size_t cap; } *bufs; /* released activation buffers for reuse */
+	struct buf { void *p; size_t cap; } *bufs; /* released activation buffers for reuse, by capacity */
 	struct buf *scratch;   /* per pool thread: oq_k_scratch's buffer (kept across calls) */
+	struct buf shared;     /* oq_k_shared's buffer (kept across calls) */
 	size_t n_bufs, cap_bufs;
 };
 
 /*
  * Activation buffers: a released buffer is kept and handed to the next
- * output that fits (smallest capacity >= need, at most twice the need, so a
- * small tensor does not pin a large buffer). The choice depends only on the
- * sequence of sizes, so runs stay deterministic.
+ * output that fits: the smallest capacity >= need, and at most twice the
+ * need plus BUF_SLACK (so a small tensor does not pin a large buffer, while
+ * tensors of a few bytes, whose capacity is rounded up to 128, still find
+ * one). The kept buffers are sorted by capacity (equal ones in release
+ * order), so a lookup is a binary search, and the choice depends only on
+ * the sequence of sizes: runs stay deterministic.
  */
+#define BUF_SLACK 4096
+
+/* First kept buffer of capacity >= need. */
+static size_t buf_lower(const oq_exec *e, size_t need)
+{
+	size_t lo = 0, hi = e->n_bufs;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (e->bufs[mid].cap < need)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 static void *buf_get(oq_exec *e, size_t need, size_t *cap)
 {
-	size_t best = SIZE_MAX;
-	void *p;
+	size_t i = buf_lower(e, need);
 
-	for (size_t i = 0; i < e->n_bufs; i++)
-		if (e->bufs[i].cap >= need && e->bufs[i].cap / 2 <= need &&
-		    (best == SIZE_MAX || e->bufs[i].cap < e->bufs[best].cap))
-			best = i;
-	if (best != SIZE_MAX) {
-		p = e->bufs[best].p;
-		*cap = e->bufs[best].cap;
-		e->bufs[best] = e->bufs[--e->n_bufs];
+	if (i < e->n_bufs && (e->bufs[i].cap - need <= need || e->bufs[i].cap - need <= BUF_SLACK)) {
+		void *p = e->bufs[i].p;
+		*cap = e->bufs[i].cap;
+		memmove(&e->bufs[i], &e->bufs[i + 1], (e->n_bufs - i - 1) * sizeof *e->bufs);
+		e->n_bufs--;
 		return p;
 	}
 	*cap = (need + 63) / 64 * 64 + 64;
@@ -241,8 +164,10 @@ static void rt_recycle(oq_exec *e, oq_rt *t)
 {
 	if (t->data && !t->borrowed && t->cap &&
 	    !oq_grow(&e->bufs, &e->cap_bufs, e->n_bufs + 1, sizeof *e->bufs)) {
-		e->bufs[e->n_bufs].p = t->data;
-		e->bufs[e->n_bufs].cap = t->cap;
+		size_t i = buf_lower(e, t->cap + 1); /* after the buffers of the same capacity */
+		memmove(&e->bufs[i + 1], &e->bufs[i], (e->n_bufs - i) * sizeof *e->bufs);
+		e->bufs[i].p = t->data;
+		e->bufs[i].cap = t->cap;
 		e->n_bufs++;
 		t->data = NULL;
 	}
@@ -254,6 +179,7 @@ typedef struct frame {
 	oq_rt **slots;         /* per value index: computed value (owned unless input) */
 	int *remaining;
 	struct frame *parent;
+	unsigned char *unfused; /* per node: absorbed, but its group ran node by node (OQ_K_UNFUSED); NULL: none */
 } frame;
 
 static void free_plan(plan *p)
@@ -264,9 +190,13 @@ static void free_plan(plan *p)
 		for (size_t i = 0; i < p->g->n_nodes; i++) {
 			free(p->nodes[i].extra);
 			if (p->nodes[i].fuse) {
-				free((void *)p->nodes[i].fuse->scale);
-				free((void *)p->nodes[i].fuse->shift);
-				free(p->nodes[i].fuse);
+				oq_kfuse *f = p->nodes[i].fuse;
+				for (int j = 0; j < f->n_steps; j++)
+					free((void *)f->steps[j].c);
+				free((void *)f->steps);
+				free((void *)f->scale);
+				free((void *)f->shift);
+				free(f);
 			}
 		}
 	if (p->inits)
@@ -488,32 +418,226 @@ static int bn_affine(const oq_node *bn, size_t m, oq_kfuse *f)
 /*
  * W known to be float32 before the run: a float32 initializer, a value
  * declared float32, or a DequantizeLinear output with a float32 scale.
+ * *m its output channels and *r its rank (the output's) when known, else -1 and 0.
  */
-static int w_is_f32(const oq_value *w, int64_t *m)
+static int w_is_f32(const oq_value *w, int64_t *m, int *r)
 {
 	const oq_tensor *t = f32_init(w);
 	*m = -1;
+	*r = 0;
 	if (t) {
 		if (t->rank < 3)
 			return 0;
 		*m = t->dims[0];
+		*r = t->rank;
 		return 1;
 	}
 	if (!w || (w->flags & OQ_V_OUTER))
 		return 0;
 	if (w->type.kind == OQ_TYPE_TENSOR && w->type.dtype == OQ_DT_FLOAT) {
-		if (w->type.rank >= 3)
+		if (w->type.rank >= 3) {
 			*m = w->type.dims[0].value;
+			*r = w->type.rank;
+		}
 		return 1;
 	}
 	if (w->producer && w->producer->op == OQ_OP_DequantizeLinear && w->producer->n_inputs >= 2 &&
 	    f32_init(w->producer->inputs[1])) {
 		const oq_tensor *q = const_tensor(w->producer->inputs[0]);
-		if (q && q->rank >= 3)
+		if (q && q->rank >= 3) {
 			*m = q->dims[0];
+			*r = q->rank;
+		}
 		return 1;
 	}
 	return 0;
+}
+
+/* The only use of v (any input), when v may disappear into a fused group; else NULL. */
+static oq_node *only_use(const oq_value *v)
+{
+	if (!v || v->n_uses != 1 || (v->flags & (OQ_V_OUTPUT | OQ_V_INPUT | OQ_V_OUTER)) ||
+	    oq_value_n_captures(v) != 0)
+		return NULL;
+	return v->uses[0].node;
+}
+
+/* A float Add, Sub, Mul or Div with multidirectional broadcasting (opset >= 7) and one output. */
+static int epi_bop(const oq_node *n, int *bop)
+{
+	if (!n || n->n_inputs != 2 || n->n_outputs != 1 || !n->outputs[0] || n->opset < 7 || !n->inputs[0] ||
+	    !n->inputs[1])
+		return 0;
+	switch (n->op) {
+	case OQ_OP_Add: *bop = OQ_EPI_ADD; return 1;
+	case OQ_OP_Sub: *bop = OQ_EPI_SUB; return 1;
+	case OQ_OP_Mul: *bop = OQ_EPI_MUL; return 1;
+	case OQ_OP_Div: *bop = OQ_EPI_DIV; return 1;
+	default: return 0;
+	}
+}
+
+/*
+ * v as the constant operand of a step on a Conv output of rank r with m
+ * channels: a float32 scalar, or a float32 tensor of rank <= r whose dims
+ * (right-aligned to the output's) are 1 except m on the channel axis, so
+ * the result keeps the output's shape. Fills st->s or st->c (owned).
+ * 1, 0 (not such a constant) or OQ_ENOMEM.
+ */
+static int epi_const(const oq_value *v, int r, int64_t m, oq_epi_step *st)
+{
+	const oq_tensor *t;
+
+	if (const_scalar(v, &st->s))
+		return 1;
+	t = f32_init(v);
+	if (!t || m <= 0 || t->rank > r || t->rank < r - 1 || t->nelem != (size_t)m || !t->data)
+		return 0;
+	for (int d = 0; d < t->rank; d++)
+		if (t->dims[d] != (d == t->rank - (r - 1) ? m : 1))
+			return 0;
+	st->c = oq_tensor_to_floats(t);
+	return st->c ? 1 : OQ_ENOMEM;
+}
+
+/* A group being built by plan_fusion. */
+typedef struct grow_grp {
+	oq_epi_step st[OQ_FUSE_MAX_STEPS];
+	int n;                  /* steps */
+	size_t nodes[OQ_FUSE_MAX_STEPS]; /* the nodes the steps absorb, in order */
+	int n_nodes;
+	oq_value *tin[OQ_FUSE_MAX_T];
+	int n_t;
+} grow_grp;
+
+/* v can be read when the head (node index head) runs: computed before it, or a graph input / initializer. */
+static int ready_before(const oq_value *v, const oq_graph *g, size_t head)
+{
+	if (!v || (v->flags & OQ_V_OUTER) || v->graph != g)
+		return 0;
+	return !v->producer || (v->producer->index < head && g->nodes[v->producer->index] == v->producer);
+}
+
+/*
+ * n (reading cur) as one step appended to G: a binary op with a constant or
+ * an early tensor, or an activation. Only constants and activations when
+ * gate (inside g of a gate). 1 on success, 0 when n cannot be a step,
+ * OQ_ENOMEM.
+ */
+static int add_step(const plan *p, size_t head, const oq_node *n, const oq_value *cur, int r, int64_t m, int gate,
+		    grow_grp *G)
+{
+	oq_epi_step *st = &G->st[G->n];
+	int bop, rc;
+
+	if (G->n >= OQ_FUSE_MAX_STEPS || p->nodes[n->index].absorbed || p->g->nodes[n->index] != n)
+		return 0;
+	memset(st, 0, sizeof *st);
+	if (epi_bop(n, &bop) && (n->inputs[0] == cur) != (n->inputs[1] == cur)) {
+		const oq_value *other = n->inputs[n->inputs[0] == cur];
+		st->bop = bop;
+		st->rev = n->inputs[1] == cur;
+		st->kind = OQ_EPI_CONST;
+		rc = epi_const(other, r, m, st);
+		if (rc < 0)
+			return rc;
+		if (!rc) {
+			if (gate || G->n_t >= OQ_FUSE_MAX_T || !ready_before(other, p->g, head))
+				return 0;
+			st->kind = OQ_EPI_TENSOR;
+			st->t = G->n_t;
+			G->tin[G->n_t++] = (oq_value *)other;
+		}
+	} else if (n->n_inputs >= 1 && n->inputs[0] == cur && as_act(n, &st->act)) {
+		st->kind = OQ_EPI_ACT;
+	} else {
+		return 0;
+	}
+	G->nodes[G->n_nodes++] = n->index;
+	G->n++;
+	return 1;
+}
+
+/*
+ * A gate on cur (see the header comment): cur's two consumers are a Mul
+ * and the first node n of a chain of constant / activation steps whose last
+ * output is the Mul's other operand. Appends the GATE step and the chain.
+ * 1, 0 (no gate; G unchanged) or OQ_ENOMEM. add_gate tries both consumers
+ * as the Mul; *out the Mul.
+ */
+static int gate_from(const plan *p, size_t head, const oq_value *cur, const oq_node *mul, const oq_node *n, int r,
+		     int64_t m, grow_grp *G)
+{
+	const oq_value *x = cur;
+	int n0 = G->n, nn0 = G->n_nodes, rc = 0;
+
+	if (mul->op != OQ_OP_Mul || mul->n_inputs != 2 || mul->n_outputs != 1 || !mul->outputs[0] || mul->opset < 7 ||
+	    p->nodes[mul->index].absorbed || p->g->nodes[mul->index] != mul)
+		return 0;
+	/* the GATE step, then g */
+	memset(&G->st[G->n], 0, sizeof G->st[G->n]);
+	G->st[G->n].kind = OQ_EPI_GATE;
+	G->st[G->n].rev = mul->inputs[0] != cur;
+	G->n++;
+	while (n && n != mul) {
+		if ((rc = add_step(p, head, n, x, r, m, 1, G)) != 1)
+			goto undo;
+		x = n->outputs[0];
+		n = only_use(x);
+	}
+	rc = 0;
+	if (!n || G->n == n0 + 1 ||
+	    !((mul->inputs[0] == cur && mul->inputs[1] == x) || (mul->inputs[1] == cur && mul->inputs[0] == x)))
+		goto undo;
+	G->st[n0].n_gate = G->n - n0 - 1;
+	G->nodes[G->n_nodes++] = mul->index;
+	return 1;
+undo:
+	for (int i = n0; i < G->n; i++)
+		free((void *)G->st[i].c);
+	G->n = n0;
+	G->n_nodes = nn0;
+	return rc;
+}
+
+static int add_gate(const plan *p, size_t head, const oq_value *cur, int r, int64_t m, grow_grp *G,
+		    const oq_node **out)
+{
+	if (!cur || cur->n_uses != 2 || (cur->flags & (OQ_V_OUTPUT | OQ_V_INPUT | OQ_V_OUTER)) ||
+	    oq_value_n_captures(cur) != 0 || cur->uses[0].node == cur->uses[1].node || G->n + 2 > OQ_FUSE_MAX_STEPS)
+		return 0;
+	for (int u = 0; u < 2; u++) {
+		int rc = gate_from(p, head, cur, cur->uses[u].node, cur->uses[1 - u].node, r, m, G);
+		if (rc) {
+			if (rc > 0)
+				*out = cur->uses[u].node;
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/* Steps after the Conv / BN / activation whose output is cur; *tail the last absorbed node (unchanged if none). */
+static int grow_steps(const plan *p, size_t head, const oq_value *cur, int r, int64_t m, grow_grp *G,
+		      const oq_node **tail)
+{
+	for (;;) {
+		const oq_node *n = only_use(cur), *mul = NULL;
+		int rc;
+		if (n && (rc = add_step(p, head, n, cur, r, m, 0, G)) != 0) {
+			if (rc < 0)
+				return rc;
+			*tail = n;
+			cur = n->outputs[0];
+			continue;
+		}
+		if ((rc = add_gate(p, head, cur, r, m, G, &mul)) < 0)
+			return rc;
+		if (!rc)
+			return OQ_OK;
+		*tail = mul;
+		cur = mul->outputs[0];
+	}
 }
 
 /* Finds the fused groups of p's graph (see the header comment). */
@@ -522,13 +646,16 @@ static int plan_fusion(plan *p)
 	const oq_graph *g = p->g;
 
 	for (size_t i = 0; i < g->n_nodes; i++) {
-		const oq_node *n = g->nodes[i], *bn = NULL, *act = NULL, *next;
+		const oq_node *n = g->nodes[i], *bn = NULL, *act = NULL, *next, *tail;
 		int64_t m;
+		int r, rc;
 		oq_act a;
 		oq_kfuse *f;
+		grow_grp G;
+		node_plan *np = &p->nodes[i];
 
-		if (n->op != OQ_OP_Conv || p->nodes[i].absorbed || n->n_inputs < 2 || n->n_inputs > 3 ||
-		    n->n_outputs != 1 || !n->outputs[0] || !w_is_f32(n->inputs[1], &m))
+		if (n->op != OQ_OP_Conv || np->absorbed || n->n_inputs < 2 || n->n_inputs > 3 || n->n_outputs != 1 ||
+		    !n->outputs[0] || !w_is_f32(n->inputs[1], &m, &r))
 			continue;
 		next = sole_consumer(n->outputs[0]);
 		if (next && m > 0 && bn_ok(next, m)) {
@@ -539,24 +666,41 @@ static int plan_fusion(plan *p)
 			act = next;
 		if ((bn && g->nodes[bn->index] != bn) || (act && g->nodes[act->index] != act))
 			continue; /* stale indices: no fusion rather than a wrong one */
-		if (!bn && !act)
+		tail = act ? act : bn ? bn : n;
+		memset(&G, 0, sizeof G);
+		if ((rc = grow_steps(p, i, tail->outputs[0], r, m, &G, &tail)))
+			goto oom;
+		if (!bn && !act && !G.n)
 			continue;
-		if (!(f = calloc(1, sizeof *f)))
-			return OQ_ENOMEM;
-		p->nodes[i].fuse = f;
+		if (!(f = calloc(1, sizeof *f)) || (G.n && !(f->steps = oq_calloc((size_t)G.n, sizeof *f->steps)))) {
+			free(f);
+			goto oom;
+		}
+		np->fuse = f;
 		if (act)
 			f->act = a;
+		if (G.n)
+			memcpy((void *)f->steps, G.st, (size_t)G.n * sizeof *G.st);
+		f->n_steps = G.n;
+		G.n = 0; /* the constants now belong to f */
+		f->n_t = G.n_t;
+		memcpy(np->tin, G.tin, sizeof G.tin);
 		if (bn && bn_affine(bn, (size_t)m, f))
 			return OQ_ENOMEM;
-		p->nodes[i].tail = act ? act->index : bn->index;
-		if (bn) {
-			p->nodes[bn->index].absorbed = 1;
-			p->nodes[i].members[p->nodes[i].n_members++] = bn->index;
-		}
-		if (act) {
-			p->nodes[act->index].absorbed = 1;
-			p->nodes[i].members[p->nodes[i].n_members++] = act->index;
-		}
+		np->tail = tail->index;
+		if (bn)
+			np->members[np->n_members++] = bn->index;
+		if (act)
+			np->members[np->n_members++] = act->index;
+		for (int j = 0; j < G.n_nodes; j++)
+			np->members[np->n_members++] = G.nodes[j];
+		for (int j = 0; j < np->n_members; j++)
+			p->nodes[np->members[j]].absorbed = 1;
+		continue;
+	oom:
+		for (int j = 0; j < G.n; j++)
+			free((void *)G.st[j].c);
+		return OQ_ENOMEM;
 	}
 	return OQ_OK;
 }
@@ -980,11 +1124,12 @@ int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	e->m = m;
 	/* the pool and scratch first: the plan runs kernels to fold constants */
-	if ((rc = pool_init(&e->pool, threads))) {
+	if ((rc = oq_pool_new(threads, &e->pool))) {
 		rc = oq_err(d, rc, "run: cannot start %d threads", threads);
 		goto fail;
 	}
-	if (!(e->scratch = oq_calloc((size_t)e->pool.n, sizeof *e->scratch))) {
+	e->threads = oq_pool_threads(e->pool);
+	if (!(e->scratch = oq_calloc((size_t)e->threads, sizeof *e->scratch))) {
 		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
 		goto fail;
 	}
@@ -1010,7 +1155,7 @@ void oq_exec_free(oq_exec *e)
 {
 	if (!e)
 		return;
-	pool_free(&e->pool);
+	oq_pool_free(e->pool);
 	while (e->plans) {
 		plan *n = e->plans->next;
 		free_plan(e->plans);
@@ -1019,9 +1164,10 @@ void oq_exec_free(oq_exec *e)
 	for (size_t i = 0; i < e->n_bufs; i++)
 		free(e->bufs[i].p);
 	free(e->bufs);
-	for (int i = 0; e->scratch && i < e->pool.n; i++)
+	for (int i = 0; e->scratch && i < e->threads; i++)
 		free(e->scratch[i].p);
 	free(e->scratch);
+	free(e->shared.p);
 	free(e->in);
 	free(e);
 }
@@ -1104,6 +1250,7 @@ static void frame_free(oq_exec *e, frame *f)
 			drop(e, f, i);
 	free(f->slots);
 	free(f->remaining);
+	free(f->unfused);
 }
 
 /* Released when its remaining uses reach zero, unless it is a graph output or input. */
@@ -1149,13 +1296,13 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		const oq_node *n = g->nodes[ni];
 		const node_plan *np = &f->p->nodes[ni];
 		oq_kctx k;
-		oq_rt **in, **out;
+		oq_rt **in, **out, *fin[OQ_FUSE_MAX_T];
 		oq_value *const *ovals = n->outputs; /* values the outputs are bound to */
 		size_t n_out = n->n_outputs;
 		/* observers see every value, so no fusion, unless they want none of the group's intermediates */
 		int fused = !e->observe || np->obs_fused;
 
-		if (fused && np->absorbed)
+		if (fused && np->absorbed && !(f->unfused && f->unfused[ni]))
 			continue; /* computed by its group's head */
 		if (np->folded) { /* a plan constant: observers still see it here, as if computed now */
 			for (size_t i = 0; e->observe && !rc && i < n->n_outputs; i++)
@@ -1168,14 +1315,15 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 			n_out = 1;
 		}
 		in = n->n_inputs <= 16 ? inbuf : oq_calloc(n->n_inputs, sizeof *in);
-		out = n_out <= 16 ? outbuf : oq_calloc(n_out, sizeof *out);
+		/* room for the head's own outputs too (OQ_K_UNFUSED) */
+		out = n->n_outputs <= 16 ? outbuf : oq_calloc(n->n_outputs > n_out ? n->n_outputs : n_out, sizeof *out);
 
 		memset(&k, 0, sizeof k);
 		k.e = e;
 		k.node = n;
 		k.opset = n->opset;
 		k.d = d;
-		k.threads = e->pool.n;
+		k.threads = e->threads;
 		k.frame = f;
 		k.in = in;
 		k.n_in = n->n_inputs;
@@ -1206,7 +1354,28 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 					      in[i]->kind == OQ_RT_SEQ ? "sequence" : "empty optional");
 				goto next;
 			}
+		if (k.fuse) {
+			for (int i = 0; i < k.fuse->n_t; i++)
+				fin[i] = lookup(f, np->tin[i]);
+			k.fin = fin;
+		}
 		rc = k.fuse ? oq_k_conv_fused(&k) : np->fn(&k);
+		if (rc == OQ_K_UNFUSED) {
+			/* a tensor operand does not fit the output at run time: the group runs node by node */
+			if (!f->unfused && !(f->unfused = oq_calloc(g->n_nodes, 1))) {
+				rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+				goto next;
+			}
+			for (int j = 0; j < np->n_members; j++)
+				f->unfused[np->members[j]] = 1;
+			k.fuse = NULL;
+			k.fin = NULL;
+			ovals = n->outputs;
+			n_out = k.n_out = n->n_outputs;
+			for (size_t i = 0; i < n_out; i++)
+				out[i] = NULL;
+			rc = np->fn(&k);
+		}
 		for (size_t i = 0; !rc && i < n_out; i++)
 			if (!out[i] && ovals[i])
 				rc = oq_k_err(&k, OQ_EINVAL, "kernel produced no output #%zu (internal error)", i);
@@ -1408,11 +1577,27 @@ done:
 void *oq_k_scratch(oq_kctx *k, size_t bytes)
 {
 	struct buf *b;
-	int w = tl_worker;
+	int w = oq_pool_self();
 
-	if (!k || w < 0 || w >= k->e->pool.n)
+	if (!k || w < 0 || w >= k->e->threads)
 		return NULL;
 	b = &k->e->scratch[w];
+	if (b->cap < bytes) {
+		size_t cap = (bytes + 63) / 64 * 64 + 64;
+		void *p = aligned_alloc(64, cap);
+		if (!p)
+			return NULL;
+		free(b->p);
+		b->p = p;
+		b->cap = cap;
+	}
+	return b->p;
+}
+
+void *oq_k_shared(oq_kctx *k, size_t bytes)
+{
+	struct buf *b = &k->e->shared;
+
 	if (b->cap < bytes) {
 		size_t cap = (bytes + 63) / 64 * 64 + 64;
 		void *p = aligned_alloc(64, cap);
@@ -1589,37 +1774,7 @@ size_t oq_k_floats(const oq_kctx *k, const char *name, const float **v)
 
 void oq_k_parallel(oq_kctx *k, size_t n, size_t grain, oq_range_fn fn, void *ctx)
 {
-	pool *p = &k->e->pool;
-	size_t parts, chunk;
-
-	if (n == 0)
-		return;
-	if (grain < 1)
-		grain = 1;
-	parts = (n + grain - 1) / grain;
-	if (parts > (size_t)k->threads)
-		parts = (size_t)k->threads;
-	if (parts <= 1 || p->n <= 1 || p->busy) {
-		fn(ctx, 0, n);
-		return;
-	}
-	chunk = (n + parts - 1) / parts;
-	pthread_mutex_lock(&p->mu);
-	p->busy = 1;
-	p->fn = fn;
-	p->ctx = ctx;
-	p->n_items = n;
-	p->chunk = chunk;
-	p->pending = p->n - 1;
-	p->gen++;
-	pthread_cond_broadcast(&p->go);
-	pthread_mutex_unlock(&p->mu);
-	run_range(p, 0);
-	pthread_mutex_lock(&p->mu);
-	while (p->pending > 0)
-		pthread_cond_wait(&p->done, &p->mu);
-	p->busy = 0;
-	pthread_mutex_unlock(&p->mu);
+	oq_pool_run(k->e->pool, n, grain, fn, ctx);
 }
 
 int oq_broadcast(int ra, const int64_t *a, int rb, const int64_t *b, int *rr, int64_t *r)

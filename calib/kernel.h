@@ -15,6 +15,7 @@
 #define OQ_KERNEL_H
 
 #include "exec.h"
+#include "pool.h"
 
 typedef struct oq_kctx oq_kctx;
 typedef int (*oq_kernel_fn)(oq_kctx *k);
@@ -41,18 +42,52 @@ typedef struct oq_act {
 } oq_act;
 
 /*
- * A fused Conv [-> BatchNormalization] [-> activation] group, prepared once
- * by the executor's plan (exec.c) and run as one Conv call whose epilogue,
- * per output tile while it is in cache, applies the BN as a per-channel
- * affine map in double - the same expression and rounding as the
- * BatchNormalization kernel, y = (float)(y * scale[m] + shift[m]) - and then
- * the activation. So the fused result is bit-identical to the separate ops,
- * and no copy of the weights is needed.
+ * A step of a fused group after the Conv, BN and first activation, applied
+ * in the same epilogue (see oq_kfuse): the float32 expression of the
+ * element-wise kernel it replaces, so the bits are the separate op's.
+ */
+typedef enum oq_epi_kind {
+	OQ_EPI_CONST,       /* y = y op c (or c op y when rev): c a scalar or one value per channel */
+	OQ_EPI_TENSOR,      /* y = y op t (or t op y): t a tensor of the output's shape, e.g. a residual */
+	OQ_EPI_ACT,         /* y = act(y) */
+	OQ_EPI_GATE,        /* y = y * g(y): g the next n_gate steps (CONST or ACT), e.g. x * clip(x + 3, 0, 6) */
+} oq_epi_kind;
+
+typedef enum oq_epi_bop { OQ_EPI_ADD, OQ_EPI_SUB, OQ_EPI_MUL, OQ_EPI_DIV } oq_epi_bop;
+
+#define OQ_FUSE_MAX_T 2     /* tensor operands of one group */
+#define OQ_FUSE_MAX_STEPS 16 /* steps of one group */
+
+typedef struct oq_epi_step {
+	int kind;           /* oq_epi_kind */
+	int bop;            /* CONST, TENSOR: oq_epi_bop */
+	int rev;            /* CONST, TENSOR: the constant / tensor is the left operand */
+	const float *c;     /* CONST: [M] one value per output channel, or NULL: the scalar s */
+	float s;
+	int t;              /* TENSOR: index of the operand (oq_kfuse.t, oq_kctx.fin) */
+	oq_act act;         /* ACT */
+	int n_gate;         /* GATE: steps that follow and form g */
+} oq_epi_step;
+
+/*
+ * A fused Conv [-> BatchNormalization] [-> activation] [-> steps] group,
+ * prepared once by the executor's plan (exec.c) and run as one Conv call
+ * whose epilogue, per output tile while it is in cache, applies the BN as a
+ * per-channel affine map in double - the same expression and rounding as
+ * the BatchNormalization kernel, y = (float)(y * scale[m] + shift[m]) -
+ * then the activation, then the steps in order (element-wise ops with
+ * constants, a residual Add, a decomposed HardSwish...). So the fused
+ * result is bit-identical to the separate ops, and no copy of the weights
+ * is needed.
  */
 typedef struct oq_kfuse {
 	const double *scale; /* [M] BN scale / sqrt(var + eps), or NULL: no BN */
 	const double *shift; /* [M] BN B - mean * scale (with scale) */
 	oq_act act;          /* epilogue activation (OQ_ACT_NONE: none) */
+	const oq_epi_step *steps; /* [n_steps] after act */
+	int n_steps;
+	int n_t;             /* tensor operands (OQ_EPI_TENSOR steps) */
+	const float *t[OQ_FUSE_MAX_T]; /* per call: their data, laid out like the output (NULL in the plan) */
 } oq_kfuse;
 
 /* One row of a family's kernel table; tables end with a row whose fn is NULL. */
@@ -75,6 +110,7 @@ struct oq_kctx {
 	void *frame;        /* executor frame (for subgraphs); opaque to kernels */
 	const oq_kfuse *fuse; /* oq_k_conv_fused only: the group this call runs, else NULL */
 	const oq_pb *pb;    /* MatMul / Gemm: B (input 1) packed at plan time, whose data may be gone; else NULL */
+	oq_rt **fin;        /* oq_k_conv_fused only: the group's tensor operands (fuse->n_t) */
 };
 
 /* Input i or NULL when absent (out of range or omitted). */
@@ -98,6 +134,13 @@ int oq_k_output_raw(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *di
  * when out of memory or k is NULL (callers fall back to malloc).
  */
 void *oq_k_scratch(oq_kctx *k, size_t bytes);
+/*
+ * A 64-byte aligned buffer of at least `bytes` shared by all threads of one
+ * kernel call (requested by the calling thread, outside oq_k_parallel) and
+ * kept by the executor across calls. Valid until the next oq_k_shared call;
+ * NULL when out of memory.
+ */
+void *oq_k_shared(oq_kctx *k, size_t bytes);
 /* Makes output i a copy of src's elements with a new shape (same element count). */
 int oq_k_output_like(oq_kctx *k, size_t i, const oq_rt *src, int rank, const int64_t *dims, oq_rt **t) OQ_WUR;
 
@@ -117,12 +160,12 @@ size_t oq_k_ints(const oq_kctx *k, const char *name, const int64_t **v);
 size_t oq_k_floats(const oq_kctx *k, const char *name, const float **v);
 
 /*
- * Calls fn(ctx, begin, end) over [0, n) split into at most k->threads
- * contiguous ranges of at least `grain` items; returns when all are done.
- * The split depends only on n, grain and the thread count, and each item
- * must be computed the same way whatever range it falls in.
+ * Calls fn(ctx, begin, end) over [0, n) in contiguous chunks of at least
+ * `grain` items, run by the executor's threads (pool.c); returns when all
+ * are done. Which thread runs which chunk is decided at run time, so each
+ * item must be computed the same way whatever range it falls in (per-range
+ * state such as a reused im2col buffer may only save work, never change it).
  */
-typedef void (*oq_range_fn)(void *ctx, size_t begin, size_t end);
 void oq_k_parallel(oq_kctx *k, size_t n, size_t grain, oq_range_fn fn, void *ctx);
 
 /*
@@ -155,7 +198,11 @@ int oq_k_takes_values(oq_op op);
 /*
  * Runs a fused group whose head is a float32 Conv (k->node) with k->fuse:
  * output 0 is the value of the group's last node. kernels_linalg.c.
+ * Returns OQ_K_UNFUSED, having written nothing, when a tensor operand does
+ * not have the output's shape and dtype at run time (shapes are only known
+ * then): the executor then runs the group's nodes one by one.
  */
+#define OQ_K_UNFUSED 1
 int oq_k_conv_fused(oq_kctx *k);
 
 /* Fused groups in e's plans so far (main graph at oq_exec_new; subgraphs once run). For tests and bench. */

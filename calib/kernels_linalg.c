@@ -226,6 +226,7 @@ int oq_linalg_conv_geom(oq_kctx *k, const oq_rt *x, const oq_rt *w, int transpos
 static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
 {
 	oq_rt *x = oq_k_in(k, 0), *w = oq_k_in(k, 1), *b = oq_k_in(k, 2), *y;
+	oq_kfuse run;       /* fz with this call's tensor operands */
 	oq_conv_geom g;
 	int64_t dims[OQ_RT_MAX_RANK];
 	void *xb = NULL, *wb = NULL, *bb = NULL, *yb = NULL;
@@ -249,6 +250,18 @@ static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
 	dims[1] = g.m;
 	for (int d = 0; d < g.nsp; d++)
 		dims[d + 2] = g.out[d];
+	if (fz && fz->n_t) {
+		/* tensor operands must be float32 of the output's shape, else the group runs unfused */
+		run = *fz;
+		for (int i = 0; i < fz->n_t; i++) {
+			const oq_rt *t = k->fin ? k->fin[i] : NULL;
+			if (!t || t->kind != OQ_RT_TENSOR || t->dtype != OQ_DT_FLOAT || t->rank != x->rank ||
+			    memcmp(t->dims, dims, (size_t)x->rank * sizeof *dims))
+				return OQ_K_UNFUSED;
+			run.t[i] = t->data;
+		}
+		fz = &run;
+	}
 	/* the engines write every output element (Conv: bias or beta 0; ConvTranspose: bias first) */
 	if ((rc = oq_k_output_raw(k, 0, x->dtype, x->rank, dims, &y)))
 		return rc;

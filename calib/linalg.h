@@ -67,7 +67,7 @@ int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, co
 		const void *b, void *y) OQ_WUR;
 /*
  * oq_conv_run with a fused epilogue (see oq_kfuse in kernel.h: per-channel
- * BN affine, then activation) applied to every output while it is in cache
+ * BN affine, activation, then the steps) applied to every output while it is in cache
  * (per GEMM tile / depthwise row). ep NULL: plain Conv. Float32 only
  * (OQ_EUNSUP for double with an epilogue).
  */
@@ -75,8 +75,12 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x,
 		   const void *b, const oq_kfuse *ep, void *y) OQ_WUR;
 /* Applies act to y[0, n) in place (no-op for NULL / OQ_ACT_NONE). */
 void oq_act_apply(const oq_act *act, float *y, size_t n);
-/* The epilogue of output channel ch on y[0, n): BN affine (if any), then the activation. */
-void oq_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n);
+/*
+ * The epilogue of output channel ch on y[0, n): BN affine (if any), the
+ * activation, then the steps; y[0] is element off of the output (tensor
+ * operands are read from off on).
+ */
+void oq_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n);
 void oq_conv_ref(oq_ltype t, const oq_conv_geom *g, const void *x, const void *w, const void *b, void *y);
 
 /*

@@ -122,18 +122,87 @@ void oq_act_apply(const oq_act *act, float *y, size_t n)
 	}
 }
 
+/* y[i] = y[i] op v, or v op y[i] when rev (the operand order of the element-wise kernel). */
+static void bop_scalar(int bop, int rev, float v, float *y, size_t n)
+{
+	switch (bop * 2 + !!rev) {
+	case OQ_EPI_ADD * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] + v; break;
+	case OQ_EPI_ADD * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = v + y[i]; break;
+	case OQ_EPI_SUB * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] - v; break;
+	case OQ_EPI_SUB * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = v - y[i]; break;
+	case OQ_EPI_MUL * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] * v; break;
+	case OQ_EPI_MUL * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = v * y[i]; break;
+	case OQ_EPI_DIV * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] / v; break;
+	case OQ_EPI_DIV * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = v / y[i]; break;
+	default: break;
+	}
+}
+
+/* y[i] = y[i] op t[i], or t[i] op y[i] when rev. */
+static void bop_vec(int bop, int rev, const float *t, float *y, size_t n)
+{
+	switch (bop * 2 + !!rev) {
+	case OQ_EPI_ADD * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] + t[i]; break;
+	case OQ_EPI_ADD * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = t[i] + y[i]; break;
+	case OQ_EPI_SUB * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] - t[i]; break;
+	case OQ_EPI_SUB * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = t[i] - y[i]; break;
+	case OQ_EPI_MUL * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] * t[i]; break;
+	case OQ_EPI_MUL * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = t[i] * y[i]; break;
+	case OQ_EPI_DIV * 2: for (size_t i = 0; i < n; i++) y[i] = y[i] / t[i]; break;
+	case OQ_EPI_DIV * 2 + 1: for (size_t i = 0; i < n; i++) y[i] = t[i] / y[i]; break;
+	default: break;
+	}
+}
+
+#define GATE_CHUNK 256
+
+/*
+ * Steps [s, s + ns) of ep on y[0..n), the elements of channel ch starting at
+ * element off of the output (where the tensor operands are read).
+ */
+static void epi_steps(const oq_kfuse *ep, const oq_epi_step *s, int ns, int64_t ch, size_t off, float *y, size_t n)
+{
+	for (int i = 0; i < ns; i++) {
+		const oq_epi_step *st = &s[i];
+		switch (st->kind) {
+		case OQ_EPI_CONST:
+			bop_scalar(st->bop, st->rev, st->c ? st->c[ch] : st->s, y, n);
+			break;
+		case OQ_EPI_TENSOR:
+			bop_vec(st->bop, st->rev, ep->t[st->t] + off, y, n);
+			break;
+		case OQ_EPI_ACT:
+			oq_act_apply(&st->act, y, n);
+			break;
+		case OQ_EPI_GATE:
+			/* g(y) of a chunk in tmp, then y * g(y) (or g(y) * y, the Mul's operand order) */
+			for (size_t c0 = 0; c0 < n; c0 += GATE_CHUNK) {
+				float tmp[GATE_CHUNK];
+				size_t m = n - c0 < GATE_CHUNK ? n - c0 : GATE_CHUNK;
+				memcpy(tmp, y + c0, m * sizeof *tmp);
+				epi_steps(ep, st + 1, st->n_gate, ch, off + c0, tmp, m);
+				bop_vec(OQ_EPI_MUL, st->rev, tmp, y + c0, m);
+			}
+			i += st->n_gate;
+			break;
+		default:
+			break;
+		}
+	}
+}
+
 #if defined(__GNUC__) && defined(__x86_64__)
 static int z_gemm_ok(void);
-static void z_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n);
+static void z_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n);
 #endif
 
-void oq_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n)
+void oq_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n)
 {
 	if (!ep)
 		return;
 #if defined(__GNUC__) && defined(__x86_64__)
 	if (z_gemm_ok()) {
-		z_epi_apply(ep, ch, y, n);
+		z_epi_apply(ep, ch, off, y, n);
 		return;
 	}
 #endif
@@ -153,6 +222,7 @@ void oq_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n)
 			y[i] = (float)(y[i] * a + b);
 	}
 	oq_act_apply(&ep->act, y, n);
+	epi_steps(ep, ep->steps, ep->n_steps, ch, off, y, n);
 }
 
 /* 1-D problems run as 2-D ones with a unit leading spatial dim. */
@@ -369,7 +439,7 @@ static void dw_range(void *ctx, size_t begin, size_t end)
 				dw_row(row, j->ow4, x0, rs, sw, dw, wc, 5, 5, b);
 			else
 				dw_row(row, j->ow4, x0, rs, sw, dw, wc, kh, kw, b);
-			oq_epi_apply(j->ep, ch, row, (size_t)OW);
+			oq_epi_apply(j->ep, ch, (size_t)(yc + oh * OW - j->y), row, (size_t)OW);
 			memcpy(yc + oh * OW, row, (size_t)OW * sizeof *row);
 		}
 	}
@@ -532,13 +602,83 @@ static int own_gemm_ok(void)
 
 int oq_linalg_no_avx512 = 0;
 
+/* y op v, or v op y when rev: the element-wise kernel's operand order. */
+AVX512 static inline __m512 zbop(int bop, int rev, __m512 y, __m512 v)
+{
+	switch (bop * 2 + !!rev) {
+	case OQ_EPI_ADD * 2: return _mm512_add_ps(y, v);
+	case OQ_EPI_ADD * 2 + 1: return _mm512_add_ps(v, y);
+	case OQ_EPI_SUB * 2: return _mm512_sub_ps(y, v);
+	case OQ_EPI_SUB * 2 + 1: return _mm512_sub_ps(v, y);
+	case OQ_EPI_MUL * 2: return _mm512_mul_ps(y, v);
+	case OQ_EPI_MUL * 2 + 1: return _mm512_mul_ps(v, y);
+	case OQ_EPI_DIV * 2: return _mm512_div_ps(y, v);
+	default: return _mm512_div_ps(v, y);
+	}
+}
+
+/*
+ * The fused epilogue applied by the register tiles before their last store
+ * (e: NULL when none) when it is BN, Relu / Clip (not late_act) and at most
+ * a residual Add and Relu: per row r of the tile the BN affine in double
+ * (scale / shift from the tile's first row, or NULL), the activation, then
+ * + t and Relu - the expressions of dwz_epi and zsteps, so the bits of the
+ * separate pass.
+ */
+typedef struct zepi {
+	const double *scale, *shift;
+	int act;               /* OQ_ACT_NONE, OQ_ACT_RELU or OQ_ACT_CLIP */
+	float lo, hi;
+	int res;               /* 0; 1: + t (a residual Add); 2: + t, then Relu (res_steps) */
+	int64_t ldc;           /* row stride of the output and of t */
+	const float *t;        /* the residual at the tile's first element */
+} zepi;
+
+/*
+ * Steps that are a residual Add (either operand order: float addition is
+ * commutative bit for bit) and optionally a Relu: 1 or 2 (zepi.res), else 0.
+ * The other steps run in a pass over the stored tile (z_epi_tile).
+ */
+static int res_steps(const oq_kfuse *ep)
+{
+	const oq_epi_step *s = ep->steps;
+	if (ep->n_steps < 1 || ep->n_steps > 2 || s[0].kind != OQ_EPI_TENSOR || s[0].bop != OQ_EPI_ADD)
+		return 0;
+	if (ep->n_steps == 1)
+		return 1;
+	return s[1].kind == OQ_EPI_ACT && s[1].act.kind == OQ_ACT_RELU ? 2 : 0;
+}
+
+AVX512 static inline __m512 zepi_vec(const zepi *e, int r, int q, __mmask16 m, __m512 v)
+{
+	if (e->scale) {
+		__m512d a = _mm512_set1_pd(e->scale[r]), b = _mm512_set1_pd(e->shift[r]);
+		__m512d l = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+		__m512d h = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+		l = _mm512_add_pd(_mm512_mul_pd(l, a), b);
+		h = _mm512_add_pd(_mm512_mul_pd(h, a), b);
+		v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(l))),
+							  _mm256_castps_pd(_mm512_cvtpd_ps(h)), 1));
+	}
+	if (e->act == OQ_ACT_RELU)
+		v = _mm512_max_ps(_mm512_setzero_ps(), v);
+	else if (e->act == OQ_ACT_CLIP)
+		v = _mm512_min_ps(_mm512_set1_ps(e->hi), _mm512_max_ps(_mm512_set1_ps(e->lo), v));
+	if (e->res) {
+		v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, e->t + r * e->ldc + 16 * q));
+		if (e->res == 2)
+			v = _mm512_max_ps(_mm512_setzero_ps(), v);
+	}
+	return v;
+}
+
 /*
  * C[mr, nr] (ldc) = init + A[mr, kd] (rows lda apart) * Bp[kd][32]; init: C
- * when load, else bias[r] (bias NULL: 0). Rows past mr read row 0 and,
- * like columns past nr, are not stored.
+ * when load, else bias[r] (bias NULL: 0); then the epilogue e (NULL: none).
+ * Rows past mr read row 0 and, like columns past nr, are not stored.
  */
 AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const float *bp, float *c, int64_t ldc,
-				 int mr, int nr, int load, const float *bias)
+				 int mr, int nr, int load, const float *bias, const zepi *e)
 {
 #define AR(r) (mr > (r) ? a + (r) * lda : a)
 	const float *a0 = a, *a1 = AR(1), *a2 = AR(2), *a3 = AR(3), *a4 = AR(4), *a5 = AR(5);
@@ -591,6 +731,10 @@ AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const 
 #define ST(r, x0, x1)                                                      \
 	do {                                                               \
 		if (mr > (r)) {                                            \
+			if (e) {                                           \
+				x0 = zepi_vec(e, r, 0, m0, x0);            \
+				x1 = zepi_vec(e, r, 1, m1, x1);            \
+			}                                                  \
 			_mm512_mask_storeu_ps(c + (r) * ldc, m0, x0);      \
 			_mm512_mask_storeu_ps(c + (r) * ldc + 16, m1, x1); \
 		}                                                          \
@@ -621,7 +765,7 @@ AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const 
  */
 #define Z_TILE(R, NV, NAME)                                                                             \
 	AVX512 static void NAME(int64_t kd, const float *a, int64_t lda, const float *bp, float *c,        \
-				int64_t ldc, int mr, int nr, int load, const float *bias)                 \
+				int64_t ldc, int mr, int nr, int load, const float *bias, const zepi *e)  \
 	{                                                                                               \
 		const float *ar[R];                                                                     \
 		__m512 acc[R][NV];                                                                      \
@@ -646,7 +790,8 @@ AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const 
 		}                                                                                       \
 		for (int r = 0; r < R && r < mr; r++)                                                   \
 			for (int v = 0; v < NV; v++)                                                    \
-				_mm512_mask_storeu_ps(c + r * ldc + 16 * v, mk[v], acc[r][v]);          \
+				_mm512_mask_storeu_ps(c + r * ldc + 16 * v, mk[v],                      \
+						      e ? zepi_vec(e, r, v, mk[v], acc[r][v]) : acc[r][v]); \
 	}
 Z_TILE(4, 2, z4x32)
 Z_TILE(8, 2, z8x32)
@@ -674,35 +819,139 @@ AVX512 static void z_pack_row(const float *src, int64_t pp, int64_t r, int64_t k
 	}
 }
 
-/*
- * The packed col of one tile: rows of x (ldx apart) when direct, else each
- * im2col row built in row (pp floats) first.
- */
-static void z_pack_col(const oq_conv_geom *g, const float *x, int64_t ldx, int direct, int64_t kc, int64_t p0,
-		       int64_t pp, float *row, float *bp)
+static __mmask16 lane_mask(int64_t i0, int64_t n);
+
+#define Z_IM2COL_KW 16      /* widest kernel z_im2col takes */
+
+/* z_im2col takes g: 2-D, horizontal stride 1 or 2, kernel width at most Z_IM2COL_KW. */
+static int z_im2col_fits(const oq_conv_geom *g)
 {
-	for (int64_t r = 0; r < kc; r++) {
-		const float *src = x + r * ldx + p0;
-		if (!direct) {
-			if (g->nsp == 2)
-				im2col_2d_f(g, x, r, 1, p0, pp, row);
-			else
-				im2col_nd_f(g, x, r, 1, p0, pp, row);
-			src = row;
+	return g->nsp == 2 && (g->stride[1] == 1 || g->stride[1] == 2) && g->k[1] <= Z_IM2COL_KW;
+}
+#define Z_PIECES (Z_NR + 3) /* 16-lane pieces of one panel's runs, at most */
+
+/*
+ * Rows of input channels [c0, c1) of the 2-D im2col matrix (as im2col_2d_f)
+ * of positions [p0, p0 + pp), horizontal stride 1 or 2, written straight
+ * into the packed col bp of kc rows (zero past pp) in one pass, panel by panel so the stores are sequential. A
+ * panel's 32 positions fall into runs along output rows, cut into pieces of
+ * at most 16 lanes; per panel the pieces and their column masks for each
+ * kernel column are found once, then each im2col row (c, i, j) is per piece
+ * one or two masked loads of an input row (columns outside the row, and
+ * rows outside the plane, give 0) and a masked store.
+ */
+AVX512 static void z_im2col(const oq_conv_geom *g, const float *x, int64_t c0, int64_t c1, int64_t kc, int64_t p0,
+			    int64_t pp, float *bp)
+{
+	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	int64_t H = g->in[0], W = g->in[1], OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1];
+	int64_t dw = g->dil[1];
+	int64_t pc_oh[Z_PIECES], pc_col[Z_PIECES], pc_lane[Z_PIECES];
+	__mmask16 pc_n[Z_PIECES], lo[Z_PIECES][Z_IM2COL_KW], hi[Z_PIECES][Z_IM2COL_KW];
+	const float *rowp[Z_PIECES];
+
+	for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
+		int64_t nq = pp - q0 < Z_NR ? pp - q0 : Z_NR, npc = 0;
+		float *dst = bp + (q0 * kc + c0 * kh * kw * Z_NR);
+		for (int64_t l = 0; l < nq;) {
+			int64_t p = p0 + q0 + l, ow = p % OW, run = OW - ow < nq - l ? OW - ow : nq - l;
+			for (int64_t k = 0; k < run; k += 16, npc++) {
+				int64_t n = run - k < 16 ? run - k : 16;
+				pc_oh[npc] = p / OW;
+				pc_col[npc] = (ow + k) * sw - g->pad[1];
+				pc_lane[npc] = l + k;
+				pc_n[npc] = (__mmask16)((1u << n) - 1u);
+				for (int64_t j = 0; j < kw; j++) {
+					lo[npc][j] = lane_mask(pc_col[npc] + j * dw, W);
+					hi[npc][j] = lane_mask(pc_col[npc] + j * dw + 16, W);
+				}
+			}
+			l += run;
 		}
-		z_pack_row(src, pp, r, kc, bp);
+		for (int64_t c = c0; c < c1; c++) {
+			const float *xc = x + c * H * W;
+			for (int64_t i = 0; i < kh; i++) {
+				for (int64_t u = 0; u < npc; u++) {
+					int64_t ih = pc_oh[u] * g->stride[0] - g->pad[0] + i * g->dil[0];
+					rowp[u] = ih >= 0 && ih < H ? xc + ih * W + pc_col[u] : NULL;
+				}
+				for (int64_t j = 0; j < kw; j++, dst += Z_NR) {
+					if (nq < Z_NR) {
+						_mm512_store_ps(dst, _mm512_setzero_ps());
+						_mm512_store_ps(dst + 16, _mm512_setzero_ps());
+					}
+					for (int64_t u = 0; u < npc; u++) {
+						__m512 v = _mm512_setzero_ps();
+						if (rowp[u] && sw == 1)
+							v = _mm512_maskz_loadu_ps(lo[u][j], rowp[u] + j * dw);
+						else if (rowp[u])
+							v = _mm512_permutex2var_ps(
+								_mm512_maskz_loadu_ps(lo[u][j], rowp[u] + j * dw), even,
+								_mm512_maskz_loadu_ps(hi[u][j], rowp[u] + j * dw + 16));
+						_mm512_mask_storeu_ps(dst + pc_lane[u], pc_n[u], v);
+					}
+				}
+			}
+		}
 	}
 }
 
-/* C[mm, pp] (ldc) = init + A[mm, kd] (lda) * Bp (packed col of kd rows), init = bias[row] (NULL: 0). */
+/* Rows [r0, r1) of x (ldx apart, pp values each) into the packed col bp of kc rows, panel by panel (sequential stores). */
+AVX512 static void z_pack_direct(const float *x, int64_t ldx, int64_t r0, int64_t r1, int64_t kc, int64_t pp,
+				 float *bp)
+{
+	for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
+		int64_t nq = pp - q0 < Z_NR ? pp - q0 : Z_NR;
+		__mmask16 m0 = nq >= 16 ? 0xffff : (__mmask16)((1u << nq) - 1);
+		__mmask16 m1 = nq >= 32 ? 0xffff : nq <= 16 ? 0 : (__mmask16)((1u << (nq - 16)) - 1);
+		const float *src = x + r0 * ldx + q0;
+		float *dst = bp + q0 * kc + r0 * Z_NR;
+		for (int64_t r = r0; r < r1; r++, src += ldx, dst += Z_NR) {
+			_mm512_store_ps(dst, _mm512_maskz_loadu_ps(m0, src));
+			_mm512_store_ps(dst + 16, _mm512_maskz_loadu_ps(m1, src + 16));
+		}
+	}
+}
+
+/*
+ * Rows [r0, r1) of the packed col of one tile (kc rows): rows of x (ldx
+ * apart) when direct, else the im2col rows, straight into the panels (2-D,
+ * horizontal stride 1 or 2; r0, r1 then whole input channels) or each
+ * built in row (pp floats) first.
+ */
+static void z_pack_col(const oq_conv_geom *g, const float *x, int64_t ldx, int direct, int64_t r0, int64_t r1,
+		       int64_t kc, int64_t p0, int64_t pp, float *row, float *bp)
+{
+	if (!direct && z_im2col_fits(g)) {
+		z_im2col(g, x, r0 / g->k_size, r1 / g->k_size, kc, p0, pp, bp);
+		return;
+	}
+	if (direct) {
+		z_pack_direct(x + p0, ldx, r0, r1, kc, pp, bp);
+		return;
+	}
+	for (int64_t r = r0; r < r1; r++) {
+		if (g->nsp == 2)
+			im2col_2d_f(g, x, r, 1, p0, pp, row);
+		else
+			im2col_nd_f(g, x, r, 1, p0, pp, row);
+		z_pack_row(row, pp, r, kc, bp);
+	}
+}
+
+/*
+ * C[mm, pp] (ldc) = init + A[mm, kd] (lda) * Bp (packed col of kd rows), init = bias[row] (NULL: 0),
+ * then the epilogue e (rows from C's first; NULL: none) with the last depth slice.
+ */
 AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *bp,
-			  float *c, int64_t ldc, const float *bias)
+			  float *c, int64_t ldc, const float *bias, const zepi *e)
 {
 	int64_t k0 = 0;
 
 	do {
 		int64_t kb = kd - k0 < KC_DEPTH ? kd - k0 : KC_DEPTH;
 		int load = k0 > 0;
+		const zepi *el = k0 + kb == kd ? e : NULL;
 		for (int64_t mb = 0; mb < mm; mb += MC_ROWS) {
 			int64_t me = mb + MC_ROWS < mm ? mb + MC_ROWS : mm;
 			for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
@@ -713,18 +962,26 @@ AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, in
 					const float *bm = bias ? bias + m : NULL;
 					const float *am = a + m * lda + k0;
 					float *cm = c + m * ldc + q0;
+					zepi em, *ep = NULL;
+					if (el) {
+						em = *el;
+						em.scale = el->scale ? el->scale + m : NULL;
+						em.shift = el->shift ? el->shift + m : NULL;
+						em.t = el->res ? el->t + m * ldc + q0 : NULL;
+						ep = &em;
+					}
 					if (nr <= 16 && mr <= 4)
-						z4x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+						z4x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (nr <= 16 && mr <= 8)
-						z8x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+						z8x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (nr <= 16)
-						z12x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+						z12x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (mr <= 4)
-						z4x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+						z4x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (mr <= 8)
-						z8x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+						z8x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
 					else
-						z12x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm);
+						z12x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
 				}
 			}
 		}
@@ -786,18 +1043,10 @@ typedef struct dwz_ev {
 	int act;               /* OQ_ACT_NONE, OQ_ACT_RELU or OQ_ACT_CLIP (lo <= hi) */
 	__m512d a, b;          /* BN scale and shift */
 	__m512 lo, hi;         /* Clip bounds */
+	const oq_kfuse *ep;    /* for its steps and tensor operands */
+	int steps;             /* ep's steps run on the registers too (reg_steps) */
+	int64_t ch;            /* the output channel (per-channel constants of the steps) */
 } dwz_ev;
-
-/* The part of ep done in registers for channel ch (late: the activation is left to the caller). */
-AVX512 static inline void dwz_ev_make(const oq_kfuse *ep, int64_t ch, int late, dwz_ev *ev)
-{
-	ev->bn = ep && ep->scale;
-	ev->act = ep && !late ? ep->act.kind : OQ_ACT_NONE;
-	ev->a = _mm512_set1_pd(ev->bn ? ep->scale[ch] : 0);
-	ev->b = _mm512_set1_pd(ev->bn ? ep->shift[ch] : 0);
-	ev->lo = _mm512_set1_ps(ep ? ep->act.a : 0);
-	ev->hi = _mm512_set1_ps(ep ? ep->act.b : 0);
-}
 
 /* Activations oq_act_apply must run on the stored values (NaN and ordering rules of fmaxf / expf). */
 static int late_act(const oq_kfuse *ep)
@@ -806,7 +1055,94 @@ static int late_act(const oq_kfuse *ep)
 	       !(ep->act.kind == OQ_ACT_CLIP && ep->act.a <= ep->act.b);
 }
 
-/* The epilogue on one vector: BN as the BatchNormalization kernel, then Relu / Clip as maxps / minps. */
+/* ep's steps can run on the registers: binary ops, Relu, Clip with lo <= hi, gates of those. */
+static int reg_steps(const oq_kfuse *ep)
+{
+	for (int i = 0; ep && i < ep->n_steps; i++) {
+		const oq_act *a = &ep->steps[i].act;
+		if (ep->steps[i].kind == OQ_EPI_ACT && a->kind != OQ_ACT_RELU && !(a->kind == OQ_ACT_CLIP && a->a <= a->b))
+			return 0;
+	}
+	return 1;
+}
+
+/* The part of ep done in registers for channel ch (late: the activation and the steps are left to the caller). */
+AVX512 static inline void dwz_ev_make(const oq_kfuse *ep, int64_t ch, int late, dwz_ev *ev)
+{
+	ev->bn = ep && ep->scale;
+	ev->act = ep && !late ? ep->act.kind : OQ_ACT_NONE;
+	ev->a = _mm512_set1_pd(ev->bn ? ep->scale[ch] : 0);
+	ev->b = _mm512_set1_pd(ev->bn ? ep->shift[ch] : 0);
+	ev->lo = _mm512_set1_ps(ep ? ep->act.a : 0);
+	ev->hi = _mm512_set1_ps(ep ? ep->act.b : 0);
+	ev->ep = ep;
+	ev->steps = ep && ep->n_steps && !late && reg_steps(ep);
+	ev->ch = ch;
+}
+
+
+#define ZB 8 /* vectors per block of zsteps */
+
+/*
+ * Steps [i0, i0 + ns) of ev->ep on ZB vectors v (128 values from output
+ * element o; lanes m[q] of vector q valid), step by step over the block so
+ * the dispatch is paid once per 128 values: the expressions of epi_steps,
+ * so the same bits. Relu is maxps(0, x) (x < 0 ? 0 : x, NaN and -0 kept),
+ * Clip minps(hi, maxps(lo, x)).
+ */
+AVX512 static void zsteps(const dwz_ev *ev, int i0, int ns, size_t o, const __mmask16 *m, __m512 *v)
+{
+	const oq_epi_step *s = ev->ep->steps;
+#define ZLOOP(EXPR)                          \
+	for (int q = 0; q < ZB; q++)         \
+		v[q] = (EXPR);               \
+	break
+	for (int i = i0; i < i0 + ns; i++) {
+		const float *t = s[i].kind == OQ_EPI_TENSOR ? ev->ep->t[s[i].t] + o : NULL;
+		__m512 c = _mm512_set1_ps(s[i].kind == OQ_EPI_ACT ? s[i].act.a : s[i].c ? s[i].c[ev->ch] : s[i].s);
+		__m512 hi = _mm512_set1_ps(s[i].act.b), z = _mm512_setzero_ps();
+		switch (s[i].kind == OQ_EPI_CONST ? s[i].bop * 2 + s[i].rev
+			: s[i].kind == OQ_EPI_TENSOR ? 8 + s[i].bop * 2 + s[i].rev
+			: s[i].kind == OQ_EPI_ACT ? 16 + (s[i].act.kind == OQ_ACT_RELU)
+			: 18) {
+		case OQ_EPI_ADD * 2: ZLOOP(_mm512_add_ps(v[q], c));
+		case OQ_EPI_ADD * 2 + 1: ZLOOP(_mm512_add_ps(c, v[q]));
+		case OQ_EPI_SUB * 2: ZLOOP(_mm512_sub_ps(v[q], c));
+		case OQ_EPI_SUB * 2 + 1: ZLOOP(_mm512_sub_ps(c, v[q]));
+		case OQ_EPI_MUL * 2: ZLOOP(_mm512_mul_ps(v[q], c));
+		case OQ_EPI_MUL * 2 + 1: ZLOOP(_mm512_mul_ps(c, v[q]));
+		case OQ_EPI_DIV * 2: ZLOOP(_mm512_div_ps(v[q], c));
+		case OQ_EPI_DIV * 2 + 1: ZLOOP(_mm512_div_ps(c, v[q]));
+		case 8 + OQ_EPI_ADD * 2: ZLOOP(_mm512_add_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
+		case 8 + OQ_EPI_ADD * 2 + 1: ZLOOP(_mm512_add_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
+		case 8 + OQ_EPI_SUB * 2: ZLOOP(_mm512_sub_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
+		case 8 + OQ_EPI_SUB * 2 + 1: ZLOOP(_mm512_sub_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
+		case 8 + OQ_EPI_MUL * 2: ZLOOP(_mm512_mul_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
+		case 8 + OQ_EPI_MUL * 2 + 1: ZLOOP(_mm512_mul_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
+		case 8 + OQ_EPI_DIV * 2: ZLOOP(_mm512_div_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
+		case 8 + OQ_EPI_DIV * 2 + 1: ZLOOP(_mm512_div_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
+		case 16: ZLOOP(_mm512_min_ps(hi, _mm512_max_ps(c, v[q]))); /* Clip */
+		case 17: ZLOOP(_mm512_max_ps(z, v[q]));                    /* Relu */
+		default: { /* GATE */
+			__m512 g[ZB];
+			for (int q = 0; q < ZB; q++)
+				g[q] = v[q];
+			zsteps(ev, i + 1, s[i].n_gate, o, m, g);
+			if (s[i].rev)
+				for (int q = 0; q < ZB; q++)
+					v[q] = _mm512_mul_ps(g[q], v[q]);
+			else
+				for (int q = 0; q < ZB; q++)
+					v[q] = _mm512_mul_ps(v[q], g[q]);
+			i += s[i].n_gate;
+			break;
+		}
+		}
+	}
+#undef ZLOOP
+}
+
+/* The epilogue on one vector: BN as the BatchNormalization kernel, then Relu / Clip (not the steps). */
 AVX512 static inline __m512 dwz_epi(__m512 v, const dwz_ev *ev)
 {
 	if (ev->bn) {
@@ -824,20 +1160,90 @@ AVX512 static inline __m512 dwz_epi(__m512 v, const dwz_ev *ev)
 	return v;
 }
 
-/* oq_epi_apply on AVX-512F, 16 values at a time: the same bits. */
-AVX512 static void z_epi_apply(const oq_kfuse *ep, int64_t ch, float *y, size_t n)
+/*
+ * y[0..n) (output element off on): BN and Relu / Clip when epi, then the
+ * steps when ev->steps, ZB vectors at a time.
+ */
+AVX512 static void z_rows(const dwz_ev *ev, int epi, size_t off, float *y, size_t n)
+{
+	for (size_t i = 0; i < n; i += 16 * ZB) {
+		__m512 v[ZB];
+		__mmask16 m[ZB];
+		for (int q = 0; q < ZB; q++) {
+			size_t at = i + 16 * (size_t)q;
+			m[q] = at >= n ? 0 : n - at >= 16 ? 0xffff : (__mmask16)((1u << (n - at)) - 1u);
+			v[q] = _mm512_maskz_loadu_ps(m[q], y + at);
+			if (epi)
+				v[q] = dwz_epi(v[q], ev);
+		}
+		if (ev->steps)
+			zsteps(ev, 0, ev->ep->n_steps, off + i, m, v);
+		for (int q = 0; q < ZB; q++)
+			_mm512_mask_storeu_ps(y + i + 16 * (size_t)q, m[q], v[q]);
+	}
+}
+
+/* oq_epi_apply on AVX-512F: the same bits. */
+AVX512 static void z_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n)
 {
 	int late = late_act(ep);
 	dwz_ev ev;
 
 	dwz_ev_make(ep, ch, late, &ev);
-	if (ev.bn || ev.act != OQ_ACT_NONE)
+	if (ev.steps)
+		z_rows(&ev, 1, off, y, n);
+	else if (ev.bn || ev.act != OQ_ACT_NONE)
 		for (size_t i = 0; i < n; i += 16) {
 			__mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1u);
 			_mm512_mask_storeu_ps(y + i, m, dwz_epi(_mm512_maskz_loadu_ps(m, y + i), &ev));
 		}
 	if (late)
 		oq_act_apply(&ep->act, y, n);
+	if (!ev.steps)
+		epi_steps(ep, ep->steps, ep->n_steps, ch, off, y, n);
+}
+
+/*
+ * The epilogue of a GEMM tile: rows of channels ch0 .. ch0 + mm - 1, pp
+ * values each, ldc apart, the first at output element off: z_epi_apply row
+ * by row, with the BN / Relu / Clip loop inlined for the usual case
+ * without steps (no per-row setup beyond two broadcasts).
+ */
+AVX512 static void z_epi_tile(const oq_kfuse *ep, int64_t ch0, int64_t mm, size_t off, float *y, int64_t ldc,
+			      int64_t pp)
+{
+	int bn = ep->scale != NULL, act = ep->act.kind;
+
+	if (ep->n_steps || late_act(ep)) {
+		for (int64_t r = 0; r < mm; r++)
+			z_epi_apply(ep, ch0 + r, off + (size_t)(r * ldc), y + r * ldc, (size_t)pp);
+		return;
+	}
+	if (!bn && act == OQ_ACT_NONE)
+		return;
+	for (int64_t r = 0; r < mm; r++) {
+		__m512d a = _mm512_set1_pd(bn ? ep->scale[ch0 + r] : 0), b = _mm512_set1_pd(bn ? ep->shift[ch0 + r] : 0);
+		__m512 lo = _mm512_set1_ps(ep->act.a), hi = _mm512_set1_ps(ep->act.b);
+		float *yr = y + r * ldc;
+		for (int64_t i = 0; i < pp; i += 16) {
+			__mmask16 m = pp - i >= 16 ? 0xffff : (__mmask16)((1u << (pp - i)) - 1u);
+			__m512 v = _mm512_maskz_loadu_ps(m, yr + i);
+			if (bn) { /* as dwz_epi */
+				__m512d l = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+				__m512d h = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+				l = _mm512_add_pd(_mm512_mul_pd(l, a), b);
+				h = _mm512_add_pd(_mm512_mul_pd(h, a), b);
+				v = _mm512_castpd_ps(_mm512_insertf64x4(
+					_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(l))),
+					_mm256_castps_pd(_mm512_cvtpd_ps(h)), 1));
+			}
+			if (act == OQ_ACT_RELU)
+				v = _mm512_max_ps(_mm512_setzero_ps(), v);
+			else if (act == OQ_ACT_CLIP)
+				v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+			_mm512_mask_storeu_ps(yr + i, m, v);
+		}
+	}
 }
 
 /*
@@ -899,8 +1305,11 @@ AVX512 static inline void dwz_rows(const dwz_job *j, const dwz_ev *ev, const flo
 					}
 				}
 		}
-		for (int r = 0; r < nr; r++)
-			_mm512_mask_storeu_ps(yc + (oh0 + r) * OW + ow, lane_mask(ow, OW), dwz_epi(acc[r], ev));
+		for (int r = 0; r < nr; r++) {
+			float *yr = yc + (oh0 + r) * OW + ow;
+			__mmask16 m = lane_mask(ow, OW);
+			_mm512_mask_storeu_ps(yr, m, dwz_epi(acc[r], ev));
+		}
 	}
 }
 
@@ -967,10 +1376,86 @@ AVX512 static void dwz_range(void *ctx, size_t begin, size_t end)
 			dwz_plane(j, &ev, xc, yc, cm, full, wc, b, 5, 5, 2);
 		else
 			dwz_plane(j, &ev, xc, yc, cm, full, wc, b, kh, kw, sw);
-		for (int64_t oh = 0; late && oh < OH; oh++)
-			oq_act_apply(&j->ep->act, yc + oh * OW, (size_t)OW);
+		for (int64_t oh = 0; j->ep && (late || j->ep->n_steps) && oh < OH; oh++) {
+			float *yr = yc + oh * OW;
+			if (late)
+				oq_act_apply(&j->ep->act, yr, (size_t)OW);
+			if (ev.steps)
+				z_rows(&ev, 0, (size_t)(yr - j->y), yr, (size_t)OW);
+			else
+				epi_steps(j->ep, j->ep->steps, j->ep->n_steps, ch, (size_t)(yr - j->y), yr, (size_t)OW);
+		}
 	}
 	free(own);
+}
+
+/*
+ * Small planes (DWF_MAX_P outputs at most, rows of at most DWF_MAX_W) with stride 1
+ * and the output the input's size: the plane is one flat row of positions,
+ * and tap (i, j) of output p reads input p + (i * dh - pad0) * W + j * dw -
+ * pad1, a fixed offset, so 16 positions (several output rows) fill each
+ * vector instead of one short row. A mask per (vector, tap), built once per
+ * call, zeroes the taps outside the plane (w * 0 is still added, as on the
+ * padded copy): the same sums in the same (i, j) order.
+ */
+#define DWF_MAX_P 256
+#define DWF_VECS (DWF_MAX_P / 16)
+#define DWF_MAX_W 10 /* wider rows fill most of a vector already */
+
+static int dwf_fits(const oq_conv_geom *g)
+{
+	return g->stride[0] == 1 && g->stride[1] == 1 && g->in[0] == g->out[0] && g->in[1] == g->out[1] &&
+	       g->out[1] <= DWF_MAX_W && g->out_size <= DWF_MAX_P;
+}
+
+AVX512 static void dwf_range(void *ctx, size_t begin, size_t end)
+{
+	dwz_job *j = ctx;
+	const oq_conv_geom *g = j->g;
+	int64_t H = g->in[0], W = g->in[1], P = g->out_size, taps = g->k_size, nv = (P + 15) / 16;
+	int64_t offs[DWZ_MAX_TAPS];
+	__mmask16 mk[DWF_VECS * DWZ_MAX_TAPS];
+	int late = late_act(j->ep);
+
+	for (int64_t t = 0; t < taps; t++) {
+		int64_t di = t / g->k[1] * g->dil[0] - g->pad[0], dj = t % g->k[1] * g->dil[1] - g->pad[1];
+		offs[t] = di * W + dj;
+		for (int64_t v = 0; v < nv; v++) {
+			unsigned m = 0;
+			for (int64_t l = 0; l < 16; l++) {
+				int64_t p = v * 16 + l, ih = p / W + di, iw = p % W + dj;
+				if (p < P && ih >= 0 && ih < H && iw >= 0 && iw < W)
+					m |= 1u << l;
+			}
+			mk[v * taps + t] = (__mmask16)m;
+		}
+	}
+	for (size_t it = begin; it < end; it++) {
+		int64_t ch = (int64_t)it % g->c;
+		const float *xc = j->x + (int64_t)it * g->in_size, *wc = j->w + ch * taps;
+		float *yc = j->y + (int64_t)it * P;
+		__m512 acc[DWF_VECS];
+		dwz_ev ev;
+		dwz_ev_make(j->ep, ch, late, &ev);
+		for (int64_t v = 0; v < nv; v++)
+			acc[v] = _mm512_set1_ps(j->b ? j->b[ch] : 0.0f);
+		for (int64_t t = 0; t < taps; t++) {
+			__m512 w = _mm512_set1_ps(wc[t]);
+			for (int64_t v = 0; v < nv; v++)
+				acc[v] = _mm512_add_ps(acc[v], _mm512_mul_ps(w, _mm512_maskz_loadu_ps(mk[v * taps + t],
+												   xc + v * 16 + offs[t])));
+		}
+		for (int64_t v = 0; v < nv; v++)
+			_mm512_mask_storeu_ps(yc + v * 16, lane_mask(v * 16, P), dwz_epi(acc[v], &ev));
+		if (late)
+			oq_act_apply(&j->ep->act, yc, (size_t)P);
+		if (j->ep && j->ep->n_steps) {
+			if (ev.steps)
+				z_rows(&ev, 0, (size_t)(yc - j->y), yc, (size_t)P);
+			else
+				epi_steps(j->ep, j->ep->steps, j->ep->n_steps, ch, (size_t)(yc - j->y), yc, (size_t)P);
+		}
+	}
 }
 #endif
 
@@ -989,6 +1474,8 @@ typedef struct conv_job {
 	int64_t cg, mg, kc;    /* channels per group in / out, GEMM depth */
 	int64_t pt, mt;        /* tile sizes: positions, output channels */
 	int64_t np, nm;        /* tiles per (image, group) along positions / channels */
+	float *packed;         /* z: the packed col of every position tile, shared by its channel tiles, or NULL */
+	int64_t rb;            /* packing into packed: rows per work item (whole input channels) */
 	atomic_int oom;
 } conv_job;
 
@@ -1004,7 +1491,7 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 #if defined(HAVE_OWN_GEMM)
 	/* packed col, then one im2col row */
 	if (j->z)
-		need = (z_col_floats(j->kc, j->pt) + (size_t)j->pt) * sizeof(float);
+		need = j->packed ? 0 : (z_col_floats(j->kc, j->pt) + (size_t)j->pt) * sizeof(float);
 #endif
 	if (need) {
 		need = (need + 63) / 64 * 64;
@@ -1028,15 +1515,29 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 
 #if defined(HAVE_OWN_GEMM)
 		if (j->z) {
-			if (rest != last) {
-				z_pack_col(g, (const float *)j->x + xo, P, j->direct, j->kc, p0, pp,
+			zepi ze;
+			int reg = j->ep && !late_act(j->ep) && (!j->ep->n_steps || res_steps(j->ep));
+			const float *bp = j->packed ? j->packed + (size_t)rest * z_col_floats(j->kc, j->pt) : col;
+			if (!j->packed && rest != last) {
+				z_pack_col(g, (const float *)j->x + xo, P, j->direct, 0, j->kc, j->kc, p0, pp,
 					   (float *)col + z_col_floats(j->kc, j->pt), col);
 				last = rest;
 			}
-			z_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, col, (float *)j->y + yo, P,
-			       j->b ? (const float *)j->b + grp * j->mg + m0 : NULL);
-			for (int64_t r = 0; j->ep && r < mm; r++)
-				oq_epi_apply(j->ep, grp * j->mg + m0 + r, (float *)j->y + yo + r * P, (size_t)pp);
+			/* the epilogue on the registers before the last store, else in a pass over the tile */
+			if (reg) {
+				ze.scale = j->ep->scale ? j->ep->scale + grp * j->mg + m0 : NULL;
+				ze.shift = j->ep->scale ? j->ep->shift + grp * j->mg + m0 : NULL;
+				ze.act = j->ep->act.kind;
+				ze.lo = j->ep->act.a;
+				ze.hi = j->ep->act.b;
+				ze.res = res_steps(j->ep);
+				ze.ldc = P;
+				ze.t = ze.res ? j->ep->t[j->ep->steps[0].t] + yo : NULL;
+			}
+			z_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, bp, (float *)j->y + yo, P,
+			       j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
+			if (j->ep && !reg)
+				z_epi_tile(j->ep, grp * j->mg + m0, mm, (size_t)yo, (float *)j->y + yo, P, pp);
 			continue;
 		}
 #endif
@@ -1098,14 +1599,97 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 			oq_gemm_run(NULL, &gb);
 		}
 		for (int64_t r = 0; j->ep && r < mm; r++)
-			oq_epi_apply(j->ep, grp * j->mg + m0 + r, (float *)j->y + yo + r * P, (size_t)pp);
+			oq_epi_apply(j->ep, grp * j->mg + m0 + r, (size_t)(yo + r * P), (float *)j->y + yo + r * P,
+				     (size_t)pp);
 	}
 	free(own);
 }
 
-static int64_t round16(int64_t v)
+#if defined(HAVE_OWN_GEMM)
+/*
+ * Work items of the shared packing (conv_job.packed): item = position tile
+ * (image, group, tile) x block of rb rows; every channel tile of that
+ * position tile then reads the same packed col instead of packing its own.
+ */
+static void pack_range(void *ctx, size_t begin, size_t end)
 {
-	return (v + 15) / 16 * 16;
+	conv_job *j = ctx;
+	const oq_conv_geom *g = j->g;
+	int64_t P = g->out_size, nrb = ceil_div(j->kc, j->rb);
+	float *row = NULL;
+
+	for (size_t it = begin; it < end; it++) {
+		int64_t rest = (int64_t)it / nrb, r0 = (int64_t)it % nrb * j->rb;
+		int64_t r1 = r0 + j->rb < j->kc ? r0 + j->rb : j->kc;
+		int64_t pi = rest % j->np, ng = rest / j->np, n = ng / g->group, grp = ng % g->group;
+		int64_t p0 = pi * j->pt, pp = P - p0 < j->pt ? P - p0 : j->pt;
+		int64_t xo = (n * g->c + grp * j->cg) * g->in_size;
+		if (!row && !j->direct && !z_im2col_fits(g) &&
+		    !(row = oq_k_scratch(j->k, (size_t)j->pt * sizeof *row))) {
+			atomic_store(&j->oom, 1);
+			return;
+		}
+		z_pack_col(g, (const float *)j->x + xo, P, j->direct, r0, r1, j->kc, p0, pp, row,
+			   j->packed + (size_t)rest * z_col_floats(j->kc, j->pt));
+	}
+}
+#endif
+
+static int64_t round_up(int64_t v, int64_t q)
+{
+	return (v + q - 1) / q * q;
+}
+
+/*
+ * Tiles of one (image, group) GEMM of mg channels x P positions x kc deep:
+ * positions per tile so that the col tile is near 1 MiB (128 to 4096
+ * columns); then, when images x groups x position tiles are fewer than
+ * TILES_MIN and the work is worth sharing (FLOPs above SPLIT_FLOPS: a few
+ * microseconds), cut positions further down to SPLIT_MIN_P columns
+ * (whole 32-column panels) and then channels down to 12 rows (one register tile;
+ * 4 for fewer than 24 channels), so that late layers with 7x7 or 14x14 positions still
+ * give every thread work. Shape-only: never depends on the thread count.
+ */
+#define TILES_MIN 16
+#define SHARED_PACK_FLOATS (4u << 20) /* 16 MiB: larger packed cols are packed per tile */
+#define SPLIT_FLOPS 1e6
+#define SPLIT_MIN_P 64
+
+static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int64_t *pt, int64_t *np, int64_t *mt)
+{
+	int64_t P = g->out_size, per, tiles, want;
+
+	per = (int64_t)(262144 / (kc > 0 ? kc : 1));
+	per = per < 128 ? 128 : per > 4096 ? 4096 : per;
+	*np = ceil_div(P, per);
+	*pt = *np == 1 ? P : round_up(ceil_div(P, *np), 16);
+	*np = ceil_div(P, *pt);
+	*mt = mg;
+	tiles = g->n * g->group * *np;
+	if (tiles >= TILES_MIN || 2.0 * (double)mg * (double)P * (double)kc * (double)(g->n * g->group) < SPLIT_FLOPS)
+		return;
+	want = ceil_div(TILES_MIN, tiles);
+	if (*pt >= 2 * SPLIT_MIN_P) {
+		int64_t parts = *pt / SPLIT_MIN_P < want ? *pt / SPLIT_MIN_P : want, q = *pt;
+		/* whole 32-column panels, and no last tile below half a tile (196 = 96 + 96 + 4: 2 parts) */
+		for (; parts > 1; parts--) {
+			q = round_up(ceil_div(*pt, parts), 32);
+			if (P % q == 0 || P % q >= q / 2)
+				break;
+		}
+		if (parts > 1) {
+			*pt = q;
+			*np = ceil_div(P, *pt);
+			tiles = g->n * g->group * *np;
+			want = ceil_div(TILES_MIN, tiles);
+		}
+	}
+	if (want > 1 && mg >= 8) {
+		/* whole 12-row register tiles where there are enough rows, else 4-row tails */
+		int64_t q = mg >= 24 ? 12 : 4, parts = mg / q < want ? mg / q : want;
+		if (parts > 1)
+			*mt = round_up(ceil_div(mg, parts), q);
+	}
 }
 
 int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w,
@@ -1119,14 +1703,15 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 {
 	oq_conv_geom g;
 	conv_job j;
-	int64_t P, per, tiles;
+	int64_t tiles;
 
 	if (ep && t != OQ_LT_F32)
 		return OQ_EUNSUP; /* the fused kernel passes one for float32 only */
 	if (oq_linalg_use_ref) {
 		oq_conv_ref(t, g0, x, w, b, y);
 		for (int64_t r = 0; ep && r < g0->n * g0->m; r++)
-			oq_epi_apply(ep, r % g0->m, (float *)y + r * g0->out_size, (size_t)g0->out_size);
+			oq_epi_apply(ep, r % g0->m, (size_t)(r * g0->out_size), (float *)y + r * g0->out_size,
+				     (size_t)g0->out_size);
 		return OQ_OK;
 	}
 	as_2d(g0, &g);
@@ -1148,9 +1733,9 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 			dz.nblk = ceil_div(g.out[1], 16);
 			atomic_init(&dz.oom, 0);
 			if (k)
-				oq_k_parallel(k, (size_t)(g.n * g.c), 1, dwz_range, &dz);
+				oq_k_parallel(k, (size_t)(g.n * g.c), 1, dwf_fits(&g) ? dwf_range : dwz_range, &dz);
 			else
-				dwz_range(&dz, 0, (size_t)(g.n * g.c));
+				(dwf_fits(&g) ? dwf_range : dwz_range)(&dz, 0, (size_t)(g.n * g.c));
 			return atomic_load(&dz.oom) ? OQ_ENOMEM : OQ_OK;
 		}
 #endif
@@ -1192,26 +1777,23 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 	for (int d = 0; d < g.nsp; d++)
 		if (g.k[d] != 1 || g.stride[d] != 1 || g.pad[d] != 0 || g.out[d] != g.in[d])
 			j.direct = 0;
-	P = g.out_size;
-	/* positions per tile: the col tile near 1 MiB, at least 128 and at most 4096 columns */
-	per = (int64_t)(262144 / (j.kc > 0 ? j.kc : 1));
-	per = per < 128 ? 128 : per > 4096 ? 4096 : per;
-	j.np = ceil_div(P, per);
-	j.pt = j.np == 1 ? P : round16(ceil_div(P, j.np));
-	j.np = ceil_div(P, j.pt);
-	/* channel tiles only when images x groups x position tiles are too few to share */
-	j.mt = j.mg;
-	tiles = g.n * g.group * j.np;
-	if (tiles < 8 && 2.0 * (double)j.mg * (double)P * (double)j.kc > 4e6) {
-		int64_t want = ceil_div(8, tiles), most = ceil_div(j.mg, 32);
-		if (want > most)
-			want = most;
-		if (want > 1)
-			j.mt = round16(ceil_div(j.mg, want));
-	}
+	conv_tiles(&g, j.kc, j.mg, &j.pt, &j.np, &j.mt);
 	j.nm = ceil_div(j.mg, j.mt);
 	atomic_init(&j.oom, 0);
 	tiles = g.n * g.group * j.np * j.nm;
+#if defined(HAVE_OWN_GEMM)
+	if (j.z && j.nm > 1 && k && k->threads > 1) {
+		/* channel tiles share their position tile's packed col: pack each once, in parallel */
+		size_t each = z_col_floats(j.kc, j.pt), n_pt = (size_t)(g.n * g.group * j.np);
+		if (n_pt * each <= SHARED_PACK_FLOATS && (j.packed = oq_k_shared(k, n_pt * each * sizeof(float)))) {
+			int64_t ks = j.direct ? 1 : g.k_size;
+			j.rb = ks * (j.direct ? 64 : ceil_div(64, ks)); /* about 64 rows, whole input channels */
+			oq_k_parallel(k, n_pt * (size_t)ceil_div(j.kc, j.rb), 1, pack_range, &j);
+			if (atomic_load(&j.oom))
+				return OQ_ENOMEM;
+		}
+	}
+#endif
 	if (k)
 		oq_k_parallel(k, (size_t)tiles, 1, conv_range, &j);
 	else

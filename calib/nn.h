@@ -48,6 +48,9 @@ int oq_nn_params(oq_kctx *k, const oq_rt *t, const char *what, float **v, size_t
 /* Product of dims[a..b). */
 size_t oq_nn_prod(const int64_t *dims, int a, int b);
 
+/* Non-zero: pooling uses its plain scalar loops (the reference the fast paths are tested against). */
+extern int oq_nn_use_ref;
+
 /* ---- kernels ---- */
 int oq_nn_maxpool(oq_kctx *k);
 int oq_nn_averagepool(oq_kctx *k);

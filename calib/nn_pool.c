@@ -19,12 +19,32 @@
  * flat offsets into X: (n*C + c) * prod(spatial) + the spatial offset in
  * row-major order (storage_order 0) or column-major order (1).
  * Work is split over the N*C planes.
+ *
+ * Fast path (AVX-512F CPUs): 2-D float MaxPool without Indices, dilation 1
+ * and horizontal stride 1 or 2 computes 16 outputs of a row per vector. Each
+ * lane runs the reference's recurrence over the window taps in the same
+ * (row, column) order: the first tap inside the input sets the lane, each
+ * later one replaces it when greater (maxps(v, best) is v > best ? v : best),
+ * and taps outside the input are masked off. So NaN and signed-zero results
+ * equal the scalar loop's bit for bit (oq_nn_use_ref selects that loop; the
+ * tests compare the two).
  */
 #include "nn.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_Z 1
+#define AVX512 __attribute__((target("avx512f")))
+#endif
+
+int oq_nn_use_ref;
 
 enum { P_MAX, P_AVG, P_LP };
 
@@ -167,6 +187,112 @@ static void pool_planes(void *ctx, size_t begin, size_t end)
 	}
 }
 
+#if defined(HAVE_Z)
+static int z_ok(void)
+{
+	static int ok = -1;
+	if (ok < 0) {
+		__builtin_cpu_init();
+		ok = __builtin_cpu_supports("avx512f");
+	}
+	return ok;
+}
+
+/* Lanes l of 16 (l < nl) whose column c0 + l * sw lies in [0, w). */
+static __mmask16 col_mask(int64_t c0, int64_t sw, int64_t w, int64_t nl)
+{
+	int64_t lo = c0 >= 0 ? 0 : (-c0 + sw - 1) / sw, hi = c0 >= w ? 0 : (w - 1 - c0) / sw + 1;
+	if (hi > nl)
+		hi = nl;
+	if (lo >= hi)
+		return 0;
+	return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+#define ZMAX_KW 16 /* widest window the vector path takes */
+
+/*
+ * The window taps of 16 outputs of one row (see the file comment); sw is 1
+ * or 2; m[j]: the lanes whose tap j lies inside the row, lo[j] / hi[j]: the
+ * columns of the two 16-float loads of tap j inside the row (stride 2).
+ */
+AVX512 static inline __m512 zmax_vec(const float *x, int64_t H, int64_t W, int64_t ih0, int64_t kh, int64_t kw,
+				     int64_t c0, int64_t sw, const __mmask16 *m, const __mmask16 *lo,
+				     const __mmask16 *hi)
+{
+	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+	__m512 best = _mm512_set1_ps(-INFINITY);
+	__mmask16 have = 0;
+
+	for (int64_t i = 0; i < kh; i++) {
+		const float *row;
+		if (ih0 + i < 0 || ih0 + i >= H)
+			continue;
+		row = x + (ih0 + i) * W + c0;
+		for (int64_t j = 0; j < kw; j++) {
+			__m512 v;
+			if (!m[j])
+				continue;
+			if (sw == 1)
+				v = _mm512_maskz_loadu_ps(m[j], row + j);
+			else /* columns c .. c + 31 as two halves, then the even ones */
+				v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(lo[j], row + j), even,
+							   _mm512_maskz_loadu_ps(hi[j], row + j + 16));
+			best = _mm512_mask_mov_ps(best, m[j] & (__mmask16)~have, v);
+			best = _mm512_mask_max_ps(best, m[j] & have, v, best);
+			have |= m[j];
+		}
+	}
+	return best;
+}
+
+AVX512 static void zmax_planes(void *ctx, size_t begin, size_t end)
+{
+	const pool_job *J = ctx;
+	const geom *g = J->g;
+	int64_t H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1];
+	int64_t kh = g->k[0], kw = g->k[1], sh = g->s[0], sw = g->s[1];
+	__mmask16 m[ZMAX_KW], lo[ZMAX_KW], hi[ZMAX_KW];
+
+	for (size_t pl = begin; pl < end; pl++) {
+		const float *x = J->x + pl * J->in_plane;
+		float *y = J->y + pl * J->out_plane;
+		for (int64_t ow = 0; ow < OW; ow += 16) {
+			int64_t nl = OW - ow < 16 ? OW - ow : 16, c0 = ow * sw - g->pb[1];
+			__mmask16 keep = (__mmask16)((1u << nl) - 1u);
+			for (int64_t j = 0; j < kw; j++) {
+				m[j] = col_mask(c0 + j, sw, W, nl);
+				lo[j] = col_mask(c0 + j, 1, W, 16);
+				hi[j] = col_mask(c0 + j + 16, 1, W, 16);
+			}
+			for (int64_t oh = 0; oh < OH; oh++) {
+				float *yr = y + oh * OW + ow;
+				int64_t ih0 = oh * sh - g->pb[0];
+				if (kh == 3 && kw == 3 && sw == 2)
+					_mm512_mask_storeu_ps(yr, keep, zmax_vec(x, H, W, ih0, 3, 3, c0, 2, m, lo, hi));
+				else if (kh == 3 && kw == 3 && sw == 1)
+					_mm512_mask_storeu_ps(yr, keep, zmax_vec(x, H, W, ih0, 3, 3, c0, 1, m, lo, hi));
+				else
+					_mm512_mask_storeu_ps(yr, keep, zmax_vec(x, H, W, ih0, kh, kw, c0, sw, m, lo, hi));
+			}
+		}
+	}
+}
+#endif
+
+/* The AVX-512 MaxPool path applies (see the file comment). */
+static int zmax_fits(const pool_job *J)
+{
+#if defined(HAVE_Z)
+	const geom *g = J->g;
+	return !oq_nn_use_ref && z_ok() && J->kind == P_MAX && !J->ind && g->ns == 2 && g->d[0] == 1 &&
+	       g->d[1] == 1 && (g->s[1] == 1 || g->s[1] == 2) && g->k[1] <= ZMAX_KW;
+#else
+	(void)J;
+	return 0;
+#endif
+}
+
 /* Reads kernel_shape/strides/dilations/pads/auto_pad/ceil_mode and derives the output shape. */
 static int get_geom(oq_kctx *k, const oq_rt *x, geom *g)
 {
@@ -275,7 +401,8 @@ static int run_pool(oq_kctx *k, int kind)
 	od[1] = x->dims[1];
 	for (int i = 0; i < g.ns; i++)
 		od[2 + i] = g.out[i];
-	if ((rc = oq_k_output(k, 0, x->dtype, x->rank, od, &y)))
+	/* every output element is written (a window with no tap inside gives -inf / 0) */
+	if ((rc = oq_k_output_raw(k, 0, x->dtype, x->rank, od, &y)))
 		return rc;
 	if (kind == P_MAX && k->n_out > 1 && k->node->outputs[1]) {
 		if ((rc = oq_k_output(k, 1, OQ_DT_INT64, x->rank, od, &ind)))
@@ -294,7 +421,12 @@ static int run_pool(oq_kctx *k, int kind)
 	{
 		size_t work = J.out_plane * (size_t)(g.k[0] * g.k[1] * g.k[2]) + 1;
 		size_t grain = work >= 4096 ? 1 : 4096 / work;
-		oq_k_parallel(k, (size_t)(x->dims[0] * x->dims[1]), grain, pool_planes, &J);
+		oq_range_fn fn = pool_planes;
+#if defined(HAVE_Z)
+		if (zmax_fits(&J))
+			fn = zmax_planes;
+#endif
+		oq_k_parallel(k, (size_t)(x->dims[0] * x->dims[1]), grain, fn, &J);
 	}
 	oq_nn_f32_out(y, yo);
 	free(xo);
@@ -326,6 +458,40 @@ typedef struct gjob {
 	size_t plane;
 } gjob;
 
+/*
+ * Sum of x[0..n) in double for GlobalAveragePool: eight partial sums (lane
+ * l takes the elements i = l mod 8 of the whole blocks of 8), combined as
+ * ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)), then the tail in
+ * order. A fixed order (not one long dependent chain of additions), the
+ * same on every path and thread.
+ */
+static double sum_f(const float *x, size_t n)
+{
+	size_t i = 0, nb = n / 8 * 8;
+	double s[8] = {0, 0, 0, 0, 0, 0, 0, 0}, t;
+#if defined(__SSE2__)
+	__m128d a0 = _mm_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+	for (; i < nb; i += 8) {
+		__m128 lo = _mm_loadu_ps(x + i), hi = _mm_loadu_ps(x + i + 4);
+		a0 = _mm_add_pd(a0, _mm_cvtps_pd(lo));
+		a1 = _mm_add_pd(a1, _mm_cvtps_pd(_mm_movehl_ps(lo, lo)));
+		a2 = _mm_add_pd(a2, _mm_cvtps_pd(hi));
+		a3 = _mm_add_pd(a3, _mm_cvtps_pd(_mm_movehl_ps(hi, hi)));
+	}
+	_mm_storeu_pd(s, a0);
+	_mm_storeu_pd(s + 2, a1);
+	_mm_storeu_pd(s + 4, a2);
+	_mm_storeu_pd(s + 6, a3);
+#endif
+	for (; i < nb; i += 8)
+		for (int l = 0; l < 8; l++)
+			s[l] += x[i + l];
+	t = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+	for (; i < n; i++)
+		t += x[i];
+	return t;
+}
+
 static void global_planes(void *ctx, size_t begin, size_t end)
 {
 	const gjob *J = ctx;
@@ -337,17 +503,13 @@ static void global_planes(void *ctx, size_t begin, size_t end)
 				if (x[i] > m)
 					m = x[i];
 			J->y[pl] = m;
+		} else if (J->kind == P_AVG) {
+			J->y[pl] = J->plane ? (float)(sum_f(x, J->plane) / (double)J->plane) : NAN;
 		} else {
 			double acc = 0;
 			for (size_t i = 0; i < J->plane; i++)
-				acc += J->kind == P_AVG ? x[i]
-				       : J->p == 1	 ? fabs(x[i])
-				       : J->p == 2	 ? (double)x[i] * x[i]
-							 : pow(fabs(x[i]), J->p);
-			if (J->kind == P_AVG)
-				J->y[pl] = J->plane ? (float)(acc / (double)J->plane) : NAN;
-			else
-				J->y[pl] = (float)(J->p == 1 ? acc : J->p == 2 ? sqrt(acc) : pow(acc, 1.0 / J->p));
+				acc += J->p == 1 ? fabs(x[i]) : J->p == 2 ? (double)x[i] * x[i] : pow(fabs(x[i]), J->p);
+			J->y[pl] = (float)(J->p == 1 ? acc : J->p == 2 ? sqrt(acc) : pow(acc, 1.0 / J->p));
 		}
 	}
 }

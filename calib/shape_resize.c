@@ -417,17 +417,24 @@ static void interp_rows(void *ctx, size_t begin, size_t end)
 	}
 }
 
-/* Nearest over whole rows: outer axes give one source row, the last axis a gather. */
+/*
+ * Nearest over whole rows: outer axes give one source row, the last axis a
+ * gather. An output row whose source row (and extrapolation) equals the
+ * previous row's, as in an integer upsampling, is a copy of that row.
+ */
 static void nearest_rows(void *ctx, size_t begin, size_t end)
 {
 	rjob *j = ctx;
 	int r = j->rank, last = r - 1;
 	const axis_taps *lt = &j->ax[last];
-	int64_t c[MAXR], rem = (int64_t)begin, W = j->y->dims[last];
+	int64_t c[MAXR], rem = (int64_t)begin, W = j->y->dims[last], prev_off = -1;
 	size_t e = (size_t)oq_dtype_bits(j->x->dtype) / 8;
 	const unsigned char *src = j->x->data;
 	unsigned char *dst = j->y->data;
+	int lt_extrap = 0, prev_extrap = -1;
 
+	for (int64_t x = 0; x < W; x++)
+		lt_extrap |= lt->extrap[x];
 	for (int a = last - 1; a >= 0; a--) {
 		c[a] = rem % j->y->dims[a];
 		rem /= j->y->dims[a];
@@ -441,14 +448,23 @@ static void nearest_rows(void *ctx, size_t begin, size_t end)
 				extrap = 1;
 			off += j->ax[a].idx[c[a] * j->ax[a].n];
 		}
-		for (int64_t x = 0; x < W; x++) {
-			if (extrap || lt->extrap[x])
-				wr(j->y, row * (size_t)W + (size_t)x, j->extrapolation);
-			else if (e == 4)
-				memcpy(d + (size_t)x * 4, src + (size_t)(off + lt->idx[x * lt->n]) * 4, 4);
-			else
-				memcpy(d + (size_t)x * e, src + (size_t)(off + lt->idx[x * lt->n]) * e, e);
+		if (row > begin && off == prev_off && extrap == prev_extrap) {
+			memcpy(d, d - (size_t)W * e, (size_t)W * e);
+		} else if (!extrap && !lt_extrap && e == 4) {
+			uint32_t *d32 = (uint32_t *)(void *)d;
+			const uint32_t *s32 = (const uint32_t *)(const void *)src + off;
+			for (int64_t x = 0; x < W; x++)
+				d32[x] = s32[lt->idx[x * lt->n]];
+		} else {
+			for (int64_t x = 0; x < W; x++) {
+				if (extrap || lt->extrap[x])
+					wr(j->y, row * (size_t)W + (size_t)x, j->extrapolation);
+				else
+					memcpy(d + (size_t)x * e, src + (size_t)(off + lt->idx[x * lt->n]) * e, e);
+			}
 		}
+		prev_off = off;
+		prev_extrap = extrap;
 		for (int a = last - 1; a >= 0; a--) {
 			if (++c[a] < j->y->dims[a])
 				break;
@@ -477,7 +493,10 @@ static int resize_run(oq_kctx *k, const rparams *p, oq_rt *x, const double *scal
 		if (!(scale[a] > 0) || !isfinite(scale[a]) || odims[a] < 0)
 			return oq_k_err(k, OQ_EINVAL, "scale %g for axis %d is not usable (must be positive and give "
 						      "a representable length)", scale[a], a);
-	if ((rc = oq_k_output(k, 0, x->dtype, x->rank, odims, &y)))
+	/* nearest_rows writes every element (extrapolated ones too) */
+	if ((rc = (p->mode == M_NEAREST && x->rank > 0 && x->dtype != OQ_DT_STRING && !oq_dtype_is_subbyte(x->dtype)
+			   ? oq_k_output_raw
+			   : oq_k_output)(k, 0, x->dtype, x->rank, odims, &y)))
 		return rc;
 	if (y->nelem == 0)
 		return OQ_OK;

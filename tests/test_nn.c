@@ -19,6 +19,7 @@
 
 #include "exec.h"
 #include "gen_model.h"
+#include "nn.h"
 
 /* ------------------------------------------------------------------ harness */
 
@@ -385,6 +386,61 @@ Test(pool, random_configs_match_naive_loop)
 			cr_assert_float_eq(((float *)t.out[0].data)[i], want[i], 1e-4, "trial %d elem %zu", trial, i);
 		oq_rt_release(&in);
 		free(want);
+		nt_end(&t);
+	}
+}
+
+/*
+ * MaxPool's vector path (16 outputs of a row at a time, AVX-512 CPUs) against
+ * its scalar loop (oq_nn_use_ref): rows of 1 to 70 outputs (vector tails),
+ * strides 1 and 2 across (any down), pads and ceil_mode, on inputs with
+ * NaNs, +0/-0 and repeated values, where the first-wins order of the taps
+ * decides the bits. Bit-identical for 1 and 3 threads too.
+ */
+Test(pool, maxpool_fast_matches_scalar_bits)
+{
+	unsigned seed = 777;
+	for (int trial = 0; trial < 80; trial++) {
+		int H, W, kh, kw, sh, sw, pads[4], ceil_m;
+		nt t;
+		oq_rt in, ref;
+#define RND(n) (int)(((seed = seed * 1103515245u + 12345u) >> 16) % (unsigned)(n))
+		H = 1 + RND(12);
+		W = 1 + RND(140);
+		kh = 1 + RND(4);
+		kw = 1 + RND(4);
+		sh = 1 + RND(3);
+		sw = 1 + RND(2);
+		for (int i = 0; i < 4; i++)
+			pads[i] = RND(kh < kw ? kh : kw);
+		ceil_m = RND(2);
+		if (H + pads[0] + pads[2] < kh || W + pads[1] + pads[3] < kw)
+			continue;
+		cr_assert_eq(oq_rt_alloc(&in, OQ_DT_FLOAT, 4, I64(1, 3, H, W)), OQ_OK);
+		for (size_t i = 0; i < in.nelem; i++) {
+			int r = RND(20);
+			((float *)in.data)[i] = r == 0 ? NAN : r == 1 ? 0.0f : r == 2 ? -0.0f : (float)(RND(9) - 4);
+		}
+#undef RND
+		nt_begin(&t, "MaxPool", 12, "x", "y");
+		gen_input(t.g, t.gp, "x", OQ_DT_FLOAT, SHAPE(1, 3, H, W));
+		gen_attr_ints(t.g, t.n, "kernel_shape", 2, I64(kh, kw));
+		gen_attr_ints(t.g, t.n, "strides", 2, I64(sh, sw));
+		gen_attr_ints(t.g, t.n, "pads", 4, I64(pads[0], pads[1], pads[2], pads[3]));
+		gen_attr_int(t.g, t.n, "ceil_mode", ceil_m);
+		oq_nn_use_ref = 1;
+		cr_assert_eq(nt_run(&t, 1, &in, 1), OQ_OK, "trial %d: %s", trial, t.d.msg);
+		oq_nn_use_ref = 0;
+		cr_assert_eq(oq_rt_copy(&ref, &t.out[0]), OQ_OK);
+		for (int threads = 1; threads <= 3; threads += 2) {
+			cr_assert_eq(nt_run(&t, threads, &in, 1), OQ_OK, "trial %d: %s", trial, t.d.msg);
+			cr_assert_eq(t.out[0].nbytes, ref.nbytes);
+			cr_assert(memcmp(t.out[0].data, ref.data, ref.nbytes) == 0,
+				  "trial %d (H %d W %d k %dx%d s %dx%d): fast and scalar MaxPool differ (%d threads)", trial,
+				  H, W, kh, kw, sh, sw, threads);
+		}
+		oq_rt_release(&ref);
+		oq_rt_release(&in);
 		nt_end(&t);
 	}
 }

@@ -1,0 +1,383 @@
+/*
+ * test_exec_steps.c - the executor's fused epilogue steps (calib/exec.c
+ * plan_fusion, applied by calib/linalg_conv.c): element-wise ops after a
+ * Conv [-> BN] [-> activation] absorbed into its group - a residual Add
+ * (ResNet), Mul / Add / Sub / Div by scalar or per-channel constants and a
+ * HardSwish written as Add, Clip, Mul, Div (PP-LCNet), x * Sigmoid(x).
+ *
+ * Each model is built with gen_model.h and run fused (no observer), unfused
+ * (an observer attached: every node on its own) and with 2 threads. The
+ * epilogue uses the element-wise kernels' float expressions, so fused ==
+ * unfused bit for bit, on the AVX-512 engine and with oq_linalg_no_avx512
+ * (the SSE / scalar epilogue); and fused is within 1e-5 (relative to the
+ * largest magnitude) of a double reference computed here from the same
+ * parameters by the op definitions. A residual whose shape differs from the
+ * Conv output at run time (a broadcast [1, M, 1, 1] input) makes the group
+ * run node by node, with the same results.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec.h"
+#include "gen_model.h"
+#include "kernel.h"
+#include "linalg.h"
+
+static uint64_t rng = 1;
+
+/* Uniform in [-1, 1), representable as float. */
+static double frand(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (double)(float)((double)(rng >> 11) / 9007199254740992.0 * 2 - 1);
+}
+
+static double *rand_vec(size_t n, double scale)
+{
+	double *v = calloc(n, sizeof *v);
+	cr_assert(v);
+	for (size_t i = 0; i < n; i++)
+		v[i] = (double)(float)(frand() * scale);
+	return v;
+}
+
+/* The chain after the Conv (and BN when bn). */
+enum {
+	CH_RESIDUAL_RELU,   /* Add(t, r) -> Relu; r a graph input of the output's shape */
+	CH_RESIDUAL_REV,    /* Sub(r, t) (the tensor on the left) */
+	CH_LCNET,           /* Mul(s, t) -> Add(., per-channel) -> x*clip(x+3,0,6)/6 -> Mul(., 0.5) -> Sub(1.5, .) */
+	CH_SILU,            /* Mul(t, Sigmoid(t)) */
+	CH_BROADCAST,       /* Add(t, r) with r [1, M, 1, 1]: shape differs at run time */
+};
+
+typedef struct model {
+	int64_t c, h, w, m, k, stride, pad, group;
+	int bn;
+	int chain;
+	/* parameters as doubles (float values) */
+	double *wt, *b, *bs, *bb, *bm, *bv, *pc;
+	double s_mul;
+} model;
+
+static int64_t odim(const model *s, int64_t in)
+{
+	return (in + 2 * s->pad - s->k) / s->stride + 1;
+}
+
+static gen_model *build(model *s)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *gp;
+	Onnx__NodeProto *n;
+	int64_t cg = s->c / s->group, oh = odim(s, s->h), ow = odim(s, s->w);
+	const char *last = "c";
+
+	s->wt = rand_vec((size_t)(s->m * cg * s->k * s->k), 1.0 / sqrt((double)(cg * s->k * s->k)));
+	s->b = rand_vec((size_t)s->m, 0.5);
+	s->bs = rand_vec((size_t)s->m, 0.5);
+	s->bb = rand_vec((size_t)s->m, 0.5);
+	s->bm = rand_vec((size_t)s->m, 0.3);
+	s->bv = rand_vec((size_t)s->m, 0.4);
+	s->pc = rand_vec((size_t)s->m, 2.0);
+	for (int64_t i = 0; i < s->m; i++) {
+		s->bs[i] += 1.0;
+		s->bv[i] += 0.6;
+	}
+	s->s_mul = (double)1.75f;
+	gen_opset(g, "", 13);
+	gp = gen_graph(g);
+	gen_input(g, gp, "x", OQ_DT_FLOAT, GEN_SHAPE(1, s->c, s->h, s->w));
+	if (s->chain == CH_RESIDUAL_RELU || s->chain == CH_RESIDUAL_REV)
+		gen_input(g, gp, "r", OQ_DT_FLOAT, GEN_SHAPE(1, s->m, oh, ow));
+	if (s->chain == CH_BROADCAST)
+		gen_input(g, gp, "r", OQ_DT_FLOAT, GEN_SHAPE(1, s->m, 1, 1));
+	gen_init(g, gp, "W", OQ_DT_FLOAT, GEN_SHAPE(s->m, cg, s->k, s->k), s->wt);
+	gen_init(g, gp, "B", OQ_DT_FLOAT, GEN_SHAPE(s->m), s->b);
+	n = gen_node(g, gp, "Conv", "conv", "x,W,B", "c");
+	gen_attr_ints(g, n, "pads", 4, (const int64_t[]){s->pad, s->pad, s->pad, s->pad});
+	gen_attr_ints(g, n, "strides", 2, (const int64_t[]){s->stride, s->stride});
+	gen_attr_int(g, n, "group", s->group);
+	if (s->bn) {
+		gen_init(g, gp, "bs", OQ_DT_FLOAT, GEN_SHAPE(s->m), s->bs);
+		gen_init(g, gp, "bb", OQ_DT_FLOAT, GEN_SHAPE(s->m), s->bb);
+		gen_init(g, gp, "bm", OQ_DT_FLOAT, GEN_SHAPE(s->m), s->bm);
+		gen_init(g, gp, "bv", OQ_DT_FLOAT, GEN_SHAPE(s->m), s->bv);
+		n = gen_node(g, gp, "BatchNormalization", "bn", "c,bs,bb,bm,bv", "t");
+		gen_attr_float(g, n, "epsilon", 1e-3f);
+		last = "t";
+	}
+	switch (s->chain) {
+	case CH_RESIDUAL_RELU: {
+		char in[16];
+		snprintf(in, sizeof in, "%s,r", last);
+		gen_node(g, gp, "Add", "add", in, "s");
+		gen_node(g, gp, "Relu", "relu", "s", "y");
+		break;
+	}
+	case CH_RESIDUAL_REV: {
+		char in[16];
+		snprintf(in, sizeof in, "r,%s", last);
+		gen_node(g, gp, "Sub", "sub", in, "y");
+		break;
+	}
+	case CH_BROADCAST: {
+		char in[16];
+		snprintf(in, sizeof in, "%s,r", last);
+		gen_node(g, gp, "Add", "add", in, "y");
+		break;
+	}
+	case CH_LCNET: {
+		char in[16];
+		Onnx__NodeProto *k;
+		gen_init(g, gp, "sm", OQ_DT_FLOAT, GEN_SHAPE(1), &s->s_mul);
+		gen_init(g, gp, "pc", OQ_DT_FLOAT, GEN_SHAPE(s->m, 1, 1), s->pc);
+		gen_init(g, gp, "three", OQ_DT_FLOAT, 0, NULL, GEN_VALS(3));
+		gen_init(g, gp, "zero", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0));
+		gen_init(g, gp, "six", OQ_DT_FLOAT, 0, NULL, GEN_VALS(6));
+		gen_init(g, gp, "half", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(0.5));
+		/* 1.5 from a Constant node's value_float */
+		k = gen_node(g, gp, "Constant", "k15", "", "k15");
+		gen_attr_float(g, k, "value_float", 1.5f);
+		snprintf(in, sizeof in, "sm,%s", last);
+		gen_node(g, gp, "Mul", "mul0", in, "u0");
+		gen_node(g, gp, "Add", "add0", "u0,pc", "u1");
+		gen_node(g, gp, "Add", "add3", "u1,three", "u2");
+		gen_node(g, gp, "Clip", "clip", "u2,zero,six", "u3");
+		gen_node(g, gp, "Mul", "gate", "u1,u3", "u4");
+		gen_node(g, gp, "Div", "div6", "u4,six", "u5");
+		gen_node(g, gp, "Mul", "mulh", "u5,half", "u6");
+		gen_node(g, gp, "Sub", "sub", "k15,u6", "y");
+		break;
+	}
+	case CH_SILU: {
+		char in[16];
+		gen_node(g, gp, "Sigmoid", "sig", last, "g");
+		snprintf(in, sizeof in, "g,%s", last);
+		gen_node(g, gp, "Mul", "silu", in, "y");
+		break;
+	}
+	default:
+		break;
+	}
+	gen_output(g, gp, "y", OQ_DT_FLOAT, GEN_SHAPE(1, s->m, oh, ow));
+	return g;
+}
+
+static void free_model(model *s)
+{
+	free(s->wt);
+	free(s->b);
+	free(s->bs);
+	free(s->bb);
+	free(s->bm);
+	free(s->bv);
+	free(s->pc);
+}
+
+/* The chain in double from the op definitions; r the residual (or NULL). */
+static double *reference(const model *s, const oq_rt *x, const oq_rt *r)
+{
+	int64_t cg = s->c / s->group, mg = s->m / s->group, oh = odim(s, s->h), ow = odim(s, s->w);
+	double *y = calloc((size_t)(s->m * oh * ow), sizeof *y);
+	const float *xv = x->data, *rv = r ? r->data : NULL;
+
+	cr_assert(y);
+	for (int64_t m = 0; m < s->m; m++)
+		for (int64_t i = 0; i < oh; i++)
+			for (int64_t j = 0; j < ow; j++) {
+				double v = s->b[m], u;
+				size_t o = (size_t)((m * oh + i) * ow + j);
+				for (int64_t c = 0; c < cg; c++)
+					for (int64_t p = 0; p < s->k; p++)
+						for (int64_t q = 0; q < s->k; q++) {
+							int64_t ih = i * s->stride - s->pad + p, iw = j * s->stride - s->pad + q;
+							if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w)
+								continue;
+							v += xv[((m / mg * cg + c) * s->h + ih) * s->w + iw] *
+							     s->wt[((m * cg + c) * s->k + p) * s->k + q];
+						}
+				if (s->bn)
+					v = (v - s->bm[m]) / sqrt(s->bv[m] + (double)1e-3f) * s->bs[m] + s->bb[m];
+				switch (s->chain) {
+				case CH_RESIDUAL_RELU:
+					v += rv[o];
+					v = v < 0 ? 0 : v;
+					break;
+				case CH_RESIDUAL_REV:
+					v = rv[o] - v;
+					break;
+				case CH_BROADCAST:
+					v += rv[m];
+					break;
+				case CH_LCNET:
+					v = v * s->s_mul + s->pc[m];
+					u = v + 3 < 0 ? 0 : v + 3 > 6 ? 6 : v + 3;
+					v = 1.5 - v * u / 6 * 0.5;
+					break;
+				case CH_SILU:
+					v = v / (1 + exp(-v));
+					break;
+				default:
+					break;
+				}
+				y[o] = v;
+			}
+	return y;
+}
+
+static int observe(void *ctx, const oq_value *v, const oq_rt *t)
+{
+	(void)ctx;
+	(void)v;
+	(void)t;
+	return 0;
+}
+
+/* One run; observed: every node on its own. Returns the number of fused groups. */
+static size_t run(oq_model *m, int threads, int observed, const oq_rt *in, size_t n_in, oq_rt *y)
+{
+	oq_exec *e = NULL;
+	oq_exec_opts o = {threads};
+	oq_diag d;
+	size_t nf;
+
+	oq_diag_init(&d);
+	cr_assert_eq(oq_exec_new(m, &o, &e, &d), OQ_OK, "exec_new: %s", d.msg);
+	if (observed)
+		oq_exec_set_observer(e, observe, NULL);
+	cr_assert_eq(oq_exec_run(e, in, n_in, y, 1, &d), OQ_OK, "run: %s", d.msg);
+	nf = oq_exec_n_fused(e);
+	oq_exec_free(e);
+	return nf;
+}
+
+static void same_bits(const oq_rt *a, const oq_rt *b, const char *what)
+{
+	cr_assert(a->nbytes == b->nbytes && !memcmp(a->data, b->data, a->nbytes), "%s: not bit-identical", what);
+}
+
+/* The protocol of the file comment for model s; want_fused: oq_exec_n_fused of the fused run. */
+static void check(model *s, uint64_t sd, size_t want_fused, const char *name)
+{
+	gen_model *g;
+	oq_model *m = NULL;
+	oq_diag d;
+	oq_rt in[2], fused, unf, two, sse;
+	size_t n_in = 1;
+	int64_t oh = odim(s, s->h), ow = odim(s, s->w);
+	double *ref, tol = 0;
+	char what[128];
+
+	rng = sd * 0x9E3779B97F4A7C15ull + 1;
+	g = build(s);
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "load: %s", d.msg);
+	cr_assert_eq(oq_rt_alloc(&in[0], OQ_DT_FLOAT, 4, (const int64_t[]){1, s->c, s->h, s->w}), OQ_OK);
+	for (size_t i = 0; i < in[0].nelem; i++)
+		((float *)in[0].data)[i] = (float)frand();
+	if (s->chain == CH_RESIDUAL_RELU || s->chain == CH_RESIDUAL_REV || s->chain == CH_BROADCAST) {
+		int64_t rd[4] = {1, s->m, s->chain == CH_BROADCAST ? 1 : oh, s->chain == CH_BROADCAST ? 1 : ow};
+		cr_assert_eq(oq_rt_alloc(&in[1], OQ_DT_FLOAT, 4, rd), OQ_OK);
+		for (size_t i = 0; i < in[1].nelem; i++)
+			((float *)in[1].data)[i] = (float)frand();
+		n_in = 2;
+	}
+	ref = reference(s, &in[0], n_in > 1 ? &in[1] : NULL);
+
+	cr_assert_eq(run(m, 1, 0, in, n_in, &fused), want_fused, "%s: fused groups", name);
+	run(m, 1, 1, in, n_in, &unf);
+	run(m, 2, 0, in, n_in, &two);
+	oq_linalg_no_avx512 = 1;
+	run(m, 1, 0, in, n_in, &sse);
+	oq_linalg_no_avx512 = 0;
+
+	cr_assert_eq(fused.nelem, (size_t)(s->m * oh * ow));
+	for (size_t i = 0; i < fused.nelem; i++)
+		tol = fmax(tol, fabs(ref[i]));
+	tol *= 1e-5;
+	for (size_t i = 0; i < fused.nelem; i++)
+		cr_assert(fabs(((float *)fused.data)[i] - ref[i]) <= tol, "%s: element %zu is %.9g, want %.9g", name, i,
+			  (double)((float *)fused.data)[i], ref[i]);
+	snprintf(what, sizeof what, "%s: fused vs unfused", name);
+	same_bits(&fused, &unf, what);
+	snprintf(what, sizeof what, "%s: 1 vs 2 threads", name);
+	same_bits(&fused, &two, what);
+	snprintf(what, sizeof what, "%s: AVX-512 vs SSE epilogue", name);
+	same_bits(&fused, &sse, what);
+
+	oq_rt_release(&fused);
+	oq_rt_release(&unf);
+	oq_rt_release(&two);
+	oq_rt_release(&sse);
+	for (size_t i = 0; i < n_in; i++)
+		oq_rt_release(&in[i]);
+	free(ref);
+	oq_model_free(m);
+	gen_free(g);
+	free_model(s);
+}
+
+Test(exec_steps, residual_add_relu)
+{
+	/* ResNet's Conv -> BN -> Add(., r) -> Relu: one group */
+	model s = {.c = 8, .h = 9, .w = 9, .m = 16, .k = 3, .stride = 1, .pad = 1, .group = 1, .bn = 1,
+		   .chain = CH_RESIDUAL_RELU};
+	check(&s, 1, 1, "conv+bn+add+relu");
+	/* 1x1 direct path without BN (MobileNetV2's projection + residual), 200 positions */
+	model t = {.c = 24, .h = 10, .w = 20, .m = 12, .k = 1, .stride = 1, .pad = 0, .group = 1, .bn = 0,
+		   .chain = CH_RESIDUAL_RELU};
+	check(&t, 2, 1, "1x1+add+relu");
+}
+
+Test(exec_steps, residual_on_the_left)
+{
+	model s = {.c = 5, .h = 7, .w = 11, .m = 6, .k = 3, .stride = 2, .pad = 1, .group = 1, .bn = 0,
+		   .chain = CH_RESIDUAL_REV};
+	check(&s, 3, 1, "r - conv");
+}
+
+Test(exec_steps, lcnet_affine_and_decomposed_hardswish)
+{
+	/* dense 3x3 (30 channels: three register tiles of rows) and depthwise 3x3 (the register depthwise
+	 * path), several 16-lane tails */
+	model s = {.c = 6, .h = 13, .w = 21, .m = 30, .k = 3, .stride = 1, .pad = 1, .group = 1, .bn = 0,
+		   .chain = CH_LCNET};
+	check(&s, 4, 1, "lcnet dense");
+	model t = {.c = 12, .h = 17, .w = 37, .m = 12, .k = 3, .stride = 1, .pad = 1, .group = 12, .bn = 1,
+		   .chain = CH_LCNET};
+	check(&t, 5, 1, "lcnet depthwise");
+	model u = {.c = 12, .h = 17, .w = 37, .m = 12, .k = 5, .stride = 2, .pad = 2, .group = 12, .bn = 0,
+		   .chain = CH_LCNET};
+	check(&u, 6, 1, "lcnet depthwise stride 2");
+}
+
+Test(exec_steps, silu_gate)
+{
+	/* x * Sigmoid(x): the Sigmoid runs on stored rows (not on registers) */
+	model s = {.c = 7, .h = 8, .w = 9, .m = 9, .k = 3, .stride = 1, .pad = 1, .group = 1, .bn = 1,
+		   .chain = CH_SILU};
+	check(&s, 7, 1, "silu dense");
+	model t = {.c = 16, .h = 8, .w = 30, .m = 16, .k = 3, .stride = 1, .pad = 1, .group = 16, .bn = 0,
+		   .chain = CH_SILU};
+	check(&t, 8, 1, "silu depthwise");
+	/* a 7x7 plane: the flat depthwise path (several rows per vector) */
+	model u = {.c = 16, .h = 7, .w = 7, .m = 16, .k = 3, .stride = 1, .pad = 1, .group = 16, .bn = 1,
+		   .chain = CH_SILU};
+	check(&u, 10, 1, "silu depthwise 7x7");
+	model v = {.c = 24, .h = 5, .w = 9, .m = 24, .k = 5, .stride = 1, .pad = 2, .group = 24, .bn = 0,
+		   .chain = CH_LCNET};
+	check(&v, 11, 1, "lcnet depthwise 5x9");
+}
+
+Test(exec_steps, broadcast_residual_runs_unfused)
+{
+	/* planned as a group (the residual's shape is unknown before the run), run node by node */
+	model s = {.c = 4, .h = 6, .w = 6, .m = 8, .k = 3, .stride = 1, .pad = 1, .group = 1, .bn = 1,
+		   .chain = CH_BROADCAST};
+	check(&s, 9, 1, "broadcast residual");
+}
