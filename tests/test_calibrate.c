@@ -23,34 +23,24 @@
 
 #include "calibrate.h"
 #include "gen_model.h"
+#include "tmpdir.h"
 #include "npy.h"
-
-static char dir[64];
-static char path[512];
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/oq_calib_XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_not_null(tmpdir_make("oq_calib"));
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", dir);
+	tmpdir_remove();
 }
 
-static const char *at(const char *rel)
-{
-	snprintf(path, sizeof path, "%s/%s", dir, rel);
-	return path;
-}
+#define at tmpdir_at
 
 static void mkdir_at(const char *rel)
 {
-	cr_assert_eq(mkdir(at(rel), 0700), 0, "mkdir %s", path);
+	cr_assert_eq(mkdir(at(rel), 0700), 0, "mkdir %s", tmpdir_last());
 }
 
 /* rel.npy holding float32[2, 3] v. */
@@ -357,7 +347,7 @@ Test(calibrate, bad_sample_named_before_running, .init = setup, .fini = teardown
 	snprintf(want, sizeof want,
 	         "run: %s/c/001.npy: input 'x' expects float[2, 3], the file holds float[6] "
 	         "(rank 1, not 2)",
-	         dir);
+	         tmpdir_path());
 	cr_expect_str_eq(d.msg, want);
 	cr_expect_str_eq(log, ""); /* nothing ran */
 	cr_expect_eq(r.n, 0);
@@ -379,7 +369,7 @@ Test(calibrate, empty_folder, .init = setup, .fini = teardown)
 	snprintf(
 	    want, sizeof want,
 	    "calibrate: %s/c holds no samples; give NNN.npy files or NNN/ folders (see README)",
-	    dir);
+	    tmpdir_path());
 	cr_expect_str_eq(d.msg, want);
 	free(log);
 	unbuild(&f);

@@ -33,34 +33,24 @@
 
 #include "compare.h"
 #include "gen_model.h"
+#include "tmpdir.h"
 #include "npy.h"
-
-static char dir[64];
-static char path[512];
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/oq_cmp_XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_not_null(tmpdir_make("oq_cmp"));
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", dir);
+	tmpdir_remove();
 }
 
-static const char *at(const char *rel)
-{
-	snprintf(path, sizeof path, "%s/%s", dir, rel);
-	return path;
-}
+#define at tmpdir_at
 
 static void mkdir_at(const char *rel)
 {
-	cr_assert_eq(mkdir(at(rel), 0700), 0, "mkdir %s", path);
+	cr_assert_eq(mkdir(at(rel), 0700), 0, "mkdir %s", tmpdir_last());
 }
 
 /* rel holding float32[1, 4] v. */
@@ -145,7 +135,7 @@ static int cmp(model *r, model *t, oq_compare_opts *o, char **text, oq_diag *d)
 	cr_assert_not_null(f);
 	oq_diag_init(d);
 	static char data[600];
-	snprintf(data, sizeof data, "%s/data", dir);
+	snprintf(data, sizeof data, "%s/data", tmpdir_path());
 	o->data_dir = data;
 	rc = oq_compare(r->m, t->m, o, f, d);
 	fclose(f);

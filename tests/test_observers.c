@@ -20,6 +20,7 @@
 
 #include "calibrate.h"
 #include "gen_model.h"
+#include "tmpdir.h"
 #include "npy.h"
 #include "observe.h"
 #include "pass.h"
@@ -636,28 +637,17 @@ Test(observers, mse_unsigned_symmetric_and_fp8)
 
 /* ------------------------------------------------------------ through calibrate */
 
-static char dir[64];
-static char path[512];
-
 static void setup(void)
 {
-	strcpy(dir, "/tmp/oq_obs_XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_not_null(tmpdir_make("oq_obs"));
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", dir);
+	tmpdir_remove();
 }
 
-static const char *at(const char *rel)
-{
-	snprintf(path, sizeof path, "%s/%s", dir, rel);
-	return path;
-}
+#define at tmpdir_at
 
 #define ROWS 4
 #define COLS 64

@@ -26,39 +26,28 @@
 #include <unistd.h>
 
 #include "gen_model.h"
+#include "tmpdir.h"
 #include "npy.h"
 #include "onnx.pb-c.h"
 #include "run.h"
 
-static char dir[64];
-static char path[512];
-
 static void setup(void)
 {
-	strcpy(dir, "/tmp/oq_run_XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_not_null(tmpdir_make("oq_run"));
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", dir);
+	tmpdir_remove();
 }
 
-/* dir + "/" + rel */
-static const char *at(const char *rel)
-{
-	snprintf(path, sizeof path, "%s/%s", dir, rel);
-	return path;
-}
+#define at tmpdir_at
 
 static void mkdirs(const char *rel)
 {
 	char p[512];
-	snprintf(p, sizeof p, "%s/%s", dir, rel);
-	for (char *q = p + strlen(dir) + 1; *q; q++)
+	snprintf(p, sizeof p, "%s/%s", tmpdir_path(), rel);
+	for (char *q = p + strlen(tmpdir_path()) + 1; *q; q++)
 		if (*q == '/') {
 			*q = 0;
 			mkdir(p, 0700);
@@ -70,7 +59,7 @@ static void mkdirs(const char *rel)
 static void put_file(const char *rel, const void *p, size_t n)
 {
 	FILE *f = fopen(at(rel), "wb");
-	cr_assert_not_null(f, "cannot create %s", path);
+	cr_assert_not_null(f, "cannot create %s", tmpdir_last());
 	cr_assert_eq(fwrite(p, 1, n, f), n);
 	fclose(f);
 }
@@ -169,14 +158,14 @@ static int scan_check(fixture *f, oq_samples *s, oq_diag *d)
 	int rc;
 	oq_diag_init(d);
 	memset(s, 0, sizeof *s);
-	if ((rc = oq_samples_scan(dir, f->e, s, d)))
+	if ((rc = oq_samples_scan(tmpdir_path(), f->e, s, d)))
 		return rc;
 	if ((rc = oq_samples_check(s, f->e, d)))
 		oq_samples_free(s);
 	return rc;
 }
 
-/* Expects scan+check to fail with status and exactly `want` (with "%D" standing for dir). */
+/* Expects scan+check to fail with status and exactly `want` ("%D": the scratch folder). */
 static void expect_error(fixture *f, int status, const char *want)
 {
 	char full[1024];
@@ -187,7 +176,7 @@ static void expect_error(fixture *f, int status, const char *want)
 
 	for (const char *p = want; *p && o + 64 < sizeof full; p++) {
 		if (p[0] == '%' && p[1] == 'D') {
-			o += (size_t)snprintf(full + o, sizeof full - o, "%s", dir);
+			o += (size_t)snprintf(full + o, sizeof full - o, "%s", tmpdir_path());
 			p++;
 		} else {
 			full[o++] = *p;
@@ -705,7 +694,7 @@ Test(run, run_writes_outputs_and_reports, .init = setup, .fini = teardown)
 	mkdirs("in/000");
 	npy_f32("in/000/x.npy", "(2, 3)", 6);
 	npy_f32("in/000/z.npy", "(2, 2)", 4);
-	snprintf(out, sizeof out, "%s/out/deep", dir);
+	snprintf(out, sizeof out, "%s/out/deep", tmpdir_path());
 	o.model_path = "m.onnx";
 	o.data_dir = at("in");
 	o.threads = 2;
@@ -759,11 +748,11 @@ Test(run, run_explicit_writes_flat, .init = setup, .fini = teardown)
 	specs[0] = spec;
 	o.inputs = specs;
 	o.n_inputs = 1;
-	o.output_dir = dir;
+	o.output_dir = tmpdir_path();
 	cr_assert_eq(run_to(&f, &o, &text, &d), OQ_OK, "%s", d.msg);
 	cr_expect_str_eq(text, ""); /* files only */
 	free(text);
-	cr_expect_eq(stat(at("y.npy"), &st), 0, "no %s", path);
+	cr_expect_eq(stat(at("y.npy"), &st), 0, "no %s", tmpdir_last());
 	unbuild(&f);
 }
 
@@ -781,8 +770,8 @@ Test(run, run_validates_everything_first, .init = setup, .fini = teardown)
 	mkdirs("in");
 	npy_f32("in/000.npy", "(1, 3)", 3);
 	npy_f32("in/001.npy", "(1, 2)", 2);
-	snprintf(in, sizeof in, "%s/in", dir);
-	snprintf(out, sizeof out, "%s/out", dir);
+	snprintf(in, sizeof in, "%s/in", tmpdir_path());
+	snprintf(out, sizeof out, "%s/out", tmpdir_path());
 	o.data_dir = in;
 	o.output_dir = out;
 	cr_expect_eq(run_to(&f, &o, &text, &d), OQ_EINVAL);

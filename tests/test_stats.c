@@ -21,6 +21,7 @@
 
 #include "calibrate.h"
 #include "gen_model.h"
+#include "tmpdir.h"
 #include "npy.h"
 #include "onnx_io.h"
 #include "qparams.h"
@@ -28,28 +29,17 @@
 
 /* ------------------------------------------------------------ fixture */
 
-static char dir[64];
-static char path[512];
-
 static void setup(void)
 {
-	strcpy(dir, "/tmp/oq_stats_XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_not_null(tmpdir_make("oq_stats"));
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", dir);
+	tmpdir_remove();
 }
 
-static const char *at(const char *rel)
-{
-	snprintf(path, sizeof path, "%s/%s", dir, rel);
-	return path;
-}
+#define at tmpdir_at
 
 #define NS 5 /* samples */
 
