@@ -96,9 +96,9 @@ echo "calib_cv: $key, $ncal calibration samples, $splits splits; $(uptime | sed 
 # taskval DIR_F DIR_Q HELD_TXT -> "value" (cer, argmax) or "min/mean" (iou); "-" when none
 taskval() {
 	case $task in
-	cer) "$PY" "$EVAL" cer "$DICT" "$3" "$2" | head -n 1 ;;
-	iou) "$PY" "$EVAL" iou "$1" "$2" 0.3 | head -n 1 | tr ' ' / ;;
-	argmax) "$PY" "$EVAL" argmax "$1" "$2" | head -n 1 ;;
+	cer) "$PY" "$EVAL" cer "$DICT" "$3" "$2" | sed -n 1p ;;
+	iou) "$PY" "$EVAL" iou "$1" "$2" 0.3 | sed -n 1p | tr ' ' / ;;
+	argmax) "$PY" "$EVAL" argmax "$1" "$2" | sed -n 1p ;;
 	*) echo - ;;
 	esac
 }
@@ -121,7 +121,7 @@ for spec in "$@"; do
 		t1=$(date +%s.%N)
 		rm -rf "$tmp/qo"
 		"$b" run "$tmp/q.onnx" --data "$tmp/$s/h" --output-dir "$tmp/qo" "${thr[@]}" > /dev/null
-		sq=$("$PY" "$EVAL" sqnr "$tmp/$s/f" "$tmp/qo" | head -n 1)
+		sq=$("$PY" "$EVAL" sqnr "$tmp/$s/f" "$tmp/qo" | sed -n 1p)
 		tv=$(taskval "$tmp/$s/f" "$tmp/qo" "$tmp/$s/held.txt")
 		echo "$sq $tv $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" >> "$tmp/res.$v"
 	done
