@@ -2,14 +2,15 @@
  * bcemp.c - empirical bias correction, the measurement (see bcemp.h).
  *
  * For layer i with measured output y (channel axis 1 for Conv and
- * ConvTranspose, the last axis for Gemm and MatMul):
- *     sum_f[m] = sum of y_float[..., m, ...] over all samples and positions
- *     sum_q[m] = the same in the quantized model
+ * ConvTranspose, the last axis for Gemm and MatMul) and fold f:
+ *     sum_f[f][m] = sum of y_float[..., m, ...] over the fold's samples and positions
+ *     sum_q[f][m] = the same in the quantized model
  * so sum_q / n_q - sum_f / n_f is the mean shift of channel m that the
- * quantized model shows on the calibration data, whatever its cause
- * (weight rounding, upstream activation rounding and clipping). The
- * quantized model's y is the float value before its QuantizeLinear, so
- * the shift is pre-activation and a bias change moves it one to one.
+ * quantized model shows on the fold's samples (on all calibration samples
+ * when the folds' sums are added), whatever its cause (weight rounding,
+ * upstream activation rounding and clipping). The quantized model's y is
+ * the float value before its QuantizeLinear, so the shift is
+ * pre-activation and a bias change moves it one to one.
  *
  * Output SQNR per sample and float output, as `onnxq compare` computes it:
  *     SQNR = 10 log10( sum r^2 / sum (r - q)^2 )  dB,  r the float model's
@@ -27,7 +28,8 @@
 typedef struct side {
 	oq_bce *b;
 	const oq_value **vals; /* per layer: the measured value in this model, or NULL */
-	int q;                 /* 1: the quantized model (sum_q), 0: the float one (sum_f) */
+	int q;                 /* 1: a quantized model (sum_q), 0: the float one (sum_f) */
+	int fold;              /* the fold of the sample being run */
 } side;
 
 static int want(void *ctx, const oq_value *v)
@@ -39,11 +41,11 @@ static int want(void *ctx, const oq_value *v)
 	return 0;
 }
 
-/* Adds t to layer l's per-channel sums (or marks l failed when t does not fit). */
-static void add(oq_bce_layer *l, const oq_rt *t, int q)
+/* Adds t to layer l's per-channel sums of fold f (or marks l failed when t does not fit). */
+static void add(oq_bce_layer *l, const oq_rt *t, int q, int f)
 {
-	double *S = q ? l->sum_q : l->sum_f;
-	uint64_t *cnt = q ? &l->n_q : &l->n_f;
+	double *S = (q ? l->sum_q : l->sum_f) + (size_t)f * l->M;
+	uint64_t *cnt = q ? &l->n_q[f] : &l->n_f[f];
 	const float *x = t->data;
 	size_t outer = 1, inner = 1;
 	int axis;
@@ -77,7 +79,7 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 	side *s = ctx;
 	for (size_t i = 0; i < s->b->n; i++)
 		if (s->vals[i] == v && !s->b->v[i].failed)
-			add(&s->b->v[i], t, s->q);
+			add(&s->b->v[i], t, s->q, s->fold);
 	return 0;
 }
 
@@ -101,54 +103,81 @@ static double sqnr(const oq_rt *r, const oq_rt *q)
 	return db > OQ_BCE_SQNR_CAP ? OQ_BCE_SQNR_CAP : db;
 }
 
-int oq_bce_measure(oq_model *ref, oq_model *qm, oq_node *const *ref_nodes, oq_node *const *q_nodes,
+static void release(oq_rt *t, size_t n)
+{
+	for (size_t k = 0; t && k < n; k++)
+		oq_rt_release(&t[k]);
+}
+
+int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, size_t n_runs,
 		   const oq_calib_opts *o, oq_bce *b, oq_diag *d)
 {
-	oq_exec *ef = NULL, *eq = NULL;
+	oq_exec *ef = NULL, **eq = NULL;
 	oq_exec_opts eo = {.threads = o->threads};
 	oq_samples s = {0};
 	oq_rt *in = NULL, *of = NULL, *oqs = NULL;
-	side sf = {b, NULL, 0}, sq = {b, NULL, 1};
-	size_t nin = 0, nout = 0, n, n_db = 0;
-	double sum_db = 0;
+	side sf = {b, NULL, 0, 0}, sq = {b, NULL, 1, 0};
+	size_t nin = 0, nout = 0, n, sums = n_runs;
+	unsigned all = 0;
 	int rc;
 
-	b->sqnr_min = OQ_BCE_SQNR_CAP;
-	b->sqnr_mean = NAN;
 	for (size_t i = 0; i < b->n; i++) {
 		oq_bce_layer *l = &b->v[i];
-		memset(l->sum_f, 0, l->M * sizeof *l->sum_f);
-		memset(l->sum_q, 0, l->M * sizeof *l->sum_q);
-		l->n_f = l->n_q = 0;
-		l->failed = !ref_nodes[i] || !q_nodes[i] || !ref_nodes[i]->n_outputs ||
-			    !q_nodes[i]->n_outputs;
+		memset(l->sum_f, 0, OQ_BCE_FOLDS * l->M * sizeof *l->sum_f);
+		memset(l->sum_q, 0, OQ_BCE_FOLDS * l->M * sizeof *l->sum_q);
+		memset(l->n_f, 0, sizeof l->n_f);
+		memset(l->n_q, 0, sizeof l->n_q);
+		l->failed = !ref_nodes[i] || !ref_nodes[i]->n_outputs;
+	}
+	for (size_t r = 0; r < n_runs; r++) {
+		for (int f = 0; f < OQ_BCE_FOLDS; f++) {
+			runs[r].sqnr.min[f] = OQ_BCE_SQNR_CAP;
+			runs[r].sqnr.sum[f] = 0;
+			runs[r].sqnr.n[f] = 0;
+		}
+		all |= runs[r].folds;
+		if (!runs[r].nodes)
+			continue;
+		if (sums != n_runs)
+			return oq_err(d, OQ_EINVAL, "bias correction: two runs measure sums (internal error)");
+		sums = r;
+		for (size_t i = 0; i < b->n; i++)
+			b->v[i].failed |= !runs[r].nodes[i] || !runs[r].nodes[i]->n_outputs;
 	}
 	if (!o->source || !strncmp(o->source, "random:", 7))
 		return oq_err(d, OQ_EUNSUP, "bias correction: needs calibration samples from a folder");
 	sf.vals = oq_calloc(b->n ? b->n : 1, sizeof *sf.vals);
 	sq.vals = oq_calloc(b->n ? b->n : 1, sizeof *sq.vals);
-	if (!sf.vals || !sq.vals) {
+	eq = oq_calloc(n_runs ? n_runs : 1, sizeof *eq);
+	if (!sf.vals || !sq.vals || !eq) {
 		rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
 		goto out;
 	}
 	for (size_t i = 0; i < b->n; i++)
 		if (!b->v[i].failed) {
 			sf.vals[i] = ref_nodes[i]->outputs[0];
-			sq.vals[i] = q_nodes[i]->outputs[0];
+			if (sums < n_runs)
+				sq.vals[i] = runs[sums].nodes[i]->outputs[0];
 		}
-	if ((rc = oq_exec_new(ref, &eo, &ef, d)) || (rc = oq_exec_new(qm, &eo, &eq, d)))
+	if ((rc = oq_exec_new(ref, &eo, &ef, d)))
 		goto out;
 	nin = oq_exec_n_inputs(ef);
 	nout = oq_exec_n_outputs(ef);
-	if (oq_exec_n_inputs(eq) != nin || oq_exec_n_outputs(eq) != nout) {
-		rc = oq_err(d, OQ_EINVAL, "bias correction: the quantized model has other inputs or outputs "
-			    "than the float one (internal error)");
-		goto out;
-	}
 	oq_exec_set_observer(ef, observe, &sf);
 	oq_exec_set_observe_want(ef, want);
-	oq_exec_set_observer(eq, observe, &sq);
-	oq_exec_set_observe_want(eq, want);
+	for (size_t r = 0; r < n_runs; r++) {
+		if ((rc = oq_exec_new(runs[r].qm, &eo, &eq[r], d)))
+			goto out;
+		if (oq_exec_n_inputs(eq[r]) != nin || oq_exec_n_outputs(eq[r]) != nout) {
+			rc = oq_err(d, OQ_EINVAL, "bias correction: the quantized model has other inputs or "
+				    "outputs than the float one (internal error)");
+			goto out;
+		}
+		if (r == sums) {
+			oq_exec_set_observer(eq[r], observe, &sq);
+			oq_exec_set_observe_want(eq[r], want);
+		}
+	}
 	if ((rc = oq_samples_scan(o->source, ef, &s, d)))
 		goto out;
 	n = o->limit && o->limit < s.n ? o->limit : s.n;
@@ -160,31 +189,36 @@ int oq_bce_measure(oq_model *ref, oq_model *qm, oq_node *const *ref_nodes, oq_no
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
-		if ((rc = oq_sample_load(&s, i, ef, in, d)) || (rc = oq_exec_run(ef, in, nin, of, nout, d)) ||
-		    (rc = oq_exec_run(eq, in, nin, oqs, nout, d)))
+		int f = (int)(i % OQ_BCE_FOLDS);
+		if (!(all >> f & 1u))
+			continue;
+		sf.fold = sq.fold = f;
+		if ((rc = oq_sample_load(&s, i, ef, in, d)) || (rc = oq_exec_run(ef, in, nin, of, nout, d)))
 			goto out;
-		for (size_t k = 0; k < nout; k++) {
-			double db = sqnr(&of[k], &oqs[k]);
-			if (!isnan(db)) {
-				sum_db += db;
-				n_db++;
-				b->sqnr_min = fmin(b->sqnr_min, db);
+		for (size_t r = 0; r < n_runs; r++) {
+			oq_bce_sqnr *q = &runs[r].sqnr;
+			if (!(runs[r].folds >> f & 1u))
+				continue;
+			if ((rc = oq_exec_run(eq[r], in, nin, oqs, nout, d)))
+				goto out;
+			for (size_t k = 0; k < nout; k++) {
+				double db = sqnr(&of[k], &oqs[k]);
+				if (!isnan(db)) {
+					q->sum[f] += db;
+					q->n[f]++;
+					q->min[f] = fmin(q->min[f], db);
+				}
 			}
-			oq_rt_release(&of[k]);
-			oq_rt_release(&oqs[k]);
+			release(oqs, nout);
 		}
-		for (size_t k = 0; k < nin; k++)
-			oq_rt_release(&in[k]);
+		release(of, nout);
+		release(in, nin);
 	}
-	b->sqnr_mean = n_db ? sum_db / (double)n_db : NAN;
 	rc = OQ_OK;
 out:
-	for (size_t k = 0; in && k < nin; k++)
-		oq_rt_release(&in[k]);
-	for (size_t k = 0; of && k < nout; k++)
-		oq_rt_release(&of[k]);
-	for (size_t k = 0; oqs && k < nout; k++)
-		oq_rt_release(&oqs[k]);
+	release(in, nin);
+	release(of, nout);
+	release(oqs, nout);
 	free(in);
 	free(of);
 	free(oqs);
@@ -192,6 +226,8 @@ out:
 	free(sq.vals);
 	oq_samples_free(&s);
 	oq_exec_free(ef);
-	oq_exec_free(eq);
+	for (size_t r = 0; eq && r < n_runs; r++)
+		oq_exec_free(eq[r]);
+	free(eq);
 	return rc;
 }

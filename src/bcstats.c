@@ -3,6 +3,7 @@
  */
 #include "bcstats.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 void oq_bc_stats_free(oq_bc_stats *s)
@@ -26,4 +27,44 @@ void oq_bce_free(oq_bce *b)
 	free(b->v);
 	b->v = NULL;
 	b->n = 0;
+}
+
+double oq_bce_sqnr_min(const oq_bce_sqnr *s, unsigned folds)
+{
+	double m = NAN;
+	for (int f = 0; f < OQ_BCE_FOLDS; f++)
+		if ((folds >> f & 1u) && s->n[f])
+			m = isnan(m) || s->min[f] < m ? s->min[f] : m;
+	return m;
+}
+
+double oq_bce_sqnr_mean(const oq_bce_sqnr *s, unsigned folds)
+{
+	double sum = 0;
+	size_t n = 0;
+	for (int f = 0; f < OQ_BCE_FOLDS; f++)
+		if (folds >> f & 1u) {
+			sum += s->sum[f];
+			n += s->n[f];
+		}
+	return n ? sum / (double)n : NAN;
+}
+
+int oq_bce_sqnr_better(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigned folds)
+{
+	double cm = oq_bce_sqnr_mean(cand, folds), bm = oq_bce_sqnr_mean(base, folds);
+	double cn = oq_bce_sqnr_min(cand, folds), bn = oq_bce_sqnr_min(base, folds);
+	/* comparisons with NaN are false: no pairs, no improvement */
+	return cm > bm && cn >= bn;
+}
+
+int oq_bce_keep(const oq_bce_sqnr *base, const oq_bce_sqnr *all, const oq_bce_sqnr cv[OQ_BCE_FOLDS])
+{
+	const unsigned every = (1u << OQ_BCE_FOLDS) - 1;
+	if (!oq_bce_sqnr_better(all, base, every))
+		return 0;
+	for (int k = 0; k < OQ_BCE_FOLDS; k++)
+		if (!oq_bce_sqnr_better(&cv[k], base, every & ~(1u << k)))
+			return 0;
+	return 1;
 }
