@@ -109,25 +109,56 @@ static void release(oq_rt *t, size_t n)
 		oq_rt_release(&t[k]);
 }
 
+void oq_bce_cache_free(oq_bce_cache *c)
+{
+	size_t limit = c->limit;
+	release(c->out, c->n * c->nout);
+	free(c->out);
+	memset(c, 0, sizeof *c);
+	c->limit = limit;
+}
+
+/* Keeps the float outputs of sample i (moved from of, or copied when borrowed); 0 or OQ_ENOMEM. */
+static int keep(oq_bce_cache *c, size_t i, oq_rt *of)
+{
+	for (size_t k = 0; k < c->nout; k++) {
+		oq_rt *t = &c->out[i * c->nout + k];
+		if (c->bytes + of[k].nbytes > (c->limit ? c->limit : OQ_BCE_CACHE_BYTES))
+			return 1;
+		if (of[k].borrowed) {
+			int rc = oq_rt_copy(t, &of[k]);
+			if (rc)
+				return rc;
+		} else {
+			*t = of[k];
+			memset(&of[k], 0, sizeof of[k]);
+		}
+		c->bytes += t->nbytes;
+	}
+	return 0;
+}
+
 int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, size_t n_runs,
-		   const oq_calib_opts *o, oq_bce *b, oq_diag *d)
+		   const oq_calib_opts *o, oq_bce *b, oq_bce_cache *cache, oq_diag *d)
 {
 	oq_exec *ef = NULL, **eq = NULL;
 	oq_exec_opts eo = {.threads = o->threads};
 	oq_samples s = {0};
-	oq_rt *in = NULL, *of = NULL, *oqs = NULL;
+	oq_rt *in = NULL, *of = NULL, *oqs = NULL, *ref_out = NULL;
 	side sf = {b, NULL, 0, 0}, sq = {b, NULL, 1, 0};
 	size_t nin = 0, nout = 0, n, sums = n_runs;
 	unsigned all = 0;
-	int rc;
+	int cached = cache && cache->state == 1, fill = cache && cache->state == 0, rc;
 
 	for (size_t i = 0; i < b->n; i++) {
 		oq_bce_layer *l = &b->v[i];
-		memset(l->sum_f, 0, OQ_BCE_FOLDS * l->M * sizeof *l->sum_f);
+		if (!cached) {
+			memset(l->sum_f, 0, OQ_BCE_FOLDS * l->M * sizeof *l->sum_f);
+			memset(l->n_f, 0, sizeof l->n_f);
+			l->failed = !ref_nodes[i] || !ref_nodes[i]->n_outputs;
+		}
 		memset(l->sum_q, 0, OQ_BCE_FOLDS * l->M * sizeof *l->sum_q);
-		memset(l->n_f, 0, sizeof l->n_f);
 		memset(l->n_q, 0, sizeof l->n_q);
-		l->failed = !ref_nodes[i] || !ref_nodes[i]->n_outputs;
 	}
 	for (size_t r = 0; r < n_runs; r++) {
 		for (int f = 0; f < OQ_BCE_FOLDS; f++) {
@@ -181,6 +212,21 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 	if ((rc = oq_samples_scan(o->source, ef, &s, d)))
 		goto out;
 	n = o->limit && o->limit < s.n ? o->limit : s.n;
+	if (cached && (cache->n != n || cache->nout != nout)) {
+		rc = oq_err(d, OQ_EINVAL, "bias correction: the samples changed between rounds (internal error)");
+		goto out;
+	}
+	if (fill && all != (1u << OQ_BCE_FOLDS) - 1)
+		fill = 0;
+	if (fill) {
+		oq_bce_cache_free(cache);
+		if (!(cache->out = oq_calloc(n && nout ? n * nout : 1, sizeof *cache->out))) {
+			rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+			goto out;
+		}
+		cache->n = n;
+		cache->nout = nout;
+	}
 	in = oq_calloc(nin ? nin : 1, sizeof *in);
 	of = oq_calloc(nout ? nout : 1, sizeof *of);
 	oqs = oq_calloc(nout ? nout : 1, sizeof *oqs);
@@ -193,7 +239,13 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 		if (!(all >> f & 1u))
 			continue;
 		sf.fold = sq.fold = f;
-		if ((rc = oq_sample_load(&s, i, ef, in, d)) || (rc = oq_exec_run(ef, in, nin, of, nout, d)))
+		if ((rc = oq_sample_load(&s, i, ef, in, d)))
+			goto out;
+		if (cached)
+			ref_out = cache->out + i * nout;
+		else if (!(rc = oq_exec_run(ef, in, nin, of, nout, d)))
+			ref_out = of;
+		else
 			goto out;
 		for (size_t r = 0; r < n_runs; r++) {
 			oq_bce_sqnr *q = &runs[r].sqnr;
@@ -202,7 +254,7 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 			if ((rc = oq_exec_run(eq[r], in, nin, oqs, nout, d)))
 				goto out;
 			for (size_t k = 0; k < nout; k++) {
-				double db = sqnr(&of[k], &oqs[k]);
+				double db = sqnr(&ref_out[k], &oqs[k]);
 				if (!isnan(db)) {
 					q->sum[f] += db;
 					q->n[f]++;
@@ -211,9 +263,20 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 			}
 			release(oqs, nout);
 		}
+		if (fill && (rc = keep(cache, i, of))) {
+			if (rc != 1) {
+				rc = oq_err(d, rc, "bias correction: out of memory");
+				goto out;
+			}
+			oq_bce_cache_free(cache); /* over the budget: run the float model each time */
+			cache->state = -1;
+			fill = 0;
+		}
 		release(of, nout);
 		release(in, nin);
 	}
+	if (fill)
+		cache->state = 1;
 	rc = OQ_OK;
 out:
 	release(in, nin);

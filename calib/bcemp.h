@@ -27,6 +27,25 @@ typedef struct oq_bce_run {
 } oq_bce_run;
 
 /*
+ * The float model's outputs on every sample, kept from one measurement to
+ * the next (the float model and the samples do not change between rounds,
+ * only the quantized models do), up to a byte limit.
+ */
+typedef struct oq_bce_cache {
+	oq_rt *out;    /* n x nout outputs, sample-major (owned) */
+	size_t n, nout;
+	size_t bytes;  /* payload bytes held */
+	size_t limit;  /* at most this many bytes; 0: OQ_BCE_CACHE_BYTES */
+	int state;     /* 0: empty; 1: filled (out, and every layer's sum_f / n_f, are the float
+			* model's on all samples); -1: over the budget, the float model runs each time */
+} oq_bce_cache;
+
+#define OQ_BCE_CACHE_BYTES ((size_t)512 << 20)
+
+/* Frees the outputs and resets *c to empty (limit kept). */
+void oq_bce_cache_free(oq_bce_cache *c);
+
+/*
  * Runs the samples of o->source (a folder; o->limit applies, o->batch does
  * not: one sample at a time) through ref (float) and the quantized models
  * runs[0..n_runs) side by side: each sample runs ref once and every model
@@ -35,11 +54,14 @@ typedef struct oq_bce_run {
  * fills every layer's sum_f / n_f from ref and sum_q / n_q from the run
  * with nodes (at most one may have them), per fold (a measured value that
  * is not float32 or lacks M channels on its channel axis marks the layer
- * failed), and each run's sqnr over the float32 outputs. A random source
+ * failed), and each run's sqnr over the float32 outputs. With a filled
+ * cache (same ref, samples and layers as the call that filled it) the float
+ * model does not run: its outputs and sums come from there; an empty cache
+ * is filled when the runs cover every fold (cache may be NULL). A random source
  * is OQ_EUNSUP (nothing to measure on). Models are run one after the other
  * on the calling thread's schedule, so the sums do not depend on threads.
  */
 int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, size_t n_runs,
-		   const oq_calib_opts *o, oq_bce *b, oq_diag *d) OQ_WUR;
+		   const oq_calib_opts *o, oq_bce *b, oq_bce_cache *cache, oq_diag *d) OQ_WUR;
 
 #endif

@@ -425,7 +425,7 @@ Test(biascorr, empirical_measure_and_apply_hand)
 	runs[0] = (oq_bce_run){.qm = mq, .nodes = qn, .folds = 3};
 	runs[1] = (oq_bce_run){.qm = mc, .folds = 3};
 	runs[2] = (oq_bce_run){.qm = mc, .folds = 2};
-	cr_assert_eq(oq_bce_measure(mf, rn, runs, 3, &co, &b, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_bce_measure(mf, rn, runs, 3, &co, &b, NULL, &d), OQ_OK, "%s", d.msg);
 	cr_assert(!b.v[0].failed);
 	cr_expect_eq(b.v[0].n_f[0], 4);
 	cr_expect_eq(b.v[0].n_f[1], 4);
@@ -465,6 +465,62 @@ Test(biascorr, empirical_measure_and_apply_hand)
 	gen_free(gf);
 	gen_free(gq);
 	gen_free(gc);
+	rm_rf(dir);
+}
+
+/*
+ * The float outputs kept between measurements: the second measurement of
+ * the same models (float model not run) gives the sums and SQNR of the
+ * first, exactly; with a limit below one output (4 floats, 16 bytes) nothing
+ * is kept and the float model runs each time, with the same results.
+ */
+Test(biascorr, empirical_measure_cache)
+{
+	static const float xs[] = {0.125f, 0.375f, 1, 0.625f, 0.625f, 0, 0, 0};
+	gen_model *gf = conv_2x(0, 0.5), *gq = conv_2x(1, 0.5);
+	oq_model *mf = load(gf), *mq = load(gq);
+	oq_calib_opts co;
+	oq_opts o;
+	oq_bce b;
+	oq_bce_run run;
+	oq_bce_cache cache = {0}, tiny = {.limit = 15};
+	oq_node *rn[1], *qn[1];
+	oq_diag d;
+	char dir[64] = "/tmp/oq_bce_XXXXXX";
+	const double db61 = 10 * log10(61.0);
+
+	oq_diag_init(&d);
+	oq_opts_init(&o);
+	cr_assert_not_null(mkdtemp(dir));
+	write_samples(dir, 2, GEN_SHAPE(1, 1, 1, 4), xs, 4);
+	cr_assert_eq(oq_bias_correct_targets(mf->graph, &o, &b, &d), OQ_OK, "%s", d.msg);
+	rn[0] = oq_bias_correct_node(mf->graph, "y");
+	qn[0] = oq_bias_correct_node(mq->graph, "y");
+	memset(&co, 0, sizeof co);
+	co.source = dir;
+	co.threads = 1;
+	for (int pass = 0; pass < 4; pass++) {
+		oq_bce_cache *c = pass < 2 ? &cache : &tiny;
+		run = (oq_bce_run){.qm = mq, .nodes = qn, .folds = 3};
+		cr_assert_eq(oq_bce_measure(mf, rn, &run, 1, &co, &b, c, &d), OQ_OK, "%s", d.msg);
+		cr_expect_eq(c->state, pass < 2 ? 1 : -1, "pass %d: cache state %d", pass, c->state);
+		cr_expect_eq(b.v[0].sum_f[0], 6.25, "pass %d", pass);
+		cr_expect_eq(b.v[0].sum_f[1], 3.25, "pass %d", pass);
+		cr_expect_eq(b.v[0].sum_q[0], 6.0, "pass %d", pass);
+		cr_expect_eq(b.v[0].sum_q[1], 3.0, "pass %d", pass);
+		cr_expect_eq(b.v[0].n_f[0] + b.v[0].n_f[1], 8, "pass %d", pass);
+		cr_expect_eq(run.sqnr.n[0] + run.sqnr.n[1], 2, "pass %d", pass);
+		cr_expect(fabs(oq_bce_sqnr_min(&run.sqnr, 3) - db61) < 1e-9, "pass %d", pass);
+	}
+	cr_expect_eq(cache.bytes, 32); /* two samples' outputs of 4 floats */
+	cr_expect_eq(tiny.bytes, 0);
+	oq_bce_cache_free(&cache);
+	oq_bce_cache_free(&tiny);
+	oq_bce_free(&b);
+	oq_model_free(mf);
+	oq_model_free(mq);
+	gen_free(gf);
+	gen_free(gq);
 	rm_rf(dir);
 }
 

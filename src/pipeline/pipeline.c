@@ -203,6 +203,7 @@ static int empirical(const oq_pipeline_opts *o, const oq_opts *q, oq_model *ref,
 	oq_model *best = NULL, *cand[NR] = {NULL};
 	oq_bce_run runs[NR];
 	oq_bce_sqnr bs, cv[OQ_BCE_FOLDS];
+	oq_bce_cache cache = {0};
 	int rounds = o->bias_rounds >= 0 ? o->bias_rounds : OQ_BC_ROUNDS, kept = 0;
 	int rc;
 
@@ -229,7 +230,7 @@ static int empirical(const oq_pipeline_opts *o, const oq_opts *q, oq_model *ref,
 	if ((rc = quantize_corrected(o, q, &b, &best, qn, d)))
 		goto out;
 	runs[0] = (oq_bce_run){.qm = best, .nodes = qn, .folds = all};
-	if ((rc = oq_bce_measure(ref, rn, runs, 1, &o->calib, &b, d)))
+	if ((rc = oq_bce_measure(ref, rn, runs, 1, &o->calib, &b, &cache, d)))
 		goto out;
 	take_diffs(&b, diff);
 	bs = runs[0].sqnr;
@@ -253,7 +254,7 @@ static int empirical(const oq_pipeline_opts *o, const oq_opts *q, oq_model *ref,
 			runs[c] = (oq_bce_run){.qm = cand[c], .nodes = c ? NULL : qn,
 					       .folds = c ? all & ~(1u << (c - 1)) : all};
 		}
-		if ((rc = oq_bce_measure(ref, rn, runs, NR, &o->calib, &b, d)))
+		if ((rc = oq_bce_measure(ref, rn, runs, NR, &o->calib, &b, &cache, d)))
 			goto out;
 		for (int k = 0; k < OQ_BCE_FOLDS; k++)
 			cv[k] = runs[1 + k].sqnr;
@@ -306,6 +307,7 @@ out:
 	free(saved);
 	free(rn);
 	free(qn);
+	oq_bce_cache_free(&cache);
 	oq_bce_free(&b);
 	return rc;
 }
