@@ -30,8 +30,10 @@ typedef struct side {
 	const oq_value **vals; /* per layer: the measured value in this model, or NULL */
 	int q;                 /* 1: a quantized model (sum_q), 0: the float one (sum_f) */
 	int fold;              /* the fold of the sample being run */
+	int on;                /* 0: add nothing (the float sums are taken in one pass only) */
 } side;
 
+/* Evaluated when the executor plans its fusion: independent of `on`. */
 static int want(void *ctx, const oq_value *v)
 {
 	const side *s = ctx;
@@ -77,6 +79,8 @@ static void add(oq_bce_layer *l, const oq_rt *t, int q, int f)
 static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 {
 	side *s = ctx;
+	if (!s->on)
+		return 0;
 	for (size_t i = 0; i < s->b->n; i++)
 		if (s->vals[i] == v && !s->b->v[i].failed)
 			add(&s->b->v[i], t, s->q, s->fold);
@@ -118,7 +122,10 @@ void oq_bce_cache_free(oq_bce_cache *c)
 	c->limit = limit;
 }
 
-/* Keeps the float outputs of sample i (moved from of, or copied when borrowed); 0 or OQ_ENOMEM. */
+/*
+ * Keeps the float outputs of sample i (moved from of, or copied when
+ * borrowed): 0, 1 when they would pass the limit, or OQ_ENOMEM.
+ */
 static int keep(oq_bce_cache *c, size_t i, oq_rt *of)
 {
 	for (size_t k = 0; k < c->nout; k++) {
@@ -138,21 +145,35 @@ static int keep(oq_bce_cache *c, size_t i, oq_rt *of)
 	return 0;
 }
 
+/* Adds the SQNR of each output of q against ref to fold f of s. */
+static void add_sqnr(oq_bce_sqnr *s, int f, const oq_rt *ref, const oq_rt *q, size_t nout)
+{
+	for (size_t k = 0; k < nout; k++) {
+		double db = sqnr(&ref[k], &q[k]);
+		if (!isnan(db)) {
+			s->sum[f] += db;
+			s->n[f]++;
+			s->min[f] = fmin(s->min[f], db);
+		}
+	}
+}
+
 int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, size_t n_runs,
 		   const oq_calib_opts *o, oq_bce *b, oq_bce_cache *cache, oq_diag *d)
 {
-	oq_exec *ef = NULL, **eq = NULL;
+	oq_exec *ef = NULL, *eq = NULL;
 	oq_exec_opts eo = {.threads = o->threads};
 	oq_samples s = {0};
-	oq_rt *in = NULL, *of = NULL, *oqs = NULL, *ref_out = NULL;
-	side sf = {b, NULL, 0, 0}, sq = {b, NULL, 1, 0};
-	size_t nin = 0, nout = 0, n, sums = n_runs;
-	unsigned all = 0;
-	int cached = cache && cache->state == 1, fill = cache && cache->state == 0, rc;
+	oq_rt *in = NULL, *of = NULL, *oqs = NULL;
+	side sf = {b, NULL, 0, 0, 0}, sq = {b, NULL, 1, 0, 1};
+	size_t nin = 0, nout = 0, n = 0, sums = n_runs;
+	/* float only: fill the cache; float sums already taken (a float-only call); outputs kept */
+	int fonly = !n_runs && cache && cache->state == 0, fsums = cache && cache->state != 0,
+	    cached = cache && cache->state == 1, rc;
 
 	for (size_t i = 0; i < b->n; i++) {
 		oq_bce_layer *l = &b->v[i];
-		if (!cached) {
+		if (!fsums) {
 			memset(l->sum_f, 0, OQ_BCE_FOLDS * l->M * sizeof *l->sum_f);
 			memset(l->n_f, 0, sizeof l->n_f);
 			l->failed = !ref_nodes[i] || !ref_nodes[i]->n_outputs;
@@ -166,7 +187,6 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 			runs[r].sqnr.sum[f] = 0;
 			runs[r].sqnr.n[f] = 0;
 		}
-		all |= runs[r].folds;
 		if (!runs[r].nodes)
 			continue;
 		if (sums != n_runs)
@@ -179,8 +199,7 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 		return oq_err(d, OQ_EUNSUP, "bias correction: needs calibration samples from a folder");
 	sf.vals = oq_calloc(b->n ? b->n : 1, sizeof *sf.vals);
 	sq.vals = oq_calloc(b->n ? b->n : 1, sizeof *sq.vals);
-	eq = oq_calloc(n_runs ? n_runs : 1, sizeof *eq);
-	if (!sf.vals || !sq.vals || !eq) {
+	if (!sf.vals || !sq.vals) {
 		rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
 		goto out;
 	}
@@ -190,95 +209,102 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 			if (sums < n_runs)
 				sq.vals[i] = runs[sums].nodes[i]->outputs[0];
 		}
-	if ((rc = oq_exec_new(ref, &eo, &ef, d)))
-		goto out;
-	nin = oq_exec_n_inputs(ef);
-	nout = oq_exec_n_outputs(ef);
-	oq_exec_set_observer(ef, observe, &sf);
-	oq_exec_set_observe_want(ef, want);
-	for (size_t r = 0; r < n_runs; r++) {
-		if ((rc = oq_exec_new(runs[r].qm, &eo, &eq[r], d)))
+	if (!cached) {
+		if ((rc = oq_exec_new(ref, &eo, &ef, d)))
 			goto out;
-		if (oq_exec_n_inputs(eq[r]) != nin || oq_exec_n_outputs(eq[r]) != nout) {
+		oq_exec_set_observer(ef, observe, &sf);
+		oq_exec_set_observe_want(ef, want);
+	}
+	/*
+	 * Pass r runs quantized model r (pass 0 of a float-only call: none),
+	 * one model at a time: executors are most of the memory (vit_b_16: ~0.45
+	 * GB each). The float model runs alongside unless its outputs are kept.
+	 */
+	for (size_t r = 0; r < (fonly ? 1 : n_runs); r++) {
+		oq_bce_sqnr *q = fonly ? NULL : &runs[r].sqnr;
+		unsigned folds = fonly ? (1u << OQ_BCE_FOLDS) - 1 : runs[r].folds;
+		oq_exec *e0;
+		/* the float sums once: in a float-only call or alongside the quantized sums */
+		sf.on = fonly || (!fsums && r == sums);
+		if (!fonly) {
+			if ((rc = oq_exec_new(runs[r].qm, &eo, &eq, d)))
+				goto out;
+			if (r == sums) {
+				oq_exec_set_observer(eq, observe, &sq);
+				oq_exec_set_observe_want(eq, want);
+			}
+		}
+		e0 = eq ? eq : ef;
+		if (!in) {
+			nin = oq_exec_n_inputs(e0);
+			nout = oq_exec_n_outputs(e0);
+			if ((rc = oq_samples_scan(o->source, e0, &s, d)))
+				goto out;
+			n = o->limit && o->limit < s.n ? o->limit : s.n;
+			in = oq_calloc(nin ? nin : 1, sizeof *in);
+			of = oq_calloc(nout ? nout : 1, sizeof *of);
+			oqs = oq_calloc(nout ? nout : 1, sizeof *oqs);
+			if (!in || !of || !oqs) {
+				rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+				goto out;
+			}
+			if (cached && (cache->n != n || cache->nout != nout)) {
+				rc = oq_err(d, OQ_EINVAL, "bias correction: the samples changed between rounds "
+					    "(internal error)");
+				goto out;
+			}
+			if (fonly) {
+				if (!(cache->out = oq_calloc(n && nout ? n * nout : 1, sizeof *cache->out))) {
+					rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+					goto out;
+				}
+				cache->n = n;
+				cache->nout = nout;
+				cache->state = 1; /* until the limit is passed */
+			}
+		}
+		if ((eq && (oq_exec_n_inputs(eq) != nin || oq_exec_n_outputs(eq) != nout)) ||
+		    (ef && (oq_exec_n_inputs(ef) != nin || oq_exec_n_outputs(ef) != nout))) {
 			rc = oq_err(d, OQ_EINVAL, "bias correction: the quantized model has other inputs or "
 				    "outputs than the float one (internal error)");
 			goto out;
 		}
-		if (r == sums) {
-			oq_exec_set_observer(eq[r], observe, &sq);
-			oq_exec_set_observe_want(eq[r], want);
-		}
-	}
-	if ((rc = oq_samples_scan(o->source, ef, &s, d)))
-		goto out;
-	n = o->limit && o->limit < s.n ? o->limit : s.n;
-	if (cached && (cache->n != n || cache->nout != nout)) {
-		rc = oq_err(d, OQ_EINVAL, "bias correction: the samples changed between rounds (internal error)");
-		goto out;
-	}
-	if (fill && all != (1u << OQ_BCE_FOLDS) - 1)
-		fill = 0;
-	if (fill) {
-		oq_bce_cache_free(cache);
-		if (!(cache->out = oq_calloc(n && nout ? n * nout : 1, sizeof *cache->out))) {
-			rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
-			goto out;
-		}
-		cache->n = n;
-		cache->nout = nout;
-	}
-	in = oq_calloc(nin ? nin : 1, sizeof *in);
-	of = oq_calloc(nout ? nout : 1, sizeof *of);
-	oqs = oq_calloc(nout ? nout : 1, sizeof *oqs);
-	if (!in || !of || !oqs) {
-		rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < n; i++) {
-		int f = (int)(i % OQ_BCE_FOLDS);
-		if (!(all >> f & 1u))
-			continue;
-		sf.fold = sq.fold = f;
-		if ((rc = oq_sample_load(&s, i, ef, in, d)))
-			goto out;
-		if (cached)
-			ref_out = cache->out + i * nout;
-		else if (!(rc = oq_exec_run(ef, in, nin, of, nout, d)))
-			ref_out = of;
-		else
-			goto out;
-		for (size_t r = 0; r < n_runs; r++) {
-			oq_bce_sqnr *q = &runs[r].sqnr;
-			if (!(runs[r].folds >> f & 1u))
+		for (size_t i = 0; i < n; i++) {
+			int f = (int)(i % OQ_BCE_FOLDS);
+			const oq_rt *ro = of;
+			if (!(folds >> f & 1u))
 				continue;
-			if ((rc = oq_exec_run(eq[r], in, nin, oqs, nout, d)))
+			sf.fold = sq.fold = f;
+			if ((rc = oq_sample_load(&s, i, e0, in, d)))
 				goto out;
-			for (size_t k = 0; k < nout; k++) {
-				double db = sqnr(&ref_out[k], &oqs[k]);
-				if (!isnan(db)) {
-					q->sum[f] += db;
-					q->n[f]++;
-					q->min[f] = fmin(q->min[f], db);
+			if (cached)
+				ro = cache->out + i * nout;
+			else if ((rc = oq_exec_run(ef, in, nin, of, nout, d)))
+				goto out;
+			if (eq) {
+				if ((rc = oq_exec_run(eq, in, nin, oqs, nout, d)))
+					goto out;
+				add_sqnr(q, f, ro, oqs, nout);
+				release(oqs, nout);
+			}
+			if (fonly && cache->state == 1 && (rc = keep(cache, i, of))) {
+				if (rc != 1) {
+					rc = oq_err(d, rc, "bias correction: out of memory");
+					goto out;
 				}
+				oq_bce_cache_free(cache); /* over the limit: the float model runs each time */
+				cache->state = -1;
 			}
-			release(oqs, nout);
+			release(of, nout);
+			release(in, nin);
 		}
-		if (fill && (rc = keep(cache, i, of))) {
-			if (rc != 1) {
-				rc = oq_err(d, rc, "bias correction: out of memory");
-				goto out;
-			}
-			oq_bce_cache_free(cache); /* over the budget: run the float model each time */
-			cache->state = -1;
-			fill = 0;
-		}
-		release(of, nout);
-		release(in, nin);
+		oq_exec_free(eq);
+		eq = NULL;
 	}
-	if (fill)
-		cache->state = 1;
 	rc = OQ_OK;
 out:
+	if (rc && fonly)
+		oq_bce_cache_free(cache);
 	release(in, nin);
 	release(of, nout);
 	release(oqs, nout);
@@ -289,8 +315,6 @@ out:
 	free(sq.vals);
 	oq_samples_free(&s);
 	oq_exec_free(ef);
-	for (size_t r = 0; eq && r < n_runs; r++)
-		oq_exec_free(eq[r]);
-	free(eq);
+	oq_exec_free(eq);
 	return rc;
 }

@@ -36,8 +36,9 @@ typedef struct oq_bce_cache {
 	size_t n, nout;
 	size_t bytes;  /* payload bytes held */
 	size_t limit;  /* at most this many bytes; 0: OQ_BCE_CACHE_BYTES */
-	int state;     /* 0: empty; 1: filled (out, and every layer's sum_f / n_f, are the float
-			* model's on all samples); -1: over the budget, the float model runs each time */
+	int state;     /* 0: empty; 1: filled by a float-only oq_bce_measure (out and every layer's
+			* sum_f / n_f are the float model's on all samples); -1: the same call found the
+			* outputs over the limit: sum_f / n_f are valid, the float model runs each time */
 } oq_bce_cache;
 
 #define OQ_BCE_CACHE_BYTES ((size_t)512 << 20)
@@ -54,10 +55,11 @@ void oq_bce_cache_free(oq_bce_cache *c);
  * fills every layer's sum_f / n_f from ref and sum_q / n_q from the run
  * with nodes (at most one may have them), per fold (a measured value that
  * is not float32 or lacks M channels on its channel axis marks the layer
- * failed), and each run's sqnr over the float32 outputs. With a filled
- * cache (same ref, samples and layers as the call that filled it) the float
- * model does not run: its outputs and sums come from there; an empty cache
- * is filled when the runs cover every fold (cache may be NULL). A random source
+ * failed), and each run's sqnr over the float32 outputs. With no runs and
+ * an empty cache, the float model alone runs every sample: the cache gets
+ * its outputs and the layers its sums. With a cache so filled (same ref,
+ * samples and layers), the float sums stay and the float model runs only
+ * if its outputs were over the limit; cache may be NULL. A random source
  * is OQ_EUNSUP (nothing to measure on). Models are run one after the other
  * on the calling thread's schedule, so the sums do not depend on threads.
  */

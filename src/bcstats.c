@@ -57,14 +57,3 @@ int oq_bce_sqnr_better(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigne
 	/* comparisons with NaN are false: no pairs, no improvement */
 	return cm > bm && cn >= bn;
 }
-
-int oq_bce_keep(const oq_bce_sqnr *base, const oq_bce_sqnr *all, const oq_bce_sqnr cv[OQ_BCE_FOLDS])
-{
-	const unsigned every = (1u << OQ_BCE_FOLDS) - 1;
-	if (!oq_bce_sqnr_better(all, base, every))
-		return 0;
-	for (int k = 0; k < OQ_BCE_FOLDS; k++)
-		if (!oq_bce_sqnr_better(&cv[k], base, every & ~(1u << k)))
-			return 0;
-	return 1;
-}

@@ -100,17 +100,6 @@ double oq_bce_sqnr_mean(const oq_bce_sqnr *s, unsigned folds);
  */
 int oq_bce_sqnr_better(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigned folds);
 
-/*
- * The rule that keeps a round of empirical correction. base: the model so
- * far, on all samples; all: corrected with the shifts of all samples, on
- * all samples; cv[k]: corrected with the shifts of fold k's samples alone,
- * on the samples of the other folds. Kept when all is better than base on
- * every sample (never worse on the calibration data) and each cv[k] is
- * better than base on the folds other than k (oq_bce_sqnr_better): the
- * correction holds up on samples it was not estimated on.
- */
-int oq_bce_keep(const oq_bce_sqnr *base, const oq_bce_sqnr *all, const oq_bce_sqnr cv[OQ_BCE_FOLDS]);
-
 /* Frees the layers (names and arrays) and resets *b. */
 void oq_bce_free(oq_bce *b);
 

@@ -469,10 +469,11 @@ Test(biascorr, empirical_measure_and_apply_hand)
 }
 
 /*
- * The float outputs kept between measurements: the second measurement of
- * the same models (float model not run) gives the sums and SQNR of the
- * first, exactly; with a limit below one output (4 floats, 16 bytes) nothing
- * is kept and the float model runs each time, with the same results.
+ * The float outputs kept between measurements: a float-only measurement
+ * fills the cache (outputs and float sums); the measurements after it (the
+ * float model not run) give the sums and SQNR of an uncached one, exactly.
+ * With a limit below one output (4 floats, 16 bytes) the outputs are not
+ * kept (the float sums are) and the float model runs each time.
  */
 Test(biascorr, empirical_measure_cache)
 {
@@ -499,18 +500,23 @@ Test(biascorr, empirical_measure_cache)
 	memset(&co, 0, sizeof co);
 	co.source = dir;
 	co.threads = 1;
-	for (int pass = 0; pass < 4; pass++) {
-		oq_bce_cache *c = pass < 2 ? &cache : &tiny;
+	for (int pass = 0; pass < 5; pass++) {
+		oq_bce_cache *c = pass == 0 ? NULL : pass < 3 ? &cache : &tiny;
+		if (pass == 1 || pass == 3) {
+			cr_assert_eq(oq_bce_measure(mf, rn, NULL, 0, &co, &b, c, &d), OQ_OK, "%s", d.msg);
+			cr_expect_eq(c->state, pass == 1 ? 1 : -1, "pass %d: cache state %d", pass, c->state);
+		}
 		run = (oq_bce_run){.qm = mq, .nodes = qn, .folds = 3};
 		cr_assert_eq(oq_bce_measure(mf, rn, &run, 1, &co, &b, c, &d), OQ_OK, "%s", d.msg);
-		cr_expect_eq(c->state, pass < 2 ? 1 : -1, "pass %d: cache state %d", pass, c->state);
 		cr_expect_eq(b.v[0].sum_f[0], 6.25, "pass %d", pass);
 		cr_expect_eq(b.v[0].sum_f[1], 3.25, "pass %d", pass);
 		cr_expect_eq(b.v[0].sum_q[0], 6.0, "pass %d", pass);
 		cr_expect_eq(b.v[0].sum_q[1], 3.0, "pass %d", pass);
 		cr_expect_eq(b.v[0].n_f[0] + b.v[0].n_f[1], 8, "pass %d", pass);
+		cr_expect_eq(b.v[0].n_q[0] + b.v[0].n_q[1], 8, "pass %d", pass);
 		cr_expect_eq(run.sqnr.n[0] + run.sqnr.n[1], 2, "pass %d", pass);
 		cr_expect(fabs(oq_bce_sqnr_min(&run.sqnr, 3) - db61) < 1e-9, "pass %d", pass);
+		cr_expect(fabs(oq_bce_sqnr_mean(&run.sqnr, 3) - db61) < 1e-9, "pass %d", pass);
 	}
 	cr_expect_eq(cache.bytes, 32); /* two samples' outputs of 4 floats */
 	cr_expect_eq(tiny.bytes, 0);
@@ -532,16 +538,16 @@ static oq_bce_sqnr sq(double min0, double sum0, size_t n0, double min1, double s
 }
 
 /*
- * The keep rule, by hand. base: fold 0 {10, 12} dB, fold 1 {20, 30} dB
- * (min 10, mean 18). Candidate on all samples: fold 0 {11, 13}, fold 1
- * {20, 31}: min 11 >= 10, mean 18.75 > 18. Fold 0's shift judged on fold 1:
- * {20, 30.5} (min 20 >= 20, mean 25.25 > 25); fold 1's judged on fold 0:
- * {10, 12.5} (min 10 >= 10, mean 11.25 > 11). Each change below breaks one
- * of these.
+ * The comparison that keeps a round (oq_bce_sqnr_better), by hand. base:
+ * fold 0 {10, 12} dB, fold 1 {20, 30} dB (min 10, mean 18). A candidate
+ * with fold 0 {11, 13}, fold 1 {20, 31} is better on all samples (min 11 >=
+ * 10, mean 18.75 > 18) and on each fold (fold 0: 11 >= 10, 12 > 11; fold 1:
+ * 20 >= 20, 25.5 > 25). Judged on one fold, the other fold's numbers do not
+ * count; a fold without samples is never an improvement.
  */
-Test(biascorr, empirical_keep_rule_hand)
+Test(biascorr, empirical_better_hand)
 {
-	oq_bce_sqnr base = sq(10, 22, 2, 20, 50, 2), all = sq(11, 24, 2, 20, 51, 2), cv[2];
+	oq_bce_sqnr base = sq(10, 22, 2, 20, 50, 2), c = sq(11, 24, 2, 20, 51, 2);
 
 	cr_expect_eq(oq_bce_sqnr_min(&base, 3), 10);
 	cr_expect_eq(oq_bce_sqnr_min(&base, 2), 20);
@@ -550,25 +556,28 @@ Test(biascorr, empirical_keep_rule_hand)
 	cr_expect(isnan(oq_bce_sqnr_min(&base, 0)));
 	cr_expect(isnan(oq_bce_sqnr_mean(&base, 0)));
 
-	cv[0] = sq(300, 0, 0, 20, 50.5, 2);
-	cv[1] = sq(10, 22.5, 2, 300, 0, 0);
-	cr_expect(oq_bce_keep(&base, &all, cv));
-	/* in sample: the mean not up (sums 22 + 50: 18), or the min down (9.99) */
-	cr_expect(!oq_bce_keep(&base, &(oq_bce_sqnr){{11, 20}, {22, 50}, {2, 2}}, cv));
-	cr_expect(!oq_bce_keep(&base, &(oq_bce_sqnr){{9.99, 20}, {30, 50}, {2, 2}}, cv));
-	/* fold 0's shift lowers fold 1's min, though its mean rises (40): not kept */
-	cv[0] = sq(300, 0, 0, 19.99, 80, 2);
-	cr_expect(!oq_bce_keep(&base, &all, cv));
-	/* fold 1's shift leaves fold 0's mean as it was (11): not kept */
-	cv[0] = sq(300, 0, 0, 20, 50.5, 2);
-	cv[1] = sq(10, 22, 2, 300, 0, 0);
-	cr_expect(!oq_bce_keep(&base, &all, cv));
-	/* one sample: fold 1 is empty, nothing to judge fold 0's shift on */
+	cr_expect(oq_bce_sqnr_better(&c, &base, 3));
+	cr_expect(oq_bce_sqnr_better(&c, &base, 1));
+	cr_expect(oq_bce_sqnr_better(&c, &base, 2));
+	/* the mean not up (sums 22 + 50: 18) */
+	c = sq(11, 22, 2, 20, 50, 2);
+	cr_expect(!oq_bce_sqnr_better(&c, &base, 3));
+	/* the min down (9.99) although the mean rises (20) */
+	c = sq(9.99, 30, 2, 20, 50, 2);
+	cr_expect(!oq_bce_sqnr_better(&c, &base, 3));
+	cr_expect(!oq_bce_sqnr_better(&c, &base, 1));
+	/* ... which does not count when judged on fold 1 alone: 20 >= 20, 25.5 > 25 */
+	c = sq(9.99, 30, 2, 20, 51, 2);
+	cr_expect(oq_bce_sqnr_better(&c, &base, 2));
+	/* fold 1's min down (19.99), its mean up (40): not better on fold 1 */
+	c = sq(10, 22, 2, 19.99, 80, 2);
+	cr_expect(!oq_bce_sqnr_better(&c, &base, 2));
+	/* a fold without samples (one calibration sample: fold 1 is empty) */
 	base = sq(10, 10, 1, 300, 0, 0);
-	all = sq(11, 11, 1, 300, 0, 0);
-	cv[0] = sq(300, 0, 0, 300, 0, 0);
-	cv[1] = sq(11, 11, 1, 300, 0, 0);
-	cr_expect(!oq_bce_keep(&base, &all, cv));
+	c = sq(11, 11, 1, 300, 0, 0);
+	cr_expect(oq_bce_sqnr_better(&c, &base, 1));
+	cr_expect(!oq_bce_sqnr_better(&c, &base, 2));
+	cr_expect(!oq_bce_sqnr_better(&c, &base, 0));
 }
 
 /*

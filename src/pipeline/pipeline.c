@@ -181,34 +181,35 @@ static void set_corr(oq_bce *b, double **saved, double **diff, size_t lo, size_t
  * mobilenet_v2: 36.7 -> 35.2 dB). The last layer's shift is the whole
  * model's mean output error, whatever its cause.
  *
- * A round is kept only when its correction (the shifts of all samples)
- * improves the calibration SQNR (mean up, min not down: never worse on the
- * calibration data) and the correction survives cross-validation: for each
- * fold k (calib/bcemp.h), the shifts measured on the samples of fold k
- * alone, applied the same way, must improve the SQNR on the samples of the
- * other folds in the same sense (oq_bce_keep). The in-sample check alone
- * is biased: subtracting a mean measured on the very samples judged always
- * lowers their squared error, also when the mean is only the noise of a few
- * samples, which then costs on other data (resnet18: 31.1 -> 30.8 dB
- * held-out). A rejected round's group keeps its previous correction.
+ * A round is kept only when its correction survives cross-validation and
+ * improves the calibration SQNR (oq_bce_sqnr_better: mean up, min not
+ * down): for each fold k (calib/bcemp.h), the shifts measured on the
+ * samples of fold k alone, applied the same way, must improve the SQNR on
+ * the samples of the other folds; then the shifts of all samples (the
+ * correction kept) must improve it on all samples, so it is never worse on
+ * the calibration data. The in-sample check alone is biased: subtracting a
+ * mean measured on the very samples judged always lowers their total
+ * squared error, also when that mean is only the noise of a few samples.
+ * The fold checks come first (a round that fails them costs no model on
+ * all samples), and one candidate exists at a time besides the best model
+ * so far (executors are most of the memory). A rejected round's group keeps
+ * its previous correction.
  */
 static int empirical(const oq_pipeline_opts *o, const oq_opts *q, oq_model *ref, oq_model **out, FILE *log,
 		     oq_diag *d)
 {
-	enum { NR = 1 + OQ_BCE_FOLDS }; /* candidates per round: all samples, then one per fold */
 	const unsigned all = (1u << OQ_BCE_FOLDS) - 1;
 	oq_bce b = {0};
 	oq_node **rn = NULL, **qn = NULL;
 	double **diff = NULL, **saved = NULL;
-	oq_model *best = NULL, *cand[NR] = {NULL};
-	oq_bce_run runs[NR];
-	oq_bce_sqnr bs, cv[OQ_BCE_FOLDS];
+	oq_model *best = NULL, *cand = NULL;
+	oq_bce_run run0;
+	oq_bce_sqnr bs;
 	oq_bce_cache cache = {0};
 	int rounds = o->bias_rounds >= 0 ? o->bias_rounds : OQ_BC_ROUNDS, kept = 0;
 	int rc;
 
 	*out = NULL;
-	memset(runs, 0, sizeof runs);
 	if ((rc = oq_bias_correct_targets(ref->graph, q, &b, d)))
 		goto out;
 	rn = oq_calloc(b.n + 1, sizeof *rn);
@@ -227,13 +228,15 @@ static int empirical(const oq_pipeline_opts *o, const oq_opts *q, oq_model *ref,
 			goto out;
 		}
 	}
-	if ((rc = quantize_corrected(o, q, &b, &best, qn, d)))
+	/* the float model alone first (its outputs kept), then one quantized model at a time */
+	if ((rc = oq_bce_measure(ref, rn, NULL, 0, &o->calib, &b, &cache, d)) ||
+	    (rc = quantize_corrected(o, q, &b, &best, qn, d)))
 		goto out;
-	runs[0] = (oq_bce_run){.qm = best, .nodes = qn, .folds = all};
-	if ((rc = oq_bce_measure(ref, rn, runs, 1, &o->calib, &b, &cache, d)))
+	run0 = (oq_bce_run){.qm = best, .nodes = qn, .folds = all};
+	if ((rc = oq_bce_measure(ref, rn, &run0, 1, &o->calib, &b, &cache, d)))
 		goto out;
 	take_diffs(&b, diff);
-	bs = runs[0].sqnr;
+	bs = run0.sqnr;
 	if (q->log)
 		fprintf(q->log, "bias correction: round 0 (uncorrected): SQNR min %.2f mean %.2f dB\n",
 			oq_bce_sqnr_min(&bs, all), oq_bce_sqnr_mean(&bs, all));
@@ -241,51 +244,48 @@ static int empirical(const oq_pipeline_opts *o, const oq_opts *q, oq_model *ref,
 		/* rounds forward groups over layers [0, n-1), then the last layer alone */
 		size_t nf = b.n - 1, lo = r < rounds ? nf * (size_t)r / (size_t)rounds : nf,
 		       hi = r < rounds ? nf * (size_t)(r + 1) / (size_t)rounds : b.n;
-		int keep;
+		oq_bce_run run;
+		char msg[512];
+		size_t len;
+		int keep = 1;
 		if (lo == hi)
 			continue;
 		for (size_t i = lo; i < hi; i++)
 			memcpy(saved[i], b.v[i].corr, b.v[i].M * sizeof *saved[i]);
-		/* candidate 0: the shifts of all samples; 1 + k: of fold k, judged on the other folds */
-		for (int c = 0; c < NR; c++) {
-			set_corr(&b, saved, diff, lo, hi, c ? c - 1 : OQ_BCE_FOLDS);
-			if ((rc = quantize_corrected(o, q, &b, &cand[c], c ? NULL : qn, d)))
+		msg[0] = 0;
+		/* k < OQ_BCE_FOLDS: the shifts of fold k, judged on the other folds; then of all samples on all */
+		for (int k = 0; k <= OQ_BCE_FOLDS && keep; k++) {
+			unsigned on = k < OQ_BCE_FOLDS ? all & ~(1u << k) : all;
+			set_corr(&b, saved, diff, lo, hi, k);
+			if ((rc = quantize_corrected(o, q, &b, &cand, k < OQ_BCE_FOLDS ? NULL : qn, d)))
 				goto out;
-			runs[c] = (oq_bce_run){.qm = cand[c], .nodes = c ? NULL : qn,
-					       .folds = c ? all & ~(1u << (c - 1)) : all};
-		}
-		if ((rc = oq_bce_measure(ref, rn, runs, NR, &o->calib, &b, &cache, d)))
-			goto out;
-		for (int k = 0; k < OQ_BCE_FOLDS; k++)
-			cv[k] = runs[1 + k].sqnr;
-		keep = oq_bce_keep(&bs, &runs[0].sqnr, cv);
-		if (q->log) {
-			fprintf(q->log, "bias correction: round %d (layers %zu..%zu): SQNR min %.2f mean %.2f dB",
-				r + 1, lo, hi - 1, oq_bce_sqnr_min(&runs[0].sqnr, all),
-				oq_bce_sqnr_mean(&runs[0].sqnr, all));
-			for (int k = 0; k < OQ_BCE_FOLDS; k++) {
-				unsigned other = all & ~(1u << k);
-				fprintf(q->log, "; fold %d's shift on the others %.2f/%.2f (uncorrected %.2f/%.2f)", k,
-					oq_bce_sqnr_min(&runs[1 + k].sqnr, other),
-					oq_bce_sqnr_mean(&runs[1 + k].sqnr, other), oq_bce_sqnr_min(&bs, other),
-					oq_bce_sqnr_mean(&bs, other));
+			run = (oq_bce_run){.qm = cand, .nodes = k < OQ_BCE_FOLDS ? NULL : qn, .folds = on};
+			if ((rc = oq_bce_measure(ref, rn, &run, 1, &o->calib, &b, &cache, d)))
+				goto out;
+			keep = oq_bce_sqnr_better(&run.sqnr, &bs, on);
+			len = strlen(msg);
+			snprintf(msg + len, sizeof msg - len, "%s %s: SQNR min %.2f mean %.2f dB (uncorrected %.2f / %.2f)",
+				 k ? ";" : "", k < OQ_BCE_FOLDS ? (k ? "fold 1's shift on fold 0" : "fold 0's shift on fold 1")
+								: "all samples' shift on all",
+				 oq_bce_sqnr_min(&run.sqnr, on), oq_bce_sqnr_mean(&run.sqnr, on),
+				 oq_bce_sqnr_min(&bs, on), oq_bce_sqnr_mean(&bs, on));
+			if (!keep || k < OQ_BCE_FOLDS) {
+				oq_model_free(cand);
+				cand = NULL;
 			}
-			fprintf(q->log, "%s\n", keep ? ": kept" : ": not kept");
 		}
-		for (int c = keep ? 1 : 0; c < NR; c++) {
-			oq_model_free(cand[c]);
-			cand[c] = NULL;
-		}
+		if (q->log)
+			fprintf(q->log, "bias correction: round %d (layers %zu..%zu):%s: %s\n", r + 1, lo, hi - 1, msg,
+				keep ? "kept" : "not kept");
 		if (!keep) {
 			set_corr(&b, saved, diff, lo, hi, -1);
 			continue;
 		}
-		set_corr(&b, saved, diff, lo, hi, OQ_BCE_FOLDS);
 		take_diffs(&b, diff);
 		oq_model_free(best);
-		best = cand[0];
-		cand[0] = NULL;
-		bs = runs[0].sqnr;
+		best = cand;
+		cand = NULL;
+		bs = run.sqnr;
 		kept++;
 	}
 	if (log)
@@ -297,8 +297,7 @@ static int empirical(const oq_pipeline_opts *o, const oq_opts *q, oq_model *ref,
 	rc = OQ_OK;
 out:
 	oq_model_free(best);
-	for (int c = 0; c < NR; c++)
-		oq_model_free(cand[c]);
+	oq_model_free(cand);
 	for (size_t i = 0; diff && i < b.n; i++)
 		free(diff[i]);
 	for (size_t i = 0; saved && i < b.n; i++)
