@@ -145,17 +145,22 @@ static int keep(oq_bce_cache *c, size_t i, oq_rt *of)
 	return 0;
 }
 
-/* Adds the SQNR of each output of q against ref to fold f of s. */
-static void add_sqnr(oq_bce_sqnr *s, int f, const oq_rt *ref, const oq_rt *q, size_t nout)
+/* Adds the SQNR of each output of q against ref (sample i, fold f) to s. */
+static void add_sqnr(oq_bce_sqnr *s, size_t i, int f, const oq_rt *ref, const oq_rt *q, size_t nout)
 {
+	double sum = 0;
+	size_t n = 0;
 	for (size_t k = 0; k < nout; k++) {
 		double db = sqnr(&ref[k], &q[k]);
 		if (!isnan(db)) {
 			s->sum[f] += db;
 			s->n[f]++;
 			s->min[f] = fmin(s->min[f], db);
+			sum += db;
+			n++;
 		}
 	}
+	s->per[i] = n ? sum / (double)n : NAN;
 }
 
 int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, size_t n_runs,
@@ -187,6 +192,8 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 			runs[r].sqnr.sum[f] = 0;
 			runs[r].sqnr.n[f] = 0;
 		}
+		runs[r].sqnr.per = NULL;
+		runs[r].sqnr.n_per = 0;
 		if (!runs[r].nodes)
 			continue;
 		if (sums != n_runs)
@@ -253,6 +260,15 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 					    "(internal error)");
 				goto out;
 			}
+			for (size_t k = 0; k < n_runs; k++) {
+				if (!(runs[k].sqnr.per = malloc((n ? n : 1) * sizeof *runs[k].sqnr.per))) {
+					rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+					goto out;
+				}
+				for (size_t i = 0; i < n; i++)
+					runs[k].sqnr.per[i] = NAN;
+				runs[k].sqnr.n_per = n;
+			}
 			if (fonly) {
 				if (!(cache->out = oq_calloc(n && nout ? n * nout : 1, sizeof *cache->out))) {
 					rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
@@ -284,7 +300,7 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 			if (eq) {
 				if ((rc = oq_exec_run(eq, in, nin, oqs, nout, d)))
 					goto out;
-				add_sqnr(q, f, ro, oqs, nout);
+				add_sqnr(q, i, f, ro, oqs, nout);
 				release(oqs, nout);
 			}
 			if (fonly && cache->state == 1 && (rc = keep(cache, i, of))) {
@@ -305,6 +321,8 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 out:
 	if (rc && fonly)
 		oq_bce_cache_free(cache);
+	for (size_t r = 0; rc && r < n_runs; r++)
+		oq_bce_sqnr_free(&runs[r].sqnr);
 	release(in, nin);
 	release(of, nout);
 	release(oqs, nout);

@@ -23,7 +23,8 @@ typedef struct oq_bce_run {
 	oq_node *const *nodes;  /* per layer: the node whose output 0 is the layer's measured value in
 				 * qm (NULL entries: that layer failed); NULL: SQNR only, no sums */
 	unsigned folds;         /* bit f set: runs the samples of fold f (sample i % OQ_BCE_FOLDS) */
-	oq_bce_sqnr sqnr;       /* out: output SQNR on the folds it ran (n 0 on the others) */
+	oq_bce_sqnr sqnr;       /* out: output SQNR on the folds it ran (n 0 on the others), per
+				 * sample too (the caller frees it: oq_bce_sqnr_free) */
 } oq_bce_run;
 
 /*

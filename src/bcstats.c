@@ -57,3 +57,44 @@ int oq_bce_sqnr_better(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigne
 	/* comparisons with NaN are false: no pairs, no improvement */
 	return cm > bm && cn >= bn;
 }
+
+void oq_bce_gain(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigned folds, double *mean, double *se)
+{
+	size_t n = cand->n_per < base->n_per ? cand->n_per : base->n_per, k = 0;
+	double sum = 0, ss = 0, m;
+
+	/* two passes: the mean, then the squared deviations from it */
+	for (size_t i = 0; i < n; i++)
+		if ((folds >> (i % OQ_BCE_FOLDS) & 1u) && !isnan(cand->per[i]) && !isnan(base->per[i])) {
+			sum += cand->per[i] - base->per[i];
+			k++;
+		}
+	*mean = *se = NAN;
+	if (!k)
+		return;
+	m = sum / (double)k;
+	*mean = m;
+	if (k < 2)
+		return;
+	for (size_t i = 0; i < n; i++)
+		if ((folds >> (i % OQ_BCE_FOLDS) & 1u) && !isnan(cand->per[i]) && !isnan(base->per[i])) {
+			double e = cand->per[i] - base->per[i] - m;
+			ss += e * e;
+		}
+	*se = sqrt(ss / (double)(k - 1) / (double)k);
+}
+
+void oq_bce_sqnr_free(oq_bce_sqnr *s)
+{
+	free(s->per);
+	s->per = NULL;
+	s->n_per = 0;
+}
+
+int oq_bce_sqnr_holds(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigned folds)
+{
+	double g, se;
+	oq_bce_gain(cand, base, folds, &g, &se);
+	/* NaN (fewer than 2 samples) compares false */
+	return oq_bce_sqnr_better(cand, base, folds) && g > OQ_BCE_MARGIN * se;
+}

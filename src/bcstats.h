@@ -82,6 +82,9 @@ typedef struct oq_bce_sqnr {
 	double min[OQ_BCE_FOLDS]; /* lowest */
 	double sum[OQ_BCE_FOLDS]; /* sum, added in sample order */
 	size_t n[OQ_BCE_FOLDS];   /* pairs */
+	double *per;              /* per sample: mean over its float outputs, dB; NaN when not run
+				   * (owned; oq_bce_sqnr_free), or NULL */
+	size_t n_per;             /* samples */
 } oq_bce_sqnr;
 
 /* An exact output (no error) counts as this many dB, so means stay finite. */
@@ -99,6 +102,27 @@ double oq_bce_sqnr_mean(const oq_bce_sqnr *s, unsigned folds);
  * no)?
  */
 int oq_bce_sqnr_better(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigned folds);
+
+/*
+ * Gain of cand over base per sample, on the samples of the folds in mask
+ * `folds` that both ran (sample i is in fold i % OQ_BCE_FOLDS): the mean
+ * gain and its standard error, sd / sqrt(n) with the sample standard
+ * deviation (n - 1); *se is NaN with fewer than 2 samples, both NaN with none.
+ */
+void oq_bce_gain(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigned folds, double *mean, double *se);
+
+/*
+ * The cross-validation test of a round of empirical correction: cand (the
+ * model corrected with shifts measured on other samples) is better than
+ * base on the folds in mask `folds` (oq_bce_sqnr_better) and its mean gain
+ * per sample there is more than OQ_BCE_MARGIN standard errors of that mean
+ * (oq_bce_gain): not a gain the spread of a few samples makes by chance.
+ * Fewer than 2 samples: no.
+ */
+#define OQ_BCE_MARGIN 2.0
+int oq_bce_sqnr_holds(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigned folds);
+
+void oq_bce_sqnr_free(oq_bce_sqnr *s);
 
 /* Frees the layers (names and arrays) and resets *b. */
 void oq_bce_free(oq_bce *b);

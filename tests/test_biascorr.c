@@ -451,6 +451,14 @@ Test(biascorr, empirical_measure_and_apply_hand)
 	cr_expect_eq(runs[2].sqnr.n[1], 1);
 	cr_expect(fabs(runs[2].sqnr.sum[1] - dbc1) < 1e-9);
 	cr_expect(isnan(oq_bce_sqnr_mean(&runs[2].sqnr, 1)));
+	/* per sample */
+	for (int r = 0; r < 3; r++)
+		cr_assert_eq(runs[r].sqnr.n_per, 2);
+	cr_expect(fabs(runs[0].sqnr.per[0] - db61) < 1e-9 && fabs(runs[0].sqnr.per[1] - db61) < 1e-9);
+	cr_expect(fabs(runs[1].sqnr.per[0] - dbc0) < 1e-9 && fabs(runs[1].sqnr.per[1] - dbc1) < 1e-9);
+	cr_expect(isnan(runs[2].sqnr.per[0]) && fabs(runs[2].sqnr.per[1] - dbc1) < 1e-9);
+	for (int r = 0; r < 3; r++)
+		oq_bce_sqnr_free(&runs[r].sqnr);
 
 	/* fold the shift of both folds, (9 - 9.5) / 8, into the float model's bias */
 	b.v[0].corr[0] = (b.v[0].sum_q[0] + b.v[0].sum_q[1]) / 8 - (b.v[0].sum_f[0] + b.v[0].sum_f[1]) / 8;
@@ -517,6 +525,7 @@ Test(biascorr, empirical_measure_cache)
 		cr_expect_eq(run.sqnr.n[0] + run.sqnr.n[1], 2, "pass %d", pass);
 		cr_expect(fabs(oq_bce_sqnr_min(&run.sqnr, 3) - db61) < 1e-9, "pass %d", pass);
 		cr_expect(fabs(oq_bce_sqnr_mean(&run.sqnr, 3) - db61) < 1e-9, "pass %d", pass);
+		oq_bce_sqnr_free(&run.sqnr);
 	}
 	cr_expect_eq(cache.bytes, 32); /* two samples' outputs of 4 floats */
 	cr_expect_eq(tiny.bytes, 0);
@@ -533,7 +542,7 @@ Test(biascorr, empirical_measure_cache)
 /* oq_bce_sqnr with fold 0 / fold 1 given as {min, sum, n}. */
 static oq_bce_sqnr sq(double min0, double sum0, size_t n0, double min1, double sum1, size_t n1)
 {
-	oq_bce_sqnr s = {{min0, min1}, {sum0, sum1}, {n0, n1}};
+	oq_bce_sqnr s = {{min0, min1}, {sum0, sum1}, {n0, n1}, NULL, 0};
 	return s;
 }
 
@@ -578,6 +587,58 @@ Test(biascorr, empirical_better_hand)
 	cr_expect(oq_bce_sqnr_better(&c, &base, 1));
 	cr_expect(!oq_bce_sqnr_better(&c, &base, 2));
 	cr_expect(!oq_bce_sqnr_better(&c, &base, 0));
+}
+
+/* Per-sample SQNR (one output per sample) and the fold sums it gives; per[] must outlive the result. */
+static oq_bce_sqnr from_per(double *per, size_t n)
+{
+	oq_bce_sqnr s = {{300, 300}, {0, 0}, {0, 0}, per, n};
+	for (size_t i = 0; i < n; i++)
+		if (!isnan(per[i])) {
+			s.sum[i % 2] += per[i];
+			s.n[i % 2]++;
+			s.min[i % 2] = fmin(s.min[i % 2], per[i]);
+		}
+	return s;
+}
+
+/*
+ * The margin of the fold checks (oq_bce_gain, oq_bce_sqnr_holds), by hand.
+ * base per sample {10, 20, 12, 30} (samples 0 and 2 in fold 0), cand
+ * {11, 20, 15, 31}: fold 0 gains {1, 3}: mean 2, sd sqrt(2), se 1, and
+ * 2 > 2 * 1 fails by a hair; fold 1 {0, 1}: mean 0.5, se 0.5; all four
+ * {1, 0, 3, 1}: mean 1.25, sd^2 = (0.0625 + 1.5625 + 3.0625 + 0.0625) / 3,
+ * se = sqrt(4.75 / 12) = 0.6291. cand2 {11.5, 21, 12.9, 31}: fold 0 gains
+ * {1.5, 0.9}: mean 1.2, sd 0.4243, se 0.3: holds (and min 11.5 >= 10, mean
+ * 12.2 > 11). With sample 2 not run, fold 0 has one pair: no standard error.
+ */
+Test(biascorr, empirical_gain_margin_hand)
+{
+	double pb[] = {10, 20, 12, 30}, pc[] = {11, 20, 15, 31}, pc2[] = {11.5, 21, 12.9, 31}, g, se;
+	oq_bce_sqnr base = from_per(pb, 4), c = from_per(pc, 4), c2 = from_per(pc2, 4);
+
+	oq_bce_gain(&c, &base, 1, &g, &se);
+	cr_expect(fabs(g - 2) < 1e-12 && fabs(se - 1) < 1e-12, "fold 0: %.15g +- %.15g", g, se);
+	oq_bce_gain(&c, &base, 2, &g, &se);
+	cr_expect(fabs(g - 0.5) < 1e-12 && fabs(se - 0.5) < 1e-12, "fold 1: %.15g +- %.15g", g, se);
+	oq_bce_gain(&c, &base, 3, &g, &se);
+	cr_expect(fabs(g - 1.25) < 1e-12 && fabs(se - sqrt(4.75 / 12)) < 1e-12, "all: %.15g +- %.15g", g, se);
+	cr_expect(oq_bce_sqnr_better(&c, &base, 1)); /* better, but not by the margin */
+	cr_expect(!oq_bce_sqnr_holds(&c, &base, 1));
+	cr_expect(!oq_bce_sqnr_holds(&c, &base, 2));
+	cr_expect(!oq_bce_sqnr_holds(&c, &base, 3));
+
+	oq_bce_gain(&c2, &base, 1, &g, &se);
+	cr_expect(fabs(g - 1.2) < 1e-12 && fabs(se - 0.3) < 1e-12, "cand2 fold 0: %.15g +- %.15g", g, se);
+	cr_expect(oq_bce_sqnr_holds(&c2, &base, 1));
+
+	pc2[2] = NAN;
+	c2 = from_per(pc2, 4);
+	oq_bce_gain(&c2, &base, 1, &g, &se);
+	cr_expect(fabs(g - 1.5) < 1e-12 && isnan(se), "one pair: %.15g +- %.15g", g, se);
+	cr_expect(!oq_bce_sqnr_holds(&c2, &base, 1));
+	oq_bce_gain(&c2, &base, 0, &g, &se);
+	cr_expect(isnan(g) && isnan(se));
 }
 
 /*

@@ -204,7 +204,7 @@ static int empirical(const oq_pipeline_opts *o, const oq_opts *q, oq_model *ref,
 	double **diff = NULL, **saved = NULL;
 	oq_model *best = NULL, *cand = NULL;
 	oq_bce_run run0;
-	oq_bce_sqnr bs;
+	oq_bce_sqnr bs = {0};
 	oq_bce_cache cache = {0};
 	int rounds = o->bias_rounds >= 0 ? o->bias_rounds : OQ_BC_ROUNDS, kept = 0;
 	int rc;
@@ -245,7 +245,8 @@ static int empirical(const oq_pipeline_opts *o, const oq_opts *q, oq_model *ref,
 		size_t nf = b.n - 1, lo = r < rounds ? nf * (size_t)r / (size_t)rounds : nf,
 		       hi = r < rounds ? nf * (size_t)(r + 1) / (size_t)rounds : b.n;
 		oq_bce_run run;
-		char msg[512];
+		char msg[640];
+		double g, se;
 		size_t len;
 		int keep = 1;
 		if (lo == hi)
@@ -262,16 +263,20 @@ static int empirical(const oq_pipeline_opts *o, const oq_opts *q, oq_model *ref,
 			run = (oq_bce_run){.qm = cand, .nodes = k < OQ_BCE_FOLDS ? NULL : qn, .folds = on};
 			if ((rc = oq_bce_measure(ref, rn, &run, 1, &o->calib, &b, &cache, d)))
 				goto out;
-			keep = oq_bce_sqnr_better(&run.sqnr, &bs, on);
+			keep = k < OQ_BCE_FOLDS ? oq_bce_sqnr_holds(&run.sqnr, &bs, on)
+						: oq_bce_sqnr_better(&run.sqnr, &bs, on);
+			oq_bce_gain(&run.sqnr, &bs, on, &g, &se);
 			len = strlen(msg);
-			snprintf(msg + len, sizeof msg - len, "%s %s: SQNR min %.2f mean %.2f dB (uncorrected %.2f / %.2f)",
-				 k ? ";" : "", k < OQ_BCE_FOLDS ? (k ? "fold 1's shift on fold 0" : "fold 0's shift on fold 1")
-								: "all samples' shift on all",
+			snprintf(msg + len, sizeof msg - len, "%s %s: SQNR min %.2f mean %.2f dB (uncorrected %.2f / %.2f; "
+				 "gain %.2f +- %.2f)", k ? ";" : "",
+				 k < OQ_BCE_FOLDS ? (k ? "fold 1's shift on fold 0" : "fold 0's shift on fold 1")
+						  : "all samples' shift on all",
 				 oq_bce_sqnr_min(&run.sqnr, on), oq_bce_sqnr_mean(&run.sqnr, on),
-				 oq_bce_sqnr_min(&bs, on), oq_bce_sqnr_mean(&bs, on));
+				 oq_bce_sqnr_min(&bs, on), oq_bce_sqnr_mean(&bs, on), g, se);
 			if (!keep || k < OQ_BCE_FOLDS) {
 				oq_model_free(cand);
 				cand = NULL;
+				oq_bce_sqnr_free(&run.sqnr);
 			}
 		}
 		if (q->log)
@@ -285,6 +290,7 @@ static int empirical(const oq_pipeline_opts *o, const oq_opts *q, oq_model *ref,
 		oq_model_free(best);
 		best = cand;
 		cand = NULL;
+		oq_bce_sqnr_free(&bs);
 		bs = run.sqnr;
 		kept++;
 	}
@@ -298,6 +304,7 @@ static int empirical(const oq_pipeline_opts *o, const oq_opts *q, oq_model *ref,
 out:
 	oq_model_free(best);
 	oq_model_free(cand);
+	oq_bce_sqnr_free(&bs);
 	for (size_t i = 0; diff && i < b.n; i++)
 		free(diff[i]);
 	for (size_t i = 0; saved && i < b.n; i++)
