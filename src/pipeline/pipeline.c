@@ -455,7 +455,7 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		oq_model_free(m);
 		m = qm;
 	} else if (quantize) {
-		if (o->bias_correction == OQ_BC_EMPIRICAL && !q.weight_only && o->verbose && log)
+		if (o->bias_correction == OQ_BC_EMPIRICAL && !q.weight_only && !o->stats_in && o->verbose && log)
 			fprintf(log, "bias correction: skipped: it needs calibration samples from a folder\n");
 		run = o->run;
 		run.only_quantize = 1;
@@ -493,6 +493,9 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		if (info.auto_external)
 			fprintf(log, "onnxq: %s: model is over 2 GB: wrote %zu tensors to %s.data\n",
 				o->rewrite_only ? "convert" : "quantize", info.n_external, o->out_path);
+		if (quantize && !q.weight_only && o->bias_correction == OQ_BC_EMPIRICAL && o->stats_in)
+			fprintf(log, "quantize: no bias correction with --stats (no samples to measure on): the model "
+				"of --calib DIR --no-bias-correction\n");
 		if (o->verbose)
 			fprintf(log, "timings: load+rewrite %.3f s, calibrate %.3f s, quantize %.3f s, save %.3f s\n",
 				t1 - t0, t2 - t1, t3 - t2, t4 - t3);
