@@ -1,11 +1,11 @@
 /*
  * bcemp.h - empirical bias correction: measuring what the quantized model
  * does (AIMET's empirical mode). The calibration samples run through the
- * float model and the quantized one side by side; for every layer of an
- * oq_bce (src/bcstats.h) the observer sums the measured output per channel
- * in both, and the model outputs give the SQNR of the quantized model on
- * those samples, which decides whether a round of correction is kept
- * (src/pipeline/pipeline.c).
+ * float model and one or more quantized ones side by side; for every layer
+ * of an oq_bce (src/bcstats.h) the observer sums the measured output per
+ * channel and fold in the float model and in one quantized model, and the
+ * model outputs give each quantized model's SQNR per fold, which decides
+ * whether a round of correction is kept (src/pipeline/pipeline.c).
  *
  * Determinism: sums are double, added in sample order and in a fixed
  * element order on the calling thread, and the executor's results do not
@@ -17,17 +17,54 @@
 #include "bcstats.h"
 #include "calibrate.h"
 
+/* One quantized model of a measurement. */
+typedef struct oq_bce_run {
+	oq_model *qm;           /* same inputs and outputs as the float model */
+	oq_node *const *nodes;  /* per layer: the node whose output 0 is the layer's measured value in
+				 * qm (NULL entries: that layer failed); NULL: SQNR only, no sums */
+	unsigned folds;         /* bit f set: runs the samples of fold f (sample i % OQ_BCE_FOLDS) */
+	oq_bce_sqnr sqnr;       /* out: output SQNR on the folds it ran (n 0 on the others), per
+				 * sample too (the caller frees it: oq_bce_sqnr_free) */
+} oq_bce_run;
+
+/*
+ * The float model's outputs on every sample, kept from one measurement to
+ * the next (the float model and the samples do not change between rounds,
+ * only the quantized models do), up to a byte limit.
+ */
+typedef struct oq_bce_cache {
+	oq_rt *out;    /* n x nout outputs, sample-major (owned) */
+	size_t n, nout;
+	size_t bytes;  /* payload bytes held */
+	size_t limit;  /* at most this many bytes; 0: OQ_BCE_CACHE_BYTES */
+	int state;     /* 0: empty; 1: filled by a float-only oq_bce_measure (out and every layer's
+			* sum_f / n_f are the float model's on all samples); -1: the same call found the
+			* outputs over the limit: sum_f / n_f are valid, the float model runs each time */
+} oq_bce_cache;
+
+#define OQ_BCE_CACHE_BYTES ((size_t)512 << 20)
+
+/* Frees the outputs and resets *c to empty (limit kept). */
+void oq_bce_cache_free(oq_bce_cache *c);
+
 /*
  * Runs the samples of o->source (a folder; o->limit applies, o->batch does
- * not: one sample at a time) through ref (float) and qm (quantized, same
- * inputs and outputs). ref_nodes[i] / q_nodes[i]: the node whose output 0 is
- * layer i's measured value in each model (NULL marks the layer failed).
- * Resets and fills every layer's sum_f, sum_q, n_f, n_q (a measured value
- * that is not float32 or lacks M channels on its channel axis marks the
- * layer failed) and b->sqnr_min / sqnr_mean over the float32 outputs.
- * A random source is OQ_EUNSUP (nothing to measure on).
+ * not: one sample at a time) through ref (float) and the quantized models
+ * runs[0..n_runs) side by side: each sample runs ref once and every model
+ * whose folds include the sample's. ref_nodes[i]: the node whose output 0 is
+ * layer i's measured value in ref (NULL marks the layer failed). Resets and
+ * fills every layer's sum_f / n_f from ref and sum_q / n_q from the run
+ * with nodes (at most one may have them), per fold (a measured value that
+ * is not float32 or lacks M channels on its channel axis marks the layer
+ * failed), and each run's sqnr over the float32 outputs. With no runs and
+ * an empty cache, the float model alone runs every sample: the cache gets
+ * its outputs and the layers its sums. With a cache so filled (same ref,
+ * samples and layers), the float sums stay and the float model runs only
+ * if its outputs were over the limit; cache may be NULL. A random source
+ * is OQ_EUNSUP (nothing to measure on). Models are run one after the other
+ * on the calling thread's schedule, so the sums do not depend on threads.
  */
-int oq_bce_measure(oq_model *ref, oq_model *qm, oq_node *const *ref_nodes, oq_node *const *q_nodes,
-		   const oq_calib_opts *o, oq_bce *b, oq_diag *d) OQ_WUR;
+int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, size_t n_runs,
+		   const oq_calib_opts *o, oq_bce *b, oq_bce_cache *cache, oq_diag *d) OQ_WUR;
 
 #endif

@@ -387,8 +387,8 @@ int oq_bias_correct_targets(oq_graph *g, const oq_opts *o, oq_bce *b, oq_diag *d
 		l->ch_last = n->op == OQ_OP_Gemm || n->op == OQ_OP_MatMul;
 		l->M = M;
 		l->corr = oq_calloc(M ? M : 1, sizeof *l->corr);
-		l->sum_f = oq_calloc(M ? M : 1, sizeof *l->sum_f);
-		l->sum_q = oq_calloc(M ? M : 1, sizeof *l->sum_q);
+		l->sum_f = oq_calloc(M ? OQ_BCE_FOLDS * M : 1, sizeof *l->sum_f);
+		l->sum_q = oq_calloc(M ? OQ_BCE_FOLDS * M : 1, sizeof *l->sum_q);
 		b->n++;
 		if (!l->node || !l->measured || !l->corr || !l->sum_f || !l->sum_q) {
 			free(p);

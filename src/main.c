@@ -97,7 +97,8 @@ static const char usage_quantize[] =
 	"  --calib-batch N         run N samples at once along axis 0 (needs a symbolic batch\n"
 	"                          dim; same ranges as one at a time; ema updates per batch)\n"
 	"  --stats FILE            ranges from merged `onnxq calibrate` statistics instead of\n"
-	"                          --calib (same model and options: byte-identical result)\n"
+	"                          --calib (no bias correction: the model of --calib with the\n"
+	"                          same options and --no-bias-correction, byte for byte)\n"
 	"  --threads N             executor threads (default: all cores); output is identical\n"
 	"  --method M              activation ranges: mse (default: least rounding + clipping\n"
 	"                          error on the activation grid), minmax (exact min/max),\n"
@@ -110,10 +111,13 @@ static const char usage_quantize[] =
 	"  --percentile P          percentile kept in (0, 100] (default 99.999): (100-P)/2 %\n"
 	"                          cut on each side, or of |x| with --act-symmetric\n"
 	"  --bias-correction[=empirical|analytic]  fold the mean output shift quantization\n"
-	"                          causes into Conv/Gemm/MatMul biases: empirical (default)\n"
-	"                          measures float vs quantized outputs on the calibration\n"
-	"                          samples and keeps a round only if their SQNR improves;\n"
-	"                          analytic folds E[(W_q - W) x] of every layer\n"
+	"                          causes into Conv/Gemm/MatMul biases. empirical (the\n"
+	"                          default with --calib DIR): measures float vs quantized\n"
+	"                          outputs on the calibration samples and keeps a round only\n"
+	"                          if it improves their SQNR and each half's shift improves\n"
+	"                          the other half's; analytic folds E[(W_q - W) x] of every\n"
+	"                          layer\n"
+	"  --no-bias-correction    none\n"
 	"  --bias-correction-rounds N  empirical: N forward layer groups before the last\n"
 	"                          layer's round (default 0)\n"
 	"";
@@ -478,6 +482,9 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 	p->calib.method = OQ_CALIB_MSE;
 	p->log = stderr;
 	p->bias_rounds = -1;
+	/* measured on the corpus over calibration splits (README "Bias correction") */
+	if (quantize && !calibrate)
+		p->bias_correction = OQ_BC_EMPIRICAL;
 	p->rewrite_only = !quantize;
 	for (int i = 0; i < 3; i++)
 		if (!(a->lists[i] = calloc((size_t)argc, sizeof(char *))))
@@ -718,6 +725,9 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 	if (bc_given && (p->stats_in || calibrate))
 		return usage_error(cmd, "--bias-correction needs the samples (--calib DIR): statistics files "
 					"carry no bias-correction sums");
+	/* the default: nothing to correct without calibration (the pipeline notes --stats) */
+	if (p->q.weight_only)
+		p->bias_correction = OQ_BC_OFF;
 	if (p->q.op_types && !p->q.weight_only)
 		return usage_error(cmd, "--op-types applies to --weight-only");
 	if (p->q.profile == OQ_PROFILE_TRT && (p->q.act_type != OQ_DT_UINT8 || p->q.act_sym))

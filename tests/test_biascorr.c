@@ -20,6 +20,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "bias_correct.h"
 #include "biascorr.h"
@@ -333,15 +334,21 @@ Test(biascorr, strided_padded_convtranspose_varying_sizes)
  * point 0 (ties to even). Samples and what the quantized model sees:
  *   x1 = {0.125, 0.375, 1, 0.625} -> {0, 0.5, 1, 0.5}    (0.5->0, 1.5->2, 2.5->2)
  *   x2 = {0.625, 0, 0, 0}         -> {0.5, 0, 0, 0}
- * Output sums: float 6.25 + 3.25 = 9.5, quantized 6 + 3 = 9, over 8
- * positions: shift -0.0625, so the corrected bias is 0.5625. Output SQNR:
- * sample 1 sum y^2 = 11.4375, sum err^2 = 0.1875; sample 2 3.8125 and
- * 0.0625: both 10 log10(61) dB.
+ * Sample 0 (x1) is fold 0, sample 1 (x2) fold 1. Output sums: float 6.25
+ * and 3.25, quantized 6 and 3, over 4 positions each: shift -0.0625 in
+ * both folds, so the corrected bias is 0.5625. Output SQNR: sample 1
+ * sum y^2 = 11.4375, sum err^2 = 0.1875; sample 2 3.8125 and 0.0625: both
+ * 10 log10(61) dB. With the corrected bias (0.5625) the quantized outputs
+ * are {0.5625, 1.5625, 2.5625, 1.5625} against {0.75, 1.25, 2.5, 1.75}:
+ * sum err^2 = 0.03515625 + 0.09765625 + 0.00390625 + 0.03515625 = 0.171875,
+ * SQNR 10 log10(11.4375 / 0.171875) = 10 log10(732 / 11); sample 2:
+ * {1.5625, 0.5625 x3} against {1.75, 0.5 x3}: 0.046875, 10 log10(244 / 3).
  */
 #include "bcemp.h"
 #include "npy.h"
+#include "pipeline.h"
 
-static gen_model *conv_2x(int quantized)
+static gen_model *conv_2x(int quantized, double bias)
 {
 	gen_model *g = gen_new(8);
 	Onnx__GraphProto *mg;
@@ -350,7 +357,7 @@ static gen_model *conv_2x(int quantized)
 	mg = gen_graph(g);
 	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 4));
 	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(2));
-	gen_init(g, mg, "B", OQ_DT_FLOAT, GEN_SHAPE(1), GEN_VALS(0.5));
+	gen_init(g, mg, "B", OQ_DT_FLOAT, GEN_SHAPE(1), GEN_VALS(bias));
 	if (quantized) {
 		gen_init(g, mg, "s", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0.25));
 		gen_init(g, mg, "z", OQ_DT_UINT8, 0, NULL, GEN_VALS(0));
@@ -364,26 +371,44 @@ static gen_model *conv_2x(int quantized)
 	return g;
 }
 
+/* Writes samples n x [dims] (values v, n * count floats) as dir/000.npy, 001.npy, ... */
+static void write_samples(const char *dir, size_t n, int rank, const int64_t *dims, const float *v, size_t count)
+{
+	char path[160];
+	oq_diag d;
+	oq_diag_init(&d);
+	for (size_t i = 0; i < n; i++) {
+		snprintf(path, sizeof path, "%s/%03zu.npy", dir, i);
+		cr_assert_eq(oq_npy_write(path, OQ_DT_FLOAT, rank, dims, v + i * count, count * sizeof *v, &d), OQ_OK,
+			     "%s", d.msg);
+	}
+}
+
+static void rm_rf(const char *dir)
+{
+	char cmd[160];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	cr_expect_eq(system(cmd), 0);
+}
+
 Test(biascorr, empirical_measure_and_apply_hand)
 {
-	static const float x1[] = {0.125f, 0.375f, 1, 0.625f}, x2[] = {0.625f, 0, 0, 0};
-	gen_model *gf = conv_2x(0), *gq = conv_2x(1);
-	oq_model *mf = load(gf), *mq = load(gq);
+	static const float xs[] = {0.125f, 0.375f, 1, 0.625f, 0.625f, 0, 0, 0};
+	gen_model *gf = conv_2x(0, 0.5), *gq = conv_2x(1, 0.5), *gc = conv_2x(1, 0.5625);
+	oq_model *mf = load(gf), *mq = load(gq), *mc = load(gc);
 	oq_calib_opts co;
 	oq_opts o;
 	oq_bce b;
+	oq_bce_run runs[3];
 	oq_node *rn[1], *qn[1];
 	oq_diag d;
-	char dir[64] = "/tmp/oq_bce_XXXXXX", path[128];
-	const int64_t dims[] = {1, 1, 1, 4};
+	char dir[64] = "/tmp/oq_bce_XXXXXX";
+	const double db61 = 10 * log10(61.0), dbc0 = 10 * log10(732.0 / 11), dbc1 = 10 * log10(244.0 / 3);
 
 	oq_diag_init(&d);
 	oq_opts_init(&o);
 	cr_assert_not_null(mkdtemp(dir));
-	snprintf(path, sizeof path, "%s/000.npy", dir);
-	cr_assert_eq(oq_npy_write(path, OQ_DT_FLOAT, 4, dims, x1, sizeof x1, &d), OQ_OK, "%s", d.msg);
-	snprintf(path, sizeof path, "%s/001.npy", dir);
-	cr_assert_eq(oq_npy_write(path, OQ_DT_FLOAT, 4, dims, x2, sizeof x2, &d), OQ_OK, "%s", d.msg);
+	write_samples(dir, 2, GEN_SHAPE(1, 1, 1, 4), xs, 4);
 
 	cr_assert_eq(oq_bias_correct_targets(mf->graph, &o, &b, &d), OQ_OK, "%s", d.msg);
 	cr_assert_eq(b.n, 1);
@@ -396,17 +421,47 @@ Test(biascorr, empirical_measure_and_apply_hand)
 	memset(&co, 0, sizeof co);
 	co.source = dir;
 	co.threads = 1;
-	cr_assert_eq(oq_bce_measure(mf, mq, rn, qn, &co, &b, &d), OQ_OK, "%s", d.msg);
+	/* the quantized model with sums on both folds; the corrected one on both and on fold 1 alone */
+	runs[0] = (oq_bce_run){.qm = mq, .nodes = qn, .folds = 3};
+	runs[1] = (oq_bce_run){.qm = mc, .folds = 3};
+	runs[2] = (oq_bce_run){.qm = mc, .folds = 2};
+	cr_assert_eq(oq_bce_measure(mf, rn, runs, 3, &co, &b, NULL, &d), OQ_OK, "%s", d.msg);
 	cr_assert(!b.v[0].failed);
-	cr_expect_eq(b.v[0].n_f, 8);
-	cr_expect_eq(b.v[0].n_q, 8);
-	cr_expect_eq(b.v[0].sum_f[0], 9.5);
-	cr_expect_eq(b.v[0].sum_q[0], 9.0);
-	cr_expect(fabs(b.sqnr_min - 10 * log10(61.0)) < 1e-9, "min %.12g", b.sqnr_min);
-	cr_expect(fabs(b.sqnr_mean - 10 * log10(61.0)) < 1e-9, "mean %.12g", b.sqnr_mean);
+	cr_expect_eq(b.v[0].n_f[0], 4);
+	cr_expect_eq(b.v[0].n_f[1], 4);
+	cr_expect_eq(b.v[0].n_q[0], 4);
+	cr_expect_eq(b.v[0].n_q[1], 4);
+	cr_expect_eq(b.v[0].sum_f[0], 6.25);
+	cr_expect_eq(b.v[0].sum_f[1], 3.25);
+	cr_expect_eq(b.v[0].sum_q[0], 6.0);
+	cr_expect_eq(b.v[0].sum_q[1], 3.0);
+	for (int f = 0; f < 2; f++) {
+		cr_expect_eq(runs[0].sqnr.n[f], 1);
+		cr_expect(fabs(runs[0].sqnr.min[f] - db61) < 1e-9, "fold %d min %.12g", f, runs[0].sqnr.min[f]);
+		cr_expect(fabs(runs[0].sqnr.sum[f] - db61) < 1e-9, "fold %d sum %.12g", f, runs[0].sqnr.sum[f]);
+	}
+	cr_expect(fabs(oq_bce_sqnr_mean(&runs[0].sqnr, 3) - db61) < 1e-9);
+	cr_expect(fabs(runs[1].sqnr.min[0] - dbc0) < 1e-9, "%.12g", runs[1].sqnr.min[0]);
+	cr_expect(fabs(runs[1].sqnr.min[1] - dbc1) < 1e-9, "%.12g", runs[1].sqnr.min[1]);
+	cr_expect(fabs(oq_bce_sqnr_min(&runs[1].sqnr, 3) - dbc0) < 1e-9);
+	cr_expect(fabs(oq_bce_sqnr_mean(&runs[1].sqnr, 3) - (dbc0 + dbc1) / 2) < 1e-9);
+	cr_expect(oq_bce_sqnr_better(&runs[1].sqnr, &runs[0].sqnr, 3));
+	/* fold 1 alone: sample 0 never ran */
+	cr_expect_eq(runs[2].sqnr.n[0], 0);
+	cr_expect_eq(runs[2].sqnr.n[1], 1);
+	cr_expect(fabs(runs[2].sqnr.sum[1] - dbc1) < 1e-9);
+	cr_expect(isnan(oq_bce_sqnr_mean(&runs[2].sqnr, 1)));
+	/* per sample */
+	for (int r = 0; r < 3; r++)
+		cr_assert_eq(runs[r].sqnr.n_per, 2);
+	cr_expect(fabs(runs[0].sqnr.per[0] - db61) < 1e-9 && fabs(runs[0].sqnr.per[1] - db61) < 1e-9);
+	cr_expect(fabs(runs[1].sqnr.per[0] - dbc0) < 1e-9 && fabs(runs[1].sqnr.per[1] - dbc1) < 1e-9);
+	cr_expect(isnan(runs[2].sqnr.per[0]) && fabs(runs[2].sqnr.per[1] - dbc1) < 1e-9);
+	for (int r = 0; r < 3; r++)
+		oq_bce_sqnr_free(&runs[r].sqnr);
 
-	/* fold the shift into the float model's bias */
-	b.v[0].corr[0] = b.v[0].sum_q[0] / 8 - b.v[0].sum_f[0] / 8;
+	/* fold the shift of both folds, (9 - 9.5) / 8, into the float model's bias */
+	b.v[0].corr[0] = (b.v[0].sum_q[0] + b.v[0].sum_q[1]) / 8 - (b.v[0].sum_f[0] + b.v[0].sum_f[1]) / 8;
 	cr_expect_eq(b.v[0].corr[0], -0.0625);
 	cr_assert_eq(oq_bias_correct_apply(mf->graph, &b, &d), OQ_OK, "%s", d.msg);
 	cr_expect_eq(oq_tensor_get(input_init(node_named(mf->graph, "conv"), 2), 0), 0.5625);
@@ -414,8 +469,275 @@ Test(biascorr, empirical_measure_and_apply_hand)
 	oq_bce_free(&b);
 	oq_model_free(mf);
 	oq_model_free(mq);
+	oq_model_free(mc);
 	gen_free(gf);
 	gen_free(gq);
-	snprintf(path, sizeof path, "rm -rf '%s'", dir);
-	cr_expect_eq(system(path), 0);
+	gen_free(gc);
+	rm_rf(dir);
+}
+
+/*
+ * The float outputs kept between measurements: a float-only measurement
+ * fills the cache (outputs and float sums); the measurements after it (the
+ * float model not run) give the sums and SQNR of an uncached one, exactly.
+ * With a limit below one output (4 floats, 16 bytes) the outputs are not
+ * kept (the float sums are) and the float model runs each time.
+ */
+Test(biascorr, empirical_measure_cache)
+{
+	static const float xs[] = {0.125f, 0.375f, 1, 0.625f, 0.625f, 0, 0, 0};
+	gen_model *gf = conv_2x(0, 0.5), *gq = conv_2x(1, 0.5);
+	oq_model *mf = load(gf), *mq = load(gq);
+	oq_calib_opts co;
+	oq_opts o;
+	oq_bce b;
+	oq_bce_run run;
+	oq_bce_cache cache = {0}, tiny = {.limit = 15};
+	oq_node *rn[1], *qn[1];
+	oq_diag d;
+	char dir[64] = "/tmp/oq_bce_XXXXXX";
+	const double db61 = 10 * log10(61.0);
+
+	oq_diag_init(&d);
+	oq_opts_init(&o);
+	cr_assert_not_null(mkdtemp(dir));
+	write_samples(dir, 2, GEN_SHAPE(1, 1, 1, 4), xs, 4);
+	cr_assert_eq(oq_bias_correct_targets(mf->graph, &o, &b, &d), OQ_OK, "%s", d.msg);
+	rn[0] = oq_bias_correct_node(mf->graph, "y");
+	qn[0] = oq_bias_correct_node(mq->graph, "y");
+	memset(&co, 0, sizeof co);
+	co.source = dir;
+	co.threads = 1;
+	for (int pass = 0; pass < 5; pass++) {
+		oq_bce_cache *c = pass == 0 ? NULL : pass < 3 ? &cache : &tiny;
+		if (pass == 1 || pass == 3) {
+			cr_assert_eq(oq_bce_measure(mf, rn, NULL, 0, &co, &b, c, &d), OQ_OK, "%s", d.msg);
+			cr_expect_eq(c->state, pass == 1 ? 1 : -1, "pass %d: cache state %d", pass, c->state);
+		}
+		run = (oq_bce_run){.qm = mq, .nodes = qn, .folds = 3};
+		cr_assert_eq(oq_bce_measure(mf, rn, &run, 1, &co, &b, c, &d), OQ_OK, "%s", d.msg);
+		cr_expect_eq(b.v[0].sum_f[0], 6.25, "pass %d", pass);
+		cr_expect_eq(b.v[0].sum_f[1], 3.25, "pass %d", pass);
+		cr_expect_eq(b.v[0].sum_q[0], 6.0, "pass %d", pass);
+		cr_expect_eq(b.v[0].sum_q[1], 3.0, "pass %d", pass);
+		cr_expect_eq(b.v[0].n_f[0] + b.v[0].n_f[1], 8, "pass %d", pass);
+		cr_expect_eq(b.v[0].n_q[0] + b.v[0].n_q[1], 8, "pass %d", pass);
+		cr_expect_eq(run.sqnr.n[0] + run.sqnr.n[1], 2, "pass %d", pass);
+		cr_expect(fabs(oq_bce_sqnr_min(&run.sqnr, 3) - db61) < 1e-9, "pass %d", pass);
+		cr_expect(fabs(oq_bce_sqnr_mean(&run.sqnr, 3) - db61) < 1e-9, "pass %d", pass);
+		oq_bce_sqnr_free(&run.sqnr);
+	}
+	cr_expect_eq(cache.bytes, 32); /* two samples' outputs of 4 floats */
+	cr_expect_eq(tiny.bytes, 0);
+	oq_bce_cache_free(&cache);
+	oq_bce_cache_free(&tiny);
+	oq_bce_free(&b);
+	oq_model_free(mf);
+	oq_model_free(mq);
+	gen_free(gf);
+	gen_free(gq);
+	rm_rf(dir);
+}
+
+/* oq_bce_sqnr with fold 0 / fold 1 given as {min, sum, n}. */
+static oq_bce_sqnr sq(double min0, double sum0, size_t n0, double min1, double sum1, size_t n1)
+{
+	oq_bce_sqnr s = {{min0, min1}, {sum0, sum1}, {n0, n1}, NULL, 0};
+	return s;
+}
+
+/*
+ * The comparison that keeps a round (oq_bce_sqnr_better), by hand. base:
+ * fold 0 {10, 12} dB, fold 1 {20, 30} dB (min 10, mean 18). A candidate
+ * with fold 0 {11, 13}, fold 1 {20, 31} is better on all samples (min 11 >=
+ * 10, mean 18.75 > 18) and on each fold (fold 0: 11 >= 10, 12 > 11; fold 1:
+ * 20 >= 20, 25.5 > 25). Judged on one fold, the other fold's numbers do not
+ * count; a fold without samples is never an improvement.
+ */
+Test(biascorr, empirical_better_hand)
+{
+	oq_bce_sqnr base = sq(10, 22, 2, 20, 50, 2), c = sq(11, 24, 2, 20, 51, 2);
+
+	cr_expect_eq(oq_bce_sqnr_min(&base, 3), 10);
+	cr_expect_eq(oq_bce_sqnr_min(&base, 2), 20);
+	cr_expect_eq(oq_bce_sqnr_mean(&base, 3), 18);
+	cr_expect_eq(oq_bce_sqnr_mean(&base, 1), 11);
+	cr_expect(isnan(oq_bce_sqnr_min(&base, 0)));
+	cr_expect(isnan(oq_bce_sqnr_mean(&base, 0)));
+
+	cr_expect(oq_bce_sqnr_better(&c, &base, 3));
+	cr_expect(oq_bce_sqnr_better(&c, &base, 1));
+	cr_expect(oq_bce_sqnr_better(&c, &base, 2));
+	/* the mean not up (sums 22 + 50: 18) */
+	c = sq(11, 22, 2, 20, 50, 2);
+	cr_expect(!oq_bce_sqnr_better(&c, &base, 3));
+	/* the min down (9.99) although the mean rises (20) */
+	c = sq(9.99, 30, 2, 20, 50, 2);
+	cr_expect(!oq_bce_sqnr_better(&c, &base, 3));
+	cr_expect(!oq_bce_sqnr_better(&c, &base, 1));
+	/* ... which does not count when judged on fold 1 alone: 20 >= 20, 25.5 > 25 */
+	c = sq(9.99, 30, 2, 20, 51, 2);
+	cr_expect(oq_bce_sqnr_better(&c, &base, 2));
+	/* fold 1's min down (19.99), its mean up (40): not better on fold 1 */
+	c = sq(10, 22, 2, 19.99, 80, 2);
+	cr_expect(!oq_bce_sqnr_better(&c, &base, 2));
+	/* a fold without samples (one calibration sample: fold 1 is empty) */
+	base = sq(10, 10, 1, 300, 0, 0);
+	c = sq(11, 11, 1, 300, 0, 0);
+	cr_expect(oq_bce_sqnr_better(&c, &base, 1));
+	cr_expect(!oq_bce_sqnr_better(&c, &base, 2));
+	cr_expect(!oq_bce_sqnr_better(&c, &base, 0));
+}
+
+/* Per-sample SQNR (one output per sample) and the fold sums it gives; per[] must outlive the result. */
+static oq_bce_sqnr from_per(double *per, size_t n)
+{
+	oq_bce_sqnr s = {{300, 300}, {0, 0}, {0, 0}, per, n};
+	for (size_t i = 0; i < n; i++)
+		if (!isnan(per[i])) {
+			s.sum[i % 2] += per[i];
+			s.n[i % 2]++;
+			s.min[i % 2] = fmin(s.min[i % 2], per[i]);
+		}
+	return s;
+}
+
+/*
+ * The margin of the fold checks (oq_bce_gain, oq_bce_sqnr_holds), by hand.
+ * base per sample {10, 20, 12, 30} (samples 0 and 2 in fold 0), cand
+ * {11, 20, 15, 31}: fold 0 gains {1, 3}: mean 2, sd sqrt(2), se 1, and
+ * 2 > 2 * 1 fails by a hair; fold 1 {0, 1}: mean 0.5, se 0.5; all four
+ * {1, 0, 3, 1}: mean 1.25, sd^2 = (0.0625 + 1.5625 + 3.0625 + 0.0625) / 3,
+ * se = sqrt(4.75 / 12) = 0.6291. cand2 {11.5, 21, 12.9, 31}: fold 0 gains
+ * {1.5, 0.9}: mean 1.2, sd 0.4243, se 0.3: holds (and min 11.5 >= 10, mean
+ * 12.2 > 11). With sample 2 not run, fold 0 has one pair: no standard error.
+ */
+Test(biascorr, empirical_gain_margin_hand)
+{
+	double pb[] = {10, 20, 12, 30}, pc[] = {11, 20, 15, 31}, pc2[] = {11.5, 21, 12.9, 31}, g, se;
+	oq_bce_sqnr base = from_per(pb, 4), c = from_per(pc, 4), c2 = from_per(pc2, 4);
+
+	oq_bce_gain(&c, &base, 1, &g, &se);
+	cr_expect(fabs(g - 2) < 1e-12 && fabs(se - 1) < 1e-12, "fold 0: %.15g +- %.15g", g, se);
+	oq_bce_gain(&c, &base, 2, &g, &se);
+	cr_expect(fabs(g - 0.5) < 1e-12 && fabs(se - 0.5) < 1e-12, "fold 1: %.15g +- %.15g", g, se);
+	oq_bce_gain(&c, &base, 3, &g, &se);
+	cr_expect(fabs(g - 1.25) < 1e-12 && fabs(se - sqrt(4.75 / 12)) < 1e-12, "all: %.15g +- %.15g", g, se);
+	cr_expect(oq_bce_sqnr_better(&c, &base, 1)); /* better, but not by the margin */
+	cr_expect(!oq_bce_sqnr_holds(&c, &base, 1));
+	cr_expect(!oq_bce_sqnr_holds(&c, &base, 2));
+	cr_expect(!oq_bce_sqnr_holds(&c, &base, 3));
+
+	oq_bce_gain(&c2, &base, 1, &g, &se);
+	cr_expect(fabs(g - 1.2) < 1e-12 && fabs(se - 0.3) < 1e-12, "cand2 fold 0: %.15g +- %.15g", g, se);
+	cr_expect(oq_bce_sqnr_holds(&c2, &base, 1));
+
+	pc2[2] = NAN;
+	c2 = from_per(pc2, 4);
+	oq_bce_gain(&c2, &base, 1, &g, &se);
+	cr_expect(fabs(g - 1.5) < 1e-12 && isnan(se), "one pair: %.15g +- %.15g", g, se);
+	cr_expect(!oq_bce_sqnr_holds(&c2, &base, 1));
+	oq_bce_gain(&c2, &base, 0, &g, &se);
+	cr_expect(isnan(g) && isnan(se));
+}
+
+/*
+ * The whole pipeline (src/pipeline/pipeline.c, empirical()) on y = Conv(x,
+ * W = 1), x [1, 1, 1, 1], with x's Q fixed at uint8 scale 1, zero point 0
+ * (round to nearest) and y left float (overrides), so the only error is
+ * x's rounding: e = round(x) - x. W = 1 is exact on the int8 grid (scale
+ * 1/127, q 127), and the bias the correction creates becomes int32 at
+ * scale 1 * 1/127: -round(127 * shift). Samples 0 and 2 are fold 0, 1 and
+ * 3 fold 1; SQNR_i = 20 log10(|x_i| / |e_i - c|) for a correction c.
+ *
+ * Consistent shift: x = 1.6, 10.6, 5.6, 15.6 all round up by 0.4: the
+ * shift is 0.4 on every fold, c = 51/127 (127 * 0.4 = 50.8) leaves
+ * |e - c| = 0.0016 everywhere: kept, bias -51.
+ *
+ * Shift that does not hold up: x = 1.6, 10.6, 5.6, 15.4, e = 0.4, 0.4,
+ * 0.4, -0.4, SQNR 12.04, 28.46, 22.92, 31.71 dB (min 12.04, mean 23.78).
+ * All samples: shift 0.2, c = 25/127 = 0.19685 (127 * 0.2 = 25.4):
+ * |e - c| = 0.20315 x3, 0.59685: 17.93, 34.35, 28.81, 28.23 dB, min 17.93
+ * and mean 27.33, both up: the in-sample check alone would keep it. Fold
+ * 0's shift (0.4, c = 51/127 = 0.40157) on fold 1: sample 3's error grows
+ * to 0.80157, 25.67 dB, below fold 1's uncorrected min 28.46. Fold 1's
+ * shift is 0 (e1 + e3 = (11 - 10.6f) + (15 - 15.4f) = 0 exactly): nothing
+ * changes on fold 0. Not kept: no bias.
+ */
+static void pipeline_case(const float *xs, int want_bias, int64_t want)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg;
+	oq_pipeline_opts po;
+	oq_model *m = NULL;
+	oq_node *conv = NULL;
+	oq_diag d;
+	char dir[64] = "/tmp/oq_bcp_XXXXXX", in[96], out[96], ov[96], cal[96];
+	FILE *f;
+
+	oq_diag_init(&d);
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(in, sizeof in, "%s/m.onnx", dir);
+	snprintf(out, sizeof out, "%s/q.onnx", dir);
+	snprintf(ov, sizeof ov, "%s/ov.json", dir);
+	snprintf(cal, sizeof cal, "%s/calib", dir);
+	cr_assert_eq(mkdir(cal, 0755), 0);
+	gen_opset(g, "", 13);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(1));
+	gen_node(g, mg, "Conv", "conv", "x,W", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1));
+	cr_assert_eq(gen_write(g, in), 0);
+	write_samples(cal, 4, GEN_SHAPE(1, 1, 1, 1), xs, 1);
+	cr_assert_not_null(f = fopen(ov, "w"));
+	fputs("{\"tensors\": {\"x\": {\"scale\": 1, \"zero_point\": 0}, \"y\": {\"skip\": true}}}\n", f);
+	cr_assert_eq(fclose(f), 0);
+
+	memset(&po, 0, sizeof po);
+	oq_opts_init(&po.q);
+	po.in_path = in;
+	po.out_path = out;
+	po.calib.source = cal;
+	po.calib.method = OQ_CALIB_MINMAX;
+	po.calib.threads = 1;
+	po.overrides_path = ov;
+	po.bias_correction = OQ_BC_EMPIRICAL;
+	po.bias_rounds = -1;
+	po.quiet = 1;
+	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_model_load(out, &m, &d), OQ_OK, "%s", d.msg);
+	for (size_t i = 0; i < m->graph->n_nodes; i++)
+		if (!m->graph->nodes[i]->dead && m->graph->nodes[i]->op == OQ_OP_Conv)
+			conv = m->graph->nodes[i];
+	cr_assert_not_null(conv);
+	if (!want_bias) {
+		cr_expect(conv->n_inputs < 3 || !conv->inputs[2], "the round was kept: Conv has a bias");
+	} else {
+		const oq_node *dq;
+		const oq_tensor *b;
+		cr_assert(conv->n_inputs >= 3 && conv->inputs[2], "the round was not kept: no bias");
+		dq = conv->inputs[2]->producer;
+		cr_assert(dq && dq->op == OQ_OP_DequantizeLinear && dq->inputs[0]->init);
+		b = dq->inputs[0]->init;
+		cr_assert_eq(b->dtype, OQ_DT_INT32);
+		cr_assert_eq(b->nelem, 1);
+		cr_expect_eq(((const int32_t *)b->data)[0], want, "bias %d, want %d", ((const int32_t *)b->data)[0],
+			     (int)want);
+	}
+	oq_model_free(m);
+	gen_free(g);
+	rm_rf(dir);
+}
+
+Test(biascorr, empirical_pipeline_consistent_shift_kept)
+{
+	static const float xs[] = {1.6f, 10.6f, 5.6f, 15.6f};
+	pipeline_case(xs, 1, -51);
+}
+
+Test(biascorr, empirical_pipeline_shift_fails_cross_validation)
+{
+	static const float xs[] = {1.6f, 10.6f, 5.6f, 15.4f};
+	pipeline_case(xs, 0, 0);
 }

@@ -966,6 +966,7 @@ Test(observers, per_tensor_grid_from_overrides, .init = setup, .fini = teardown)
 	/* entropy has no 16-bit search: a usage error naming the tensor */
 	o.method = OQ_CALIB_ENTROPY;
 	oq_diag_init(&d);
+	oq_ranges_free(&rn); /* oq_calibrate fills it anew */
 	cr_expect_eq(oq_calibrate(m, &o, &rn, &d), OQ_EUSAGE);
 	cr_expect(strstr(d.msg, "'r'") && strstr(d.msg, "int16"), "%s", d.msg);
 	oq_hbins_free(&b);

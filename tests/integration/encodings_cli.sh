@@ -7,7 +7,10 @@
 #   - round trip: quantizing with the imported encodings and calibration on
 #     OTHER samples (tiny_cnn_test) gives a byte-identical model to the
 #     original run on tiny_cnn_calib (control: without the import the two
-#     calibrations give different models, so the check can fail);
+#     calibrations give different models, so the check can fail); bias
+#     correction is off on both sides (it measures on the samples given:
+#     other samples, other biases); with it (the default) and the same
+#     samples, the import run is byte-identical too;
 #   - an edited activation scale/offset in the file is what the quantized
 #     model uses (exported again from the import run);
 #   - errors: unknown tensor name, malformed JSON, missing file: documented
@@ -56,7 +59,7 @@ command -v python3 >/dev/null || { echo "encodings_cli: python3 needed"; echo "0
 
 q1=$tmp/q1.onnx e1=$tmp/e1.json
 expect_exit 0 "quantize + export" "$onnxq" quantize "$model" -o "$q1" --calib "$calib" --threads 1 \
-	--export-encodings "$e1"
+	--export-encodings "$e1" --no-bias-correction
 
 # --- the file: structure and AIMET's min/max/offset relations, per record
 if python3 - "$e1" >"$tmp/py" 2>&1 <<'EOF'; then ok "export format: $(cat "$tmp/py")"; else bad "export format: $(cat "$tmp/py")"; fi
@@ -84,12 +87,22 @@ EOF
 # --- round trip: other calibration samples + import == the original model
 q2=$tmp/q2.onnx q3=$tmp/q3.onnx
 expect_exit 0 "quantize with import (other samples)" "$onnxq" quantize "$model" -o "$q2" --calib "$other" \
-	--threads 1 --import-encodings "$e1"
+	--threads 1 --import-encodings "$e1" --no-bias-correction
 if cmp -s "$q1" "$q2"; then ok "round trip: byte-identical model"; else bad "round trip: models differ"; fi
-expect_exit 0 "control: other samples without import" "$onnxq" quantize "$model" -o "$q3" --calib "$other" --threads 1
+expect_exit 0 "control: other samples without import" "$onnxq" quantize "$model" -o "$q3" --calib "$other" --threads 1 \
+	--no-bias-correction
 if ! cmp -s "$q1" "$q3"; then ok "control: calibration alone changes the model"; else
 	bad "control: other samples give the same model, the round trip proves nothing"
 fi
+
+# --- with bias correction (the default) and the same samples
+q6=$tmp/q6.onnx q7=$tmp/q7.onnx e6=$tmp/e6.json
+expect_exit 0 "quantize + export (bias correction)" "$onnxq" quantize "$model" -o "$q6" --calib "$calib" --threads 1 \
+	--export-encodings "$e6"
+expect_exit 0 "quantize with import (bias correction, same samples)" "$onnxq" quantize "$model" -o "$q7" \
+	--calib "$calib" --threads 1 --import-encodings "$e6"
+if cmp -s "$q6" "$q7"; then ok "round trip with bias correction: byte-identical model"; else
+	bad "round trip with bias correction: models differ"; fi
 
 # --- an edited activation encoding is used as given
 e2=$tmp/e2.json e3=$tmp/e3.json q4=$tmp/q4.onnx

@@ -3,7 +3,10 @@
 # and models/tiny_cnn_calib/ (16 samples):
 #   - `calibrate --shard I/N` + `merge-stats` + `quantize --stats` (one round
 #     for every method) gives a model byte-identical (cmp) to `quantize
-#     --calib` on the same samples: minmax, mse (default), entropy,
+#     --calib --no-bias-correction` on the same samples (statistics carry no
+#     samples for the default empirical bias correction: `quantize --stats`
+#     says so in one line, and refuses an explicit --bias-correction):
+#     minmax, mse (default), entropy,
 #     percentile --act-symmetric, N = 1, 2, 3, 5 (16 samples: uneven blocks),
 #     shards merged in reverse order; with --calib-limit 11 and N = 4; with
 #     int16 overrides (a tensor entry, and a node entry on a Conv whose Relu
@@ -81,7 +84,7 @@ shards() {
 same() {
 	local name=$1 n=$2
 	shift 2
-	if ! "$onnxq" quantize "$model" --calib "$calib" -o "$tmp/ref.onnx" --quiet "$@" 2>"$tmp/err"; then
+	if ! "$onnxq" quantize "$model" --calib "$calib" -o "$tmp/ref.onnx" --quiet --no-bias-correction "$@" 2>"$tmp/err"; then
 		bad "$name: one-machine quantize failed: $(head -c 300 "$tmp/err")"
 		return
 	fi
@@ -225,6 +228,20 @@ expect_exit 2 "other rewrite options" "$onnxq" quantize "$model" --stats "$tmp/a
 expect_exit 1 "ema" "$onnxq" calibrate "$model" --calib "$calib" --method ema -o "$tmp/x.bin"
 expect_msg "ema" "ema.*cannot be split or merged"
 expect_exit 1 "--stats with --calib" "$onnxq" quantize "$model" --stats "$tmp/all.bin" --calib "$calib" -o "$tmp/keep.onnx"
+expect_exit 1 "--stats with --bias-correction" "$onnxq" quantize "$model" --stats "$tmp/all.bin" --method minmax --bias-correction -o "$tmp/keep.onnx"
+if grep -q -- "--bias-correction needs the samples" "$tmp/err"; then ok "--stats with --bias-correction message"; else
+	bad "--stats with --bias-correction message: $(head -c 300 "$tmp/err")"; fi
+expect_exit 1 "calibrate with --bias-correction" "$onnxq" calibrate "$model" --calib "$calib" --bias-correction -o "$tmp/x.bin"
+# the default correction is off with --stats: one line says so (not with --no-bias-correction)
+if run "--stats note" "$onnxq" quantize "$model" --stats "$tmp/all.bin" --method minmax -o "$tmp/note.onnx"; then
+	if [ "$(grep -c 'bias correction' "$tmp/err")" -eq 1 ] &&
+		grep -q -- "no bias correction with --stats.*--no-bias-correction" "$tmp/err"; then ok "--stats: one line on bias correction"; else
+		bad "--stats: want one line on bias correction: $(head -c 400 "$tmp/err")"; fi
+fi
+if run "--stats --no-bias-correction" "$onnxq" quantize "$model" --stats "$tmp/all.bin" --method minmax --no-bias-correction -o "$tmp/note2.onnx"; then
+	if ! grep -q 'bias correction' "$tmp/err" && cmp -s "$tmp/note.onnx" "$tmp/note2.onnx"; then
+		ok "--stats --no-bias-correction: no note, same model"; else bad "--stats --no-bias-correction: $(head -c 400 "$tmp/err")"; fi
+fi
 expect_exit 1 "bad --shard" "$onnxq" calibrate "$model" --calib "$calib" --shard 3/3 -o "$tmp/x.bin"
 expect_exit 1 "--ranges (gone)" "$onnxq" calibrate "$model" --calib "$calib" --ranges "$tmp/all.bin" -o "$tmp/x.bin"
 if grep -q -- "--ranges is no longer needed" "$tmp/err"; then ok "--ranges message"; else
