@@ -38,6 +38,12 @@ extern int oq_linalg_use_blas;
  * give the same bits: tests compare them).
  */
 extern int oq_linalg_no_avx512;
+/*
+ * Non-zero: float32 depthwise Conv on AVX-512 CPUs runs the row kernel
+ * (16 positions per vector) instead of the channel-blocked one (16 channels
+ * per vector); both give the same bits. For tests and benchmarks.
+ */
+extern int oq_linalg_dw_rows;
 
 /* Shape of one convolution (Conv) or transposed convolution (ConvTranspose). */
 typedef struct oq_conv_geom {

@@ -49,6 +49,11 @@ static int64_t ceil_div(int64_t a, int64_t b)
 	return (a + b - 1) / b;
 }
 
+static int64_t round_up(int64_t v, int64_t q)
+{
+	return (v + q - 1) / q * q;
+}
+
 /* ------------------------------------------------------------ activation */
 
 /* As kernels_ew.c's float Sigmoid: no overflow of exp for large |x|. */
@@ -601,6 +606,7 @@ static int own_gemm_ok(void)
 #define AVX512 __attribute__((target("avx512f,fma")))
 
 int oq_linalg_no_avx512 = 0;
+int oq_linalg_dw_rows = 0;
 
 /* y op v, or v op y when rev: the element-wise kernel's operand order. */
 AVX512 static inline __m512 zbop(int bop, int rev, __m512 y, __m512 v)
@@ -1457,6 +1463,326 @@ AVX512 static void dwf_range(void *ctx, size_t begin, size_t end)
 		}
 	}
 }
+
+/*
+ * Depthwise float convolution with the channels in the vector lanes
+ * (any kernel, stride, dilation and padding): 16 channels at a time, each
+ * input row of those channels is transposed once into a row of 16-channel
+ * vectors [pad | W | pad] x 16 (zero columns at both sides; rows outside
+ * the plane read a zero row), kept in a ring of the kh-row window the
+ * current output row needs; then each output position is b + sum of
+ * w[tap] * x over the taps in (i, j) order with separate multiply and add,
+ * one vector for 16 channels (the weights of a tap are a vector of 16
+ * channels), 8 positions at a time as independent chains; the BN affine
+ * and Relu / Clip run on those registers (per-lane scale and shift), and
+ * 16 positions are transposed back and stored as 16 channel rows. Every
+ * output is the sum dwz_rows and dw_row form, in the same order, so the
+ * bits are theirs; what changes is that no lane is wasted on short rows
+ * (7 x 7, 14 x 14 planes), a horizontal stride is a step through the row
+ * (no permutes) and there are no per-tap masks or branches. Work items:
+ * image x 16-channel block x band of output rows (bands only to give
+ * every thread work: the first rows of a band are transposed again).
+ */
+#define DWC_ITEMS 16 /* work items a depthwise call is cut into at least, where rows allow */
+
+typedef struct dwc_job {
+	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
+	const oq_conv_geom *g;
+	const float *x, *w, *b;
+	float *y;
+	const oq_kfuse *ep;    /* fused epilogue, or NULL */
+	int64_t nblk;          /* 16-channel blocks */
+	int64_t nband, band;   /* bands of output rows per block, rows per band */
+	int64_t wp;            /* padded row: vectors per transposed input row */
+	int64_t span;          /* input rows one output row reads: (kh - 1) * dh + 1 */
+	atomic_int oom;
+} dwc_job;
+
+/* r[0..16) transposed in place: r[i] lane j <- r[j] lane i (written out: the arrays stay in registers). */
+AVX512 static inline void tr16x16(__m512 *r)
+{
+	__m512 t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15;
+	__m512 u0, u1, u2, u3, u4, u5, u6, u7, u8, u9, u10, u11, u12, u13, u14, u15;
+
+	t0 = _mm512_unpacklo_ps(r[0], r[1]);
+	t1 = _mm512_unpackhi_ps(r[0], r[1]);
+	t2 = _mm512_unpacklo_ps(r[2], r[3]);
+	t3 = _mm512_unpackhi_ps(r[2], r[3]);
+	t4 = _mm512_unpacklo_ps(r[4], r[5]);
+	t5 = _mm512_unpackhi_ps(r[4], r[5]);
+	t6 = _mm512_unpacklo_ps(r[6], r[7]);
+	t7 = _mm512_unpackhi_ps(r[6], r[7]);
+	t8 = _mm512_unpacklo_ps(r[8], r[9]);
+	t9 = _mm512_unpackhi_ps(r[8], r[9]);
+	t10 = _mm512_unpacklo_ps(r[10], r[11]);
+	t11 = _mm512_unpackhi_ps(r[10], r[11]);
+	t12 = _mm512_unpacklo_ps(r[12], r[13]);
+	t13 = _mm512_unpackhi_ps(r[12], r[13]);
+	t14 = _mm512_unpacklo_ps(r[14], r[15]);
+	t15 = _mm512_unpackhi_ps(r[14], r[15]);
+#define LO(x, y) _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(x), _mm512_castps_pd(y)))
+#define HI(x, y) _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(x), _mm512_castps_pd(y)))
+	u0 = LO(t0, t2);
+	u1 = HI(t0, t2);
+	u2 = LO(t1, t3);
+	u3 = HI(t1, t3);
+	u4 = LO(t4, t6);
+	u5 = HI(t4, t6);
+	u6 = LO(t5, t7);
+	u7 = HI(t5, t7);
+	u8 = LO(t8, t10);
+	u9 = HI(t8, t10);
+	u10 = LO(t9, t11);
+	u11 = HI(t9, t11);
+	u12 = LO(t12, t14);
+	u13 = HI(t12, t14);
+	u14 = LO(t13, t15);
+	u15 = HI(t13, t15);
+#undef LO
+#undef HI
+	/* 128-bit blocks: rows q and q + 4 of each group of 8, then q and q + 8 */
+	t0 = _mm512_shuffle_f32x4(u0, u4, 0x88);
+	t4 = _mm512_shuffle_f32x4(u0, u4, 0xdd);
+	t1 = _mm512_shuffle_f32x4(u1, u5, 0x88);
+	t5 = _mm512_shuffle_f32x4(u1, u5, 0xdd);
+	t2 = _mm512_shuffle_f32x4(u2, u6, 0x88);
+	t6 = _mm512_shuffle_f32x4(u2, u6, 0xdd);
+	t3 = _mm512_shuffle_f32x4(u3, u7, 0x88);
+	t7 = _mm512_shuffle_f32x4(u3, u7, 0xdd);
+	t8 = _mm512_shuffle_f32x4(u8, u12, 0x88);
+	t12 = _mm512_shuffle_f32x4(u8, u12, 0xdd);
+	t9 = _mm512_shuffle_f32x4(u9, u13, 0x88);
+	t13 = _mm512_shuffle_f32x4(u9, u13, 0xdd);
+	t10 = _mm512_shuffle_f32x4(u10, u14, 0x88);
+	t14 = _mm512_shuffle_f32x4(u10, u14, 0xdd);
+	t11 = _mm512_shuffle_f32x4(u11, u15, 0x88);
+	t15 = _mm512_shuffle_f32x4(u11, u15, 0xdd);
+	r[0] = _mm512_shuffle_f32x4(t0, t8, 0x88);
+	r[8] = _mm512_shuffle_f32x4(t0, t8, 0xdd);
+	r[1] = _mm512_shuffle_f32x4(t1, t9, 0x88);
+	r[9] = _mm512_shuffle_f32x4(t1, t9, 0xdd);
+	r[2] = _mm512_shuffle_f32x4(t2, t10, 0x88);
+	r[10] = _mm512_shuffle_f32x4(t2, t10, 0xdd);
+	r[3] = _mm512_shuffle_f32x4(t3, t11, 0x88);
+	r[11] = _mm512_shuffle_f32x4(t3, t11, 0xdd);
+	r[4] = _mm512_shuffle_f32x4(t4, t12, 0x88);
+	r[12] = _mm512_shuffle_f32x4(t4, t12, 0xdd);
+	r[5] = _mm512_shuffle_f32x4(t5, t13, 0x88);
+	r[13] = _mm512_shuffle_f32x4(t5, t13, 0xdd);
+	r[6] = _mm512_shuffle_f32x4(t6, t14, 0x88);
+	r[14] = _mm512_shuffle_f32x4(t6, t14, 0xdd);
+	r[7] = _mm512_shuffle_f32x4(t7, t15, 0x88);
+	r[15] = _mm512_shuffle_f32x4(t7, t15, 0xdd);
+}
+
+/*
+ * Input row ih of channels c0 .. c0 + nc - 1 (xc: channel c0's plane) into
+ * dst[pad + w][16], lanes >= nc zero; whole 16-column groups are stored, the
+ * columns past the row as zeros (the row is wide enough: dwc_job.wp).
+ */
+AVX512 static void dwc_row_in(const oq_conv_geom *g, const float *xc, int nc, int64_t ih, float *dst)
+{
+	int64_t W = g->in[1];
+	const float *src[16];
+
+	for (int l = 0; l < 16; l++)
+		src[l] = xc + (int64_t)(l < nc ? l : 0) * g->in_size + ih * W;
+	dst += g->pad[1] * 16;
+	for (int64_t w0 = 0; w0 < W; w0 += 16, dst += 256) {
+		__mmask16 m = W - w0 >= 16 ? 0xffff : (__mmask16)((1u << (W - w0)) - 1u);
+		__m512 r[16];
+		for (int l = 0; l < 16; l++)
+			r[l] = _mm512_maskz_loadu_ps(l < nc ? m : 0, src[l] + w0);
+		tr16x16(r);
+		for (int q = 0; q < 16; q++)
+			_mm512_store_ps(dst + q * 16, r[q]);
+	}
+}
+
+/* The register epilogue of a block: BN with per-lane scale / shift in double, Relu / Clip. */
+typedef struct dwc_ev {
+	int bn, act;
+	__m512d alo, ahi, blo, bhi;
+	__m512 lo, hi;
+} dwc_ev;
+
+AVX512 static inline __m512 dwc_epi(__m512 v, const dwc_ev *ev)
+{
+	if (ev->bn) { /* as dwz_epi, lane by lane */
+		__m512d l = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+		__m512d h = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+		l = _mm512_add_pd(_mm512_mul_pd(l, ev->alo), ev->blo);
+		h = _mm512_add_pd(_mm512_mul_pd(h, ev->ahi), ev->bhi);
+		v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(l))),
+							  _mm256_castps_pd(_mm512_cvtpd_ps(h)), 1));
+	}
+	if (ev->act == OQ_ACT_RELU)
+		v = _mm512_max_ps(_mm512_setzero_ps(), v);
+	else if (ev->act == OQ_ACT_CLIP)
+		v = _mm512_min_ps(ev->hi, _mm512_max_ps(ev->lo, v));
+	return v;
+}
+
+/*
+ * 8 output positions from ow0 of one output row (past the row's end they
+ * read the zero columns and are not stored): rows[i] the transposed input
+ * row of tap row i, wv the tap vectors, out[q] the results.
+ */
+AVX512 static inline void dwc_pos(const float *const *rows, const __m512 *wv, __m512 bias, const dwc_ev *ev,
+				  int64_t ow0, int64_t kh, int64_t kw, int64_t sw, int64_t dw, __m512 *out)
+{
+	__m512 a0 = bias, a1 = bias, a2 = bias, a3 = bias, a4 = bias, a5 = bias, a6 = bias, a7 = bias;
+	for (int64_t i = 0; i < kh; i++) {
+		const float *r = rows[i] + ow0 * sw * 16;
+		for (int64_t j = 0; j < kw; j++) {
+			__m512 wt = wv[i * kw + j];
+			const float *p = r + j * dw * 16;
+			int64_t st = sw * 16;
+			a0 = _mm512_add_ps(a0, _mm512_mul_ps(wt, _mm512_load_ps(p)));
+			a1 = _mm512_add_ps(a1, _mm512_mul_ps(wt, _mm512_load_ps(p + st)));
+			a2 = _mm512_add_ps(a2, _mm512_mul_ps(wt, _mm512_load_ps(p + 2 * st)));
+			a3 = _mm512_add_ps(a3, _mm512_mul_ps(wt, _mm512_load_ps(p + 3 * st)));
+			a4 = _mm512_add_ps(a4, _mm512_mul_ps(wt, _mm512_load_ps(p + 4 * st)));
+			a5 = _mm512_add_ps(a5, _mm512_mul_ps(wt, _mm512_load_ps(p + 5 * st)));
+			a6 = _mm512_add_ps(a6, _mm512_mul_ps(wt, _mm512_load_ps(p + 6 * st)));
+			a7 = _mm512_add_ps(a7, _mm512_mul_ps(wt, _mm512_load_ps(p + 7 * st)));
+		}
+	}
+	out[0] = dwc_epi(a0, ev);
+	out[1] = dwc_epi(a1, ev);
+	out[2] = dwc_epi(a2, ev);
+	out[3] = dwc_epi(a3, ev);
+	out[4] = dwc_epi(a4, ev);
+	out[5] = dwc_epi(a5, ev);
+	out[6] = dwc_epi(a6, ev);
+	out[7] = dwc_epi(a7, ev);
+}
+
+/* Output rows [oh0, oh1) of one block: ring slots of span rows (row ih in slot ih % span), yc channel c0's plane. */
+AVX512 static inline void dwc_rows(const dwc_job *j, const float *xc, float *yc, int nc, const __m512 *wv,
+				   __m512 bias, const dwc_ev *ev, float *ring, const float *zero, int64_t oh0,
+				   int64_t oh1, int64_t kh, int64_t kw, int64_t sw)
+{
+	const oq_conv_geom *g = j->g;
+	int64_t H = g->in[0], OW = g->out[1], OHW = g->out_size, dh = g->dil[0], dw = g->dil[1];
+	int64_t have[DWZ_MAX_TAPS], span = j->span;
+	const float *rows[DWZ_MAX_TAPS];
+
+	for (int64_t s = 0; s < span; s++)
+		have[s] = -1;
+	for (int64_t oh = oh0; oh < oh1; oh++) {
+		for (int64_t i = 0; i < kh; i++) {
+			int64_t ih = oh * g->stride[0] - g->pad[0] + i * dh, s;
+			if (ih < 0 || ih >= H) {
+				rows[i] = zero;
+				continue;
+			}
+			s = ih % span;
+			rows[i] = ring + s * j->wp * 16;
+			if (have[s] != ih) {
+				dwc_row_in(g, xc, nc, ih, ring + s * j->wp * 16);
+				have[s] = ih;
+			}
+		}
+		for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
+			int64_t nw = OW - ow0 < 16 ? OW - ow0 : 16;
+			__m512 r[16];
+			dwc_pos(rows, wv, bias, ev, ow0, kh, kw, sw, dw, r);
+			if (nw > 8)
+				dwc_pos(rows, wv, bias, ev, ow0 + 8, kh, kw, sw, dw, r + 8);
+			else
+				for (int q = 8; q < 16; q++)
+					r[q] = _mm512_setzero_ps();
+			tr16x16(r);
+			for (int l = 0; l < nc; l++)
+				_mm512_mask_storeu_ps(yc + l * OHW + oh * OW + ow0, (__mmask16)((1u << nw) - 1u), r[l]);
+		}
+	}
+}
+
+/*
+ * Channel-blocked where the 16-channel blocks are nearly full (C = 24 leaves
+ * a third of the second block's lanes idle, C = 3 most): the row kernels
+ * (dwz_range, dwf_range) are as fast or faster there.
+ */
+static int dwc_fits(const oq_conv_geom *g)
+{
+	return !oq_linalg_dw_rows && g->k_size <= DWZ_MAX_TAPS && (g->k[0] - 1) * g->dil[0] + 1 <= DWZ_MAX_TAPS &&
+	       g->c * 5 > round_up(g->c, 16) * 4;
+}
+
+AVX512 static void dwc_range(void *ctx, size_t begin, size_t end)
+{
+	dwc_job *j = ctx;
+	const oq_conv_geom *g = j->g;
+	int64_t OH = g->out[0], OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1], taps = g->k_size;
+	size_t row = (size_t)j->wp * 16, need = ((size_t)j->span + 1) * row * sizeof(float); /* multiple of 64 */
+	float *own = j->k ? NULL : aligned_alloc(64, need), *ring = j->k ? oq_k_scratch(j->k, need) : own, *zero;
+	int late = late_act(j->ep);
+
+	if (!ring) {
+		atomic_store(&j->oom, 1);
+		return;
+	}
+	zero = ring + (size_t)j->span * row;
+	/* the side columns of every ring row and the zero row: never written below */
+	memset(ring, 0, need);
+	for (size_t it = begin; it < end; it++) {
+		int64_t band = (int64_t)it % j->nband, rest = (int64_t)it / j->nband;
+		int64_t blk = rest % j->nblk, n = rest / j->nblk, c0 = blk * 16;
+		int nc = g->c - c0 < 16 ? (int)(g->c - c0) : 16;
+		int64_t oh0 = band * j->band, oh1 = oh0 + j->band < OH ? oh0 + j->band : OH;
+		const float *xc = j->x + (n * g->c + c0) * g->in_size;
+		float *yc = j->y + (n * g->c + c0) * g->out_size;
+		__mmask16 cm = (__mmask16)((1u << nc) - 1u);
+		__m512 wv[DWZ_MAX_TAPS], bias = j->b ? _mm512_maskz_loadu_ps(cm, j->b + c0) : _mm512_setzero_ps();
+		dwc_ev ev;
+
+		for (int64_t t = 0; t < taps; t++) {
+			float tw[16] = {0};
+			for (int l = 0; l < nc; l++)
+				tw[l] = j->w[(c0 + l) * taps + t];
+			wv[t] = _mm512_loadu_ps(tw);
+		}
+		ev.bn = j->ep && j->ep->scale;
+		ev.act = j->ep && !late ? j->ep->act.kind : OQ_ACT_NONE;
+		ev.alo = ev.ahi = ev.blo = ev.bhi = _mm512_setzero_pd();
+		if (ev.bn) {
+			ev.alo = _mm512_maskz_loadu_pd((__mmask8)cm, j->ep->scale + c0);
+			ev.ahi = _mm512_maskz_loadu_pd((__mmask8)(cm >> 8), j->ep->scale + c0 + 8);
+			ev.blo = _mm512_maskz_loadu_pd((__mmask8)cm, j->ep->shift + c0);
+			ev.bhi = _mm512_maskz_loadu_pd((__mmask8)(cm >> 8), j->ep->shift + c0 + 8);
+		}
+		ev.lo = _mm512_set1_ps(j->ep ? j->ep->act.a : 0);
+		ev.hi = _mm512_set1_ps(j->ep ? j->ep->act.b : 0);
+		if (kh == 3 && kw == 3 && sw == 1 && g->dil[1] == 1)
+			dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 3, 3, 1);
+		else if (kh == 3 && kw == 3 && sw == 2 && g->dil[1] == 1)
+			dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 3, 3, 2);
+		else if (kh == 5 && kw == 5 && sw == 1 && g->dil[1] == 1)
+			dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 5, 5, 1);
+		else if (kh == 5 && kw == 5 && sw == 2 && g->dil[1] == 1)
+			dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 5, 5, 2);
+		else
+			dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, kh, kw, sw);
+		/* what the registers did not do: a late activation, the steps (as dwz_range) */
+		for (int l = 0; j->ep && (late || j->ep->n_steps) && l < nc; l++) {
+			dwz_ev sev;
+			dwz_ev_make(j->ep, c0 + l, late, &sev);
+			for (int64_t oh = oh0; oh < oh1; oh++) {
+				float *yr = yc + l * g->out_size + oh * OW;
+				if (late)
+					oq_act_apply(&j->ep->act, yr, (size_t)OW);
+				if (sev.steps)
+					z_rows(&sev, 0, (size_t)(yr - j->y), yr, (size_t)OW);
+				else
+					epi_steps(j->ep, j->ep->steps, j->ep->n_steps, c0 + l, (size_t)(yr - j->y), yr,
+						  (size_t)OW);
+			}
+		}
+	}
+	free(own);
+}
 #endif
 
 /* ---------------------------------------------------------- conv via GEMM */
@@ -1635,11 +1961,6 @@ static void pack_range(void *ctx, size_t begin, size_t end)
 }
 #endif
 
-static int64_t round_up(int64_t v, int64_t q)
-{
-	return (v + q - 1) / q * q;
-}
-
 /*
  * Tiles of one (image, group) GEMM of mg channels x P positions x kc deep:
  * positions per tile so that the col tile is near 1 MiB (128 to 4096
@@ -1721,6 +2042,38 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 	if (t == OQ_LT_F32 && g.nsp == 2 && g.group == g.c && g.group == g.m && g.in_size > 0) {
 		dw_job d;
 #if defined(HAVE_OWN_GEMM)
+		if (z_gemm_ok() && dwc_fits(&g)) {
+			dwc_job dc;
+			int64_t items;
+			dc.k = k;
+			dc.g = &g;
+			dc.x = x;
+			dc.w = w;
+			dc.b = b;
+			dc.y = y;
+			dc.ep = ep;
+			dc.nblk = ceil_div(g.c, 16);
+			dc.span = (g.k[0] - 1) * g.dil[0] + 1;
+			dc.wp = g.pad[1] + round_up(g.in[1], 16);
+			/* whole groups of 8 positions read zero columns past the row */
+			if ((round_up(g.out[1], 8) - 1) * g.stride[1] + (g.k[1] - 1) * g.dil[1] + 1 > dc.wp)
+				dc.wp = (round_up(g.out[1], 8) - 1) * g.stride[1] + (g.k[1] - 1) * g.dil[1] + 1;
+			/* bands of at least 8 rows, enough items for the threads when the planes are big */
+			dc.nband = ceil_div(DWC_ITEMS, g.n * dc.nblk);
+			if (dc.nband > g.out[0] / 8)
+				dc.nband = g.out[0] / 8;
+			if (dc.nband < 1)
+				dc.nband = 1;
+			dc.band = ceil_div(g.out[0], dc.nband);
+			dc.nband = ceil_div(g.out[0], dc.band);
+			atomic_init(&dc.oom, 0);
+			items = g.n * dc.nblk * dc.nband;
+			if (k)
+				oq_k_parallel(k, (size_t)items, 1, dwc_range, &dc);
+			else
+				dwc_range(&dc, 0, (size_t)items);
+			return atomic_load(&dc.oom) ? OQ_ENOMEM : OQ_OK;
+		}
 		if (z_gemm_ok() && (g.stride[1] == 1 || g.stride[1] == 2) && g.k[0] * g.k[1] <= DWZ_MAX_TAPS) {
 			dwz_job dz;
 			dz.k = k;

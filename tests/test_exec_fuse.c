@@ -528,7 +528,8 @@ Test(exec_fuse, avx512_depthwise_epilogue_bit_identical_to_sse)
 	 * other activations on the stored row; the SSE kernel runs oq_epi_apply on each row. Same
 	 * bits expected for: BN + Relu, Clip (lo < hi), Clip with lo > hi (every value becomes hi,
 	 * done on the row), HardSwish and LeakyRelu (on the row), no epilogue; 5x5 stride 2, 3x3
-	 * stride 1 and 2; widths 7, 17, 19, 33; 13 and 24 channels; 2 images. */
+	 * stride 1 and 2; widths 7, 17, 19, 33; 13 and 24 channels (row kernels), 16, 32, 40 and 48
+	 * (channel-blocked, BN per lane); 2 images. */
 	static const spec cases[] = {
 		{.opset = 13, .n = 2, .c = 13, .h = 9, .w = 17, .m = 13, .k = 3, .stride = 1, .pad = 1, .group = 13,
 		 .bias = 1, .bn = 1, .act = "Relu"},
@@ -542,6 +543,17 @@ Test(exec_fuse, avx512_depthwise_epilogue_bit_identical_to_sse)
 		 .group = 13, .bias = 1, .act = "LeakyRelu"},
 		{.opset = 13, .n = 1, .c = 13, .h = 11, .w = 17, .m = 13, .k = 3, .stride = 2, .pad = 0,
 		 .group = 13, .bias = 1},
+		/* channel-blocked kernel (nearly full 16-channel blocks): BN per lane, the same cases */
+		{.opset = 13, .n = 2, .c = 32, .h = 9, .w = 17, .m = 32, .k = 3, .stride = 1, .pad = 1, .group = 32,
+		 .bias = 1, .bn = 1, .act = "Relu"},
+		{.opset = 13, .n = 1, .c = 48, .h = 7, .w = 7, .m = 48, .k = 3, .stride = 1, .pad = 1, .group = 48,
+		 .bias = 0, .bn = 1, .act = "Clip", .lo = 0.5f, .hi = -0.5f},
+		{.opset = 14, .n = 1, .c = 16, .h = 19, .w = 19, .m = 16, .k = 5, .stride = 2, .pad = 2,
+		 .group = 16, .bias = 1, .bn = 1, .act = "HardSwish"},
+		{.opset = 13, .n = 1, .c = 40, .h = 11, .w = 33, .m = 40, .k = 3, .stride = 2, .pad = 1,
+		 .group = 40, .bias = 1, .bn = 1, .act = "Clip", .lo = 0, .hi = 0.3f},
+		{.opset = 13, .n = 1, .c = 40, .h = 11, .w = 17, .m = 40, .k = 5, .stride = 1, .pad = 2,
+		 .group = 40, .bias = 1, .act = "LeakyRelu"},
 	};
 	__builtin_cpu_init();
 	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))

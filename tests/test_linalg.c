@@ -778,16 +778,18 @@ Test(linalg, random_gemm_matmul_fast_vs_ref)
 }
 
 /*
- * Depthwise Conv on odd shapes through both float engines: the AVX-512
- * kernel (16 outputs per vector, masked loads at the row edges, horizontal
- * stride 1 and 2) and the SSE kernel on a zero-padded copy
- * (oq_linalg_no_avx512). Both add b + w * x over every tap in (i, j) order
- * with separate multiply and add, so their outputs must be the same bits;
- * both must be the same for 1 and 2 threads and within 1e-4 of the
+ * Depthwise Conv on odd shapes through the float engines: on AVX-512 the
+ * channel-blocked kernel (16 channels per vector, used when the blocks are
+ * nearly full: channels a multiple of 16 here every third seed) and the row
+ * kernels (16 outputs per vector, masked loads at the row edges, horizontal
+ * stride 1 and 2; forced with oq_linalg_dw_rows), and the SSE kernel on a
+ * zero-padded copy (oq_linalg_no_avx512). All add b + w * x over every tap
+ * in (i, j) order with separate multiply and add, so their outputs must be
+ * the same bits; also the same for 1 and 2 threads and within 1e-4 of the
  * double-precision reference. Shapes: channels not a multiple of 8 or 16,
  * widths 1..17 (and a few wider, for several 16-lane blocks), kernels 1..7
  * not square, asymmetric pads up to 3, dilations up to 3, strides 1..3
- * (horizontal stride 3 takes the SSE path on both runs).
+ * (horizontal stride 3 takes the SSE path in the row kernels).
  */
 Test(linalg, depthwise_avx512_vs_sse_vs_ref)
 {
@@ -798,11 +800,11 @@ Test(linalg, depthwise_avx512_vs_sse_vs_ref)
 		int64_t c, kh, kw, sh, sw, dh, dw, pads[4], h, w;
 		tin in[3];
 		attrs a;
-		oq_rt vals[3], o1, o2, os, oref;
+		oq_rt vals[3], o1, o2, os, orow, oref;
 		char what[192], err[1024] = "";
 		size_t nin;
 		seed(5000 + sd);
-		c = irand(1, 37);
+		c = sd % 3 == 0 ? 16 * irand(1, 3) : irand(1, 37);
 		kh = sd % 4 == 0 ? 3 : sd % 4 == 1 ? 5 : irand(1, 7);
 		kw = sd % 4 == 0 ? 3 : sd % 4 == 1 ? 5 : irand(1, 7);
 		sh = irand(1, 3);
@@ -839,6 +841,10 @@ Test(linalg, depthwise_avx512_vs_sse_vs_ref)
 			     "%s: %s", what, err);
 		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 2, &o2, err, sizeof err), 0,
 			     "%s: %s", what, err);
+		oq_linalg_dw_rows = 1;
+		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 1, &orow, err, sizeof err),
+			     0, "%s: %s", what, err);
+		oq_linalg_dw_rows = 0;
 		oq_linalg_no_avx512 = 1;
 		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 1, &os, err, sizeof err), 0,
 			     "%s: %s", what, err);
@@ -850,6 +856,8 @@ Test(linalg, depthwise_avx512_vs_sse_vs_ref)
 		cr_assert(o1.nelem > 0 && o1.nbytes == os.nbytes && o1.nbytes == o2.nbytes && o1.nelem == oref.nelem,
 			  "%s: output sizes", what);
 		cr_expect(!memcmp(o1.data, os.data, o1.nbytes), "%s: AVX-512 and SSE outputs differ", what);
+		cr_expect(o1.nbytes == orow.nbytes && !memcmp(o1.data, orow.data, o1.nbytes),
+			  "%s: channel-blocked and row kernels differ", what);
 		cr_expect(!memcmp(o1.data, o2.data, o1.nbytes), "%s: threads 1 and 2 differ", what);
 		for (size_t i = 0; i < o1.nelem; i++) {
 			double x = ((float *)o1.data)[i], r = ((float *)oref.data)[i];
@@ -863,6 +871,7 @@ Test(linalg, depthwise_avx512_vs_sse_vs_ref)
 		oq_rt_release(&o1);
 		oq_rt_release(&o2);
 		oq_rt_release(&os);
+		oq_rt_release(&orow);
 		oq_rt_release(&oref);
 	}
 }
