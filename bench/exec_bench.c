@@ -4,7 +4,9 @@
  * requested thread count. With --profile it also sums the process CPU time
  * spent per op type (taken between consecutive observer calls, so it
  * includes the executor's own bookkeeping for that node; with several
- * threads it is the CPU time of all of them). With --check it verifies that
+ * threads it is the CPU time of all of them). --profile-fused does the same
+ * while fused groups stay fused (the observer wants no intermediate value) and
+ * lists every node with its time and, for Conv / Gemm / MatMul, GFLOP/s. With --check it verifies that
  * every output is bit-identical across the thread counts, and between the
  * fused run and an observed one (which runs every node on its own).
  *
@@ -15,7 +17,7 @@
  * peak RSS of the process, the initializer bytes, the executor's peak of live
  * activations (oq_exec_peak_bytes), and the bound weights + 2 x that peak.
  *
- * usage: exec_bench MODEL [--threads 1,2] [--runs N] [--shape d0,d1,...] [--dim NAME=V] [--profile] [--check]
+ * usage: exec_bench MODEL [--threads 1,2] [--runs N] [--shape d0,d1,...] [--dim NAME=V] [--profile | --profile-fused] [--check]
  * --shape gives the first input's dims; other symbolic dims take --dim values (default 1). Float inputs are uniform in
  * [0, 1) from a fixed seed; integer inputs are 0. Prints one line per
  * thread count: "onnxq threads=T median_ms=X min_ms=Y cpu_ms=Z runs=N fused=F gflop=G" (cpu_ms: median
@@ -64,6 +66,9 @@ typedef struct prof {
 	int count[128];
 	int n;
 	struct { double ms; char what[96]; } top[16]; /* slowest nodes */
+	int all;                 /* --profile-fused: every node in order (nodes below) */
+	struct { double ms; char what[112]; const oq_value *v; size_t nelem; } *nodes;
+	int n_nodes, cap_nodes;
 } prof;
 
 static int observe(void *ctx, const oq_value *v, const oq_rt *t)
@@ -95,7 +100,24 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 				 oq_rt_describe(t, shape, sizeof shape));
 		}
 	}
+	if (p->all && p->n_nodes < p->cap_nodes) {
+		char shape[64];
+		p->nodes[p->n_nodes].ms += t1 - p->last;
+		p->nodes[p->n_nodes].v = v;
+		p->nodes[p->n_nodes].nelem = t->nelem;
+		snprintf(p->nodes[p->n_nodes].what, sizeof p->nodes[0].what, "%-12s %s", op,
+			 oq_rt_describe(t, shape, sizeof shape));
+		p->n_nodes++;
+	}
 	p->last = cpu_ms();
+	return 0;
+}
+
+/* --profile-fused: the observer wants no intermediate value, so fused groups stay fused. */
+static int want_none(void *ctx, const oq_value *v)
+{
+	(void)ctx;
+	(void)v;
 	return 0;
 }
 
@@ -203,17 +225,19 @@ int main(int argc, char **argv)
 				shape[nshape++] = atoll(tok);
 		} else if (!strcmp(argv[i], "--profile")) {
 			profile = 1;
+		} else if (!strcmp(argv[i], "--profile-fused")) {
+			profile = 2;
 		} else if (!strcmp(argv[i], "--check")) {
 			check = 1;
 		} else if (argv[i][0] != '-' && !path) {
 			path = argv[i];
 		} else {
-			fprintf(stderr, "usage: exec_bench MODEL [--threads 1,2] [--runs N] [--shape d0,..] [--dim NAME=V] [--profile] [--check]\n");
+			fprintf(stderr, "usage: exec_bench MODEL [--threads 1,2] [--runs N] [--shape d0,..] [--dim NAME=V] [--profile | --profile-fused] [--check]\n");
 			return 1;
 		}
 	}
 	if (!path || runs < 1) {
-		fprintf(stderr, "usage: exec_bench MODEL [--threads 1,2] [--runs N] [--shape d0,..] [--dim NAME=V] [--profile] [--check]\n");
+		fprintf(stderr, "usage: exec_bench MODEL [--threads 1,2] [--runs N] [--shape d0,..] [--dim NAME=V] [--profile | --profile-fused] [--check]\n");
 		return 1;
 	}
 	oq_diag_init(&d);
@@ -303,8 +327,19 @@ int main(int argc, char **argv)
 		}
 		for (int r = -1; r < runs; r++) { /* r = -1: warm-up */
 			double t0, c0;
-			if (profile && r == runs - 1) {
+			if (profile == 1 && r == runs - 1) {
 				oq_exec_set_observer(e, observe, &p);
+				p.last = cpu_ms();
+			}
+			if (profile == 2 && r >= 0) { /* every run, fused, summed per node */
+				if (!p.nodes) {
+					p.all = 1;
+					p.cap_nodes = (int)m->graph->n_nodes;
+					p.nodes = calloc((size_t)p.cap_nodes + 1, sizeof *p.nodes);
+				}
+				p.n_nodes = 0;
+				oq_exec_set_observer(e, observe, &p);
+				oq_exec_set_observe_want(e, want_none);
 				p.last = cpu_ms();
 			}
 			t0 = now_ms();
@@ -343,7 +378,7 @@ int main(int argc, char **argv)
 			}
 		}
 		oq_exec_set_observer(e, NULL, NULL);
-		if (profile && runs > 1) /* the profiled run is excluded from the timing */
+		if (profile == 1 && runs > 1) /* the profiled run is excluded from the timing */
 			runs--;
 		qsort(t, (size_t)runs, sizeof *t, cmp_d);
 		qsort(c, (size_t)runs, sizeof *c, cmp_d);
@@ -352,13 +387,30 @@ int main(int argc, char **argv)
 		if (oq_exec_peak_bytes(e) > act_peak)
 			act_peak = oq_exec_peak_bytes(e);
 		if (profile) {
+			if (profile == 2) /* per run */
+				for (int i = 0; i < p.n; i++)
+					p.ms[i] /= runs;
 			for (int i = 0; i < p.n; i++)
 				printf("  %-24s %4d nodes %9.3f ms\n", p.names[i], p.count[i], p.ms[i]);
+			for (int i = 0; i < p.n_nodes; i++) {
+				const oq_value *v = p.nodes[i].v;
+				const oq_node *cv = v->producer;
+				double ms = p.nodes[i].ms / runs, fl = 0;
+				size_t nel = p.nodes[i].nelem;
+				for (int hop = 0; hop < 8 && cv && cv->op != OQ_OP_Conv && cv->n_inputs > 0 && cv->inputs[0]; hop++)
+					cv = cv->inputs[0]->producer;
+				if (cv && cv->op == OQ_OP_Conv && cv->n_inputs > 1)
+					fl = 2.0 * (double)nel * init_prod(cv->inputs[1], 1);
+				printf("  %3d %8.3f ms %6.1f GFLOP/s  %s\n", i, ms, fl > 0 && ms > 0 ? fl / ms / 1e6 : 0.0,
+				       p.nodes[i].what);
+			}
 			printf("  slowest nodes:\n");
 			for (int i = 0; i < 16; i++)
 				if (p.top[i].ms > 0)
 					printf("    %8.3f ms  %s\n", p.top[i].ms, p.top[i].what);
-			runs++;
+			if (profile == 1)
+				runs++;
+			free(p.nodes);
 		}
 		free(out);
 		free(t);
