@@ -1,6 +1,7 @@
 /*
  * conv_layers.c - single Conv layers of resnet50 and mobilenet_v2 shapes
- * through oq_conv_run (1 thread, no epilogue), best thread-CPU time of N
+ * through oq_conv_run_pk (1 thread, no epilogue; the weights packed once
+ * beforehand, as the executor's plan does), best thread-CPU time of N
  * repetitions each. The best of many is far steadier than a whole-model
  * median when other jobs share the cores, so it is the figure to compare
  * two builds of the GEMM with (run them alternately).
@@ -33,6 +34,7 @@ static double cpu_ms(void)
 static int layer(int64_t c, int64_t m, int64_t h, int64_t k, int64_t s, int64_t p, int reps)
 {
 	oq_conv_geom g = {0};
+	oq_cw cw = {0, 0, 0, NULL};
 	float *x, *w, *y;
 	double best = 1e30, gf;
 	int rc = 0;
@@ -64,9 +66,13 @@ static int layer(int64_t c, int64_t m, int64_t h, int64_t k, int64_t s, int64_t 
 		x[i] = (float)(i % 7) - 3.0f;
 	for (int64_t i = 0; i < m * c * k * k; i++)
 		w[i] = (float)(i % 5) * 0.1f;
+	if (oq_cw_available() && oq_cw_pack(w, m, c * k * k, 1, &cw)) {
+		rc = 1;
+		goto done;
+	}
 	for (int r = 0; r < reps; r++) {
 		double t = cpu_ms();
-		if (oq_conv_run(NULL, OQ_LT_F32, &g, x, w, NULL, y)) {
+		if (oq_conv_run_pk(NULL, OQ_LT_F32, &g, x, w, cw.p ? &cw : NULL, NULL, NULL, y)) {
 			rc = 1;
 			goto done;
 		}
@@ -78,6 +84,7 @@ static int layer(int64_t c, int64_t m, int64_t h, int64_t k, int64_t s, int64_t 
 	printf("c%-5lld m%-5lld %3lldx%-3lld k%lld s%lld  %8.3f ms %6.1f GFLOP/s\n", (long long)c, (long long)m,
 	       (long long)h, (long long)h, (long long)k, (long long)s, best, gf / best * 1e3);
 done:
+	oq_cw_free(&cw);
 	free(x);
 	free(w);
 	free(y);
@@ -90,6 +97,7 @@ typedef struct mb_layer {
 	int64_t c, m, h, k, s, dw, clip, res; /* res: + the input of the block (same shape as the output) */
 	double best, sum;  /* best and summed thread-CPU ms over the passes */
 	float *w, *b;
+	oq_cw cw;          /* w packed (not for depthwise), as the executor's plan does */
 } mb_layer;
 
 #define MB_MAX 64
@@ -102,19 +110,19 @@ static int mb_list(mb_layer *L)
 	int n = 0;
 	int64_t h = 224, cin = 32;
 
-	L[n++] = (mb_layer){3, 32, h, 3, 2, 0, 1, 0, 0, 0, NULL, NULL};
+	L[n++] = (mb_layer){3, 32, h, 3, 2, 0, 1, 0, 0, 0, NULL, NULL, {0, 0, 0, NULL}};
 	h = 112;
 	for (int i = 0; i < 7; i++)
 		for (int r = 0; r < set[i][2]; r++) {
 			int64_t s = r == 0 ? set[i][3] : 1, hid = cin * set[i][0], cout = set[i][1];
 			if (set[i][0] != 1)
-				L[n++] = (mb_layer){cin, hid, h, 1, 1, 0, 1, 0, 0, 0, NULL, NULL};
-			L[n++] = (mb_layer){hid, hid, h, 3, s, 1, 1, 0, 0, 0, NULL, NULL};
+				L[n++] = (mb_layer){cin, hid, h, 1, 1, 0, 1, 0, 0, 0, NULL, NULL, {0, 0, 0, NULL}};
+			L[n++] = (mb_layer){hid, hid, h, 3, s, 1, 1, 0, 0, 0, NULL, NULL, {0, 0, 0, NULL}};
 			h = (h + 2 - 3) / s + 1;
-			L[n++] = (mb_layer){hid, cout, h, 1, 1, 0, 0, s == 1 && cin == cout, 0, 0, NULL, NULL};
+			L[n++] = (mb_layer){hid, cout, h, 1, 1, 0, 0, s == 1 && cin == cout, 0, 0, NULL, NULL, {0, 0, 0, NULL}};
 			cin = cout;
 		}
-	L[n++] = (mb_layer){cin, 1280, h, 1, 1, 0, 1, 0, 0, 0, NULL, NULL};
+	L[n++] = (mb_layer){cin, 1280, h, 1, 1, 0, 1, 0, 0, 0, NULL, NULL, {0, 0, 0, NULL}};
 	return n;
 }
 
@@ -165,6 +173,8 @@ static int mobilenet(int reps)
 			L[i].w[q] = (float)((q * 7) % 11) * 0.02f - 0.1f;
 		for (int64_t q = 0; q < L[i].m; q++)
 			L[i].b[q] = (float)(q % 3) * 0.1f;
+		if (!L[i].dw && oq_cw_available() && oq_cw_pack(L[i].w, L[i].m, L[i].c * L[i].k * L[i].k, 1, &L[i].cw))
+			goto done;
 	}
 	for (int q = 0; q < 3; q++)
 		if (!(buf[q] = aligned_alloc(64, (big * sizeof(float) + 63) / 64 * 64)))
@@ -192,7 +202,8 @@ static int mobilenet(int reps)
 			if (y == blk)
 				y = buf[3 - (x == buf[1] ? 1 : x == buf[2] ? 2 : 0) - (blk == buf[1] ? 1 : blk == buf[2] ? 2 : 0)];
 			t = cpu_ms();
-			if (oq_conv_run_ep(NULL, OQ_LT_F32, &g, x, L[i].w, L[i].b, L[i].clip || L[i].res ? &ep : NULL, y))
+			if (oq_conv_run_pk(NULL, OQ_LT_F32, &g, x, L[i].w, L[i].cw.p ? &L[i].cw : NULL, L[i].b,
+					   L[i].clip || L[i].res ? &ep : NULL, y))
 				goto done;
 			t = cpu_ms() - t;
 			if (t < L[i].best)
@@ -225,6 +236,7 @@ done:
 	for (int i = 0; i < n; i++) {
 		free(L[i].w);
 		free(L[i].b);
+		oq_cw_free(&L[i].cw);
 	}
 	for (int q = 0; q < 3; q++)
 		free(buf[q]);

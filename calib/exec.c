@@ -44,9 +44,10 @@
  * them but still report their outputs to an observer at the node's place,
  * so observers see exactly what they saw before. Then a float32 MatMul /
  * Gemm whose B is constant gets B packed once into GEMM panels
- * (linalg_pack.c), and constants that nothing but folded nodes and packed
- * products read are let go as they become unused (a weight is held once,
- * even at the plan's peak). The same kernels compute the folded values, so
+ * (linalg_pack.c), a float32 Conv its W into 32-channel panels
+ * (linalg_conv.c oq_cw_pack), and constants that nothing but folded nodes
+ * and packed products read are let go as they become unused (a weight is
+ * held once, even at the plan's peak). The same kernels compute the folded values, so
  * outputs are bit-identical with folding and without (oq_exec_no_fold).
  */
 #include "kernel.h"
@@ -92,6 +93,7 @@ typedef struct node_plan {
 	int obs_fused;         /* group member: runs fused even while observing (intermediates unwanted) */
 	int folded;            /* computed once by the plan: its outputs are plan constants (inits) */
 	const oq_pb *pb;       /* MatMul / Gemm: its constant B packed (owned by plan.packs), else NULL */
+	const oq_cw *cw;       /* Conv: its constant W packed (owned by plan.cws), else NULL */
 } node_plan;
 
 typedef struct plan {
@@ -100,6 +102,7 @@ typedef struct plan {
 	oq_rt **inits;         /* per value index: initializer view or folded constant, or NULL */
 	int *uses;             /* per value index: uses by nodes of this graph */
 	oq_pb **packs;         /* per value index i: [2i] the value packed as B, [2i + 1] packed as transposed B */
+	oq_cw **cws;           /* per value index: the value packed as a Conv weight */
 	struct plan *next;
 } plan;
 
@@ -210,10 +213,16 @@ static void free_plan(plan *p)
 			oq_pb_free(p->packs[i]);
 			free(p->packs[i]);
 		}
+	for (size_t i = 0; p->cws && i < p->g->n_values; i++)
+		if (p->cws[i]) {
+			oq_cw_free(p->cws[i]);
+			free(p->cws[i]);
+		}
 	free(p->nodes);
 	free(p->inits);
 	free(p->uses);
 	free(p->packs);
+	free(p->cws);
 	free(p);
 }
 
@@ -874,6 +883,8 @@ static int fold_node(oq_exec *e, plan *p, size_t ni, unsigned char *pinned, cons
  * see its shape; an observer gets folded values rebuilt from the panels
  * (oq_pb_unpack), so it sees what it saw before.
  */
+static int pack_conv(plan *p, size_t ni, const unsigned char *gone, oq_diag *d);
+
 static int pack_node(plan *p, size_t ni, const unsigned char *gone, oq_diag *d)
 {
 	const oq_node *n = p->g->nodes[ni];
@@ -885,6 +896,8 @@ static int pack_node(plan *p, size_t ni, const unsigned char *gone, oq_diag *d)
 
 	if (p->nodes[ni].folded || n->n_inputs < 2 || n->n_outputs != 1)
 		return OQ_OK;
+	if (n->op == OQ_OP_Conv)
+		return pack_conv(p, ni, gone, d);
 	if (n->op == OQ_OP_Gemm) {
 		if (attr_f(n, "alpha", 1.0f) != 1.0f || attr_i(n, "transA", 0) != 0)
 			return OQ_OK;
@@ -925,9 +938,55 @@ static int pack_node(plan *p, size_t ni, const unsigned char *gone, oq_diag *d)
 }
 
 /*
+ * A float32 Conv whose W (input 1) is a plan constant, with at least two
+ * output channels per group (depthwise convolutions have their own kernel),
+ * gets W packed into 32-channel panels once (oq_cw_pack, the layout of the
+ * AVX-512 conv GEMM: linalg_conv.c) and runs on them (kctx.cw), fused or
+ * not; the packed copy replaces W as for MatMul / Gemm (const_drop), and
+ * the engine rebuilds a plain W only where it cannot read the panels (the
+ * reference path). One packing per value, shared by convolutions of the
+ * same group count.
+ */
+static int pack_conv(plan *p, size_t ni, const unsigned char *gone, oq_diag *d)
+{
+	const oq_node *n = p->g->nodes[ni];
+	const oq_value *w = n->inputs[1];
+	const oq_rt *t;
+	int64_t group = attr_i(n, "group", 1), kc = 1;
+	int rc;
+
+	if (!oq_cw_available() || !w || (w->flags & OQ_V_OUTER) || w->graph != p->g || !n->inputs[0] ||
+	    n->inputs[0] == w)
+		return OQ_OK;
+	if (w->init && !p->inits[w->index] && !gone[w->index] && (rc = init_view(p, w->index, d)))
+		return rc;
+	if (plan_const(p, n->inputs[0]) || !plan_const(p, w))
+		return OQ_OK;
+	t = p->inits[w->index];
+	if (t->kind != OQ_RT_TENSOR || t->dtype != OQ_DT_FLOAT || t->rank < 3 || !t->data || group <= 0 ||
+	    t->dims[0] % group || t->dims[0] / group < 2)
+		return OQ_OK;
+	for (int i = 1; i < t->rank; i++)
+		kc *= t->dims[i];
+	if (p->cws[w->index] && p->cws[w->index]->group != group)
+		return OQ_OK;
+	if (!p->cws[w->index]) {
+		if (!(p->cws[w->index] = calloc(1, sizeof **p->cws)))
+			return OQ_ENOMEM;
+		if ((rc = oq_cw_pack(t->data, t->dims[0], kc, group, p->cws[w->index]))) {
+			free(p->cws[w->index]);
+			p->cws[w->index] = NULL;
+			return rc == OQ_ENOMEM ? OQ_ENOMEM : OQ_OK;
+		}
+	}
+	p->nodes[ni].cw = p->cws[w->index];
+	return OQ_OK;
+}
+
+/*
  * After node ni: lets go of constant v when every reader of v is a node up
  * to ni that no run executes for it - folded, or a packed product reading v
- * as B - and no folded output shares v's bytes (pinned). An initializer
+ * as B (a packed Conv as W) - and no folded output shares v's bytes (pinned). An initializer
  * read by folded nodes only loses its view (`gone`: its copy freed, its
  * file pages released, read again from the file if ever touched); a
  * packed constant keeps its tensor as a shell (dims, data NULL), so runs
@@ -946,7 +1005,7 @@ static void const_drop(plan *p, const oq_value *v, size_t ni, const unsigned cha
 		return;
 	i = v->index;
 	t = p->inits[i];
-	packed = p->packs[2 * i] || p->packs[2 * i + 1];
+	packed = p->packs[2 * i] || p->packs[2 * i + 1] || p->cws[i];
 	if (!t || !t->data || pinned[i] || (!v->init && !packed) || v->n_uses == 0 || oq_value_n_captures(v) != 0)
 		return;
 	for (size_t u = 0; u < v->n_uses; u++) {
@@ -955,7 +1014,7 @@ static void const_drop(plan *p, const oq_value *v, size_t ni, const unsigned cha
 		if (c->graph != g || c->index > ni || g->nodes[c->index] != c)
 			return;
 		np = &p->nodes[c->index];
-		if (!np->folded && !(np->pb && v->uses[u].index == 1 && c->inputs[0] != v))
+		if (!np->folded && !((np->pb || np->cw) && v->uses[u].index == 1 && c->inputs[0] != v))
 			return;
 	}
 	if (v->init)
@@ -997,7 +1056,7 @@ static int plan_fold(oq_exec *e, plan *p, oq_diag *d)
 			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
 		if (!rc && pack && (rc = pack_node(p, i, gone, d)) == OQ_ENOMEM && d->count == 0)
 			rc = oq_err(d, rc, "run: out of memory packing the weight of node '%s'", n->name);
-		for (size_t j = 0; !rc && (p->nodes[i].folded || p->nodes[i].pb) && j < n->n_inputs; j++)
+		for (size_t j = 0; !rc && (p->nodes[i].folded || p->nodes[i].pb || p->nodes[i].cw) && j < n->n_inputs; j++)
 			const_drop(p, n->inputs[j], i, pinned, gone);
 	}
 	for (size_t i = 0; i < g->n_values && !rc; i++)
@@ -1015,6 +1074,15 @@ size_t oq_exec_n_packed(const oq_exec *e)
 	for (const plan *p = e->plans; p; p = p->next)
 		for (size_t i = 0; i < p->g->n_nodes; i++)
 			n += p->nodes[i].pb != NULL;
+	return n;
+}
+
+size_t oq_exec_n_packed_conv(const oq_exec *e)
+{
+	size_t n = 0;
+	for (const plan *p = e->plans; p; p = p->next)
+		for (size_t i = 0; i < p->g->n_nodes; i++)
+			n += p->nodes[i].cw != NULL;
 	return n;
 }
 
@@ -1047,7 +1115,8 @@ static int make_plan(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)
 	p->inits = oq_calloc(g->n_values, sizeof *p->inits);
 	p->uses = oq_calloc(g->n_values, sizeof *p->uses);
 	p->packs = oq_calloc(2 * g->n_values, sizeof *p->packs);
-	if (!p->nodes || !p->inits || !p->uses || !p->packs) {
+	p->cws = oq_calloc(g->n_values, sizeof *p->cws);
+	if (!p->nodes || !p->inits || !p->uses || !p->packs || !p->cws) {
 		free_plan(p);
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	}
@@ -1276,11 +1345,14 @@ static int observe_const(oq_exec *e, const plan *p, const oq_value *v, oq_diag *
 	if (t->data || t->nbytes == 0)
 		return e->observe(e->observe_ctx, v, t);
 	pb = p->packs[2 * v->index] ? p->packs[2 * v->index] : p->packs[2 * v->index + 1];
-	if (!pb)
+	if (!pb && !p->cws[v->index])
 		return oq_err(d, OQ_EINVAL, "run: constant '%s' has no data (internal error)", v->name);
 	if (oq_rt_alloc(&tmp, t->dtype, t->rank, t->dims))
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
-	oq_pb_unpack(pb, !p->packs[2 * v->index], tmp.data);
+	if (pb)
+		oq_pb_unpack(pb, !p->packs[2 * v->index], tmp.data);
+	else
+		oq_cw_unpack(p->cws[v->index], tmp.data);
 	rc = e->observe(e->observe_ctx, v, &tmp);
 	oq_rt_release(&tmp);
 	return rc;
@@ -1332,6 +1404,7 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		if (fused)
 			k.fuse = np->fuse;
 		k.pb = np->pb;
+		k.cw = np->cw;
 		if (!in || !out) {
 			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
 			goto next;

@@ -20,6 +20,7 @@
 typedef struct oq_kctx oq_kctx;
 typedef int (*oq_kernel_fn)(oq_kctx *k);
 typedef struct oq_pb oq_pb; /* a constant B packed by the plan (linalg.h) */
+typedef struct oq_cw oq_cw; /* a constant Conv weight packed by the plan (linalg.h) */
 
 /*
  * An activation a fused convolution applies to each output tile while it is
@@ -110,6 +111,7 @@ struct oq_kctx {
 	void *frame;        /* executor frame (for subgraphs); opaque to kernels */
 	const oq_kfuse *fuse; /* oq_k_conv_fused only: the group this call runs, else NULL */
 	const oq_pb *pb;    /* MatMul / Gemm: B (input 1) packed at plan time, whose data may be gone; else NULL */
+	const oq_cw *cw;    /* Conv: W (input 1) packed at plan time, whose data may be gone; else NULL */
 	oq_rt **fin;        /* oq_k_conv_fused only: the group's tensor operands (fuse->n_t) */
 };
 
@@ -213,7 +215,9 @@ size_t oq_exec_n_folded(const oq_exec *e);
 extern int oq_exec_no_fold;
 /* MatMul / Gemm nodes running on a B packed at plan time, in e's plans so far. For tests and bench. */
 size_t oq_exec_n_packed(const oq_exec *e);
-/* Non-zero: plans made from now on pack no constant MatMul / Gemm weight (OpenBLAS runs them). For tests and bench. */
+/* Conv nodes running on a W packed at plan time, in e's plans so far. For tests and bench. */
+size_t oq_exec_n_packed_conv(const oq_exec *e);
+/* Non-zero: plans made from now on pack no constant MatMul / Gemm / Conv weight. For tests and bench. */
 extern int oq_exec_no_pack;
 
 /* The kernel for (op, opset), or NULL. */

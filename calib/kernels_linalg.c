@@ -226,6 +226,7 @@ int oq_linalg_conv_geom(oq_kctx *k, const oq_rt *x, const oq_rt *w, int transpos
 static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
 {
 	oq_rt *x = oq_k_in(k, 0), *w = oq_k_in(k, 1), *b = oq_k_in(k, 2), *y;
+	const oq_cw *cw = transpose || !w || w->dtype != OQ_DT_FLOAT ? NULL : k->cw;
 	oq_kfuse run;       /* fz with this call's tensor operands */
 	oq_conv_geom g;
 	int64_t dims[OQ_RT_MAX_RANK];
@@ -266,13 +267,15 @@ static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
 	if ((rc = oq_k_output_raw(k, 0, x->dtype, x->rank, dims, &y)))
 		return rc;
 	lt = ltype_of(x->dtype);
+	/* a W packed by the plan (k->cw, float32 only) may have no data left: the engine reads the panels */
 	if ((rc = oq_linalg_load(k, x, lt, NULL, 0, 1, &xb, &xo)) ||
-	    (rc = oq_linalg_load(k, w, lt, NULL, 0, 1, &wb, &wo)) ||
+	    (!(cw && !w->data) && (rc = oq_linalg_load(k, w, lt, NULL, 0, 1, &wb, &wo))) ||
 	    (b && (rc = oq_linalg_load(k, b, lt, NULL, 0, 1, &bb, &bo))) || (rc = out_buf(k, y, lt, &yb, &yo)))
 		goto done;
-	rc = transpose ? oq_convt_run(k, lt, &g, xb, wb, bb, yb) : oq_conv_run_ep(k, lt, &g, xb, wb, bb, fz, yb);
+	rc = transpose ? oq_convt_run(k, lt, &g, xb, wb, bb, yb) : oq_conv_run_pk(k, lt, &g, xb, wb, cw, bb, fz, yb);
 	if (rc) {
-		rc = oq_k_err(k, rc, "out of memory for the convolution's work buffers");
+		rc = oq_k_err(k, rc, rc == OQ_EINVAL ? "the packed weight does not fit (internal error)"
+					      : "out of memory for the convolution's work buffers");
 		goto done;
 	}
 	if (yo)

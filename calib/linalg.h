@@ -149,6 +149,37 @@ void oq_pb_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_pb 
 		int load);
 void oq_pb_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_pb *pb, float *c, int64_t ldc, int load);
 
+/*
+ * A float32 Conv weight W [m, c / group, kernel...] packed once (by the
+ * executor's plan) for the AVX-512 conv GEMM (linalg_conv.c): per group,
+ * panels of OQ_CW_NR output channels, each [kc][OQ_CW_NR] (kc = c / group x
+ * kernel size; channel j of the panel at lane j, zero past the group's
+ * channels). Both register tiles read it: the 12 x 32 one broadcasts 12
+ * channels of one k from one line, the channels-in-lanes one loads 32
+ * channels of one k as two vectors.
+ */
+#define OQ_CW_NR 32
+struct oq_cw {
+	int64_t m, kc, group;              /* output channels, depth per group, groups */
+	float *p;                          /* group x ceil(m / group / OQ_CW_NR) panels of kc x OQ_CW_NR floats */
+};
+
+/* Packs w ([m, kc] per group, row-major). OQ_ENOMEM; OQ_EINVAL on bad dims. */
+int oq_cw_pack(const float *w, int64_t m, int64_t kc, int64_t group, oq_cw *out) OQ_WUR;
+/* Writes the packed weight back as [m, kc] (row-major). */
+void oq_cw_unpack(const oq_cw *cw, float *w);
+void oq_cw_free(oq_cw *cw);
+/* The conv GEMM reads packed weights here: an AVX-512 CPU (and neither oq_linalg_no_avx512 nor oq_linalg_use_blas set). */
+int oq_cw_available(void);
+/*
+ * oq_conv_run_ep with the weight as packed by oq_cw_pack (cw, whose m, kc
+ * and group must fit g; w may then be NULL); cw NULL: oq_conv_run_ep.
+ * Where the packed layout cannot be used (reference, another CPU, double,
+ * depthwise) it is unpacked into a temporary copy.
+ */
+int oq_conv_run_pk(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, const void *w, const oq_cw *cw,
+		   const void *b, const oq_kfuse *ep, void *y) OQ_WUR;
+
 /* Calls openblas_set_num_threads(1) the first time. */
 void oq_linalg_blas_init(void);
 

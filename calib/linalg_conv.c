@@ -5,18 +5,26 @@
  * Conv (fast): per image and group, Y_g[Mg, P] = W_g[Mg, Kc] * col[Kc, P]
  * (Kc = C/group * prod(kernel), P = output positions), with one GEMM per
  * tile of output channels x output positions: float32 on an AVX-512 CPU
- * through z_gemm (col packed into 32-column panels), on an AVX2+FMA CPU
- * through own_gemm, else cblas_?gemm. 1x1 stride-1
+ * through z_gemm (positions in the lanes: col packed into 32-column
+ * panels, 12 weight rows broadcast) or zt_gemm (channels in the lanes: W
+ * in 32-channel panels, 4-8 positions broadcast, the tile transposed
+ * before its store; for small planes such as 7x7 and deep kernels), W
+ * read from the panels the executor's plan packed it into (oq_cw_pack) or
+ * in place; on an AVX2+FMA CPU through own_gemm, else cblas_?gemm. All
+ * float32 paths form each output as init + sum_k w*x in k order with one
+ * FMA per term: the same bits. 1x1 stride-1
  * unpadded convolutions use the input itself as col; others build the
  * im2col rows of their tile's positions into a per-thread buffer of at most
  * about 1 MiB (reused while consecutive tiles share positions). Depthwise
  * float convolutions (one input and one output channel per group) skip
  * GEMM: every output is b + sum of taps in kernel order, with separate
- * multiply and add. On AVX-512 CPUs (horizontal stride 1 or 2, at most 25
- * taps) 16 outputs of 4 rows at a time are read straight from the input
- * with masked loads at the edges and the epilogue runs on the registers;
- * otherwise each channel plane is copied into a zero-padded buffer (SSE,
- * 4 outputs at a time). Both give the same bits.
+ * multiply and add. On AVX-512 CPUs 16 channels per vector (dwc_range:
+ * input rows transposed once into channel vectors) when the channels fill
+ * 16-channel blocks, else (horizontal stride 1 or 2, at most 25 taps) 16
+ * outputs of 4 rows at a time read straight from the input with masked
+ * loads at the edges; the epilogue runs on the registers; otherwise each
+ * channel plane is copied into a zero-padded buffer (SSE, 4 outputs at a
+ * time). All give the same bits.
  *
  * Fused epilogue (oq_conv_run_ep): a per-channel BN affine map and an
  * activation are applied to each GEMM tile (rows of mm channels x pp
@@ -679,15 +687,16 @@ AVX512 static inline __m512 zepi_vec(const zepi *e, int r, int q, __mmask16 m, _
 }
 
 /*
- * C[mr, nr] (ldc) = init + A[mr, kd] (rows lda apart) * Bp[kd][32]; init: C
+ * C[mr, nr] (ldc) = init + A[mr, kd] (row r at ar[r], k-stride ks: 1 in place,
+ * OQ_CW_NR in packed panels) * Bp[kd][32]; init: C
  * when load, else bias[r] (bias NULL: 0); then the epilogue e (NULL: none).
  * Rows past mr read row 0 and, like columns past nr, are not stored.
  */
-AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const float *bp, float *c, int64_t ldc,
-				 int mr, int nr, int load, const float *bias, const zepi *e)
+AVX512 static inline void z12x32(int64_t kd, const float *const *ar, int64_t ks, const float *bp, float *c,
+				 int64_t ldc, int mr, int nr, int load, const float *bias, const zepi *e)
 {
-#define AR(r) (mr > (r) ? a + (r) * lda : a)
-	const float *a0 = a, *a1 = AR(1), *a2 = AR(2), *a3 = AR(3), *a4 = AR(4), *a5 = AR(5);
+#define AR(r) (mr > (r) ? ar[r] : ar[0])
+	const float *a0 = ar[0], *a1 = AR(1), *a2 = AR(2), *a3 = AR(3), *a4 = AR(4), *a5 = AR(5);
 	const float *a6 = AR(6), *a7 = AR(7), *a8 = AR(8), *a9 = AR(9), *aa = AR(10), *ab = AR(11);
 #undef AR
 	__mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
@@ -717,8 +726,8 @@ AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const 
 	LD(10, ca0, ca1);
 	LD(11, cb0, cb1);
 #undef LD
-#define FMA2(ar, x0, x1) (t = _mm512_set1_ps(ar[k]), x0 = _mm512_fmadd_ps(t, b0, x0), x1 = _mm512_fmadd_ps(t, b1, x1))
-	for (int64_t k = 0; k < kd; k++, bp += Z_NR) {
+#define FMA2(ar, x0, x1) (t = _mm512_set1_ps(ar[o]), x0 = _mm512_fmadd_ps(t, b0, x0), x1 = _mm512_fmadd_ps(t, b1, x1))
+	for (int64_t k = 0, o = 0; k < kd; k++, o += ks, bp += Z_NR) {
 		__m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16), t;
 		FMA2(a0, c00, c01);
 		FMA2(a1, c10, c11);
@@ -770,8 +779,9 @@ AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const 
  * z12x32, hence the same bits.
  */
 #define Z_TILE(R, NV, NAME)                                                                             \
-	AVX512 static void NAME(int64_t kd, const float *a, int64_t lda, const float *bp, float *c,        \
-				int64_t ldc, int mr, int nr, int load, const float *bias, const zepi *e)  \
+	AVX512 static void NAME(int64_t kd, const float *const *ar0, int64_t ks, const float *bp,          \
+				float *c, int64_t ldc, int mr, int nr, int load, const float *bias,       \
+				const zepi *e)                                                            \
 	{                                                                                               \
 		const float *ar[R];                                                                     \
 		__m512 acc[R][NV];                                                                      \
@@ -779,17 +789,17 @@ AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const 
 		mk[0] = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);                                \
 		mk[1] = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);         \
 		for (int r = 0; r < R; r++) {                                                           \
-			ar[r] = mr > r ? a + r * lda : a;                                               \
+			ar[r] = mr > r ? ar0[r] : ar0[0];                                               \
 			for (int v = 0; v < NV; v++)                                                    \
 				acc[r][v] = load && mr > r ? _mm512_maskz_loadu_ps(mk[v], c + r * ldc + 16 * v) \
 					: _mm512_set1_ps(!load && bias && mr > r ? bias[r] : 0.0f);   \
 		}                                                                                       \
-		for (int64_t k = 0; k < kd; k++, bp += Z_NR) {                                          \
+		for (int64_t k = 0, o = 0; k < kd; k++, o += ks, bp += Z_NR) {                          \
 			__m512 b[NV];                                                                   \
 			for (int v = 0; v < NV; v++)                                                    \
 				b[v] = _mm512_load_ps(bp + 16 * v);                                     \
 			for (int r = 0; r < R; r++) {                                                   \
-				__m512 t = _mm512_set1_ps(ar[r][k]);                                    \
+				__m512 t = _mm512_set1_ps(ar[r][o]);                                    \
 				for (int v = 0; v < NV; v++)                                            \
 					acc[r][v] = _mm512_fmadd_ps(t, b[v], acc[r][v]);                \
 			}                                                                               \
@@ -946,13 +956,30 @@ static void z_pack_col(const oq_conv_geom *g, const float *x, int64_t ldx, int d
 }
 
 /*
- * C[mm, pp] (ldc) = init + A[mm, kd] (lda) * Bp (packed col of kd rows), init = bias[row] (NULL: 0),
+ * The conv GEMM's A (the weights of a tile's channels): rows in place, lda
+ * apart with k-stride 1, or packed panels (pstride > 0: row m in panel
+ * m / OQ_CW_NR, pstride floats apart, at lane m % OQ_CW_NR, k-stride
+ * OQ_CW_NR; row 0 starts a panel). Register tiles take a pointer per row,
+ * so a 12-row tile may straddle two panels.
+ */
+typedef struct zA {
+	const float *a;
+	int64_t lda, pstride;
+} zA;
+
+static inline const float *za_row(const zA *A, int64_t m)
+{
+	return A->pstride ? A->a + m / OQ_CW_NR * A->pstride + m % OQ_CW_NR : A->a + m * A->lda;
+}
+
+/*
+ * C[mm, pp] (ldc) = init + A[mm, kd] * Bp (packed col of kd rows), init = bias[row] (NULL: 0),
  * then the epilogue e (rows from C's first; NULL: none) with the last depth slice.
  */
-AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *bp,
-			  float *c, int64_t ldc, const float *bias, const zepi *e)
+AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const float *bp, float *c, int64_t ldc,
+			  const float *bias, const zepi *e)
 {
-	int64_t k0 = 0;
+	int64_t k0 = 0, ks = A->pstride ? OQ_CW_NR : 1;
 
 	do {
 		int64_t kb = kd - k0 < KC_DEPTH ? kd - k0 : KC_DEPTH;
@@ -965,10 +992,11 @@ AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, in
 				int nr = pp - q0 < Z_NR ? (int)(pp - q0) : Z_NR;
 				for (int64_t m = mb; m < me; m += Z_MR) {
 					int mr = me - m < Z_MR ? (int)(me - m) : Z_MR;
-					const float *bm = bias ? bias + m : NULL;
-					const float *am = a + m * lda + k0;
+					const float *bm = bias ? bias + m : NULL, *am[Z_MR];
 					float *cm = c + m * ldc + q0;
 					zepi em, *ep = NULL;
+					for (int r = 0; r < mr; r++)
+						am[r] = za_row(A, m + r) + k0 * ks;
 					if (el) {
 						em = *el;
 						em.scale = el->scale ? el->scale + m : NULL;
@@ -977,22 +1005,201 @@ AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, in
 						ep = &em;
 					}
 					if (nr <= 16 && mr <= 4)
-						z4x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
+						z4x16(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (nr <= 16 && mr <= 8)
-						z8x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
+						z8x16(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (nr <= 16)
-						z12x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
+						z12x16(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (mr <= 4)
-						z4x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
+						z4x32(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (mr <= 8)
-						z8x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
+						z8x32(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else
-						z12x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
+						z12x32(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 				}
 			}
 		}
 		k0 += kb;
 	} while (k0 < kd);
+}
+
+/* r[0..16) transposed in place: r[i] lane j <- r[j] lane i (written out and always inlined: r stays in registers). */
+AVX512 __attribute__((always_inline)) static inline void tr16x16(__m512 *r)
+{
+	__m512 t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15;
+	__m512 u0, u1, u2, u3, u4, u5, u6, u7, u8, u9, u10, u11, u12, u13, u14, u15;
+
+	t0 = _mm512_unpacklo_ps(r[0], r[1]);
+	t1 = _mm512_unpackhi_ps(r[0], r[1]);
+	t2 = _mm512_unpacklo_ps(r[2], r[3]);
+	t3 = _mm512_unpackhi_ps(r[2], r[3]);
+	t4 = _mm512_unpacklo_ps(r[4], r[5]);
+	t5 = _mm512_unpackhi_ps(r[4], r[5]);
+	t6 = _mm512_unpacklo_ps(r[6], r[7]);
+	t7 = _mm512_unpackhi_ps(r[6], r[7]);
+	t8 = _mm512_unpacklo_ps(r[8], r[9]);
+	t9 = _mm512_unpackhi_ps(r[8], r[9]);
+	t10 = _mm512_unpacklo_ps(r[10], r[11]);
+	t11 = _mm512_unpackhi_ps(r[10], r[11]);
+	t12 = _mm512_unpacklo_ps(r[12], r[13]);
+	t13 = _mm512_unpackhi_ps(r[12], r[13]);
+	t14 = _mm512_unpacklo_ps(r[14], r[15]);
+	t15 = _mm512_unpackhi_ps(r[14], r[15]);
+#define LO(x, y) _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(x), _mm512_castps_pd(y)))
+#define HI(x, y) _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(x), _mm512_castps_pd(y)))
+	u0 = LO(t0, t2);
+	u1 = HI(t0, t2);
+	u2 = LO(t1, t3);
+	u3 = HI(t1, t3);
+	u4 = LO(t4, t6);
+	u5 = HI(t4, t6);
+	u6 = LO(t5, t7);
+	u7 = HI(t5, t7);
+	u8 = LO(t8, t10);
+	u9 = HI(t8, t10);
+	u10 = LO(t9, t11);
+	u11 = HI(t9, t11);
+	u12 = LO(t12, t14);
+	u13 = HI(t12, t14);
+	u14 = LO(t13, t15);
+	u15 = HI(t13, t15);
+#undef LO
+#undef HI
+	/* 128-bit blocks: rows q and q + 4 of each group of 8, then q and q + 8 */
+	t0 = _mm512_shuffle_f32x4(u0, u4, 0x88);
+	t4 = _mm512_shuffle_f32x4(u0, u4, 0xdd);
+	t1 = _mm512_shuffle_f32x4(u1, u5, 0x88);
+	t5 = _mm512_shuffle_f32x4(u1, u5, 0xdd);
+	t2 = _mm512_shuffle_f32x4(u2, u6, 0x88);
+	t6 = _mm512_shuffle_f32x4(u2, u6, 0xdd);
+	t3 = _mm512_shuffle_f32x4(u3, u7, 0x88);
+	t7 = _mm512_shuffle_f32x4(u3, u7, 0xdd);
+	t8 = _mm512_shuffle_f32x4(u8, u12, 0x88);
+	t12 = _mm512_shuffle_f32x4(u8, u12, 0xdd);
+	t9 = _mm512_shuffle_f32x4(u9, u13, 0x88);
+	t13 = _mm512_shuffle_f32x4(u9, u13, 0xdd);
+	t10 = _mm512_shuffle_f32x4(u10, u14, 0x88);
+	t14 = _mm512_shuffle_f32x4(u10, u14, 0xdd);
+	t11 = _mm512_shuffle_f32x4(u11, u15, 0x88);
+	t15 = _mm512_shuffle_f32x4(u11, u15, 0xdd);
+	r[0] = _mm512_shuffle_f32x4(t0, t8, 0x88);
+	r[8] = _mm512_shuffle_f32x4(t0, t8, 0xdd);
+	r[1] = _mm512_shuffle_f32x4(t1, t9, 0x88);
+	r[9] = _mm512_shuffle_f32x4(t1, t9, 0xdd);
+	r[2] = _mm512_shuffle_f32x4(t2, t10, 0x88);
+	r[10] = _mm512_shuffle_f32x4(t2, t10, 0xdd);
+	r[3] = _mm512_shuffle_f32x4(t3, t11, 0x88);
+	r[11] = _mm512_shuffle_f32x4(t3, t11, 0xdd);
+	r[4] = _mm512_shuffle_f32x4(t4, t12, 0x88);
+	r[12] = _mm512_shuffle_f32x4(t4, t12, 0xdd);
+	r[5] = _mm512_shuffle_f32x4(t5, t13, 0x88);
+	r[13] = _mm512_shuffle_f32x4(t5, t13, 0xdd);
+	r[6] = _mm512_shuffle_f32x4(t6, t14, 0x88);
+	r[14] = _mm512_shuffle_f32x4(t6, t14, 0xdd);
+	r[7] = _mm512_shuffle_f32x4(t7, t15, 0x88);
+	r[15] = _mm512_shuffle_f32x4(t7, t15, 0xdd);
+}
+
+/*
+ * The product with the channels in the lanes, for tiles where the
+ * positions are few (a 7 x 7 plane) or the depth large: C[nch channels, rr
+ * positions] (ldc) = init + Wp[kd][32] (one packed panel: 32 channels of
+ * a k per two aligned loads) x the position rows ar[r] (k-stride ks: the
+ * input in place for a 1x1 convolution, else the packed col), R x NV
+ * accumulators (R positions, NV 16-channel vectors) over the whole depth;
+ * then per 16 channels a 16 x 16 transpose into channel rows of R lanes,
+ * the epilogue e (rows = channels, from C's first; NULL: none) and masked
+ * stores. init = bias[channel] (NULL: 0). Every output is init + sum_k w*x
+ * in k order with one FMA per term, as in z12x32: the same bits. Positions
+ * past rr repeat row 0 and are not stored; channels past nch are not stored.
+ */
+#define ZT_TILE(R, NV, NAME)                                                                           \
+	AVX512 static void NAME(int64_t kd, const float *const *ar, int64_t ks, const float *wp, float *c, \
+				int64_t ldc, int rr, int nch, const float *bias, const zepi *e)           \
+	{                                                                                              \
+		const float *a[R];                                                                     \
+		__m512 acc[R][NV], init[NV];                                                           \
+		__mmask16 pm = (__mmask16)((1u << rr) - 1u);                                           \
+		for (int v = 0; v < NV; v++)                                                           \
+			init[v] = bias ? _mm512_maskz_loadu_ps(lane_mask(16 * v, nch), bias + 16 * v)     \
+				       : _mm512_setzero_ps();                                          \
+		for (int r = 0; r < R; r++) {                                                          \
+			a[r] = ar[r < rr ? r : 0];                                                     \
+			for (int v = 0; v < NV; v++)                                                   \
+				acc[r][v] = init[v];                                                   \
+		}                                                                                      \
+		for (int64_t k = 0, o = 0; k < kd; k++, o += ks, wp += OQ_CW_NR) {                     \
+			__m512 w[NV];                                                                  \
+			for (int v = 0; v < NV; v++)                                                   \
+				w[v] = _mm512_load_ps(wp + 16 * v);                                    \
+			for (int r = 0; r < R; r++) {                                                  \
+				__m512 t = _mm512_set1_ps(a[r][o]);                                    \
+				for (int v = 0; v < NV; v++)                                           \
+					acc[r][v] = _mm512_fmadd_ps(t, w[v], acc[r][v]);               \
+			}                                                                              \
+		}                                                                                      \
+		for (int v = 0; v < NV; v++) {                                                         \
+			__m512 x[16];                                                                  \
+			int nl = nch - 16 * v < 16 ? nch - 16 * v : 16;                                \
+			for (int q = 0; q < 16; q++)                                                   \
+				x[q] = q < R ? acc[q < R ? q : 0][v] : _mm512_setzero_ps();            \
+			tr16x16(x);                                                                    \
+			for (int l = 0; l < nl; l++)                                                   \
+				_mm512_mask_storeu_ps(c + (16 * v + l) * ldc, pm,                      \
+						      e ? zepi_vec(e, 16 * v + l, 0, pm, x[l]) : x[l]);     \
+		}                                                                                      \
+	}
+ZT_TILE(4, 2, zt4x2)
+ZT_TILE(5, 2, zt5x2)
+ZT_TILE(6, 2, zt6x2)
+ZT_TILE(7, 2, zt7x2)
+ZT_TILE(8, 2, zt8x2)
+ZT_TILE(4, 1, zt4x1)
+ZT_TILE(5, 1, zt5x1)
+ZT_TILE(6, 1, zt6x1)
+ZT_TILE(7, 1, zt7x1)
+ZT_TILE(8, 1, zt8x1)
+#undef ZT_TILE
+
+typedef void (*zt_fn)(int64_t kd, const float *const *ar, int64_t ks, const float *wp, float *c, int64_t ldc, int rr,
+		      int nch, const float *bias, const zepi *e);
+
+/*
+ * C[mm channels, pp positions] (ldc) = init + the packed panels wp (mm
+ * channels from a panel start, pstride floats apart) x the positions'
+ * rows (row(q) = pos[0] + q for a 1x1 input in place, k-stride ks;
+ * pos NULL: the packed col bp, k-stride OQ_CW_NR), panel by panel, the
+ * positions cut into tiles of 4 to 8 as evenly as possible (49 = 7 x 7,
+ * 196 = 21 x 8 + 4 x 7); e: the register epilogue (rows = channels from C's first).
+ */
+AVX512 static void zt_gemm(int64_t mm, int64_t pp, int64_t kd, const float *wp, int64_t pstride, const float *x,
+			   int64_t ks, const float *bp, float *c, int64_t ldc, const float *bias, const zepi *e)
+{
+	static const zt_fn f2[9] = {zt4x2, zt4x2, zt4x2, zt4x2, zt4x2, zt5x2, zt6x2, zt7x2, zt8x2};
+	static const zt_fn f1[9] = {zt4x1, zt4x1, zt4x1, zt4x1, zt4x1, zt5x1, zt6x1, zt7x1, zt8x1};
+	int64_t nt = (pp + 7) / 8, base = pp / nt, extra = pp % nt;
+
+	for (int64_t pc = 0; pc < mm; pc += OQ_CW_NR, wp += pstride) {
+		int nch = mm - pc < OQ_CW_NR ? (int)(mm - pc) : OQ_CW_NR;
+		zepi em, *ep = NULL;
+		if (e) {
+			em = *e;
+			em.scale = e->scale ? e->scale + pc : NULL;
+			em.shift = e->shift ? e->shift + pc : NULL;
+			ep = &em;
+		}
+		for (int64_t i = 0, q = 0; i < nt; i++) {
+			int rr = (int)(base + (i < extra));
+			const float *ar[8];
+			for (int r = 0; r < rr; r++)
+				ar[r] = bp ? bp + (q + r) / Z_NR * kd * Z_NR + (q + r) % Z_NR : x + q + r;
+			if (e && e->res)
+				em.t = e->t + pc * ldc + q;
+			(nch > 16 ? f2 : f1)[rr](kd, ar, bp ? Z_NR : ks, wp, c + pc * ldc + q, ldc, rr, nch,
+						 bias ? bias + pc : NULL, ep);
+			q += rr;
+		}
+	}
 }
 
 static int z_gemm_ok(void)
@@ -1498,83 +1705,6 @@ typedef struct dwc_job {
 	atomic_int oom;
 } dwc_job;
 
-/* r[0..16) transposed in place: r[i] lane j <- r[j] lane i (written out: the arrays stay in registers). */
-AVX512 static inline void tr16x16(__m512 *r)
-{
-	__m512 t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15;
-	__m512 u0, u1, u2, u3, u4, u5, u6, u7, u8, u9, u10, u11, u12, u13, u14, u15;
-
-	t0 = _mm512_unpacklo_ps(r[0], r[1]);
-	t1 = _mm512_unpackhi_ps(r[0], r[1]);
-	t2 = _mm512_unpacklo_ps(r[2], r[3]);
-	t3 = _mm512_unpackhi_ps(r[2], r[3]);
-	t4 = _mm512_unpacklo_ps(r[4], r[5]);
-	t5 = _mm512_unpackhi_ps(r[4], r[5]);
-	t6 = _mm512_unpacklo_ps(r[6], r[7]);
-	t7 = _mm512_unpackhi_ps(r[6], r[7]);
-	t8 = _mm512_unpacklo_ps(r[8], r[9]);
-	t9 = _mm512_unpackhi_ps(r[8], r[9]);
-	t10 = _mm512_unpacklo_ps(r[10], r[11]);
-	t11 = _mm512_unpackhi_ps(r[10], r[11]);
-	t12 = _mm512_unpacklo_ps(r[12], r[13]);
-	t13 = _mm512_unpackhi_ps(r[12], r[13]);
-	t14 = _mm512_unpacklo_ps(r[14], r[15]);
-	t15 = _mm512_unpackhi_ps(r[14], r[15]);
-#define LO(x, y) _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(x), _mm512_castps_pd(y)))
-#define HI(x, y) _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(x), _mm512_castps_pd(y)))
-	u0 = LO(t0, t2);
-	u1 = HI(t0, t2);
-	u2 = LO(t1, t3);
-	u3 = HI(t1, t3);
-	u4 = LO(t4, t6);
-	u5 = HI(t4, t6);
-	u6 = LO(t5, t7);
-	u7 = HI(t5, t7);
-	u8 = LO(t8, t10);
-	u9 = HI(t8, t10);
-	u10 = LO(t9, t11);
-	u11 = HI(t9, t11);
-	u12 = LO(t12, t14);
-	u13 = HI(t12, t14);
-	u14 = LO(t13, t15);
-	u15 = HI(t13, t15);
-#undef LO
-#undef HI
-	/* 128-bit blocks: rows q and q + 4 of each group of 8, then q and q + 8 */
-	t0 = _mm512_shuffle_f32x4(u0, u4, 0x88);
-	t4 = _mm512_shuffle_f32x4(u0, u4, 0xdd);
-	t1 = _mm512_shuffle_f32x4(u1, u5, 0x88);
-	t5 = _mm512_shuffle_f32x4(u1, u5, 0xdd);
-	t2 = _mm512_shuffle_f32x4(u2, u6, 0x88);
-	t6 = _mm512_shuffle_f32x4(u2, u6, 0xdd);
-	t3 = _mm512_shuffle_f32x4(u3, u7, 0x88);
-	t7 = _mm512_shuffle_f32x4(u3, u7, 0xdd);
-	t8 = _mm512_shuffle_f32x4(u8, u12, 0x88);
-	t12 = _mm512_shuffle_f32x4(u8, u12, 0xdd);
-	t9 = _mm512_shuffle_f32x4(u9, u13, 0x88);
-	t13 = _mm512_shuffle_f32x4(u9, u13, 0xdd);
-	t10 = _mm512_shuffle_f32x4(u10, u14, 0x88);
-	t14 = _mm512_shuffle_f32x4(u10, u14, 0xdd);
-	t11 = _mm512_shuffle_f32x4(u11, u15, 0x88);
-	t15 = _mm512_shuffle_f32x4(u11, u15, 0xdd);
-	r[0] = _mm512_shuffle_f32x4(t0, t8, 0x88);
-	r[8] = _mm512_shuffle_f32x4(t0, t8, 0xdd);
-	r[1] = _mm512_shuffle_f32x4(t1, t9, 0x88);
-	r[9] = _mm512_shuffle_f32x4(t1, t9, 0xdd);
-	r[2] = _mm512_shuffle_f32x4(t2, t10, 0x88);
-	r[10] = _mm512_shuffle_f32x4(t2, t10, 0xdd);
-	r[3] = _mm512_shuffle_f32x4(t3, t11, 0x88);
-	r[11] = _mm512_shuffle_f32x4(t3, t11, 0xdd);
-	r[4] = _mm512_shuffle_f32x4(t4, t12, 0x88);
-	r[12] = _mm512_shuffle_f32x4(t4, t12, 0xdd);
-	r[5] = _mm512_shuffle_f32x4(t5, t13, 0x88);
-	r[13] = _mm512_shuffle_f32x4(t5, t13, 0xdd);
-	r[6] = _mm512_shuffle_f32x4(t6, t14, 0x88);
-	r[14] = _mm512_shuffle_f32x4(t6, t14, 0xdd);
-	r[7] = _mm512_shuffle_f32x4(t7, t15, 0x88);
-	r[15] = _mm512_shuffle_f32x4(t7, t15, 0xdd);
-}
-
 /*
  * Input row ih of channels c0 .. c0 + nc - 1 (xc: channel c0's plane) into
  * dst[pad + w][16], lanes >= nc zero; whole 16-column groups are stored, the
@@ -1785,6 +1915,70 @@ AVX512 static void dwc_range(void *ctx, size_t begin, size_t end)
 }
 #endif
 
+/* ------------------------------------------------------ packed weights */
+
+int oq_cw_pack(const float *w, int64_t m, int64_t kc, int64_t group, oq_cw *out)
+{
+	int64_t mg, npg;
+	size_t nf;
+
+	memset(out, 0, sizeof *out);
+	if (m < 0 || kc < 0 || group <= 0 || m % group)
+		return OQ_EINVAL;
+	mg = m / group;
+	npg = ceil_div(mg, OQ_CW_NR);
+	if (!oq_mul_size((size_t)(group * npg), (size_t)kc, &nf) || !oq_mul_size(nf, OQ_CW_NR * sizeof(float), &nf) ||
+	    nf > SIZE_MAX - 64)
+		return OQ_ENOMEM;
+	out->p = aligned_alloc(64, (nf + 63) / 64 * 64 + 64);
+	if (!out->p)
+		return OQ_ENOMEM;
+	out->m = m;
+	out->kc = kc;
+	out->group = group;
+	for (int64_t grp = 0; grp < group; grp++)
+		for (int64_t pn = 0; pn < npg; pn++) {
+			int64_t m0 = pn * OQ_CW_NR, nm = mg - m0 < OQ_CW_NR ? mg - m0 : OQ_CW_NR;
+			const float *src = w + (grp * mg + m0) * kc;
+			float *dst = out->p + (size_t)((grp * npg + pn) * kc * OQ_CW_NR);
+			for (int64_t q = 0; q < kc; q++, dst += OQ_CW_NR) {
+				for (int64_t r = 0; r < nm; r++)
+					dst[r] = src[r * kc + q];
+				for (int64_t r = nm; r < OQ_CW_NR; r++)
+					dst[r] = 0.0f;
+			}
+		}
+	return OQ_OK;
+}
+
+void oq_cw_unpack(const oq_cw *cw, float *w)
+{
+	int64_t mg = cw->m / cw->group, npg = ceil_div(mg, OQ_CW_NR);
+
+	for (int64_t grp = 0; grp < cw->group; grp++)
+		for (int64_t r = 0; r < mg; r++) {
+			const float *src = cw->p + (size_t)((grp * npg + r / OQ_CW_NR) * cw->kc * OQ_CW_NR) + r % OQ_CW_NR;
+			float *dst = w + (grp * mg + r) * cw->kc;
+			for (int64_t q = 0; q < cw->kc; q++)
+				dst[q] = src[q * OQ_CW_NR];
+		}
+}
+
+void oq_cw_free(oq_cw *cw)
+{
+	free(cw->p);
+	memset(cw, 0, sizeof *cw);
+}
+
+int oq_cw_available(void)
+{
+#if defined(HAVE_OWN_GEMM)
+	return z_gemm_ok();
+#else
+	return 0;
+#endif
+}
+
 /* ---------------------------------------------------------- conv via GEMM */
 
 typedef struct conv_job {
@@ -1802,6 +1996,8 @@ typedef struct conv_job {
 	int64_t np, nm;        /* tiles per (image, group) along positions / channels */
 	float *packed;         /* z: the packed col of every position tile, shared by its channel tiles, or NULL */
 	int64_t rb;            /* packing into packed: rows per work item (whole input channels) */
+	const oq_cw *cw;       /* z: the weight in packed panels (channel tiles then start at a panel), or NULL */
+	int tr;                /* z with cw: channels in the lanes (zt_gemm) instead of positions (z_gemm) */
 	atomic_int oom;
 } conv_job;
 
@@ -1815,9 +2011,10 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 	size_t need = j->direct ? 0 : (size_t)(j->kc * j->pt) * es;
 
 #if defined(HAVE_OWN_GEMM)
-	/* packed col, then one im2col row */
+	/* packed col, then one im2col row (zt_gemm reads a 1x1 input in place) */
 	if (j->z)
-		need = j->packed ? 0 : (z_col_floats(j->kc, j->pt) + (size_t)j->pt) * sizeof(float);
+		need = j->packed || (j->tr && j->direct) ? 0
+			: (z_col_floats(j->kc, j->pt) + (size_t)j->pt) * sizeof(float);
 #endif
 	if (need) {
 		need = (need + 63) / 64 * 64;
@@ -1843,8 +2040,10 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 		if (j->z) {
 			zepi ze;
 			int reg = j->ep && !late_act(j->ep) && (!j->ep->n_steps || res_steps(j->ep));
+			int inplace = j->tr && j->direct;
 			const float *bp = j->packed ? j->packed + (size_t)rest * z_col_floats(j->kc, j->pt) : col;
-			if (!j->packed && rest != last) {
+			zA A;
+			if (!j->packed && !inplace && rest != last) {
 				z_pack_col(g, (const float *)j->x + xo, P, j->direct, 0, j->kc, j->kc, p0, pp,
 					   (float *)col + z_col_floats(j->kc, j->pt), col);
 				last = rest;
@@ -1860,8 +2059,23 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 				ze.ldc = P;
 				ze.t = ze.res ? j->ep->t[j->ep->steps[0].t] + yo : NULL;
 			}
-			z_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, bp, (float *)j->y + yo, P,
-			       j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
+			if (j->cw) { /* the panels of channels grp * mg + m0 on (m0 starts a panel) */
+				int64_t npg = ceil_div(j->mg, OQ_CW_NR);
+				A.a = j->cw->p + (size_t)((grp * npg + m0 / OQ_CW_NR) * j->kc * OQ_CW_NR);
+				A.lda = 0;
+				A.pstride = j->kc * OQ_CW_NR;
+			} else {
+				A.a = (const float *)j->w + wo;
+				A.lda = j->kc;
+				A.pstride = 0;
+			}
+			if (j->tr)
+				zt_gemm(mm, pp, j->kc, A.a, A.pstride, (const float *)j->x + xo + p0, g->in_size,
+					inplace ? NULL : bp, (float *)j->y + yo, P,
+					j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
+			else
+				z_gemm(mm, pp, j->kc, &A, bp, (float *)j->y + yo, P,
+				       j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
 			if (j->ep && !reg)
 				z_epi_tile(j->ep, grp * j->mg + m0, mm, (size_t)yo, (float *)j->y + yo, P, pp);
 			continue;
@@ -1969,14 +2183,19 @@ static void pack_range(void *ctx, size_t begin, size_t end)
  * microseconds), cut positions further down to SPLIT_MIN_P columns
  * (whole 32-column panels) and then channels down to 12 rows (one register tile;
  * 4 for fewer than 24 channels), so that late layers with 7x7 or 14x14 positions still
- * give every thread work. Shape-only: never depends on the thread count.
+ * give every thread work. With packed weights (pk) channel tiles are whole
+ * 32-channel panels, and with the channels in the lanes (tr) a 7x7 plane
+ * may be cut into halves of at least 16 positions after the channels.
+ * Shape-only: never depends on the thread count.
  */
 #define TILES_MIN 16
 #define SHARED_PACK_FLOATS (4u << 20) /* 16 MiB: larger packed cols are packed per tile */
 #define SPLIT_FLOPS 1e6
 #define SPLIT_MIN_P 64
+#define SPLIT_MIN_TR 16 /* positions per tile at least when zt_gemm cuts a small plane */
 
-static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int64_t *pt, int64_t *np, int64_t *mt)
+static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int pk, int tr, int64_t *pt, int64_t *np,
+		       int64_t *mt)
 {
 	int64_t P = g->out_size, per, tiles, want;
 
@@ -2006,25 +2225,82 @@ static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int64_t *p
 		}
 	}
 	if (want > 1 && mg >= 8) {
-		/* whole 12-row register tiles where there are enough rows, else 4-row tails */
-		int64_t q = mg >= 24 ? 12 : 4, parts = mg / q < want ? mg / q : want;
-		if (parts > 1)
+		/* whole panels or 12-row register tiles where there are enough rows, else 4-row tails */
+		int64_t q = pk ? OQ_CW_NR : mg >= 24 ? 12 : 4, parts = mg / q < want ? mg / q : want;
+		if (parts > 1) {
 			*mt = round_up(ceil_div(mg, parts), q);
+			want = ceil_div(want, ceil_div(mg, *mt));
+		}
+	}
+	if (tr && want > 1 && *np == 1 && P >= 2 * SPLIT_MIN_TR) {
+		*pt = ceil_div(P, 2);
+		*np = 2;
 	}
 }
+
+/*
+ * Channels in the lanes (zt_gemm) instead of positions (z_gemm) when that
+ * fills more lanes: a plane of 49 positions fills 49 of z_gemm's 64
+ * position lanes, 160 channels all of zt_gemm's; at a depth of 128 and
+ * more zt_gemm is also the faster kernel (~110-118 GFLOP/s against ~85-100
+ * here: one cache line of weights and one of positions per k), its
+ * transposes cheap; at small depth the transposes cost more than they save.
+ */
+static int use_tr(const oq_conv_geom *g, int64_t kc, int64_t mg)
+{
+	double eff_n = (double)g->out_size / (double)round_up(g->out_size, 16);
+	double eff_t = (double)mg / (double)round_up(mg, OQ_CW_NR) * (kc >= 128 ? 1.12 : kc >= 96 ? 0.95 : 0.85);
+	return eff_t > eff_n;
+}
+
+static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_cw *cw,
+		    const void *b, const oq_kfuse *ep, void *y);
 
 int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w,
 		const void *b, void *y)
 {
-	return oq_conv_run_ep(k, t, g0, x, w, b, NULL, y);
+	return conv_run(k, t, g0, x, w, NULL, b, NULL, y);
 }
 
 int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w,
 		   const void *b, const oq_kfuse *ep, void *y)
 {
+	return conv_run(k, t, g0, x, w, NULL, b, ep, y);
+}
+
+int oq_conv_run_pk(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_cw *cw,
+		   const void *b, const oq_kfuse *ep, void *y)
+{
+	float *tmp = NULL;
+	int rc;
+
+	if (cw && (cw->m != g0->m || cw->group != g0->group || g0->group <= 0 || cw->m % cw->group ||
+		   cw->kc != g0->c / g0->group * g0->k_size))
+		return OQ_EINVAL;
+	/* the packed layout only where z_gemm / zt_gemm read it */
+	if (cw && (t != OQ_LT_F32 || !oq_cw_available() || oq_linalg_use_ref || g0->m == g0->group)) {
+		size_t n;
+		if (!oq_mul_size((size_t)cw->m, (size_t)cw->kc, &n) || !oq_mul_size(n, sizeof(float), &n) ||
+		    !(tmp = malloc(n ? n : 1)))
+			return OQ_ENOMEM;
+		oq_cw_unpack(cw, tmp);
+		w = tmp;
+		cw = NULL;
+	}
+	rc = conv_run(k, t, g0, x, w, cw, b, ep, y);
+	free(tmp);
+	return rc;
+}
+
+/* x * W (w, or the packed cw) + b, then ep: see oq_conv_run_ep / oq_conv_run_pk. */
+static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_cw *cw,
+		    const void *b, const oq_kfuse *ep, void *y)
+{
 	oq_conv_geom g;
 	conv_job j;
 	int64_t tiles;
+	oq_cw own;
+	int rc;
 
 	if (ep && t != OQ_LT_F32)
 		return OQ_EUNSUP; /* the fused kernel passes one for float32 only */
@@ -2130,20 +2406,34 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 	for (int d = 0; d < g.nsp; d++)
 		if (g.k[d] != 1 || g.stride[d] != 1 || g.pad[d] != 0 || g.out[d] != g.in[d])
 			j.direct = 0;
-	conv_tiles(&g, j.kc, j.mg, &j.pt, &j.np, &j.mt);
+	memset(&own, 0, sizeof own);
+#if defined(HAVE_OWN_GEMM)
+	j.cw = j.z ? cw : NULL;
+	j.tr = j.z && use_tr(&g, j.kc, j.mg);
+	if (j.tr && !j.cw) { /* no plan-time packing (a weight computed per run, tests): pack for this call */
+		if ((rc = oq_cw_pack(w, g.m, j.kc, g.group, &own)))
+			return rc;
+		j.cw = &own;
+	}
+#else
+	(void)cw;
+#endif
+	conv_tiles(&g, j.kc, j.mg, j.cw != NULL, j.tr, &j.pt, &j.np, &j.mt);
 	j.nm = ceil_div(j.mg, j.mt);
 	atomic_init(&j.oom, 0);
 	tiles = g.n * g.group * j.np * j.nm;
 #if defined(HAVE_OWN_GEMM)
-	if (j.z && j.nm > 1 && k && k->threads > 1) {
+	if (j.z && j.nm > 1 && k && k->threads > 1 && !(j.tr && j.direct)) {
 		/* channel tiles share their position tile's packed col: pack each once, in parallel */
 		size_t each = z_col_floats(j.kc, j.pt), n_pt = (size_t)(g.n * g.group * j.np);
 		if (n_pt * each <= SHARED_PACK_FLOATS && (j.packed = oq_k_shared(k, n_pt * each * sizeof(float)))) {
 			int64_t ks = j.direct ? 1 : g.k_size;
 			j.rb = ks * (j.direct ? 64 : ceil_div(64, ks)); /* about 64 rows, whole input channels */
 			oq_k_parallel(k, n_pt * (size_t)ceil_div(j.kc, j.rb), 1, pack_range, &j);
-			if (atomic_load(&j.oom))
+			if (atomic_load(&j.oom)) {
+				oq_cw_free(&own);
 				return OQ_ENOMEM;
+			}
 		}
 	}
 #endif
@@ -2151,6 +2441,7 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 		oq_k_parallel(k, (size_t)tiles, 1, conv_range, &j);
 	else
 		conv_range(&j, 0, (size_t)tiles);
+	oq_cw_free(&own);
 	return atomic_load(&j.oom) ? OQ_ENOMEM : OQ_OK;
 }
 

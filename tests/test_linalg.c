@@ -978,6 +978,97 @@ static float *rand_floats(size_t n)
 }
 
 /*
+ * The conv engine on weights packed as the executor's plan packs them
+ * (oq_cw_pack: 32-channel panels) against the same engine reading W in
+ * place (oq_conv_run_ep): z_gemm then takes its rows from the panels
+ * (12-row tiles straddling two panels), and where channels in the lanes
+ * fill more lanes (small planes, deep kernels) zt_gemm runs on either
+ * (packing per call without a plan). Every output is init + sum of w * x
+ * in k order with one FMA per term on all paths, so the bits must be
+ * equal, and equal to the AVX2 kernel's (the panels unpacked for it).
+ * Shapes: groups 1..3, 1x1 in place and im2col, planes of 1..400
+ * positions (7x7: 49), depths 1..1800, channels per group 1..100, with
+ * and without bias and a fused Relu.
+ */
+Test(linalg, conv_packed_weights_vs_in_place)
+{
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("no AVX-512F on this CPU: nothing to compare");
+	for (uint64_t sd = 1; sd <= 80; sd++) {
+		oq_conv_geom g;
+		oq_cw cw;
+		oq_kfuse ep;
+		int64_t grp, cg, mg, kk, nw, nx, ny;
+		float *x, *w, *b, *y1, *y2, *y3;
+		int relu;
+		char what[160];
+
+		seed(7000 + sd);
+		memset(&g, 0, sizeof g);
+		grp = irand(0, 3) ? 1 : irand(2, 3);
+		cg = sd % 3 == 0 ? irand(40, 200) : irand(1, 40);
+		mg = sd % 5 == 0 ? 32 * irand(1, 3) : irand(1, 100);
+		kk = irand(0, 1) ? 1 : 3;
+		g.nsp = 2;
+		g.n = irand(1, 2);
+		g.c = grp * cg;
+		g.m = grp * mg;
+		g.group = grp;
+		for (int d = 0; d < 2; d++) {
+			g.in[d] = sd % 4 == 0 ? 7 : irand(1, 20);
+			g.k[d] = kk;
+			g.stride[d] = kk == 3 && irand(0, 3) == 0 ? 2 : 1;
+			g.dil[d] = 1;
+			g.pad[d] = kk == 3 ? 1 : 0;
+			g.out[d] = (g.in[d] + 2 * g.pad[d] - kk) / g.stride[d] + 1;
+		}
+		g.in_size = g.in[0] * g.in[1];
+		g.out_size = g.out[0] * g.out[1];
+		g.k_size = kk * kk;
+		nx = g.n * g.c * g.in_size;
+		nw = g.m * cg * g.k_size;
+		ny = g.n * g.m * g.out_size;
+		x = malloc((size_t)nx * sizeof *x);
+		w = malloc((size_t)nw * sizeof *w);
+		b = malloc((size_t)g.m * sizeof *b);
+		y1 = malloc((size_t)ny * sizeof *y1);
+		y2 = malloc((size_t)ny * sizeof *y2);
+		y3 = malloc((size_t)ny * sizeof *y3);
+		cr_assert(x && w && b && y1 && y2 && y3);
+		for (int64_t i = 0; i < nx; i++)
+			x[i] = (float)frand();
+		for (int64_t i = 0; i < nw; i++)
+			w[i] = (float)frand();
+		for (int64_t i = 0; i < g.m; i++)
+			b[i] = (float)frand();
+		relu = irand(0, 1);
+		memset(&ep, 0, sizeof ep);
+		ep.act.kind = OQ_ACT_RELU;
+		snprintf(what, sizeof what, "seed %llu: n %lld c %lld m %lld group %lld %lldx%lld k %lld s %lld",
+			 (unsigned long long)sd, (long long)g.n, (long long)g.c, (long long)g.m, (long long)grp,
+			 (long long)g.in[0], (long long)g.in[1], (long long)kk, (long long)g.stride[0]);
+		cr_assert_eq(oq_cw_pack(w, g.m, cg * g.k_size, grp, &cw), OQ_OK, "%s: pack", what);
+		cr_assert_eq(oq_conv_run_ep(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, relu ? &ep : NULL, y1), OQ_OK);
+		cr_assert_eq(oq_conv_run_pk(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, relu ? &ep : NULL, y2),
+			     OQ_OK);
+		oq_linalg_no_avx512 = 1;
+		cr_assert_eq(oq_conv_run_pk(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, relu ? &ep : NULL, y3),
+			     OQ_OK);
+		oq_linalg_no_avx512 = 0;
+		cr_expect(!memcmp(y1, y2, (size_t)ny * sizeof *y1), "%s: packed and in-place weights differ", what);
+		cr_expect(!memcmp(y1, y3, (size_t)ny * sizeof *y1), "%s: AVX-512 and AVX2 differ", what);
+		oq_cw_free(&cw);
+		free(x);
+		free(w);
+		free(b);
+		free(y1);
+		free(y2);
+		free(y3);
+	}
+}
+
+/*
  * The engine alone: pack / unpack round trip in both orientations, and
  * oq_pb_gemm (AVX-512 tiles, depth slices of 768) bit-identical to
  * oq_pb_gemm_ref (fmaf in k order) over every row tail of the 6-row tile,
