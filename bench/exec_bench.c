@@ -382,8 +382,9 @@ int main(int argc, char **argv)
 			runs--;
 		qsort(t, (size_t)runs, sizeof *t, cmp_d);
 		qsort(c, (size_t)runs, sizeof *c, cmp_d);
-		printf("onnxq threads=%d median_ms=%.3f min_ms=%.3f cpu_ms=%.3f runs=%d fused=%zu gflop=%.3f\n", threads[ti],
-		       t[runs / 2], t[0], c[runs / 2], runs, oq_exec_n_fused(e), flops / 1e9);
+		printf("onnxq threads=%d median_ms=%.3f min_ms=%.3f cpu_ms=%.3f runs=%d fused=%zu chained=%zu gflop=%.3f\n",
+		       threads[ti], t[runs / 2], t[0], c[runs / 2], runs, oq_exec_n_fused(e), oq_exec_n_chained(e),
+		       flops / 1e9);
 		if (oq_exec_peak_bytes(e) > act_peak)
 			act_peak = oq_exec_peak_bytes(e);
 		if (profile) {

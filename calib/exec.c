@@ -94,6 +94,8 @@ typedef struct node_plan {
 	int folded;            /* computed once by the plan: its outputs are plan constants (inits) */
 	const oq_pb *pb;       /* MatMul / Gemm: its constant B packed (owned by plan.packs), else NULL */
 	const oq_cw *cw;       /* Conv: its constant W packed (owned by plan.cws), else NULL */
+	size_t chain;          /* Conv group head: index of the depthwise Conv head run with it, or 0 (none) */
+	int chained;           /* depthwise Conv head run by the chain head before it (without an observer) */
 } node_plan;
 
 typedef struct plan {
@@ -714,6 +716,59 @@ static int plan_fusion(plan *p)
 	return OQ_OK;
 }
 
+/*
+ * Chains: a float32 Conv group of group 1 (head A: Conv [+ BN] [+ act]
+ * [+ steps], or a lone Conv) whose last output's only reader is a
+ * depthwise Conv (head B, its own group or alone) runs with B in one
+ * kernel (oq_k_conv_chain: bands of B's rows, A's output never stored
+ * whole). Neither group may have tensor operands (the epilogues' other
+ * parameters are plan values), B's W and bias must be ready before A
+ * (constants), and A's output is no graph output. A
+ * chain runs only without an observer (which wants A's output); the
+ * results are bit-identical either way.
+ */
+int oq_exec_no_chain;
+
+static void plan_chains(plan *p)
+{
+	const oq_graph *g = p->g;
+
+	for (size_t i = 0; i < g->n_nodes && !oq_exec_no_chain; i++) {
+		const oq_node *a = g->nodes[i], *t, *b;
+		node_plan *np = &p->nodes[i], *bp;
+		const oq_tensor *wb;
+		int64_t m;
+		int r;
+
+		if (a->op != OQ_OP_Conv || np->absorbed || np->chained || a->n_inputs < 2 || a->n_inputs > 3 ||
+		    a->n_outputs != 1 || !a->outputs[0] || !w_is_f32(a->inputs[1], &m, &r) || m < 2 ||
+		    attr_i(a, "group", 1) != 1 || (np->fuse && np->fuse->n_t))
+			continue;
+		t = np->fuse ? g->nodes[np->tail] : a;
+		b = sole_consumer(t->outputs[0]);
+		if (!b || b->op != OQ_OP_Conv || b->n_inputs < 2 || b->n_inputs > 3 || b->n_outputs != 1 ||
+		    !b->outputs[0] || g->nodes[b->index] != b || b->index <= t->index)
+			continue;
+		bp = &p->nodes[b->index];
+		wb = f32_init(b->inputs[1]);
+		if (bp->absorbed || bp->chain || (bp->fuse && bp->fuse->n_t) || !wb || wb->rank < 3 || wb->dims[1] != 1 ||
+		    wb->dims[0] != m || attr_i(b, "group", 1) != m || !ready_before(b->inputs[1], g, i) ||
+		    (b->n_inputs > 2 && b->inputs[2] && !ready_before(b->inputs[2], g, i)))
+			continue;
+		np->chain = b->index;
+		bp->chained = 1;
+	}
+}
+
+size_t oq_exec_n_chained(const oq_exec *e)
+{
+	size_t n = 0;
+	for (const plan *p = e->plans; p; p = p->next)
+		for (size_t i = 0; i < p->g->n_nodes; i++)
+			n += p->nodes[i].chain != 0;
+	return n;
+}
+
 /* ------------------------------------------------------ constant folding */
 
 int oq_exec_no_fold;
@@ -1144,6 +1199,7 @@ static int make_plan(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)
 		free_plan(p);
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	}
+	plan_chains(p);
 	if ((rc = plan_fold(e, p, d))) {
 		free_plan(p);
 		return rc;
@@ -1373,9 +1429,13 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		size_t n_out = n->n_outputs;
 		/* observers see every value, so no fusion, unless they want none of the group's intermediates */
 		int fused = !e->observe || np->obs_fused;
+		const node_plan *bp = np->chain && !e->observe ? &f->p->nodes[np->chain] : NULL; /* chained group */
+		oq_kchain kc;
 
 		if (fused && np->absorbed && !(f->unfused && f->unfused[ni]))
 			continue; /* computed by its group's head */
+		if (np->chained && !e->observe)
+			continue; /* computed by its chain's head */
 		if (np->folded) { /* a plan constant: observers still see it here, as if computed now */
 			for (size_t i = 0; e->observe && !rc && i < n->n_outputs; i++)
 				if (n->outputs[i])
@@ -1384,6 +1444,10 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		}
 		if (fused && np->fuse) {
 			ovals = g->nodes[np->tail]->outputs;
+			n_out = 1;
+		}
+		if (bp) {
+			ovals = g->nodes[bp->fuse ? bp->tail : np->chain]->outputs;
 			n_out = 1;
 		}
 		in = n->n_inputs <= 16 ? inbuf : oq_calloc(n->n_inputs, sizeof *in);
@@ -1432,7 +1496,17 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 				fin[i] = lookup(f, np->tin[i]);
 			k.fin = fin;
 		}
-		rc = k.fuse ? oq_k_conv_fused(&k) : np->fn(&k);
+		if (bp) {
+			const oq_node *b = g->nodes[np->chain];
+			memset(&kc, 0, sizeof kc);
+			kc.node = b;
+			kc.n_in = b->n_inputs;
+			kc.fuse = bp->fuse;
+			for (size_t i = 1; i < b->n_inputs; i++)
+				kc.in[i] = b->inputs[i] ? lookup(f, b->inputs[i]) : NULL;
+			k.chain = &kc;
+		}
+		rc = bp ? oq_k_conv_chain(&k) : k.fuse ? oq_k_conv_fused(&k) : np->fn(&k);
 		if (rc == OQ_K_UNFUSED) {
 			/* a tensor operand does not fit the output at run time: the group runs node by node */
 			if (!f->unfused && !(f->unfused = oq_calloc(g->n_nodes, 1))) {
@@ -1480,6 +1554,17 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 				const oq_node *mn = g->nodes[np->members[j]];
 				for (size_t i = 0; i < mn->n_inputs; i++)
 					use_done(e, f, mn->inputs[i]);
+			}
+			/* and the chained group's (the first group's output among them: never stored) */
+			if (bp) {
+				const oq_node *b = g->nodes[np->chain];
+				for (size_t i = 0; i < b->n_inputs; i++)
+					use_done(e, f, b->inputs[i]);
+				for (int j = 0; bp->fuse && j < bp->n_members; j++) {
+					const oq_node *mn = g->nodes[bp->members[j]];
+					for (size_t i = 0; i < mn->n_inputs; i++)
+						use_done(e, f, mn->inputs[i]);
+				}
 			}
 		}
 	next:

@@ -180,6 +180,19 @@ int oq_cw_available(void);
 int oq_conv_run_pk(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, const void *w, const oq_cw *cw,
 		   const void *b, const oq_kfuse *ep, void *y) OQ_WUR;
 
+/*
+ * Conv A (float32, x -> A's output, weight wa or packed cwa, bias ba,
+ * epilogue epa) followed by the depthwise Conv B on A's output (wb, bb,
+ * epb) into y, without A's output ever being stored whole where the
+ * AVX-512 kernels run (bands of B's rows; see linalg_conv.c), else as the
+ * two calls. Neither epilogue may have tensor operands. Same bits as the
+ * two convolutions run one after the other. OQ_EINVAL when B is not a
+ * depthwise convolution of A's output.
+ */
+int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga, const float *x, const float *wa, const oq_cw *cwa,
+		      const float *ba, const oq_kfuse *epa, const oq_conv_geom *gb, const float *wb, const float *bb,
+		      const oq_kfuse *epb, float *y) OQ_WUR;
+
 /* Calls openblas_set_num_threads(1) the first time. */
 void oq_linalg_blas_init(void);
 

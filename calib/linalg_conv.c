@@ -1841,75 +1841,117 @@ static int dwc_fits(const oq_conv_geom *g)
 	       g->c * 5 > round_up(g->c, 16) * 4;
 }
 
+/*
+ * Output rows [oh0, oh1) of channels c0 .. c0 + 15 (fewer at the end): xc
+ * channel c0's input plane, yc its output plane; ring and zero as dwc_rows.
+ */
+AVX512 static void dwc_block(const dwc_job *j, const float *xc, float *yc, int64_t c0, int64_t oh0, int64_t oh1,
+			     float *ring, const float *zero)
+{
+	const oq_conv_geom *g = j->g;
+	int64_t OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1], taps = g->k_size;
+	int nc = g->c - c0 < 16 ? (int)(g->c - c0) : 16, late = late_act(j->ep);
+	__mmask16 cm = (__mmask16)((1u << nc) - 1u);
+	__m512 wv[DWZ_MAX_TAPS], bias = j->b ? _mm512_maskz_loadu_ps(cm, j->b + c0) : _mm512_setzero_ps();
+	dwc_ev ev;
+
+	for (int64_t t = 0; t < taps; t++) {
+		float tw[16] = {0};
+		for (int l = 0; l < nc; l++)
+			tw[l] = j->w[(c0 + l) * taps + t];
+		wv[t] = _mm512_loadu_ps(tw);
+	}
+	ev.bn = j->ep && j->ep->scale;
+	ev.act = j->ep && !late ? j->ep->act.kind : OQ_ACT_NONE;
+	ev.alo = ev.ahi = ev.blo = ev.bhi = _mm512_setzero_pd();
+	if (ev.bn) {
+		ev.alo = _mm512_maskz_loadu_pd((__mmask8)cm, j->ep->scale + c0);
+		ev.ahi = _mm512_maskz_loadu_pd((__mmask8)(cm >> 8), j->ep->scale + c0 + 8);
+		ev.blo = _mm512_maskz_loadu_pd((__mmask8)cm, j->ep->shift + c0);
+		ev.bhi = _mm512_maskz_loadu_pd((__mmask8)(cm >> 8), j->ep->shift + c0 + 8);
+	}
+	ev.lo = _mm512_set1_ps(j->ep ? j->ep->act.a : 0);
+	ev.hi = _mm512_set1_ps(j->ep ? j->ep->act.b : 0);
+	if (kh == 3 && kw == 3 && sw == 1 && g->dil[1] == 1)
+		dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 3, 3, 1);
+	else if (kh == 3 && kw == 3 && sw == 2 && g->dil[1] == 1)
+		dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 3, 3, 2);
+	else if (kh == 5 && kw == 5 && sw == 1 && g->dil[1] == 1)
+		dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 5, 5, 1);
+	else if (kh == 5 && kw == 5 && sw == 2 && g->dil[1] == 1)
+		dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 5, 5, 2);
+	else
+		dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, kh, kw, sw);
+	/* what the registers did not do: a late activation, the steps (as dwz_range) */
+	for (int l = 0; j->ep && (late || j->ep->n_steps) && l < nc; l++) {
+		dwz_ev sev;
+		dwz_ev_make(j->ep, c0 + l, late, &sev);
+		for (int64_t oh = oh0; oh < oh1; oh++) {
+			float *yr = yc + l * g->out_size + oh * OW;
+			if (late)
+				oq_act_apply(&j->ep->act, yr, (size_t)OW);
+			if (sev.steps)
+				z_rows(&sev, 0, (size_t)(yr - j->y), yr, (size_t)OW);
+			else
+				epi_steps(j->ep, j->ep->steps, j->ep->n_steps, c0 + l, (size_t)(yr - j->y), yr,
+					  (size_t)OW);
+		}
+	}
+}
+
+/* A channel-blocked job for g (depthwise, dwc_fits), cut into bands of output rows for the threads. */
+static void dwc_setup(dwc_job *dc, oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const float *b,
+		      const oq_kfuse *ep, float *y)
+{
+	dc->k = k;
+	dc->g = g;
+	dc->x = x;
+	dc->w = w;
+	dc->b = b;
+	dc->y = y;
+	dc->ep = ep;
+	dc->nblk = ceil_div(g->c, 16);
+	dc->span = (g->k[0] - 1) * g->dil[0] + 1;
+	dc->wp = g->pad[1] + round_up(g->in[1], 16);
+	/* whole groups of 8 positions read zero columns past the row */
+	if ((round_up(g->out[1], 8) - 1) * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 1 > dc->wp)
+		dc->wp = (round_up(g->out[1], 8) - 1) * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 1;
+	/* bands of at least 8 rows, enough items for the threads when the planes are big */
+	dc->nband = ceil_div(DWC_ITEMS, g->n * dc->nblk);
+	if (dc->nband > g->out[0] / 8)
+		dc->nband = g->out[0] / 8;
+	if (dc->nband < 1)
+		dc->nband = 1;
+	dc->band = ceil_div(g->out[0], dc->nband);
+	dc->nband = ceil_div(g->out[0], dc->band);
+	atomic_init(&dc->oom, 0);
+}
+
+/* Floats of dwc_range's scratch: the ring of span rows and the zero row (a multiple of 16). */
+static size_t dwc_scratch_floats(const dwc_job *j)
+{
+	return ((size_t)j->span + 1) * (size_t)j->wp * 16;
+}
+
 AVX512 static void dwc_range(void *ctx, size_t begin, size_t end)
 {
 	dwc_job *j = ctx;
 	const oq_conv_geom *g = j->g;
-	int64_t OH = g->out[0], OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1], taps = g->k_size;
-	size_t row = (size_t)j->wp * 16, need = ((size_t)j->span + 1) * row * sizeof(float); /* multiple of 64 */
-	float *own = j->k ? NULL : aligned_alloc(64, need), *ring = j->k ? oq_k_scratch(j->k, need) : own, *zero;
-	int late = late_act(j->ep);
+	size_t need = dwc_scratch_floats(j) * sizeof(float);
+	float *own = j->k ? NULL : aligned_alloc(64, need), *ring = j->k ? oq_k_scratch(j->k, need) : own;
 
 	if (!ring) {
 		atomic_store(&j->oom, 1);
 		return;
 	}
-	zero = ring + (size_t)j->span * row;
 	/* the side columns of every ring row and the zero row: never written below */
 	memset(ring, 0, need);
 	for (size_t it = begin; it < end; it++) {
 		int64_t band = (int64_t)it % j->nband, rest = (int64_t)it / j->nband;
 		int64_t blk = rest % j->nblk, n = rest / j->nblk, c0 = blk * 16;
-		int nc = g->c - c0 < 16 ? (int)(g->c - c0) : 16;
-		int64_t oh0 = band * j->band, oh1 = oh0 + j->band < OH ? oh0 + j->band : OH;
-		const float *xc = j->x + (n * g->c + c0) * g->in_size;
-		float *yc = j->y + (n * g->c + c0) * g->out_size;
-		__mmask16 cm = (__mmask16)((1u << nc) - 1u);
-		__m512 wv[DWZ_MAX_TAPS], bias = j->b ? _mm512_maskz_loadu_ps(cm, j->b + c0) : _mm512_setzero_ps();
-		dwc_ev ev;
-
-		for (int64_t t = 0; t < taps; t++) {
-			float tw[16] = {0};
-			for (int l = 0; l < nc; l++)
-				tw[l] = j->w[(c0 + l) * taps + t];
-			wv[t] = _mm512_loadu_ps(tw);
-		}
-		ev.bn = j->ep && j->ep->scale;
-		ev.act = j->ep && !late ? j->ep->act.kind : OQ_ACT_NONE;
-		ev.alo = ev.ahi = ev.blo = ev.bhi = _mm512_setzero_pd();
-		if (ev.bn) {
-			ev.alo = _mm512_maskz_loadu_pd((__mmask8)cm, j->ep->scale + c0);
-			ev.ahi = _mm512_maskz_loadu_pd((__mmask8)(cm >> 8), j->ep->scale + c0 + 8);
-			ev.blo = _mm512_maskz_loadu_pd((__mmask8)cm, j->ep->shift + c0);
-			ev.bhi = _mm512_maskz_loadu_pd((__mmask8)(cm >> 8), j->ep->shift + c0 + 8);
-		}
-		ev.lo = _mm512_set1_ps(j->ep ? j->ep->act.a : 0);
-		ev.hi = _mm512_set1_ps(j->ep ? j->ep->act.b : 0);
-		if (kh == 3 && kw == 3 && sw == 1 && g->dil[1] == 1)
-			dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 3, 3, 1);
-		else if (kh == 3 && kw == 3 && sw == 2 && g->dil[1] == 1)
-			dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 3, 3, 2);
-		else if (kh == 5 && kw == 5 && sw == 1 && g->dil[1] == 1)
-			dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 5, 5, 1);
-		else if (kh == 5 && kw == 5 && sw == 2 && g->dil[1] == 1)
-			dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 5, 5, 2);
-		else
-			dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, kh, kw, sw);
-		/* what the registers did not do: a late activation, the steps (as dwz_range) */
-		for (int l = 0; j->ep && (late || j->ep->n_steps) && l < nc; l++) {
-			dwz_ev sev;
-			dwz_ev_make(j->ep, c0 + l, late, &sev);
-			for (int64_t oh = oh0; oh < oh1; oh++) {
-				float *yr = yc + l * g->out_size + oh * OW;
-				if (late)
-					oq_act_apply(&j->ep->act, yr, (size_t)OW);
-				if (sev.steps)
-					z_rows(&sev, 0, (size_t)(yr - j->y), yr, (size_t)OW);
-				else
-					epi_steps(j->ep, j->ep->steps, j->ep->n_steps, c0 + l, (size_t)(yr - j->y), yr,
-						  (size_t)OW);
-			}
-		}
+		int64_t oh0 = band * j->band, oh1 = oh0 + j->band < g->out[0] ? oh0 + j->band : g->out[0];
+		dwc_block(j, j->x + (n * g->c + c0) * g->in_size, j->y + (n * g->c + c0) * g->out_size, c0, oh0, oh1,
+			  ring, ring + (size_t)j->span * (size_t)j->wp * 16);
 	}
 	free(own);
 }
@@ -2321,28 +2363,7 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 		if (z_gemm_ok() && dwc_fits(&g)) {
 			dwc_job dc;
 			int64_t items;
-			dc.k = k;
-			dc.g = &g;
-			dc.x = x;
-			dc.w = w;
-			dc.b = b;
-			dc.y = y;
-			dc.ep = ep;
-			dc.nblk = ceil_div(g.c, 16);
-			dc.span = (g.k[0] - 1) * g.dil[0] + 1;
-			dc.wp = g.pad[1] + round_up(g.in[1], 16);
-			/* whole groups of 8 positions read zero columns past the row */
-			if ((round_up(g.out[1], 8) - 1) * g.stride[1] + (g.k[1] - 1) * g.dil[1] + 1 > dc.wp)
-				dc.wp = (round_up(g.out[1], 8) - 1) * g.stride[1] + (g.k[1] - 1) * g.dil[1] + 1;
-			/* bands of at least 8 rows, enough items for the threads when the planes are big */
-			dc.nband = ceil_div(DWC_ITEMS, g.n * dc.nblk);
-			if (dc.nband > g.out[0] / 8)
-				dc.nband = g.out[0] / 8;
-			if (dc.nband < 1)
-				dc.nband = 1;
-			dc.band = ceil_div(g.out[0], dc.nband);
-			dc.nband = ceil_div(g.out[0], dc.band);
-			atomic_init(&dc.oom, 0);
+			dwc_setup(&dc, k, &g, x, w, b, ep, y);
 			items = g.n * dc.nblk * dc.nband;
 			if (k)
 				oq_k_parallel(k, (size_t)items, 1, dwc_range, &dc);
@@ -2443,6 +2464,206 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 		conv_range(&j, 0, (size_t)tiles);
 	oq_cw_free(&own);
 	return atomic_load(&j.oom) ? OQ_ENOMEM : OQ_OK;
+}
+
+/* ------------------------------------------- conv -> depthwise chain */
+
+/*
+ * A convolution A (group 1) whose output feeds only a depthwise
+ * convolution B (MobileNet's expansion 1x1 and 3x3 depthwise; its stem
+ * conv and first depthwise) runs as one pass over bands of B's output
+ * rows: per band, A's output rows that B reads (all channels) are
+ * computed into a per-thread buffer of at most CHAIN_E_BYTES (the rows
+ * two bands share are computed by both), A's epilogue applied, and B runs
+ * on that buffer with its own epilogue, straight into B's output. A's
+ * output (4.8 MB at 96 x 112 x 112) is never written out and read back;
+ * each of its values is the one the separate kernels compute, so B's
+ * output keeps its bits.
+ */
+#define CHAIN_E_BYTES (384u << 10)
+
+typedef struct chain_job {
+	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
+	const oq_conv_geom *ga, *gb; /* A (2-D, group 1) and B (depthwise on A's output) */
+	const float *x, *wa, *ba;
+	const oq_cw *cwa;      /* A's weight packed, or NULL (wa in place) */
+	const oq_kfuse *epa;   /* A's epilogue (no tensor operands), or NULL */
+	float *y;              /* B's output */
+	int direct, tr;        /* A: 1x1 input in place as col / channels in the lanes */
+	int64_t kc;            /* A's depth */
+	int64_t band, nband;   /* B output rows per band, bands per image */
+	int64_t pmax;          /* A positions of a band, at most */
+	dwc_job d;             /* B (its g replaced per band) */
+	atomic_int oom;
+} chain_job;
+
+/* A's output rows [*ih0, *ih1) that B's output rows [oh0, oh1) read. */
+static void chain_rows(const chain_job *j, int64_t oh0, int64_t oh1, int64_t *ih0, int64_t *ih1)
+{
+	const oq_conv_geom *gb = j->gb;
+	*ih0 = oh0 * gb->stride[0] - gb->pad[0];
+	*ih1 = (oh1 - 1) * gb->stride[0] - gb->pad[0] + j->d.span;
+	if (*ih0 < 0)
+		*ih0 = 0;
+	if (*ih1 > gb->in[0])
+		*ih1 = gb->in[0];
+	if (*ih1 < *ih0)
+		*ih1 = *ih0;
+}
+
+static size_t chain_col_floats(const chain_job *j)
+{
+	return j->direct && j->tr ? 0 : z_col_floats(j->kc, j->pmax) + (size_t)j->pmax;
+}
+
+AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
+{
+	chain_job *j = ctx;
+	const oq_conv_geom *ga = j->ga, *gb = j->gb;
+	int64_t ma = ga->m, W = gb->in[1];
+	size_t ne = (size_t)ma * (size_t)round_up(j->pmax, 16), nc = chain_col_floats(j), nr = dwc_scratch_floats(&j->d);
+	size_t need = (ne + round_up((int64_t)nc, 16) + nr) * sizeof(float);
+	float *own = j->k ? NULL : aligned_alloc(64, need), *e = j->k ? oq_k_scratch(j->k, need) : own;
+	float *col, *ring;
+	int reg = j->epa && !late_act(j->epa) && !j->epa->n_steps;
+	zA A;
+
+	if (!e) {
+		atomic_store(&j->oom, 1);
+		return;
+	}
+	col = e + ne;
+	ring = col + round_up((int64_t)nc, 16);
+	memset(ring, 0, nr * sizeof(float));
+	if (j->cwa) {
+		A.a = j->cwa->p;
+		A.lda = 0;
+		A.pstride = j->kc * OQ_CW_NR;
+	} else {
+		A.a = j->wa;
+		A.lda = j->kc;
+		A.pstride = 0;
+	}
+	for (size_t it = begin; it < end; it++) {
+		int64_t band = (int64_t)it % j->nband, n = (int64_t)it / j->nband, ih0, ih1, p0, pp;
+		int64_t oh0 = band * j->band, oh1 = oh0 + j->band < gb->out[0] ? oh0 + j->band : gb->out[0];
+		const float *xa = j->x + n * ga->c * ga->in_size;
+		oq_conv_geom gbb;
+		dwc_job dj;
+		zepi ze;
+
+		chain_rows(j, oh0, oh1, &ih0, &ih1);
+		p0 = ih0 * W;
+		pp = (ih1 - ih0) * W;
+		if (pp == 0)
+			continue;
+		/* A: rows [ih0, ih1) of its output, every channel, into e ([ma][pp]) */
+		if (!(j->direct && j->tr))
+			z_pack_col(ga, xa, ga->out_size, j->direct, 0, j->kc, j->kc, p0, pp, col + z_col_floats(j->kc, j->pmax),
+				   col);
+		if (reg) {
+			memset(&ze, 0, sizeof ze);
+			ze.scale = j->epa->scale;
+			ze.shift = j->epa->shift;
+			ze.act = j->epa->act.kind;
+			ze.lo = j->epa->act.a;
+			ze.hi = j->epa->act.b;
+			ze.ldc = pp;
+		}
+		if (j->tr)
+			zt_gemm(ma, pp, j->kc, A.a, A.pstride, xa + p0, ga->in_size, j->direct ? NULL : col, e, pp, j->ba,
+				reg ? &ze : NULL);
+		else
+			z_gemm(ma, pp, j->kc, &A, col, e, pp, j->ba, reg ? &ze : NULL);
+		if (j->epa && !reg)
+			z_epi_tile(j->epa, 0, ma, 0, e, pp, pp);
+		/* B: its output rows [oh0, oh1) from those rows (row ih of A's output at ih - ih0) */
+		gbb = *gb;
+		gbb.in[0] = ih1 - ih0;
+		gbb.pad[0] = gb->pad[0] + ih0;
+		gbb.in_size = pp;
+		dj = j->d;
+		dj.g = &gbb;
+		for (int64_t c0 = 0; c0 < gb->c; c0 += 16)
+			dwc_block(&dj, e + c0 * pp, j->y + (n * gb->c + c0) * gb->out_size, c0, oh0, oh1, ring,
+				  ring + (size_t)j->d.span * (size_t)j->d.wp * 16);
+	}
+	free(own);
+}
+
+int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const float *wa, const oq_cw *cwa,
+		      const float *ba, const oq_kfuse *epa, const oq_conv_geom *gb0, const float *wb, const float *bb,
+		      const oq_kfuse *epb, float *y)
+{
+	oq_conv_geom ga, gb;
+	int rc = OQ_OK;
+
+	as_2d(ga0, &ga);
+	as_2d(gb0, &gb);
+	if (gb.group != gb.c || gb.m != gb.c || gb.c != ga.m || gb.n != ga.n || gb.in[0] != ga.out[0] ||
+	    gb.in[1] != ga.out[1] || (epa && epa->n_t) || (epb && epb->n_t))
+		return OQ_EINVAL;
+	if (ga.n == 0 || gb.out_size == 0 || ga.out_size == 0 || ga.m == 0)
+		return OQ_OK;
+#if defined(HAVE_OWN_GEMM)
+	if (z_gemm_ok() && !oq_linalg_use_ref && ga.nsp == 2 && ga.group == 1 && dwc_fits(&gb) && (wa || cwa)) {
+		chain_job j;
+		int64_t rows, items;
+		oq_cw own;
+		memset(&j, 0, sizeof j);
+		memset(&own, 0, sizeof own);
+		j.k = k;
+		j.ga = &ga;
+		j.gb = &gb;
+		j.x = x;
+		j.wa = wa;
+		j.ba = ba;
+		j.cwa = cwa;
+		j.epa = epa;
+		j.y = y;
+		j.kc = ga.c * ga.k_size;
+		j.direct = 1;
+		for (int d = 0; d < 2; d++)
+			if (ga.k[d] != 1 || ga.stride[d] != 1 || ga.pad[d] != 0 || ga.out[d] != ga.in[d])
+				j.direct = 0;
+		dwc_setup(&j.d, k, &gb, NULL, wb, bb, epb, y);
+		/* bands: A's rows of a band (all channels) within CHAIN_E_BYTES, at least one output row */
+		rows = (int64_t)(CHAIN_E_BYTES / sizeof(float)) / (ga.m * gb.in[1]);
+		j.band = rows > j.d.span ? (rows - j.d.span) / gb.stride[0] + 1 : 1;
+		if (j.band > gb.out[0])
+			j.band = gb.out[0];
+		j.nband = ceil_div(gb.out[0], j.band);
+		j.pmax = ((j.band - 1) * gb.stride[0] + j.d.span) * gb.in[1];
+		if (j.pmax > ga.out_size)
+			j.pmax = ga.out_size;
+		j.tr = use_tr(&ga, j.kc, ga.m);
+		if (j.tr && !cwa) {
+			if ((rc = oq_cw_pack(wa, ga.m, j.kc, 1, &own)))
+				return rc;
+			j.cwa = &own;
+		}
+		atomic_init(&j.oom, 0);
+		items = ga.n * j.nband;
+		if (k)
+			oq_k_parallel(k, (size_t)items, 1, chain_range, &j);
+		else
+			chain_range(&j, 0, (size_t)items);
+		oq_cw_free(&own);
+		return atomic_load(&j.oom) ? OQ_ENOMEM : OQ_OK;
+	}
+#endif
+	{ /* the two kernels one after the other */
+		size_t n;
+		float *t;
+		if (!oq_mul_size((size_t)(ga.n * ga.m), (size_t)ga.out_size, &n) || !oq_mul_size(n, sizeof(float), &n) ||
+		    !(t = aligned_alloc(64, (n + 63) / 64 * 64)))
+			return OQ_ENOMEM;
+		rc = oq_conv_run_pk(k, OQ_LT_F32, ga0, x, wa, cwa, ba, epa, t);
+		if (!rc)
+			rc = conv_run(k, OQ_LT_F32, gb0, t, wb, NULL, bb, epb, y);
+		free(t);
+	}
+	return rc;
 }
 
 /* ---------------------------------------------------------- reference */
