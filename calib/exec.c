@@ -54,6 +54,9 @@
 #include "linalg.h"
 
 #include <math.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -938,21 +941,51 @@ static int fold_node(oq_exec *e, plan *p, size_t ni, unsigned char *pinned, cons
  * see its shape; an observer gets folded values rebuilt from the panels
  * (oq_pb_unpack), so it sees what it saw before.
  */
-static int pack_conv(plan *p, size_t ni, const unsigned char *gone, oq_diag *d);
+/*
+ * Shape and bytes of plan constant v for packing: its view, or for an
+ * initializer not viewed yet the tensor's own bytes (possibly unaligned,
+ * e.g. in a mapped protobuf file: the packers read them with memcpy), so a
+ * packed weight is never copied for alignment first. 0: not a constant.
+ */
+static int const_src(const plan *p, const oq_value *v, const unsigned char *gone, int *dtype, int *rank,
+		     const int64_t **dims, const void **data)
+{
+	const oq_rt *t;
 
-static int pack_node(plan *p, size_t ni, const unsigned char *gone, oq_diag *d)
+	if (!v || (v->flags & OQ_V_OUTER) || v->graph != p->g)
+		return 0;
+	if (v->init && !p->inits[v->index] && !gone[v->index] && !(p->g->parent && (v->flags & OQ_V_INPUT))) {
+		*dtype = v->init->dtype;
+		*rank = v->init->rank;
+		*dims = v->init->dims;
+		*data = v->init->data;
+		return 1;
+	}
+	if (!plan_const(p, v) || (t = p->inits[v->index])->kind != OQ_RT_TENSOR)
+		return 0;
+	*dtype = t->dtype;
+	*rank = t->rank;
+	*dims = t->dims;
+	*data = t->data;
+	return 1;
+}
+
+static int pack_conv(plan *p, size_t ni, const unsigned char *gone);
+
+static int pack_node(plan *p, size_t ni, const unsigned char *gone)
 {
 	const oq_node *n = p->g->nodes[ni];
 	const oq_value *a, *b;
-	const oq_rt *t;
+	const int64_t *dims;
+	const void *data;
 	int64_t kd, nn, lead = 1;
-	int tb = 0, rc;
+	int tb = 0, rc, dtype, rank;
 	oq_pb **slot;
 
 	if (p->nodes[ni].folded || n->n_inputs < 2 || n->n_outputs != 1)
 		return OQ_OK;
 	if (n->op == OQ_OP_Conv)
-		return pack_conv(p, ni, gone, d);
+		return pack_conv(p, ni, gone);
 	if (n->op == OQ_OP_Gemm) {
 		if (attr_f(n, "alpha", 1.0f) != 1.0f || attr_i(n, "transA", 0) != 0)
 			return OQ_OK;
@@ -962,27 +995,22 @@ static int pack_node(plan *p, size_t ni, const unsigned char *gone, oq_diag *d)
 	}
 	a = n->inputs[0];
 	b = n->inputs[1];
-	if (!a || !b || (b->flags & OQ_V_OUTER) || b->graph != p->g)
+	if (!a || (a->init && !(a->flags & OQ_V_OUTER)) || plan_const(p, a) ||
+	    !const_src(p, b, gone, &dtype, &rank, &dims, &data))
 		return OQ_OK;
-	if (b->init && !p->inits[b->index] && !gone[b->index] && (rc = init_view(p, b->index, d)))
-		return rc;
-	if ((a->init && !(a->flags & OQ_V_OUTER)) || plan_const(p, a) || !plan_const(p, b))
+	if (dtype != OQ_DT_FLOAT || rank < 2 || !data || (n->op == OQ_OP_Gemm && rank != 2))
 		return OQ_OK;
-	t = p->inits[b->index];
-	if (t->kind != OQ_RT_TENSOR || t->dtype != OQ_DT_FLOAT || t->rank < 2 || !t->data ||
-	    (n->op == OQ_OP_Gemm && t->rank != 2))
-		return OQ_OK;
-	for (int i = 0; i < t->rank - 2; i++)
-		lead *= t->dims[i];
+	for (int i = 0; i < rank - 2; i++)
+		lead *= dims[i];
 	if (lead != 1)
 		return OQ_OK;
-	kd = t->dims[t->rank - (tb ? 1 : 2)];
-	nn = t->dims[t->rank - (tb ? 2 : 1)];
+	kd = dims[rank - (tb ? 1 : 2)];
+	nn = dims[rank - (tb ? 2 : 1)];
 	slot = &p->packs[2 * b->index + (size_t)tb];
 	if (!*slot) {
 		if (!(*slot = calloc(1, sizeof **slot)))
 			return OQ_ENOMEM;
-		if ((rc = oq_pb_pack(t->data, kd, nn, tb, t->dims[t->rank - 1], *slot))) {
+		if ((rc = oq_pb_pack(data, kd, nn, tb, dims[rank - 1], *slot))) {
 			free(*slot);
 			*slot = NULL;
 			return rc == OQ_ENOMEM ? OQ_ENOMEM : OQ_OK;
@@ -1002,33 +1030,29 @@ static int pack_node(plan *p, size_t ni, const unsigned char *gone, oq_diag *d)
  * reference path). One packing per value, shared by convolutions of the
  * same group count.
  */
-static int pack_conv(plan *p, size_t ni, const unsigned char *gone, oq_diag *d)
+static int pack_conv(plan *p, size_t ni, const unsigned char *gone)
 {
 	const oq_node *n = p->g->nodes[ni];
 	const oq_value *w = n->inputs[1];
-	const oq_rt *t;
+	const int64_t *dims;
+	const void *data;
 	int64_t group = attr_i(n, "group", 1), kc = 1;
-	int rc;
+	int rc, dtype, rank;
 
-	if (!oq_cw_available() || !w || (w->flags & OQ_V_OUTER) || w->graph != p->g || !n->inputs[0] ||
-	    n->inputs[0] == w)
+	if (!oq_cw_available() || !w || !n->inputs[0] || n->inputs[0] == w || plan_const(p, n->inputs[0]) ||
+	    (n->inputs[0]->init && !(n->inputs[0]->flags & OQ_V_OUTER)) ||
+	    !const_src(p, w, gone, &dtype, &rank, &dims, &data))
 		return OQ_OK;
-	if (w->init && !p->inits[w->index] && !gone[w->index] && (rc = init_view(p, w->index, d)))
-		return rc;
-	if (plan_const(p, n->inputs[0]) || !plan_const(p, w))
+	if (dtype != OQ_DT_FLOAT || rank < 3 || !data || group <= 0 || dims[0] % group || dims[0] / group < 2)
 		return OQ_OK;
-	t = p->inits[w->index];
-	if (t->kind != OQ_RT_TENSOR || t->dtype != OQ_DT_FLOAT || t->rank < 3 || !t->data || group <= 0 ||
-	    t->dims[0] % group || t->dims[0] / group < 2)
-		return OQ_OK;
-	for (int i = 1; i < t->rank; i++)
-		kc *= t->dims[i];
+	for (int i = 1; i < rank; i++)
+		kc *= dims[i];
 	if (p->cws[w->index] && p->cws[w->index]->group != group)
 		return OQ_OK;
 	if (!p->cws[w->index]) {
 		if (!(p->cws[w->index] = calloc(1, sizeof **p->cws)))
 			return OQ_ENOMEM;
-		if ((rc = oq_cw_pack(t->data, t->dims[0], kc, group, p->cws[w->index]))) {
+		if ((rc = oq_cw_pack(data, dims[0], kc, group, p->cws[w->index]))) {
 			free(p->cws[w->index]);
 			p->cws[w->index] = NULL;
 			return rc == OQ_ENOMEM ? OQ_ENOMEM : OQ_OK;
@@ -1061,7 +1085,10 @@ static void const_drop(plan *p, const oq_value *v, size_t ni, const unsigned cha
 	i = v->index;
 	t = p->inits[i];
 	packed = p->packs[2 * i] || p->packs[2 * i + 1] || p->cws[i];
-	if (!t || !t->data || pinned[i] || (!v->init && !packed) || v->n_uses == 0 || oq_value_n_captures(v) != 0)
+	if (gone[i] || pinned[i] || (!v->init && !packed) || v->n_uses == 0 || oq_value_n_captures(v) != 0)
+		return;
+	/* a view with data, or an initializer packed from its own bytes (no view yet) */
+	if (t ? !t->data : !(packed && v->init))
 		return;
 	for (size_t u = 0; u < v->n_uses; u++) {
 		const oq_node *c = v->uses[u].node;
@@ -1079,6 +1106,14 @@ static void const_drop(plan *p, const oq_value *v, size_t ni, const unsigned cha
 		free(t);
 		p->inits[i] = NULL;
 		gone[i] = 1;
+		return;
+	}
+	if (!t) { /* its shape only, for the packed products' kernels */
+		if (!(t = calloc(1, sizeof *t)) || oq_rt_shape_of(t, v->init)) {
+			free(t);
+			return; /* the final pass makes an ordinary view */
+		}
+		p->inits[i] = t;
 		return;
 	}
 	if (!t->borrowed)
@@ -1109,7 +1144,7 @@ static int plan_fold(oq_exec *e, plan *p, oq_diag *d)
 		const oq_node *n = g->nodes[i];
 		if (!oq_exec_no_fold && (rc = fold_node(e, p, i, pinned, gone, d)) == OQ_ENOMEM && d->count == 0)
 			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
-		if (!rc && pack && (rc = pack_node(p, i, gone, d)) == OQ_ENOMEM && d->count == 0)
+		if (!rc && pack && (rc = pack_node(p, i, gone)) == OQ_ENOMEM && d->count == 0)
 			rc = oq_err(d, rc, "run: out of memory packing the weight of node '%s'", n->name);
 		for (size_t j = 0; !rc && (p->nodes[i].folded || p->nodes[i].pb || p->nodes[i].cw) && j < n->n_inputs; j++)
 			const_drop(p, n->inputs[j], i, pinned, gone);
@@ -1269,6 +1304,14 @@ int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
 	for (size_t i = 0; i < m->graph->n_inputs; i++)
 		if (!m->graph->inputs[i]->init)
 			e->in[e->n_in++] = m->graph->inputs[i];
+#if defined(__GLIBC__)
+	/*
+	 * Planning freed aligned copies and folded weights as their packed
+	 * forms replaced them: give the holes they left in the heap back to
+	 * the system, or they stay resident for the executor's life.
+	 */
+	malloc_trim(0);
+#endif
 	*out = e;
 	return OQ_OK;
 fail:

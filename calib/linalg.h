@@ -131,7 +131,7 @@ struct oq_pb {
 
 /*
  * Packs op(B): B row-major with leading dim ldb, [kd, n] (tb 0) or [n, kd]
- * (tb 1, i.e. Gemm's transB). OQ_ENOMEM, OQ_EINVAL on negative dims.
+ * (tb 1, i.e. Gemm's transB), at any alignment. OQ_ENOMEM, OQ_EINVAL on negative dims.
  */
 int oq_pb_pack(const float *b, int64_t kd, int64_t n, int tb, int64_t ldb, oq_pb *out) OQ_WUR;
 /* Writes the packed B back in its original layout ([kd, n], or [n, kd] for tb), for observers. */
@@ -164,7 +164,7 @@ struct oq_cw {
 	float *p;                          /* group x ceil(m / group / OQ_CW_NR) panels of kc x OQ_CW_NR floats */
 };
 
-/* Packs w ([m, kc] per group, row-major). OQ_ENOMEM; OQ_EINVAL on bad dims. */
+/* Packs w ([m, kc] per group, row-major; any alignment). OQ_ENOMEM; OQ_EINVAL on bad dims. */
 int oq_cw_pack(const float *w, int64_t m, int64_t kc, int64_t group, oq_cw *out) OQ_WUR;
 /* Writes the packed weight back as [m, kc] (row-major). */
 void oq_cw_unpack(const oq_cw *cw, float *w);

@@ -1981,11 +1981,12 @@ int oq_cw_pack(const float *w, int64_t m, int64_t kc, int64_t group, oq_cw *out)
 	for (int64_t grp = 0; grp < group; grp++)
 		for (int64_t pn = 0; pn < npg; pn++) {
 			int64_t m0 = pn * OQ_CW_NR, nm = mg - m0 < OQ_CW_NR ? mg - m0 : OQ_CW_NR;
-			const float *src = w + (grp * mg + m0) * kc;
+			const char *src = (const char *)(w + (grp * mg + m0) * kc);
 			float *dst = out->p + (size_t)((grp * npg + pn) * kc * OQ_CW_NR);
 			for (int64_t q = 0; q < kc; q++, dst += OQ_CW_NR) {
+				/* memcpy: w may be a file's bytes at any alignment */
 				for (int64_t r = 0; r < nm; r++)
-					dst[r] = src[r * kc + q];
+					memcpy(&dst[r], src + (size_t)(r * kc + q) * sizeof(float), sizeof(float));
 				for (int64_t r = nm; r < OQ_CW_NR; r++)
 					dst[r] = 0.0f;
 			}
