@@ -2473,15 +2473,17 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
  * A convolution A (group 1) whose output feeds only a depthwise
  * convolution B (MobileNet's expansion 1x1 and 3x3 depthwise; its stem
  * conv and first depthwise) runs as one pass over bands of B's output
- * rows: per band, A's output rows that B reads (all channels) are
- * computed into a per-thread buffer of at most CHAIN_E_BYTES (the rows
- * two bands share are computed by both), A's epilogue applied, and B runs
- * on that buffer with its own epilogue, straight into B's output. A's
- * output (4.8 MB at 96 x 112 x 112) is never written out and read back;
- * each of its values is the one the separate kernels compute, so B's
- * output keeps its bits.
+ * rows and groups of CHAIN_CH channels (B's channel c reads only A's
+ * channel c): per item, A's output rows that B reads are computed for
+ * the group's channels into a per-thread buffer of at most CHAIN_E_BYTES
+ * (the rows two bands share are computed by both), A's epilogue applied,
+ * and B runs on that buffer with its own epilogue, straight into B's
+ * output. A's output (4.8 MB at 96 x 112 x 112) is never written out and
+ * read back; each of its values is the one the separate kernels compute,
+ * so B's output keeps its bits.
  */
 #define CHAIN_E_BYTES (384u << 10)
+#define CHAIN_CH OQ_CW_NR /* channels per item: one weight panel, two depthwise blocks */
 
 typedef struct chain_job {
 	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
@@ -2493,6 +2495,7 @@ typedef struct chain_job {
 	int direct, tr;        /* A: 1x1 input in place as col / channels in the lanes */
 	int64_t kc;            /* A's depth */
 	int64_t band, nband;   /* B output rows per band, bands per image */
+	int64_t ngrp;          /* channel groups (CHAIN_CH channels) */
 	int64_t pmax;          /* A positions of a band, at most */
 	dwc_job d;             /* B (its g replaced per band) */
 	atomic_int oom;
@@ -2522,7 +2525,8 @@ AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
 	chain_job *j = ctx;
 	const oq_conv_geom *ga = j->ga, *gb = j->gb;
 	int64_t ma = ga->m, W = gb->in[1];
-	size_t ne = (size_t)ma * (size_t)round_up(j->pmax, 16), nc = chain_col_floats(j), nr = dwc_scratch_floats(&j->d);
+	size_t ne = (size_t)CHAIN_CH * (size_t)round_up(j->pmax, 16), nc = chain_col_floats(j);
+	size_t nr = dwc_scratch_floats(&j->d);
 	size_t need = (ne + round_up((int64_t)nc, 16) + nr) * sizeof(float);
 	float *own = j->k ? NULL : aligned_alloc(64, need), *e = j->k ? oq_k_scratch(j->k, need) : own;
 	float *col, *ring;
@@ -2546,47 +2550,51 @@ AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
 		A.pstride = 0;
 	}
 	for (size_t it = begin; it < end; it++) {
-		int64_t band = (int64_t)it % j->nband, n = (int64_t)it / j->nband, ih0, ih1, p0, pp;
+		int64_t grp = (int64_t)it % j->ngrp, rest = (int64_t)it / j->ngrp, band = rest % j->nband;
+		int64_t n = rest / j->nband, ih0, ih1, p0, pp, m0 = grp * CHAIN_CH;
+		int64_t nch = ma - m0 < CHAIN_CH ? ma - m0 : CHAIN_CH;
 		int64_t oh0 = band * j->band, oh1 = oh0 + j->band < gb->out[0] ? oh0 + j->band : gb->out[0];
 		const float *xa = j->x + n * ga->c * ga->in_size;
 		oq_conv_geom gbb;
 		dwc_job dj;
 		zepi ze;
+		zA Ag = A;
 
 		chain_rows(j, oh0, oh1, &ih0, &ih1);
 		p0 = ih0 * W;
 		pp = (ih1 - ih0) * W;
 		if (pp == 0)
 			continue;
-		/* A: rows [ih0, ih1) of its output, every channel, into e ([ma][pp]) */
+		/* A: rows [ih0, ih1) of its output, channels [m0, m0 + nch), into e ([nch][pp]) */
 		if (!(j->direct && j->tr))
 			z_pack_col(ga, xa, ga->out_size, j->direct, 0, j->kc, j->kc, p0, pp, col + z_col_floats(j->kc, j->pmax),
 				   col);
 		if (reg) {
 			memset(&ze, 0, sizeof ze);
-			ze.scale = j->epa->scale;
-			ze.shift = j->epa->shift;
+			ze.scale = j->epa->scale ? j->epa->scale + m0 : NULL;
+			ze.shift = j->epa->scale ? j->epa->shift + m0 : NULL;
 			ze.act = j->epa->act.kind;
 			ze.lo = j->epa->act.a;
 			ze.hi = j->epa->act.b;
 			ze.ldc = pp;
 		}
+		Ag.a = A.pstride ? A.a + m0 / OQ_CW_NR * A.pstride : A.a + m0 * A.lda;
 		if (j->tr)
-			zt_gemm(ma, pp, j->kc, A.a, A.pstride, xa + p0, ga->in_size, j->direct ? NULL : col, e, pp, j->ba,
-				reg ? &ze : NULL);
+			zt_gemm(nch, pp, j->kc, Ag.a, Ag.pstride, xa + p0, ga->in_size, j->direct ? NULL : col, e, pp,
+				j->ba ? j->ba + m0 : NULL, reg ? &ze : NULL);
 		else
-			z_gemm(ma, pp, j->kc, &A, col, e, pp, j->ba, reg ? &ze : NULL);
+			z_gemm(nch, pp, j->kc, &Ag, col, e, pp, j->ba ? j->ba + m0 : NULL, reg ? &ze : NULL);
 		if (j->epa && !reg)
-			z_epi_tile(j->epa, 0, ma, 0, e, pp, pp);
-		/* B: its output rows [oh0, oh1) from those rows (row ih of A's output at ih - ih0) */
+			z_epi_tile(j->epa, m0, nch, 0, e, pp, pp);
+		/* B: its output rows [oh0, oh1) of the same channels (row ih of A's output at ih - ih0) */
 		gbb = *gb;
 		gbb.in[0] = ih1 - ih0;
 		gbb.pad[0] = gb->pad[0] + ih0;
 		gbb.in_size = pp;
 		dj = j->d;
 		dj.g = &gbb;
-		for (int64_t c0 = 0; c0 < gb->c; c0 += 16)
-			dwc_block(&dj, e + c0 * pp, j->y + (n * gb->c + c0) * gb->out_size, c0, oh0, oh1, ring,
+		for (int64_t c0 = m0; c0 < m0 + nch; c0 += 16)
+			dwc_block(&dj, e + (c0 - m0) * pp, j->y + (n * gb->c + c0) * gb->out_size, c0, oh0, oh1, ring,
 				  ring + (size_t)j->d.span * (size_t)j->d.wp * 16);
 	}
 	free(own);
@@ -2628,8 +2636,8 @@ int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const
 			if (ga.k[d] != 1 || ga.stride[d] != 1 || ga.pad[d] != 0 || ga.out[d] != ga.in[d])
 				j.direct = 0;
 		dwc_setup(&j.d, k, &gb, NULL, wb, bb, epb, y);
-		/* bands: A's rows of a band (all channels) within CHAIN_E_BYTES, at least one output row */
-		rows = (int64_t)(CHAIN_E_BYTES / sizeof(float)) / (ga.m * gb.in[1]);
+		/* bands: A's rows of a band (a group's channels) within CHAIN_E_BYTES, at least one output row */
+		rows = (int64_t)(CHAIN_E_BYTES / sizeof(float)) / (CHAIN_CH * gb.in[1]);
 		j.band = rows > j.d.span ? (rows - j.d.span) / gb.stride[0] + 1 : 1;
 		if (j.band > gb.out[0])
 			j.band = gb.out[0];
@@ -2644,7 +2652,8 @@ int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const
 			j.cwa = &own;
 		}
 		atomic_init(&j.oom, 0);
-		items = ga.n * j.nband;
+		j.ngrp = ceil_div(ga.m, CHAIN_CH);
+		items = ga.n * j.nband * j.ngrp;
 		if (k)
 			oq_k_parallel(k, (size_t)items, 1, chain_range, &j);
 		else
