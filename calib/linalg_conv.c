@@ -2484,6 +2484,7 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
  */
 #define CHAIN_E_BYTES (384u << 10)
 #define CHAIN_CH OQ_CW_NR /* channels per item: one weight panel, two depthwise blocks */
+#define CHAIN_ITEMS 8     /* items a chain is cut into at least, where rows allow */
 
 typedef struct chain_job {
 	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
@@ -2641,6 +2642,15 @@ int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const
 		j.band = rows > j.d.span ? (rows - j.d.span) / gb.stride[0] + 1 : 1;
 		if (j.band > gb.out[0])
 			j.band = gb.out[0];
+		/* at least CHAIN_ITEMS items where bands of 8 rows allow (a 32-channel stem: 5 -> 8 bands) */
+		j.ngrp = ceil_div(ga.m, CHAIN_CH);
+		if (ga.n * j.ngrp * ceil_div(gb.out[0], j.band) < CHAIN_ITEMS) {
+			int64_t want = ceil_div(gb.out[0], ceil_div(CHAIN_ITEMS, ga.n * j.ngrp));
+			if (want < 8)
+				want = 8;
+			if (want < j.band)
+				j.band = want;
+		}
 		j.nband = ceil_div(gb.out[0], j.band);
 		j.pmax = ((j.band - 1) * gb.stride[0] + j.d.span) * gb.in[1];
 		if (j.pmax > ga.out_size)
@@ -2652,7 +2662,6 @@ int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const
 			j.cwa = &own;
 		}
 		atomic_init(&j.oom, 0);
-		j.ngrp = ceil_div(ga.m, CHAIN_CH);
 		items = ga.n * j.nband * j.ngrp;
 		if (k)
 			oq_k_parallel(k, (size_t)items, 1, chain_range, &j);
