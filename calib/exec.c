@@ -49,6 +49,10 @@
  * and packed products read are let go as they become unused (a weight is
  * held once, even at the plan's peak). The same kernels compute the folded values, so
  * outputs are bit-identical with folding and without (oq_exec_no_fold).
+ *
+ * Chains: a Conv group whose output only a depthwise Conv (group) reads
+ * runs with it as one kernel over bands of rows (plan_chains); activation
+ * memory: an arena carved first fit (buf_get).
  */
 #include "kernel.h"
 #include "linalg.h"

@@ -8,8 +8,9 @@
  * bound from the inputs at run time: kernels compute their output shapes.
  *
  * Memory: each activation is released after its last consumer (uses from
- * subgraphs included) and its buffer returns to a pool that later
- * allocations reuse. Threads: kernels split work into contiguous ranges
+ * subgraphs included) and its buffer returns to the executor's arena
+ * (first fit in lazily backed chunks) that later outputs are carved from;
+ * outputs handed to the caller are its own copies. Threads: kernels split work into contiguous ranges
  * whose partition never changes the arithmetic, so outputs are identical
  * for any --threads.
  */
