@@ -2227,9 +2227,10 @@ static void pack_range(void *ctx, size_t begin, size_t end)
  * (whole 32-column panels) and then channels down to 12 rows (one register tile;
  * 4 for fewer than 24 channels), so that late layers with 7x7 or 14x14 positions still
  * give every thread work. With packed weights (pk) channel tiles are whole
- * 32-channel panels, and with the channels in the lanes (tr) a 7x7 plane
- * may be cut into halves of at least 16 positions after the channels.
- * Shape-only: never depends on the thread count.
+ * 32-channel panels; with the channels in the lanes (tr) channels are cut
+ * first, then positions into multiples of 8 of at least SPLIT_MIN_TR (no
+ * col panels to keep whole: a 28x28 plane of 32 channels gives 14 tiles
+ * of 56 positions, not 5 of 160). Shape-only: never depends on the thread count.
  */
 #define TILES_MIN 16
 #define SHARED_PACK_FLOATS (4u << 20) /* 16 MiB: larger packed cols are packed per tile */
@@ -2252,6 +2253,20 @@ static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int pk, in
 	if (tiles >= TILES_MIN || 2.0 * (double)mg * (double)P * (double)kc * (double)(g->n * g->group) < SPLIT_FLOPS)
 		return;
 	want = ceil_div(TILES_MIN, tiles);
+	if (tr) {
+		/* whole panels, then positions in multiples of 8 (zt_gemm's rows) down to SPLIT_MIN_TR */
+		int64_t parts = mg / OQ_CW_NR < want ? mg / OQ_CW_NR : want;
+		if (parts > 1) {
+			*mt = round_up(ceil_div(mg, parts), OQ_CW_NR);
+			want = ceil_div(want, ceil_div(mg, *mt));
+		}
+		if (want > 1 && *pt >= 2 * SPLIT_MIN_TR) {
+			parts = *pt / SPLIT_MIN_TR < want ? *pt / SPLIT_MIN_TR : want;
+			*pt = round_up(ceil_div(*pt, parts), 8);
+			*np = ceil_div(P, *pt);
+		}
+		return;
+	}
 	if (*pt >= 2 * SPLIT_MIN_P) {
 		int64_t parts = *pt / SPLIT_MIN_P < want ? *pt / SPLIT_MIN_P : want, q = *pt;
 		/* whole 32-column panels, and no last tile below half a tile (196 = 96 + 96 + 4: 2 parts) */
@@ -2270,14 +2285,8 @@ static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int pk, in
 	if (want > 1 && mg >= 8) {
 		/* whole panels or 12-row register tiles where there are enough rows, else 4-row tails */
 		int64_t q = pk ? OQ_CW_NR : mg >= 24 ? 12 : 4, parts = mg / q < want ? mg / q : want;
-		if (parts > 1) {
+		if (parts > 1)
 			*mt = round_up(ceil_div(mg, parts), q);
-			want = ceil_div(want, ceil_div(mg, *mt));
-		}
-	}
-	if (tr && want > 1 && *np == 1 && P >= 2 * SPLIT_MIN_TR) {
-		*pt = ceil_div(P, 2);
-		*np = 2;
 	}
 }
 
