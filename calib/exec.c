@@ -166,7 +166,7 @@ static void *buf_get(oq_exec *e, size_t need, size_t *cap)
 	size_t n;
 	struct chunk *c;
 
-	if (need > SIZE_MAX - 192)
+	if (need > SIZE_MAX - 8192) /* the rounding below and a chunk's to whole pages */
 		return NULL;
 	n = (need + 63) / 64 * 64 + 64;
 	if (e->planning) {
