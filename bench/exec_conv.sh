@@ -13,9 +13,12 @@
 # fusion) for 1 and 2 threads, and the ratio onnxq / ORT (target <= 1.25).
 # It also checks that onnxq's outputs are bit-identical for 1 and 2 threads,
 # and prints per model: the executor's fused Conv groups, GFLOP/s of onnxq
-# and ORT at 1 thread (Conv/Gemm/MatMul FLOPs over median CPU time), and a
-# memory line (peak RSS of exec_bench vs initializers + 2 x the executor's
-# peak of live activations).
+# and ORT at 1 thread (Conv/Gemm/MatMul FLOPs over median CPU time), onnxq's
+# GFLOP/s as a fraction of the machine's single-core sgemm peak (oq_peak:
+# bench/sgemm_peak.c, OpenBLAS sgemm at n = 2048, measured once per run of
+# this script), and a memory line (peak RSS of exec_bench over its timed
+# runs vs initializers + 2 x the executor's peak of live activations; also
+# without the process's RSS before loading the model, base_mb).
 # Absent models are skipped (ResNet-50: bench/make_resnet50.py;
 # MobileNetV2: bench/exec_make_mobilenet_v2.py; OCR and ORT:
 # tests/integration/fetch.sh; vit_b_16: tests/integration/torchvision_export.py
@@ -30,6 +33,10 @@ BUILD=${OQ_BUILD:-$ROOT/build}
 RUNS=${RUNS:-10}
 FILTER=${1:-}
 ORT=$CACHE/ort/node_modules/onnxruntime-node
+# onnxq sets OpenBLAS to one thread itself (it runs its own pool), but OpenBLAS starts its
+# workers at load time and they spin (sched_yield) for a while: that would show as CPU time
+# of the first runs
+export OPENBLAS_NUM_THREADS=1
 
 for lib in libonnxq_exec.a libonnxq_core.a libonnx_proto.a; do
 	[ -f "$BUILD/$lib" ] || { echo "exec_conv: $BUILD/$lib missing: build first (cmake -DCMAKE_BUILD_TYPE=Release)" >&2; exit 1; }
@@ -38,6 +45,10 @@ cc -std=c11 -O2 -Wall -Wextra -Wpedantic -Wshadow -Wvla -D_POSIX_C_SOURCE=200809
 	-I"$ROOT/src" -I"$ROOT/calib" -I"$BUILD/gen" "$ROOT/bench/exec_bench.c" -o "$BUILD/exec_bench" \
 	"$BUILD/libonnxq_exec.a" "$BUILD/libonnxq_core.a" "$BUILD/libonnx_proto.a" \
 	$(pkg-config --libs libprotobuf-c openblas) -lpthread -lm
+cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L $(pkg-config --cflags openblas) "$ROOT/bench/sgemm_peak.c" \
+	-o "$BUILD/sgemm_peak" $(pkg-config --libs openblas) -lm
+PEAK=$("$BUILD/sgemm_peak" 2048 5 | awk '{for (i = 1; i <= NF; i++) if (index($i, "gflops=") == 1) { sub("gflops=", "", $i); print $i }}')
+echo "sgemm peak (OpenBLAS, 1 core, n=2048): ${PEAK:-?} GFLOP/s; load: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null)"
 
 # name|file|input name|shape
 MODELS="resnet50|$CACHE/bench/resnet50.onnx|input|1,3,224,224
@@ -53,8 +64,8 @@ ratio() { [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}' || 
 
 # wall: median wall time per run; cpu: median process CPU time per run (1 thread only:
 # the robust figure when other work shares the machine)
-printf '%-14s %7s %10s %10s %6s %10s %10s %6s %8s %8s %5s\n' model threads onnxq_ms ort_ms ratio onnxq_cpu ort_cpu ratio \
-	oq_gfs ort_gfs fused
+printf '%-14s %7s %10s %10s %6s %10s %10s %6s %8s %8s %7s %5s %7s\n' model threads onnxq_ms ort_ms ratio onnxq_cpu ort_cpu \
+	ratio oq_gfs ort_gfs oq_peak fused chained
 fails=0
 while IFS='|' read -r name file input shape; do
 	[ -n "$FILTER" ] && [[ $name != *$FILTER* ]] && continue
@@ -83,11 +94,13 @@ while IFS='|' read -r name file input shape; do
 		bc=$(field ort "$t" cpu_ms <<<"$ort")
 		gf=$(field onnxq "$t" gflop <<<"$out")
 		fu=$(field onnxq "$t" fused <<<"$out")
+		ch=$(field onnxq "$t" chained <<<"$out")
 		if [ "$t" != 1 ]; then ac=-; bc=; fi
-		printf '%-14s %7s %10s %10s %6s %10s %10s %6s %8s %8s %5s\n' "$name" "$t" "$a" "${b:--}" "$(ratio "$a" "$b")" \
-			"$ac" "${bc:--}" "$( [ -n "$bc" ] && ratio "$ac" "$bc" || echo -)" \
-			"$( [ "$ac" != - ] && ratio "$(awk -v g="$gf" 'BEGIN{print g*1000}')" "$ac" || echo -)" \
-			"$( [ -n "$bc" ] && ratio "$(awk -v g="$gf" 'BEGIN{print g*1000}')" "$bc" || echo -)" "${fu:--}"
+		gfs=$( [ "$ac" != - ] && ratio "$(awk -v g="$gf" 'BEGIN{print g*1000}')" "$ac" || echo -)
+		printf '%-14s %7s %10s %10s %6s %10s %10s %6s %8s %8s %7s %5s %7s\n' "$name" "$t" "$a" "${b:--}" \
+			"$(ratio "$a" "$b")" "$ac" "${bc:--}" "$( [ -n "$bc" ] && ratio "$ac" "$bc" || echo -)" "$gfs" \
+			"$( [ -n "$bc" ] && ratio "$(awk -v g="$gf" 'BEGIN{print g*1000}')" "$bc" || echo -)" \
+			"$( [ "$gfs" != - ] && [ -n "$PEAK" ] && ratio "$gfs" "$PEAK" || echo -)" "${fu:--}" "${ch:--}"
 	done
 	printf '%-14s %s\n' "$name" "$(grep '^mem ' <<<"$out" | cut -c5-)"
 done <<<"$MODELS"

@@ -8,8 +8,9 @@
  * bound from the inputs at run time: kernels compute their output shapes.
  *
  * Memory: each activation is released after its last consumer (uses from
- * subgraphs included) and its buffer returns to a pool that later
- * allocations reuse. Threads: kernels split work into contiguous ranges
+ * subgraphs included) and its buffer returns to the executor's arena
+ * (first fit in lazily backed chunks) that later outputs are carved from;
+ * outputs handed to the caller are its own copies. Threads: kernels split work into contiguous ranges
  * whose partition never changes the arithmetic, so outputs are identical
  * for any --threads.
  */
@@ -49,6 +50,8 @@ int oq_rt_alloc(oq_rt *t, int dtype, int rank, const int64_t *dims) OQ_WUR;
 void oq_rt_release(oq_rt *t);
 /* A view of an IR tensor: borrowed when suitably aligned, else an owned copy. */
 int oq_rt_from_tensor(oq_rt *t, const oq_tensor *src) OQ_WUR;
+/* src's dtype and shape without its data (data NULL, borrowed): what is left of a weight the plan packed. */
+int oq_rt_shape_of(oq_rt *t, const oq_tensor *src) OQ_WUR;
 /* Deep copy into an owned value (sequences item by item). */
 int oq_rt_copy(oq_rt *dst, const oq_rt *src) OQ_WUR;
 /* An owned sequence of n zeroed items with element type dtype (0: unknown). */

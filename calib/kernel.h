@@ -20,6 +20,7 @@
 typedef struct oq_kctx oq_kctx;
 typedef int (*oq_kernel_fn)(oq_kctx *k);
 typedef struct oq_pb oq_pb; /* a constant B packed by the plan (linalg.h) */
+typedef struct oq_cw oq_cw; /* a constant Conv weight packed by the plan (linalg.h) */
 
 /*
  * An activation a fused convolution applies to each output tile while it is
@@ -97,6 +98,18 @@ typedef struct oq_kreg {
 	oq_kernel_fn fn;
 } oq_kreg;
 
+/*
+ * A depthwise Conv group run in the same call after the Conv group of
+ * oq_k_conv_chain (its head node, whose attributes give the geometry, its
+ * inputs X (not read: the first Conv's output), W, B, and its epilogue).
+ */
+typedef struct oq_kchain {
+	const oq_node *node;
+	oq_rt *in[3];
+	size_t n_in;
+	const oq_kfuse *fuse; /* NULL: a plain Conv */
+} oq_kchain;
+
 struct oq_kctx {
 	oq_exec *e;
 	const oq_node *node;
@@ -110,7 +123,9 @@ struct oq_kctx {
 	void *frame;        /* executor frame (for subgraphs); opaque to kernels */
 	const oq_kfuse *fuse; /* oq_k_conv_fused only: the group this call runs, else NULL */
 	const oq_pb *pb;    /* MatMul / Gemm: B (input 1) packed at plan time, whose data may be gone; else NULL */
+	const oq_cw *cw;    /* Conv: W (input 1) packed at plan time, whose data may be gone; else NULL */
 	oq_rt **fin;        /* oq_k_conv_fused only: the group's tensor operands (fuse->n_t) */
+	const oq_kchain *chain; /* oq_k_conv_chain only: the depthwise group that follows */
 };
 
 /* Input i or NULL when absent (out of range or omitted). */
@@ -204,6 +219,17 @@ int oq_k_takes_values(oq_op op);
  */
 #define OQ_K_UNFUSED 1
 int oq_k_conv_fused(oq_kctx *k);
+/*
+ * Runs a float32 Conv group (k->node, k->fuse or NULL, no tensor operands)
+ * and the depthwise Conv group k->chain that reads its output, as one
+ * kernel: output 0 is the value of the depthwise group's last node.
+ * kernels_linalg.c.
+ */
+int oq_k_conv_chain(oq_kctx *k);
+/* Conv -> depthwise chains in e's plans so far (they run when no observer is set). For tests and bench. */
+size_t oq_exec_n_chained(const oq_exec *e);
+/* Non-zero: plans made from now on chain nothing. For tests and bench. */
+extern int oq_exec_no_chain;
 
 /* Fused groups in e's plans so far (main graph at oq_exec_new; subgraphs once run). For tests and bench. */
 size_t oq_exec_n_fused(const oq_exec *e);
@@ -213,7 +239,9 @@ size_t oq_exec_n_folded(const oq_exec *e);
 extern int oq_exec_no_fold;
 /* MatMul / Gemm nodes running on a B packed at plan time, in e's plans so far. For tests and bench. */
 size_t oq_exec_n_packed(const oq_exec *e);
-/* Non-zero: plans made from now on pack no constant MatMul / Gemm weight (OpenBLAS runs them). For tests and bench. */
+/* Conv nodes running on a W packed at plan time, in e's plans so far. For tests and bench. */
+size_t oq_exec_n_packed_conv(const oq_exec *e);
+/* Non-zero: plans made from now on pack no constant MatMul / Gemm / Conv weight. For tests and bench. */
 extern int oq_exec_no_pack;
 
 /* The kernel for (op, opset), or NULL. */

@@ -226,6 +226,7 @@ int oq_linalg_conv_geom(oq_kctx *k, const oq_rt *x, const oq_rt *w, int transpos
 static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
 {
 	oq_rt *x = oq_k_in(k, 0), *w = oq_k_in(k, 1), *b = oq_k_in(k, 2), *y;
+	const oq_cw *cw = transpose || !w || w->dtype != OQ_DT_FLOAT ? NULL : k->cw;
 	oq_kfuse run;       /* fz with this call's tensor operands */
 	oq_conv_geom g;
 	int64_t dims[OQ_RT_MAX_RANK];
@@ -266,13 +267,15 @@ static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
 	if ((rc = oq_k_output_raw(k, 0, x->dtype, x->rank, dims, &y)))
 		return rc;
 	lt = ltype_of(x->dtype);
+	/* a W packed by the plan (k->cw, float32 only) may have no data left: the engine reads the panels */
 	if ((rc = oq_linalg_load(k, x, lt, NULL, 0, 1, &xb, &xo)) ||
-	    (rc = oq_linalg_load(k, w, lt, NULL, 0, 1, &wb, &wo)) ||
+	    (!(cw && !w->data) && (rc = oq_linalg_load(k, w, lt, NULL, 0, 1, &wb, &wo))) ||
 	    (b && (rc = oq_linalg_load(k, b, lt, NULL, 0, 1, &bb, &bo))) || (rc = out_buf(k, y, lt, &yb, &yo)))
 		goto done;
-	rc = transpose ? oq_convt_run(k, lt, &g, xb, wb, bb, yb) : oq_conv_run_ep(k, lt, &g, xb, wb, bb, fz, yb);
+	rc = transpose ? oq_convt_run(k, lt, &g, xb, wb, bb, yb) : oq_conv_run_pk(k, lt, &g, xb, wb, cw, bb, fz, yb);
 	if (rc) {
-		rc = oq_k_err(k, rc, "out of memory for the convolution's work buffers");
+		rc = oq_k_err(k, rc, rc == OQ_EINVAL ? "the packed weight does not fit (internal error)"
+					      : "out of memory for the convolution's work buffers");
 		goto done;
 	}
 	if (yo)
@@ -299,6 +302,56 @@ int oq_k_conv_fused(oq_kctx *k)
 	if (!k->fuse)
 		return oq_k_err(k, OQ_EINVAL, "fused Conv called without its plan (internal error)");
 	return conv_common(k, 0, k->fuse);
+}
+
+int oq_k_conv_chain(oq_kctx *k)
+{
+	oq_rt *x = oq_k_in(k, 0), *w = oq_k_in(k, 1), *b = oq_k_in(k, 2), *y, mid;
+	const oq_kchain *c = k->chain;
+	oq_rt *wb = c && c->n_in > 1 ? c->in[1] : NULL, *bb = c && c->n_in > 2 ? c->in[2] : NULL;
+	oq_conv_geom ga, gb;
+	oq_kctx kb;
+	int64_t dims[OQ_RT_MAX_RANK];
+	int rc;
+
+	if (!c || !x || !w || !wb)
+		return oq_k_err(k, OQ_EINVAL, "chained Conv called without its plan (internal error)");
+	if (x->dtype != OQ_DT_FLOAT || w->dtype != OQ_DT_FLOAT || (b && b->dtype != OQ_DT_FLOAT) ||
+	    wb->dtype != OQ_DT_FLOAT || !wb->data || (bb && bb->dtype != OQ_DT_FLOAT) || (!w->data && !k->cw))
+		return oq_k_err(k, OQ_EUNSUP, "a chained Conv needs float32 X, W and B");
+	if ((rc = oq_linalg_conv_geom(k, x, w, 0, &ga)))
+		return rc;
+	if (b && (b->rank != 1 || b->dims[0] != ga.m))
+		return oq_k_err(k, OQ_EINVAL, "bias B must be 1-D of %lld elements", (long long)ga.m);
+	/* the depthwise Conv's geometry from its own attributes, on the first one's output shape */
+	memset(&mid, 0, sizeof mid);
+	mid.kind = OQ_RT_TENSOR;
+	mid.dtype = OQ_DT_FLOAT;
+	mid.rank = x->rank;
+	mid.dims[0] = ga.n;
+	mid.dims[1] = ga.m;
+	for (int d = 0; d < ga.nsp; d++)
+		mid.dims[d + 2] = ga.out[d];
+	kb = *k;
+	kb.node = c->node;
+	kb.in = (oq_rt **)c->in;
+	kb.n_in = c->n_in;
+	if ((rc = oq_linalg_conv_geom(&kb, &mid, wb, 0, &gb)))
+		return rc;
+	if (bb && (bb->rank != 1 || bb->dims[0] != gb.m))
+		return oq_k_err(&kb, OQ_EINVAL, "bias B must be 1-D of %lld elements", (long long)gb.m);
+	dims[0] = gb.n;
+	dims[1] = gb.m;
+	for (int d = 0; d < gb.nsp; d++)
+		dims[d + 2] = gb.out[d];
+	if ((rc = oq_k_output_raw(k, 0, OQ_DT_FLOAT, x->rank, dims, &y)))
+		return rc;
+	rc = oq_conv_chain_run(k, &ga, x->data, w->data, k->cw, b ? b->data : NULL, k->fuse, &gb, wb->data,
+			       bb ? bb->data : NULL, c->fuse, y->data);
+	if (rc)
+		return oq_k_err(k, rc, rc == OQ_EINVAL ? "the chained depthwise Conv does not fit (internal error)"
+					      : "out of memory for the convolutions' work buffers");
+	return OQ_OK;
 }
 
 static int k_conv_transpose(oq_kctx *k)

@@ -38,6 +38,12 @@ extern int oq_linalg_use_blas;
  * give the same bits: tests compare them).
  */
 extern int oq_linalg_no_avx512;
+/*
+ * Non-zero: float32 depthwise Conv on AVX-512 CPUs runs the row kernel
+ * (16 positions per vector) instead of the channel-blocked one (16 channels
+ * per vector); both give the same bits. For tests and benchmarks.
+ */
+extern int oq_linalg_dw_rows;
 
 /* Shape of one convolution (Conv) or transposed convolution (ConvTranspose). */
 typedef struct oq_conv_geom {
@@ -125,7 +131,7 @@ struct oq_pb {
 
 /*
  * Packs op(B): B row-major with leading dim ldb, [kd, n] (tb 0) or [n, kd]
- * (tb 1, i.e. Gemm's transB). OQ_ENOMEM, OQ_EINVAL on negative dims.
+ * (tb 1, i.e. Gemm's transB), at any alignment. OQ_ENOMEM, OQ_EINVAL on negative dims.
  */
 int oq_pb_pack(const float *b, int64_t kd, int64_t n, int tb, int64_t ldb, oq_pb *out) OQ_WUR;
 /* Writes the packed B back in its original layout ([kd, n], or [n, kd] for tb), for observers. */
@@ -142,6 +148,50 @@ int oq_pb_available(void);
 void oq_pb_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_pb *pb, float *c, int64_t ldc,
 		int load);
 void oq_pb_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_pb *pb, float *c, int64_t ldc, int load);
+
+/*
+ * A float32 Conv weight W [m, c / group, kernel...] packed once (by the
+ * executor's plan) for the AVX-512 conv GEMM (linalg_conv.c): per group,
+ * panels of OQ_CW_NR output channels, each [kc][OQ_CW_NR] (kc = c / group x
+ * kernel size; channel j of the panel at lane j, zero past the group's
+ * channels). Both register tiles read it: the 12 x 32 one broadcasts 12
+ * channels of one k from one line, the channels-in-lanes one loads 32
+ * channels of one k as two vectors.
+ */
+#define OQ_CW_NR 32
+struct oq_cw {
+	int64_t m, kc, group;              /* output channels, depth per group, groups */
+	float *p;                          /* group x ceil(m / group / OQ_CW_NR) panels of kc x OQ_CW_NR floats */
+};
+
+/* Packs w ([m, kc] per group, row-major; any alignment). OQ_ENOMEM; OQ_EINVAL on bad dims. */
+int oq_cw_pack(const float *w, int64_t m, int64_t kc, int64_t group, oq_cw *out) OQ_WUR;
+/* Writes the packed weight back as [m, kc] (row-major). */
+void oq_cw_unpack(const oq_cw *cw, float *w);
+void oq_cw_free(oq_cw *cw);
+/* The conv GEMM reads packed weights here: an AVX-512 CPU (and neither oq_linalg_no_avx512 nor oq_linalg_use_blas set). */
+int oq_cw_available(void);
+/*
+ * oq_conv_run_ep with the weight as packed by oq_cw_pack (cw, whose m, kc
+ * and group must fit g; w may then be NULL); cw NULL: oq_conv_run_ep.
+ * Where the packed layout cannot be used (reference, another CPU, double,
+ * depthwise) it is unpacked into a temporary copy.
+ */
+int oq_conv_run_pk(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, const void *w, const oq_cw *cw,
+		   const void *b, const oq_kfuse *ep, void *y) OQ_WUR;
+
+/*
+ * Conv A (float32, x -> A's output, weight wa or packed cwa, bias ba,
+ * epilogue epa) followed by the depthwise Conv B on A's output (wb, bb,
+ * epb) into y, without A's output ever being stored whole where the
+ * AVX-512 kernels run (bands of B's rows; see linalg_conv.c), else as the
+ * two calls. Neither epilogue may have tensor operands. Same bits as the
+ * two convolutions run one after the other. OQ_EINVAL when B is not a
+ * depthwise convolution of A's output.
+ */
+int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga, const float *x, const float *wa, const oq_cw *cwa,
+		      const float *ba, const oq_kfuse *epa, const oq_conv_geom *gb, const float *wb, const float *bb,
+		      const oq_kfuse *epb, float *y) OQ_WUR;
 
 /* Calls openblas_set_num_threads(1) the first time. */
 void oq_linalg_blas_init(void);

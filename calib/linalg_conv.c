@@ -5,18 +5,26 @@
  * Conv (fast): per image and group, Y_g[Mg, P] = W_g[Mg, Kc] * col[Kc, P]
  * (Kc = C/group * prod(kernel), P = output positions), with one GEMM per
  * tile of output channels x output positions: float32 on an AVX-512 CPU
- * through z_gemm (col packed into 32-column panels), on an AVX2+FMA CPU
- * through own_gemm, else cblas_?gemm. 1x1 stride-1
+ * through z_gemm (positions in the lanes: col packed into 32-column
+ * panels, 12 weight rows broadcast) or zt_gemm (channels in the lanes: W
+ * in 32-channel panels, 4-8 positions broadcast, the tile transposed
+ * before its store; for small planes such as 7x7 and deep kernels), W
+ * read from the panels the executor's plan packed it into (oq_cw_pack) or
+ * in place; on an AVX2+FMA CPU through own_gemm, else cblas_?gemm. All
+ * float32 paths form each output as init + sum_k w*x in k order with one
+ * FMA per term: the same bits. 1x1 stride-1
  * unpadded convolutions use the input itself as col; others build the
  * im2col rows of their tile's positions into a per-thread buffer of at most
  * about 1 MiB (reused while consecutive tiles share positions). Depthwise
  * float convolutions (one input and one output channel per group) skip
  * GEMM: every output is b + sum of taps in kernel order, with separate
- * multiply and add. On AVX-512 CPUs (horizontal stride 1 or 2, at most 25
- * taps) 16 outputs of 4 rows at a time are read straight from the input
- * with masked loads at the edges and the epilogue runs on the registers;
- * otherwise each channel plane is copied into a zero-padded buffer (SSE,
- * 4 outputs at a time). Both give the same bits.
+ * multiply and add. On AVX-512 CPUs 16 channels per vector (dwc_range:
+ * input rows transposed once into channel vectors) when the channels fill
+ * 16-channel blocks, else (horizontal stride 1 or 2, at most 25 taps) 16
+ * outputs of 4 rows at a time read straight from the input with masked
+ * loads at the edges; the epilogue runs on the registers; otherwise each
+ * channel plane is copied into a zero-padded buffer (SSE, 4 outputs at a
+ * time). All give the same bits.
  *
  * Fused epilogue (oq_conv_run_ep): a per-channel BN affine map and an
  * activation are applied to each GEMM tile (rows of mm channels x pp
@@ -47,6 +55,11 @@
 static int64_t ceil_div(int64_t a, int64_t b)
 {
 	return (a + b - 1) / b;
+}
+
+static int64_t round_up(int64_t v, int64_t q)
+{
+	return (v + q - 1) / q * q;
 }
 
 /* ------------------------------------------------------------ activation */
@@ -601,6 +614,7 @@ static int own_gemm_ok(void)
 #define AVX512 __attribute__((target("avx512f,fma")))
 
 int oq_linalg_no_avx512 = 0;
+int oq_linalg_dw_rows = 0;
 
 /* y op v, or v op y when rev: the element-wise kernel's operand order. */
 AVX512 static inline __m512 zbop(int bop, int rev, __m512 y, __m512 v)
@@ -673,15 +687,16 @@ AVX512 static inline __m512 zepi_vec(const zepi *e, int r, int q, __mmask16 m, _
 }
 
 /*
- * C[mr, nr] (ldc) = init + A[mr, kd] (rows lda apart) * Bp[kd][32]; init: C
+ * C[mr, nr] (ldc) = init + A[mr, kd] (row r at ar[r], k-stride ks: 1 in place,
+ * OQ_CW_NR in packed panels) * Bp[kd][32]; init: C
  * when load, else bias[r] (bias NULL: 0); then the epilogue e (NULL: none).
  * Rows past mr read row 0 and, like columns past nr, are not stored.
  */
-AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const float *bp, float *c, int64_t ldc,
-				 int mr, int nr, int load, const float *bias, const zepi *e)
+AVX512 static inline void z12x32(int64_t kd, const float *const *ar, int64_t ks, const float *bp, float *c,
+				 int64_t ldc, int mr, int nr, int load, const float *bias, const zepi *e)
 {
-#define AR(r) (mr > (r) ? a + (r) * lda : a)
-	const float *a0 = a, *a1 = AR(1), *a2 = AR(2), *a3 = AR(3), *a4 = AR(4), *a5 = AR(5);
+#define AR(r) (mr > (r) ? ar[r] : ar[0])
+	const float *a0 = ar[0], *a1 = AR(1), *a2 = AR(2), *a3 = AR(3), *a4 = AR(4), *a5 = AR(5);
 	const float *a6 = AR(6), *a7 = AR(7), *a8 = AR(8), *a9 = AR(9), *aa = AR(10), *ab = AR(11);
 #undef AR
 	__mmask16 m0 = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);
@@ -711,8 +726,8 @@ AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const 
 	LD(10, ca0, ca1);
 	LD(11, cb0, cb1);
 #undef LD
-#define FMA2(ar, x0, x1) (t = _mm512_set1_ps(ar[k]), x0 = _mm512_fmadd_ps(t, b0, x0), x1 = _mm512_fmadd_ps(t, b1, x1))
-	for (int64_t k = 0; k < kd; k++, bp += Z_NR) {
+#define FMA2(ar, x0, x1) (t = _mm512_set1_ps(ar[o]), x0 = _mm512_fmadd_ps(t, b0, x0), x1 = _mm512_fmadd_ps(t, b1, x1))
+	for (int64_t k = 0, o = 0; k < kd; k++, o += ks, bp += Z_NR) {
 		__m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16), t;
 		FMA2(a0, c00, c01);
 		FMA2(a1, c10, c11);
@@ -764,8 +779,9 @@ AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const 
  * z12x32, hence the same bits.
  */
 #define Z_TILE(R, NV, NAME)                                                                             \
-	AVX512 static void NAME(int64_t kd, const float *a, int64_t lda, const float *bp, float *c,        \
-				int64_t ldc, int mr, int nr, int load, const float *bias, const zepi *e)  \
+	AVX512 static void NAME(int64_t kd, const float *const *ar0, int64_t ks, const float *bp,          \
+				float *c, int64_t ldc, int mr, int nr, int load, const float *bias,       \
+				const zepi *e)                                                            \
 	{                                                                                               \
 		const float *ar[R];                                                                     \
 		__m512 acc[R][NV];                                                                      \
@@ -773,17 +789,17 @@ AVX512 static inline void z12x32(int64_t kd, const float *a, int64_t lda, const 
 		mk[0] = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);                                \
 		mk[1] = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);         \
 		for (int r = 0; r < R; r++) {                                                           \
-			ar[r] = mr > r ? a + r * lda : a;                                               \
+			ar[r] = mr > r ? ar0[r] : ar0[0];                                               \
 			for (int v = 0; v < NV; v++)                                                    \
 				acc[r][v] = load && mr > r ? _mm512_maskz_loadu_ps(mk[v], c + r * ldc + 16 * v) \
 					: _mm512_set1_ps(!load && bias && mr > r ? bias[r] : 0.0f);   \
 		}                                                                                       \
-		for (int64_t k = 0; k < kd; k++, bp += Z_NR) {                                          \
+		for (int64_t k = 0, o = 0; k < kd; k++, o += ks, bp += Z_NR) {                          \
 			__m512 b[NV];                                                                   \
 			for (int v = 0; v < NV; v++)                                                    \
 				b[v] = _mm512_load_ps(bp + 16 * v);                                     \
 			for (int r = 0; r < R; r++) {                                                   \
-				__m512 t = _mm512_set1_ps(ar[r][k]);                                    \
+				__m512 t = _mm512_set1_ps(ar[r][o]);                                    \
 				for (int v = 0; v < NV; v++)                                            \
 					acc[r][v] = _mm512_fmadd_ps(t, b[v], acc[r][v]);                \
 			}                                                                               \
@@ -940,13 +956,30 @@ static void z_pack_col(const oq_conv_geom *g, const float *x, int64_t ldx, int d
 }
 
 /*
- * C[mm, pp] (ldc) = init + A[mm, kd] (lda) * Bp (packed col of kd rows), init = bias[row] (NULL: 0),
+ * The conv GEMM's A (the weights of a tile's channels): rows in place, lda
+ * apart with k-stride 1, or packed panels (pstride > 0: row m in panel
+ * m / OQ_CW_NR, pstride floats apart, at lane m % OQ_CW_NR, k-stride
+ * OQ_CW_NR; row 0 starts a panel). Register tiles take a pointer per row,
+ * so a 12-row tile may straddle two panels.
+ */
+typedef struct zA {
+	const float *a;
+	int64_t lda, pstride;
+} zA;
+
+static inline const float *za_row(const zA *A, int64_t m)
+{
+	return A->pstride ? A->a + m / OQ_CW_NR * A->pstride + m % OQ_CW_NR : A->a + m * A->lda;
+}
+
+/*
+ * C[mm, pp] (ldc) = init + A[mm, kd] * Bp (packed col of kd rows), init = bias[row] (NULL: 0),
  * then the epilogue e (rows from C's first; NULL: none) with the last depth slice.
  */
-AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *bp,
-			  float *c, int64_t ldc, const float *bias, const zepi *e)
+AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const float *bp, float *c, int64_t ldc,
+			  const float *bias, const zepi *e)
 {
-	int64_t k0 = 0;
+	int64_t k0 = 0, ks = A->pstride ? OQ_CW_NR : 1;
 
 	do {
 		int64_t kb = kd - k0 < KC_DEPTH ? kd - k0 : KC_DEPTH;
@@ -959,10 +992,11 @@ AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, in
 				int nr = pp - q0 < Z_NR ? (int)(pp - q0) : Z_NR;
 				for (int64_t m = mb; m < me; m += Z_MR) {
 					int mr = me - m < Z_MR ? (int)(me - m) : Z_MR;
-					const float *bm = bias ? bias + m : NULL;
-					const float *am = a + m * lda + k0;
+					const float *bm = bias ? bias + m : NULL, *am[Z_MR];
 					float *cm = c + m * ldc + q0;
 					zepi em, *ep = NULL;
+					for (int r = 0; r < mr; r++)
+						am[r] = za_row(A, m + r) + k0 * ks;
 					if (el) {
 						em = *el;
 						em.scale = el->scale ? el->scale + m : NULL;
@@ -971,22 +1005,201 @@ AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, in
 						ep = &em;
 					}
 					if (nr <= 16 && mr <= 4)
-						z4x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
+						z4x16(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (nr <= 16 && mr <= 8)
-						z8x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
+						z8x16(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (nr <= 16)
-						z12x16(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
+						z12x16(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (mr <= 4)
-						z4x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
+						z4x32(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (mr <= 8)
-						z8x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
+						z8x32(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else
-						z12x32(kb, am, lda, bk, cm, ldc, mr, nr, load, bm, ep);
+						z12x32(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 				}
 			}
 		}
 		k0 += kb;
 	} while (k0 < kd);
+}
+
+/* r[0..16) transposed in place: r[i] lane j <- r[j] lane i (written out and always inlined: r stays in registers). */
+AVX512 __attribute__((always_inline)) static inline void tr16x16(__m512 *r)
+{
+	__m512 t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15;
+	__m512 u0, u1, u2, u3, u4, u5, u6, u7, u8, u9, u10, u11, u12, u13, u14, u15;
+
+	t0 = _mm512_unpacklo_ps(r[0], r[1]);
+	t1 = _mm512_unpackhi_ps(r[0], r[1]);
+	t2 = _mm512_unpacklo_ps(r[2], r[3]);
+	t3 = _mm512_unpackhi_ps(r[2], r[3]);
+	t4 = _mm512_unpacklo_ps(r[4], r[5]);
+	t5 = _mm512_unpackhi_ps(r[4], r[5]);
+	t6 = _mm512_unpacklo_ps(r[6], r[7]);
+	t7 = _mm512_unpackhi_ps(r[6], r[7]);
+	t8 = _mm512_unpacklo_ps(r[8], r[9]);
+	t9 = _mm512_unpackhi_ps(r[8], r[9]);
+	t10 = _mm512_unpacklo_ps(r[10], r[11]);
+	t11 = _mm512_unpackhi_ps(r[10], r[11]);
+	t12 = _mm512_unpacklo_ps(r[12], r[13]);
+	t13 = _mm512_unpackhi_ps(r[12], r[13]);
+	t14 = _mm512_unpacklo_ps(r[14], r[15]);
+	t15 = _mm512_unpackhi_ps(r[14], r[15]);
+#define LO(x, y) _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(x), _mm512_castps_pd(y)))
+#define HI(x, y) _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(x), _mm512_castps_pd(y)))
+	u0 = LO(t0, t2);
+	u1 = HI(t0, t2);
+	u2 = LO(t1, t3);
+	u3 = HI(t1, t3);
+	u4 = LO(t4, t6);
+	u5 = HI(t4, t6);
+	u6 = LO(t5, t7);
+	u7 = HI(t5, t7);
+	u8 = LO(t8, t10);
+	u9 = HI(t8, t10);
+	u10 = LO(t9, t11);
+	u11 = HI(t9, t11);
+	u12 = LO(t12, t14);
+	u13 = HI(t12, t14);
+	u14 = LO(t13, t15);
+	u15 = HI(t13, t15);
+#undef LO
+#undef HI
+	/* 128-bit blocks: rows q and q + 4 of each group of 8, then q and q + 8 */
+	t0 = _mm512_shuffle_f32x4(u0, u4, 0x88);
+	t4 = _mm512_shuffle_f32x4(u0, u4, 0xdd);
+	t1 = _mm512_shuffle_f32x4(u1, u5, 0x88);
+	t5 = _mm512_shuffle_f32x4(u1, u5, 0xdd);
+	t2 = _mm512_shuffle_f32x4(u2, u6, 0x88);
+	t6 = _mm512_shuffle_f32x4(u2, u6, 0xdd);
+	t3 = _mm512_shuffle_f32x4(u3, u7, 0x88);
+	t7 = _mm512_shuffle_f32x4(u3, u7, 0xdd);
+	t8 = _mm512_shuffle_f32x4(u8, u12, 0x88);
+	t12 = _mm512_shuffle_f32x4(u8, u12, 0xdd);
+	t9 = _mm512_shuffle_f32x4(u9, u13, 0x88);
+	t13 = _mm512_shuffle_f32x4(u9, u13, 0xdd);
+	t10 = _mm512_shuffle_f32x4(u10, u14, 0x88);
+	t14 = _mm512_shuffle_f32x4(u10, u14, 0xdd);
+	t11 = _mm512_shuffle_f32x4(u11, u15, 0x88);
+	t15 = _mm512_shuffle_f32x4(u11, u15, 0xdd);
+	r[0] = _mm512_shuffle_f32x4(t0, t8, 0x88);
+	r[8] = _mm512_shuffle_f32x4(t0, t8, 0xdd);
+	r[1] = _mm512_shuffle_f32x4(t1, t9, 0x88);
+	r[9] = _mm512_shuffle_f32x4(t1, t9, 0xdd);
+	r[2] = _mm512_shuffle_f32x4(t2, t10, 0x88);
+	r[10] = _mm512_shuffle_f32x4(t2, t10, 0xdd);
+	r[3] = _mm512_shuffle_f32x4(t3, t11, 0x88);
+	r[11] = _mm512_shuffle_f32x4(t3, t11, 0xdd);
+	r[4] = _mm512_shuffle_f32x4(t4, t12, 0x88);
+	r[12] = _mm512_shuffle_f32x4(t4, t12, 0xdd);
+	r[5] = _mm512_shuffle_f32x4(t5, t13, 0x88);
+	r[13] = _mm512_shuffle_f32x4(t5, t13, 0xdd);
+	r[6] = _mm512_shuffle_f32x4(t6, t14, 0x88);
+	r[14] = _mm512_shuffle_f32x4(t6, t14, 0xdd);
+	r[7] = _mm512_shuffle_f32x4(t7, t15, 0x88);
+	r[15] = _mm512_shuffle_f32x4(t7, t15, 0xdd);
+}
+
+/*
+ * The product with the channels in the lanes, for tiles where the
+ * positions are few (a 7 x 7 plane) or the depth large: C[nch channels, rr
+ * positions] (ldc) = init + Wp[kd][32] (one packed panel: 32 channels of
+ * a k per two aligned loads) x the position rows ar[r] (k-stride ks: the
+ * input in place for a 1x1 convolution, else the packed col), R x NV
+ * accumulators (R positions, NV 16-channel vectors) over the whole depth;
+ * then per 16 channels a 16 x 16 transpose into channel rows of R lanes,
+ * the epilogue e (rows = channels, from C's first; NULL: none) and masked
+ * stores. init = bias[channel] (NULL: 0). Every output is init + sum_k w*x
+ * in k order with one FMA per term, as in z12x32: the same bits. Positions
+ * past rr repeat row 0 and are not stored; channels past nch are not stored.
+ */
+#define ZT_TILE(R, NV, NAME)                                                                           \
+	AVX512 static void NAME(int64_t kd, const float *const *ar, int64_t ks, const float *wp, float *c, \
+				int64_t ldc, int rr, int nch, const float *bias, const zepi *e)           \
+	{                                                                                              \
+		const float *a[R];                                                                     \
+		__m512 acc[R][NV], init[NV];                                                           \
+		__mmask16 pm = (__mmask16)((1u << rr) - 1u);                                           \
+		for (int v = 0; v < NV; v++)                                                           \
+			init[v] = bias ? _mm512_maskz_loadu_ps(lane_mask(16 * v, nch), bias + 16 * v)     \
+				       : _mm512_setzero_ps();                                          \
+		for (int r = 0; r < R; r++) {                                                          \
+			a[r] = ar[r < rr ? r : 0];                                                     \
+			for (int v = 0; v < NV; v++)                                                   \
+				acc[r][v] = init[v];                                                   \
+		}                                                                                      \
+		for (int64_t k = 0, o = 0; k < kd; k++, o += ks, wp += OQ_CW_NR) {                     \
+			__m512 w[NV];                                                                  \
+			for (int v = 0; v < NV; v++)                                                   \
+				w[v] = _mm512_load_ps(wp + 16 * v);                                    \
+			for (int r = 0; r < R; r++) {                                                  \
+				__m512 t = _mm512_set1_ps(a[r][o]);                                    \
+				for (int v = 0; v < NV; v++)                                           \
+					acc[r][v] = _mm512_fmadd_ps(t, w[v], acc[r][v]);               \
+			}                                                                              \
+		}                                                                                      \
+		for (int v = 0; v < NV; v++) {                                                         \
+			__m512 x[16];                                                                  \
+			int nl = nch - 16 * v < 16 ? nch - 16 * v : 16;                                \
+			for (int q = 0; q < 16; q++)                                                   \
+				x[q] = q < R ? acc[q < R ? q : 0][v] : _mm512_setzero_ps();            \
+			tr16x16(x);                                                                    \
+			for (int l = 0; l < nl; l++)                                                   \
+				_mm512_mask_storeu_ps(c + (16 * v + l) * ldc, pm,                      \
+						      e ? zepi_vec(e, 16 * v + l, 0, pm, x[l]) : x[l]);     \
+		}                                                                                      \
+	}
+ZT_TILE(4, 2, zt4x2)
+ZT_TILE(5, 2, zt5x2)
+ZT_TILE(6, 2, zt6x2)
+ZT_TILE(7, 2, zt7x2)
+ZT_TILE(8, 2, zt8x2)
+ZT_TILE(4, 1, zt4x1)
+ZT_TILE(5, 1, zt5x1)
+ZT_TILE(6, 1, zt6x1)
+ZT_TILE(7, 1, zt7x1)
+ZT_TILE(8, 1, zt8x1)
+#undef ZT_TILE
+
+typedef void (*zt_fn)(int64_t kd, const float *const *ar, int64_t ks, const float *wp, float *c, int64_t ldc, int rr,
+		      int nch, const float *bias, const zepi *e);
+
+/*
+ * C[mm channels, pp positions] (ldc) = init + the packed panels wp (mm
+ * channels from a panel start, pstride floats apart) x the positions'
+ * rows (row(q) = pos[0] + q for a 1x1 input in place, k-stride ks;
+ * pos NULL: the packed col bp, k-stride OQ_CW_NR), panel by panel, the
+ * positions cut into tiles of 4 to 8 as evenly as possible (49 = 7 x 7,
+ * 196 = 21 x 8 + 4 x 7); e: the register epilogue (rows = channels from C's first).
+ */
+AVX512 static void zt_gemm(int64_t mm, int64_t pp, int64_t kd, const float *wp, int64_t pstride, const float *x,
+			   int64_t ks, const float *bp, float *c, int64_t ldc, const float *bias, const zepi *e)
+{
+	static const zt_fn f2[9] = {zt4x2, zt4x2, zt4x2, zt4x2, zt4x2, zt5x2, zt6x2, zt7x2, zt8x2};
+	static const zt_fn f1[9] = {zt4x1, zt4x1, zt4x1, zt4x1, zt4x1, zt5x1, zt6x1, zt7x1, zt8x1};
+	int64_t nt = (pp + 7) / 8, base = pp / nt, extra = pp % nt;
+
+	for (int64_t pc = 0; pc < mm; pc += OQ_CW_NR, wp += pstride) {
+		int nch = mm - pc < OQ_CW_NR ? (int)(mm - pc) : OQ_CW_NR;
+		zepi em, *ep = NULL;
+		if (e) {
+			em = *e;
+			em.scale = e->scale ? e->scale + pc : NULL;
+			em.shift = e->shift ? e->shift + pc : NULL;
+			ep = &em;
+		}
+		for (int64_t i = 0, q = 0; i < nt; i++) {
+			int rr = (int)(base + (i < extra));
+			const float *ar[8];
+			for (int r = 0; r < rr; r++)
+				ar[r] = bp ? bp + (q + r) / Z_NR * kd * Z_NR + (q + r) % Z_NR : x + q + r;
+			if (e && e->res)
+				em.t = e->t + pc * ldc + q;
+			(nch > 16 ? f2 : f1)[rr](kd, ar, bp ? Z_NR : ks, wp, c + pc * ldc + q, ldc, rr, nch,
+						 bias ? bias + pc : NULL, ep);
+			q += rr;
+		}
+	}
 }
 
 static int z_gemm_ok(void)
@@ -1457,7 +1670,357 @@ AVX512 static void dwf_range(void *ctx, size_t begin, size_t end)
 		}
 	}
 }
+
+/*
+ * Depthwise float convolution with the channels in the vector lanes
+ * (any kernel, stride, dilation and padding): 16 channels at a time, each
+ * input row of those channels is transposed once into a row of 16-channel
+ * vectors [pad | W | pad] x 16 (zero columns at both sides; rows outside
+ * the plane read a zero row), kept in a ring of the kh-row window the
+ * current output row needs; then each output position is b + sum of
+ * w[tap] * x over the taps in (i, j) order with separate multiply and add,
+ * one vector for 16 channels (the weights of a tap are a vector of 16
+ * channels), 8 positions at a time as independent chains; the BN affine
+ * and Relu / Clip run on those registers (per-lane scale and shift), and
+ * 16 positions are transposed back and stored as 16 channel rows. Every
+ * output is the sum dwz_rows and dw_row form, in the same order, so the
+ * bits are theirs; what changes is that no lane is wasted on short rows
+ * (7 x 7, 14 x 14 planes), a horizontal stride is a step through the row
+ * (no permutes) and there are no per-tap masks or branches. Work items:
+ * image x 16-channel block x band of output rows (bands only to give
+ * every thread work: the first rows of a band are transposed again).
+ */
+#define DWC_ITEMS 16 /* work items a depthwise call is cut into at least, where rows allow */
+
+typedef struct dwc_job {
+	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
+	const oq_conv_geom *g;
+	const float *x, *w, *b;
+	float *y;
+	const oq_kfuse *ep;    /* fused epilogue, or NULL */
+	int64_t nblk;          /* 16-channel blocks */
+	int64_t nband, band;   /* bands of output rows per block, rows per band */
+	int64_t wp;            /* padded row: vectors per transposed input row */
+	int64_t span;          /* input rows one output row reads: (kh - 1) * dh + 1 */
+	atomic_int oom;
+} dwc_job;
+
+/*
+ * Input row ih of channels c0 .. c0 + nc - 1 (xc: channel c0's plane) into
+ * dst[pad + w][16], lanes >= nc zero; whole 16-column groups are stored, the
+ * columns past the row as zeros (the row is wide enough: dwc_job.wp).
+ */
+AVX512 static void dwc_row_in(const oq_conv_geom *g, const float *xc, int nc, int64_t ih, float *dst)
+{
+	int64_t W = g->in[1];
+	const float *src[16];
+
+	for (int l = 0; l < 16; l++)
+		src[l] = xc + (int64_t)(l < nc ? l : 0) * g->in_size + ih * W;
+	dst += g->pad[1] * 16;
+	for (int64_t w0 = 0; w0 < W; w0 += 16, dst += 256) {
+		__mmask16 m = W - w0 >= 16 ? 0xffff : (__mmask16)((1u << (W - w0)) - 1u);
+		__m512 r[16];
+		for (int l = 0; l < 16; l++)
+			r[l] = _mm512_maskz_loadu_ps(l < nc ? m : 0, src[l] + w0);
+		tr16x16(r);
+		for (int q = 0; q < 16; q++)
+			_mm512_store_ps(dst + q * 16, r[q]);
+	}
+}
+
+/* The register epilogue of a block: BN with per-lane scale / shift in double, Relu / Clip. */
+typedef struct dwc_ev {
+	int bn, act;
+	__m512d alo, ahi, blo, bhi;
+	__m512 lo, hi;
+} dwc_ev;
+
+AVX512 static inline __m512 dwc_epi(__m512 v, const dwc_ev *ev)
+{
+	if (ev->bn) { /* as dwz_epi, lane by lane */
+		__m512d l = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+		__m512d h = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+		l = _mm512_add_pd(_mm512_mul_pd(l, ev->alo), ev->blo);
+		h = _mm512_add_pd(_mm512_mul_pd(h, ev->ahi), ev->bhi);
+		v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(l))),
+							  _mm256_castps_pd(_mm512_cvtpd_ps(h)), 1));
+	}
+	if (ev->act == OQ_ACT_RELU)
+		v = _mm512_max_ps(_mm512_setzero_ps(), v);
+	else if (ev->act == OQ_ACT_CLIP)
+		v = _mm512_min_ps(ev->hi, _mm512_max_ps(ev->lo, v));
+	return v;
+}
+
+/*
+ * 8 output positions from ow0 of one output row (past the row's end they
+ * read the zero columns and are not stored): rows[i] the transposed input
+ * row of tap row i, wv the tap vectors, out[q] the results.
+ */
+AVX512 static inline void dwc_pos(const float *const *rows, const __m512 *wv, __m512 bias, const dwc_ev *ev,
+				  int64_t ow0, int64_t kh, int64_t kw, int64_t sw, int64_t dw, __m512 *out)
+{
+	__m512 a0 = bias, a1 = bias, a2 = bias, a3 = bias, a4 = bias, a5 = bias, a6 = bias, a7 = bias;
+	for (int64_t i = 0; i < kh; i++) {
+		const float *r = rows[i] + ow0 * sw * 16;
+		for (int64_t j = 0; j < kw; j++) {
+			__m512 wt = wv[i * kw + j];
+			const float *p = r + j * dw * 16;
+			int64_t st = sw * 16;
+			a0 = _mm512_add_ps(a0, _mm512_mul_ps(wt, _mm512_load_ps(p)));
+			a1 = _mm512_add_ps(a1, _mm512_mul_ps(wt, _mm512_load_ps(p + st)));
+			a2 = _mm512_add_ps(a2, _mm512_mul_ps(wt, _mm512_load_ps(p + 2 * st)));
+			a3 = _mm512_add_ps(a3, _mm512_mul_ps(wt, _mm512_load_ps(p + 3 * st)));
+			a4 = _mm512_add_ps(a4, _mm512_mul_ps(wt, _mm512_load_ps(p + 4 * st)));
+			a5 = _mm512_add_ps(a5, _mm512_mul_ps(wt, _mm512_load_ps(p + 5 * st)));
+			a6 = _mm512_add_ps(a6, _mm512_mul_ps(wt, _mm512_load_ps(p + 6 * st)));
+			a7 = _mm512_add_ps(a7, _mm512_mul_ps(wt, _mm512_load_ps(p + 7 * st)));
+		}
+	}
+	out[0] = dwc_epi(a0, ev);
+	out[1] = dwc_epi(a1, ev);
+	out[2] = dwc_epi(a2, ev);
+	out[3] = dwc_epi(a3, ev);
+	out[4] = dwc_epi(a4, ev);
+	out[5] = dwc_epi(a5, ev);
+	out[6] = dwc_epi(a6, ev);
+	out[7] = dwc_epi(a7, ev);
+}
+
+/* Output rows [oh0, oh1) of one block: ring slots of span rows (row ih in slot ih % span), yc channel c0's plane. */
+AVX512 static inline void dwc_rows(const dwc_job *j, const float *xc, float *yc, int nc, const __m512 *wv,
+				   __m512 bias, const dwc_ev *ev, float *ring, const float *zero, int64_t oh0,
+				   int64_t oh1, int64_t kh, int64_t kw, int64_t sw)
+{
+	const oq_conv_geom *g = j->g;
+	int64_t H = g->in[0], OW = g->out[1], OHW = g->out_size, dh = g->dil[0], dw = g->dil[1];
+	int64_t have[DWZ_MAX_TAPS], span = j->span;
+	const float *rows[DWZ_MAX_TAPS];
+
+	for (int64_t s = 0; s < span; s++)
+		have[s] = -1;
+	for (int64_t oh = oh0; oh < oh1; oh++) {
+		for (int64_t i = 0; i < kh; i++) {
+			int64_t ih = oh * g->stride[0] - g->pad[0] + i * dh, s;
+			if (ih < 0 || ih >= H) {
+				rows[i] = zero;
+				continue;
+			}
+			s = ih % span;
+			rows[i] = ring + s * j->wp * 16;
+			if (have[s] != ih) {
+				dwc_row_in(g, xc, nc, ih, ring + s * j->wp * 16);
+				have[s] = ih;
+			}
+		}
+		for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
+			int64_t nw = OW - ow0 < 16 ? OW - ow0 : 16;
+			__m512 r[16];
+			dwc_pos(rows, wv, bias, ev, ow0, kh, kw, sw, dw, r);
+			if (nw > 8)
+				dwc_pos(rows, wv, bias, ev, ow0 + 8, kh, kw, sw, dw, r + 8);
+			else
+				for (int q = 8; q < 16; q++)
+					r[q] = _mm512_setzero_ps();
+			tr16x16(r);
+			for (int l = 0; l < nc; l++)
+				_mm512_mask_storeu_ps(yc + l * OHW + oh * OW + ow0, (__mmask16)((1u << nw) - 1u), r[l]);
+		}
+	}
+}
+
+/*
+ * Channel-blocked where the 16-channel blocks are nearly full (C = 24 leaves
+ * a third of the second block's lanes idle, C = 3 most): the row kernels
+ * (dwz_range, dwf_range) are as fast or faster there.
+ */
+static int dwc_fits(const oq_conv_geom *g)
+{
+	return !oq_linalg_dw_rows && g->k_size <= DWZ_MAX_TAPS && (g->k[0] - 1) * g->dil[0] + 1 <= DWZ_MAX_TAPS &&
+	       g->c * 5 > round_up(g->c, 16) * 4;
+}
+
+/*
+ * Output rows [oh0, oh1) of channels c0 .. c0 + 15 (fewer at the end): xc
+ * channel c0's input plane, yc its output plane; ring and zero as dwc_rows.
+ */
+AVX512 static void dwc_block(const dwc_job *j, const float *xc, float *yc, int64_t c0, int64_t oh0, int64_t oh1,
+			     float *ring, const float *zero)
+{
+	const oq_conv_geom *g = j->g;
+	int64_t OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1], taps = g->k_size;
+	int nc = g->c - c0 < 16 ? (int)(g->c - c0) : 16, late = late_act(j->ep);
+	__mmask16 cm = (__mmask16)((1u << nc) - 1u);
+	__m512 wv[DWZ_MAX_TAPS], bias = j->b ? _mm512_maskz_loadu_ps(cm, j->b + c0) : _mm512_setzero_ps();
+	dwc_ev ev;
+
+	for (int64_t t = 0; t < taps; t++) {
+		float tw[16] = {0};
+		for (int l = 0; l < nc; l++)
+			tw[l] = j->w[(c0 + l) * taps + t];
+		wv[t] = _mm512_loadu_ps(tw);
+	}
+	ev.bn = j->ep && j->ep->scale;
+	ev.act = j->ep && !late ? j->ep->act.kind : OQ_ACT_NONE;
+	ev.alo = ev.ahi = ev.blo = ev.bhi = _mm512_setzero_pd();
+	if (ev.bn) {
+		ev.alo = _mm512_maskz_loadu_pd((__mmask8)cm, j->ep->scale + c0);
+		ev.ahi = _mm512_maskz_loadu_pd((__mmask8)(cm >> 8), j->ep->scale + c0 + 8);
+		ev.blo = _mm512_maskz_loadu_pd((__mmask8)cm, j->ep->shift + c0);
+		ev.bhi = _mm512_maskz_loadu_pd((__mmask8)(cm >> 8), j->ep->shift + c0 + 8);
+	}
+	ev.lo = _mm512_set1_ps(j->ep ? j->ep->act.a : 0);
+	ev.hi = _mm512_set1_ps(j->ep ? j->ep->act.b : 0);
+	if (kh == 3 && kw == 3 && sw == 1 && g->dil[1] == 1)
+		dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 3, 3, 1);
+	else if (kh == 3 && kw == 3 && sw == 2 && g->dil[1] == 1)
+		dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 3, 3, 2);
+	else if (kh == 5 && kw == 5 && sw == 1 && g->dil[1] == 1)
+		dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 5, 5, 1);
+	else if (kh == 5 && kw == 5 && sw == 2 && g->dil[1] == 1)
+		dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 5, 5, 2);
+	else
+		dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, kh, kw, sw);
+	/* what the registers did not do: a late activation, the steps (as dwz_range) */
+	for (int l = 0; j->ep && (late || j->ep->n_steps) && l < nc; l++) {
+		dwz_ev sev;
+		dwz_ev_make(j->ep, c0 + l, late, &sev);
+		for (int64_t oh = oh0; oh < oh1; oh++) {
+			float *yr = yc + l * g->out_size + oh * OW;
+			if (late)
+				oq_act_apply(&j->ep->act, yr, (size_t)OW);
+			if (sev.steps)
+				z_rows(&sev, 0, (size_t)(yr - j->y), yr, (size_t)OW);
+			else
+				epi_steps(j->ep, j->ep->steps, j->ep->n_steps, c0 + l, (size_t)(yr - j->y), yr,
+					  (size_t)OW);
+		}
+	}
+}
+
+/* A channel-blocked job for g (depthwise, dwc_fits), cut into bands of output rows for the threads. */
+static void dwc_setup(dwc_job *dc, oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const float *b,
+		      const oq_kfuse *ep, float *y)
+{
+	dc->k = k;
+	dc->g = g;
+	dc->x = x;
+	dc->w = w;
+	dc->b = b;
+	dc->y = y;
+	dc->ep = ep;
+	dc->nblk = ceil_div(g->c, 16);
+	dc->span = (g->k[0] - 1) * g->dil[0] + 1;
+	dc->wp = g->pad[1] + round_up(g->in[1], 16);
+	/* whole groups of 8 positions read zero columns past the row */
+	if ((round_up(g->out[1], 8) - 1) * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 1 > dc->wp)
+		dc->wp = (round_up(g->out[1], 8) - 1) * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 1;
+	/* bands of at least 8 rows, enough items for the threads when the planes are big */
+	dc->nband = ceil_div(DWC_ITEMS, g->n * dc->nblk);
+	if (dc->nband > g->out[0] / 8)
+		dc->nband = g->out[0] / 8;
+	if (dc->nband < 1)
+		dc->nband = 1;
+	dc->band = ceil_div(g->out[0], dc->nband);
+	dc->nband = ceil_div(g->out[0], dc->band);
+	atomic_init(&dc->oom, 0);
+}
+
+/* Floats of dwc_range's scratch: the ring of span rows and the zero row (a multiple of 16). */
+static size_t dwc_scratch_floats(const dwc_job *j)
+{
+	return ((size_t)j->span + 1) * (size_t)j->wp * 16;
+}
+
+AVX512 static void dwc_range(void *ctx, size_t begin, size_t end)
+{
+	dwc_job *j = ctx;
+	const oq_conv_geom *g = j->g;
+	size_t need = dwc_scratch_floats(j) * sizeof(float);
+	float *own = j->k ? NULL : aligned_alloc(64, need), *ring = j->k ? oq_k_scratch(j->k, need) : own;
+
+	if (!ring) {
+		atomic_store(&j->oom, 1);
+		return;
+	}
+	/* the side columns of every ring row and the zero row: never written below */
+	memset(ring, 0, need);
+	for (size_t it = begin; it < end; it++) {
+		int64_t band = (int64_t)it % j->nband, rest = (int64_t)it / j->nband;
+		int64_t blk = rest % j->nblk, n = rest / j->nblk, c0 = blk * 16;
+		int64_t oh0 = band * j->band, oh1 = oh0 + j->band < g->out[0] ? oh0 + j->band : g->out[0];
+		dwc_block(j, j->x + (n * g->c + c0) * g->in_size, j->y + (n * g->c + c0) * g->out_size, c0, oh0, oh1,
+			  ring, ring + (size_t)j->span * (size_t)j->wp * 16);
+	}
+	free(own);
+}
 #endif
+
+/* ------------------------------------------------------ packed weights */
+
+int oq_cw_pack(const float *w, int64_t m, int64_t kc, int64_t group, oq_cw *out)
+{
+	int64_t mg, npg;
+	size_t nf;
+
+	memset(out, 0, sizeof *out);
+	if (m < 0 || kc < 0 || group <= 0 || m % group)
+		return OQ_EINVAL;
+	mg = m / group;
+	npg = ceil_div(mg, OQ_CW_NR);
+	if (!oq_mul_size((size_t)(group * npg), (size_t)kc, &nf) || !oq_mul_size(nf, OQ_CW_NR * sizeof(float), &nf) ||
+	    nf > SIZE_MAX - 64)
+		return OQ_ENOMEM;
+	out->p = aligned_alloc(64, (nf + 63) / 64 * 64 + 64);
+	if (!out->p)
+		return OQ_ENOMEM;
+	out->m = m;
+	out->kc = kc;
+	out->group = group;
+	for (int64_t grp = 0; grp < group; grp++)
+		for (int64_t pn = 0; pn < npg; pn++) {
+			int64_t m0 = pn * OQ_CW_NR, nm = mg - m0 < OQ_CW_NR ? mg - m0 : OQ_CW_NR;
+			const char *src = (const char *)(w + (grp * mg + m0) * kc);
+			float *dst = out->p + (size_t)((grp * npg + pn) * kc * OQ_CW_NR);
+			for (int64_t q = 0; q < kc; q++, dst += OQ_CW_NR) {
+				/* memcpy: w may be a file's bytes at any alignment */
+				for (int64_t r = 0; r < nm; r++)
+					memcpy(&dst[r], src + (size_t)(r * kc + q) * sizeof(float), sizeof(float));
+				for (int64_t r = nm; r < OQ_CW_NR; r++)
+					dst[r] = 0.0f;
+			}
+		}
+	return OQ_OK;
+}
+
+void oq_cw_unpack(const oq_cw *cw, float *w)
+{
+	int64_t mg = cw->m / cw->group, npg = ceil_div(mg, OQ_CW_NR);
+
+	for (int64_t grp = 0; grp < cw->group; grp++)
+		for (int64_t r = 0; r < mg; r++) {
+			const float *src = cw->p + (size_t)((grp * npg + r / OQ_CW_NR) * cw->kc * OQ_CW_NR) + r % OQ_CW_NR;
+			float *dst = w + (grp * mg + r) * cw->kc;
+			for (int64_t q = 0; q < cw->kc; q++)
+				dst[q] = src[q * OQ_CW_NR];
+		}
+}
+
+void oq_cw_free(oq_cw *cw)
+{
+	free(cw->p);
+	memset(cw, 0, sizeof *cw);
+}
+
+int oq_cw_available(void)
+{
+#if defined(HAVE_OWN_GEMM)
+	return z_gemm_ok();
+#else
+	return 0;
+#endif
+}
 
 /* ---------------------------------------------------------- conv via GEMM */
 
@@ -1476,6 +2039,8 @@ typedef struct conv_job {
 	int64_t np, nm;        /* tiles per (image, group) along positions / channels */
 	float *packed;         /* z: the packed col of every position tile, shared by its channel tiles, or NULL */
 	int64_t rb;            /* packing into packed: rows per work item (whole input channels) */
+	const oq_cw *cw;       /* z: the weight in packed panels (channel tiles then start at a panel), or NULL */
+	int tr;                /* z with cw: channels in the lanes (zt_gemm) instead of positions (z_gemm) */
 	atomic_int oom;
 } conv_job;
 
@@ -1489,9 +2054,10 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 	size_t need = j->direct ? 0 : (size_t)(j->kc * j->pt) * es;
 
 #if defined(HAVE_OWN_GEMM)
-	/* packed col, then one im2col row */
+	/* packed col, then one im2col row (zt_gemm reads a 1x1 input in place) */
 	if (j->z)
-		need = j->packed ? 0 : (z_col_floats(j->kc, j->pt) + (size_t)j->pt) * sizeof(float);
+		need = j->packed || (j->tr && j->direct) ? 0
+			: (z_col_floats(j->kc, j->pt) + (size_t)j->pt) * sizeof(float);
 #endif
 	if (need) {
 		need = (need + 63) / 64 * 64;
@@ -1517,8 +2083,10 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 		if (j->z) {
 			zepi ze;
 			int reg = j->ep && !late_act(j->ep) && (!j->ep->n_steps || res_steps(j->ep));
+			int inplace = j->tr && j->direct;
 			const float *bp = j->packed ? j->packed + (size_t)rest * z_col_floats(j->kc, j->pt) : col;
-			if (!j->packed && rest != last) {
+			zA A;
+			if (!j->packed && !inplace && rest != last) {
 				z_pack_col(g, (const float *)j->x + xo, P, j->direct, 0, j->kc, j->kc, p0, pp,
 					   (float *)col + z_col_floats(j->kc, j->pt), col);
 				last = rest;
@@ -1534,8 +2102,23 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 				ze.ldc = P;
 				ze.t = ze.res ? j->ep->t[j->ep->steps[0].t] + yo : NULL;
 			}
-			z_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, bp, (float *)j->y + yo, P,
-			       j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
+			if (j->cw) { /* the panels of channels grp * mg + m0 on (m0 starts a panel) */
+				int64_t npg = ceil_div(j->mg, OQ_CW_NR);
+				A.a = j->cw->p + (size_t)((grp * npg + m0 / OQ_CW_NR) * j->kc * OQ_CW_NR);
+				A.lda = 0;
+				A.pstride = j->kc * OQ_CW_NR;
+			} else {
+				A.a = (const float *)j->w + wo;
+				A.lda = j->kc;
+				A.pstride = 0;
+			}
+			if (j->tr)
+				zt_gemm(mm, pp, j->kc, A.a, A.pstride, (const float *)j->x + xo + p0, g->in_size,
+					inplace ? NULL : bp, (float *)j->y + yo, P,
+					j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
+			else
+				z_gemm(mm, pp, j->kc, &A, bp, (float *)j->y + yo, P,
+				       j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
 			if (j->ep && !reg)
 				z_epi_tile(j->ep, grp * j->mg + m0, mm, (size_t)yo, (float *)j->y + yo, P, pp);
 			continue;
@@ -1635,11 +2218,6 @@ static void pack_range(void *ctx, size_t begin, size_t end)
 }
 #endif
 
-static int64_t round_up(int64_t v, int64_t q)
-{
-	return (v + q - 1) / q * q;
-}
-
 /*
  * Tiles of one (image, group) GEMM of mg channels x P positions x kc deep:
  * positions per tile so that the col tile is near 1 MiB (128 to 4096
@@ -1648,14 +2226,20 @@ static int64_t round_up(int64_t v, int64_t q)
  * microseconds), cut positions further down to SPLIT_MIN_P columns
  * (whole 32-column panels) and then channels down to 12 rows (one register tile;
  * 4 for fewer than 24 channels), so that late layers with 7x7 or 14x14 positions still
- * give every thread work. Shape-only: never depends on the thread count.
+ * give every thread work. With packed weights (pk) channel tiles are whole
+ * 32-channel panels; with the channels in the lanes (tr) channels are cut
+ * first, then positions into multiples of 8 of at least SPLIT_MIN_TR (no
+ * col panels to keep whole: a 28x28 plane of 32 channels gives 14 tiles
+ * of 56 positions, not 5 of 160). Shape-only: never depends on the thread count.
  */
 #define TILES_MIN 16
 #define SHARED_PACK_FLOATS (4u << 20) /* 16 MiB: larger packed cols are packed per tile */
 #define SPLIT_FLOPS 1e6
 #define SPLIT_MIN_P 64
+#define SPLIT_MIN_TR 16 /* positions per tile at least when zt_gemm cuts a small plane */
 
-static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int64_t *pt, int64_t *np, int64_t *mt)
+static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int pk, int tr, int64_t *pt, int64_t *np,
+		       int64_t *mt)
 {
 	int64_t P = g->out_size, per, tiles, want;
 
@@ -1669,6 +2253,20 @@ static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int64_t *p
 	if (tiles >= TILES_MIN || 2.0 * (double)mg * (double)P * (double)kc * (double)(g->n * g->group) < SPLIT_FLOPS)
 		return;
 	want = ceil_div(TILES_MIN, tiles);
+	if (tr) {
+		/* whole panels, then positions in multiples of 8 (zt_gemm's rows) down to SPLIT_MIN_TR */
+		int64_t parts = mg / OQ_CW_NR < want ? mg / OQ_CW_NR : want;
+		if (parts > 1) {
+			*mt = round_up(ceil_div(mg, parts), OQ_CW_NR);
+			want = ceil_div(want, ceil_div(mg, *mt));
+		}
+		if (want > 1 && *pt >= 2 * SPLIT_MIN_TR) {
+			parts = *pt / SPLIT_MIN_TR < want ? *pt / SPLIT_MIN_TR : want;
+			*pt = round_up(ceil_div(*pt, parts), 8);
+			*np = ceil_div(P, *pt);
+		}
+		return;
+	}
 	if (*pt >= 2 * SPLIT_MIN_P) {
 		int64_t parts = *pt / SPLIT_MIN_P < want ? *pt / SPLIT_MIN_P : want, q = *pt;
 		/* whole 32-column panels, and no last tile below half a tile (196 = 96 + 96 + 4: 2 parts) */
@@ -1685,25 +2283,76 @@ static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int64_t *p
 		}
 	}
 	if (want > 1 && mg >= 8) {
-		/* whole 12-row register tiles where there are enough rows, else 4-row tails */
-		int64_t q = mg >= 24 ? 12 : 4, parts = mg / q < want ? mg / q : want;
+		/* whole panels or 12-row register tiles where there are enough rows, else 4-row tails */
+		int64_t q = pk ? OQ_CW_NR : mg >= 24 ? 12 : 4, parts = mg / q < want ? mg / q : want;
 		if (parts > 1)
 			*mt = round_up(ceil_div(mg, parts), q);
 	}
 }
 
+/*
+ * Channels in the lanes (zt_gemm) instead of positions (z_gemm) when that
+ * fills more lanes: a plane of 49 positions fills 49 of z_gemm's 64
+ * position lanes, 160 channels all of zt_gemm's; at a depth of 128 and
+ * more zt_gemm is also the faster kernel (~110-118 GFLOP/s against ~85-100
+ * here: one cache line of weights and one of positions per k), its
+ * transposes cheap; at small depth the transposes cost more than they save.
+ */
+static int use_tr(const oq_conv_geom *g, int64_t kc, int64_t mg)
+{
+	double eff_n = (double)g->out_size / (double)round_up(g->out_size, 16);
+	double eff_t = (double)mg / (double)round_up(mg, OQ_CW_NR) * (kc >= 128 ? 1.12 : kc >= 96 ? 0.95 : 0.85);
+	return eff_t > eff_n;
+}
+
+static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_cw *cw,
+		    const void *b, const oq_kfuse *ep, void *y);
+
 int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w,
 		const void *b, void *y)
 {
-	return oq_conv_run_ep(k, t, g0, x, w, b, NULL, y);
+	return conv_run(k, t, g0, x, w, NULL, b, NULL, y);
 }
 
 int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w,
 		   const void *b, const oq_kfuse *ep, void *y)
 {
+	return conv_run(k, t, g0, x, w, NULL, b, ep, y);
+}
+
+int oq_conv_run_pk(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_cw *cw,
+		   const void *b, const oq_kfuse *ep, void *y)
+{
+	float *tmp = NULL;
+	int rc;
+
+	if (cw && (cw->m != g0->m || cw->group != g0->group || g0->group <= 0 || cw->m % cw->group ||
+		   cw->kc != g0->c / g0->group * g0->k_size))
+		return OQ_EINVAL;
+	/* the packed layout only where z_gemm / zt_gemm read it */
+	if (cw && (t != OQ_LT_F32 || !oq_cw_available() || oq_linalg_use_ref || g0->m == g0->group)) {
+		size_t n;
+		if (!oq_mul_size((size_t)cw->m, (size_t)cw->kc, &n) || !oq_mul_size(n, sizeof(float), &n) ||
+		    !(tmp = malloc(n ? n : 1)))
+			return OQ_ENOMEM;
+		oq_cw_unpack(cw, tmp);
+		w = tmp;
+		cw = NULL;
+	}
+	rc = conv_run(k, t, g0, x, w, cw, b, ep, y);
+	free(tmp);
+	return rc;
+}
+
+/* x * W (w, or the packed cw) + b, then ep: see oq_conv_run_ep / oq_conv_run_pk. */
+static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_cw *cw,
+		    const void *b, const oq_kfuse *ep, void *y)
+{
 	oq_conv_geom g;
 	conv_job j;
 	int64_t tiles;
+	oq_cw own;
+	int rc;
 
 	if (ep && t != OQ_LT_F32)
 		return OQ_EUNSUP; /* the fused kernel passes one for float32 only */
@@ -1721,6 +2370,17 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 	if (t == OQ_LT_F32 && g.nsp == 2 && g.group == g.c && g.group == g.m && g.in_size > 0) {
 		dw_job d;
 #if defined(HAVE_OWN_GEMM)
+		if (z_gemm_ok() && dwc_fits(&g)) {
+			dwc_job dc;
+			int64_t items;
+			dwc_setup(&dc, k, &g, x, w, b, ep, y);
+			items = g.n * dc.nblk * dc.nband;
+			if (k)
+				oq_k_parallel(k, (size_t)items, 1, dwc_range, &dc);
+			else
+				dwc_range(&dc, 0, (size_t)items);
+			return atomic_load(&dc.oom) ? OQ_ENOMEM : OQ_OK;
+		}
 		if (z_gemm_ok() && (g.stride[1] == 1 || g.stride[1] == 2) && g.k[0] * g.k[1] <= DWZ_MAX_TAPS) {
 			dwz_job dz;
 			dz.k = k;
@@ -1777,20 +2437,34 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 	for (int d = 0; d < g.nsp; d++)
 		if (g.k[d] != 1 || g.stride[d] != 1 || g.pad[d] != 0 || g.out[d] != g.in[d])
 			j.direct = 0;
-	conv_tiles(&g, j.kc, j.mg, &j.pt, &j.np, &j.mt);
+	memset(&own, 0, sizeof own);
+#if defined(HAVE_OWN_GEMM)
+	j.cw = j.z ? cw : NULL;
+	j.tr = j.z && use_tr(&g, j.kc, j.mg);
+	if (j.tr && !j.cw) { /* no plan-time packing (a weight computed per run, tests): pack for this call */
+		if ((rc = oq_cw_pack(w, g.m, j.kc, g.group, &own)))
+			return rc;
+		j.cw = &own;
+	}
+#else
+	(void)cw;
+#endif
+	conv_tiles(&g, j.kc, j.mg, j.cw != NULL, j.tr, &j.pt, &j.np, &j.mt);
 	j.nm = ceil_div(j.mg, j.mt);
 	atomic_init(&j.oom, 0);
 	tiles = g.n * g.group * j.np * j.nm;
 #if defined(HAVE_OWN_GEMM)
-	if (j.z && j.nm > 1 && k && k->threads > 1) {
+	if (j.z && j.nm > 1 && k && k->threads > 1 && !(j.tr && j.direct)) {
 		/* channel tiles share their position tile's packed col: pack each once, in parallel */
 		size_t each = z_col_floats(j.kc, j.pt), n_pt = (size_t)(g.n * g.group * j.np);
 		if (n_pt * each <= SHARED_PACK_FLOATS && (j.packed = oq_k_shared(k, n_pt * each * sizeof(float)))) {
 			int64_t ks = j.direct ? 1 : g.k_size;
 			j.rb = ks * (j.direct ? 64 : ceil_div(64, ks)); /* about 64 rows, whole input channels */
 			oq_k_parallel(k, n_pt * (size_t)ceil_div(j.kc, j.rb), 1, pack_range, &j);
-			if (atomic_load(&j.oom))
+			if (atomic_load(&j.oom)) {
+				oq_cw_free(&own);
 				return OQ_ENOMEM;
+			}
 		}
 	}
 #endif
@@ -1798,7 +2472,226 @@ int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 		oq_k_parallel(k, (size_t)tiles, 1, conv_range, &j);
 	else
 		conv_range(&j, 0, (size_t)tiles);
+	oq_cw_free(&own);
 	return atomic_load(&j.oom) ? OQ_ENOMEM : OQ_OK;
+}
+
+/* ------------------------------------------- conv -> depthwise chain */
+
+/*
+ * A convolution A (group 1) whose output feeds only a depthwise
+ * convolution B (MobileNet's expansion 1x1 and 3x3 depthwise; its stem
+ * conv and first depthwise) runs as one pass over bands of B's output
+ * rows and groups of CHAIN_CH channels (B's channel c reads only A's
+ * channel c): per item, A's output rows that B reads are computed for
+ * the group's channels into a per-thread buffer of at most CHAIN_E_BYTES
+ * (the rows two bands share are computed by both), A's epilogue applied,
+ * and B runs on that buffer with its own epilogue, straight into B's
+ * output. A's output (4.8 MB at 96 x 112 x 112) is never written out and
+ * read back; each of its values is the one the separate kernels compute,
+ * so B's output keeps its bits.
+ */
+#define CHAIN_E_BYTES (384u << 10)
+#define CHAIN_CH OQ_CW_NR /* channels per item: one weight panel, two depthwise blocks */
+#define CHAIN_ITEMS 8     /* items a chain is cut into at least, where rows allow */
+
+typedef struct chain_job {
+	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
+	const oq_conv_geom *ga, *gb; /* A (2-D, group 1) and B (depthwise on A's output) */
+	const float *x, *wa, *ba;
+	const oq_cw *cwa;      /* A's weight packed, or NULL (wa in place) */
+	const oq_kfuse *epa;   /* A's epilogue (no tensor operands), or NULL */
+	float *y;              /* B's output */
+	int direct, tr;        /* A: 1x1 input in place as col / channels in the lanes */
+	int64_t kc;            /* A's depth */
+	int64_t band, nband;   /* B output rows per band, bands per image */
+	int64_t ngrp;          /* channel groups (CHAIN_CH channels) */
+	int64_t pmax;          /* A positions of a band, at most */
+	dwc_job d;             /* B (its g replaced per band) */
+	atomic_int oom;
+} chain_job;
+
+/* A's output rows [*ih0, *ih1) that B's output rows [oh0, oh1) read. */
+static void chain_rows(const chain_job *j, int64_t oh0, int64_t oh1, int64_t *ih0, int64_t *ih1)
+{
+	const oq_conv_geom *gb = j->gb;
+	*ih0 = oh0 * gb->stride[0] - gb->pad[0];
+	*ih1 = (oh1 - 1) * gb->stride[0] - gb->pad[0] + j->d.span;
+	if (*ih0 < 0)
+		*ih0 = 0;
+	if (*ih1 > gb->in[0])
+		*ih1 = gb->in[0];
+	if (*ih1 < *ih0)
+		*ih1 = *ih0;
+}
+
+static size_t chain_col_floats(const chain_job *j)
+{
+	return j->direct && j->tr ? 0 : z_col_floats(j->kc, j->pmax) + (size_t)j->pmax;
+}
+
+AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
+{
+	chain_job *j = ctx;
+	const oq_conv_geom *ga = j->ga, *gb = j->gb;
+	int64_t ma = ga->m, W = gb->in[1];
+	size_t ne = (size_t)CHAIN_CH * (size_t)round_up(j->pmax, 16), nc = chain_col_floats(j);
+	size_t nr = dwc_scratch_floats(&j->d);
+	size_t need = (ne + round_up((int64_t)nc, 16) + nr) * sizeof(float);
+	float *own = j->k ? NULL : aligned_alloc(64, need), *e = j->k ? oq_k_scratch(j->k, need) : own;
+	float *col, *ring;
+	int reg = j->epa && !late_act(j->epa) && !j->epa->n_steps;
+	zA A;
+
+	if (!e) {
+		atomic_store(&j->oom, 1);
+		return;
+	}
+	col = e + ne;
+	ring = col + round_up((int64_t)nc, 16);
+	memset(ring, 0, nr * sizeof(float));
+	if (j->cwa) {
+		A.a = j->cwa->p;
+		A.lda = 0;
+		A.pstride = j->kc * OQ_CW_NR;
+	} else {
+		A.a = j->wa;
+		A.lda = j->kc;
+		A.pstride = 0;
+	}
+	for (size_t it = begin; it < end; it++) {
+		int64_t grp = (int64_t)it % j->ngrp, rest = (int64_t)it / j->ngrp, band = rest % j->nband;
+		int64_t n = rest / j->nband, ih0, ih1, p0, pp, m0 = grp * CHAIN_CH;
+		int64_t nch = ma - m0 < CHAIN_CH ? ma - m0 : CHAIN_CH;
+		int64_t oh0 = band * j->band, oh1 = oh0 + j->band < gb->out[0] ? oh0 + j->band : gb->out[0];
+		const float *xa = j->x + n * ga->c * ga->in_size;
+		oq_conv_geom gbb;
+		dwc_job dj;
+		zepi ze;
+		zA Ag = A;
+
+		chain_rows(j, oh0, oh1, &ih0, &ih1);
+		p0 = ih0 * W;
+		pp = (ih1 - ih0) * W;
+		if (pp == 0)
+			continue;
+		/* A: rows [ih0, ih1) of its output, channels [m0, m0 + nch), into e ([nch][pp]) */
+		if (!(j->direct && j->tr))
+			z_pack_col(ga, xa, ga->out_size, j->direct, 0, j->kc, j->kc, p0, pp, col + z_col_floats(j->kc, j->pmax),
+				   col);
+		if (reg) {
+			memset(&ze, 0, sizeof ze);
+			ze.scale = j->epa->scale ? j->epa->scale + m0 : NULL;
+			ze.shift = j->epa->scale ? j->epa->shift + m0 : NULL;
+			ze.act = j->epa->act.kind;
+			ze.lo = j->epa->act.a;
+			ze.hi = j->epa->act.b;
+			ze.ldc = pp;
+		}
+		Ag.a = A.pstride ? A.a + m0 / OQ_CW_NR * A.pstride : A.a + m0 * A.lda;
+		if (j->tr)
+			zt_gemm(nch, pp, j->kc, Ag.a, Ag.pstride, xa + p0, ga->in_size, j->direct ? NULL : col, e, pp,
+				j->ba ? j->ba + m0 : NULL, reg ? &ze : NULL);
+		else
+			z_gemm(nch, pp, j->kc, &Ag, col, e, pp, j->ba ? j->ba + m0 : NULL, reg ? &ze : NULL);
+		if (j->epa && !reg)
+			z_epi_tile(j->epa, m0, nch, 0, e, pp, pp);
+		/* B: its output rows [oh0, oh1) of the same channels (row ih of A's output at ih - ih0) */
+		gbb = *gb;
+		gbb.in[0] = ih1 - ih0;
+		gbb.pad[0] = gb->pad[0] + ih0;
+		gbb.in_size = pp;
+		dj = j->d;
+		dj.g = &gbb;
+		for (int64_t c0 = m0; c0 < m0 + nch; c0 += 16)
+			dwc_block(&dj, e + (c0 - m0) * pp, j->y + (n * gb->c + c0) * gb->out_size, c0, oh0, oh1, ring,
+				  ring + (size_t)j->d.span * (size_t)j->d.wp * 16);
+	}
+	free(own);
+}
+
+int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const float *wa, const oq_cw *cwa,
+		      const float *ba, const oq_kfuse *epa, const oq_conv_geom *gb0, const float *wb, const float *bb,
+		      const oq_kfuse *epb, float *y)
+{
+	oq_conv_geom ga, gb;
+	int rc = OQ_OK;
+
+	as_2d(ga0, &ga);
+	as_2d(gb0, &gb);
+	if (gb.group != gb.c || gb.m != gb.c || gb.c != ga.m || gb.n != ga.n || gb.in[0] != ga.out[0] ||
+	    gb.in[1] != ga.out[1] || (epa && epa->n_t) || (epb && epb->n_t))
+		return OQ_EINVAL;
+	if (ga.n == 0 || gb.out_size == 0 || ga.out_size == 0 || ga.m == 0)
+		return OQ_OK;
+#if defined(HAVE_OWN_GEMM)
+	if (z_gemm_ok() && !oq_linalg_use_ref && ga.nsp == 2 && ga.group == 1 && dwc_fits(&gb) && (wa || cwa)) {
+		chain_job j;
+		int64_t rows, items;
+		oq_cw own;
+		memset(&j, 0, sizeof j);
+		memset(&own, 0, sizeof own);
+		j.k = k;
+		j.ga = &ga;
+		j.gb = &gb;
+		j.x = x;
+		j.wa = wa;
+		j.ba = ba;
+		j.cwa = cwa;
+		j.epa = epa;
+		j.y = y;
+		j.kc = ga.c * ga.k_size;
+		j.direct = 1;
+		for (int d = 0; d < 2; d++)
+			if (ga.k[d] != 1 || ga.stride[d] != 1 || ga.pad[d] != 0 || ga.out[d] != ga.in[d])
+				j.direct = 0;
+		dwc_setup(&j.d, k, &gb, NULL, wb, bb, epb, y);
+		/* bands: A's rows of a band (a group's channels) within CHAIN_E_BYTES, at least one output row */
+		rows = (int64_t)(CHAIN_E_BYTES / sizeof(float)) / (CHAIN_CH * gb.in[1]);
+		j.band = rows > j.d.span ? (rows - j.d.span) / gb.stride[0] + 1 : 1;
+		if (j.band > gb.out[0])
+			j.band = gb.out[0];
+		/* at least CHAIN_ITEMS items where bands of 8 rows allow (a 32-channel stem: 5 -> 8 bands) */
+		j.ngrp = ceil_div(ga.m, CHAIN_CH);
+		if (ga.n * j.ngrp * ceil_div(gb.out[0], j.band) < CHAIN_ITEMS) {
+			int64_t want = ceil_div(gb.out[0], ceil_div(CHAIN_ITEMS, ga.n * j.ngrp));
+			if (want < 8)
+				want = 8;
+			if (want < j.band)
+				j.band = want;
+		}
+		j.nband = ceil_div(gb.out[0], j.band);
+		j.pmax = ((j.band - 1) * gb.stride[0] + j.d.span) * gb.in[1];
+		if (j.pmax > ga.out_size)
+			j.pmax = ga.out_size;
+		j.tr = use_tr(&ga, j.kc, ga.m);
+		if (j.tr && !cwa) {
+			if ((rc = oq_cw_pack(wa, ga.m, j.kc, 1, &own)))
+				return rc;
+			j.cwa = &own;
+		}
+		atomic_init(&j.oom, 0);
+		items = ga.n * j.nband * j.ngrp;
+		if (k)
+			oq_k_parallel(k, (size_t)items, 1, chain_range, &j);
+		else
+			chain_range(&j, 0, (size_t)items);
+		oq_cw_free(&own);
+		return atomic_load(&j.oom) ? OQ_ENOMEM : OQ_OK;
+	}
+#endif
+	{ /* the two kernels one after the other */
+		size_t n;
+		float *t;
+		if (!oq_mul_size((size_t)(ga.n * ga.m), (size_t)ga.out_size, &n) || !oq_mul_size(n, sizeof(float), &n) ||
+		    !(t = aligned_alloc(64, (n + 63) / 64 * 64)))
+			return OQ_ENOMEM;
+		rc = oq_conv_run_pk(k, OQ_LT_F32, ga0, x, wa, cwa, ba, epa, t);
+		if (!rc)
+			rc = conv_run(k, OQ_LT_F32, gb0, t, wb, NULL, bb, epb, y);
+		free(t);
+	}
+	return rc;
 }
 
 /* ---------------------------------------------------------- reference */

@@ -66,8 +66,10 @@ int oq_pb_pack(const float *b, int64_t kd, int64_t n, int tb, int64_t ldb, oq_pb
 		int64_t j0 = (int64_t)p * OQ_PB_NR, nj = n - j0 < OQ_PB_NR ? n - j0 : OQ_PB_NR;
 		float *dst = out->p + p * (size_t)kd * OQ_PB_NR;
 		for (int64_t k = 0; k < kd; k++, dst += OQ_PB_NR) {
+			/* memcpy: b may be a file's bytes at any alignment */
 			for (int64_t j = 0; j < nj; j++)
-				dst[j] = tb ? b[(j0 + j) * ldb + k] : b[k * ldb + j0 + j];
+				memcpy(&dst[j], (const char *)b + (size_t)(tb ? (j0 + j) * ldb + k : k * ldb + j0 + j) * sizeof(float),
+				       sizeof(float));
 			for (int64_t j = nj; j < OQ_PB_NR; j++)
 				dst[j] = 0.0f;
 		}

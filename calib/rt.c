@@ -55,6 +55,13 @@ void oq_rt_release(oq_rt *t)
 	memset(t, 0, sizeof *t);
 }
 
+int oq_rt_shape_of(oq_rt *t, const oq_tensor *src)
+{
+	memset(t, 0, sizeof *t);
+	t->borrowed = 1;
+	return src->dtype == OQ_DT_STRING ? OQ_EUNSUP : set_shape(t, src->dtype, src->rank, src->dims);
+}
+
 int oq_rt_from_tensor(oq_rt *t, const oq_tensor *src)
 {
 	int rc;

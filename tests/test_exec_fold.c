@@ -10,6 +10,7 @@
  * small matrix product of integers, exact in float).
  */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "exec.h"
 #include "gen_model.h"
 #include "kernel.h"
+#include "linalg.h"
 
 /* ------------------------------------------------------------- helpers */
 
@@ -412,5 +414,142 @@ Test(exec_fold, packed_weight_still_observed)
 	seen_free(&sf);
 	seen_free(&su);
 	oq_rt_release(&x);
+	gen_free(g);
+}
+
+/* n pseudo-random values in [-1, 1) (a fixed LCG: the same model every run). */
+static double *rvals(size_t n, unsigned seed)
+{
+	double *v = calloc(n, sizeof *v);
+	unsigned long long r = seed;
+	cr_assert(v);
+	for (size_t i = 0; i < n; i++) {
+		r = r * 6364136223846793005ull + 1442695040888963407ull;
+		v[i] = (double)(r >> 40) / 8388608.0 - 1.0;
+	}
+	return v;
+}
+
+/*
+ * Conv weights packed at plan time (exec.c pack_conv, linalg_conv.c
+ * oq_cw_pack): 32-channel panels read by both AVX-512 register tiles.
+ *   Wi = Identity(W1)                W1 [64, 6, 3, 3]: folded, then packed
+ *   c1 = Conv(x, Wi, B1), pad 1      x [1, 6, 7, 7]: channels in the lanes (49 positions)
+ *   r  = Relu(c1)                    (fused)
+ *   y2 = Conv(r, W2)                 W2 [40, 64, 1, 1]: a last panel of 8 channels
+ *   y3 = Conv(r, W3), group 2, pad 1 W3 [32, 32, 3, 3]: 16 channels per group
+ *   y4 = Conv(x2, W4, B4)            x2 [1, 8, 20, 20], W4 [48, 8, 1, 1]: positions in the lanes
+ * Outputs with packing must equal those without (oq_exec_no_pack) bit for
+ * bit, for 1 and 2 threads and with an observer (every node on its own,
+ * the folded Identity's output rebuilt from the panels); the reference
+ * path (weights unpacked) within float rounding.
+ */
+Test(exec_fold, packed_conv_weights)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *gp;
+	Onnx__NodeProto *n;
+	oq_model *m = NULL;
+	oq_exec *e = NULL;
+	oq_exec_opts o = {1};
+	oq_diag d;
+	oq_rt in[2], f[4], u[4], t2[4], r[4];
+	seen sf, su;
+	double *w1 = rvals(64 * 6 * 9, 1), *b1 = rvals(64, 2), *w2 = rvals(40 * 64, 3), *w3 = rvals(32 * 32 * 9, 4);
+	double *w4 = rvals(48 * 8, 5), *b4 = rvals(48, 6), *xv = rvals(6 * 49, 7), *x2v = rvals(8 * 400, 8);
+	static const char *outs[4] = {"r", "y2", "y3", "y4"};
+
+	__builtin_cpu_init();
+	gen_opset(g, "", 13);
+	gp = gen_graph(g);
+	gen_input(g, gp, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 6, 7, 7));
+	gen_input(g, gp, "x2", OQ_DT_FLOAT, GEN_SHAPE(1, 8, 20, 20));
+	gen_init(g, gp, "W1", OQ_DT_FLOAT, GEN_SHAPE(64, 6, 3, 3), w1);
+	gen_init(g, gp, "B1", OQ_DT_FLOAT, GEN_SHAPE(64), b1);
+	gen_init(g, gp, "W2", OQ_DT_FLOAT, GEN_SHAPE(40, 64, 1, 1), w2);
+	gen_init(g, gp, "W3", OQ_DT_FLOAT, GEN_SHAPE(32, 32, 3, 3), w3);
+	gen_init(g, gp, "W4", OQ_DT_FLOAT, GEN_SHAPE(48, 8, 1, 1), w4);
+	gen_init(g, gp, "B4", OQ_DT_FLOAT, GEN_SHAPE(48), b4);
+	gen_node(g, gp, "Identity", "id", "W1", "Wi");
+	n = gen_node(g, gp, "Conv", "c1", "x,Wi,B1", "c1");
+	gen_attr_ints(g, n, "pads", 4, (const int64_t[]){1, 1, 1, 1});
+	gen_node(g, gp, "Relu", "relu", "c1", "r");
+	gen_node(g, gp, "Conv", "c2", "r,W2", "y2");
+	n = gen_node(g, gp, "Conv", "c3", "r,W3", "y3");
+	gen_attr_ints(g, n, "pads", 4, (const int64_t[]){1, 1, 1, 1});
+	gen_attr_int(g, n, "group", 2);
+	gen_node(g, gp, "Conv", "c4", "x2,W4,B4", "y4");
+	gen_output(g, gp, "r", OQ_DT_FLOAT, GEN_SHAPE(1, 64, 7, 7));
+	gen_output(g, gp, "y2", OQ_DT_FLOAT, GEN_SHAPE(1, 40, 7, 7));
+	gen_output(g, gp, "y3", OQ_DT_FLOAT, GEN_SHAPE(1, 32, 7, 7));
+	gen_output(g, gp, "y4", OQ_DT_FLOAT, GEN_SHAPE(1, 48, 20, 20));
+	cr_assert_eq(oq_rt_alloc(&in[0], OQ_DT_FLOAT, 4, (const int64_t[]){1, 6, 7, 7}), OQ_OK);
+	cr_assert_eq(oq_rt_alloc(&in[1], OQ_DT_FLOAT, 4, (const int64_t[]){1, 8, 20, 20}), OQ_OK);
+	for (size_t i = 0; i < in[0].nelem; i++)
+		((float *)in[0].data)[i] = (float)xv[i];
+	for (size_t i = 0; i < in[1].nelem; i++)
+		((float *)in[1].data)[i] = (float)x2v[i];
+
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_exec_new(m, &o, &e, &d), OQ_OK, "%s", d.msg);
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
+		cr_expect_eq(oq_exec_n_packed_conv(e), 4, "four Conv weights packed");
+	oq_exec_free(e);
+	oq_model_free(m);
+
+	memset(&sf, 0, sizeof sf);
+	memset(&su, 0, sizeof su);
+	run(g, 1, 1, NULL, in, 2, f, 4, NULL, NULL, 0);
+	run(g, 2, 1, NULL, in, 2, t2, 4, NULL, NULL, 0);
+	run(g, 1, 1, &sf, in, 2, r, 4, NULL, NULL, 0);
+	for (int i = 0; i < 4; i++) {
+		expect_same(&f[i], &t2[i], outs[i]);
+		expect_same(&f[i], &r[i], outs[i]);
+		oq_rt_release(&t2[i]);
+		oq_rt_release(&r[i]);
+	}
+	oq_exec_no_pack = 1;
+	run(g, 1, 1, &su, in, 2, u, 4, NULL, NULL, 0);
+	oq_exec_no_pack = 0;
+	expect_same_seen(&sf, &su);
+	{
+		size_t nb;
+		const unsigned char *wi = seen_get(&sf, "Wi", &nb);
+		cr_assert(wi && nb == 64 * 6 * 9 * sizeof(float), "the folded Identity observed");
+		for (size_t i = 0; i < 64 * 6 * 9; i++) {
+			float v;
+			memcpy(&v, wi + i * sizeof v, sizeof v);
+			cr_assert_eq(v, (float)w1[i], "Wi element %zu rebuilt from the panels", i);
+		}
+	}
+	oq_linalg_use_ref = 1;
+	run(g, 1, 1, NULL, in, 2, r, 4, NULL, NULL, 0);
+	oq_linalg_use_ref = 0;
+	for (int i = 0; i < 4; i++) {
+		expect_same(&f[i], &u[i], outs[i]);
+		for (size_t k = 0; k < f[i].nelem; k++) {
+			double a = ((const float *)f[i].data)[k], b = ((const float *)r[i].data)[k];
+			if (!(fabs(a - b) <= 1e-4 + 1e-4 * fabs(b))) {
+				cr_expect(0, "%s element %zu: packed %.8g, reference %.8g", outs[i], k, a, b);
+				break;
+			}
+		}
+		oq_rt_release(&f[i]);
+		oq_rt_release(&u[i]);
+		oq_rt_release(&r[i]);
+	}
+	seen_free(&sf);
+	seen_free(&su);
+	oq_rt_release(&in[0]);
+	oq_rt_release(&in[1]);
+	free(w1);
+	free(b1);
+	free(w2);
+	free(w3);
+	free(w4);
+	free(b4);
+	free(xv);
+	free(x2v);
 	gen_free(g);
 }

@@ -528,7 +528,8 @@ Test(exec_fuse, avx512_depthwise_epilogue_bit_identical_to_sse)
 	 * other activations on the stored row; the SSE kernel runs oq_epi_apply on each row. Same
 	 * bits expected for: BN + Relu, Clip (lo < hi), Clip with lo > hi (every value becomes hi,
 	 * done on the row), HardSwish and LeakyRelu (on the row), no epilogue; 5x5 stride 2, 3x3
-	 * stride 1 and 2; widths 7, 17, 19, 33; 13 and 24 channels; 2 images. */
+	 * stride 1 and 2; widths 7, 17, 19, 33; 13 and 24 channels (row kernels), 16, 32, 40 and 48
+	 * (channel-blocked, BN per lane); 2 images. */
 	static const spec cases[] = {
 		{.opset = 13, .n = 2, .c = 13, .h = 9, .w = 17, .m = 13, .k = 3, .stride = 1, .pad = 1, .group = 13,
 		 .bias = 1, .bn = 1, .act = "Relu"},
@@ -542,6 +543,17 @@ Test(exec_fuse, avx512_depthwise_epilogue_bit_identical_to_sse)
 		 .group = 13, .bias = 1, .act = "LeakyRelu"},
 		{.opset = 13, .n = 1, .c = 13, .h = 11, .w = 17, .m = 13, .k = 3, .stride = 2, .pad = 0,
 		 .group = 13, .bias = 1},
+		/* channel-blocked kernel (nearly full 16-channel blocks): BN per lane, the same cases */
+		{.opset = 13, .n = 2, .c = 32, .h = 9, .w = 17, .m = 32, .k = 3, .stride = 1, .pad = 1, .group = 32,
+		 .bias = 1, .bn = 1, .act = "Relu"},
+		{.opset = 13, .n = 1, .c = 48, .h = 7, .w = 7, .m = 48, .k = 3, .stride = 1, .pad = 1, .group = 48,
+		 .bias = 0, .bn = 1, .act = "Clip", .lo = 0.5f, .hi = -0.5f},
+		{.opset = 14, .n = 1, .c = 16, .h = 19, .w = 19, .m = 16, .k = 5, .stride = 2, .pad = 2,
+		 .group = 16, .bias = 1, .bn = 1, .act = "HardSwish"},
+		{.opset = 13, .n = 1, .c = 40, .h = 11, .w = 33, .m = 40, .k = 3, .stride = 2, .pad = 1,
+		 .group = 40, .bias = 1, .bn = 1, .act = "Clip", .lo = 0, .hi = 0.3f},
+		{.opset = 13, .n = 1, .c = 40, .h = 11, .w = 17, .m = 40, .k = 5, .stride = 1, .pad = 2,
+		 .group = 40, .bias = 1, .act = "LeakyRelu"},
 	};
 	__builtin_cpu_init();
 	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
@@ -607,4 +619,164 @@ Test(exec_fuse, observer_without_intermediates_keeps_fusion)
 	oq_model_free(m);
 	gen_free(g);
 	free_params(&p);
+}
+
+/* ------------------------------------------------------------- chains */
+
+/*
+ * A Conv group whose output only a depthwise Conv reads runs with it as
+ * one kernel (exec.c plan_chains, linalg_conv.c oq_conv_chain_run: bands of
+ * the depthwise rows, the first output never stored whole). Model:
+ *   a = Conv(x, Wa [ma, c, ka, ka], Ba), stride sa, pad ka / 2 [-> act_a]
+ *   y = Conv(a, Wb [ma, 1, kb, kb], Bb), group ma, stride sb, pad kb / 2 [-> BN] [-> act_b]
+ * Chained (no observer) must equal: no chain (oq_exec_no_chain), the
+ * observed run (every node on its own), 2 threads, and the AVX2 / SSE
+ * kernels run one after the other (oq_linalg_no_avx512), bit for bit.
+ */
+typedef struct chain_spec {
+	int64_t c, h, w, ma, ka, sa, kb, sb;
+	int bias;              /* both Convs have B */
+	const char *act_a, *act_b; /* Relu or Clip (0, 6), or NULL */
+	int bn_b;              /* BatchNormalization after the depthwise Conv */
+} chain_spec;
+
+static void add_act(gen_model *g, Onnx__GraphProto *gp, const char *act, const char *in, const char *out,
+		    const char *tag)
+{
+	char lo[32], hi[32], ins[96];
+	if (!strcmp(act, "Clip")) {
+		snprintf(lo, sizeof lo, "%s_lo", tag);
+		snprintf(hi, sizeof hi, "%s_hi", tag);
+		gen_init(g, gp, lo, OQ_DT_FLOAT, 0, NULL, GEN_VALS(0));
+		gen_init(g, gp, hi, OQ_DT_FLOAT, 0, NULL, GEN_VALS(6));
+		snprintf(ins, sizeof ins, "%s,%s,%s", in, lo, hi);
+		gen_node(g, gp, "Clip", tag, ins, out);
+	} else {
+		gen_node(g, gp, act, tag, in, out);
+	}
+}
+
+static gen_model *build_chain(const chain_spec *s, double **vals, int *nv)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *gp;
+	Onnx__NodeProto *n;
+	int64_t oh = (s->h + 2 * (s->ka / 2) - s->ka) / s->sa + 1, ow = (s->w + 2 * (s->ka / 2) - s->ka) / s->sa + 1;
+	int64_t yh = (oh + 2 * (s->kb / 2) - s->kb) / s->sb + 1, yw = (ow + 2 * (s->kb / 2) - s->kb) / s->sb + 1;
+	size_t sizes[8] = {(size_t)(s->ma * s->c * s->ka * s->ka), (size_t)s->ma, (size_t)(s->ma * s->kb * s->kb),
+			   (size_t)s->ma, (size_t)s->ma, (size_t)s->ma, (size_t)s->ma, (size_t)s->ma};
+	const char *a = s->act_a ? "a" : "a2";
+
+	for (int i = 0; i < 8; i++) {
+		vals[i] = calloc(sizes[i], sizeof **vals);
+		cr_assert(vals[i]);
+		for (size_t j = 0; j < sizes[i]; j++)
+			vals[i][j] = i == 7 ? 0.5 + fabs(frand()) : frand(); /* BN variance > 0 */
+	}
+	*nv = 8;
+	gen_opset(g, "", 13);
+	gp = gen_graph(g);
+	gen_input(g, gp, "x", OQ_DT_FLOAT, GEN_SHAPE(1, s->c, s->h, s->w));
+	gen_init(g, gp, "Wa", OQ_DT_FLOAT, GEN_SHAPE(s->ma, s->c, s->ka, s->ka), vals[0]);
+	gen_init(g, gp, "Ba", OQ_DT_FLOAT, GEN_SHAPE(s->ma), vals[1]);
+	gen_init(g, gp, "Wb", OQ_DT_FLOAT, GEN_SHAPE(s->ma, 1, s->kb, s->kb), vals[2]);
+	gen_init(g, gp, "Bb", OQ_DT_FLOAT, GEN_SHAPE(s->ma), vals[3]);
+	n = gen_node(g, gp, "Conv", "ca", s->bias ? "x,Wa,Ba" : "x,Wa", a);
+	gen_attr_ints(g, n, "strides", 2, (const int64_t[]){s->sa, s->sa});
+	gen_attr_ints(g, n, "pads", 4, (const int64_t[]){s->ka / 2, s->ka / 2, s->ka / 2, s->ka / 2});
+	if (s->act_a)
+		add_act(g, gp, s->act_a, "a", "a2", "acta");
+	n = gen_node(g, gp, "Conv", "cb", s->bias ? "a2,Wb,Bb" : "a2,Wb", s->bn_b || s->act_b ? "b" : "y");
+	gen_attr_ints(g, n, "strides", 2, (const int64_t[]){s->sb, s->sb});
+	gen_attr_ints(g, n, "pads", 4, (const int64_t[]){s->kb / 2, s->kb / 2, s->kb / 2, s->kb / 2});
+	gen_attr_int(g, n, "group", s->ma);
+	if (s->bn_b) {
+		gen_init(g, gp, "bs", OQ_DT_FLOAT, GEN_SHAPE(s->ma), vals[4]);
+		gen_init(g, gp, "bb", OQ_DT_FLOAT, GEN_SHAPE(s->ma), vals[5]);
+		gen_init(g, gp, "bm", OQ_DT_FLOAT, GEN_SHAPE(s->ma), vals[6]);
+		gen_init(g, gp, "bv", OQ_DT_FLOAT, GEN_SHAPE(s->ma), vals[7]);
+		gen_node(g, gp, "BatchNormalization", "bn", "b,bs,bb,bm,bv", s->act_b ? "b2" : "y");
+	}
+	if (s->act_b)
+		add_act(g, gp, s->act_b, s->bn_b ? "b2" : "b", "y", "actb");
+	gen_output(g, gp, "y", OQ_DT_FLOAT, GEN_SHAPE(1, s->ma, yh, yw));
+	return g;
+}
+
+/* One run of m: threads, observer or not; *chained gets oq_exec_n_chained. */
+static void run_chain(oq_model *m, int threads, int observe_all, const oq_rt *x, oq_rt *y, size_t *chained)
+{
+	oq_exec *e = NULL;
+	oq_exec_opts o = {threads};
+	oq_diag d;
+	seen ob;
+
+	memset(&ob, 0, sizeof ob);
+	oq_diag_init(&d);
+	cr_assert_eq(oq_exec_new(m, &o, &e, &d), OQ_OK, "exec_new: %s", d.msg);
+	if (observe_all)
+		oq_exec_set_observer(e, observe, &ob);
+	cr_assert_eq(oq_exec_run(e, x, 1, y, 1, &d), OQ_OK, "run: %s", d.msg);
+	*chained = oq_exec_n_chained(e);
+	oq_exec_free(e);
+}
+
+Test(exec_fuse, conv_depthwise_chain)
+{
+	/* bands (several per image), stride 2 and 1, a 3x3 stride-2 head (im2col), a head without
+	 * epilogue, BN on the depthwise side, 5x5, channels in the lanes in the head (a 7x7 plane,
+	 * depth 160), and 24 channels (the depthwise row kernels: the two kernels one after the other) */
+	static const chain_spec cases[] = {
+		{16, 60, 60, 64, 1, 1, 3, 2, 1, "Clip", "Clip", 0},
+		{3, 61, 61, 32, 3, 2, 3, 1, 1, "Relu", NULL, 0},
+		{24, 30, 30, 48, 1, 1, 5, 1, 0, NULL, "Relu", 1},
+		{160, 7, 7, 96, 1, 1, 3, 1, 1, "Clip", "Clip", 0},
+		{8, 20, 20, 24, 1, 1, 3, 1, 1, "Clip", "Clip", 0},
+	};
+	__builtin_cpu_init();
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		const chain_spec *s = &cases[i];
+		double *vals[8];
+		int nv;
+		gen_model *g;
+		oq_model *m = NULL;
+		oq_diag d;
+		oq_rt x, y1, y2, y3, y4, y5;
+		size_t ch;
+
+		seed(900 + i);
+		g = build_chain(s, vals, &nv);
+		oq_diag_init(&d);
+		cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "load: %s", d.msg);
+		cr_assert_eq(oq_rt_alloc(&x, OQ_DT_FLOAT, 4, (const int64_t[]){1, s->c, s->h, s->w}), OQ_OK);
+		for (size_t j = 0; j < x.nelem; j++)
+			((float *)x.data)[j] = (float)frand();
+		run_chain(m, 1, 0, &x, &y1, &ch);
+		cr_expect_eq(ch, 1, "case %zu: one chain", i);
+		run_chain(m, 2, 0, &x, &y2, &ch);
+		run_chain(m, 1, 1, &x, &y3, &ch);
+		oq_exec_no_chain = 1;
+		run_chain(m, 1, 0, &x, &y4, &ch);
+		oq_exec_no_chain = 0;
+		cr_expect_eq(ch, 0, "case %zu: no chain when asked", i);
+		oq_linalg_no_avx512 = 1;
+		run_chain(m, 1, 0, &x, &y5, &ch);
+		oq_linalg_no_avx512 = 0;
+		cr_assert(y1.nelem > 0 && y1.nbytes == y2.nbytes && y1.nbytes == y3.nbytes && y1.nbytes == y4.nbytes &&
+			  y1.nbytes == y5.nbytes, "case %zu: output sizes", i);
+		cr_expect(!memcmp(y1.data, y2.data, y1.nbytes), "case %zu: threads 1 and 2 differ", i);
+		cr_expect(!memcmp(y1.data, y3.data, y1.nbytes), "case %zu: chained and observed (unfused) differ", i);
+		cr_expect(!memcmp(y1.data, y4.data, y1.nbytes), "case %zu: chained and not chained differ", i);
+		cr_expect(!memcmp(y1.data, y5.data, y1.nbytes), "case %zu: AVX-512 chain and AVX2 / SSE differ", i);
+		oq_rt_release(&x);
+		oq_rt_release(&y1);
+		oq_rt_release(&y2);
+		oq_rt_release(&y3);
+		oq_rt_release(&y4);
+		oq_rt_release(&y5);
+		for (int j = 0; j < nv; j++)
+			free(vals[j]);
+		oq_model_free(m);
+		gen_free(g);
+	}
 }

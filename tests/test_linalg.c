@@ -778,16 +778,18 @@ Test(linalg, random_gemm_matmul_fast_vs_ref)
 }
 
 /*
- * Depthwise Conv on odd shapes through both float engines: the AVX-512
- * kernel (16 outputs per vector, masked loads at the row edges, horizontal
- * stride 1 and 2) and the SSE kernel on a zero-padded copy
- * (oq_linalg_no_avx512). Both add b + w * x over every tap in (i, j) order
- * with separate multiply and add, so their outputs must be the same bits;
- * both must be the same for 1 and 2 threads and within 1e-4 of the
+ * Depthwise Conv on odd shapes through the float engines: on AVX-512 the
+ * channel-blocked kernel (16 channels per vector, used when the blocks are
+ * nearly full: channels a multiple of 16 here every third seed) and the row
+ * kernels (16 outputs per vector, masked loads at the row edges, horizontal
+ * stride 1 and 2; forced with oq_linalg_dw_rows), and the SSE kernel on a
+ * zero-padded copy (oq_linalg_no_avx512). All add b + w * x over every tap
+ * in (i, j) order with separate multiply and add, so their outputs must be
+ * the same bits; also the same for 1 and 2 threads and within 1e-4 of the
  * double-precision reference. Shapes: channels not a multiple of 8 or 16,
  * widths 1..17 (and a few wider, for several 16-lane blocks), kernels 1..7
  * not square, asymmetric pads up to 3, dilations up to 3, strides 1..3
- * (horizontal stride 3 takes the SSE path on both runs).
+ * (horizontal stride 3 takes the SSE path in the row kernels).
  */
 Test(linalg, depthwise_avx512_vs_sse_vs_ref)
 {
@@ -798,11 +800,11 @@ Test(linalg, depthwise_avx512_vs_sse_vs_ref)
 		int64_t c, kh, kw, sh, sw, dh, dw, pads[4], h, w;
 		tin in[3];
 		attrs a;
-		oq_rt vals[3], o1, o2, os, oref;
+		oq_rt vals[3], o1, o2, os, orow, oref;
 		char what[192], err[1024] = "";
 		size_t nin;
 		seed(5000 + sd);
-		c = irand(1, 37);
+		c = sd % 3 == 0 ? 16 * irand(1, 3) : irand(1, 37);
 		kh = sd % 4 == 0 ? 3 : sd % 4 == 1 ? 5 : irand(1, 7);
 		kw = sd % 4 == 0 ? 3 : sd % 4 == 1 ? 5 : irand(1, 7);
 		sh = irand(1, 3);
@@ -839,6 +841,10 @@ Test(linalg, depthwise_avx512_vs_sse_vs_ref)
 			     "%s: %s", what, err);
 		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 2, &o2, err, sizeof err), 0,
 			     "%s: %s", what, err);
+		oq_linalg_dw_rows = 1;
+		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 1, &orow, err, sizeof err),
+			     0, "%s: %s", what, err);
+		oq_linalg_dw_rows = 0;
 		oq_linalg_no_avx512 = 1;
 		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 1, &os, err, sizeof err), 0,
 			     "%s: %s", what, err);
@@ -850,6 +856,8 @@ Test(linalg, depthwise_avx512_vs_sse_vs_ref)
 		cr_assert(o1.nelem > 0 && o1.nbytes == os.nbytes && o1.nbytes == o2.nbytes && o1.nelem == oref.nelem,
 			  "%s: output sizes", what);
 		cr_expect(!memcmp(o1.data, os.data, o1.nbytes), "%s: AVX-512 and SSE outputs differ", what);
+		cr_expect(o1.nbytes == orow.nbytes && !memcmp(o1.data, orow.data, o1.nbytes),
+			  "%s: channel-blocked and row kernels differ", what);
 		cr_expect(!memcmp(o1.data, o2.data, o1.nbytes), "%s: threads 1 and 2 differ", what);
 		for (size_t i = 0; i < o1.nelem; i++) {
 			double x = ((float *)o1.data)[i], r = ((float *)oref.data)[i];
@@ -863,6 +871,7 @@ Test(linalg, depthwise_avx512_vs_sse_vs_ref)
 		oq_rt_release(&o1);
 		oq_rt_release(&o2);
 		oq_rt_release(&os);
+		oq_rt_release(&orow);
 		oq_rt_release(&oref);
 	}
 }
@@ -966,6 +975,97 @@ static float *rand_floats(size_t n)
 	for (size_t i = 0; i < n; i++)
 		v[i] = (float)frand();
 	return v;
+}
+
+/*
+ * The conv engine on weights packed as the executor's plan packs them
+ * (oq_cw_pack: 32-channel panels) against the same engine reading W in
+ * place (oq_conv_run_ep): z_gemm then takes its rows from the panels
+ * (12-row tiles straddling two panels), and where channels in the lanes
+ * fill more lanes (small planes, deep kernels) zt_gemm runs on either
+ * (packing per call without a plan). Every output is init + sum of w * x
+ * in k order with one FMA per term on all paths, so the bits must be
+ * equal, and equal to the AVX2 kernel's (the panels unpacked for it).
+ * Shapes: groups 1..3, 1x1 in place and im2col, planes of 1..400
+ * positions (7x7: 49), depths 1..1800, channels per group 1..100, with
+ * and without bias and a fused Relu.
+ */
+Test(linalg, conv_packed_weights_vs_in_place)
+{
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("no AVX-512F on this CPU: nothing to compare");
+	for (uint64_t sd = 1; sd <= 80; sd++) {
+		oq_conv_geom g;
+		oq_cw cw;
+		oq_kfuse ep;
+		int64_t grp, cg, mg, kk, nw, nx, ny;
+		float *x, *w, *b, *y1, *y2, *y3;
+		int relu;
+		char what[160];
+
+		seed(7000 + sd);
+		memset(&g, 0, sizeof g);
+		grp = irand(0, 3) ? 1 : irand(2, 3);
+		cg = sd % 3 == 0 ? irand(40, 200) : irand(1, 40);
+		mg = sd % 5 == 0 ? 32 * irand(1, 3) : irand(1, 100);
+		kk = irand(0, 1) ? 1 : 3;
+		g.nsp = 2;
+		g.n = irand(1, 2);
+		g.c = grp * cg;
+		g.m = grp * mg;
+		g.group = grp;
+		for (int d = 0; d < 2; d++) {
+			g.in[d] = sd % 4 == 0 ? 7 : irand(1, 20);
+			g.k[d] = kk;
+			g.stride[d] = kk == 3 && irand(0, 3) == 0 ? 2 : 1;
+			g.dil[d] = 1;
+			g.pad[d] = kk == 3 ? 1 : 0;
+			g.out[d] = (g.in[d] + 2 * g.pad[d] - kk) / g.stride[d] + 1;
+		}
+		g.in_size = g.in[0] * g.in[1];
+		g.out_size = g.out[0] * g.out[1];
+		g.k_size = kk * kk;
+		nx = g.n * g.c * g.in_size;
+		nw = g.m * cg * g.k_size;
+		ny = g.n * g.m * g.out_size;
+		x = malloc((size_t)nx * sizeof *x);
+		w = malloc((size_t)nw * sizeof *w);
+		b = malloc((size_t)g.m * sizeof *b);
+		y1 = malloc((size_t)ny * sizeof *y1);
+		y2 = malloc((size_t)ny * sizeof *y2);
+		y3 = malloc((size_t)ny * sizeof *y3);
+		cr_assert(x && w && b && y1 && y2 && y3);
+		for (int64_t i = 0; i < nx; i++)
+			x[i] = (float)frand();
+		for (int64_t i = 0; i < nw; i++)
+			w[i] = (float)frand();
+		for (int64_t i = 0; i < g.m; i++)
+			b[i] = (float)frand();
+		relu = irand(0, 1);
+		memset(&ep, 0, sizeof ep);
+		ep.act.kind = OQ_ACT_RELU;
+		snprintf(what, sizeof what, "seed %llu: n %lld c %lld m %lld group %lld %lldx%lld k %lld s %lld",
+			 (unsigned long long)sd, (long long)g.n, (long long)g.c, (long long)g.m, (long long)grp,
+			 (long long)g.in[0], (long long)g.in[1], (long long)kk, (long long)g.stride[0]);
+		cr_assert_eq(oq_cw_pack(w, g.m, cg * g.k_size, grp, &cw), OQ_OK, "%s: pack", what);
+		cr_assert_eq(oq_conv_run_ep(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, relu ? &ep : NULL, y1), OQ_OK);
+		cr_assert_eq(oq_conv_run_pk(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, relu ? &ep : NULL, y2),
+			     OQ_OK);
+		oq_linalg_no_avx512 = 1;
+		cr_assert_eq(oq_conv_run_pk(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, relu ? &ep : NULL, y3),
+			     OQ_OK);
+		oq_linalg_no_avx512 = 0;
+		cr_expect(!memcmp(y1, y2, (size_t)ny * sizeof *y1), "%s: packed and in-place weights differ", what);
+		cr_expect(!memcmp(y1, y3, (size_t)ny * sizeof *y1), "%s: AVX-512 and AVX2 differ", what);
+		oq_cw_free(&cw);
+		free(x);
+		free(w);
+		free(b);
+		free(y1);
+		free(y2);
+		free(y3);
+	}
 }
 
 /*
