@@ -21,9 +21,12 @@
  * run time: zeros counted by mask/popcount, the indices of finite non-zero
  * values compacted; plain C otherwise: zeros and NaN/Inf through two
  * scratch slots after the bins) and counted into four interleaved
- * sub-histograms summed at the end (incrementing one bin again and again
- * is a serial dependency). All counts are integers, so every path gives
- * the histogram of oq_hist_add_f32_ref, which raises e value by value.
+ * sub-histograms of 16-bit counts (incrementing one bin again and again
+ * is a serial dependency; 16-bit counts keep the bins in use within L1),
+ * added to the bins every 255 blocks of 1024 values, before they can
+ * overflow. Only the bins up to the one holding amax are cleared and
+ * added. All counts are integers, so every path gives the histogram of
+ * oq_hist_add_f32_ref, which raises e value by value.
  *
  * Views (oq_hist_view): the selections read equal-width bins over a range.
  * Signed cell g of x on the grid is k for x >= 0 and -1 - k for x < 0
@@ -215,32 +218,40 @@ int oq_hist_add_f32_ref(oq_hist *h, const float *p, size_t n)
 
 int oq_hist_simd = 1;
 
-#define FILL_BLOCK 1024             /* values whose bin indices are computed at a time */
-#define SUB_CHUNK ((size_t)1 << 30) /* values per sub-histogram flush (uint32 counts) */
+#define FILL_BLOCK 1024 /* values whose bin indices are computed at a time */
+#define NSUB 4           /* interleaved sub-histograms of the fill */
+/* blocks counted into the sub-histograms between two flushes: each gets a quarter of the
+ * values, at most 255 * 1024 / 4 = 65280 < 65536, so uint16 counts cannot overflow */
+#define SUB_BLOCKS 255
 
 /*
  * Index kernels: for p[0..m), write bin indices to idx (m + 16 slots) and
- * return how many. The plain-C kernel writes one per value, ZSLOT for an
- * exact zero and BSLOT for NaN/Inf (branch-free, so the compiler
- * vectorises it). The AVX-512 kernel counts zeros in *nzero instead and
- * stores only the indices of finite non-zero values.
+ * return how many; a side's index is clamped to top (the bin of the
+ * block's largest |x|, so the clamp never moves a value when the caller's
+ * amax is right, and a wrong amax cannot reach a bin the fill did not
+ * clear). The plain-C kernel writes one per value, ZSLOT for an exact
+ * zero and BSLOT for NaN/Inf (branch-free, so the compiler vectorises it).
+ * The AVX-512 kernel counts zeros in *nzero instead and stores only the
+ * indices of finite non-zero values.
  */
-static inline size_t idx_tail(const float *p, size_t m, float sc, uint32_t *idx, uint64_t *nzero)
+static inline size_t idx_tail(const float *p, size_t m, float sc, uint32_t top, uint32_t *idx,
+			      uint64_t *nzero)
 {
 	size_t k = 0;
 	for (size_t j = 0; j < m; j++) {
-		float x = p[j];
+		float x = p[j], u = fabsf(x) * sc;
 		unsigned fin = fabsf(x) < INFINITY, nz = fin & (x != 0.0f);
+		uint32_t b = nz ? (u < (float)top ? (uint32_t)u : top) : 0;
 		*nzero += fin & !nz;
-		idx[k] = nz ? (uint32_t)bin_of(x, sc) : 0;
+		idx[k] = x < 0 ? (uint32_t)SIDE + b : b;
 		k += nz;
 	}
 	return k;
 }
 
-static size_t idx_c(const float *p, size_t m, float sc, uint32_t *idx, uint64_t *nzero)
+static size_t idx_c(const float *p, size_t m, float sc, uint32_t topi, uint32_t *idx, uint64_t *nzero)
 {
-	const float top = (float)(SIDE - 1);
+	const float top = (float)topi;
 
 	(void)nzero;
 	for (size_t j = 0; j < m; j++) {
@@ -265,11 +276,12 @@ static size_t idx_c(const float *p, size_t m, float sc, uint32_t *idx, uint64_t 
 #define AVX512 __attribute__((target("avx512f")))
 
 /* The same with 16 values a step: compare masks, zeros by popcount, indices compressed. */
-AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t *idx, uint64_t *nzero)
+AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t topi, uint32_t *idx,
+				uint64_t *nzero)
 {
 	const __m512 scv = _mm512_set1_ps(sc), inf = _mm512_set1_ps(INFINITY);
 	const __m512 zero = _mm512_setzero_ps();
-	const __m512i top = _mm512_set1_epi32((int)SIDE - 1), side = _mm512_set1_epi32((int)SIDE);
+	const __m512i top = _mm512_set1_epi32((int)topi), side = _mm512_set1_epi32((int)SIDE);
 	uint64_t z = 0;
 	size_t j = 0, k = 0;
 
@@ -286,7 +298,7 @@ AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t *id
 		k += (unsigned)__builtin_popcount(nz);
 	}
 	*nzero += z;
-	return k + idx_tail(p + j, m - j, sc, idx + k, nzero);
+	return k + idx_tail(p + j, m - j, sc, topi, idx + k, nzero);
 }
 
 static int have_avx512(void)
@@ -306,49 +318,79 @@ static int have_avx512(void)
 #define idx_avx512 idx_c
 #endif
 
+/* Adds the sub-histograms' bins [0, top] of each side and the two slots to h, and clears them. */
+static void flush_sub(oq_hist *h, uint16_t (*sub)[NBINS + 2], size_t top)
+{
+	for (size_t side = 0; side < 2; side++) {
+		uint64_t *b = h->bin + side * SIDE;
+		uint16_t *s0 = sub[0] + side * SIDE, *s1 = sub[1] + side * SIDE;
+		uint16_t *s2 = sub[2] + side * SIDE, *s3 = sub[3] + side * SIDE;
+		for (size_t k = 0; k <= top; k++)
+			b[k] += (uint64_t)((uint32_t)s0[k] + s1[k] + s2[k] + s3[k]);
+		for (int q = 0; q < NSUB; q++)
+			memset(sub[q] + side * SIDE, 0, (top + 1) * sizeof **sub);
+	}
+	for (size_t k = ZSLOT; k <= BSLOT; k++) {
+		h->bin[k] += (uint64_t)((uint32_t)sub[0][k] + sub[1][k] + sub[2][k] + sub[3][k]);
+		sub[0][k] = sub[1][k] = sub[2][k] = sub[3][k] = 0;
+	}
+}
+
 int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 {
 	uint32_t idx[FILL_BLOCK + 16];
-	uint32_t sub[3][NBINS + 2]; /* bin[] is the fourth */
-	size_t (*kern)(const float *, size_t, float, uint32_t *, uint64_t *) =
+	/* NSUB interleaved histograms of uint16 counts (value j of a block goes to j % NSUB), summed
+	 * into bin[] every SUB_BLOCKS blocks: incrementing one bin again and again is a serial
+	 * dependency, and 16-bit counts keep the bins in use within L1. Only bins [0, top] of each
+	 * side and the two slots are cleared and summed: worth it for enough values per bin. */
+	uint16_t sub[NSUB][NBINS + 2];
+	size_t (*kern)(const float *, size_t, float, uint32_t, uint32_t *, uint64_t *) =
 		oq_hist_simd && have_avx512() ? idx_avx512 : idx_c;
-	/* four interleaved histograms, summed at the end, break the chain of increments of one
-	 * bin when neighbouring values share it; worth zeroing only for enough values */
-	const int use_sub = n >= 4 * (NBINS + 2);
 	uint64_t nzero = 0;
-	float sc;
-	int rc;
+	uint32_t top;
+	float sc, u;
+	int rc, use_sub;
 
 	if (!(amax > 0)) { /* no finite non-zero value: only zeros to count */
 		for (size_t i = 0; i < n; i++)
 			h->n_zero += p[i] == 0.0f;
 		return OQ_OK;
 	}
-	if ((rc = oq_hist_reserve(h, oq_hist_exponent(amax < FLT_MAX ? amax : FLT_MAX))))
+	if (amax > FLT_MAX)
+		amax = FLT_MAX;
+	if ((rc = oq_hist_reserve(h, oq_hist_exponent(amax))))
 		return rc;
 	sc = scale_of(h->e);
-	for (size_t i0 = 0; i0 < n; i0 += SUB_CHUNK) {
-		size_t n1 = n - i0 < SUB_CHUNK ? n - i0 : SUB_CHUNK;
-		if (use_sub)
-			memset(sub, 0, sizeof sub);
-		for (size_t i = i0; i < i0 + n1; i += FILL_BLOCK) {
-			size_t m = i0 + n1 - i < FILL_BLOCK ? i0 + n1 - i : FILL_BLOCK;
-			size_t k = kern(p + i, m, sc, idx, &nzero), j = 0;
-			if (use_sub) {
-				for (; j + 4 <= k; j += 4) {
-					h->bin[idx[j]]++;
-					sub[0][idx[j + 1]]++;
-					sub[1][idx[j + 2]]++;
-					sub[2][idx[j + 3]]++;
-				}
-			}
-			for (; j < k; j++)
-				h->bin[idx[j]]++;
+	u = amax * sc;
+	top = u < (float)(SIDE - 1) ? (uint32_t)u : (uint32_t)(SIDE - 1);
+	use_sub = n >= (size_t)top + 64;
+	if (use_sub) {
+		for (int q = 0; q < NSUB; q++) {
+			memset(sub[q], 0, ((size_t)top + 1) * sizeof **sub);
+			memset(sub[q] + SIDE, 0, ((size_t)top + 1) * sizeof **sub);
+			sub[q][ZSLOT] = sub[q][BSLOT] = 0;
 		}
-		if (use_sub)
-			for (size_t b = 0; b < NBINS + 2; b++)
-				h->bin[b] += (uint64_t)sub[0][b] + sub[1][b] + sub[2][b];
 	}
+	for (size_t i = 0, blocks = 0; i < n; i += FILL_BLOCK) {
+		size_t m = n - i < FILL_BLOCK ? n - i : FILL_BLOCK;
+		size_t k = kern(p + i, m, sc, top, idx, &nzero), j = 0;
+		if (use_sub) {
+			for (; j + NSUB <= k; j += NSUB) {
+				sub[0][idx[j]]++;
+				sub[1][idx[j + 1]]++;
+				sub[2][idx[j + 2]]++;
+				sub[3][idx[j + 3]]++;
+			}
+			if (++blocks == SUB_BLOCKS) {
+				flush_sub(h, sub, top);
+				blocks = 0;
+			}
+		}
+		for (; j < k; j++)
+			h->bin[idx[j]]++;
+	}
+	if (use_sub)
+		flush_sub(h, sub, top);
 	h->n_zero += nzero + h->bin[ZSLOT];
 	h->bin[ZSLOT] = h->bin[BSLOT] = 0;
 	return OQ_OK;

@@ -172,8 +172,9 @@ static float *edge_data(size_t n, uint64_t seed, float scale)
 
 Test(observers, fast_fill_matches_scalar_reference)
 {
-	/* sizes: below 16 (scalar tail only), below the sub-histogram threshold, above it */
-	const size_t sizes[] = {13, 1000, 5 * 2 * SIDE + 7, 11 * 2 * SIDE + 29};
+	/* sizes: below 16 (scalar tail only), below the sub-histogram threshold, above it, and past
+	 * two flushes of the 16-bit sub-histograms (every 255 blocks of 1024 values) */
+	const size_t sizes[] = {13, 1000, 5 * 2 * SIDE + 7, 11 * 2 * SIDE + 29, 2 * 255 * 1024 + 4099};
 	const float scales[] = {3.25f, 6.0f, 1e-3f, 1e30f};
 
 	for (size_t r = 0; r < sizeof scales / sizeof *scales; r++) {
@@ -212,6 +213,34 @@ Test(observers, fast_fill_matches_scalar_reference)
 			oq_hist_free(&ref);
 		}
 	}
+}
+
+/* One bin takes every value (a constant tensor, as after a saturating Clip) far past what a 16-bit
+ * sub-histogram count holds between flushes: the counts stay exact. */
+Test(observers, fast_fill_one_bin_many_values)
+{
+	const size_t n = 3 * 255 * 1024 + 77;
+	float *x = malloc(n * sizeof *x);
+	oq_hist ref, fast;
+	uint64_t six = 0;
+
+	cr_assert(x);
+	for (size_t i = 0; i < n; i++) {
+		x[i] = i % 1000 == 0 ? 0.0f : i % 977 == 0 ? -6.0f : 6.0f;
+		six += x[i] == 6.0f;
+	}
+	oq_hist_init(&ref);
+	fill(0, &ref, x, n);
+	for (int how = 1; how < 3; how++) {
+		oq_hist_init(&fast);
+		fill(how, &fast, x, n);
+		cr_expect(same_hist(&fast, &ref), "fill %d differs from the reference", how);
+		cr_expect_eq(at_bin(&fast, 0, 3 * SIDE / 4), six, "count %llu",
+			     (unsigned long long)at_bin(&fast, 0, 3 * SIDE / 4));
+		oq_hist_free(&fast);
+	}
+	oq_hist_free(&ref);
+	free(x);
 }
 
 /* Merging histograms of two halves gives the histogram of the whole, bit for bit, whatever their
