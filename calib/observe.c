@@ -865,37 +865,14 @@ static double seg(double cnt, double l, double r, double v)
  * more levels than bins; then each bin costs its clipped parts exactly and s^2/12 per value
  * inside the grid (values spread over many steps).
  */
-static double mse_err(const msectx *m, double a, double b)
+/* The level walk of mse_err (a step s >= w, levels j0..j1, zero point zp), one level at a time:
+ * the reference of walk_fast. */
+static double walk_ref(const msectx *m, double s, int64_t zp, int64_t j0, int64_t j1)
 {
-	float sf;
-	int64_t zp, j0, j1;
-	double s, n = (double)m->h->n, lo = m->h->lo, w = m->w, e = 0, gl, gh;
+	double n = (double)m->h->n, lo = m->h->lo, w = m->w, e = 0;
 	double cut_l = 0, cut_cnt = 0; /* the right part of the bin cut by the last boundary */
 	size_t start = 0;               /* the first bin not yet counted */
 
-	if (oq_qparams(a, b, m->dtype, m->form, 0, &sf, &zp) || !(sf > 0))
-		return INFINITY;
-	s = sf;
-	gl = (double)(m->qmin - zp) * s;
-	gh = (double)(m->qmax - zp) * s;
-	if (s < w) {
-		for (size_t k = 0; k < m->h->n; k++) {
-			double l = lo + (double)k * w, r = l + w, cnt = (double)m->h->bin[k], x0, x1;
-			if (!cnt)
-				continue;
-			x0 = l > gl ? l : gl; /* the part inside [gl, gh] */
-			x1 = r < gh ? r : gh;
-			if (l < gl)
-				e += seg(cnt * ((r < gl ? r : gl) - l) / w, l, r < gl ? r : gl, gl);
-			if (r > gh)
-				e += seg(cnt * (r - (l > gh ? l : gh)) / w, l > gh ? l : gh, r, gh);
-			if (x1 > x0)
-				e += cnt * (x1 - x0) / w * s * s / 12;
-		}
-		return e;
-	}
-	j0 = level(m, lo, s, zp);
-	j1 = level(m, m->h->hi, s, zp);
 	for (int64_t j = j0; j <= j1; j++) {
 		double v = (double)(j - zp) * s, bd = v + 0.5 * s, u;
 		size_t kb = m->h->n;
@@ -923,6 +900,110 @@ static double mse_err(const msectx *m, double a, double b)
 		}
 	}
 	return e;
+}
+
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+/* a > b ? a : b and a < b ? a : b as maxsd / minsd compute them (NaN, -0 included): no branch. */
+static double max_sd(double a, double b)
+{
+	return _mm_cvtsd_f64(_mm_max_sd(_mm_set_sd(a), _mm_set_sd(b)));
+}
+static double min_sd(double a, double b)
+{
+	return _mm_cvtsd_f64(_mm_min_sd(_mm_set_sd(a), _mm_set_sd(b)));
+}
+#else
+static double max_sd(double a, double b)
+{
+	return a > b ? a : b;
+}
+static double min_sd(double a, double b)
+{
+	return a < b ? a : b;
+}
+#endif
+
+/*
+ * walk_ref without its data-dependent branches: each level computes its three terms (the
+ * previous boundary's leftover, the whole bins, this boundary's part of its bin) and adds
+ * each one, masked to +0.0 where walk_ref adds nothing. e starts at +0 and only grows, so
+ * e + 0.0 == e and the sum has walk_ref's bits; the terms are walk_ref's expressions (the
+ * clamps as maxsd / minsd, which select exactly as its ?: do). The tests it drops (empty
+ * bins, a cut at a bin edge, a block of bins summing to about 0) go either way level by level,
+ * and mispredicting them cost more than the arithmetic. Bin indices are int64 (converted to and
+ * from double in one instruction; the values are the same).
+ */
+static double walk_fast(const msectx *m, double s, int64_t zp, int64_t j0, int64_t j1)
+{
+	const double *C = m->C, *S1 = m->S1, *S2 = m->S2;
+	const uint64_t *bin = m->h->bin;
+	const int64_t nb = (int64_t)m->h->n;
+	double n = (double)m->h->n, lo = m->h->lo, w = m->w, inv_w = m->inv_w, e = 0;
+	double cut_l = 0, cut_cnt = 0;
+	int64_t start = 0;
+
+	for (int64_t j = j0; j <= j1; j++) {
+		double v = (double)(j - zp) * s, bd = v + 0.5 * s, u;
+		int64_t kb = nb;
+		if (cut_cnt > 0)
+			e += seg(cut_cnt, cut_l, lo + (double)start * w, v);
+		cut_cnt = 0;
+		if (j < j1) {
+			u = (bd - lo) * inv_w;
+			kb = u < 1 ? 0 : u >= n - 1 ? nb - 1 : (int64_t)u;
+		}
+		if (kb > start) {
+			double c0 = C[kb] - C[start], c1 = S1[kb] - S1[start];
+			double c2 = S2[kb] - S2[start] - 2 * v * c1 + v * v * c0;
+			e += max_sd(c2, 0) + c0 * w * w / 12;
+		}
+		if (j < j1) {
+			double cnt = (double)(int64_t)bin[kb], el = lo + (double)kb * w;
+			double f = min_sd(1, max_sd(0, (bd - el) * inv_w));
+			if (cnt > 0 && f > 0)
+				e += seg(cnt * f, el, bd, v);
+			cut_cnt = cnt * (1 - f);
+			cut_l = bd;
+			start = kb + 1;
+		}
+	}
+	return e;
+}
+
+int oq_mse_ref;
+
+static double mse_err(const msectx *m, double a, double b)
+{
+	float sf;
+	int64_t zp, j0, j1;
+	double s, lo = m->h->lo, w = m->w, e = 0, gl, gh;
+
+	if (oq_qparams(a, b, m->dtype, m->form, 0, &sf, &zp) || !(sf > 0))
+		return INFINITY;
+	s = sf;
+	gl = (double)(m->qmin - zp) * s;
+	gh = (double)(m->qmax - zp) * s;
+	if (s < w) {
+		for (size_t k = 0; k < m->h->n; k++) {
+			double l = lo + (double)k * w, r = l + w, cnt = (double)m->h->bin[k], x0, x1;
+			if (!cnt)
+				continue;
+			x0 = l > gl ? l : gl; /* the part inside [gl, gh] */
+			x1 = r < gh ? r : gh;
+			if (l < gl)
+				e += seg(cnt * ((r < gl ? r : gl) - l) / w, l, r < gl ? r : gl, gl);
+			if (r > gh)
+				e += seg(cnt * (r - (l > gh ? l : gh)) / w, l > gh ? l : gh, r, gh);
+			if (x1 > x0)
+				e += cnt * (x1 - x0) / w * s * s / 12;
+		}
+		return e;
+	}
+	j0 = level(m, lo, s, zp);
+	j1 = level(m, m->h->hi, s, zp);
+	return oq_mse_ref ? walk_ref(m, s, zp, j0, j1) : walk_fast(m, s, zp, j0, j1);
 }
 
 /* Expected squared error of [-t, t] on the FP8 E4M3FN grid (|x| histogram). */
@@ -1014,41 +1095,69 @@ static double search(const msectx *m, int which, double a, double b, size_t k0, 
 	return bt;
 }
 
+static void mse_free(msectx *m)
+{
+	free(m->C);
+	free(m->S1);
+	free(m->S2);
+}
+
+/* m for bins h and the grid (dtype, form): the prefix sums. OQ_EINVAL when h's kind (|x| or
+ * signed) does not describe the grid, OQ_ENOMEM. */
+static int mse_init(msectx *m, const oq_hbins *h, int dtype, int form)
+{
+	size_t n = h->n;
+
+	memset(m, 0, sizeof *m);
+	m->h = h;
+	m->dtype = dtype;
+	m->form = form;
+	m->fp8 = oq_qtype_is_fp8(dtype);
+	if (oq_qform_mirrored(dtype, form) != !!h->abs ||
+	    (m->fp8 ? form == OQ_QP_ASYM : !oq_qgrid(dtype, form, 0, &m->qmin, &m->qmax)))
+		return OQ_EINVAL;
+	m->w = (h->hi - h->lo) / (double)n;
+	m->inv_w = (double)n / (h->hi - h->lo);
+	m->C = oq_malloc((n + 1) * sizeof *m->C);
+	m->S1 = oq_malloc((n + 1) * sizeof *m->S1);
+	m->S2 = oq_malloc((n + 1) * sizeof *m->S2);
+	if (!m->C || !m->S1 || !m->S2) {
+		mse_free(m);
+		return OQ_ENOMEM;
+	}
+	m->C[0] = m->S1[0] = m->S2[0] = 0;
+	for (size_t k = 0; k < n; k++) {
+		double c = h->lo + ((double)k + 0.5) * m->w, cnt = (double)h->bin[k];
+		m->C[k + 1] = m->C[k] + cnt;
+		m->S1[k + 1] = m->S1[k] + cnt * c;
+		m->S2[k + 1] = m->S2[k] + cnt * c * c;
+	}
+	return OQ_OK;
+}
+
+int oq_mse_error(const oq_hbins *h, double a, double b, int dtype, int form, double *err)
+{
+	msectx m;
+	int rc = mse_init(&m, h, dtype, form);
+
+	if (!rc)
+		*err = m.fp8 ? mse_err_fp8(&m, b) : mse_err(&m, a, b);
+	mse_free(&m);
+	return rc;
+}
+
 int oq_select_mse(const oq_hbins *h, double lo, double hi, int dtype, int form, double *out_lo,
 		  double *out_hi)
 {
 	msectx m;
 	size_t n = h->n;
-	int rc = OQ_OK, sym;
+	int rc;
 
 	*out_lo = lo;
 	*out_hi = hi;
-	memset(&m, 0, sizeof m);
-	m.h = h;
-	m.dtype = dtype;
-	m.form = form;
-	m.fp8 = oq_qtype_is_fp8(dtype);
-	sym = oq_qform_mirrored(dtype, form);
-	if (sym != !!h->abs ||
-	    (m.fp8 ? form == OQ_QP_ASYM : !oq_qgrid(dtype, form, 0, &m.qmin, &m.qmax)))
-		return OQ_EINVAL;
-	m.w = (h->hi - h->lo) / (double)n;
-	m.inv_w = (double)n / (h->hi - h->lo);
-	m.C = oq_malloc((n + 1) * sizeof *m.C);
-	m.S1 = oq_malloc((n + 1) * sizeof *m.S1);
-	m.S2 = oq_malloc((n + 1) * sizeof *m.S2);
-	if (!m.C || !m.S1 || !m.S2) {
-		rc = OQ_ENOMEM;
-		goto out;
-	}
-	m.C[0] = m.S1[0] = m.S2[0] = 0;
-	for (size_t k = 0; k < n; k++) {
-		double c = h->lo + ((double)k + 0.5) * m.w, cnt = (double)h->bin[k];
-		m.C[k + 1] = m.C[k] + cnt;
-		m.S1[k + 1] = m.S1[k] + cnt * c;
-		m.S2[k + 1] = m.S2[k] + cnt * c * c;
-	}
-	if (sym) {
+	if ((rc = mse_init(&m, h, dtype, form)))
+		return rc;
+	if (h->abs) {
 		double bt = fmax(-lo, hi), best = err_at(&m, END_SYM, 0, 0, bt);
 		bt = search(&m, END_SYM, 0, 0, 1, n - 1, bt, &best);
 		*out_lo = -bt;
@@ -1072,9 +1181,6 @@ int oq_select_mse(const oq_hbins *h, double lo, double hi, int dtype, int form, 
 		*out_hi = b;
 	}
 	clip_to(lo, hi, out_lo, out_hi);
-out:
-	free(m.C);
-	free(m.S1);
-	free(m.S2);
-	return rc;
+	mse_free(&m);
+	return OQ_OK;
 }
