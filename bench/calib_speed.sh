@@ -12,6 +12,11 @@
 #   run     `onnxq run --data DIR` wall time (bare executor + .npy loading)
 #   ort     onnxruntime-node 1.30, level 'all', median session.run (bench/exec_ort.js)
 # Prints samples/s for each and the ratios calib/ort and calib/run.
+# steady: the same quantize over REP x the samples (symlinks cycling through
+#   them; default REP 4): (REP - 1) n extra samples over the extra calibrate
+#   time, i.e. the per-sample rate without the fixed costs (executor plan,
+#   the per-tensor range search) that n samples amortise -> steady_s/s and
+#   steady/ort; fixed_s = the 16-sample time minus n / steady.
 #
 # usage: bench/calib_speed.sh   env: OQ_BUILD (default <repo>/build, Release recommended), OQ_CACHE
 set -euo pipefail
@@ -32,19 +37,39 @@ resnet18|$CACHE/tv/resnet18.onnx|$DATA/img/calib|input|1,3,224,224
 ocr_rec|$CACHE/ocr/ch_PP-OCRv4_rec_infer.onnx|$DATA/rec/calib|x|1,3,48,640
 ocr_det|$CACHE/ocr/ch_PP-OCRv4_det_infer.onnx|$DATA/det/calib|x|1,3,320,480"
 
+REP=${REP:-4}
 now() { date +%s.%N; }
-printf '%-14s %7s %12s %12s %12s %10s %10s\n' model samples calib_s/s run_s/s ort_s/s calib/ort calib/run
+# calib_time MODEL DIR: the "calibrate" stage time of quantize (seconds)
+calib_time() {
+	"$ONNXQ" quantize "$1" -o "$tmp/q.onnx" --calib "$2" --threads 1 --verbose 2>&1 |
+		sed -n 's/.*calibrate \([0-9.]*\) s.*/\1/p' | tail -1
+}
+printf '%-14s %7s %12s %12s %12s %10s %10s %12s %11s %8s\n' model samples calib_s/s run_s/s ort_s/s \
+	calib/ort calib/run steady_s/s steady/ort fixed_s
 while IFS='|' read -r name model dir input shape; do
 	[ -f "$model" ] && [ -d "$dir" ] || { printf '%-14s skipped (missing %s)\n' "$name" "$model"; continue; }
 	n=$(ls "$dir" | wc -l)
-	log=$("$ONNXQ" quantize "$model" -o "$tmp/q.onnx" --calib "$dir" --threads 1 --verbose 2>&1)
-	cal=$(echo "$log" | sed -n 's/.*calibrate \([0-9.]*\) s.*/\1/p' | tail -1)
+	cal=$(calib_time "$model" "$dir")
+	rm -rf "$tmp/rep"
+	mkdir "$tmp/rep"
+	i=0
+	for r in $(seq "$REP"); do
+		for f in $(ls "$dir"); do
+			ln -s "$dir/$f" "$tmp/rep/$(printf '%05d' $i)${f#"${f%%.*}"}"
+			i=$((i + 1))
+		done
+	done
+	cal_rep=$(calib_time "$model" "$tmp/rep")
 	t0=$(now)
 	"$ONNXQ" run "$model" --data "$dir" --threads 1 >/dev/null
 	t1=$(now)
 	ort_ms=$(node "$ROOT/bench/exec_ort.js" "$ORT" "$model" "$input=$shape" 1 "$n" all 2>/dev/null |
 		sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p')
-	awk -v name="$name" -v n="$n" -v cal="$cal" -v run="$(echo "$t1 - $t0" | bc)" -v ort="$ort_ms" 'BEGIN {
+	awk -v name="$name" -v n="$n" -v cal="$cal" -v run="$(echo "$t1 - $t0" | bc)" -v ort="$ort_ms" \
+		-v rep="$REP" -v cal_rep="$cal_rep" 'BEGIN {
 		c = n / cal; r = n / run; o = 1000 / ort
-		printf "%-14s %7d %12.2f %12.2f %12.2f %10.2f %10.2f\n", name, n, c, r, o, c / o, c / r }'
+		s = cal_rep > cal ? (rep - 1) * n / (cal_rep - cal) : 0
+		f = s > 0 ? cal - n / s : 0
+		printf "%-14s %7d %12.2f %12.2f %12.2f %10.2f %10.2f %12.2f %11.2f %8.3f\n", name, n, c, r, o,
+			c / o, c / r, s, s / o, f }'
 done <<<"$MODELS"

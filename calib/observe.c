@@ -21,9 +21,12 @@
  * run time: zeros counted by mask/popcount, the indices of finite non-zero
  * values compacted; plain C otherwise: zeros and NaN/Inf through two
  * scratch slots after the bins) and counted into four interleaved
- * sub-histograms summed at the end (incrementing one bin again and again
- * is a serial dependency). All counts are integers, so every path gives
- * the histogram of oq_hist_add_f32_ref, which raises e value by value.
+ * sub-histograms of 16-bit counts (incrementing one bin again and again
+ * is a serial dependency; 16-bit counts keep the bins in use within L1),
+ * added to the bins every 255 blocks of 1024 values, before they can
+ * overflow. Only the bins up to the one holding amax are cleared and
+ * added. All counts are integers, so every path gives the histogram of
+ * oq_hist_add_f32_ref, which raises e value by value.
  *
  * Views (oq_hist_view): the selections read equal-width bins over a range.
  * Signed cell g of x on the grid is k for x >= 0 and -1 - k for x < 0
@@ -215,32 +218,40 @@ int oq_hist_add_f32_ref(oq_hist *h, const float *p, size_t n)
 
 int oq_hist_simd = 1;
 
-#define FILL_BLOCK 1024             /* values whose bin indices are computed at a time */
-#define SUB_CHUNK ((size_t)1 << 30) /* values per sub-histogram flush (uint32 counts) */
+#define FILL_BLOCK 1024 /* values whose bin indices are computed at a time */
+#define NSUB 4           /* interleaved sub-histograms of the fill */
+/* blocks counted into the sub-histograms between two flushes: each gets a quarter of the
+ * values, at most 255 * 1024 / 4 = 65280 < 65536, so uint16 counts cannot overflow */
+#define SUB_BLOCKS 255
 
 /*
  * Index kernels: for p[0..m), write bin indices to idx (m + 16 slots) and
- * return how many. The plain-C kernel writes one per value, ZSLOT for an
- * exact zero and BSLOT for NaN/Inf (branch-free, so the compiler
- * vectorises it). The AVX-512 kernel counts zeros in *nzero instead and
- * stores only the indices of finite non-zero values.
+ * return how many; a side's index is clamped to top (the bin of the
+ * block's largest |x|, so the clamp never moves a value when the caller's
+ * amax is right, and a wrong amax cannot reach a bin the fill did not
+ * clear). The plain-C kernel writes one per value, ZSLOT for an exact
+ * zero and BSLOT for NaN/Inf (branch-free, so the compiler vectorises it).
+ * The AVX-512 kernel counts zeros in *nzero instead and stores only the
+ * indices of finite non-zero values.
  */
-static inline size_t idx_tail(const float *p, size_t m, float sc, uint32_t *idx, uint64_t *nzero)
+static inline size_t idx_tail(const float *p, size_t m, float sc, uint32_t top, uint32_t *idx,
+			      uint64_t *nzero)
 {
 	size_t k = 0;
 	for (size_t j = 0; j < m; j++) {
-		float x = p[j];
+		float x = p[j], u = fabsf(x) * sc;
 		unsigned fin = fabsf(x) < INFINITY, nz = fin & (x != 0.0f);
+		uint32_t b = nz ? (u < (float)top ? (uint32_t)u : top) : 0;
 		*nzero += fin & !nz;
-		idx[k] = nz ? (uint32_t)bin_of(x, sc) : 0;
+		idx[k] = x < 0 ? (uint32_t)SIDE + b : b;
 		k += nz;
 	}
 	return k;
 }
 
-static size_t idx_c(const float *p, size_t m, float sc, uint32_t *idx, uint64_t *nzero)
+static size_t idx_c(const float *p, size_t m, float sc, uint32_t topi, uint32_t *idx, uint64_t *nzero)
 {
-	const float top = (float)(SIDE - 1);
+	const float top = (float)topi;
 
 	(void)nzero;
 	for (size_t j = 0; j < m; j++) {
@@ -265,11 +276,12 @@ static size_t idx_c(const float *p, size_t m, float sc, uint32_t *idx, uint64_t 
 #define AVX512 __attribute__((target("avx512f")))
 
 /* The same with 16 values a step: compare masks, zeros by popcount, indices compressed. */
-AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t *idx, uint64_t *nzero)
+AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t topi, uint32_t *idx,
+				uint64_t *nzero)
 {
 	const __m512 scv = _mm512_set1_ps(sc), inf = _mm512_set1_ps(INFINITY);
 	const __m512 zero = _mm512_setzero_ps();
-	const __m512i top = _mm512_set1_epi32((int)SIDE - 1), side = _mm512_set1_epi32((int)SIDE);
+	const __m512i top = _mm512_set1_epi32((int)topi), side = _mm512_set1_epi32((int)SIDE);
 	uint64_t z = 0;
 	size_t j = 0, k = 0;
 
@@ -286,7 +298,7 @@ AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t *id
 		k += (unsigned)__builtin_popcount(nz);
 	}
 	*nzero += z;
-	return k + idx_tail(p + j, m - j, sc, idx + k, nzero);
+	return k + idx_tail(p + j, m - j, sc, topi, idx + k, nzero);
 }
 
 static int have_avx512(void)
@@ -306,49 +318,79 @@ static int have_avx512(void)
 #define idx_avx512 idx_c
 #endif
 
+/* Adds the sub-histograms' bins [0, top] of each side and the two slots to h, and clears them. */
+static void flush_sub(oq_hist *h, uint16_t (*sub)[NBINS + 2], size_t top)
+{
+	for (size_t side = 0; side < 2; side++) {
+		uint64_t *b = h->bin + side * SIDE;
+		uint16_t *s0 = sub[0] + side * SIDE, *s1 = sub[1] + side * SIDE;
+		uint16_t *s2 = sub[2] + side * SIDE, *s3 = sub[3] + side * SIDE;
+		for (size_t k = 0; k <= top; k++)
+			b[k] += (uint64_t)((uint32_t)s0[k] + s1[k] + s2[k] + s3[k]);
+		for (int q = 0; q < NSUB; q++)
+			memset(sub[q] + side * SIDE, 0, (top + 1) * sizeof **sub);
+	}
+	for (size_t k = ZSLOT; k <= BSLOT; k++) {
+		h->bin[k] += (uint64_t)((uint32_t)sub[0][k] + sub[1][k] + sub[2][k] + sub[3][k]);
+		sub[0][k] = sub[1][k] = sub[2][k] = sub[3][k] = 0;
+	}
+}
+
 int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 {
 	uint32_t idx[FILL_BLOCK + 16];
-	uint32_t sub[3][NBINS + 2]; /* bin[] is the fourth */
-	size_t (*kern)(const float *, size_t, float, uint32_t *, uint64_t *) =
+	/* NSUB interleaved histograms of uint16 counts (value j of a block goes to j % NSUB), summed
+	 * into bin[] every SUB_BLOCKS blocks: incrementing one bin again and again is a serial
+	 * dependency, and 16-bit counts keep the bins in use within L1. Only bins [0, top] of each
+	 * side and the two slots are cleared and summed: worth it for enough values per bin. */
+	uint16_t sub[NSUB][NBINS + 2];
+	size_t (*kern)(const float *, size_t, float, uint32_t, uint32_t *, uint64_t *) =
 		oq_hist_simd && have_avx512() ? idx_avx512 : idx_c;
-	/* four interleaved histograms, summed at the end, break the chain of increments of one
-	 * bin when neighbouring values share it; worth zeroing only for enough values */
-	const int use_sub = n >= 4 * (NBINS + 2);
 	uint64_t nzero = 0;
-	float sc;
-	int rc;
+	uint32_t top;
+	float sc, u;
+	int rc, use_sub;
 
 	if (!(amax > 0)) { /* no finite non-zero value: only zeros to count */
 		for (size_t i = 0; i < n; i++)
 			h->n_zero += p[i] == 0.0f;
 		return OQ_OK;
 	}
-	if ((rc = oq_hist_reserve(h, oq_hist_exponent(amax < FLT_MAX ? amax : FLT_MAX))))
+	if (amax > FLT_MAX)
+		amax = FLT_MAX;
+	if ((rc = oq_hist_reserve(h, oq_hist_exponent(amax))))
 		return rc;
 	sc = scale_of(h->e);
-	for (size_t i0 = 0; i0 < n; i0 += SUB_CHUNK) {
-		size_t n1 = n - i0 < SUB_CHUNK ? n - i0 : SUB_CHUNK;
-		if (use_sub)
-			memset(sub, 0, sizeof sub);
-		for (size_t i = i0; i < i0 + n1; i += FILL_BLOCK) {
-			size_t m = i0 + n1 - i < FILL_BLOCK ? i0 + n1 - i : FILL_BLOCK;
-			size_t k = kern(p + i, m, sc, idx, &nzero), j = 0;
-			if (use_sub) {
-				for (; j + 4 <= k; j += 4) {
-					h->bin[idx[j]]++;
-					sub[0][idx[j + 1]]++;
-					sub[1][idx[j + 2]]++;
-					sub[2][idx[j + 3]]++;
-				}
-			}
-			for (; j < k; j++)
-				h->bin[idx[j]]++;
+	u = amax * sc;
+	top = u < (float)(SIDE - 1) ? (uint32_t)u : (uint32_t)(SIDE - 1);
+	use_sub = n >= (size_t)top + 64;
+	if (use_sub) {
+		for (int q = 0; q < NSUB; q++) {
+			memset(sub[q], 0, ((size_t)top + 1) * sizeof **sub);
+			memset(sub[q] + SIDE, 0, ((size_t)top + 1) * sizeof **sub);
+			sub[q][ZSLOT] = sub[q][BSLOT] = 0;
 		}
-		if (use_sub)
-			for (size_t b = 0; b < NBINS + 2; b++)
-				h->bin[b] += (uint64_t)sub[0][b] + sub[1][b] + sub[2][b];
 	}
+	for (size_t i = 0, blocks = 0; i < n; i += FILL_BLOCK) {
+		size_t m = n - i < FILL_BLOCK ? n - i : FILL_BLOCK;
+		size_t k = kern(p + i, m, sc, top, idx, &nzero), j = 0;
+		if (use_sub) {
+			for (; j + NSUB <= k; j += NSUB) {
+				sub[0][idx[j]]++;
+				sub[1][idx[j + 1]]++;
+				sub[2][idx[j + 2]]++;
+				sub[3][idx[j + 3]]++;
+			}
+			if (++blocks == SUB_BLOCKS) {
+				flush_sub(h, sub, top);
+				blocks = 0;
+			}
+		}
+		for (; j < k; j++)
+			h->bin[idx[j]]++;
+	}
+	if (use_sub)
+		flush_sub(h, sub, top);
 	h->n_zero += nzero + h->bin[ZSLOT];
 	h->bin[ZSLOT] = h->bin[BSLOT] = 0;
 	return OQ_OK;
@@ -823,37 +865,14 @@ static double seg(double cnt, double l, double r, double v)
  * more levels than bins; then each bin costs its clipped parts exactly and s^2/12 per value
  * inside the grid (values spread over many steps).
  */
-static double mse_err(const msectx *m, double a, double b)
+/* The level walk of mse_err (a step s >= w, levels j0..j1, zero point zp), one level at a time:
+ * the reference of walk_fast. */
+static double walk_ref(const msectx *m, double s, int64_t zp, int64_t j0, int64_t j1)
 {
-	float sf;
-	int64_t zp, j0, j1;
-	double s, n = (double)m->h->n, lo = m->h->lo, w = m->w, e = 0, gl, gh;
+	double n = (double)m->h->n, lo = m->h->lo, w = m->w, e = 0;
 	double cut_l = 0, cut_cnt = 0; /* the right part of the bin cut by the last boundary */
 	size_t start = 0;               /* the first bin not yet counted */
 
-	if (oq_qparams(a, b, m->dtype, m->form, 0, &sf, &zp) || !(sf > 0))
-		return INFINITY;
-	s = sf;
-	gl = (double)(m->qmin - zp) * s;
-	gh = (double)(m->qmax - zp) * s;
-	if (s < w) {
-		for (size_t k = 0; k < m->h->n; k++) {
-			double l = lo + (double)k * w, r = l + w, cnt = (double)m->h->bin[k], x0, x1;
-			if (!cnt)
-				continue;
-			x0 = l > gl ? l : gl; /* the part inside [gl, gh] */
-			x1 = r < gh ? r : gh;
-			if (l < gl)
-				e += seg(cnt * ((r < gl ? r : gl) - l) / w, l, r < gl ? r : gl, gl);
-			if (r > gh)
-				e += seg(cnt * (r - (l > gh ? l : gh)) / w, l > gh ? l : gh, r, gh);
-			if (x1 > x0)
-				e += cnt * (x1 - x0) / w * s * s / 12;
-		}
-		return e;
-	}
-	j0 = level(m, lo, s, zp);
-	j1 = level(m, m->h->hi, s, zp);
 	for (int64_t j = j0; j <= j1; j++) {
 		double v = (double)(j - zp) * s, bd = v + 0.5 * s, u;
 		size_t kb = m->h->n;
@@ -881,6 +900,110 @@ static double mse_err(const msectx *m, double a, double b)
 		}
 	}
 	return e;
+}
+
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+/* a > b ? a : b and a < b ? a : b as maxsd / minsd compute them (NaN, -0 included): no branch. */
+static double max_sd(double a, double b)
+{
+	return _mm_cvtsd_f64(_mm_max_sd(_mm_set_sd(a), _mm_set_sd(b)));
+}
+static double min_sd(double a, double b)
+{
+	return _mm_cvtsd_f64(_mm_min_sd(_mm_set_sd(a), _mm_set_sd(b)));
+}
+#else
+static double max_sd(double a, double b)
+{
+	return a > b ? a : b;
+}
+static double min_sd(double a, double b)
+{
+	return a < b ? a : b;
+}
+#endif
+
+/*
+ * walk_ref without its data-dependent branches: each level computes its three terms (the
+ * previous boundary's leftover, the whole bins, this boundary's part of its bin) and adds
+ * each one, masked to +0.0 where walk_ref adds nothing. e starts at +0 and only grows, so
+ * e + 0.0 == e and the sum has walk_ref's bits; the terms are walk_ref's expressions (the
+ * clamps as maxsd / minsd, which select exactly as its ?: do). The tests it drops (empty
+ * bins, a cut at a bin edge, a block of bins summing to about 0) go either way level by level,
+ * and mispredicting them cost more than the arithmetic. Bin indices are int64 (converted to and
+ * from double in one instruction; the values are the same).
+ */
+static double walk_fast(const msectx *m, double s, int64_t zp, int64_t j0, int64_t j1)
+{
+	const double *C = m->C, *S1 = m->S1, *S2 = m->S2;
+	const uint64_t *bin = m->h->bin;
+	const int64_t nb = (int64_t)m->h->n;
+	double n = (double)m->h->n, lo = m->h->lo, w = m->w, inv_w = m->inv_w, e = 0;
+	double cut_l = 0, cut_cnt = 0;
+	int64_t start = 0;
+
+	for (int64_t j = j0; j <= j1; j++) {
+		double v = (double)(j - zp) * s, bd = v + 0.5 * s, u;
+		int64_t kb = nb;
+		if (cut_cnt > 0)
+			e += seg(cut_cnt, cut_l, lo + (double)start * w, v);
+		cut_cnt = 0;
+		if (j < j1) {
+			u = (bd - lo) * inv_w;
+			kb = u < 1 ? 0 : u >= n - 1 ? nb - 1 : (int64_t)u;
+		}
+		if (kb > start) {
+			double c0 = C[kb] - C[start], c1 = S1[kb] - S1[start];
+			double c2 = S2[kb] - S2[start] - 2 * v * c1 + v * v * c0;
+			e += max_sd(c2, 0) + c0 * w * w / 12;
+		}
+		if (j < j1) {
+			double cnt = (double)(int64_t)bin[kb], el = lo + (double)kb * w;
+			double f = min_sd(1, max_sd(0, (bd - el) * inv_w));
+			if (cnt > 0 && f > 0)
+				e += seg(cnt * f, el, bd, v);
+			cut_cnt = cnt * (1 - f);
+			cut_l = bd;
+			start = kb + 1;
+		}
+	}
+	return e;
+}
+
+int oq_mse_ref;
+
+static double mse_err(const msectx *m, double a, double b)
+{
+	float sf;
+	int64_t zp, j0, j1;
+	double s, lo = m->h->lo, w = m->w, e = 0, gl, gh;
+
+	if (oq_qparams(a, b, m->dtype, m->form, 0, &sf, &zp) || !(sf > 0))
+		return INFINITY;
+	s = sf;
+	gl = (double)(m->qmin - zp) * s;
+	gh = (double)(m->qmax - zp) * s;
+	if (s < w) {
+		for (size_t k = 0; k < m->h->n; k++) {
+			double l = lo + (double)k * w, r = l + w, cnt = (double)m->h->bin[k], x0, x1;
+			if (!cnt)
+				continue;
+			x0 = l > gl ? l : gl; /* the part inside [gl, gh] */
+			x1 = r < gh ? r : gh;
+			if (l < gl)
+				e += seg(cnt * ((r < gl ? r : gl) - l) / w, l, r < gl ? r : gl, gl);
+			if (r > gh)
+				e += seg(cnt * (r - (l > gh ? l : gh)) / w, l > gh ? l : gh, r, gh);
+			if (x1 > x0)
+				e += cnt * (x1 - x0) / w * s * s / 12;
+		}
+		return e;
+	}
+	j0 = level(m, lo, s, zp);
+	j1 = level(m, m->h->hi, s, zp);
+	return oq_mse_ref ? walk_ref(m, s, zp, j0, j1) : walk_fast(m, s, zp, j0, j1);
 }
 
 /* Expected squared error of [-t, t] on the FP8 E4M3FN grid (|x| histogram). */
@@ -972,41 +1095,69 @@ static double search(const msectx *m, int which, double a, double b, size_t k0, 
 	return bt;
 }
 
+static void mse_free(msectx *m)
+{
+	free(m->C);
+	free(m->S1);
+	free(m->S2);
+}
+
+/* m for bins h and the grid (dtype, form): the prefix sums. OQ_EINVAL when h's kind (|x| or
+ * signed) does not describe the grid, OQ_ENOMEM. */
+static int mse_init(msectx *m, const oq_hbins *h, int dtype, int form)
+{
+	size_t n = h->n;
+
+	memset(m, 0, sizeof *m);
+	m->h = h;
+	m->dtype = dtype;
+	m->form = form;
+	m->fp8 = oq_qtype_is_fp8(dtype);
+	if (oq_qform_mirrored(dtype, form) != !!h->abs ||
+	    (m->fp8 ? form == OQ_QP_ASYM : !oq_qgrid(dtype, form, 0, &m->qmin, &m->qmax)))
+		return OQ_EINVAL;
+	m->w = (h->hi - h->lo) / (double)n;
+	m->inv_w = (double)n / (h->hi - h->lo);
+	m->C = oq_malloc((n + 1) * sizeof *m->C);
+	m->S1 = oq_malloc((n + 1) * sizeof *m->S1);
+	m->S2 = oq_malloc((n + 1) * sizeof *m->S2);
+	if (!m->C || !m->S1 || !m->S2) {
+		mse_free(m);
+		return OQ_ENOMEM;
+	}
+	m->C[0] = m->S1[0] = m->S2[0] = 0;
+	for (size_t k = 0; k < n; k++) {
+		double c = h->lo + ((double)k + 0.5) * m->w, cnt = (double)h->bin[k];
+		m->C[k + 1] = m->C[k] + cnt;
+		m->S1[k + 1] = m->S1[k] + cnt * c;
+		m->S2[k + 1] = m->S2[k] + cnt * c * c;
+	}
+	return OQ_OK;
+}
+
+int oq_mse_error(const oq_hbins *h, double a, double b, int dtype, int form, double *err)
+{
+	msectx m;
+	int rc = mse_init(&m, h, dtype, form);
+
+	if (!rc)
+		*err = m.fp8 ? mse_err_fp8(&m, b) : mse_err(&m, a, b);
+	mse_free(&m);
+	return rc;
+}
+
 int oq_select_mse(const oq_hbins *h, double lo, double hi, int dtype, int form, double *out_lo,
 		  double *out_hi)
 {
 	msectx m;
 	size_t n = h->n;
-	int rc = OQ_OK, sym;
+	int rc;
 
 	*out_lo = lo;
 	*out_hi = hi;
-	memset(&m, 0, sizeof m);
-	m.h = h;
-	m.dtype = dtype;
-	m.form = form;
-	m.fp8 = oq_qtype_is_fp8(dtype);
-	sym = oq_qform_mirrored(dtype, form);
-	if (sym != !!h->abs ||
-	    (m.fp8 ? form == OQ_QP_ASYM : !oq_qgrid(dtype, form, 0, &m.qmin, &m.qmax)))
-		return OQ_EINVAL;
-	m.w = (h->hi - h->lo) / (double)n;
-	m.inv_w = (double)n / (h->hi - h->lo);
-	m.C = oq_malloc((n + 1) * sizeof *m.C);
-	m.S1 = oq_malloc((n + 1) * sizeof *m.S1);
-	m.S2 = oq_malloc((n + 1) * sizeof *m.S2);
-	if (!m.C || !m.S1 || !m.S2) {
-		rc = OQ_ENOMEM;
-		goto out;
-	}
-	m.C[0] = m.S1[0] = m.S2[0] = 0;
-	for (size_t k = 0; k < n; k++) {
-		double c = h->lo + ((double)k + 0.5) * m.w, cnt = (double)h->bin[k];
-		m.C[k + 1] = m.C[k] + cnt;
-		m.S1[k + 1] = m.S1[k] + cnt * c;
-		m.S2[k + 1] = m.S2[k] + cnt * c * c;
-	}
-	if (sym) {
+	if ((rc = mse_init(&m, h, dtype, form)))
+		return rc;
+	if (h->abs) {
 		double bt = fmax(-lo, hi), best = err_at(&m, END_SYM, 0, 0, bt);
 		bt = search(&m, END_SYM, 0, 0, 1, n - 1, bt, &best);
 		*out_lo = -bt;
@@ -1030,9 +1181,6 @@ int oq_select_mse(const oq_hbins *h, double lo, double hi, int dtype, int form, 
 		*out_hi = b;
 	}
 	clip_to(lo, hi, out_lo, out_hi);
-out:
-	free(m.C);
-	free(m.S1);
-	free(m.S2);
-	return rc;
+	mse_free(&m);
+	return OQ_OK;
 }

@@ -140,4 +140,12 @@ int oq_select_entropy(const oq_hbins *h, double lo, double hi, int target, doubl
 int oq_select_mse(const oq_hbins *h, double lo, double hi, int dtype, int form, double *out_lo,
 		  double *out_hi) OQ_WUR;
 
+/* 0 (default): oq_select_mse walks the grid levels without data-dependent branches; 1: one level
+ * at a time with them, the reference (tests check both give the same bits). */
+extern int oq_mse_ref;
+/* The expected squared error oq_select_mse's model gives range [a, b] on the grid (dtype, form)
+ * ([-b, b] for float8e4m3fn) into *err (+inf when the range has no qparams): what the search
+ * compares, for tests. OQ_EINVAL / OQ_ENOMEM as oq_select_mse. */
+int oq_mse_error(const oq_hbins *h, double a, double b, int dtype, int form, double *err) OQ_WUR;
+
 #endif

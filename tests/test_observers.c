@@ -172,8 +172,9 @@ static float *edge_data(size_t n, uint64_t seed, float scale)
 
 Test(observers, fast_fill_matches_scalar_reference)
 {
-	/* sizes: below 16 (scalar tail only), below the sub-histogram threshold, above it */
-	const size_t sizes[] = {13, 1000, 5 * 2 * SIDE + 7, 11 * 2 * SIDE + 29};
+	/* sizes: below 16 (scalar tail only), below the sub-histogram threshold, above it, and past
+	 * two flushes of the 16-bit sub-histograms (every 255 blocks of 1024 values) */
+	const size_t sizes[] = {13, 1000, 5 * 2 * SIDE + 7, 11 * 2 * SIDE + 29, 2 * 255 * 1024 + 4099};
 	const float scales[] = {3.25f, 6.0f, 1e-3f, 1e30f};
 
 	for (size_t r = 0; r < sizeof scales / sizeof *scales; r++) {
@@ -212,6 +213,34 @@ Test(observers, fast_fill_matches_scalar_reference)
 			oq_hist_free(&ref);
 		}
 	}
+}
+
+/* One bin takes every value (a constant tensor, as after a saturating Clip) far past what a 16-bit
+ * sub-histogram count holds between flushes: the counts stay exact. */
+Test(observers, fast_fill_one_bin_many_values)
+{
+	const size_t n = 3 * 255 * 1024 + 77;
+	float *x = malloc(n * sizeof *x);
+	oq_hist ref, fast;
+	uint64_t six = 0;
+
+	cr_assert(x);
+	for (size_t i = 0; i < n; i++) {
+		x[i] = i % 1000 == 0 ? 0.0f : i % 977 == 0 ? -6.0f : 6.0f;
+		six += x[i] == 6.0f;
+	}
+	oq_hist_init(&ref);
+	fill(0, &ref, x, n);
+	for (int how = 1; how < 3; how++) {
+		oq_hist_init(&fast);
+		fill(how, &fast, x, n);
+		cr_expect(same_hist(&fast, &ref), "fill %d differs from the reference", how);
+		cr_expect_eq(at_bin(&fast, 0, 3 * SIDE / 4), six, "count %llu",
+			     (unsigned long long)at_bin(&fast, 0, 3 * SIDE / 4));
+		oq_hist_free(&fast);
+	}
+	oq_hist_free(&ref);
+	free(x);
 }
 
 /* Merging histograms of two halves gives the histogram of the whole, bit for bit, whatever their
@@ -633,6 +662,73 @@ Test(observers, mse_unsigned_symmetric_and_fp8)
 	             OQ_EINVAL);
 	oq_hbins_free(&h);
 	free(x);
+}
+
+/* The branch-free level walk (the default) and the reference walk choose the same ranges, bit
+ * for bit, on bins of every shape: dense, sparse (runs of empty bins, where the reference's
+ * tests go either way), spikes, a signed view across 0 or on one side, |x| views; asymmetric,
+ * symmetric and AIMET-unsigned grids, 8 and 16 bits. */
+Test(observers, mse_fast_walk_matches_reference)
+{
+	static const struct { int dtype, form, abs; } grids[] = {
+		{OQ_DT_UINT8, OQ_QP_ASYM, 0},      {OQ_DT_INT8, OQ_QP_SYM_NARROW, 1},
+		{OQ_DT_UINT8, OQ_QP_SYM_FULL, 0},  {OQ_DT_INT16, OQ_QP_ASYM, 0},
+		{OQ_DT_INT8, OQ_QP_ASYM, 0},
+	};
+	uint64_t s = 23;
+
+	for (int c = 0; c < 60; c++) {
+		size_t n = 600 + (size_t)(unif(&s) * 3500);
+		int shape = c % 4;
+		for (size_t g = 0; g < sizeof grids / sizeof *grids; g++) {
+			oq_hbins h;
+			double lo, hi, r[2][2];
+			uint64_t s2 = s + (uint64_t)c;
+			if (grids[g].abs) {
+				lo = 0;
+				hi = 0.1 + 10 * unif(&s2);
+			} else {
+				lo = c % 3 == 0 ? 0.01 * unif(&s2) : -(0.1 + 5 * unif(&s2));
+				hi = 0.1 + 10 * unif(&s2);
+			}
+			cr_assert_eq(oq_hbins_init(&h, lo, hi, n, grids[g].abs), OQ_OK);
+			h.n_zero = (uint64_t)(unif(&s2) * 1000);
+			for (size_t k = 0; k < n; k++) {
+				double u = unif(&s2);
+				h.bin[k] = shape == 0   ? (uint64_t)(u * 1000)                        /* dense */
+				           : shape == 1 ? (u < 0.7 ? 0 : (uint64_t)(u * 50))          /* sparse */
+				           : shape == 2 ? (uint64_t)(1e5 * exp(-(double)k / 40) * u)  /* a spike at lo */
+				                        : (k % 97 == 0 ? (uint64_t)(u * 1e6) : u < 0.5); /* comb */
+			}
+			h.bin[n - 1] += 1; /* the data reach both ends */
+			h.bin[0] += 1;
+			for (int ref = 0; ref < 2; ref++) {
+				oq_mse_ref = ref;
+				cr_assert_eq(oq_select_mse(&h, lo, hi, grids[g].dtype, grids[g].form, &r[ref][0],
+				                           &r[ref][1]), OQ_OK);
+			}
+			/* and the error of each of 40 candidate ranges, clipped or wider than the data */
+			for (int t = 0; t < 40; t++) {
+				double a = grids[g].abs ? 0 : lo * 1.2 * unif(&s2), b = hi * (0.01 + 1.2 * unif(&s2));
+				double err[2];
+				if (grids[g].abs || grids[g].form != OQ_QP_ASYM)
+					a = grids[g].abs || grids[g].form == OQ_QP_SYM_NARROW ? -b : a;
+				for (int ref = 0; ref < 2; ref++) {
+					oq_mse_ref = ref;
+					cr_assert_eq(oq_mse_error(&h, a, b, grids[g].dtype, grids[g].form, &err[ref]),
+					             OQ_OK);
+				}
+				cr_expect(!memcmp(&err[0], &err[1], sizeof err[0]),
+				          "case %d grid %zu [%a, %a]: fast %a, reference %a", c, g, a, b, err[0],
+				          err[1]);
+			}
+			oq_mse_ref = 0;
+			cr_expect(!memcmp(r[0], r[1], sizeof r[0]),
+			          "case %d grid %zu: fast [%a, %a], reference [%a, %a]", c, g, r[0][0], r[0][1],
+			          r[1][0], r[1][1]);
+			oq_hbins_free(&h);
+		}
+	}
 }
 
 /* ------------------------------------------------------------ through calibrate */
