@@ -4,7 +4,7 @@
 # inference throughput on the same model and samples, observers costing
 # < 25 % over a bare executor run).
 #
-# Per model, 1 thread, the acceptance harness' calibration samples
+# Per model, THREADS threads on both sides (default 1), the acceptance harness' calibration samples
 # (.cache/acc/data-*/, made by tests/integration/quant_accuracy.sh):
 #   calib   `onnxq quantize --verbose`: the "calibrate" stage time (executor +
 #           observers over every sample; Conv+activation groups stay fused as
@@ -18,7 +18,8 @@
 #   the per-tensor range search) that n samples amortise -> steady_s/s and
 #   steady/ort; fixed_s = the 16-sample time minus n / steady.
 #
-# usage: bench/calib_speed.sh   env: OQ_BUILD (default <repo>/build, Release recommended), OQ_CACHE
+# usage: bench/calib_speed.sh   env: OQ_BUILD (default <repo>/build, Release recommended), OQ_CACHE,
+#   THREADS (onnxq --threads and ORT's intra-op threads; default 1), REP
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${OQ_CACHE:-$ROOT/.cache}
@@ -38,10 +39,11 @@ ocr_rec|$CACHE/ocr/ch_PP-OCRv4_rec_infer.onnx|$DATA/rec/calib|x|1,3,48,640
 ocr_det|$CACHE/ocr/ch_PP-OCRv4_det_infer.onnx|$DATA/det/calib|x|1,3,320,480"
 
 REP=${REP:-4}
+THREADS=${THREADS:-1}
 now() { date +%s.%N; }
 # calib_time MODEL DIR: the "calibrate" stage time of quantize (seconds)
 calib_time() {
-	"$ONNXQ" quantize "$1" -o "$tmp/q.onnx" --calib "$2" --threads 1 --verbose 2>&1 |
+	"$ONNXQ" quantize "$1" -o "$tmp/q.onnx" --calib "$2" --threads "$THREADS" --verbose 2>&1 |
 		sed -n 's/.*calibrate \([0-9.]*\) s.*/\1/p' | tail -1
 }
 printf '%-14s %7s %12s %12s %12s %10s %10s %12s %11s %8s\n' model samples calib_s/s run_s/s ort_s/s \
@@ -61,9 +63,9 @@ while IFS='|' read -r name model dir input shape; do
 	done
 	cal_rep=$(calib_time "$model" "$tmp/rep")
 	t0=$(now)
-	"$ONNXQ" run "$model" --data "$dir" --threads 1 >/dev/null
+	"$ONNXQ" run "$model" --data "$dir" --threads "$THREADS" >/dev/null
 	t1=$(now)
-	ort_ms=$(node "$ROOT/bench/exec_ort.js" "$ORT" "$model" "$input=$shape" 1 "$n" all 2>/dev/null |
+	ort_ms=$(node "$ROOT/bench/exec_ort.js" "$ORT" "$model" "$input=$shape" "$THREADS" "$n" all 2>/dev/null |
 		sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p')
 	awk -v name="$name" -v n="$n" -v cal="$cal" -v run="$(echo "$t1 - $t0" | bc)" -v ort="$ort_ms" \
 		-v rep="$REP" -v cal_rep="$cal_rep" 'BEGIN {

@@ -35,6 +35,11 @@
  * own: oq_calib_opts.grid resolves it as the quantize pass will, overrides
  * included; the histogram itself does not depend on it.
  *
+ * Threads: a float32 tensor of at least 2 x 64K elements is scanned in
+ * chunks over the executor's pool (scan_par), each chunk's values into the
+ * private histogram of the thread that took it, merged after; min/max and
+ * counts being exact, that is the serial scan's result bit for bit.
+ *
  * Random calibration ("random:N[:SEED]") reuses calib/run.c's generator
  * through OQ_SRC_RANDOM sources: sample i feeds input K the splitmix64
  * stream seeded with mix(SEED, i) + K * 0x9E3779B97F4A7C15, where mix is one
@@ -52,6 +57,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pool.h"
 #include "qparams.h"
 #include "run.h"
 
@@ -84,6 +90,9 @@ typedef struct calib {
 			    * read from a statistics file) */
 	unsigned skip;     /* oq_calib_opts.skip_qmark */
 	const oq_value *oom; /* the value whose histogram could not be allocated, or NULL */
+	oq_pool *pool;     /* the executor's threads: large float32 tensors are scanned in parallel */
+	oq_hist *ph;       /* oq_pool_threads(pool) private histograms of the parallel fill (unallocated
+			    * between tensors) */
 } calib;
 
 /* ------------------------------------------------------------ the hot loop */
@@ -107,9 +116,78 @@ static int is_observed_dtype(int dt)
 	       dt == OQ_DT_DOUBLE;
 }
 
+/*
+ * Parallel scan of a large float32 tensor: chunks handed out to the pool's
+ * threads; each chunk's min/max goes to its own slot and its values into the
+ * private histogram of the thread that took it (with the chunk's own amax:
+ * grid exponents differ, oq_hist_merge lines them up exactly). The slots are
+ * then folded in chunk order and the private histograms merged into h. min,
+ * max (-0 read as +0) and bin counts are exact, so the result is the one
+ * serial scan's, bit for bit, whatever the thread count or which thread took
+ * which chunk.
+ */
+#define PAR_GRAIN ((size_t)1 << 16) /* the smallest chunk (below 2 of them: a serial scan) */
+#define PAR_CHUNKS 32               /* the most chunks of a scan */
+
+typedef struct pscan {
+	const float *p;
+	size_t n, chunk;
+	oq_hist *ph;             /* per thread; NULL: min/max only */
+	float lo[PAR_CHUNKS], hi[PAR_CHUNKS];
+	uint64_t bad[PAR_CHUNKS];
+	int rc[PAR_CHUNKS];
+} pscan;
+
+static void pscan_range(void *ctx, size_t begin, size_t end)
+{
+	pscan *ps = ctx;
+
+	for (size_t c = begin; c < end; c++) {
+		size_t i = c * ps->chunk, m = ps->n - i < ps->chunk ? ps->n - i : ps->chunk;
+		float lo = INFINITY, hi = -INFINITY;
+		uint64_t bad = 0;
+		oq_minmax_f32(ps->p + i, m, &lo, &hi, &bad);
+		ps->lo[c] = lo;
+		ps->hi[c] = hi;
+		ps->bad[c] = bad;
+		ps->rc[c] = ps->ph ? oq_hist_add_f32(&ps->ph[oq_pool_self()], ps->p + i, m,
+		                                     lo <= hi ? fmaxf(-lo, hi) : 0)
+		                   : OQ_OK;
+	}
+}
+
+/* fold()'s float32 scan of p[0..n) into *lo, *hi, *bad and h (when not NULL), over c's threads. */
+static int scan_par(calib *c, oq_hist *h, const float *p, size_t n, float *lo, float *hi,
+                    uint64_t *bad)
+{
+	pscan ps;
+	size_t nch;
+	int rc = OQ_OK, nt = oq_pool_threads(c->pool);
+
+	ps.p = p;
+	ps.n = n;
+	ps.chunk = (n + PAR_CHUNKS - 1) / PAR_CHUNKS;
+	ps.chunk = ps.chunk < PAR_GRAIN ? PAR_GRAIN : ps.chunk;
+	ps.ph = h ? c->ph : NULL;
+	nch = (n + ps.chunk - 1) / ps.chunk;
+	oq_pool_run(c->pool, nch, 1, pscan_range, &ps);
+	for (size_t k = 0; k < nch; k++) {
+		*lo = ps.lo[k] < *lo ? ps.lo[k] : *lo;
+		*hi = ps.hi[k] > *hi ? ps.hi[k] : *hi;
+		*bad += ps.bad[k];
+		rc = rc ? rc : ps.rc[k];
+	}
+	for (int t = 0; h && t < nt; t++) {
+		if (!rc)
+			rc = oq_hist_merge(h, &c->ph[t]);
+		oq_hist_free(&c->ph[t]);
+	}
+	return rc;
+}
+
 /* Folds tensor t into s (and, for EMA, its per-sample range into em; the histogram h when not
  * NULL). OQ_ENOMEM when h's bins cannot be allocated. */
-static int fold(tstat *s, ema *em, oq_hist *h, double ema_c, const oq_rt *t)
+static int fold(calib *c, tstat *s, ema *em, oq_hist *h, double ema_c, const oq_rt *t)
 {
 	float lo = INFINITY, hi = -INFINITY;
 	uint64_t bad = 0;
@@ -118,7 +196,9 @@ static int fold(tstat *s, ema *em, oq_hist *h, double ema_c, const oq_rt *t)
 	s->seen = 1;
 	if (!t->nelem || !t->data)
 		return OQ_OK;
-	if (t->dtype == OQ_DT_FLOAT) {
+	if (t->dtype == OQ_DT_FLOAT && c->ph && t->nelem >= 2 * PAR_GRAIN) {
+		rc = scan_par(c, h, t->data, t->nelem, &lo, &hi, &bad);
+	} else if (t->dtype == OQ_DT_FLOAT) {
 		oq_minmax_f32(t->data, t->nelem, &lo, &hi, &bad);
 		/* the scan's extremes fix the histogram's grid for this tensor before the fill */
 		if (h)
@@ -168,7 +248,7 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 	    !is_observed_dtype(t->dtype))
 		return 0;
 	i = v->index;
-	if ((rc = fold(&c->st[i], c->em ? &c->em[i] : NULL, c->h && c->track[i] ? &c->h[i] : NULL,
+	if ((rc = fold(c, &c->st[i], c->em ? &c->em[i] : NULL, c->h && c->track[i] ? &c->h[i] : NULL,
 	               c->ema_c, t)))
 		c->oom = v;
 	return rc;
@@ -615,6 +695,7 @@ static void release(const oq_model *m, job *j, calib *c)
 		for (size_t i = 0; i < m->graph->n_values; i++)
 			oq_hist_free(&c->h[i]);
 	free(c->h);
+	free(c->ph); /* its histograms are freed after each scan */
 	free(c->track);
 	free(c->em);
 	if (j->pend)
@@ -746,6 +827,13 @@ static int prepare(oq_model *m, const oq_calib_opts *o, job *j, calib *c, oq_dia
 		                     "representative; ranges will not match real inputs\n");
 	if ((rc = calib_init(m, o, c, d)))
 		return rc;
+	c->pool = oq_exec_pool(j->e);
+	if (oq_pool_threads(c->pool) > 1) {
+		if (!(c->ph = oq_calloc((size_t)oq_pool_threads(c->pool), sizeof *c->ph)))
+			return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+		for (int t = 0; t < oq_pool_threads(c->pool); t++)
+			oq_hist_init(&c->ph[t]);
+	}
 	j->in = oq_calloc(j->nin, sizeof *j->in);
 	j->outs = oq_calloc(j->nout, sizeof *j->outs);
 	if (!j->in || !j->outs)

@@ -1466,6 +1466,7 @@ void oq_exec_set_observe_want(oq_exec *e, oq_observe_want_fn want)
 		}
 }
 
+struct oq_pool *oq_exec_pool(const oq_exec *e) { return e->pool; }
 size_t oq_exec_n_inputs(const oq_exec *e) { return e->n_in; }
 const oq_value *oq_exec_input(const oq_exec *e, size_t i) { return i < e->n_in ? e->in[i] : NULL; }
 size_t oq_exec_n_outputs(const oq_exec *e) { return e->m->graph->n_outputs; }

@@ -92,6 +92,9 @@ void oq_exec_set_observer(oq_exec *e, oq_observe_fn fn, void *ctx);
 typedef int (*oq_observe_want_fn)(void *ctx, const oq_value *v);
 void oq_exec_set_observe_want(oq_exec *e, oq_observe_want_fn want);
 
+/* e's thread pool (oq_pool_run from the caller's thread, e.g. an observer's own parallel work). */
+struct oq_pool *oq_exec_pool(const oq_exec *e);
+
 /* The inputs a caller feeds: graph inputs not backed by an initializer, in graph order. */
 size_t oq_exec_n_inputs(const oq_exec *e);
 const oq_value *oq_exec_input(const oq_exec *e, size_t i);

@@ -1043,3 +1043,98 @@ Test(stats, calib_batch_symbolic_sizes, .init = setup, .fini = teardown)
 	}
 	unbuild(&f);
 }
+
+/* ------------------------------------------------------------ the parallel scan */
+
+#define BIGN (5 * 65536 + 4321) /* past calibrate.c's parallel threshold, a short last chunk */
+
+/*
+ * x float[1, BIGN] -> Relu -> r;  x -> Neg -> n: tensors large enough that calibration scans
+ * them in chunks over the pool's threads, each chunk into a thread's own histogram at its own
+ * grid (magnitudes here jump by 2^3 every 40000 elements, so chunks differ in exponent), merged
+ * after. The statistics at 1, 2 and 3 threads must equal the value-by-value reference
+ * (oq_hist_add_f32_ref, the exact min/max, the NaN/Inf count) over both samples, bit for bit.
+ */
+Test(stats, parallel_scan_matches_reference, .init = setup, .fini = teardown)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg = gen_graph(g);
+	oq_model *m;
+	oq_diag d;
+	float *v = malloc(BIGN * sizeof *v);
+	oq_hist ref[3]; /* x, r, n */
+	double lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+	uint64_t bad = 0, s = 99;
+	const char *names[3] = {"x", "r", "n"};
+
+	cr_assert_not_null(v);
+	gen_opset(g, "", 13);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, BIGN));
+	gen_node(g, mg, "Relu", "relu", "x", "r");
+	gen_node(g, mg, "Neg", "neg", "x", "n");
+	gen_output(g, mg, "r", OQ_DT_FLOAT, GEN_SHAPE(1, BIGN));
+	gen_output(g, mg, "n", OQ_DT_FLOAT, GEN_SHAPE(1, BIGN));
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	for (int t = 0; t < 3; t++)
+		oq_hist_init(&ref[t]);
+	cr_assert_eq(mkdir(at("c"), 0700), 0);
+	for (int i = 0; i < 2; i++) {
+		char rel[32];
+		for (size_t k = 0; k < BIGN; k++) {
+			s = s * 6364136223846793005u + 1442695040888963407u;
+			double u = (double)(s >> 11) / 9007199254740992.0; /* [0, 1) */
+			float x = (float)ldexp(u - 0.3, (int)(k / 40000) * 3 - 9 + i);
+			x = k % 7 == 0 ? 0.0f : k % 11 == 0 ? -0.0f : x;
+			x = k == 123457 + (size_t)i ? NAN : k == 300001 && i ? -INFINITY : x;
+			v[k] = x;
+			/* the references: x, Relu(x) (NaN stays NaN, -0 and negatives -> +0) and -x */
+			const float y[3] = {x, isnan(x) ? x : x > 0 ? x : 0.0f, -x};
+			for (int t = 0; t < 3; t++) {
+				cr_assert_eq(oq_hist_add_f32_ref(&ref[t], &y[t], 1), OQ_OK);
+				if (isfinite(y[t])) {
+					lo[t] = y[t] + 0.0f < lo[t] ? y[t] + 0.0f : lo[t];
+					hi[t] = y[t] + 0.0f > hi[t] ? y[t] + 0.0f : hi[t];
+				}
+			}
+			bad += !isfinite(x);
+		}
+		snprintf(rel, sizeof rel, "c/%03d.npy", i);
+		cr_assert_eq(oq_npy_write(at(rel), OQ_DT_FLOAT, 2, (const int64_t[]){1, BIGN}, v,
+		                          BIGN * sizeof *v, &d),
+		             OQ_OK, "%s", d.msg);
+	}
+	cr_assert_eq(bad, 3);
+	for (int threads = 1; threads <= 3; threads++) {
+		oq_calib_opts o = opts(OQ_CALIB_MSE, 0);
+		oq_stats st;
+		o.threads = threads;
+		oq_diag_init(&d);
+		cr_assert_eq(oq_calibrate_stats(m, &o, &st, &d), OQ_OK, "%s", d.msg);
+		for (int t = 0; t < 3; t++) {
+			const oq_stat *x = NULL;
+			for (size_t i = 0; i < st.n; i++)
+				if (!strcmp(st.v[i].name, names[t]))
+					x = &st.v[i];
+			cr_assert_not_null(x, "no record for %s", names[t]);
+			cr_assert_not_null(x->h.bin);
+			cr_expect(x->lo == lo[t] && x->hi == hi[t],
+			          "%d threads, %s: [%a, %a], expected [%a, %a]", threads, names[t], x->lo,
+			          x->hi, lo[t], hi[t]);
+			/* Relu keeps the two NaNs and makes the -Inf 0, Neg keeps all three */
+			cr_expect_eq(x->n_bad, t == 1 ? 2u : 3u, "%d threads, %s: %llu bad", threads,
+			             names[t], (unsigned long long)x->n_bad);
+			cr_expect_eq(x->h.e, ref[t].e, "%d threads, %s: e %d, reference %d", threads,
+			             names[t], x->h.e, ref[t].e);
+			cr_expect_eq(x->h.n_zero, ref[t].n_zero, "%d threads, %s: zeros", threads, names[t]);
+			cr_expect(!memcmp(x->h.bin, ref[t].bin, 2 * OQ_HIST_SIDE * sizeof *x->h.bin),
+			          "%d threads, %s: the bins differ from the reference", threads, names[t]);
+		}
+		oq_stats_free(&st);
+	}
+	for (int t = 0; t < 3; t++)
+		oq_hist_free(&ref[t]);
+	free(v);
+	oq_model_free(m);
+	gen_free(g);
+}
