@@ -406,16 +406,30 @@ static int grid_of(const calib *c, const oq_calib_opts *o, size_t i, int *dtype,
 	return o->grid ? o->grid(o->grid_ctx, c->g->values[i], dtype, sym, d) : OQ_OK;
 }
 
-/* The method's range of value i into [*lo, *hi] (finite values were seen). */
-static int pick(const calib *c, const oq_calib_opts *o, size_t i, double *lo, double *hi,
-                oq_diag *d)
+/* A histogram selection collect() runs for one tensor (pick_prep says which, pick_sel runs it). */
+typedef struct sel {
+	size_t i;              /* the value */
+	int dtype, form, abs;  /* its activation grid, and whether the view is of |x| */
+	int bits;
+	double lo, hi;         /* in: the exact range; out: the method's */
+	int rc;                /* pick_sel's status (OQ_OK, OQ_ENOMEM, OQ_EINVAL) */
+} sel;
+
+/*
+ * The method's range of value i (finite values were seen) into [*lo, *hi] when it needs no
+ * histogram selection (*need = 0: minmax, ema, no histogram, or one the quantize pass does not
+ * read); otherwise *need = 1 and x describes the selection. The checks that can fail are here,
+ * in value order, so the first error is the same whatever runs the selections.
+ */
+static int pick_prep(const calib *c, const oq_calib_opts *o, size_t i, double *lo, double *hi,
+                     int *need, sel *x, oq_diag *d)
 {
 	const tstat *s = &c->st[i];
 	const oq_hist *h = c->h ? &c->h[i] : NULL;
 	const char *name = c->g->values[i]->name;
-	oq_hbins b;
-	int dtype, sym, form, abs, bits, rc;
+	int dtype, sym, form, bits, rc;
 
+	*need = 0;
 	*lo = s->lo;
 	*hi = s->hi;
 	if (c->method == OQ_CALIB_EMA && c->em[i].init) {
@@ -442,42 +456,119 @@ static int pick(const calib *c, const oq_calib_opts *o, size_t i, double *lo, do
 		return rc;
 	form = oq_act_form(sym, s->lo);
 	bits = oq_dtype_bits(dtype);
-	abs = c->method == OQ_CALIB_ENTROPY || oq_qform_mirrored(dtype, form);
 	if (c->method == OQ_CALIB_ENTROPY && (bits < 2 || bits > 16 ||
 	                                      1 << (bits - 1) > ENTROPY_MAX_TARGET))
 		return oq_err(d, OQ_EUSAGE,
 		              "calibrate: tensor '%s': --method entropy needs at most %d target bins; "
 		              "its %s grid has 2^%d: use --method mse or percentile for it",
 		              name, ENTROPY_MAX_TARGET, oq_dtype_name(dtype), bits - 1);
-	if ((rc = oq_hist_view(h, s->lo, s->hi, abs, &b)))
-		return oq_err(d, rc, "calibrate: tensor '%s': out of memory", name);
+	*need = 1;
+	x->i = i;
+	x->dtype = dtype;
+	x->form = form;
+	x->bits = bits;
+	x->abs = c->method == OQ_CALIB_ENTROPY || oq_qform_mirrored(dtype, form);
+	x->lo = s->lo;
+	x->hi = s->hi;
+	x->rc = OQ_OK;
+	return OQ_OK;
+}
+
+/* Runs selection x (reads only c's histogram of x->i and o's settings: safe in parallel). */
+static void pick_sel(const calib *c, const oq_calib_opts *o, sel *x)
+{
+	const tstat *s = &c->st[x->i];
+	oq_hbins b;
+	double lo = x->lo, hi = x->hi;
+
+	if ((x->rc = oq_hist_view(&c->h[x->i], s->lo, s->hi, x->abs, &b)))
+		return;
 	if (c->method == OQ_CALIB_PERCENTILE)
 		oq_select_percentile(&b, s->lo, s->hi,
-		                     o->percentile > 0 ? o->percentile : OQ_PERCENTILE, lo, hi);
-	else if (c->method == OQ_CALIB_ENTROPY && b.n >= (size_t)1 << (bits - 1))
-		rc = oq_select_entropy(&b, s->lo, s->hi, 1 << (bits - 1), lo, hi);
+		                     o->percentile > 0 ? o->percentile : OQ_PERCENTILE, &lo, &hi);
+	else if (c->method == OQ_CALIB_ENTROPY && b.n >= (size_t)1 << (x->bits - 1))
+		x->rc = oq_select_entropy(&b, s->lo, s->hi, 1 << (x->bits - 1), &lo, &hi);
 	else if (c->method == OQ_CALIB_MSE)
-		rc = oq_select_mse(&b, s->lo, s->hi, dtype, form, lo, hi);
+		x->rc = oq_select_mse(&b, s->lo, s->hi, x->dtype, x->form, &lo, &hi);
 	/* entropy with fewer bins than targets: only when OQ_HIST_EMIN clamped the grid (max|x| <
 	 * 2^(OQ_HIST_EMIN - 5), values that round to 0 on any grid anyway) or in an edited statistics
 	 * file; min/max stays */
 	oq_hbins_free(&b);
-	if (rc)
-		return oq_err(d, rc, "calibrate: tensor '%s': %s range selection failed (%s)", name,
-		              oq_calib_method_name(c->method),
-		              rc == OQ_ENOMEM ? "out of memory" : "bad histogram");
-	return OQ_OK;
+	if (!x->rc) {
+		x->lo = lo;
+		x->hi = hi;
+	}
 }
 
+/* The selections of collect(), handed out one tensor at a time over the pool. */
+typedef struct seljob {
+	const calib *c;
+	const oq_calib_opts *o;
+	sel *v;
+} seljob;
+
+static void sel_range(void *ctx, size_t begin, size_t end)
+{
+	seljob *j = ctx;
+	for (size_t k = begin; k < end; k++)
+		pick_sel(j->c, j->o, &j->v[k]);
+}
+
+/*
+ * One range per observed value into out, sorted by name. The histogram selections (the fixed
+ * cost of the histogram methods: mse's search is ~0.4 ms a tensor) are independent per tensor
+ * and run over c's pool when there is one; each writes only its own slot, so the ranges do not
+ * depend on the thread count.
+ */
 static int collect(const calib *c, const oq_calib_opts *o, oq_ranges *out, oq_diag *d)
 {
 	const oq_graph *g = c->g;
-	size_t n = 0, k = 0;
+	size_t n = 0, k = 0, ns = 0;
+	double *lo = NULL, *hi = NULL;
+	size_t *slot = NULL; /* per observed value: its selection + 1, or 0 */
+	sel *sv = NULL;
+	int rc = OQ_OK;
 
 	for (size_t i = 0; i < g->n_values; i++)
 		n += (size_t)c->st[i].seen;
-	if (!(out->v = oq_calloc(n, sizeof *out->v)))
-		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+	out->v = oq_calloc(n, sizeof *out->v);
+	lo = oq_calloc(n, sizeof *lo);
+	hi = oq_calloc(n, sizeof *hi);
+	slot = oq_calloc(n, sizeof *slot);
+	sv = oq_calloc(n, sizeof *sv);
+	if (!out->v || !lo || !hi || !slot || !sv) {
+		rc = oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+		goto done;
+	}
+	/* checks and grids in value order; the first failure is the error */
+	for (size_t i = 0; i < g->n_values; i++) {
+		const tstat *s = &c->st[i];
+		int need;
+		if (!s->seen)
+			continue;
+		if (s->lo <= s->hi) {
+			if ((rc = pick_prep(c, o, i, &lo[k], &hi[k], &need, &sv[ns], d)))
+				goto done;
+			if (need)
+				slot[k] = ++ns;
+		}
+		k++;
+	}
+	if (ns) {
+		seljob sj = {c, o, sv};
+		if (c->pool)
+			oq_pool_run(c->pool, ns, 1, sel_range, &sj);
+		else
+			sel_range(&sj, 0, ns);
+		for (size_t q = 0; q < ns; q++)
+			if (sv[q].rc) {
+				rc = oq_err(d, sv[q].rc, "calibrate: tensor '%s': %s range selection failed (%s)",
+				            g->values[sv[q].i]->name, oq_calib_method_name(c->method),
+				            sv[q].rc == OQ_ENOMEM ? "out of memory" : "bad histogram");
+				goto done;
+			}
+	}
+	k = 0;
 	for (size_t i = 0; i < g->n_values; i++) {
 		const tstat *s = &c->st[i];
 		oq_range *r;
@@ -485,28 +576,30 @@ static int collect(const calib *c, const oq_calib_opts *o, oq_ranges *out, oq_di
 			continue;
 		r = &out->v[k];
 		if (!(r->name = oq_strdup(g->values[i]->name))) {
-			out->n = k;
-			oq_ranges_free(out);
-			return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+			rc = oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+			goto done;
 		}
 		if (s->lo <= s->hi) {
-			double lo, hi;
-			int rc = pick(c, o, i, &lo, &hi, d);
-			if (rc) {
-				free(r->name);
-				r->name = NULL;
-				out->n = k;
-				oq_ranges_free(out);
-				return rc;
-			}
-			r->min = down_f(lo);
-			r->max = up_f(hi);
+			double l = slot[k] ? sv[slot[k] - 1].lo : lo[k];
+			double h = slot[k] ? sv[slot[k] - 1].hi : hi[k];
+			r->min = down_f(l);
+			r->max = up_f(h);
 		} else {
 			r->min = INFINITY; /* nothing finite was seen: min > max */
 			r->max = -INFINITY;
 		}
 		r->n_nan = s->n_bad;
 		k++;
+	}
+done:
+	free(lo);
+	free(hi);
+	free(slot);
+	free(sv);
+	if (rc) {
+		out->n = out->v ? n : 0; /* the names set so far (the rest are NULL) */
+		oq_ranges_free(out);
+		return rc;
 	}
 	out->n = k;
 	if (k > 1)
