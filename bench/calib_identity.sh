@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# calib_identity.sh - a calibration speed-up must not change a single byte:
+# calib_identity.sh - a calibration speed-up must not change a single byte (a comparison of two
+# builds, so it lives in bench/ and tests/run_all.sh does not run it):
 # models quantized by ONNXQ (the build under test) are cmp-identical to the
 # ones a reference build REF (e.g. main's Release binary, built before the
 # change) writes, on the bench models and the acceptance harness' samples:
@@ -12,10 +13,10 @@
 #   another model.
 # Models and samples come from OQ_CACHE (tests/integration/fetch.sh,
 # torchvision_export.py, quant_accuracy.sh); missing ones are skipped.
-# usage: tests/integration/calib_identity.sh ONNXQ REF   Closing line: "N passed, N failed".
+# usage: bench/calib_identity.sh ONNXQ REF   Closing line: "N passed, N failed".
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+root=$(cd "$here/.." && pwd)
 onnxq=${1:-$root/build/onnxq}
 ref=${2:?usage: calib_identity.sh ONNXQ REF (the reference binary)}
 cache=${OQ_CACHE:-$root/.cache}
