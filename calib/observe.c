@@ -25,7 +25,9 @@
  * is a serial dependency; 16-bit counts keep the bins in use within L1),
  * added to the bins every 255 blocks of 1024 values, before they can
  * overflow. Only the bins up to the one holding amax are cleared and
- * added. All counts are integers, so every path gives the histogram of
+ * added. The AVX-512 kernel also counts a vector of 16 values that share
+ * one bin (flat regions) as one +16, testing again only 8 vectors after a
+ * vector that does not. All counts are integers, so every path gives the histogram of
  * oq_hist_add_f32_ref, which raises e value by value.
  *
  * Views (oq_hist_view): the selections read equal-width bins over a range.
@@ -105,6 +107,7 @@
 #include "observe.h"
 
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -217,6 +220,7 @@ int oq_hist_add_f32_ref(oq_hist *h, const float *p, size_t n)
 }
 
 int oq_hist_simd = 1;
+int oq_hist_runs = 1;
 
 #define FILL_BLOCK 1024 /* values whose bin indices are computed at a time */
 #define NSUB 4           /* interleaved sub-histograms of the fill */
@@ -249,11 +253,13 @@ static inline size_t idx_tail(const float *p, size_t m, float sc, uint32_t top, 
 	return k;
 }
 
-static size_t idx_c(const float *p, size_t m, float sc, uint32_t topi, uint32_t *idx, uint64_t *nzero)
+static size_t idx_c(const float *p, size_t m, float sc, uint32_t topi, uint32_t *idx, uint64_t *nzero,
+		    uint64_t *bin)
 {
 	const float top = (float)topi;
 
 	(void)nzero;
+	(void)bin;
 	for (size_t j = 0; j < m; j++) {
 		/* sign and magnitude from the bits (fabsf or x < 0 ? ... made GCC 12 give up
 		 * vectorising the loop) */
@@ -277,13 +283,16 @@ static size_t idx_c(const float *p, size_t m, float sc, uint32_t topi, uint32_t 
 
 /* The same with 16 values a step: compare masks, zeros by popcount, indices compressed. */
 AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t topi, uint32_t *idx,
-				uint64_t *nzero)
+				uint64_t *nzero, uint64_t *bin)
 {
 	const __m512 scv = _mm512_set1_ps(sc), inf = _mm512_set1_ps(INFINITY);
 	const __m512 zero = _mm512_setzero_ps();
 	const __m512i top = _mm512_set1_epi32((int)topi), side = _mm512_set1_epi32((int)SIDE);
 	uint64_t z = 0;
 	size_t j = 0, k = 0;
+	/* vectors left before the next one-bin test (never, within one call of at most 1024 values,
+	 * when oq_hist_runs is 0) */
+	unsigned skip = oq_hist_runs ? 0 : UINT_MAX;
 
 	for (; j + 16 <= m; j += 16) {
 		__m512 x = _mm512_loadu_ps(p + j), a = _mm512_abs_ps(x);
@@ -293,6 +302,19 @@ AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t top
 		/* NaN/Inf lanes convert to 0x80000000 and are clamped, then compressed away */
 		__m512i b = _mm512_min_epu32(_mm512_cvttps_epi32(_mm512_mul_ps(a, scv)), top);
 		b = _mm512_mask_add_epi32(b, neg, b, side);
+		if (nz == 0xFFFF && !skip) {
+			/* 16 values in one bin (a flat region: a blank page's background, a saturated
+			 * Clip) are one count of 16, not 16 increments of the same bin in a chain; after
+			 * a vector that is not, the next 7 are not checked (the test costs ~7 % of the
+			 * fill where nothing is flat) */
+			__m512i b0 = _mm512_permutexvar_epi32(_mm512_setzero_si512(), b);
+			if (_mm512_cmpeq_epi32_mask(b, b0) == 0xFFFF) {
+				bin[(uint32_t)_mm_cvtsi128_si32(_mm512_castsi512_si128(b))] += 16;
+				continue;
+			}
+			skip = 8;
+		}
+		skip -= skip > 0;
 		z += (unsigned)__builtin_popcount(fin & (unsigned)~nz);
 		_mm512_storeu_si512(idx + k, _mm512_maskz_compress_epi32(nz, b));
 		k += (unsigned)__builtin_popcount(nz);
@@ -344,7 +366,7 @@ int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 	 * dependency, and 16-bit counts keep the bins in use within L1. Only bins [0, top] of each
 	 * side and the two slots are cleared and summed: worth it for enough values per bin. */
 	uint16_t sub[NSUB][NBINS + 2];
-	size_t (*kern)(const float *, size_t, float, uint32_t, uint32_t *, uint64_t *) =
+	size_t (*kern)(const float *, size_t, float, uint32_t, uint32_t *, uint64_t *, uint64_t *) =
 		oq_hist_simd && have_avx512() ? idx_avx512 : idx_c;
 	uint64_t nzero = 0;
 	uint32_t top;
@@ -373,7 +395,7 @@ int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 	}
 	for (size_t i = 0, blocks = 0; i < n; i += FILL_BLOCK) {
 		size_t m = n - i < FILL_BLOCK ? n - i : FILL_BLOCK;
-		size_t k = kern(p + i, m, sc, top, idx, &nzero), j = 0;
+		size_t k = kern(p + i, m, sc, top, idx, &nzero, h->bin), j = 0;
 		if (use_sub) {
 			for (; j + NSUB <= k; j += NSUB) {
 				sub[0][idx[j]]++;

@@ -95,6 +95,9 @@ void oq_minmax_f32_ref(const float *p, size_t n, float *lo, float *hi, uint64_t 
 /* 1 (default): oq_hist_add_f32 and oq_minmax_f32 use AVX-512 when the CPU has it; 0: plain C
  * (tests check both paths against the references). */
 extern int oq_hist_simd;
+/* 1 (default): the AVX-512 fill counts a 16-value vector whose values share one bin at once; 0:
+ * value by value (for the benchmark). Same counts either way. */
+extern int oq_hist_runs;
 
 /* Equal-width bins over [lo, hi]: what the range selections read. */
 typedef struct oq_hbins {

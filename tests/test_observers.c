@@ -215,6 +215,45 @@ Test(observers, fast_fill_matches_scalar_reference)
 	}
 }
 
+/* Runs of values sharing one bin (flat regions: whole 16-value vectors in one bin are counted at
+ * once by the AVX-512 path): runs of 1..40 of one value or of neighbours in the same bin, on
+ * either side, at the top of the grid (amax itself), broken by zeros and NaN, starting at any
+ * offset within a vector. */
+Test(observers, fast_fill_runs_in_one_bin)
+{
+	const size_t n = 3 * 255 * 1024 + 333;
+	float *x = malloc(n * sizeof *x);
+	oq_hist ref, fast;
+	uint64_t s = 5;
+
+	cr_assert(x);
+	for (size_t i = 0; i < n;) {
+		size_t len = 1 + (size_t)(unif(&s) * 40);
+		float r = unif(&s), v = r < 0.1f ? 5.0f : r < 0.2f ? -5.0f : (8 * unif(&s) - 4);
+		int brk = unif(&s) < 0.1f;
+		for (size_t k = 0; k < len && i < n; k++, i++)
+			x[i] = brk && k == len / 2 ? (r < 0.15f ? NAN : 0.0f)
+			       : k % 3 == 2 ? nextafterf(v, 0.0f) /* most likely the same bin */
+			                    : v;
+	}
+	oq_hist_init(&ref);
+	fill(0, &ref, x, n);
+	for (int how = 1; how < 3; how++) {
+		oq_hist_init(&fast);
+		fill(how, &fast, x, n);
+		cr_expect(same_hist(&fast, &ref), "fill %d differs from the reference", how);
+		oq_hist_free(&fast);
+		/* and from odd offsets, in pieces */
+		oq_hist_init(&fast);
+		for (size_t i = 0; i < n; i += 4099)
+			fill(how, &fast, x + i, n - i < 4099 ? n - i : 4099);
+		cr_expect(same_hist(&fast, &ref), "fill %d in pieces differs from the reference", how);
+		oq_hist_free(&fast);
+	}
+	oq_hist_free(&ref);
+	free(x);
+}
+
 /* One bin takes every value (a constant tensor, as after a saturating Clip) far past what a 16-bit
  * sub-histogram count holds between flushes: the counts stay exact. */
 Test(observers, fast_fill_one_bin_many_values)
