@@ -35,10 +35,12 @@
  * own: oq_calib_opts.grid resolves it as the quantize pass will, overrides
  * included; the histogram itself does not depend on it.
  *
- * Threads: a float32 tensor of at least 2 x 64K elements is scanned in
- * chunks over the executor's pool (scan_par), each chunk's values into the
- * private histogram of the thread that took it, merged after; min/max and
- * counts being exact, that is the serial scan's result bit for bit.
+ * Threads: a float32 tensor of at least 2 x 16K elements is scanned in
+ * chunks over the executor's pool (scan_par): min/max first, then the
+ * values on the tensor's grid, each worker's into its own histogram added to
+ * the tensor's after; min/max and counts being exact, that is the serial
+ * scan's result bit for bit. The range selections at the end run over the
+ * pool too, one tensor per item (collect).
  *
  * Random calibration ("random:N[:SEED]") reuses calib/run.c's generator
  * through OQ_SRC_RANDOM sources: sample i feeds input K the splitmix64
@@ -117,42 +119,51 @@ static int is_observed_dtype(int dt)
 }
 
 /*
- * Parallel scan of a large float32 tensor: chunks handed out to the pool's
- * threads; each chunk's min/max goes to its own slot and its values into the
- * private histogram of the thread that took it (with the chunk's own amax:
- * grid exponents differ, oq_hist_merge lines them up exactly). The slots are
- * then folded in chunk order and the private histograms merged into h. min,
- * max (-0 read as +0) and bin counts are exact, so the result is the one
+ * Parallel scan of a float32 tensor of at least 2 PAR_GRAIN values, in two
+ * rounds over the pool's threads, chunk by chunk: the min/max of each chunk
+ * into its own slot, folded in chunk order (exact, -0 read as +0); then,
+ * with h raised to the whole tensor's grid, the values, the caller's chunks
+ * into h and each worker's into its own histogram on that grid, added to h
+ * bin by bin after (oq_hist_drain). Counts are integers, so the result is the
  * serial scan's, bit for bit, whatever the thread count or which thread took
- * which chunk.
+ * which chunk. About two chunks per thread: each fill call clears and sums
+ * its sub-histograms, so smaller chunks cost more than they balance.
  */
-#define PAR_GRAIN ((size_t)1 << 16) /* the smallest chunk (below 2 of them: a serial scan) */
+#define PAR_GRAIN ((size_t)1 << 14) /* the smallest chunk (below 2 of them: a serial scan) */
 #define PAR_CHUNKS 32               /* the most chunks of a scan */
 
 typedef struct pscan {
 	const float *p;
 	size_t n, chunk;
-	oq_hist *ph;             /* per thread; NULL: min/max only */
+	oq_hist *h, *ph;         /* the caller's histogram, the workers' (by pool thread index) */
+	float amax;              /* the whole tensor's largest |x| (fill round) */
 	float lo[PAR_CHUNKS], hi[PAR_CHUNKS];
 	uint64_t bad[PAR_CHUNKS];
 	int rc[PAR_CHUNKS];
 } pscan;
 
-static void pscan_range(void *ctx, size_t begin, size_t end)
+static void pscan_minmax(void *ctx, size_t begin, size_t end)
 {
 	pscan *ps = ctx;
 
 	for (size_t c = begin; c < end; c++) {
 		size_t i = c * ps->chunk, m = ps->n - i < ps->chunk ? ps->n - i : ps->chunk;
-		float lo = INFINITY, hi = -INFINITY;
-		uint64_t bad = 0;
-		oq_minmax_f32(ps->p + i, m, &lo, &hi, &bad);
-		ps->lo[c] = lo;
-		ps->hi[c] = hi;
-		ps->bad[c] = bad;
-		ps->rc[c] = ps->ph ? oq_hist_add_f32(&ps->ph[oq_pool_self()], ps->p + i, m,
-		                                     lo <= hi ? fmaxf(-lo, hi) : 0)
-		                   : OQ_OK;
+		ps->lo[c] = INFINITY;
+		ps->hi[c] = -INFINITY;
+		ps->bad[c] = 0;
+		oq_minmax_f32(ps->p + i, m, &ps->lo[c], &ps->hi[c], &ps->bad[c]);
+	}
+}
+
+static void pscan_fill(void *ctx, size_t begin, size_t end)
+{
+	pscan *ps = ctx;
+	int self = oq_pool_self();
+	oq_hist *h = self ? &ps->ph[self] : ps->h;
+
+	for (size_t c = begin; c < end; c++) {
+		size_t i = c * ps->chunk, m = ps->n - i < ps->chunk ? ps->n - i : ps->chunk;
+		ps->rc[c] = oq_hist_add_f32(h, ps->p + i, m, ps->amax);
 	}
 }
 
@@ -162,26 +173,41 @@ static int scan_par(calib *c, oq_hist *h, const float *p, size_t n, float *lo, f
 {
 	pscan ps;
 	size_t nch;
+	float tlo = INFINITY, thi = -INFINITY;
 	int rc = OQ_OK, nt = oq_pool_threads(c->pool);
 
+	nch = n / PAR_GRAIN;
+	nch = nch > 2 * (size_t)nt ? 2 * (size_t)nt : nch;
+	nch = nch > PAR_CHUNKS ? PAR_CHUNKS : nch;
 	ps.p = p;
 	ps.n = n;
-	ps.chunk = (n + PAR_CHUNKS - 1) / PAR_CHUNKS;
-	ps.chunk = ps.chunk < PAR_GRAIN ? PAR_GRAIN : ps.chunk;
-	ps.ph = h ? c->ph : NULL;
+	ps.chunk = (n + nch - 1) / nch;
+	ps.h = h;
+	ps.ph = c->ph;
 	nch = (n + ps.chunk - 1) / ps.chunk;
-	oq_pool_run(c->pool, nch, 1, pscan_range, &ps);
+	oq_pool_run(c->pool, nch, 1, pscan_minmax, &ps);
 	for (size_t k = 0; k < nch; k++) {
-		*lo = ps.lo[k] < *lo ? ps.lo[k] : *lo;
-		*hi = ps.hi[k] > *hi ? ps.hi[k] : *hi;
+		tlo = ps.lo[k] < tlo ? ps.lo[k] : tlo;
+		thi = ps.hi[k] > thi ? ps.hi[k] : thi;
 		*bad += ps.bad[k];
+	}
+	*lo = tlo < *lo ? tlo : *lo;
+	*hi = thi > *hi ? thi : *hi;
+	if (!h)
+		return OQ_OK;
+	ps.amax = tlo <= thi ? fmaxf(-tlo, thi) : 0;
+	if (!(ps.amax > 0)) /* zeros, NaN and Inf only: a count of zeros */
+		return oq_hist_add_f32(h, p, n, 0);
+	if ((rc = oq_hist_reserve(h, oq_hist_exponent(ps.amax < FLT_MAX ? ps.amax : FLT_MAX))))
+		return rc;
+	for (int t = 1; t < nt; t++)
+		if ((rc = oq_hist_regrid(&c->ph[t], h->e)))
+			return rc;
+	oq_pool_run(c->pool, nch, 1, pscan_fill, &ps);
+	for (size_t k = 0; k < nch; k++)
 		rc = rc ? rc : ps.rc[k];
-	}
-	for (int t = 0; h && t < nt; t++) {
-		if (!rc)
-			rc = oq_hist_merge(h, &c->ph[t]);
-		oq_hist_free(&c->ph[t]);
-	}
+	for (int t = 1; t < nt; t++)
+		oq_hist_drain(h, &c->ph[t]);
 	return rc;
 }
 
@@ -788,7 +814,10 @@ static void release(const oq_model *m, job *j, calib *c)
 		for (size_t i = 0; i < m->graph->n_values; i++)
 			oq_hist_free(&c->h[i]);
 	free(c->h);
-	free(c->ph); /* its histograms are freed after each scan */
+	if (c->ph)
+		for (int t = 0; t < oq_pool_threads(c->pool); t++)
+			oq_hist_free(&c->ph[t]);
+	free(c->ph);
 	free(c->track);
 	free(c->em);
 	if (j->pend)

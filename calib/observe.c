@@ -470,6 +470,26 @@ int oq_hist_merge(oq_hist *a, const oq_hist *b)
 	return OQ_OK;
 }
 
+int oq_hist_regrid(oq_hist *h, int e)
+{
+	e = e < OQ_HIST_EMIN ? OQ_HIST_EMIN : e > OQ_HIST_EMAX ? OQ_HIST_EMAX : e;
+	if (!h->bin && !(h->bin = oq_calloc(NBINS + 2, sizeof *h->bin)))
+		return OQ_ENOMEM;
+	h->e = e; /* every count is 0: any grid describes them */
+	return OQ_OK;
+}
+
+void oq_hist_drain(oq_hist *dst, oq_hist *src)
+{
+	dst->n_zero += src->n_zero;
+	src->n_zero = 0;
+	if (!src->bin)
+		return;
+	for (size_t k = 0; k < NBINS; k++)
+		dst->bin[k] += src->bin[k];
+	memset(src->bin, 0, (NBINS + 2) * sizeof *src->bin);
+}
+
 int oq_hist_copy(oq_hist *dst, const oq_hist *src)
 {
 	oq_hist_init(dst);

@@ -82,6 +82,13 @@ int oq_hist_add_f32_ref(oq_hist *h, const float *p, size_t n) OQ_WUR;
 int oq_hist_add_f64(oq_hist *h, const double *p, size_t n) OQ_WUR;
 /* a += b, exactly (both at the larger e). OQ_ENOMEM, or OQ_EINVAL when a count overflows. */
 int oq_hist_merge(oq_hist *a, const oq_hist *b) OQ_WUR;
+/* h, whose bins are all zero (new, or emptied by oq_hist_drain), on grid exponent e (allocating
+ * the bins if needed). OQ_ENOMEM. */
+int oq_hist_regrid(oq_hist *h, int e) OQ_WUR;
+/* dst += src bin by bin, then src's counts are zero. Both on one grid (src set up by
+ * oq_hist_regrid to dst->e, or src without bins) and counts of values actually scanned (no
+ * overflow check: 2^64 values are out of reach). */
+void oq_hist_drain(oq_hist *dst, oq_hist *src);
 /* dst = a copy of src (dst uninitialised). OQ_ENOMEM. */
 int oq_hist_copy(oq_hist *dst, const oq_hist *src) OQ_WUR;
 

@@ -1050,9 +1050,9 @@ Test(stats, calib_batch_symbolic_sizes, .init = setup, .fini = teardown)
 
 /*
  * x float[1, BIGN] -> Relu -> r;  x -> Neg -> n: tensors large enough that calibration scans
- * them in chunks over the pool's threads, each chunk into a thread's own histogram at its own
- * grid (magnitudes here jump by 2^3 every 40000 elements, so chunks differ in exponent), merged
- * after. The statistics at 1, 2 and 3 threads must equal the value-by-value reference
+ * them in chunks over the pool's threads, each worker's chunks into its own histogram on the
+ * tensor's grid, added after (magnitudes here jump by 2^3 every 40000 elements, so the chunks'
+ * own extremes differ from the tensor's). The statistics at 1, 2 and 3 threads must equal the value-by-value reference
  * (oq_hist_add_f32_ref, the exact min/max, the NaN/Inf count) over both samples, bit for bit.
  */
 Test(stats, parallel_scan_matches_reference, .init = setup, .fini = teardown)
