@@ -435,32 +435,34 @@ static int grid_of(const calib *c, const oq_calib_opts *o, size_t i, int *dtype,
 /* A histogram selection collect() runs for one tensor (pick_prep says which, pick_sel runs it). */
 typedef struct sel {
 	size_t i;              /* the value */
+	int need;              /* a histogram selection runs (pick_sel); 0: lo, hi are final */
 	int dtype, form, abs;  /* its activation grid, and whether the view is of |x| */
 	int bits;
-	double lo, hi;         /* in: the exact range; out: the method's */
+	double lo, hi;         /* the exact range (or the method's, without a selection); out: the
+				* method's */
 	int rc;                /* pick_sel's status (OQ_OK, OQ_ENOMEM, OQ_EINVAL) */
 } sel;
 
 /*
- * The method's range of value i (finite values were seen) into [*lo, *hi] when it needs no
- * histogram selection (*need = 0: minmax, ema, no histogram, or one the quantize pass does not
- * read); otherwise *need = 1 and x describes the selection. The checks that can fail are here,
- * in value order, so the first error is the same whatever runs the selections.
+ * x for value i (finite values were seen): the method's range in x->lo, x->hi when it needs no
+ * histogram selection (minmax, ema, no histogram, or one the quantize pass does not read),
+ * otherwise x->need = 1 and the selection's grid. The checks that can fail are here, in value
+ * order, so the first error is the same whatever runs the selections.
  */
-static int pick_prep(const calib *c, const oq_calib_opts *o, size_t i, double *lo, double *hi,
-                     int *need, sel *x, oq_diag *d)
+static int pick_prep(const calib *c, const oq_calib_opts *o, size_t i, sel *x, oq_diag *d)
 {
 	const tstat *s = &c->st[i];
 	const oq_hist *h = c->h ? &c->h[i] : NULL;
 	const char *name = c->g->values[i]->name;
 	int dtype, sym, form, bits, rc;
 
-	*need = 0;
-	*lo = s->lo;
-	*hi = s->hi;
+	memset(x, 0, sizeof *x);
+	x->i = i;
+	x->lo = s->lo;
+	x->hi = s->hi;
 	if (c->method == OQ_CALIB_EMA && c->em[i].init) {
-		*lo = c->em[i].lo;
-		*hi = c->em[i].hi;
+		x->lo = c->em[i].lo;
+		x->hi = c->em[i].hi;
 		return OQ_OK;
 	}
 	if (!h)
@@ -488,15 +490,11 @@ static int pick_prep(const calib *c, const oq_calib_opts *o, size_t i, double *l
 		              "calibrate: tensor '%s': --method entropy needs at most %d target bins; "
 		              "its %s grid has 2^%d: use --method mse or percentile for it",
 		              name, ENTROPY_MAX_TARGET, oq_dtype_name(dtype), bits - 1);
-	*need = 1;
-	x->i = i;
+	x->need = 1;
 	x->dtype = dtype;
 	x->form = form;
 	x->bits = bits;
 	x->abs = c->method == OQ_CALIB_ENTROPY || oq_qform_mirrored(dtype, form);
-	x->lo = s->lo;
-	x->hi = s->hi;
-	x->rc = OQ_OK;
 	return OQ_OK;
 }
 
@@ -537,7 +535,8 @@ static void sel_range(void *ctx, size_t begin, size_t end)
 {
 	seljob *j = ctx;
 	for (size_t k = begin; k < end; k++)
-		pick_sel(j->c, j->o, &j->v[k]);
+		if (j->v[k].need)
+			pick_sel(j->c, j->o, &j->v[k]);
 }
 
 /*
@@ -549,78 +548,60 @@ static void sel_range(void *ctx, size_t begin, size_t end)
 static int collect(const calib *c, const oq_calib_opts *o, oq_ranges *out, oq_diag *d)
 {
 	const oq_graph *g = c->g;
-	size_t n = 0, k = 0, ns = 0;
-	double *lo = NULL, *hi = NULL;
-	size_t *slot = NULL; /* per observed value: its selection + 1, or 0 */
-	sel *sv = NULL;
+	size_t n = 0, k = 0;
+	sel *sv = NULL; /* per value with a finite range, in value order */
 	int rc = OQ_OK;
 
 	for (size_t i = 0; i < g->n_values; i++)
 		n += (size_t)c->st[i].seen;
 	out->v = oq_calloc(n, sizeof *out->v);
-	lo = oq_calloc(n, sizeof *lo);
-	hi = oq_calloc(n, sizeof *hi);
-	slot = oq_calloc(n, sizeof *slot);
 	sv = oq_calloc(n, sizeof *sv);
-	if (!out->v || !lo || !hi || !slot || !sv) {
+	if (!out->v || !sv) {
 		rc = oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 		goto done;
 	}
 	/* checks and grids in value order; the first failure is the error */
-	for (size_t i = 0; i < g->n_values; i++) {
-		const tstat *s = &c->st[i];
-		int need;
-		if (!s->seen)
-			continue;
-		if (s->lo <= s->hi) {
-			if ((rc = pick_prep(c, o, i, &lo[k], &hi[k], &need, &sv[ns], d)))
-				goto done;
-			if (need)
-				slot[k] = ++ns;
-		}
-		k++;
-	}
-	if (ns) {
+	for (size_t i = 0; i < g->n_values && !rc; i++)
+		if (c->st[i].seen && c->st[i].lo <= c->st[i].hi)
+			rc = pick_prep(c, o, i, &sv[k++], d);
+	if (rc)
+		goto done;
+	if (k) {
 		seljob sj = {c, o, sv};
 		if (c->pool)
-			oq_pool_run(c->pool, ns, 1, sel_range, &sj);
+			oq_pool_run(c->pool, k, 1, sel_range, &sj);
 		else
-			sel_range(&sj, 0, ns);
-		for (size_t q = 0; q < ns; q++)
-			if (sv[q].rc) {
-				rc = oq_err(d, sv[q].rc, "calibrate: tensor '%s': %s range selection failed (%s)",
-				            g->values[sv[q].i]->name, oq_calib_method_name(c->method),
-				            sv[q].rc == OQ_ENOMEM ? "out of memory" : "bad histogram");
-				goto done;
-			}
+			sel_range(&sj, 0, k);
 	}
+	for (size_t q = 0; q < k; q++)
+		if (sv[q].rc) {
+			rc = oq_err(d, sv[q].rc, "calibrate: tensor '%s': %s range selection failed (%s)",
+			            g->values[sv[q].i]->name, oq_calib_method_name(c->method),
+			            sv[q].rc == OQ_ENOMEM ? "out of memory" : "bad histogram");
+			goto done;
+		}
 	k = 0;
-	for (size_t i = 0; i < g->n_values; i++) {
+	for (size_t i = 0, q = 0; i < g->n_values; i++) {
 		const tstat *s = &c->st[i];
 		oq_range *r;
 		if (!s->seen)
 			continue;
-		r = &out->v[k];
+		r = &out->v[k++];
 		if (!(r->name = oq_strdup(g->values[i]->name))) {
 			rc = oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 			goto done;
 		}
 		if (s->lo <= s->hi) {
-			double l = slot[k] ? sv[slot[k] - 1].lo : lo[k];
-			double h = slot[k] ? sv[slot[k] - 1].hi : hi[k];
-			r->min = down_f(l);
-			r->max = up_f(h);
+			r->min = down_f(sv[q].lo);
+			r->max = up_f(sv[q].hi);
+			q++;
 		} else {
 			r->min = INFINITY; /* nothing finite was seen: min > max */
 			r->max = -INFINITY;
 		}
 		r->n_nan = s->n_bad;
-		k++;
 	}
 done:
-	free(lo);
-	free(hi);
-	free(slot);
 	free(sv);
 	if (rc) {
 		out->n = out->v ? n : 0; /* the names set so far (the rest are NULL) */

@@ -1881,14 +1881,9 @@ done:
 
 /* ------------------------------------------------------- kernel services */
 
-void *oq_k_scratch(oq_kctx *k, size_t bytes)
+/* b's buffer, grown (64-byte aligned, contents dropped) to at least `bytes`; NULL when out of memory. */
+static void *buf_reserve(struct buf *b, size_t bytes)
 {
-	struct buf *b;
-	int w = oq_pool_self();
-
-	if (!k || w < 0 || w >= k->e->threads)
-		return NULL;
-	b = &k->e->scratch[w];
 	if (b->cap < bytes) {
 		size_t cap = (bytes + 63) / 64 * 64 + 64;
 		void *p = aligned_alloc(64, cap);
@@ -1901,20 +1896,18 @@ void *oq_k_scratch(oq_kctx *k, size_t bytes)
 	return b->p;
 }
 
+void *oq_k_scratch(oq_kctx *k, size_t bytes)
+{
+	int w = oq_pool_self();
+
+	if (!k || w < 0 || w >= k->e->threads)
+		return NULL;
+	return buf_reserve(&k->e->scratch[w], bytes);
+}
+
 void *oq_k_shared(oq_kctx *k, size_t bytes)
 {
-	struct buf *b = &k->e->shared;
-
-	if (b->cap < bytes) {
-		size_t cap = (bytes + 63) / 64 * 64 + 64;
-		void *p = aligned_alloc(64, cap);
-		if (!p)
-			return NULL;
-		free(b->p);
-		b->p = p;
-		b->cap = cap;
-	}
-	return b->p;
+	return buf_reserve(&k->e->shared, bytes);
 }
 
 static int output(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *dims, int zero, oq_rt **t);
