@@ -52,6 +52,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -629,33 +630,35 @@ typedef struct job {
 	int is_random;     /* --calib random:N[:SEED] */
 	uint64_t seed;     /* its SEED */
 	FILE *tty;         /* progress bar stream, or NULL */
+	size_t lanes;      /* samples that ran at a time (sweep_lanes), 1 when one after the other */
 	double t0, last;   /* pass start; last bar update (-1: none yet) */
 } job;
 
-/* Loads sample i (absolute index) into in[nin]. */
-static int load(job *j, size_t i, oq_rt *in, oq_diag *d)
+/* Loads sample i (absolute index) into in[nin] from s (j->s, or a lane's copy of the one
+ * random record: its seeds are rewritten per sample) for executor e. */
+static int load(const job *j, oq_samples *s, const oq_exec *e, size_t i, oq_rt *in, oq_diag *d)
 {
 	if (j->is_random)
 		for (size_t k = 0; k < j->nin; k++)
-			j->s.v[0].in[k].seed = mix64(j->seed ^ mix64((uint64_t)i));
-	return oq_sample_load(&j->s, j->is_random ? 0 : i, j->e, in, d);
+			s->v[0].in[k].seed = mix64(j->seed ^ mix64((uint64_t)i));
+	return oq_sample_load(s, j->is_random ? 0 : i, e, in, d);
 }
 
-/* Observes j->in, runs it and releases inputs and outputs. */
-static int run_one(job *j, calib *c, oq_diag *d)
+/* Observes in[nin] (into c), runs it on e and releases inputs and outputs. */
+static int run_one(const job *j, oq_exec *e, calib *c, oq_rt *in, oq_rt *outs, oq_diag *d)
 {
 	int rc = OQ_OK;
 	for (size_t k = 0; k < j->nin && !rc; k++)
-		rc = observe(c, oq_exec_input(j->e, k), &j->in[k]);
+		rc = observe(c, oq_exec_input(e, k), &in[k]);
 	if (!rc)
-		rc = oq_exec_run(j->e, j->in, j->nin, j->outs, j->nout, d);
+		rc = oq_exec_run(e, in, j->nin, outs, j->nout, d);
 	if (rc && c->oom) /* the observer's own failure: the executor has no message for it */
 		rc = oq_err(d, OQ_ENOMEM, "calibrate: out of memory for the histogram of '%s' (%d bins)",
 		            c->oom->name, 2 * OQ_HIST_SIDE);
 	for (size_t k = 0; k < j->nin; k++)
-		oq_rt_release(&j->in[k]);
+		oq_rt_release(&in[k]);
 	for (size_t k = 0; k < j->nout; k++)
-		oq_rt_release(&j->outs[k]);
+		oq_rt_release(&outs[k]);
 	return rc;
 }
 
@@ -716,6 +719,233 @@ static void progress(job *j, const char *what, size_t done)
 	}
 }
 
+/*
+ * Sample lanes. With T >= 2 threads and one sample per run, the samples
+ * after the first run T at a time, one per thread: lane 0 on the executor
+ * itself and c, lane k on a clone (oq_exec_clone: the plan and packed
+ * weights shared, its own arena) with its own observer state, all run as
+ * the items of one parallel-for over the executor's pool, so every kernel
+ * inside runs on its lane's thread alone. A lane takes the next sample
+ * index from a shared counter until none is left. At the end each lane's
+ * state is merged into c; min/max, NaN counts and histogram counts (on
+ * their power-of-two grids, observe.h) merge exactly, so c ends bit for bit
+ * as after one sample at a time. A small model whose kernels cannot keep T
+ * threads busy runs about T times faster; a large one costs T arenas.
+ * Not used for ema (its average is in sample order), an extra observer
+ * (bias correction), --calib-batch, or when T arenas would take more than
+ * a quarter of the machine's memory: then the executor's threads share each
+ * kernel as before.
+ *
+ * Errors: a lane that fails at sample i lowers `stop` to i; no lane takes a
+ * sample after stop, and every sample before it was handed out before i
+ * and runs to its end. The error reported is the one of the smallest
+ * failing index, as in the serial sweep.
+ */
+int oq_calib_lanes = -1;
+
+typedef struct lane {
+	oq_exec *e;        /* j->e (lane 0) or a clone */
+	calib *c;          /* the caller's state (lane 0) or own */
+	calib own;
+	oq_rt *in, *outs;
+	oq_samples s;      /* j->s, or (random data) a copy of its one record with own seeds */
+	oq_sample one;
+	oq_diag d;
+	size_t err_at;     /* sample index of the lane's error */
+	int rc;
+} lane;
+
+typedef struct lanes {
+	job *j;
+	const char *what;
+	lane *v;
+	size_t n;
+	atomic_size_t next; /* the next sample to hand out */
+	atomic_size_t stop; /* the smallest failing sample so far, SIZE_MAX: none */
+	atomic_size_t done; /* samples finished */
+} lanes;
+
+static void lane_run(void *ctx, size_t begin, size_t end)
+{
+	lanes *L = ctx;
+	job *j = L->j;
+
+	for (size_t k = begin; k < end; k++) {
+		lane *ln = &L->v[k];
+		for (;;) {
+			size_t i = atomic_fetch_add(&L->next, 1), stop, done;
+			if (i >= j->end || i > atomic_load(&L->stop))
+				break;
+			if ((ln->rc = load(j, &ln->s, ln->e, i, ln->in, &ln->d)) ||
+			    (ln->rc = run_one(j, ln->e, ln->c, ln->in, ln->outs, &ln->d))) {
+				ln->err_at = i;
+				stop = atomic_load(&L->stop);
+				while (i < stop && !atomic_compare_exchange_weak(&L->stop, &stop, i))
+					;
+				break;
+			}
+			done = atomic_fetch_add(&L->done, 1) + 1;
+			if (oq_pool_self() == 0)
+				progress(j, L->what, done);
+		}
+	}
+}
+
+/* Folds lane state l into c (same graph and tracked values). */
+static int lane_merge(calib *c, const calib *l)
+{
+	for (size_t i = 0; i < c->g->n_values; i++) {
+		tstat *s = &c->st[i];
+		const tstat *t = &l->st[i];
+		int rc;
+		s->lo = t->lo < s->lo ? t->lo : s->lo;
+		s->hi = t->hi > s->hi ? t->hi : s->hi;
+		s->n_bad += t->n_bad;
+		s->seen |= t->seen;
+		if (c->h && c->track[i] && (rc = oq_hist_merge(&c->h[i], &l->h[i])))
+			return rc;
+	}
+	return OQ_OK;
+}
+
+static void lane_free(lane *ln, size_t nin, size_t nout, int is_clone)
+{
+	if (ln->in)
+		for (size_t k = 0; k < nin; k++)
+			oq_rt_release(&ln->in[k]);
+	if (ln->outs)
+		for (size_t k = 0; k < nout; k++)
+			oq_rt_release(&ln->outs[k]);
+	free(ln->in);
+	free(ln->outs);
+	free(ln->one.in);
+	if (ln->c == &ln->own) {
+		if (ln->own.h)
+			for (size_t i = 0; i < ln->own.g->n_values; i++)
+				oq_hist_free(&ln->own.h[i]);
+		free(ln->own.h);
+		free(ln->own.st);
+	}
+	if (is_clone)
+		oq_exec_free(ln->e);
+}
+
+/* Lane k's executor, observer state and buffers. */
+static int lane_init(job *j, calib *c, lane *ln, size_t k)
+{
+	oq_exec_opts eo = {1};
+	int rc;
+
+	oq_diag_init(&ln->d);
+	ln->err_at = SIZE_MAX;
+	ln->s = j->s;
+	if (j->is_random) {
+		ln->one = j->s.v[0];
+		if (!(ln->one.in = oq_calloc(j->nin ? j->nin : 1, sizeof *ln->one.in)))
+			return OQ_ENOMEM;
+		memcpy(ln->one.in, j->s.v[0].in, j->nin * sizeof *ln->one.in);
+		ln->s.v = &ln->one;
+	}
+	if (!(ln->in = oq_calloc(j->nin ? j->nin : 1, sizeof *ln->in)) ||
+	    !(ln->outs = oq_calloc(j->nout ? j->nout : 1, sizeof *ln->outs)))
+		return OQ_ENOMEM;
+	if (k == 0) {
+		ln->e = j->e;
+		ln->c = c;
+		return OQ_OK;
+	}
+	if ((rc = oq_exec_clone(j->e, &eo, &ln->e, &ln->d)))
+		return rc;
+	ln->c = &ln->own;
+	ln->own = *c;
+	ln->own.pool = oq_exec_pool(ln->e);
+	ln->own.ph = NULL;
+	ln->own.oom = NULL;
+	ln->own.st = oq_calloc(c->g->n_values, sizeof *ln->own.st);
+	ln->own.h = c->h ? oq_calloc(c->g->n_values, sizeof *ln->own.h) : NULL;
+	if (!ln->own.st || (c->h && !ln->own.h))
+		return OQ_ENOMEM;
+	for (size_t i = 0; i < c->g->n_values; i++) {
+		ln->own.st[i].lo = INFINITY;
+		ln->own.st[i].hi = -INFINITY;
+		if (ln->own.h)
+			oq_hist_init(&ln->own.h[i]);
+	}
+	oq_exec_set_observer(ln->e, observe, &ln->own);
+	return OQ_OK;
+}
+
+/* How many lanes samples [*i, end) get: 0 for none (see above). */
+static size_t lane_count(const job *j, const calib *c)
+{
+	size_t nl = (size_t)oq_pool_threads(c->pool), per, hist = 0;
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	double budget = pages > 0 && psize > 0 ? (double)pages * (double)psize / 4 : 1e9;
+
+	if (!oq_calib_lanes || c->em || c->extra || j->batch > 1)
+		return 0;
+	if (oq_calib_lanes > 0 && (size_t)oq_calib_lanes < nl)
+		nl = (size_t)oq_calib_lanes;
+	for (size_t i = 0; c->h && i < c->g->n_values; i++)
+		hist += c->track[i];
+	/* a clone: the activations of the first run, its histograms, scratch */
+	per = oq_exec_peak_bytes(j->e) + hist * (2 * OQ_HIST_SIDE + 2) * sizeof(uint64_t) +
+	      ((size_t)4 << 20);
+	if (nl < 2 || (double)(nl - 1) * (double)per > budget)
+		return 0;
+	return nl;
+}
+
+/* Runs samples [*i, j->end) over lanes when lane_count allows, advancing *i past them. */
+static int sweep_lanes(job *j, calib *c, const char *what, size_t *i, oq_diag *d)
+{
+	lanes L;
+	size_t nl = lane_count(j, c), first = SIZE_MAX;
+	oq_hist *ph = c->ph;
+	int rc = OQ_OK;
+
+	if (nl == 0 || j->end - *i < 2)
+		return OQ_OK;
+	if (nl > j->end - *i)
+		nl = j->end - *i;
+	memset(&L, 0, sizeof L);
+	L.j = j;
+	L.what = what;
+	L.n = nl;
+	if (!(L.v = oq_calloc(nl, sizeof *L.v)))
+		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+	for (size_t k = 0; k < nl && !rc; k++)
+		if ((rc = lane_init(j, c, &L.v[k], k)))
+			rc = L.v[k].d.count ? oq_err(d, rc, "%s", L.v[k].d.msg)
+			                    : oq_err(d, rc, "calibrate: out of memory for %zu sample lanes", nl);
+	if (!rc) {
+		atomic_init(&L.next, *i);
+		atomic_init(&L.stop, SIZE_MAX);
+		atomic_init(&L.done, *i - j->begin);
+		c->ph = NULL; /* lane 0 scans on its own thread */
+		oq_pool_run(c->pool, nl, 1, lane_run, &L);
+		c->ph = ph;
+		*i = j->end;
+		j->lanes = nl;
+		for (size_t k = 0; k < nl; k++)
+			if (L.v[k].rc && L.v[k].err_at < (first == SIZE_MAX ? SIZE_MAX : L.v[first].err_at))
+				first = k;
+		if (first != SIZE_MAX)
+			rc = L.v[first].d.count ? oq_err(d, L.v[first].rc, "%s", L.v[first].d.msg)
+			                        : L.v[first].rc;
+		for (size_t k = 1; k < nl && !rc; k++)
+			if ((rc = lane_merge(c, &L.v[k].own)))
+				rc = oq_err(d, rc, "calibrate: %s merging the sample lanes' statistics",
+				            rc == OQ_ENOMEM ? "out of memory" : "count overflow");
+		if (!rc)
+			progress(j, what, j->end - j->begin);
+	}
+	for (size_t k = 0; k < nl; k++)
+		lane_free(&L.v[k], j->nin, j->nout, k > 0);
+	free(L.v);
+	return rc;
+}
+
 /* Runs samples [begin, end) once with c observing. */
 static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 {
@@ -724,8 +954,20 @@ static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 
 	j->t0 = now();
 	if (j->batch <= 1) {
-		for (size_t i = j->begin; i < j->end; i++) {
-			if ((rc = load(j, i, j->in, d)) || (rc = run_one(j, c, d)))
+		size_t i = j->begin;
+		/* the first sample on the executor's own threads: it sets the plan's lazy state
+		 * and measures the activation memory a lane needs */
+		if (i < j->end) {
+			if ((rc = load(j, &j->s, j->e, i, j->in, d)) ||
+			    (rc = run_one(j, j->e, c, j->in, j->outs, d)))
+				return rc;
+			progress(j, what, ++i - j->begin);
+		}
+		if ((rc = sweep_lanes(j, c, what, &i, d)))
+			return rc;
+		for (; i < j->end; i++) {
+			if ((rc = load(j, &j->s, j->e, i, j->in, d)) ||
+			    (rc = run_one(j, j->e, c, j->in, j->outs, d)))
 				return rc;
 			progress(j, what, i + 1 - j->begin);
 		}
@@ -734,12 +976,12 @@ static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 	/* batches: consecutive samples of one shape, at most j->batch */
 	for (size_t i = j->begin; i < j->end; i++) {
 		oq_rt *cur = &j->pend[np * j->nin];
-		if ((rc = load(j, i, cur, d)))
+		if ((rc = load(j, &j->s, j->e, i, cur, d)))
 			return rc;
 		if (np && !same_shape(j->pend, cur, j->nin)) {
 			/* run what is pending, then start a new batch with this sample */
 			oq_rt *first = j->pend;
-			if ((rc = concat(j, np, d)) || (rc = run_one(j, c, d)))
+			if ((rc = concat(j, np, d)) || (rc = run_one(j, j->e, c, j->in, j->outs, d)))
 				return rc;
 			for (size_t k = 0; k < j->nin; k++) {
 				first[k] = cur[k];
@@ -749,7 +991,7 @@ static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 		}
 		np++;
 		if (np == j->batch || i + 1 == j->end) {
-			if ((rc = concat(j, np, d)) || (rc = run_one(j, c, d)))
+			if ((rc = concat(j, np, d)) || (rc = run_one(j, j->e, c, j->in, j->outs, d)))
 				return rc;
 			np = 0;
 		}
@@ -961,6 +1203,14 @@ static int prepare(oq_model *m, const oq_calib_opts *o, job *j, calib *c, oq_dia
 	return OQ_OK;
 }
 
+/* Ends the summary line: how many samples ran at a time when more than one. */
+static void lanes_note(FILE *f, const job *j)
+{
+	if (j->lanes > 1)
+		fprintf(f, " (%zu samples at a time)", j->lanes);
+	fputc('\n', f);
+}
+
 static void warn_nan(FILE *f, const oq_ranges *r)
 {
 	for (size_t i = 0; i < r->n; i++)
@@ -1091,9 +1341,10 @@ int oq_calibrate_stats(oq_model *m, const oq_calib_opts *o, oq_stats *out, oq_di
 		if (j.tty)
 			fputs("\r\033[K", o->progress);
 		fprintf(o->progress,
-		        "calibrate: shard %u/%u: samples [%zu, %zu) of %zu, %zu tensors, %s, %.1f s\n",
+		        "calibrate: shard %u/%u: samples [%zu, %zu) of %zu, %zu tensors, %s, %.1f s",
 		        o->shard, out->n_shards, j.begin, j.end, j.total, out->n,
 		        out->kind == OQ_STATS_HIST ? "ranges + histograms" : "ranges", now() - t0);
+		lanes_note(o->progress, &j);
 	}
 	rc = OQ_OK;
 fail:
@@ -1182,8 +1433,9 @@ int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d
 		if (j.tty)
 			fputs("\r\033[K", o->progress);
 		warn_nan(o->progress, out);
-		fprintf(o->progress, "calibrate: %zu samples, %zu tensors observed, %s, %.1f s\n",
-		        j.total, out->n, oq_calib_method_name(o->method), now() - t0);
+		fprintf(o->progress, "calibrate: %zu samples, %zu tensors observed, %s, %.1f s", j.total,
+		        out->n, oq_calib_method_name(o->method), now() - t0);
+		lanes_note(o->progress, &j);
 	}
 	rc = OQ_OK;
 fail:

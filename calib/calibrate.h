@@ -71,6 +71,14 @@ typedef struct oq_calib_opts {
 } oq_calib_opts;
 
 /*
+ * Sample lanes (calibrate.c): -1 (default) runs the samples after the
+ * first T at a time on T executors sharing one plan when T threads are
+ * asked for and memory allows; 0 never; N > 0 at most N lanes. The ranges,
+ * histograms and statistics files are the same bits either way (tests).
+ */
+extern int oq_calib_lanes;
+
+/*
  * Observes graph inputs and every node output of the main graph whose
  * dtype is float32/float16/bfloat16/double; *out receives one range per
  * observed tensor, sorted by name. An empty folder is OQ_EINVAL; bad

@@ -122,7 +122,8 @@ struct oq_exec {
 	int threads;           /* the pool's threads including the caller */
 	oq_observe_fn observe;
 	void *observe_ctx;
-	plan *plans;
+	plan *plans;           /* newest first; from `borrowed` on they belong to the executor cloned */
+	const plan *borrowed;  /* oq_exec_clone: the first plan of the source executor, else NULL */
 	oq_value **in;         /* fed inputs of the main graph */
 	size_t n_in;
 	size_t live, peak;     /* activation bytes held now / at most */
@@ -130,6 +131,8 @@ struct oq_exec {
 	size_t n_chunks, cap_chunks;
 	int planning;          /* making a plan: outputs (folded constants) outside the arena */
 	struct buf { void *p; size_t cap; } *scratch; /* per pool thread: oq_k_scratch's buffer (kept across calls) */
+	int n_scratch;         /* scratch entries: threads, or for a clone (which may run inside its
+				* source's pool, on a thread of that pool's index) also the source's */
 	struct buf shared;     /* oq_k_shared's buffer (kept across calls) */
 };
 
@@ -1384,7 +1387,8 @@ int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
 		goto fail;
 	}
 	e->threads = oq_pool_threads(e->pool);
-	if (!(e->scratch = oq_calloc((size_t)e->threads, sizeof *e->scratch))) {
+	e->n_scratch = e->threads;
+	if (!(e->scratch = oq_calloc((size_t)e->n_scratch, sizeof *e->scratch))) {
 		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
 		goto fail;
 	}
@@ -1419,7 +1423,7 @@ void oq_exec_free(oq_exec *e)
 	if (!e)
 		return;
 	oq_pool_free(e->pool);
-	while (e->plans) {
+	while (e->plans && e->plans != e->borrowed) {
 		plan *n = e->plans->next;
 		free_plan(e->plans);
 		e->plans = n;
@@ -1429,7 +1433,7 @@ void oq_exec_free(oq_exec *e)
 		free(e->chunks[i].free);
 	}
 	free(e->chunks);
-	for (int i = 0; e->scratch && i < e->threads; i++)
+	for (int i = 0; e->scratch && i < e->n_scratch; i++)
 		free(e->scratch[i].p);
 	free(e->scratch);
 	free(e->shared.p);
@@ -1438,6 +1442,43 @@ void oq_exec_free(oq_exec *e)
 #if defined(__GLIBC__)
 	malloc_trim(0); /* the arena and the weights went back to the heap: give them to the system */
 #endif
+}
+
+/*
+ * A clone reads the source's plans (kernels, initializer views, folded
+ * constants, packed weights), which nothing changes once made: a run only
+ * prepends plans it makes lazily (subgraphs) to its own list, whose tail
+ * stays the borrowed one. Frames, arena, scratch and pool are its own.
+ */
+int oq_exec_clone(const oq_exec *src, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
+{
+	oq_exec *e;
+	int rc, threads = o && o->threads > 0 ? o->threads : 1;
+
+	*out = NULL;
+	if (!(e = calloc(1, sizeof *e)))
+		return oq_err(d, OQ_ENOMEM, "run: out of memory");
+	e->m = src->m;
+	e->plans = src->plans;
+	e->borrowed = src->plans;
+	if ((rc = oq_pool_new(threads, &e->pool))) {
+		oq_exec_free(e);
+		return oq_err(d, rc, "run: cannot start %d threads", threads);
+	}
+	e->threads = oq_pool_threads(e->pool);
+	e->n_scratch = e->threads > src->n_scratch ? e->threads : src->n_scratch;
+	e->scratch = oq_calloc((size_t)e->n_scratch, sizeof *e->scratch);
+	e->in = oq_calloc(src->n_in ? src->n_in : 1, sizeof *e->in);
+	if (!e->scratch || !e->in) {
+		oq_exec_free(e);
+		return oq_err(d, OQ_ENOMEM, "run: out of memory");
+	}
+	memcpy(e->in, src->in, src->n_in * sizeof *e->in);
+	e->n_in = src->n_in;
+	e->observe = src->observe;
+	e->observe_ctx = src->observe_ctx;
+	*out = e;
+	return OQ_OK;
 }
 
 void oq_exec_set_observer(oq_exec *e, oq_observe_fn fn, void *ctx)
@@ -1900,7 +1941,7 @@ void *oq_k_scratch(oq_kctx *k, size_t bytes)
 {
 	int w = oq_pool_self();
 
-	if (!k || w < 0 || w >= k->e->threads)
+	if (!k || w < 0 || w >= k->e->n_scratch)
 		return NULL;
 	return buf_reserve(&k->e->scratch[w], bytes);
 }

@@ -92,6 +92,17 @@ void oq_exec_set_observer(oq_exec *e, oq_observe_fn fn, void *ctx);
 typedef int (*oq_observe_want_fn)(void *ctx, const oq_value *v);
 void oq_exec_set_observe_want(oq_exec *e, oq_observe_want_fn want);
 
+/*
+ * A second executor of e's model with o->threads threads (<= 0: 1), sharing
+ * e's plans: the kernels, initializer views and packed weights are held
+ * once. It has its own activation arena, so it may run at the same time as
+ * e and other clones (one sample each); outputs are those of e, bit for bit.
+ * The observer and its want are e's (change the ctx with
+ * oq_exec_set_observer; do not call oq_exec_set_observe_want on a clone).
+ * Free clones before e.
+ */
+int oq_exec_clone(const oq_exec *e, const oq_exec_opts *o, oq_exec **out, oq_diag *d) OQ_WUR;
+
 /* e's thread pool (oq_pool_run from the caller's thread, e.g. an observer's own parallel work). */
 struct oq_pool *oq_exec_pool(const oq_exec *e);
 

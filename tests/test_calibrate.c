@@ -429,3 +429,52 @@ Test(calibrate, random_source)
 	}
 	unbuild(&f);
 }
+
+/*
+ * A sample that fails while running (an index out of range for Gather, which no check before
+ * the run can see) stops calibration with that sample's error. With several threads the
+ * samples after the first run several at a time (calibrate.c's sample lanes) and later ones
+ * may finish first, but the error reported must still be the first failing sample's: samples 4
+ * (index 40) and 6 (index 60) fail, so it is index 40 at every thread count, every time.
+ */
+Test(calibrate, first_failing_sample_whatever_the_threads, .init = setup, .fini = teardown)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg = gen_graph(g);
+	oq_model *m;
+	oq_diag d;
+	static const double w[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+
+	gen_opset(g, "", 13);
+	gen_input(g, mg, "i", OQ_DT_INT64, GEN_SHAPE(2));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(10), w);
+	gen_node(g, mg, "Gather", "gather", "W,i", "y");
+	gen_node(g, mg, "Relu", "relu", "y", "r");
+	gen_output(g, mg, "r", OQ_DT_FLOAT, GEN_SHAPE(2));
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	mkdir_at("c");
+	for (int s = 0; s < 12; s++) {
+		int64_t v[2] = {s % 10, s == 4 ? 40 : s == 6 ? 60 : (s * 3) % 10};
+		char rel[32];
+		snprintf(rel, sizeof rel, "c/%03d.npy", s);
+		cr_assert_eq(oq_npy_write(at(rel), OQ_DT_INT64, 1, (const int64_t[]){2}, v, 16, &d),
+		             OQ_OK, "%s", d.msg);
+	}
+	for (int threads = 1; threads <= 4; threads++)
+		for (int rep = 0; rep < 5; rep++) {
+			oq_calib_opts o;
+			oq_ranges r;
+			memset(&o, 0, sizeof o);
+			o.source = at("c");
+			o.threads = threads;
+			oq_diag_init(&d);
+			cr_assert_eq(oq_calibrate_minmax(m, &o, &r, &d), OQ_EINVAL, "%d threads: %s",
+			             threads, d.msg);
+			cr_expect(strstr(d.msg, "gather") && strstr(d.msg, "= 40 is out of range"),
+			          "%d threads: %s", threads, d.msg);
+			cr_expect_eq(r.n, 0);
+		}
+	oq_model_free(m);
+	gen_free(g);
+}

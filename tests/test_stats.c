@@ -271,33 +271,91 @@ Test(stats, entropy_one_round, .init = setup, .fini = teardown)
 
 /* The merged histogram of x by hand: values 1..5, -2.5..-0.5 (step 0.5), 0.25 four times (a NaN in
  * sample 3), five zeros. max |x| = 5 -> e = 3, bins of 8 / 4096 = 2^-9: k = |x| * 512. */
+static void expect_hand_x(const oq_stats *hs, const char *what)
+{
+	uint64_t in_bins = 0;
+	const oq_stat *x = NULL;
+
+	for (size_t i = 0; i < hs->n; i++)
+		if (!strcmp(hs->v[i].name, "x"))
+			x = &hs->v[i];
+	cr_assert_not_null(x, "%s: no record of x", what);
+	cr_assert_not_null(x->h.bin, "%s: no bins", what);
+	cr_expect(x->lo == -2.5 && x->hi == 5.0 && x->n_bad == 1, "%s: [%g, %g], %llu bad", what,
+	          x->lo, x->hi, (unsigned long long)x->n_bad);
+	cr_expect_eq(x->h.e, 3, "%s: e %d", what, x->h.e);
+	for (size_t k = 0; k < 2 * (size_t)OQ_HIST_SIDE; k++)
+		in_bins += x->h.bin[k];
+	cr_expect_eq(in_bins, 14, "%s: %llu in bins", what, (unsigned long long)in_bins);
+	cr_expect_eq(x->h.n_zero, 5, "%s", what);
+	for (int v = 1; v <= 5; v++)
+		cr_expect_eq(x->h.bin[512 * v], 1, "%s: bin of %d", what, v);
+	cr_expect_eq(x->h.bin[128], 4, "%s: bin of 0.25", what);
+	for (int v = 1; v <= 5; v++) /* -0.5 v on the negative side */
+		cr_expect_eq(x->h.bin[OQ_HIST_SIDE + 256 * v], 1, "%s: bin of -%g", what, 0.5 * v);
+}
+
 Test(stats, hist_counts, .init = setup, .fini = teardown)
 {
 	fixture f;
 	oq_stats hs;
-	uint64_t in_bins = 0;
-	const oq_stat *x = NULL;
 
 	write_samples();
 	build(&f, 1);
 	round_all(&f, OQ_CALIB_MSE, 0, 3, &hs);
-	for (size_t i = 0; i < hs.n; i++)
-		if (!strcmp(hs.v[i].name, "x"))
-			x = &hs.v[i];
-	cr_assert_not_null(x);
-	cr_assert_not_null(x->h.bin);
-	cr_expect(x->lo == -2.5 && x->hi == 5.0 && x->n_bad == 1);
-	cr_expect_eq(x->h.e, 3);
-	for (size_t k = 0; k < 2 * (size_t)OQ_HIST_SIDE; k++)
-		in_bins += x->h.bin[k];
-	cr_expect_eq(in_bins, 14);
-	cr_expect_eq(x->h.n_zero, 5);
-	for (int v = 1; v <= 5; v++)
-		cr_expect_eq(x->h.bin[512 * v], 1, "bin of %d", v);
-	cr_expect_eq(x->h.bin[128], 4); /* 0.25 */
-	for (int v = 1; v <= 5; v++)      /* -0.5 v on the negative side */
-		cr_expect_eq(x->h.bin[OQ_HIST_SIDE + 256 * v], 1, "bin of -%g", 0.5 * v);
+	expect_hand_x(&hs, "3 shards");
 	oq_stats_free(&hs);
+	unbuild(&f);
+}
+
+/*
+ * Sample lanes (calibrate.c): with T threads the samples after the first run T at a time on
+ * executors of their own, each into its own statistics, merged at the end. Here the largest
+ * |x| grows from sample to sample (2.5, 2, 3, 4, 5), so lanes hold histograms on different
+ * grids that the merge must regrid. Every thread count gives the hand counts, and the summary
+ * line says how many ran at a time (so the lanes did run: 4 samples after the first).
+ */
+Test(stats, sample_lanes_hand_counts, .init = setup, .fini = teardown)
+{
+	fixture f;
+
+	write_samples();
+	build(&f, 1);
+	for (int threads = 1; threads <= 5; threads++) {
+		oq_calib_opts o = opts(OQ_CALIB_MSE, 0);
+		oq_stats hs;
+		oq_diag d;
+		char *log = NULL, what[32], want[48];
+		size_t len;
+		int at_once = threads < 4 ? threads : 4;
+		o.threads = threads;
+		cr_assert_not_null(o.progress = open_memstream(&log, &len));
+		oq_diag_init(&d);
+		cr_assert_eq(oq_calibrate_stats(f.m, &o, &hs, &d), OQ_OK, "%s", d.msg);
+		fclose(o.progress);
+		snprintf(what, sizeof what, "%d threads", threads);
+		snprintf(want, sizeof want, " (%d samples at a time)\n", at_once);
+		if (threads > 1)
+			cr_expect(strstr(log, want), "%s: %s", what, log);
+		else
+			cr_expect(!strstr(log, "at a time"), "%s: %s", what, log);
+		expect_hand_x(&hs, what);
+		oq_stats_free(&hs);
+		free(log);
+	}
+	/* oq_calib_lanes 0: the pool's threads share each kernel instead, the same counts */
+	oq_calib_lanes = 0;
+	{
+		oq_calib_opts o = opts(OQ_CALIB_MSE, 0);
+		oq_stats hs;
+		oq_diag d;
+		o.threads = 3;
+		oq_diag_init(&d);
+		cr_assert_eq(oq_calibrate_stats(f.m, &o, &hs, &d), OQ_OK, "%s", d.msg);
+		expect_hand_x(&hs, "3 threads, no lanes");
+		oq_stats_free(&hs);
+	}
+	oq_calib_lanes = -1;
 	unbuild(&f);
 }
 
