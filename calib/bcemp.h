@@ -61,10 +61,16 @@ void oq_bce_cache_free(oq_bce_cache *c);
  * its outputs and the layers its sums. With a cache so filled (same ref,
  * samples and layers), the float sums stay and the float model runs only
  * if its outputs were over the limit; cache may be NULL. A random source
- * is OQ_EUNSUP (nothing to measure on). Models are run one after the other
- * on the calling thread's schedule, so the sums do not depend on threads.
+ * is OQ_EUNSUP (nothing to measure on). Models are run one after the other;
+ * with several threads the samples after the first of each pass run several
+ * at a time (bcemp.c's lanes, as calibration's; oq_calib_lanes applies), each
+ * sample's sums staged and added in sample order, so the sums and SQNRs do
+ * not depend on the thread count, bit for bit.
  */
 int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, size_t n_runs,
 		   const oq_calib_opts *o, oq_bce *b, oq_bce_cache *cache, oq_diag *d) OQ_WUR;
+
+/* The most samples the last oq_bce_measure ran at a time (1: one after the other). */
+extern size_t oq_bce_lanes_used;
 
 #endif

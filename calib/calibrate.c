@@ -875,25 +875,35 @@ static int lane_init(job *j, calib *c, lane *ln, size_t k)
 	return OQ_OK;
 }
 
-/* How many lanes samples [*i, end) get: 0 for none (see above). */
-static size_t lane_count(const job *j, const calib *c)
+size_t oq_calib_lane_count(int threads, size_t per_lane)
 {
-	size_t nl = (size_t)oq_pool_threads(c->pool), per, hist = 0;
+	size_t nl = threads > 0 ? (size_t)threads : 1;
 	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
 	double budget = pages > 0 && psize > 0 ? (double)pages * (double)psize / 4 : 1e9;
 
-	if (!oq_calib_lanes || c->em || c->extra || j->batch > 1)
+	if (!oq_calib_lanes)
 		return 0;
 	if (oq_calib_lanes > 0 && (size_t)oq_calib_lanes < nl)
 		nl = (size_t)oq_calib_lanes;
+	if (nl < 2 || (double)(nl - 1) * (double)per_lane > budget)
+		return 0;
+	return nl;
+}
+
+/* How many lanes the samples after the first get: 0 for none (see above). */
+static size_t lane_count(const job *j, const calib *c)
+{
+	size_t hist = 0;
+
+	if (c->em || c->extra || j->batch > 1)
+		return 0;
 	for (size_t i = 0; c->h && i < c->g->n_values; i++)
 		hist += c->track[i];
 	/* a clone: the activations of the first run, its histograms, scratch */
-	per = oq_exec_peak_bytes(j->e) + hist * (2 * OQ_HIST_SIDE + 2) * sizeof(uint64_t) +
-	      ((size_t)4 << 20);
-	if (nl < 2 || (double)(nl - 1) * (double)per > budget)
-		return 0;
-	return nl;
+	return oq_calib_lane_count(oq_pool_threads(c->pool),
+	                           oq_exec_peak_bytes(j->e) +
+	                               hist * (2 * OQ_HIST_SIDE + 2) * sizeof(uint64_t) +
+	                               ((size_t)4 << 20));
 }
 
 /* Runs samples [*i, j->end) over lanes when lane_count allows, advancing *i past them. */

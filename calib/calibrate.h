@@ -77,6 +77,10 @@ typedef struct oq_calib_opts {
  * histograms and statistics files are the same bits either way (tests).
  */
 extern int oq_calib_lanes;
+/* Lanes for `threads` threads when each lane beyond the first holds per_lane bytes: the thread
+ * count (capped by oq_calib_lanes > 0), or 0 (none) for one thread, oq_calib_lanes 0, or when
+ * the extra lanes would take more than a quarter of the machine's memory. */
+size_t oq_calib_lane_count(int threads, size_t per_lane);
 
 /*
  * Observes graph inputs and every node output of the main graph whose

@@ -348,14 +348,14 @@ Test(biascorr, strided_padded_convtranspose_varying_sizes)
 #include "npy.h"
 #include "pipeline.h"
 
-static gen_model *conv_2x(int quantized, double bias)
+static gen_model *conv_2x_w(int quantized, double bias, int64_t width)
 {
 	gen_model *g = gen_new(8);
 	Onnx__GraphProto *mg;
 
 	gen_opset(g, "", 13);
 	mg = gen_graph(g);
-	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 4));
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, width));
 	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(2));
 	gen_init(g, mg, "B", OQ_DT_FLOAT, GEN_SHAPE(1), GEN_VALS(bias));
 	if (quantized) {
@@ -367,8 +367,13 @@ static gen_model *conv_2x(int quantized, double bias)
 	} else {
 		gen_node(g, mg, "Conv", "conv", "x,W,B", "y");
 	}
-	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 4));
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, width));
 	return g;
+}
+
+static gen_model *conv_2x(int quantized, double bias)
+{
+	return conv_2x_w(quantized, bias, 4);
 }
 
 /* Writes samples n x [dims] (values v, n * count floats) as dir/000.npy, 001.npy, ... */
@@ -740,4 +745,100 @@ Test(biascorr, empirical_pipeline_shift_fails_cross_validation)
 {
 	static const float xs[] = {1.6f, 10.6f, 5.6f, 15.4f};
 	pipeline_case(xs, 0, 0);
+}
+
+/*
+ * Sample lanes: with several threads the samples after the first run a few at a time on
+ * executor clones, each one's sums and SQNRs staged and added in sample order. Nine samples of
+ * 64 K values spanning 1e-3 to 1e6 (so double sums depend on their order, and each sample runs
+ * long enough for the lanes to overlap) measured at 1 and at 3 threads, float-only (cache) and
+ * with two quantized runs: every sum, count and SQNR is the same bit for bit, and the float sums
+ * match y = 2 x + 0.5 summed here (to 1e-9), fold f the samples i with i % 2 == f.
+ */
+Test(biascorr, empirical_measure_lanes_match_one_at_a_time)
+{
+	enum { NS = 9, W = 1 << 16 };
+	float *xs = malloc(sizeof(float) * NS * W);
+	gen_model *gf = conv_2x_w(0, 0.5, W), *gq = conv_2x_w(1, 0.5, W), *gc = conv_2x_w(1, 0.5625, W);
+	oq_model *mf = load(gf), *mq = load(gq), *mc = load(gc);
+	oq_opts o;
+	oq_bce b[2];
+	oq_bce_run runs[2][2];
+	oq_bce_cache cache[2] = {{0}, {0}};
+	oq_node *rn[1], *qn[1];
+	oq_diag d;
+	char dir[64] = "/tmp/oq_bce_XXXXXX";
+	double hand[2] = {0, 0};
+
+	cr_assert_not_null(xs);
+	for (int i = 0; i < NS; i++) /* magnitudes from 1e-3 to 1e6, varying by sample */
+		for (int k = 0; k < W; k++)
+			xs[(size_t)i * W + k] = (float)(ldexp(1.0 + (k % 97) / 97.0, (k * 7 + i * 5) % 31 - 10) *
+			                               (k % 3 ? 1 : -1) / (i + 3));
+	oq_diag_init(&d);
+	oq_opts_init(&o);
+	cr_assert_not_null(mkdtemp(dir));
+	write_samples(dir, NS, GEN_SHAPE(1, 1, 1, W), xs, W);
+	rn[0] = oq_bias_correct_node(mf->graph, "y");
+	qn[0] = oq_bias_correct_node(mq->graph, "y");
+	for (int i = 0; i < NS; i++) /* the float y, summed in double */
+		for (int k = 0; k < W; k++)
+			hand[i % 2] += (double)(2 * xs[(size_t)i * W + k] + 0.5f);
+	/* several times: whether lanes overlap, and so whether a commit out of order would show,
+	 * depends on scheduling */
+	for (int rep = 0; rep < 8; rep++) {
+		for (int t = rep ? 1 : 0; t < 2; t++) {
+			oq_calib_opts co;
+			memset(&co, 0, sizeof co);
+			co.source = dir;
+			co.threads = t ? 3 : 1;
+			cr_assert_eq(oq_bias_correct_targets(mf->graph, &o, &b[t], &d), OQ_OK, "%s", d.msg);
+			cr_assert_eq(oq_bce_measure(mf, rn, NULL, 0, &co, &b[t], &cache[t], &d), OQ_OK, "%s", d.msg);
+			cr_expect_eq(oq_bce_lanes_used, t ? 3 : 1, "%zu at a time", oq_bce_lanes_used);
+			runs[t][0] = (oq_bce_run){.qm = mq, .nodes = qn, .folds = 3};
+			runs[t][1] = (oq_bce_run){.qm = mc, .folds = 2};
+			cr_assert_eq(oq_bce_measure(mf, rn, runs[t], 2, &co, &b[t], &cache[t], &d), OQ_OK, "%s", d.msg);
+			cr_expect_eq(oq_bce_lanes_used, t ? 3 : 1, "%zu at a time", oq_bce_lanes_used);
+		}
+		for (int f = 0; f < 2; f++) {
+			cr_expect(fabs(b[0].v[0].sum_f[f] - hand[f]) <= 1e-9 * fabs(hand[f]), "fold %d: %.17g vs hand %.17g",
+			          f, b[0].v[0].sum_f[f], hand[f]);
+			cr_expect_eq(b[0].v[0].n_f[f], (f ? 4u : 5u) * W);
+			cr_expect(b[0].v[0].sum_f[f] == b[1].v[0].sum_f[f], "fold %d float: %a vs %a", f,
+			          b[0].v[0].sum_f[f], b[1].v[0].sum_f[f]);
+			cr_expect(b[0].v[0].sum_q[f] == b[1].v[0].sum_q[f], "fold %d quantized: %a vs %a", f,
+			          b[0].v[0].sum_q[f], b[1].v[0].sum_q[f]);
+			cr_expect_eq(b[0].v[0].n_q[f], b[1].v[0].n_q[f]);
+			for (int r = 0; r < 2; r++) {
+				cr_expect(runs[0][r].sqnr.sum[f] == runs[1][r].sqnr.sum[f] &&
+				              runs[0][r].sqnr.min[f] == runs[1][r].sqnr.min[f] &&
+				              runs[0][r].sqnr.n[f] == runs[1][r].sqnr.n[f],
+				          "run %d fold %d: sum %a vs %a", r, f, runs[0][r].sqnr.sum[f], runs[1][r].sqnr.sum[f]);
+			}
+		}
+		cr_expect(b[0].v[0].sum_q[0] != b[0].v[0].sum_f[0]); /* the quantized model did run */
+		cr_expect_eq(runs[0][1].sqnr.n[0], 0);           /* fold 1 only */
+		for (int r = 0; r < 2; r++)
+			for (int i = 0; i < NS; i++)
+				cr_expect(!memcmp(&runs[0][r].sqnr.per[i], &runs[1][r].sqnr.per[i], sizeof(double)),
+				          "run %d sample %d", r, i);
+		for (int i = 0; i < NS; i++)
+			cr_expect(!memcmp(cache[0].out[i].data, cache[1].out[i].data, W * sizeof(float)), "cached output %d", i);
+		for (int r = 0; r < 2; r++)
+			oq_bce_sqnr_free(&runs[1][r].sqnr);
+		oq_bce_cache_free(&cache[1]);
+		oq_bce_free(&b[1]);
+	}
+	for (int r = 0; r < 2; r++)
+		oq_bce_sqnr_free(&runs[0][r].sqnr);
+	oq_bce_cache_free(&cache[0]);
+	oq_bce_free(&b[0]);
+	oq_model_free(mf);
+	oq_model_free(mq);
+	oq_model_free(mc);
+	gen_free(gf);
+	gen_free(gq);
+	gen_free(gc);
+	free(xs);
+	rm_rf(dir);
 }
