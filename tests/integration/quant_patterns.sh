@@ -78,7 +78,12 @@ ties() {
 		{ echo "fail ORT cannot run the probe model"; return 1; }
 	"$onnxq" run "$tmp/probe.onnx" --input "x=$in" --output-dir "$tmp/tie_oq" >/dev/null 2>&1 ||
 		{ echo "fail onnxq cannot run the probe model"; return 1; }
-	$ev ties "$q" "$in" "$tmp/tie_ort" "$tmp/tie_oq" 2>&1 | head -1
+	# the whole report first, then its first line: `| head -1` under pipefail failed the
+	# function whenever the analysis, still writing, died of SIGPIPE (a tie reported "ok"
+	# counted as a failure)
+	local out
+	out=$($ev ties "$q" "$in" "$tmp/tie_ort" "$tmp/tie_oq" 2>&1)
+	printf '%s\n' "${out%%$'\n'*}"
 }
 
 "$tool" list >"$tmp/list"
