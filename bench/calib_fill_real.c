@@ -76,7 +76,7 @@ int main(int argc, char **argv)
 {
 	oq_model *m;
 	oq_exec *e;
-	oq_exec_opts o = {1};
+	oq_exec_opts o = {.threads = 1};
 	oq_diag d;
 	oq_npy a;
 	oq_rt in, out[16];

@@ -319,7 +319,7 @@ int main(int argc, char **argv)
 	}
 	for (int ti = 0; ti < nt; ti++) {
 		oq_exec *e = NULL;
-		oq_exec_opts o = {threads[ti]};
+		oq_exec_opts o = {.threads = threads[ti]};
 		double *t = calloc((size_t)runs, sizeof *t), *c = calloc((size_t)runs, sizeof *c);
 		int nr = runs, bad = 0;
 		prof p;
@@ -439,7 +439,7 @@ int main(int argc, char **argv)
 	{
 		/* one observed run (every node on its own): FLOPs, and the unfused outputs for --check */
 		oq_exec *e = NULL;
-		oq_exec_opts o = {threads[0]};
+		oq_exec_opts o = {.threads = threads[0]};
 		fctx fc = {0, m->graph, calloc(m->graph->n_values + 1, sizeof *fc.d2)};
 		int frc;
 		if (!fc.d2 || oq_exec_new(m, &o, &e, &d)) {

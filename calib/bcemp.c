@@ -409,7 +409,7 @@ static void lane_free(const pass *P, lane *ln)
 /* Lane k of P: buffers, and for k > 0 clones of lane 0's executors observed into its own stage. */
 static int lane_init(pass *P, lane *ln, const lane *l0, size_t k)
 {
-	oq_exec_opts eo = {1};
+	oq_exec_opts eo = {.threads = 1};
 	int rc;
 
 	oq_diag_init(&ln->d);
@@ -442,7 +442,9 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 		   const oq_calib_opts *o, oq_bce *b, oq_bce_cache *cache, oq_diag *d)
 {
 	oq_exec *ef = NULL, *eq = NULL;
-	oq_exec_opts eo = {.threads = o->threads};
+	/* the quantized models' weights dequantized and packed once (fold_dq): the float model's
+	 * executor holds as much already */
+	oq_exec_opts eo = {.threads = o->threads, .fold_dq = 1};
 	oq_samples s = {0};
 	const oq_value **fvals = NULL, **qvals = NULL;
 	size_t *off = NULL, n_ch = 0, nin = 0, nout = 0, n = 0, sums = n_runs;

@@ -833,7 +833,7 @@ static void lane_free(lane *ln, size_t nin, size_t nout, int is_clone)
 /* Lane k's executor, observer state and buffers. */
 static int lane_init(job *j, calib *c, lane *ln, size_t k)
 {
-	oq_exec_opts eo = {1};
+	oq_exec_opts eo = {.threads = 1};
 	int rc;
 
 	oq_diag_init(&ln->d);
@@ -1120,7 +1120,7 @@ static int check_batch(const oq_exec *e, oq_diag *d)
  */
 static int prepare(oq_model *m, const oq_calib_opts *o, job *j, calib *c, oq_diag *d)
 {
-	oq_exec_opts eo;
+	oq_exec_opts eo = {.threads = 0};
 	uint64_t n_random = 0, b, e;
 	uint32_t ns = o->n_shards ? o->n_shards : 1;
 	int rc;

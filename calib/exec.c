@@ -130,6 +130,7 @@ struct oq_exec {
 	struct chunk *chunks;  /* the activation arena (see buf_get) */
 	size_t n_chunks, cap_chunks;
 	int planning;          /* making a plan: outputs (folded constants) outside the arena */
+	int fold_dq;           /* oq_exec_opts.fold_dq */
 	struct buf { void *p; size_t cap; } *scratch; /* per pool thread: oq_k_scratch's buffer (kept across calls) */
 	int n_scratch;         /* scratch entries: threads, or for a clone (which may run inside its
 				* source's pool, on a thread of that pool's index) also the source's */
@@ -851,11 +852,14 @@ int oq_exec_no_pack;
  * cheap or data movement only - what exporters put between a weight and its
  * consumer (Identity, Transpose, Reshape, Cast, ...) or use to build shapes
  * from constants (Shape, Gather, Unsqueeze, Concat, arithmetic on scalars).
- * DequantizeLinear is left out on purpose: folding it would keep a float
- * copy of every quantized weight (four times the int8 bytes).
+ * DequantizeLinear is left out unless oq_exec_opts.fold_dq asks for it:
+ * folding it keeps a float copy of every quantized weight (four times the
+ * int8 bytes, packed when a product reads it).
  */
-static int fold_op(oq_op op)
+static int fold_op(const oq_exec *e, oq_op op)
 {
+	if (op == OQ_OP_DequantizeLinear)
+		return e->fold_dq;
 	switch (op) {
 	case OQ_OP_Identity: case OQ_OP_Constant: case OQ_OP_Transpose: case OQ_OP_Reshape:
 	case OQ_OP_Unsqueeze: case OQ_OP_Squeeze: case OQ_OP_Flatten: case OQ_OP_Cast:
@@ -947,7 +951,7 @@ static int fold_node(oq_exec *e, plan *p, size_t ni, unsigned char *pinned, cons
 	oq_kctx k;
 	int rc, keep = 1;
 
-	if (!fold_op(n->op) || !p->nodes[ni].fn || n->n_inputs > 16 || n->n_outputs > 16 || n->n_outputs == 0)
+	if (!fold_op(e, n->op) || !p->nodes[ni].fn || n->n_inputs > 16 || n->n_outputs > 16 || n->n_outputs == 0)
 		return OQ_OK;
 	for (size_t i = 0; i < n->n_attrs; i++)
 		if (n->attrs[i].g || n->attrs[i].graphs)
@@ -994,7 +998,9 @@ static int fold_node(oq_exec *e, plan *p, size_t ni, unsigned char *pinned, cons
 		if (out[i] && !out[i]->borrowed)
 			e->live -= out[i]->nbytes; /* not an activation */
 	}
-	if (rc || out_bytes / 2 > in_bytes + 32768)
+	/* an output much larger than the inputs is cheaper to recompute than to hold (a
+	 * ConstantOfShape), except a dequantized weight when asked for (fold_dq) */
+	if (rc || (out_bytes / 2 > in_bytes + 32768 && n->op != OQ_OP_DequantizeLinear))
 		keep = 0;
 	for (size_t i = 0; i < n->n_outputs; i++) {
 		oq_value *v = n->outputs[i];
@@ -1381,6 +1387,7 @@ int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
 	if (!e)
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	e->m = m;
+	e->fold_dq = o ? o->fold_dq : 0;
 	/* the pool and scratch first: the plan runs kernels to fold constants */
 	if ((rc = oq_pool_new(threads, &e->pool))) {
 		rc = oq_err(d, rc, "run: cannot start %d threads", threads);
@@ -1459,6 +1466,7 @@ int oq_exec_clone(const oq_exec *src, const oq_exec_opts *o, oq_exec **out, oq_d
 	if (!(e = calloc(1, sizeof *e)))
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	e->m = src->m;
+	e->fold_dq = src->fold_dq;
 	e->plans = src->plans;
 	e->borrowed = src->plans;
 	if ((rc = oq_pool_new(threads, &e->pool))) {

@@ -232,7 +232,7 @@ static void out_means(const double *w, const double *b, const oq_rt *xs, size_t 
 	gen_model *g = conv_model(w, b);
 	oq_model *m = load(g);
 	oq_exec *e = NULL;
-	oq_exec_opts eo = {1};
+	oq_exec_opts eo = {.threads = 1};
 	oq_diag d;
 	double cnt = 0;
 

@@ -52,7 +52,7 @@ static int tc_run(tcase *t, oq_rt *out, size_t n_out, oq_diag *d)
 {
 	oq_model *mm = NULL;
 	oq_exec *e = NULL;
-	oq_exec_opts o = {2};
+	oq_exec_opts o = {.threads = 2};
 	int rc;
 
 	oq_diag_init(d);

@@ -45,7 +45,7 @@ static int run(const char *op, int opset, const char *names, oq_rt *in, const ch
 	oq_model *m = NULL;
 	oq_exec *e = NULL;
 	oq_diag d;
-	oq_exec_opts o = {threads};
+	oq_exec_opts o = {.threads = threads};
 	char buf[256], *save = NULL;
 	size_t nin = 0;
 	int rc;

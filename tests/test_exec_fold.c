@@ -72,7 +72,7 @@ static size_t run(gen_model *g, int threads, int fold, seen *ob, const oq_rt *in
 {
 	oq_model *m = NULL;
 	oq_exec *e = NULL;
-	oq_exec_opts o = {threads};
+	oq_exec_opts o = {.threads = threads};
 	oq_diag d;
 	size_t nf;
 	int rc;
@@ -239,7 +239,7 @@ Test(exec_fold, repeated_runs_reuse_constants)
 	Onnx__GraphProto *gp;
 	oq_model *m = NULL;
 	oq_exec *e = NULL;
-	oq_exec_opts o = {1};
+	oq_exec_opts o = {.threads = 1};
 	oq_diag d;
 	oq_rt x, y;
 	static const float xv[] = {10, 11, 12, 13, 14, 15};
@@ -369,7 +369,7 @@ Test(exec_fold, packed_weight_still_observed)
 	Onnx__GraphProto *gp;
 	oq_model *m = NULL;
 	oq_exec *e = NULL;
-	oq_exec_opts o = {1};
+	oq_exec_opts o = {.threads = 1};
 	oq_diag d;
 	oq_rt x, f[2], u[2];
 	seen sf, su;
@@ -451,7 +451,7 @@ Test(exec_fold, packed_conv_weights)
 	Onnx__NodeProto *n;
 	oq_model *m = NULL;
 	oq_exec *e = NULL;
-	oq_exec_opts o = {1};
+	oq_exec_opts o = {.threads = 1};
 	oq_diag d;
 	oq_rt in[2], f[4], u[4], t2[4], r[4];
 	seen sf, su;
@@ -551,5 +551,102 @@ Test(exec_fold, packed_conv_weights)
 	free(b4);
 	free(xv);
 	free(x2v);
+	gen_free(g);
+}
+
+/*
+ * oq_exec_opts.fold_dq: DequantizeLinear of constant int8 weights computed
+ * once by the plan, and the float weights packed for their Conv and MatMul.
+ *   Wd = DequantizeLinear(Wq, s, zp)    Wq int8 [32, 8, 1, 1], per-channel s (axis 0), zp 0
+ *   y  = Conv(x, Wd)                    x [1, 8, 6, 6]
+ *   Md = DequantizeLinear(Mq, t)        Mq int8 [8, 16], per-tensor t = 0.5
+ *   z  = MatMul(f, Md)                  f = Transpose(Reshape(x, [8, 36])): [36, 8]
+ * The outputs must be the bits of the run that dequantizes every time, with
+ * an observer too (which also sees the folded weights: Wd exact, k * s[m]).
+ * One element by hand: y[0, 0, 0, 0] = sum_c Wq[0, c] * s[0] * x[0, c, 0, 0].
+ */
+Test(exec_fold, fold_dq_packs_dequantized_weights)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *gp;
+	Onnx__NodeProto *n;
+	double wq[32 * 8], mq[8 * 16], s[32], *xv = rvals(8 * 36, 9);
+	oq_rt x, out[2][2];
+	seen ob[2];
+
+	for (int i = 0; i < 32 * 8; i++)
+		wq[i] = (i * 37) % 255 - 127;
+	for (int i = 0; i < 8 * 16; i++)
+		mq[i] = (i * 11) % 200 - 100;
+	for (int m = 0; m < 32; m++)
+		s[m] = ldexp(1.0 + m / 32.0, -7);
+	gen_opset(g, "", 13);
+	gp = gen_graph(g);
+	gen_input(g, gp, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 8, 6, 6));
+	gen_init(g, gp, "Wq", OQ_DT_INT8, GEN_SHAPE(32, 8, 1, 1), wq);
+	gen_init(g, gp, "s", OQ_DT_FLOAT, GEN_SHAPE(32), s);
+	gen_init(g, gp, "zp", OQ_DT_INT8, GEN_SHAPE(32), (double[32]){0});
+	gen_init(g, gp, "Mq", OQ_DT_INT8, GEN_SHAPE(8, 16), mq);
+	gen_init(g, gp, "t", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0.5));
+	gen_init(g, gp, "shape", OQ_DT_INT64, GEN_SHAPE(2), GEN_VALS(8, 36));
+	n = gen_node(g, gp, "DequantizeLinear", "dqw", "Wq,s,zp", "Wd");
+	gen_attr_int(g, n, "axis", 0);
+	gen_node(g, gp, "Conv", "conv", "x,Wd", "y");
+	gen_node(g, gp, "DequantizeLinear", "dqm", "Mq,t", "Md");
+	gen_node(g, gp, "Reshape", "flat", "x,shape", "f8");
+	gen_node(g, gp, "Transpose", "tr", "f8", "f");
+	gen_node(g, gp, "MatMul", "mm", "f,Md", "z");
+	gen_output(g, gp, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 32, 6, 6));
+	gen_output(g, gp, "z", OQ_DT_FLOAT, GEN_SHAPE(36, 16));
+	cr_assert_eq(oq_rt_alloc(&x, OQ_DT_FLOAT, 4, (const int64_t[]){1, 8, 6, 6}), OQ_OK);
+	for (size_t i = 0; i < x.nelem; i++)
+		((float *)x.data)[i] = (float)xv[i];
+	__builtin_cpu_init();
+	for (int fold = 0; fold < 2; fold++) {
+		oq_model *m = NULL;
+		oq_exec *e = NULL;
+		oq_exec_opts o = {.threads = 1, .fold_dq = fold};
+		oq_diag d;
+		oq_rt plain[2];
+		oq_diag_init(&d);
+		cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+		cr_assert_eq(oq_exec_new(m, &o, &e, &d), OQ_OK, "%s", d.msg);
+		cr_expect_eq(oq_exec_n_folded(e), fold ? 2u : 0u, "fold_dq %d: %zu folded", fold, oq_exec_n_folded(e));
+		if (fold && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
+			cr_expect_eq(oq_exec_n_packed_conv(e), 1, "the dequantized Conv weight packed");
+		if (fold && oq_pb_available())
+			cr_expect_eq(oq_exec_n_packed(e), 1, "the dequantized MatMul weight packed");
+		cr_assert_eq(oq_exec_run(e, &x, 1, plain, 2, &d), OQ_OK, "%s", d.msg);
+		memset(&ob[fold], 0, sizeof ob[fold]);
+		oq_exec_set_observer(e, observe, &ob[fold]);
+		cr_assert_eq(oq_exec_run(e, &x, 1, out[fold], 2, &d), OQ_OK, "%s", d.msg);
+		for (int k = 0; k < 2; k++) {
+			expect_same(&plain[k], &out[fold][k], "observed run");
+			oq_rt_release(&plain[k]);
+		}
+		oq_exec_free(e);
+		oq_model_free(m);
+	}
+	for (int k = 0; k < 2; k++)
+		expect_same(&out[0][k], &out[1][k], k ? "z" : "y");
+	expect_same_seen(&ob[0], &ob[1]);
+	{
+		size_t nb;
+		const float *wd = (const float *)seen_get(&ob[1], "Wd", &nb);
+		double y0 = 0;
+		cr_assert(wd && nb == 32 * 8 * sizeof(float), "the folded DequantizeLinear observed");
+		cr_expect_eq(wd[8 * 5 + 3], (float)(wq[8 * 5 + 3] * s[5]));
+		for (int c = 0; c < 8; c++)
+			y0 += wq[c] * s[0] * (double)((float *)x.data)[c * 36];
+		cr_expect(fabs(((float *)out[1][0].data)[0] - y0) < 1e-5, "y[0] %g, hand %g",
+		          (double)((float *)out[1][0].data)[0], y0);
+	}
+	for (int f = 0; f < 2; f++) {
+		for (int k = 0; k < 2; k++)
+			oq_rt_release(&out[f][k]);
+		seen_free(&ob[f]);
+	}
+	oq_rt_release(&x);
+	free(xv);
 	gen_free(g);
 }

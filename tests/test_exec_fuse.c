@@ -248,7 +248,7 @@ static int saw(const seen *s, const char *name)
 static size_t run(oq_model *m, int threads, seen *ob, const oq_rt *x, oq_rt *out, size_t nout)
 {
 	oq_exec *e = NULL;
-	oq_exec_opts o = {threads};
+	oq_exec_opts o = {.threads = threads};
 	oq_diag d;
 	size_t nf;
 
@@ -597,7 +597,7 @@ Test(exec_fuse, observer_without_intermediates_keeps_fusion)
 	for (int u = 1; u <= 2; u++) {
 		seen ob;
 		oq_exec *e = NULL;
-		oq_exec_opts o = {1};
+		oq_exec_opts o = {.threads = 1};
 		memset(&ob, 0, sizeof ob);
 		ob.unwanted = u;
 		cr_assert_eq(oq_exec_new(m, &o, &e, &d), OQ_OK, "exec_new: %s", d.msg);
@@ -707,7 +707,7 @@ static gen_model *build_chain(const chain_spec *s, double **vals, int *nv)
 static void run_chain(oq_model *m, int threads, int observe_all, const oq_rt *x, oq_rt *y, size_t *chained)
 {
 	oq_exec *e = NULL;
-	oq_exec_opts o = {threads};
+	oq_exec_opts o = {.threads = threads};
 	oq_diag d;
 	seen ob;
 

@@ -242,7 +242,7 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 static size_t run(oq_model *m, int threads, int observed, const oq_rt *in, size_t n_in, oq_rt *y)
 {
 	oq_exec *e = NULL;
-	oq_exec_opts o = {threads};
+	oq_exec_opts o = {.threads = threads};
 	oq_diag d;
 	size_t nf;
 

@@ -89,7 +89,7 @@ static int run_op(const char *op, int opset, const tin *in, size_t nin, const oq
 	char names[256] = "";
 	oq_model *m = NULL;
 	oq_exec *e = NULL;
-	oq_exec_opts o = {threads};
+	oq_exec_opts o = {.threads = threads};
 	oq_diag d;
 	int rc;
 
@@ -1145,7 +1145,7 @@ static int run_const_b(const char *op, const tin *a_in, const oq_rt *a_val, cons
 	Onnx__NodeProto *n;
 	oq_model *m = NULL;
 	oq_exec *e = NULL;
-	oq_exec_opts o = {threads};
+	oq_exec_opts o = {.threads = threads};
 	oq_diag d;
 	int rc;
 

@@ -54,7 +54,7 @@ static void nt_begin(nt *t, const char *op, int opset, const char *ins, const ch
 /* Runs with `threads` workers; returns the executor status (message in t->d). */
 static int nt_run(nt *t, int threads, const oq_rt *in, size_t n_in)
 {
-	oq_exec_opts o = {threads};
+	oq_exec_opts o = {.threads = threads};
 	int rc;
 	for (size_t i = 0; i < t->n_out; i++)
 		oq_rt_release(&t->out[i]);

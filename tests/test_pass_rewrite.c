@@ -69,7 +69,7 @@ static size_t make_inputs(oq_model *m, oq_rt *in, size_t cap, int64_t sym)
 static size_t run(oq_model *m, const oq_rt *in, size_t nin, oq_rt *out, size_t cap)
 {
 	oq_exec *e = NULL;
-	oq_exec_opts eo = {1};
+	oq_exec_opts eo = {.threads = 1};
 	oq_diag d;
 	oq_diag_init(&d);
 	cr_assert_eq(oq_exec_new(m, &eo, &e, &d), OQ_OK, "exec: %s", d.msg);

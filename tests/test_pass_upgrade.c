@@ -102,7 +102,7 @@ static oq_rt fin(int rank, const int64_t *dims, const float *v)
 static void run(oq_model *m, const oq_rt *in, size_t nin, oq_rt *out, size_t nout)
 {
 	oq_exec *e = NULL;
-	oq_exec_opts eo = {1};
+	oq_exec_opts eo = {.threads = 1};
 	oq_diag d;
 	oq_diag_init(&d);
 	cr_assert_eq(oq_exec_new(m, &eo, &e, &d), OQ_OK, "exec: %s", d.msg);

@@ -29,7 +29,7 @@ static int run(gen_model *g, const float *x, int rank, const int64_t *dims, oq_r
 	oq_model *m = NULL;
 	oq_exec *e = NULL;
 	oq_rt in;
-	oq_exec_opts o = {2};
+	oq_exec_opts o = {.threads = 2};
 	int rc;
 
 	oq_diag_init(d);
@@ -552,7 +552,7 @@ Test(quant_kernel, dynamic_quantize)
 	oq_exec *e = NULL;
 	oq_rt in, out[3];
 	oq_diag d;
-	oq_exec_opts o = {1};
+	oq_exec_opts o = {.threads = 1};
 
 	gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(5));
 	gen_node(m, g, "DynamicQuantizeLinear", "dq", "x", "y,ys,yz");

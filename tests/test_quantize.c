@@ -115,7 +115,7 @@ static void run1(oq_model *m, const float *x, int rank, const int64_t *dims, flo
 	oq_exec *e = NULL;
 	oq_rt in = {0}, out = {0};
 	oq_diag d;
-	oq_exec_opts eo = {1};
+	oq_exec_opts eo = {.threads = 1};
 
 	oq_diag_init(&d);
 	cr_assert_eq(oq_exec_new(m, &eo, &e, &d), OQ_OK, "%s", d.msg);
@@ -570,7 +570,7 @@ Test(quantize, concat_own_scales_and_softmax_fixed_range)
 		oq_exec *e = NULL;
 		oq_rt in[2] = {{0}, {0}}, out = {0};
 		oq_diag d;
-		oq_exec_opts eo = {1};
+		oq_exec_opts eo = {.threads = 1};
 		double sum = 0;
 		oq_diag_init(&d);
 		cr_assert_eq(oq_exec_new(f.m, &eo, &e, &d), OQ_OK, "%s", d.msg);

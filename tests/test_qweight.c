@@ -102,7 +102,7 @@ static void expect_clean(const oq_model *m)
 static void run1(oq_model *m, const float *x, int rank, const int64_t *dims, oq_rt *out)
 {
 	oq_exec *e = NULL;
-	oq_exec_opts eo = {1};
+	oq_exec_opts eo = {.threads = 1};
 	oq_rt in;
 	oq_diag d;
 
@@ -983,7 +983,7 @@ Test(qweight, external_data_weight_pages_released_and_reread)
 	double *wd;
 	int changed = 0;
 	oq_exec *e = NULL;
-	oq_exec_opts eo = {1};
+	oq_exec_opts eo = {.threads = 1};
 	oq_rt in, out[2];
 
 	fill(w, K_MM * N_MM, 14);

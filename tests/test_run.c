@@ -126,7 +126,7 @@ typedef struct fixture {
 static void build(fixture *f, int two, const char *xname)
 {
 	oq_diag d;
-	oq_exec_opts o = {1};
+	oq_exec_opts o = {.threads = 1};
 	Onnx__GraphProto *mg;
 
 	f->g = gen_new(8);

@@ -48,7 +48,7 @@ static void tc_out(tc *t, const char *name, int dtype)
 static int tc_run_threads(tc *t, int threads)
 {
 	oq_exec *e = NULL;
-	oq_exec_opts o = {threads};
+	oq_exec_opts o = {.threads = threads};
 	int rc = gen_load(t->g, &t->m, &t->d);
 	if (rc)
 		return rc;

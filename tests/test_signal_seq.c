@@ -52,7 +52,7 @@ static int tg_run(tg *t, const char *names, oq_rt *out, size_t nout, char *msg, 
 	oq_model *m = NULL;
 	oq_exec *e = NULL;
 	oq_diag d;
-	oq_exec_opts o = {threads};
+	oq_exec_opts o = {.threads = threads};
 	char buf[256], *save = NULL;
 	int rc;
 

@@ -123,7 +123,7 @@ static int run1(const char *op, int opset, const oq_rt *x, const char *axes, int
 	Onnx__NodeProto *n;
 	oq_model *m = NULL;
 	oq_exec *e = NULL;
-	oq_exec_opts o = {threads};
+	oq_exec_opts o = {.threads = threads};
 	oq_diag d;
 	int rc;
 

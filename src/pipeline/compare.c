@@ -465,7 +465,7 @@ static void report_json(FILE *f, const ostat *os, size_t nout, size_t ns, tmatch
 
 int oq_compare(oq_model *ref, oq_model *test, const oq_compare_opts *o, FILE *out, oq_diag *d)
 {
-	oq_exec_opts eo;
+	oq_exec_opts eo = {.threads = 0};
 	oq_exec *er = NULL, *et = NULL;
 	oq_samples s, st;
 	ostat *os = NULL;

@@ -44,7 +44,7 @@ static int run_case(const char *dir, int threads, char *why, size_t n)
 	int rc, result = 1;
 	oq_rt *in = NULL, *out = NULL;
 	size_t nin = 0, nout = 0;
-	oq_exec_opts o = {threads};
+	oq_exec_opts o = {.threads = threads};
 
 	oq_diag_init(&d);
 	snprintf(path, sizeof path, "%s/model.onnx", dir);

@@ -52,7 +52,7 @@ static int run_model(oq_model *m, const char *dir, char *why, size_t n)
 	int rc, result = 1;
 	oq_rt *in = NULL, *out = NULL;
 	size_t nin = 0, nout = 0;
-	oq_exec_opts o = {1};
+	oq_exec_opts o = {.threads = 1};
 
 	oq_diag_init(&d);
 	if ((rc = oq_exec_new(m, &o, &e, &d))) {
