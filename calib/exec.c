@@ -122,6 +122,7 @@ struct oq_exec {
 	int threads;           /* the pool's threads including the caller */
 	oq_observe_fn observe;
 	void *observe_ctx;
+	oq_observe_want_fn want; /* oq_exec_set_observe_want's, or NULL */
 	plan *plans;           /* newest first; from `borrowed` on they belong to the executor cloned */
 	const plan *borrowed;  /* oq_exec_clone: the first plan of the source executor, else NULL */
 	oq_value **in;         /* fed inputs of the main graph */
@@ -1485,6 +1486,7 @@ int oq_exec_clone(const oq_exec *src, const oq_exec_opts *o, oq_exec **out, oq_d
 	e->n_in = src->n_in;
 	e->observe = src->observe;
 	e->observe_ctx = src->observe_ctx;
+	e->want = src->want;
 	*out = e;
 	return OQ_OK;
 }
@@ -1497,6 +1499,7 @@ void oq_exec_set_observer(oq_exec *e, oq_observe_fn fn, void *ctx)
 
 void oq_exec_set_observe_want(oq_exec *e, oq_observe_want_fn want)
 {
+	e->want = want;
 	for (plan *p = e->plans; p; p = p->next)
 		for (size_t i = 0; i < p->g->n_nodes; i++) {
 			node_plan *np = &p->nodes[i];
@@ -1583,7 +1586,8 @@ static void use_done(oq_exec *e, frame *f, const oq_value *v)
 	drop(e, f, i);
 }
 
-/* Reports plan constant v to the observer; a packed-only shell is rebuilt from its panels for the call. */
+/* Reports plan constant v to the observer; a packed-only shell is rebuilt from its panels for the
+ * call, or skipped when the observer's want declines it. */
 static int observe_const(oq_exec *e, const plan *p, const oq_value *v, oq_diag *d)
 {
 	const oq_rt *t = p->inits[v->index];
@@ -1593,6 +1597,10 @@ static int observe_const(oq_exec *e, const plan *p, const oq_value *v, oq_diag *
 
 	if (t->data || t->nbytes == 0)
 		return e->observe(e->observe_ctx, v, t);
+	/* rebuilding a packed weight every run costs a pass over it: not for an observer that
+	 * does not want it (bias correction watches layer outputs only) */
+	if (e->want && !e->want(e->observe_ctx, v))
+		return OQ_OK;
 	pb = p->packs[2 * v->index] ? p->packs[2 * v->index] : p->packs[2 * v->index + 1];
 	if (!pb && !p->cws[v->index])
 		return oq_err(d, OQ_EINVAL, "run: constant '%s' has no data (internal error)", v->name);

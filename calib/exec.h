@@ -95,8 +95,11 @@ void oq_exec_set_observer(oq_exec *e, oq_observe_fn fn, void *ctx);
  * need value v. A fused Conv[+BN][+activation] group whose intermediate
  * values (Conv and BN outputs, not its last output) are all unwanted then
  * stays fused while observing (otherwise an observer disables fusion, so it
- * sees every value); its results are bit-identical either way. want NULL:
- * every value is wanted. Uses the ctx given to oq_exec_set_observer.
+ * sees every value); its results are bit-identical either way. A plan
+ * constant the plan holds only packed (a folded weight) is not reported when
+ * unwanted: rebuilding it costs a pass over the weight every run. want NULL:
+ * every value is wanted. Uses the ctx given to oq_exec_set_observer (at the
+ * time of each call).
  */
 typedef int (*oq_observe_want_fn)(void *ctx, const oq_value *v);
 void oq_exec_set_observe_want(oq_exec *e, oq_observe_want_fn want);

@@ -565,6 +565,12 @@ Test(exec_fold, packed_conv_weights)
  * an observer too (which also sees the folded weights: Wd exact, k * s[m]).
  * One element by hand: y[0, 0, 0, 0] = sum_c Wq[0, c] * s[0] * x[0, c, 0, 0].
  */
+static int want_y(void *ctx, const oq_value *v)
+{
+	(void)ctx;
+	return !strcmp(v->name, "y");
+}
+
 Test(exec_fold, fold_dq_packs_dequantized_weights)
 {
 	gen_model *g = gen_new(8);
@@ -640,6 +646,34 @@ Test(exec_fold, fold_dq_packs_dequantized_weights)
 			y0 += wq[c] * s[0] * (double)((float *)x.data)[c * 36];
 		cr_expect(fabs(((float *)out[1][0].data)[0] - y0) < 1e-5, "y[0] %g, hand %g",
 		          (double)((float *)out[1][0].data)[0], y0);
+	}
+	/* an observer whose want declines the weights is not handed the packed Wd (its rebuild
+	 * would cost a pass over the weight every run), and still sees y */
+	{
+		oq_model *m = NULL;
+		oq_exec *e = NULL;
+		oq_exec_opts o = {.threads = 1, .fold_dq = 1};
+		oq_diag d;
+		oq_rt r[2];
+		seen sw;
+		size_t nb;
+		memset(&sw, 0, sizeof sw);
+		oq_diag_init(&d);
+		cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+		cr_assert_eq(oq_exec_new(m, &o, &e, &d), OQ_OK, "%s", d.msg);
+		oq_exec_set_observer(e, observe, &sw);
+		oq_exec_set_observe_want(e, want_y);
+		cr_assert_eq(oq_exec_run(e, &x, 1, r, 2, &d), OQ_OK, "%s", d.msg);
+		if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
+			cr_expect_null(seen_get(&sw, "Wd", &nb), "a declined packed weight was rebuilt");
+		cr_expect_not_null(seen_get(&sw, "y", &nb));
+		for (int k = 0; k < 2; k++) {
+			expect_same(&r[k], &out[0][k], "with want");
+			oq_rt_release(&r[k]);
+		}
+		seen_free(&sw);
+		oq_exec_free(e);
+		oq_model_free(m);
 	}
 	for (int f = 0; f < 2; f++) {
 		for (int k = 0; k < 2; k++)
