@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "exec.h"
+#include "kernel.h"
 #include "gen_model.h"
 #include "quant_math.h"
 
@@ -575,4 +576,61 @@ Test(quant_kernel, dynamic_quantize)
 	oq_exec_free(e);
 	oq_model_free(mm);
 	gen_free(m);
+}
+
+/*
+ * The per-row fast loop of float32 -> int8/uint8 QuantizeLinear (AVX-512 when the CPU has it,
+ * else the portable loop; oq_quant_simd 0 forces the latter) against the scalar rule
+ * oq_quant_int element by element: 1013 values (a tail of 5 after 16-value steps) with exact
+ * ties k + 0.5 of the scale, NaN, +-Inf, huge values, -0, for several scales and zero points.
+ */
+Test(quant_kernel, row_fast_paths_match_scalar_rule)
+{
+	enum { N = 1013 };
+	static float x[N];
+	static const float scales[3] = {0.37f, 0.015625f, 3.0f};
+	static const int zps[3] = {0, 17, -128};
+	unsigned long long r = 5;
+
+	for (int i = 0; i < N; i++) {
+		r = r * 6364136223846793005ull + 1442695040888963407ull;
+		x[i] = (float)((double)(r >> 40) / 8388608.0 - 1.0) * 400.0f;
+	}
+	x[3] = NAN;
+	x[20] = INFINITY;
+	x[37] = -INFINITY;
+	x[50] = 3e38f;
+	x[51] = -0.0f;
+	for (int k = 0; k < 3; k++)
+		for (int dt = 0; dt < 2; dt++)
+			for (int z = 0; z < 3; z++) {
+				int ydt = dt ? OQ_DT_INT8 : OQ_DT_UINT8;
+				int zp = dt ? zps[z] : zps[z] + 128 * (zps[z] < 0);
+				oq_rt y[2];
+				for (int i = 60; i < 200; i++) /* exact ties of this scale */
+					x[i] = ((float)(i - 130) + 0.5f) * scales[k];
+				for (int simd = 0; simd < 2; simd++) {
+					Onnx__GraphProto *g;
+					gen_model *m = start(13, &g);
+					oq_diag d;
+					gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(N));
+					gen_init(m, g, "s", OQ_DT_FLOAT, 0, NULL, GEN_VALS(scales[k]));
+					gen_init(m, g, "z", ydt, 0, NULL, GEN_VALS(zp));
+					gen_node(m, g, "QuantizeLinear", "q", "x,s,z", "y");
+					gen_output(m, g, "y", ydt, GEN_SHAPE(N));
+					oq_quant_simd = simd;
+					cr_assert_eq(run(m, x, GEN_SHAPE(N), &y[simd], &d), OQ_OK, "%s", d.msg);
+					oq_quant_simd = 1;
+				}
+				for (int i = 0; i < N; i++) {
+					int32_t want = oq_quant_int(x[i], scales[k], zp, dt ? -128 : 0, dt ? 127 : 255);
+					cr_assert_eq(oq_rt_get_int(&y[1], i), want,
+					             "%s scale %g zp %d: x[%d] = %a -> %lld, rule %d",
+					             oq_dtype_name(ydt), (double)scales[k], zp, i, (double)x[i],
+					             (long long)oq_rt_get_int(&y[1], i), want);
+					cr_assert_eq(oq_rt_get_int(&y[0], i), want, "portable loop, x[%d]", i);
+				}
+				oq_rt_release(&y[0]);
+				oq_rt_release(&y[1]);
+			}
 }
