@@ -25,6 +25,7 @@
 #include "kernel.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -323,7 +324,7 @@ __attribute__((target("avx512f"))) static size_t q_row_avx512(const float *x, vo
 
 static int q_avx512(void)
 {
-	static int ok = -1;
+	static atomic_int ok = -1; /* set once; atomic as several threads may ask first */
 	if (ok < 0) {
 		__builtin_cpu_init();
 		ok = __builtin_cpu_supports("avx512f");

@@ -587,7 +587,7 @@ AVX2_FMA static void own_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a
 
 static int own_gemm_ok(void)
 {
-	static int ok = -1;
+	static atomic_int ok = -1; /* set once; atomic as several threads may ask first */
 	if (ok < 0) {
 		__builtin_cpu_init();
 		ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -1204,7 +1204,7 @@ AVX512 static void zt_gemm(int64_t mm, int64_t pp, int64_t kd, const float *wp, 
 
 static int z_gemm_ok(void)
 {
-	static int ok = -1;
+	static atomic_int ok = -1; /* set once; atomic as several threads may ask first */
 	if (ok < 0) {
 		__builtin_cpu_init();
 		ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");

@@ -35,6 +35,7 @@
 #include "linalg.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,7 +171,7 @@ PB_TILE(1, pb1)
 
 static int pb_cpu(void)
 {
-	static int ok = -1;
+	static atomic_int ok = -1; /* set once; atomic as several threads may ask first */
 	if (ok < 0) {
 		__builtin_cpu_init();
 		ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");

@@ -32,6 +32,7 @@
 #include "nn.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -190,7 +191,7 @@ static void pool_planes(void *ctx, size_t begin, size_t end)
 #if defined(HAVE_Z)
 static int z_ok(void)
 {
-	static int ok = -1;
+	static atomic_int ok = -1; /* set once; atomic as several threads may ask first */
 	if (ok < 0) {
 		__builtin_cpu_init();
 		ok = __builtin_cpu_supports("avx512f");

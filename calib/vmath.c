@@ -33,6 +33,7 @@
 #include "vmath.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 static const float ERF_P[7] = {
@@ -129,7 +130,7 @@ double oq_vm_expsum_ref(const float *x, float m, float *y, size_t n)
 
 static int have_avx512(void)
 {
-	static int ok = -1;
+	static atomic_int ok = -1; /* set once; atomic as several threads may ask first */
 	if (ok < 0) {
 		__builtin_cpu_init();
 		ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
