@@ -13,6 +13,8 @@
 #   recommended), OQ_CACHE, THREADS (default 1), REP (default 4)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 CACHE=${OQ_CACHE:-$ROOT/.cache}
 BUILD=${OQ_BUILD:-$ROOT/build}
 NEW=$BUILD/onnxq
@@ -45,15 +47,7 @@ printf '%-13s %7s %8s %11s %10s %7s' model samples threads calibrate_s quantize_
 printf '\n'
 while IFS='|' read -r name model dir; do
 	[ -f "$model" ] && [ -d "$dir" ] || { printf '%-13s skipped (missing %s)\n' "$name" "$model"; continue; }
-	rm -rf "$tmp/rep"
-	mkdir "$tmp/rep"
-	i=0
-	for r in $(seq "$REP"); do
-		for f in $(ls "$dir"); do
-			ln -s "$dir/$f" "$tmp/rep/$(printf '%05d' $i)${f#"${f%%.*}"}"
-			i=$((i + 1))
-		done
-	done
+	i=$(rep_dir "$dir" "$REP" "$tmp/rep")
 	read -r c q m <<<"$(stages "$NEW" "$model" "$tmp/rep" "$tmp/new.onnx")"
 	printf '%-13s %7d %8d %11s %10s %7s' "$name" "$i" "$THREADS" "$c" "$q" "$m"
 	if [ -n "$REF" ]; then

@@ -22,6 +22,8 @@
 #   THREADS (onnxq --threads and ORT's intra-op threads; default 1), REP
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 CACHE=${OQ_CACHE:-$ROOT/.cache}
 BUILD=${OQ_BUILD:-$ROOT/build}
 ONNXQ=$BUILD/onnxq
@@ -52,15 +54,7 @@ while IFS='|' read -r name model dir input shape; do
 	[ -f "$model" ] && [ -d "$dir" ] || { printf '%-14s skipped (missing %s)\n' "$name" "$model"; continue; }
 	n=$(ls "$dir" | wc -l)
 	cal=$(calib_time "$model" "$dir")
-	rm -rf "$tmp/rep"
-	mkdir "$tmp/rep"
-	i=0
-	for r in $(seq "$REP"); do
-		for f in $(ls "$dir"); do
-			ln -s "$dir/$f" "$tmp/rep/$(printf '%05d' $i)${f#"${f%%.*}"}"
-			i=$((i + 1))
-		done
-	done
+	rep_dir "$dir" "$REP" "$tmp/rep" >/dev/null
 	cal_rep=$(calib_time "$model" "$tmp/rep")
 	t0=$(now)
 	"$ONNXQ" run "$model" --data "$dir" --threads "$THREADS" >/dev/null

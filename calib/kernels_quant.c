@@ -23,9 +23,9 @@
  * float16/bfloat16 DQ outputs are rounded from that float32 result.
  */
 #include "kernel.h"
+#include "cpu.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -324,12 +324,7 @@ __attribute__((target("avx512f"))) static size_t q_row_avx512(const float *x, vo
 
 static int q_avx512(void)
 {
-	static atomic_int ok = -1; /* set once; atomic as several threads may ask first */
-	if (ok < 0) {
-		__builtin_cpu_init();
-		ok = __builtin_cpu_supports("avx512f");
-	}
-	return ok;
+	return oq_cpu_avx512();
 }
 #endif
 

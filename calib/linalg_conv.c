@@ -42,6 +42,7 @@
  * Spec: https://onnx.ai/onnx/operators/onnx__Conv.html, onnx__ConvTranspose.html
  */
 #include "linalg.h"
+#include "cpu.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -587,12 +588,7 @@ AVX2_FMA static void own_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a
 
 static int own_gemm_ok(void)
 {
-	static atomic_int ok = -1; /* set once; atomic as several threads may ask first */
-	if (ok < 0) {
-		__builtin_cpu_init();
-		ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-	}
-	return ok && !oq_linalg_use_blas;
+	return oq_cpu_avx2_fma() && !oq_linalg_use_blas;
 }
 
 /* -------------------------------------------- AVX-512 conv GEMM (float) */
@@ -1204,12 +1200,7 @@ AVX512 static void zt_gemm(int64_t mm, int64_t pp, int64_t kd, const float *wp, 
 
 static int z_gemm_ok(void)
 {
-	static atomic_int ok = -1; /* set once; atomic as several threads may ask first */
-	if (ok < 0) {
-		__builtin_cpu_init();
-		ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-	}
-	return ok && !oq_linalg_no_avx512 && !oq_linalg_use_blas;
+	return oq_cpu_avx512_fma() && !oq_linalg_no_avx512 && !oq_linalg_use_blas;
 }
 
 /* ---------------------------------------- AVX-512 depthwise conv (float) */

@@ -33,9 +33,9 @@
  * same order) gives the same bits, which the tests check.
  */
 #include "linalg.h"
+#include "cpu.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -171,12 +171,7 @@ PB_TILE(1, pb1)
 
 static int pb_cpu(void)
 {
-	static atomic_int ok = -1; /* set once; atomic as several threads may ask first */
-	if (ok < 0) {
-		__builtin_cpu_init();
-		ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-	}
-	return ok;
+	return oq_cpu_avx512_fma();
 }
 
 /* Rows [m0, m1) x panel pi of the product (see the file comment). */

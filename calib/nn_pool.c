@@ -30,9 +30,9 @@
  * tests compare the two).
  */
 #include "nn.h"
+#include "cpu.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,12 +191,7 @@ static void pool_planes(void *ctx, size_t begin, size_t end)
 #if defined(HAVE_Z)
 static int z_ok(void)
 {
-	static atomic_int ok = -1; /* set once; atomic as several threads may ask first */
-	if (ok < 0) {
-		__builtin_cpu_init();
-		ok = __builtin_cpu_supports("avx512f");
-	}
-	return ok;
+	return oq_cpu_avx512();
 }
 
 /* Lanes l of 16 (l < nl) whose column c0 + l * sw lies in [0, w). */

@@ -105,11 +105,11 @@
  *   from the same prefix sums.
  */
 #include "observe.h"
+#include "cpu.h"
 
 #include <float.h>
 #include <limits.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -326,12 +326,7 @@ AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t top
 
 static int have_avx512(void)
 {
-	static atomic_int ok = -1; /* set once; atomic as several threads may ask first */
-	if (ok < 0) {
-		__builtin_cpu_init();
-		ok = __builtin_cpu_supports("avx512f");
-	}
-	return ok;
+	return oq_cpu_avx512();
 }
 #else
 static int have_avx512(void)

@@ -31,9 +31,9 @@
  * sums): the references use fmaf, which is a slow library call there.
  */
 #include "vmath.h"
+#include "cpu.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stdint.h>
 
 static const float ERF_P[7] = {
@@ -130,12 +130,7 @@ double oq_vm_expsum_ref(const float *x, float m, float *y, size_t n)
 
 static int have_avx512(void)
 {
-	static atomic_int ok = -1; /* set once; atomic as several threads may ask first */
-	if (ok < 0) {
-		__builtin_cpu_init();
-		ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-	}
-	return ok;
+	return oq_cpu_avx512_fma();
 }
 
 /* exp_ref on 16 lanes. */

@@ -389,6 +389,17 @@ static void write_samples(const char *dir, size_t n, int rank, const int64_t *di
 	}
 }
 
+/* The float, quantized and corrected models of a measurement test and their generators. */
+static void free_models(oq_model *mf, oq_model *mq, oq_model *mc, gen_model *gf, gen_model *gq, gen_model *gc)
+{
+	oq_model_free(mf);
+	oq_model_free(mq);
+	oq_model_free(mc);
+	gen_free(gf);
+	gen_free(gq);
+	gen_free(gc);
+}
+
 static void rm_rf(const char *dir)
 {
 	char cmd[160];
@@ -472,12 +483,7 @@ Test(biascorr, empirical_measure_and_apply_hand)
 	cr_expect_eq(oq_tensor_get(input_init(node_named(mf->graph, "conv"), 2), 0), 0.5625);
 
 	oq_bce_free(&b);
-	oq_model_free(mf);
-	oq_model_free(mq);
-	oq_model_free(mc);
-	gen_free(gf);
-	gen_free(gq);
-	gen_free(gc);
+	free_models(mf, mq, mc, gf, gq, gc);
 	rm_rf(dir);
 }
 
@@ -833,12 +839,7 @@ Test(biascorr, empirical_measure_lanes_match_one_at_a_time)
 		oq_bce_sqnr_free(&runs[0][r].sqnr);
 	oq_bce_cache_free(&cache[0]);
 	oq_bce_free(&b[0]);
-	oq_model_free(mf);
-	oq_model_free(mq);
-	oq_model_free(mc);
-	gen_free(gf);
-	gen_free(gq);
-	gen_free(gc);
+	free_models(mf, mq, mc, gf, gq, gc);
 	free(xs);
 	rm_rf(dir);
 }
