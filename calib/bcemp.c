@@ -194,7 +194,6 @@ static int keep(oq_bce_cache *c, size_t i, oq_rt *of)
 typedef struct lane {
 	oq_exec *ef, *eq;      /* the pass' own executors (lane 0) or clones */
 	int own;               /* ef / eq are clones */
-	int eq_observed;       /* eq's measured values are summed (the run with nodes) */
 	side sf, sq;
 	stage st;
 	oq_rt *in, *of, *oqs;
@@ -431,7 +430,7 @@ static int lane_init(pass *P, lane *ln, const lane *l0, size_t k)
 		return rc;
 	if (ln->ef)
 		oq_exec_set_observer(ln->ef, observe, &ln->sf);
-	if (ln->eq && l0->eq_observed)
+	if (ln->eq && P->sq_on) /* the run whose measured values are summed */
 		oq_exec_set_observer(ln->eq, observe, &ln->sq);
 	return OQ_OK;
 }
@@ -602,7 +601,6 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 		nl = 1;
 		v[0].ef = ef;
 		v[0].eq = eq;
-		v[0].eq_observed = r == sums;
 		v[0].sf = tf;
 		v[0].sf.on = P.sf_on;
 		v[0].sq = tq;

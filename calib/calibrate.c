@@ -719,6 +719,36 @@ static void progress(job *j, const char *what, size_t done)
 	}
 }
 
+/* c->st ("nothing seen") and, with hist, c->h (empty) for the values of c->g. */
+static int stats_new(calib *c, int hist)
+{
+	size_t n = c->g->n_values;
+
+	c->st = oq_calloc(n, sizeof *c->st);
+	c->h = hist ? oq_calloc(n, sizeof *c->h) : NULL;
+	if (!c->st || (hist && !c->h))
+		return OQ_ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		c->st[i].lo = INFINITY;
+		c->st[i].hi = -INFINITY;
+		if (c->h)
+			oq_hist_init(&c->h[i]);
+	}
+	return OQ_OK;
+}
+
+/* Frees what stats_new made (c->h's bins too). */
+static void stats_free(calib *c)
+{
+	if (c->h)
+		for (size_t i = 0; i < c->g->n_values; i++)
+			oq_hist_free(&c->h[i]);
+	free(c->h);
+	free(c->st);
+	c->h = NULL;
+	c->st = NULL;
+}
+
 /*
  * Sample lanes. With T >= 2 threads and one sample per run, the samples
  * after the first run T at a time, one per thread: lane 0 on the executor
@@ -819,13 +849,8 @@ static void lane_free(lane *ln, size_t nin, size_t nout, int is_clone)
 	free(ln->in);
 	free(ln->outs);
 	free(ln->one.in);
-	if (ln->c == &ln->own) {
-		if (ln->own.h)
-			for (size_t i = 0; i < ln->own.g->n_values; i++)
-				oq_hist_free(&ln->own.h[i]);
-		free(ln->own.h);
-		free(ln->own.st);
-	}
+	if (ln->c == &ln->own)
+		stats_free(&ln->own);
 	if (is_clone)
 		oq_exec_free(ln->e);
 }
@@ -861,16 +886,8 @@ static int lane_init(job *j, calib *c, lane *ln, size_t k)
 	ln->own.pool = oq_exec_pool(ln->e);
 	ln->own.ph = NULL;
 	ln->own.oom = NULL;
-	ln->own.st = oq_calloc(c->g->n_values, sizeof *ln->own.st);
-	ln->own.h = c->h ? oq_calloc(c->g->n_values, sizeof *ln->own.h) : NULL;
-	if (!ln->own.st || (c->h && !ln->own.h))
+	if (stats_new(&ln->own, c->h != NULL))
 		return OQ_ENOMEM;
-	for (size_t i = 0; i < c->g->n_values; i++) {
-		ln->own.st[i].lo = INFINITY;
-		ln->own.st[i].hi = -INFINITY;
-		if (ln->own.h)
-			oq_hist_init(&ln->own.h[i]);
-	}
 	oq_exec_set_observer(ln->e, observe, &ln->own);
 	return OQ_OK;
 }
@@ -938,7 +955,7 @@ static int sweep_lanes(job *j, calib *c, const char *what, size_t *i, oq_diag *d
 		*i = j->end;
 		j->lanes = nl;
 		for (size_t k = 0; k < nl; k++)
-			if (L.v[k].rc && L.v[k].err_at < (first == SIZE_MAX ? SIZE_MAX : L.v[first].err_at))
+			if (L.v[k].rc && (first == SIZE_MAX || L.v[k].err_at < L.v[first].err_at))
 				first = k;
 		if (first != SIZE_MAX)
 			rc = L.v[first].d.count ? oq_err(d, L.v[first].rc, "%s", L.v[first].d.msg)
@@ -1041,12 +1058,9 @@ static int is_hist(int method)
 	return method == OQ_CALIB_PERCENTILE || method == OQ_CALIB_ENTROPY || method == OQ_CALIB_MSE;
 }
 
-static void release(const oq_model *m, job *j, calib *c)
+static void release(job *j, calib *c)
 {
-	if (c->h)
-		for (size_t i = 0; i < m->graph->n_values; i++)
-			oq_hist_free(&c->h[i]);
-	free(c->h);
+	stats_free(c);
 	if (c->ph)
 		for (int t = 0; t < oq_pool_threads(c->pool); t++)
 			oq_hist_free(&c->ph[t]);
@@ -1059,7 +1073,6 @@ static void release(const oq_model *m, job *j, calib *c)
 	free(j->pend);
 	free(j->outs);
 	free(j->in);
-	free(c->st);
 	oq_samples_free(&j->s);
 	oq_exec_free(j->e);
 }
@@ -1072,24 +1085,15 @@ static int calib_init(oq_model *m, const oq_calib_opts *o, calib *c, oq_diag *d)
 	c->extra = o->extra;
 	c->extra_ctx = o->extra_ctx;
 	c->ema_c = o->ema_constant > 0 ? o->ema_constant : OQ_EMA_CONSTANT;
-	c->st = oq_calloc(m->graph->n_values, sizeof *c->st);
 	if (o->method == OQ_CALIB_EMA)
 		c->em = oq_calloc(m->graph->n_values, sizeof *c->em);
-	if (is_hist(o->method)) {
-		c->h = oq_calloc(m->graph->n_values, sizeof *c->h);
+	if (is_hist(o->method))
 		c->track = oq_calloc(m->graph->n_values, 1);
-	}
-	if (!c->st || (o->method == OQ_CALIB_EMA && !c->em) ||
-	    (is_hist(o->method) && (!c->h || !c->track)))
+	if (stats_new(c, is_hist(o->method)) || (o->method == OQ_CALIB_EMA && !c->em) ||
+	    (is_hist(o->method) && !c->track))
 		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
-	for (size_t i = 0; i < m->graph->n_values; i++) {
-		c->st[i].lo = INFINITY;
-		c->st[i].hi = -INFINITY;
-		if (c->h) {
-			oq_hist_init(&c->h[i]);
-			c->track[i] = o->hist_need ? o->hist_need[i] != 0 : 1;
-		}
-	}
+	for (size_t i = 0; c->track && i < m->graph->n_values; i++)
+		c->track[i] = o->hist_need ? o->hist_need[i] != 0 : 1;
 	return OQ_OK;
 }
 
@@ -1362,7 +1366,7 @@ fail:
 		fputc('\n', o->progress);
 	if (rc)
 		oq_stats_free(out);
-	release(m, &j, &c);
+	release(&j, &c);
 	return rc;
 }
 
@@ -1398,13 +1402,9 @@ static int calibrate_from_stats(oq_model *m, const oq_calib_opts *o, oq_ranges *
 		        (unsigned long long)s->n_total, what, out->n, oq_calib_method_name(o->method));
 	}
 fail:
-	if (c.h)
-		for (size_t i = 0; i < m->graph->n_values; i++)
-			oq_hist_free(&c.h[i]);
-	free(c.h);
+	stats_free(&c);
 	free(c.track);
 	free(c.em);
-	free(c.st);
 	return rc;
 }
 
@@ -1451,6 +1451,6 @@ int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d
 fail:
 	if (rc && j.last >= 0)
 		fputc('\n', o->progress); /* keep the error off the progress line */
-	release(m, &j, &c);
+	release(&j, &c);
 	return rc;
 }

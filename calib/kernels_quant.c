@@ -285,15 +285,6 @@ static inline size_t sidx(const qshape *sh, size_t o, size_t a, size_t i)
 	return o * sh->so + (a / sh->block) * sh->sa + i * sh->si;
 }
 
-/*
- * The common case, float32 -> uint8/int8 with one scale for the whole row,
- * as a loop the compiler vectorises: clamping x/scale to [qmin-zp, qmax-zp]
- * before rounding equals saturating after it (the bounds are integers), and
- * adding then subtracting 1.5 * 2^23 rounds to nearest even for |v| < 2^22
- * under the default rounding mode, like nearbyintf. NaN becomes the zero
- * point, as in oq_quant_int. (x - zp) is exact in float for 8-bit values,
- * so the DQ loop matches the generic path bit for bit.
- */
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 #define HAVE_Q_AVX512 1
@@ -321,23 +312,28 @@ __attribute__((target("avx512f"))) static size_t q_row_avx512(const float *x, vo
 	}
 	return i;
 }
-
-static int q_avx512(void)
-{
-	return oq_cpu_avx512();
-}
 #endif
 
 /* Whether QuantizeLinear's float32 -> 8-bit rows may take the AVX-512 loop (tests compare both). */
 int oq_quant_simd = 1;
 
+/*
+ * The common case, float32 -> uint8/int8 with one scale for the whole row,
+ * as a loop the compiler vectorises (after q_row_avx512's whole vectors on
+ * AVX-512 CPUs): clamping x/scale to [qmin-zp, qmax-zp]
+ * before rounding equals saturating after it (the bounds are integers), and
+ * adding then subtracting 1.5 * 2^23 rounds to nearest even for |v| < 2^22
+ * under the default rounding mode, like nearbyintf. NaN becomes the zero
+ * point, as in oq_quant_int. (x - zp) is exact in float for 8-bit values,
+ * so the DQ loop matches the generic path bit for bit.
+ */
 static void q_row_f32_8(int ydt, const float *x, void *y, size_t n, float scale, int32_t zp)
 {
 	const float magic = 12582912.0f;
 	float lo = (float)((ydt == OQ_DT_UINT8 ? 0 : -128) - zp);
 	float hi = (float)((ydt == OQ_DT_UINT8 ? 255 : 127) - zp);
 #ifdef HAVE_Q_AVX512
-	if (oq_quant_simd && q_avx512()) {
+	if (oq_quant_simd && oq_cpu_avx512()) {
 		size_t k = q_row_avx512(x, y, n, scale, zp, lo, hi);
 		x += k;
 		y = (char *)y + k;

@@ -169,11 +169,6 @@ PB_TILE(2, pb2)
 PB_TILE(1, pb1)
 #undef PB_TILE
 
-static int pb_cpu(void)
-{
-	return oq_cpu_avx512_fma();
-}
-
 /* Rows [m0, m1) x panel pi of the product (see the file comment). */
 static void pb_unit(const oq_pb *pb, int64_t m0, int64_t m1, int64_t pi, const float *a,
                     int64_t lda, float *c, int64_t ldc, int load)
@@ -226,16 +221,11 @@ static void pb_range(void *ctx, size_t begin, size_t end)
 		pb_unit(j->pb, m0, m1, pi, j->a, j->lda, j->c, j->ldc, j->load);
 	}
 }
-#else
-static int pb_cpu(void)
-{
-	return 0;
-}
 #endif
 
 int oq_pb_available(void)
 {
-	return pb_cpu() && !oq_linalg_no_avx512 && !oq_linalg_use_blas;
+	return oq_cpu_avx512_fma() && !oq_linalg_no_avx512 && !oq_linalg_use_blas;
 }
 
 void oq_pb_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_pb *pb, float *c,
@@ -250,7 +240,7 @@ void oq_pb_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_pb 
 		return;
 	}
 #if defined(__GNUC__) && defined(__x86_64__)
-	if (!oq_linalg_use_ref && pb_cpu()) {
+	if (!oq_linalg_use_ref && oq_cpu_avx512_fma()) {
 		pb_job j;
 		j.pb = pb;
 		j.a = a;

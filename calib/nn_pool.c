@@ -189,11 +189,6 @@ static void pool_planes(void *ctx, size_t begin, size_t end)
 }
 
 #if defined(HAVE_Z)
-static int z_ok(void)
-{
-	return oq_cpu_avx512();
-}
-
 /* Lanes l of 16 (l < nl) whose column c0 + l * sw lies in [0, w). */
 static __mmask16 col_mask(int64_t c0, int64_t sw, int64_t w, int64_t nl)
 {
@@ -281,7 +276,7 @@ static int zmax_fits(const pool_job *J)
 {
 #if defined(HAVE_Z)
 	const geom *g = J->g;
-	return !oq_nn_use_ref && z_ok() && J->kind == P_MAX && !J->ind && g->ns == 2 && g->d[0] == 1 &&
+	return !oq_nn_use_ref && oq_cpu_avx512() && J->kind == P_MAX && !J->ind && g->ns == 2 && g->d[0] == 1 &&
 	       g->d[1] == 1 && (g->s[1] == 1 || g->s[1] == 2) && g->k[1] <= ZMAX_KW;
 #else
 	(void)J;

@@ -323,16 +323,7 @@ AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t top
 	*nzero += z;
 	return k + idx_tail(p + j, m - j, sc, topi, idx + k, nzero);
 }
-
-static int have_avx512(void)
-{
-	return oq_cpu_avx512();
-}
 #else
-static int have_avx512(void)
-{
-	return 0;
-}
 #define idx_avx512 idx_c
 #endif
 
@@ -363,7 +354,7 @@ int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 	 * side and the two slots are cleared and summed: worth it for enough values per bin. */
 	uint16_t sub[NSUB][NBINS + 2];
 	size_t (*kern)(const float *, size_t, float, uint32_t, uint32_t *, uint64_t *, uint64_t *) =
-		oq_hist_simd && have_avx512() ? idx_avx512 : idx_c;
+		oq_hist_simd && oq_cpu_avx512() ? idx_avx512 : idx_c;
 	uint64_t nzero = 0;
 	uint32_t top;
 	float sc, u;
@@ -589,7 +580,7 @@ AVX512 static void minmax_avx512(const float *p, size_t n, float *lo_out, float 
 
 void oq_minmax_f32(const float *p, size_t n, float *lo, float *hi, uint64_t *bad)
 {
-	if (oq_hist_simd && have_avx512())
+	if (oq_hist_simd && oq_cpu_avx512())
 		minmax_avx512(p, n, lo, hi, bad);
 	else
 		minmax_c(p, n, lo, hi, bad);

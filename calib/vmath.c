@@ -128,10 +128,6 @@ double oq_vm_expsum_ref(const float *x, float m, float *y, size_t n)
 
 #define AVX512 __attribute__((target("avx512f,fma")))
 
-static int have_avx512(void)
-{
-	return oq_cpu_avx512_fma();
-}
 
 /* exp_ref on 16 lanes. */
 AVX512 static __m512 exp16(__m512 q)
@@ -232,22 +228,17 @@ AVX512 static void scale_avx512(float *y, size_t n, float s)
 		    y + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + i), _mm512_set1_ps(s)));
 	}
 }
-#else
-static int have_avx512(void)
-{
-	return 0;
-}
 #endif
 
 int oq_vm_fast(void)
 {
-	return have_avx512();
+	return oq_cpu_avx512_fma();
 }
 
 void oq_erf_f32(const float *x, float *y, size_t n)
 {
 #if defined(__GNUC__) && defined(__x86_64__)
-	if (have_avx512()) {
+	if (oq_cpu_avx512_fma()) {
 		erf_avx512(x, y, n);
 		return;
 	}
@@ -259,7 +250,7 @@ void oq_erf_f32(const float *x, float *y, size_t n)
 double oq_vm_sum(const float *x, size_t n)
 {
 #if defined(__GNUC__) && defined(__x86_64__)
-	if (have_avx512())
+	if (oq_cpu_avx512_fma())
 		return sum_avx512(x, n, 0, 0, NULL);
 #endif
 	return oq_vm_sum_ref(x, n);
@@ -268,7 +259,7 @@ double oq_vm_sum(const float *x, size_t n)
 double oq_vm_expsum(const float *x, float m, float *y, size_t n)
 {
 #if defined(__GNUC__) && defined(__x86_64__)
-	if (have_avx512())
+	if (oq_cpu_avx512_fma())
 		return sum_avx512(x, n, 1, m, y);
 #endif
 	return oq_vm_expsum_ref(x, m, y, n);
@@ -278,7 +269,7 @@ float oq_vm_max(const float *x, size_t n, int *nan)
 {
 	float m = -INFINITY;
 #if defined(__GNUC__) && defined(__x86_64__)
-	if (have_avx512())
+	if (oq_cpu_avx512_fma())
 		return max_avx512(x, n, nan);
 #endif
 	*nan = 0;
@@ -293,7 +284,7 @@ float oq_vm_max(const float *x, size_t n, int *nan)
 void oq_vm_scale(float *y, size_t n, float s)
 {
 #if defined(__GNUC__) && defined(__x86_64__)
-	if (have_avx512()) {
+	if (oq_cpu_avx512_fma()) {
 		scale_avx512(y, n, s);
 		return;
 	}
