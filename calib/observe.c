@@ -239,7 +239,7 @@ int oq_hist_runs = 1;
  * The AVX-512 kernel counts zeros in *nzero instead and stores only the
  * indices of finite non-zero values.
  */
-static inline size_t idx_tail(const float *p, size_t m, float sc, uint32_t top, uint32_t *idx,
+static inline size_t idx_tail(const float *p, size_t m, float sc, uint32_t top, uint16_t *idx,
 			      uint64_t *nzero)
 {
 	size_t k = 0;
@@ -248,13 +248,13 @@ static inline size_t idx_tail(const float *p, size_t m, float sc, uint32_t top, 
 		unsigned fin = fabsf(x) < INFINITY, nz = fin & (x != 0.0f);
 		uint32_t b = nz ? (u < (float)top ? (uint32_t)u : top) : 0;
 		*nzero += fin & !nz;
-		idx[k] = x < 0 ? (uint32_t)SIDE + b : b;
+		idx[k] = (uint16_t)(x < 0 ? (uint32_t)SIDE + b : b);
 		k += nz;
 	}
 	return k;
 }
 
-static size_t idx_c(const float *p, size_t m, float sc, uint32_t topi, uint32_t *idx, uint64_t *nzero,
+static size_t idx_c(const float *p, size_t m, float sc, uint32_t topi, uint16_t *idx, uint64_t *nzero,
 		    uint64_t *bin)
 {
 	const float top = (float)topi;
@@ -273,7 +273,7 @@ static size_t idx_c(const float *p, size_t m, float sc, uint32_t topi, uint32_t 
 		memcpy(&u, &b, sizeof u);
 		u *= sc;
 		u = u < top ? u : top; /* also maps NaN and Inf into range before the cast */
-		idx[j] = !fin ? (uint32_t)BSLOT : x == 0.0f ? (uint32_t)ZSLOT : (uint32_t)u + neg;
+		idx[j] = (uint16_t)(!fin ? (uint32_t)BSLOT : x == 0.0f ? (uint32_t)ZSLOT : (uint32_t)u + neg);
 	}
 	return m;
 }
@@ -283,7 +283,7 @@ static size_t idx_c(const float *p, size_t m, float sc, uint32_t topi, uint32_t 
 #define AVX512 __attribute__((target("avx512f")))
 
 /* The same with 16 values a step: compare masks, zeros by popcount, indices compressed. */
-AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t topi, uint32_t *idx,
+AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t topi, uint16_t *idx,
 				uint64_t *nzero, uint64_t *bin)
 {
 	const __m512 scv = _mm512_set1_ps(sc), inf = _mm512_set1_ps(INFINITY);
@@ -317,28 +317,66 @@ AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t top
 		}
 		skip -= skip > 0;
 		z += (unsigned)__builtin_popcount(fin & (unsigned)~nz);
-		_mm512_storeu_si512(idx + k, _mm512_maskz_compress_epi32(nz, b));
+		_mm256_storeu_si256((__m256i *)(idx + k), _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(nz, b)));
 		k += (unsigned)__builtin_popcount(nz);
 	}
 	*nzero += z;
 	return k + idx_tail(p + j, m - j, sc, topi, idx + k, nzero);
 }
+
+/* b[k] += s0[k] + s1[k] + s2[k] + s3[k] for k < n, 16 bins a step, and the four cleared (as sum_side). */
+AVX512 static void sum_side_avx512(uint64_t *b, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint16_t *s3, size_t n)
+{
+	const __m256i z = _mm256_setzero_si256();
+	size_t k = 0;
+
+	for (; k + 16 <= n; k += 16) {
+		__m512i t = _mm512_add_epi32(
+			_mm512_add_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s0 + k))),
+					 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s1 + k)))),
+			_mm512_add_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s2 + k))),
+					 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s3 + k)))));
+		__m512i lo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(t));
+		__m512i hi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(t, 1));
+		_mm512_storeu_si512(b + k, _mm512_add_epi64(_mm512_loadu_si512(b + k), lo));
+		_mm512_storeu_si512(b + k + 8, _mm512_add_epi64(_mm512_loadu_si512(b + k + 8), hi));
+		_mm256_storeu_si256((__m256i *)(s0 + k), z);
+		_mm256_storeu_si256((__m256i *)(s1 + k), z);
+		_mm256_storeu_si256((__m256i *)(s2 + k), z);
+		_mm256_storeu_si256((__m256i *)(s3 + k), z);
+	}
+	for (; k < n; k++) {
+		b[k] += (uint64_t)((uint32_t)s0[k] + s1[k] + s2[k] + s3[k]);
+		s0[k] = s1[k] = s2[k] = s3[k] = 0;
+	}
+}
 #else
 #define idx_avx512 idx_c
 #endif
 
+/* b[k] += s0[k] + s1[k] + s2[k] + s3[k] for k < n, and the four cleared. */
+static void sum_side(uint64_t *b, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint16_t *s3, size_t n)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+	if (oq_hist_simd && oq_cpu_avx512()) {
+		sum_side_avx512(b, s0, s1, s2, s3, n);
+		return;
+	}
+#endif
+	for (size_t k = 0; k < n; k++)
+		b[k] += (uint64_t)((uint32_t)s0[k] + s1[k] + s2[k] + s3[k]);
+	memset(s0, 0, n * sizeof *s0);
+	memset(s1, 0, n * sizeof *s1);
+	memset(s2, 0, n * sizeof *s2);
+	memset(s3, 0, n * sizeof *s3);
+}
+
 /* Adds the sub-histograms' bins [0, top] of each side and the two slots to h, and clears them. */
 static void flush_sub(oq_hist *h, uint16_t (*sub)[NBINS + 2], size_t top)
 {
-	for (size_t side = 0; side < 2; side++) {
-		uint64_t *b = h->bin + side * SIDE;
-		uint16_t *s0 = sub[0] + side * SIDE, *s1 = sub[1] + side * SIDE;
-		uint16_t *s2 = sub[2] + side * SIDE, *s3 = sub[3] + side * SIDE;
-		for (size_t k = 0; k <= top; k++)
-			b[k] += (uint64_t)((uint32_t)s0[k] + s1[k] + s2[k] + s3[k]);
-		for (int q = 0; q < NSUB; q++)
-			memset(sub[q] + side * SIDE, 0, (top + 1) * sizeof **sub);
-	}
+	for (size_t side = 0; side < 2; side++)
+		sum_side(h->bin + side * SIDE, sub[0] + side * SIDE, sub[1] + side * SIDE, sub[2] + side * SIDE,
+			 sub[3] + side * SIDE, top + 1);
 	for (size_t k = ZSLOT; k <= BSLOT; k++) {
 		h->bin[k] += (uint64_t)((uint32_t)sub[0][k] + sub[1][k] + sub[2][k] + sub[3][k]);
 		sub[0][k] = sub[1][k] = sub[2][k] = sub[3][k] = 0;
@@ -347,13 +385,13 @@ static void flush_sub(oq_hist *h, uint16_t (*sub)[NBINS + 2], size_t top)
 
 int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 {
-	uint32_t idx[FILL_BLOCK + 16];
+	uint16_t idx[FILL_BLOCK + 16];
 	/* NSUB interleaved histograms of uint16 counts (value j of a block goes to j % NSUB), summed
 	 * into bin[] every SUB_BLOCKS blocks: incrementing one bin again and again is a serial
 	 * dependency, and 16-bit counts keep the bins in use within L1. Only bins [0, top] of each
 	 * side and the two slots are cleared and summed: worth it for enough values per bin. */
 	uint16_t sub[NSUB][NBINS + 2];
-	size_t (*kern)(const float *, size_t, float, uint32_t, uint32_t *, uint64_t *, uint64_t *) =
+	size_t (*kern)(const float *, size_t, float, uint32_t, uint16_t *, uint64_t *, uint64_t *) =
 		oq_hist_simd && oq_cpu_avx512() ? idx_avx512 : idx_c;
 	uint64_t nzero = 0;
 	uint32_t top;
@@ -385,10 +423,12 @@ int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 		size_t k = kern(p + i, m, sc, top, idx, &nzero, h->bin), j = 0;
 		if (use_sub) {
 			for (; j + NSUB <= k; j += NSUB) {
-				sub[0][idx[j]]++;
-				sub[1][idx[j + 1]]++;
-				sub[2][idx[j + 2]]++;
-				sub[3][idx[j + 3]]++;
+				uint64_t w;
+				memcpy(&w, idx + j, sizeof w);
+				sub[0][(uint16_t)w]++;
+				sub[1][(uint16_t)(w >> 16)]++;
+				sub[2][(uint16_t)(w >> 32)]++;
+				sub[3][w >> 48]++;
 			}
 			if (++blocks == SUB_BLOCKS) {
 				flush_sub(h, sub, top);
