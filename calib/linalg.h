@@ -44,6 +44,14 @@ extern int oq_linalg_no_avx512;
  * per vector); both give the same bits. For tests and benchmarks.
  */
 extern int oq_linalg_dw_rows;
+/*
+ * Non-zero: stride-1 float32 Conv on AVX-512 CPUs packs im2col tiles instead
+ * of reading a zero-padded copy of the input in place; both give the same
+ * bits. For tests and benchmarks.
+ */
+extern int oq_linalg_no_vrow;
+/* Calls that took that in-place path (tests). */
+extern size_t oq_linalg_vrow_runs;
 
 /* Shape of one convolution (Conv) or transposed convolution (ConvTranspose). */
 typedef struct oq_conv_geom {

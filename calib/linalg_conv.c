@@ -1033,6 +1033,88 @@ AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const
 	} while (k0 < kd);
 }
 
+/*
+ * The conv GEMM with B read in place (oq_linalg_no_vrow): a stride-1
+ * convolution over a copy xp of its input with the pads written out as
+ * zeros ([c][Hp][Wp], Hp x Wp the padded plane) computes its output at
+ * positions q = oh * Wp + ow of the padded width, where im2col row k =
+ * (c, i, j) is the row of xp starting at off[k] = c Hp Wp + i dh Wp + j dw:
+ * B[k][q] = xp[off[k] + q], no im2col. Columns ow >= OW of each row are
+ * computed too and dropped (vr_range). C[mr, nr] (ldc) = init + A[mr, kd]
+ * (as z12x32) * B rows br[k] + q; init: C when load, else bias[r] (NULL:
+ * 0). The same FMAs in the same k order as the packed-col kernels, so
+ * the same bits.
+ */
+#define ZR_TILE(R, NV, NAME)                                                                           \
+	AVX512 static void NAME(int64_t kd, const float *const *ar0, int64_t ks, const float *const *br,  \
+				int64_t q, float *c, int64_t ldc, int mr, int nr, int load, const float *bias) \
+	{                                                                                              \
+		const float *ar[R];                                                                    \
+		__m512 acc[R][NV];                                                                     \
+		__mmask16 mk[2];                                                                       \
+		mk[0] = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);                               \
+		mk[1] = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);        \
+		for (int r = 0; r < R; r++) {                                                          \
+			ar[r] = mr > r ? ar0[r] : ar0[0];                                              \
+			for (int v = 0; v < NV; v++)                                                   \
+				acc[r][v] = load && mr > r ? _mm512_maskz_loadu_ps(mk[v], c + r * ldc + 16 * v) \
+					: _mm512_set1_ps(!load && bias && mr > r ? bias[r] : 0.0f);  \
+		}                                                                                      \
+		for (int64_t k = 0, o = 0; k < kd; k++, o += ks) {                                     \
+			__m512 b[NV];                                                                  \
+			for (int v = 0; v < NV; v++)                                                   \
+				b[v] = _mm512_loadu_ps(br[k] + q + 16 * v);                            \
+			for (int r = 0; r < R; r++) {                                                  \
+				__m512 t = _mm512_set1_ps(ar[r][o]);                                   \
+				for (int v = 0; v < NV; v++)                                           \
+					acc[r][v] = _mm512_fmadd_ps(t, b[v], acc[r][v]);               \
+			}                                                                              \
+		}                                                                                      \
+		for (int r = 0; r < R && r < mr; r++)                                                  \
+			for (int v = 0; v < NV; v++)                                                   \
+				_mm512_mask_storeu_ps(c + r * ldc + 16 * v, mk[v], acc[r][v]);         \
+	}
+ZR_TILE(12, 2, zr12x32)
+ZR_TILE(8, 2, zr8x32)
+ZR_TILE(4, 2, zr4x32)
+#undef ZR_TILE
+
+/*
+ * C[mm, pp] (ldc) = init + A[mm, kd] * B (rows br[k], positions 0..pp of
+ * each; every row readable 32 floats past pp), init = bias[row] (NULL: 0),
+ * in z_gemm's depth slices, row blocks and 32-position panels.
+ */
+AVX512 static void zr_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const float *const *br, float *c,
+			   int64_t ldc, const float *bias)
+{
+	int64_t k0 = 0, ks = A->pstride ? OQ_CW_NR : 1;
+
+	do {
+		int64_t kb = kd - k0 < KC_DEPTH ? kd - k0 : KC_DEPTH;
+		int load = k0 > 0;
+		for (int64_t mb = 0; mb < mm; mb += MC_ROWS) {
+			int64_t me = mb + MC_ROWS < mm ? mb + MC_ROWS : mm;
+			for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
+				int nr = pp - q0 < Z_NR ? (int)(pp - q0) : Z_NR;
+				for (int64_t m = mb; m < me; m += Z_MR) {
+					int mr = me - m < Z_MR ? (int)(me - m) : Z_MR;
+					const float *bm = bias ? bias + m : NULL, *am[Z_MR];
+					float *cm = c + m * ldc + q0;
+					for (int r = 0; r < Z_MR; r++)
+						am[r] = za_row(A, m + (r < mr ? r : 0)) + k0 * ks;
+					if (mr <= 4)
+						zr4x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm);
+					else if (mr <= 8)
+						zr8x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm);
+					else
+						zr12x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm);
+				}
+			}
+		}
+		k0 += kb;
+	} while (k0 < kd);
+}
+
 /* r[0..16) transposed in place: r[i] lane j <- r[j] lane i (written out and always inlined: r stays in registers). */
 AVX512 __attribute__((always_inline)) static inline void tr16x16(__m512 *r)
 {
@@ -2310,6 +2392,179 @@ static int use_tr(const oq_conv_geom *g, int64_t kc, int64_t mg)
 	return eff_t > eff_n;
 }
 
+#if defined(HAVE_OWN_GEMM)
+/*
+ * A stride-1 convolution (group 1, not 1x1) with B read in place
+ * (zr_gemm): the input is copied once into xp with its pads written out
+ * as zeros, then each tile of whole output rows is one zr_gemm at the
+ * padded width into a per-thread buffer, whose rows are copied into y
+ * without the Wp - OW extra columns before the epilogue runs over them
+ * (z_epi_tile, the same bits as in the registers). im2col wrote and read
+ * back kc values per output position (8.3 M floats for PaddleOCR det's
+ * 96 -> 24 3x3 conv at 80 x 120); here each input value is copied once.
+ * That packing costs most where few output channels share it: taken for
+ * at most VR_MAX_M channels (3x3, 1 thread, im2col -> in place: 96 -> 24
+ * at 80 x 120 5.8 -> 4.7 ms, 64 -> 16 at 112 x 112 4.3 -> 2.9 ms, 24 -> 24
+ * at 160 x 160 5.9 -> 3.6 ms; at 32 to 64 channels the two are within a
+ * few per cent, and 3 -> 64 at 224 x 224 is slower in place, 2.6 -> 3.9
+ * ms, its output rows copied out as 64 short runs) and where the extra
+ * columns are at most 1 / VR_WASTE of the positions.
+ */
+int oq_linalg_no_vrow;
+size_t oq_linalg_vrow_runs;
+
+#define VR_WASTE 8         /* at most 1 / VR_WASTE of the positions computed and dropped */
+#define VR_MAX_M 24        /* output channels at most */
+#define VR_TILE_BYTES (96u << 10) /* a tile's rows at the padded width, all channels, at most */
+
+typedef struct vr_job {
+	oq_kctx *k;
+	const oq_conv_geom *g;
+	const float *x, *b;
+	const oq_kfuse *ep;
+	float *y, *xp;         /* output; the padded input of every image */
+	zA A;                  /* the weights (group 1) */
+	int64_t hp, wp;        /* padded plane */
+	int64_t kc, rt, nt;    /* depth; output rows per tile, tiles per image */
+	const int64_t *off;    /* [kc] start of row k of B in an image's xp */
+	atomic_int oom;
+} vr_job;
+
+static int vr_fits(const oq_conv_geom *g, int64_t kc)
+{
+	return !oq_linalg_no_vrow && g->nsp == 2 && g->group == 1 && g->m <= VR_MAX_M && g->stride[0] == 1 &&
+	       g->stride[1] == 1 && g->k_size > 1 && kc <= 65536 &&
+	       VR_WASTE * (g->k[1] - 1) * g->dil[1] <= g->out[1];
+}
+
+/* Planes [begin, end) (image * c + channel) of xp: the input plane inside zeros. */
+static void vr_pad(void *ctx, size_t begin, size_t end)
+{
+	vr_job *j = ctx;
+	const oq_conv_geom *g = j->g;
+	int64_t H = g->in[0], W = g->in[1];
+
+	for (size_t it = begin; it < end; it++) {
+		float *d = j->xp + (int64_t)it * j->hp * j->wp;
+		const float *s = j->x + (int64_t)it * g->in_size;
+		memset(d, 0, (size_t)(g->pad[0] * j->wp) * sizeof *d);
+		for (int64_t h = 0; h < H; h++) {
+			float *r = d + (g->pad[0] + h) * j->wp;
+			memset(r, 0, (size_t)g->pad[1] * sizeof *r);
+			memcpy(r + g->pad[1], s + h * W, (size_t)W * sizeof *r);
+			memset(r + g->pad[1] + W, 0, (size_t)(j->wp - g->pad[1] - W) * sizeof *r);
+		}
+		memset(d + (g->pad[0] + H) * j->wp, 0, (size_t)((j->hp - g->pad[0] - H) * j->wp) * sizeof *d);
+	}
+}
+
+static void vr_range(void *ctx, size_t begin, size_t end)
+{
+	vr_job *j = ctx;
+	const oq_conv_geom *g = j->g;
+	int64_t M = g->m, P = g->out_size, OW = g->out[1], OH = g->out[0];
+	size_t nc = (size_t)(M * j->rt * j->wp), need = nc * sizeof(float) + (size_t)j->kc * sizeof(float *);
+	void *own = j->k ? NULL : malloc(need), *buf = j->k ? oq_k_scratch(j->k, need) : own;
+	float *c = buf;
+	const float **br = (const float **)(c + nc);
+
+	if (!buf) {
+		atomic_store(&j->oom, 1);
+		return;
+	}
+	for (size_t it = begin; it < end; it++) {
+		int64_t n = (int64_t)it / j->nt, oh0 = (int64_t)it % j->nt * j->rt;
+		int64_t oh1 = oh0 + j->rt < OH ? oh0 + j->rt : OH, pp = (oh1 - oh0) * j->wp;
+		const float *xn = j->xp + n * g->c * j->hp * j->wp + oh0 * j->wp;
+		int64_t yo = n * M * P + oh0 * OW;
+		for (int64_t k = 0; k < j->kc; k++)
+			br[k] = xn + j->off[k];
+		zr_gemm(M, pp, j->kc, &j->A, br, c, pp, j->b);
+		for (int64_t m = 0; m < M; m++)
+			for (int64_t oh = oh0; oh < oh1; oh++)
+				memcpy(j->y + n * M * P + m * P + oh * OW, c + m * pp + (oh - oh0) * j->wp,
+				       (size_t)OW * sizeof(float));
+		if (j->ep)
+			z_epi_tile(j->ep, 0, M, (size_t)yo, j->y + yo, P, (oh1 - oh0) * OW);
+	}
+	free(own);
+}
+
+/*
+ * Runs g (vr_fits) with B in place, or returns 1 (nothing written) when
+ * the padded copy cannot be allocated: the caller then takes the im2col path.
+ */
+static int vr_run(oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const oq_cw *cw,
+		  const float *b, const oq_kfuse *ep, float *y, int64_t kc, int *rc)
+{
+	vr_job j;
+	int64_t *off, hr, wr, items;
+	size_t nxp, slack;
+
+	memset(&j, 0, sizeof j);
+	/* the input at (pad0, pad1), and every row / column a tap of an output reads */
+	hr = g->out[0] + (g->k[0] - 1) * g->dil[0];
+	wr = g->out[1] + (g->k[1] - 1) * g->dil[1];
+	j.hp = g->pad[0] + g->in[0] > hr ? g->pad[0] + g->in[0] : hr;
+	j.wp = g->pad[1] + g->in[1] > wr ? g->pad[1] + g->in[1] : wr;
+	/* rows readable past the last position of a tile: the last panel's 32 and the widest tap */
+	slack = (size_t)((g->k[1] - 1) * g->dil[1] + 2 * Z_NR);
+	if (!oq_mul_size((size_t)(g->n * g->c), (size_t)(j.hp * j.wp), &nxp) || nxp > SIZE_MAX / sizeof(float) - slack)
+		return 1;
+	nxp += slack;
+	j.xp = aligned_alloc(64, (nxp * sizeof(float) + 63) / 64 * 64);
+	off = malloc((size_t)kc * sizeof *off);
+	if (!j.xp || !off) {
+		free(j.xp);
+		free(off);
+		return 1;
+	}
+	memset(j.xp + nxp - slack, 0, slack * sizeof(float));
+	for (int64_t q = 0, c = 0; c < g->c; c++)
+		for (int64_t i = 0; i < g->k[0]; i++)
+			for (int64_t jj = 0; jj < g->k[1]; jj++)
+				off[q++] = c * j.hp * j.wp + i * g->dil[0] * j.wp + jj * g->dil[1];
+	j.k = k;
+	j.g = g;
+	j.x = x;
+	j.b = b;
+	j.ep = ep;
+	j.y = y;
+	j.kc = kc;
+	j.off = off;
+	if (cw) {
+		j.A.a = cw->p;
+		j.A.pstride = kc * OQ_CW_NR;
+	} else {
+		j.A.a = w;
+		j.A.lda = kc;
+	}
+	/* whole output rows per tile, within VR_TILE_BYTES at the padded width, and at least
+	 * TILES_MIN tiles where there are rows (shape only) */
+	j.rt = (int64_t)(VR_TILE_BYTES / sizeof(float)) / (g->m * j.wp);
+	j.rt = j.rt < 1 ? 1 : j.rt;
+	if (g->n * ceil_div(g->out[0], j.rt) < TILES_MIN)
+		j.rt = ceil_div(g->out[0], ceil_div(TILES_MIN, g->n));
+	j.rt = j.rt < 1 ? 1 : j.rt;
+	j.nt = ceil_div(g->out[0], j.rt);
+	atomic_init(&j.oom, 0);
+	if (k)
+		oq_k_parallel(k, (size_t)(g->n * g->c), 1, vr_pad, &j);
+	else
+		vr_pad(&j, 0, (size_t)(g->n * g->c));
+	items = g->n * j.nt;
+	if (k)
+		oq_k_parallel(k, (size_t)items, 1, vr_range, &j);
+	else
+		vr_range(&j, 0, (size_t)items);
+	free(j.xp);
+	free(off);
+	oq_linalg_vrow_runs++;
+	*rc = atomic_load(&j.oom) ? OQ_ENOMEM : OQ_OK;
+	return 0;
+}
+#endif
+
 static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_cw *cw,
 		    const void *b, const oq_kfuse *ep, void *y);
 
@@ -2453,6 +2708,13 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 	}
 #else
 	(void)cw;
+#endif
+#if defined(HAVE_OWN_GEMM)
+	if (j.z && !j.tr && !j.direct && vr_fits(&g, j.kc) &&
+	    !vr_run(k, &g, x, w, j.cw, b, ep, y, j.kc, &rc)) {
+		oq_cw_free(&own);
+		return rc;
+	}
 #endif
 	conv_tiles(&g, j.kc, j.mg, j.cw != NULL, j.tr, &j.pt, &j.np, &j.mt);
 	j.nm = ceil_div(j.mg, j.mt);
