@@ -10,7 +10,9 @@
 #           observers over every sample; Conv+activation groups stay fused as
 #           calibration declines their OQ_QM_INTERNAL intermediates) -> samples/s
 #   run     `onnxq run --data DIR` wall time (bare executor + .npy loading)
-#   ort     onnxruntime-node 1.30, level 'all', median session.run (bench/exec_ort.js)
+#   ort     onnxruntime-node 1.30, level 'all', median session.run over REP x n runs
+#           (as many as the steady figure's samples: a few runs gave medians 1.7x apart
+#           at 2 threads) (bench/exec_ort.js)
 # Prints samples/s for each and the ratios calib/ort and calib/run.
 # steady: the same quantize over REP x the samples (symlinks cycling through
 #   them; default REP 4): (REP - 1) n extra samples over the extra calibrate
@@ -59,7 +61,7 @@ while IFS='|' read -r name model dir input shape; do
 	t0=$(now)
 	"$ONNXQ" run "$model" --data "$dir" --threads "$THREADS" >/dev/null
 	t1=$(now)
-	ort_ms=$(node "$ROOT/bench/exec_ort.js" "$ORT" "$model" "$input=$shape" "$THREADS" "$n" all 2>/dev/null |
+	ort_ms=$(node "$ROOT/bench/exec_ort.js" "$ORT" "$model" "$input=$shape" "$THREADS" "$((REP * n))" all 2>/dev/null |
 		sed -n 's/.*median_ms=\([0-9.]*\).*/\1/p')
 	awk -v name="$name" -v n="$n" -v cal="$cal" -v run="$(echo "$t1 - $t0" | bc)" -v ort="$ort_ms" \
 		-v rep="$REP" -v cal_rep="$cal_rep" 'BEGIN {

@@ -2463,7 +2463,8 @@ static void vr_range(void *ctx, size_t begin, size_t end)
 	vr_job *j = ctx;
 	const oq_conv_geom *g = j->g;
 	int64_t M = g->m, P = g->out_size, OW = g->out[1], OH = g->out[0];
-	size_t nc = (size_t)(M * j->rt * j->wp), need = nc * sizeof(float) + (size_t)j->kc * sizeof(float *);
+	/* the tile's rows, then (64-byte aligned) the row pointers of B */
+	size_t nc = (size_t)round_up(M * j->rt * j->wp, 16), need = nc * sizeof(float) + (size_t)j->kc * sizeof(float *);
 	void *own = j->k ? NULL : malloc(need), *buf = j->k ? oq_k_scratch(j->k, need) : own;
 	float *c = buf;
 	const float **br = (const float **)(c + nc);
@@ -2500,6 +2501,7 @@ static int vr_run(oq_kctx *k, const oq_conv_geom *g, const float *x, const float
 	vr_job j;
 	int64_t *off, hr, wr, items;
 	size_t nxp, slack;
+	float *own;
 
 	memset(&j, 0, sizeof j);
 	/* the input at (pad0, pad1), and every row / column a tap of an output reads */
@@ -2512,10 +2514,12 @@ static int vr_run(oq_kctx *k, const oq_conv_geom *g, const float *x, const float
 	if (!oq_mul_size((size_t)(g->n * g->c), (size_t)(j.hp * j.wp), &nxp) || nxp > SIZE_MAX / sizeof(float) - slack)
 		return 1;
 	nxp += slack;
-	j.xp = aligned_alloc(64, (nxp * sizeof(float) + 63) / 64 * 64);
+	/* the executor's buffer for the whole call (kept across calls), else our own */
+	own = k ? NULL : aligned_alloc(64, (nxp * sizeof(float) + 63) / 64 * 64);
+	j.xp = k ? oq_k_shared(k, nxp * sizeof(float)) : own;
 	off = malloc((size_t)kc * sizeof *off);
 	if (!j.xp || !off) {
-		free(j.xp);
+		free(own);
 		free(off);
 		return 1;
 	}
@@ -2557,7 +2561,7 @@ static int vr_run(oq_kctx *k, const oq_conv_geom *g, const float *x, const float
 		oq_k_parallel(k, (size_t)items, 1, vr_range, &j);
 	else
 		vr_range(&j, 0, (size_t)items);
-	free(j.xp);
+	free(own);
 	free(off);
 	oq_linalg_vrow_runs++;
 	*rc = atomic_load(&j.oom) ? OQ_ENOMEM : OQ_OK;
