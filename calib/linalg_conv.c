@@ -611,6 +611,8 @@ static int own_gemm_ok(void)
 
 int oq_linalg_no_avx512 = 0;
 int oq_linalg_dw_rows = 0;
+int oq_linalg_no_vrow = 0;
+size_t oq_linalg_vrow_runs = 0;
 
 /* y op v, or v op y when rev: the element-wise kernel's operand order. */
 AVX512 static inline __m512 zbop(int bop, int rev, __m512 y, __m512 v)
@@ -774,10 +776,9 @@ AVX512 static inline void z12x32(int64_t kd, const float *const *ar, int64_t ks,
  * 6 x 32 + 4) one vector instead of two. Same sum order per output as
  * z12x32, hence the same bits.
  */
-#define Z_TILE(R, NV, NAME)                                                                             \
-	AVX512 static void NAME(int64_t kd, const float *const *ar0, int64_t ks, const float *bp,          \
-				float *c, int64_t ldc, int mr, int nr, int load, const float *bias,       \
-				const zepi *e)                                                            \
+#define Z_TILE_OF(R, NV, NAME, BLOAD, BSTEP, ...)                                                       \
+	AVX512 static void NAME(int64_t kd, const float *const *ar0, int64_t ks, __VA_ARGS__, float *c,    \
+				int64_t ldc, int mr, int nr, int load, const float *bias, const zepi *e)  \
 	{                                                                                               \
 		const float *ar[R];                                                                     \
 		__m512 acc[R][NV];                                                                      \
@@ -790,27 +791,38 @@ AVX512 static inline void z12x32(int64_t kd, const float *const *ar, int64_t ks,
 				acc[r][v] = load && mr > r ? _mm512_maskz_loadu_ps(mk[v], c + r * ldc + 16 * v) \
 					: _mm512_set1_ps(!load && bias && mr > r ? bias[r] : 0.0f);   \
 		}                                                                                       \
-		for (int64_t k = 0, o = 0; k < kd; k++, o += ks, bp += Z_NR) {                          \
+		for (int64_t k = 0, o = 0; k < kd; k++, o += ks) {                                      \
 			__m512 b[NV];                                                                   \
 			for (int v = 0; v < NV; v++)                                                    \
-				b[v] = _mm512_load_ps(bp + 16 * v);                                     \
+				b[v] = BLOAD;                                                           \
 			for (int r = 0; r < R; r++) {                                                   \
 				__m512 t = _mm512_set1_ps(ar[r][o]);                                    \
 				for (int v = 0; v < NV; v++)                                            \
 					acc[r][v] = _mm512_fmadd_ps(t, b[v], acc[r][v]);                \
 			}                                                                               \
+			BSTEP;                                                                          \
 		}                                                                                       \
 		for (int r = 0; r < R && r < mr; r++)                                                   \
 			for (int v = 0; v < NV; v++)                                                    \
 				_mm512_mask_storeu_ps(c + r * ldc + 16 * v, mk[v],                      \
 						      e ? zepi_vec(e, r, v, mk[v], acc[r][v]) : acc[r][v]); \
 	}
+/* B in packed panels bp[kd][32] */
+#define Z_TILE(R, NV, NAME) Z_TILE_OF(R, NV, NAME, _mm512_load_ps(bp + 16 * v), bp += Z_NR, const float *bp)
 Z_TILE(4, 2, z4x32)
 Z_TILE(8, 2, z8x32)
 Z_TILE(4, 1, z4x16)
 Z_TILE(8, 1, z8x16)
 Z_TILE(12, 1, z12x16)
 #undef Z_TILE
+/* B read in place: row k at br[k], the tile's positions from q on (zr_gemm) */
+#define ZR_TILE(R, NV, NAME) \
+	Z_TILE_OF(R, NV, NAME, _mm512_loadu_ps(br[k] + q + 16 * v), (void)0, const float *const *br, int64_t q)
+ZR_TILE(12, 2, zr12x32)
+ZR_TILE(8, 2, zr8x32)
+ZR_TILE(4, 2, zr4x32)
+#undef ZR_TILE
+#undef Z_TILE_OF
 
 /* Floats of the packed col of a tile of pt positions: [ceil(pt / 32)][kc][32]. */
 static size_t z_col_floats(int64_t kc, int64_t pt)
@@ -1040,49 +1052,12 @@ AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const
  * positions q = oh * Wp + ow of the padded width, where im2col row k =
  * (c, i, j) is the row of xp starting at off[k] = c Hp Wp + i dh Wp + j dw:
  * B[k][q] = xp[off[k] + q], no im2col. Columns ow >= OW of each row are
- * computed too and dropped (vr_range). C[mr, nr] (ldc) = init + A[mr, kd]
- * (as z12x32) * B rows br[k] + q; init: C when load, else bias[r] (NULL:
- * 0). The same FMAs in the same k order as the packed-col kernels, so
- * the same bits.
- */
-#define ZR_TILE(R, NV, NAME)                                                                           \
-	AVX512 static void NAME(int64_t kd, const float *const *ar0, int64_t ks, const float *const *br,  \
-				int64_t q, float *c, int64_t ldc, int mr, int nr, int load, const float *bias) \
-	{                                                                                              \
-		const float *ar[R];                                                                    \
-		__m512 acc[R][NV];                                                                     \
-		__mmask16 mk[2];                                                                       \
-		mk[0] = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);                               \
-		mk[1] = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);        \
-		for (int r = 0; r < R; r++) {                                                          \
-			ar[r] = mr > r ? ar0[r] : ar0[0];                                              \
-			for (int v = 0; v < NV; v++)                                                   \
-				acc[r][v] = load && mr > r ? _mm512_maskz_loadu_ps(mk[v], c + r * ldc + 16 * v) \
-					: _mm512_set1_ps(!load && bias && mr > r ? bias[r] : 0.0f);  \
-		}                                                                                      \
-		for (int64_t k = 0, o = 0; k < kd; k++, o += ks) {                                     \
-			__m512 b[NV];                                                                  \
-			for (int v = 0; v < NV; v++)                                                   \
-				b[v] = _mm512_loadu_ps(br[k] + q + 16 * v);                            \
-			for (int r = 0; r < R; r++) {                                                  \
-				__m512 t = _mm512_set1_ps(ar[r][o]);                                   \
-				for (int v = 0; v < NV; v++)                                           \
-					acc[r][v] = _mm512_fmadd_ps(t, b[v], acc[r][v]);               \
-			}                                                                              \
-		}                                                                                      \
-		for (int r = 0; r < R && r < mr; r++)                                                  \
-			for (int v = 0; v < NV; v++)                                                   \
-				_mm512_mask_storeu_ps(c + r * ldc + 16 * v, mk[v], acc[r][v]);         \
-	}
-ZR_TILE(12, 2, zr12x32)
-ZR_TILE(8, 2, zr8x32)
-ZR_TILE(4, 2, zr4x32)
-#undef ZR_TILE
-
-/*
- * C[mm, pp] (ldc) = init + A[mm, kd] * B (rows br[k], positions 0..pp of
- * each; every row readable 32 floats past pp), init = bias[row] (NULL: 0),
- * in z_gemm's depth slices, row blocks and 32-position panels.
+ * computed too and dropped (vr_range). The register tiles are z4x32's
+ * with B's row k at br[k] + q (zr4x32, zr8x32, zr12x32): the same FMAs in
+ * the same k order as on the packed col, so the same bits. Here C[mm, pp]
+ * (ldc) = init + A[mm, kd] * B (rows br[k], positions 0..pp of each; every
+ * row readable 32 floats past pp), init = bias[row] (NULL: 0), in z_gemm's
+ * depth slices, row blocks and 32-position panels.
  */
 AVX512 static void zr_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const float *const *br, float *c,
 			   int64_t ldc, const float *bias)
@@ -1103,11 +1078,11 @@ AVX512 static void zr_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, cons
 					for (int r = 0; r < Z_MR; r++)
 						am[r] = za_row(A, m + (r < mr ? r : 0)) + k0 * ks;
 					if (mr <= 4)
-						zr4x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm);
+						zr4x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm, NULL);
 					else if (mr <= 8)
-						zr8x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm);
+						zr8x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm, NULL);
 					else
-						zr12x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm);
+						zr12x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm, NULL);
 				}
 			}
 		}
@@ -2410,9 +2385,6 @@ static int use_tr(const oq_conv_geom *g, int64_t kc, int64_t mg)
  * ms, its output rows copied out as 64 short runs) and where the extra
  * columns are at most 1 / VR_WASTE of the positions.
  */
-int oq_linalg_no_vrow;
-size_t oq_linalg_vrow_runs;
-
 #define VR_WASTE 8         /* at most 1 / VR_WASTE of the positions computed and dropped */
 #define VR_MAX_M 24        /* output channels at most */
 #define VR_TILE_BYTES (96u << 10) /* a tile's rows at the padded width, all channels, at most */
@@ -2433,7 +2405,7 @@ typedef struct vr_job {
 static int vr_fits(const oq_conv_geom *g, int64_t kc)
 {
 	return !oq_linalg_no_vrow && g->nsp == 2 && g->group == 1 && g->m <= VR_MAX_M && g->stride[0] == 1 &&
-	       g->stride[1] == 1 && g->k_size > 1 && kc <= 65536 &&
+	       g->stride[1] == 1 && g->k_size > 1 && kc <= 65536 /* its row pointers in the thread's buffer */ &&
 	       VR_WASTE * (g->k[1] - 1) * g->dil[1] <= g->out[1];
 }
 

@@ -20,12 +20,13 @@
  * indices is computed branch-free (AVX-512 when the CPU has it, chosen at
  * run time: zeros counted by mask/popcount, the indices of finite non-zero
  * values compacted; plain C otherwise: zeros and NaN/Inf through two
- * scratch slots after the bins) and counted into four interleaved
+ * scratch slots after the bins), as 16-bit indices read four per 64-bit
+ * load, and counted into four interleaved
  * sub-histograms of 16-bit counts (incrementing one bin again and again
  * is a serial dependency; 16-bit counts keep the bins in use within L1),
  * added to the bins every 255 blocks of 1024 values, before they can
- * overflow. Only the bins up to the one holding amax are cleared and
- * added. The AVX-512 kernel also counts a vector of 16 values that share
+ * overflow (widened and added 16 bins a step on AVX-512). Only the bins
+ * up to the one holding amax are cleared and added. The AVX-512 kernel also counts a vector of 16 values that share
  * one bin (flat regions) as one +16, testing again only 8 vectors after a
  * vector that does not. All counts are integers, so every path gives the histogram of
  * oq_hist_add_f32_ref, which raises e value by value.
@@ -324,8 +325,8 @@ AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t top
 	return k + idx_tail(p + j, m - j, sc, topi, idx + k, nzero);
 }
 
-/* b[k] += s0[k] + s1[k] + s2[k] + s3[k] for k < n, 16 bins a step, and the four cleared (as sum_side). */
-AVX512 static void sum_side_avx512(uint64_t *b, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint16_t *s3, size_t n)
+/* sum_side for the first n / 16 * 16 bins, 16 a step; returns how many it did. */
+AVX512 static size_t sum_side_avx512(uint64_t *b, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint16_t *s3, size_t n)
 {
 	const __m256i z = _mm256_setzero_si256();
 	size_t k = 0;
@@ -345,10 +346,7 @@ AVX512 static void sum_side_avx512(uint64_t *b, uint16_t *s0, uint16_t *s1, uint
 		_mm256_storeu_si256((__m256i *)(s2 + k), z);
 		_mm256_storeu_si256((__m256i *)(s3 + k), z);
 	}
-	for (; k < n; k++) {
-		b[k] += (uint64_t)((uint32_t)s0[k] + s1[k] + s2[k] + s3[k]);
-		s0[k] = s1[k] = s2[k] = s3[k] = 0;
-	}
+	return k;
 }
 #else
 #define idx_avx512 idx_c
@@ -357,18 +355,16 @@ AVX512 static void sum_side_avx512(uint64_t *b, uint16_t *s0, uint16_t *s1, uint
 /* b[k] += s0[k] + s1[k] + s2[k] + s3[k] for k < n, and the four cleared. */
 static void sum_side(uint64_t *b, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint16_t *s3, size_t n)
 {
+	size_t k = 0;
+
 #if defined(__GNUC__) && defined(__x86_64__)
-	if (oq_hist_simd && oq_cpu_avx512()) {
-		sum_side_avx512(b, s0, s1, s2, s3, n);
-		return;
-	}
+	if (oq_hist_simd && oq_cpu_avx512())
+		k = sum_side_avx512(b, s0, s1, s2, s3, n);
 #endif
-	for (size_t k = 0; k < n; k++)
+	for (; k < n; k++) {
 		b[k] += (uint64_t)((uint32_t)s0[k] + s1[k] + s2[k] + s3[k]);
-	memset(s0, 0, n * sizeof *s0);
-	memset(s1, 0, n * sizeof *s1);
-	memset(s2, 0, n * sizeof *s2);
-	memset(s3, 0, n * sizeof *s3);
+		s0[k] = s1[k] = s2[k] = s3[k] = 0;
+	}
 }
 
 /* Adds the sub-histograms' bins [0, top] of each side and the two slots to h, and clears them. */
@@ -382,6 +378,9 @@ static void flush_sub(oq_hist *h, uint16_t (*sub)[NBINS + 2], size_t top)
 		sub[0][k] = sub[1][k] = sub[2][k] = sub[3][k] = 0;
 	}
 }
+
+/* the fill's bin indices (both sides and the two slots) are 16-bit */
+_Static_assert(NBINS + 2 <= 65536, "histogram bins must fit uint16_t indices");
 
 int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 {
