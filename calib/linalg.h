@@ -50,8 +50,8 @@ extern int oq_linalg_dw_rows;
  * bits. For tests and benchmarks.
  */
 extern int oq_linalg_no_vrow;
-/* Calls that took that in-place path (tests). */
-extern size_t oq_linalg_vrow_runs;
+/* Calls that took that in-place path (tests; counted from any thread). */
+extern _Atomic size_t oq_linalg_vrow_runs;
 
 /* Shape of one convolution (Conv) or transposed convolution (ConvTranspose). */
 typedef struct oq_conv_geom {

@@ -612,7 +612,7 @@ static int own_gemm_ok(void)
 int oq_linalg_no_avx512 = 0;
 int oq_linalg_dw_rows = 0;
 int oq_linalg_no_vrow = 0;
-size_t oq_linalg_vrow_runs = 0;
+_Atomic size_t oq_linalg_vrow_runs = 0;
 
 /* y op v, or v op y when rev: the element-wise kernel's operand order. */
 AVX512 static inline __m512 zbop(int bop, int rev, __m512 y, __m512 v)
@@ -2535,7 +2535,7 @@ static int vr_run(oq_kctx *k, const oq_conv_geom *g, const float *x, const float
 		vr_range(&j, 0, (size_t)items);
 	free(own);
 	free(off);
-	oq_linalg_vrow_runs++;
+	atomic_fetch_add_explicit(&oq_linalg_vrow_runs, 1, memory_order_relaxed);
 	*rc = atomic_load(&j.oom) ? OQ_ENOMEM : OQ_OK;
 	return 0;
 }
