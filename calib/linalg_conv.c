@@ -815,7 +815,7 @@ Z_TILE(4, 1, z4x16)
 Z_TILE(8, 1, z8x16)
 Z_TILE(12, 1, z12x16)
 #undef Z_TILE
-/* B read in place: row k at br[k], the tile's positions from q on (zr_gemm) */
+/* B read in place: row k at br[k], the tile's positions from q on (vr_run) */
 #define ZR_TILE(R, NV, NAME) \
 	Z_TILE_OF(R, NV, NAME, _mm512_loadu_ps(br[k] + q + 16 * v), (void)0, const float *const *br, int64_t q)
 ZR_TILE(12, 2, zr12x32)
@@ -994,11 +994,14 @@ static inline const float *za_row(const zA *A, int64_t m)
 #define Z_ROWWISE_BYTES (256 * 1024)
 
 /*
- * C[mm, pp] (ldc) = init + A[mm, kd] * Bp (packed col of kd rows), init = bias[row] (NULL: 0),
- * then the epilogue e (rows from C's first; NULL: none) with the last depth slice.
+ * C[mm, pp] (ldc) = init + A[mm, kd] * B, init = bias[row] (NULL: 0), then
+ * the epilogue e (rows from C's first; NULL: none) with the last depth
+ * slice. B: the packed col bp of kd rows, or (bp NULL) rows br[k] read in
+ * place, positions 0..pp of each, every row readable 32 floats past pp
+ * (the zr tiles; see vr_run).
  */
-AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const float *bp, float *c, int64_t ldc,
-			  const float *bias, const zepi *e)
+AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const float *bp, const float *const *br,
+			  float *c, int64_t ldc, const float *bias, const zepi *e)
 {
 	int64_t k0 = 0, ks = A->pstride ? OQ_CW_NR : 1;
 
@@ -1010,15 +1013,15 @@ AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const
 		for (int64_t mb = 0; mb < mm; mb += mcr) {
 			int64_t me = mb + mcr < mm ? mb + mcr : mm;
 			for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
-				const float *bk = bp + (q0 / Z_NR * kd + k0) * Z_NR;
+				const float *bk = bp ? bp + (q0 / Z_NR * kd + k0) * Z_NR : NULL;
 				int nr = pp - q0 < Z_NR ? (int)(pp - q0) : Z_NR;
 				for (int64_t m = mb; m < me; m += Z_MR) {
 					int mr = me - m < Z_MR ? (int)(me - m) : Z_MR;
 					const float *bm = bias ? bias + m : NULL, *am[Z_MR];
 					float *cm = c + m * ldc + q0;
 					zepi em, *ep = NULL;
-					for (int r = 0; r < mr; r++)
-						am[r] = za_row(A, m + r) + k0 * ks;
+					for (int r = 0; r < Z_MR; r++) /* rows past mr: row m, never read */
+						am[r] = za_row(A, m + (r < mr ? r : 0)) + k0 * ks;
 					if (el) {
 						em = *el;
 						em.scale = el->scale ? el->scale + m : NULL;
@@ -1026,7 +1029,13 @@ AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const
 						em.t = el->res ? el->t + m * ldc + q0 : NULL;
 						ep = &em;
 					}
-					if (nr <= 16 && mr <= 4)
+					if (!bp && mr <= 4)
+						zr4x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm, ep);
+					else if (!bp && mr <= 8)
+						zr8x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm, ep);
+					else if (!bp)
+						zr12x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm, ep);
+					else if (nr <= 16 && mr <= 4)
 						z4x16(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (nr <= 16 && mr <= 8)
 						z8x16(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
@@ -1038,51 +1047,6 @@ AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const
 						z8x32(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else
 						z12x32(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
-				}
-			}
-		}
-		k0 += kb;
-	} while (k0 < kd);
-}
-
-/*
- * The conv GEMM with B read in place (oq_linalg_no_vrow): a stride-1
- * convolution over a copy xp of its input with the pads written out as
- * zeros ([c][Hp][Wp], Hp x Wp the padded plane) computes its output at
- * positions q = oh * Wp + ow of the padded width, where im2col row k =
- * (c, i, j) is the row of xp starting at off[k] = c Hp Wp + i dh Wp + j dw:
- * B[k][q] = xp[off[k] + q], no im2col. Columns ow >= OW of each row are
- * computed too and dropped (vr_range). The register tiles are z4x32's
- * with B's row k at br[k] + q (zr4x32, zr8x32, zr12x32): the same FMAs in
- * the same k order as on the packed col, so the same bits. Here C[mm, pp]
- * (ldc) = init + A[mm, kd] * B (rows br[k], positions 0..pp of each; every
- * row readable 32 floats past pp), init = bias[row] (NULL: 0), in z_gemm's
- * depth slices, row blocks and 32-position panels.
- */
-AVX512 static void zr_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const float *const *br, float *c,
-			   int64_t ldc, const float *bias)
-{
-	int64_t k0 = 0, ks = A->pstride ? OQ_CW_NR : 1;
-
-	do {
-		int64_t kb = kd - k0 < KC_DEPTH ? kd - k0 : KC_DEPTH;
-		int load = k0 > 0;
-		for (int64_t mb = 0; mb < mm; mb += MC_ROWS) {
-			int64_t me = mb + MC_ROWS < mm ? mb + MC_ROWS : mm;
-			for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
-				int nr = pp - q0 < Z_NR ? (int)(pp - q0) : Z_NR;
-				for (int64_t m = mb; m < me; m += Z_MR) {
-					int mr = me - m < Z_MR ? (int)(me - m) : Z_MR;
-					const float *bm = bias ? bias + m : NULL, *am[Z_MR];
-					float *cm = c + m * ldc + q0;
-					for (int r = 0; r < Z_MR; r++)
-						am[r] = za_row(A, m + (r < mr ? r : 0)) + k0 * ks;
-					if (mr <= 4)
-						zr4x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm, NULL);
-					else if (mr <= 8)
-						zr8x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm, NULL);
-					else
-						zr12x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm, NULL);
 				}
 			}
 		}
@@ -2179,7 +2143,7 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 					inplace ? NULL : bp, (float *)j->y + yo, P,
 					j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
 			else
-				z_gemm(mm, pp, j->kc, &A, bp, (float *)j->y + yo, P,
+				z_gemm(mm, pp, j->kc, &A, bp, NULL, (float *)j->y + yo, P,
 				       j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
 			if (j->ep && !reg)
 				z_epi_tile(j->ep, grp * j->mg + m0, mm, (size_t)yo, (float *)j->y + yo, P, pp);
@@ -2370,10 +2334,15 @@ static int use_tr(const oq_conv_geom *g, int64_t kc, int64_t mg)
 #if defined(HAVE_OWN_GEMM)
 /*
  * A stride-1 convolution (group 1, not 1x1) with B read in place
- * (zr_gemm): the input is copied once into xp with its pads written out
- * as zeros, then each tile of whole output rows is one zr_gemm at the
- * padded width into a per-thread buffer, whose rows are copied into y
- * without the Wp - OW extra columns before the epilogue runs over them
+ * (oq_linalg_no_vrow): over a copy xp of its input with the pads written
+ * out as zeros ([c][Hp][Wp], Hp x Wp the padded plane) the output at
+ * positions q = oh * Wp + ow of the padded width reads im2col row k =
+ * (c, i, j) at off[k] = c Hp Wp + i dh Wp + j dw of xp: B[k][q] = xp[off[k]
+ * + q]. Each tile of whole output rows is one z_gemm on those rows (the
+ * zr tiles: z4x32's FMAs in the same k order, so the same bits as on the
+ * packed col) at the padded width into a per-thread buffer, whose rows
+ * are copied into y without the Wp - OW extra columns before the epilogue
+ * runs over them
  * (z_epi_tile, the same bits as in the registers). im2col wrote and read
  * back kc values per output position (8.3 M floats for PaddleOCR det's
  * 96 -> 24 3x3 conv at 80 x 120); here each input value is copied once.
@@ -2452,7 +2421,7 @@ static void vr_range(void *ctx, size_t begin, size_t end)
 		int64_t yo = n * M * P + oh0 * OW;
 		for (int64_t k = 0; k < j->kc; k++)
 			br[k] = xn + j->off[k];
-		zr_gemm(M, pp, j->kc, &j->A, br, c, pp, j->b);
+		z_gemm(M, pp, j->kc, &j->A, NULL, br, c, pp, j->b, NULL);
 		for (int64_t m = 0; m < M; m++)
 			for (int64_t oh = oh0; oh < oh1; oh++)
 				memcpy(j->y + n * M * P + m * P + oh * OW, c + m * pp + (oh - oh0) * j->wp,
@@ -2836,7 +2805,7 @@ AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
 			zt_gemm(nch, pp, j->kc, Ag.a, Ag.pstride, xa + p0, ga->in_size, j->direct ? NULL : col, e, pp,
 				j->ba ? j->ba + m0 : NULL, reg ? &ze : NULL);
 		else
-			z_gemm(nch, pp, j->kc, &Ag, col, e, pp, j->ba ? j->ba + m0 : NULL, reg ? &ze : NULL);
+			z_gemm(nch, pp, j->kc, &Ag, col, NULL, e, pp, j->ba ? j->ba + m0 : NULL, reg ? &ze : NULL);
 		if (j->epa && !reg)
 			z_epi_tile(j->epa, m0, nch, 0, e, pp, pp);
 		/* B: its output rows [oh0, oh1) of the same channels (row ih of A's output at ih - ih0) */
