@@ -1077,8 +1077,9 @@ Test(linalg, conv_packed_weights_vs_in_place)
  * with no epilogue, Relu, Clip, BN + Clip, a residual Add + Relu and a
  * HardSwish-style gate (x * clip(x + 3, 0, 6) / 6); kernels 1x3 to 5x5,
  * dilations 1..2, begin and end pads 0..3 (an end pad larger than needed
- * widens the padded copy), batch 1..2, depth up to 40 x 25. The counter
- * proves the in-place path ran.
+ * widens the padded copy), batch 1..2, depth up to 40 x 25; and within
+ * rounding of the direct-loop reference. The counter proves the in-place
+ * path ran.
  */
 Test(linalg, conv_in_place_rows_vs_im2col_bits)
 {
@@ -1181,6 +1182,17 @@ Test(linalg, conv_in_place_rows_vs_im2col_bits)
 			     OQ_OK);
 		oq_linalg_no_vrow = 1;
 		cr_assert_eq(oq_conv_run_ep(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, kind ? &ep : NULL, y3), OQ_OK);
+		oq_linalg_no_vrow = 0;
+		/* and both against the direct-loop reference (double sums), within rounding */
+		oq_linalg_use_ref = 1;
+		cr_assert_eq(oq_conv_run_ep(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, kind ? &ep : NULL, y4), OQ_OK);
+		oq_linalg_use_ref = 0;
+		for (int64_t i = 0; i < ny; i++)
+			if (!(fabs((double)y1[i] - y4[i]) <= 1e-4 + 1e-4 * fabs((double)y4[i]))) {
+				cr_expect(0, "%s: element %lld in place %.8g reference %.8g", what, (long long)i, y1[i], y4[i]);
+				break;
+			}
+		oq_linalg_no_vrow = 1;
 		cr_assert_eq(oq_conv_run_pk(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, kind ? &ep : NULL, y4),
 			     OQ_OK);
 		oq_linalg_no_vrow = 0;
