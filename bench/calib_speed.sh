@@ -21,7 +21,9 @@
 #   steady/ort; fixed_s = the 16-sample time minus n / steady.
 #
 # usage: bench/calib_speed.sh   env: OQ_BUILD (default <repo>/build, Release recommended), OQ_CACHE,
-#   THREADS (onnxq --threads and ORT's intra-op threads; default 1), REP
+#   THREADS (onnxq --threads and ORT's intra-op threads; default 1), REP, METHOD (--method;
+#   default: quantize's default, mse; METHOD=minmax gives the executor plus the min/max scan alone,
+#   the floor under every histogram method)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=bench/lib.sh
@@ -44,10 +46,12 @@ ocr_det|$CACHE/ocr/ch_PP-OCRv4_det_infer.onnx|$DATA/det/calib|x|1,3,320,480"
 
 REP=${REP:-4}
 THREADS=${THREADS:-1}
+METHOD_ARG=()
+[ -z "${METHOD:-}" ] || METHOD_ARG=(--method "$METHOD")
 now() { date +%s.%N; }
 # calib_time MODEL DIR: the "calibrate" stage time of quantize (seconds)
 calib_time() {
-	"$ONNXQ" quantize "$1" -o "$tmp/q.onnx" --calib "$2" --threads "$THREADS" --verbose 2>&1 |
+	"$ONNXQ" quantize "$1" -o "$tmp/q.onnx" --calib "$2" --threads "$THREADS" "${METHOD_ARG[@]}" --verbose 2>&1 |
 		sed -n 's/.*calibrate \([0-9.]*\) s.*/\1/p' | tail -1
 }
 printf '%-14s %7s %12s %12s %12s %10s %10s %12s %11s %8s\n' model samples calib_s/s run_s/s ort_s/s \
