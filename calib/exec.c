@@ -2131,6 +2131,10 @@ size_t oq_k_floats(const oq_kctx *k, const char *name, const float **v)
 
 void oq_k_parallel(oq_kctx *k, size_t n, size_t grain, oq_range_fn fn, void *ctx)
 {
+	if (!k) {
+		fn(ctx, 0, n);
+		return;
+	}
 	oq_pool_run(k->e->pool, n, grain, fn, ctx);
 }
 

@@ -180,6 +180,8 @@ size_t oq_k_floats(const oq_kctx *k, const char *name, const float **v);
  * are done. Which thread runs which chunk is decided at run time, so each
  * item must be computed the same way whatever range it falls in (per-range
  * state such as a reused im2col buffer may only save work, never change it).
+ * k NULL (a kernel called outside an executor, as tests do): fn(ctx, 0, n)
+ * on the calling thread.
  */
 void oq_k_parallel(oq_kctx *k, size_t n, size_t grain, oq_range_fn fn, void *ctx);
 

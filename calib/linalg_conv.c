@@ -2333,17 +2333,16 @@ static int use_tr(const oq_conv_geom *g, int64_t kc, int64_t mg)
 
 #if defined(HAVE_OWN_GEMM)
 /*
- * A stride-1 convolution (group 1, not 1x1) with B read in place
- * (oq_linalg_no_vrow): over a copy xp of its input with the pads written
- * out as zeros ([c][Hp][Wp], Hp x Wp the padded plane) the output at
- * positions q = oh * Wp + ow of the padded width reads im2col row k =
+ * A stride-1 convolution (group 1, not 1x1) with B read in place (off
+ * with oq_linalg_no_vrow): over a copy xp of its input with the pads
+ * written out as zeros ([c][Hp][Wp], Hp x Wp the padded plane) the output
+ * at positions q = oh * Wp + ow of the padded width reads im2col row k =
  * (c, i, j) at off[k] = c Hp Wp + i dh Wp + j dw of xp: B[k][q] = xp[off[k]
  * + q]. Each tile of whole output rows is one z_gemm on those rows (the
  * zr tiles: z4x32's FMAs in the same k order, so the same bits as on the
  * packed col) at the padded width into a per-thread buffer, whose rows
  * are copied into y without the Wp - OW extra columns before the epilogue
- * runs over them
- * (z_epi_tile, the same bits as in the registers). im2col wrote and read
+ * runs over them (z_epi_tile, the same bits as in the registers). im2col wrote and read
  * back kc values per output position (8.3 M floats for PaddleOCR det's
  * 96 -> 24 3x3 conv at 80 x 120); here each input value is copied once.
  * That packing costs most where few output channels share it: taken for
@@ -2493,15 +2492,9 @@ static int vr_run(oq_kctx *k, const oq_conv_geom *g, const float *x, const float
 	j.rt = j.rt < 1 ? 1 : j.rt;
 	j.nt = ceil_div(g->out[0], j.rt);
 	atomic_init(&j.oom, 0);
-	if (k)
-		oq_k_parallel(k, (size_t)(g->n * g->c), 1, vr_pad, &j);
-	else
-		vr_pad(&j, 0, (size_t)(g->n * g->c));
+	oq_k_parallel(k, (size_t)(g->n * g->c), 1, vr_pad, &j);
 	items = g->n * j.nt;
-	if (k)
-		oq_k_parallel(k, (size_t)items, 1, vr_range, &j);
-	else
-		vr_range(&j, 0, (size_t)items);
+	oq_k_parallel(k, (size_t)items, 1, vr_range, &j);
 	free(own);
 	free(off);
 	atomic_fetch_add_explicit(&oq_linalg_vrow_runs, 1, memory_order_relaxed);
@@ -2580,10 +2573,7 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 			int64_t items;
 			dwc_setup(&dc, k, &g, x, w, b, ep, y);
 			items = g.n * dc.nblk * dc.nband;
-			if (k)
-				oq_k_parallel(k, (size_t)items, 1, dwc_range, &dc);
-			else
-				dwc_range(&dc, 0, (size_t)items);
+			oq_k_parallel(k, (size_t)items, 1, dwc_range, &dc);
 			return atomic_load(&dc.oom) ? OQ_ENOMEM : OQ_OK;
 		}
 		if (z_gemm_ok() && (g.stride[1] == 1 || g.stride[1] == 2) && g.k[0] * g.k[1] <= DWZ_MAX_TAPS) {
@@ -2597,10 +2587,7 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 			dz.ep = ep;
 			dz.nblk = ceil_div(g.out[1], 16);
 			atomic_init(&dz.oom, 0);
-			if (k)
-				oq_k_parallel(k, (size_t)(g.n * g.c), 1, dwf_fits(&g) ? dwf_range : dwz_range, &dz);
-			else
-				(dwf_fits(&g) ? dwf_range : dwz_range)(&dz, 0, (size_t)(g.n * g.c));
+			oq_k_parallel(k, (size_t)(g.n * g.c), 1, dwf_fits(&g) ? dwf_range : dwz_range, &dz);
 			return atomic_load(&dz.oom) ? OQ_ENOMEM : OQ_OK;
 		}
 #endif
@@ -2616,10 +2603,7 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 		/* + 2: the stride-2 loads read one float past the last tap */
 		d.wp = (d.ow4 - 1) * g.stride[1] + (g.k[1] - 1) * g.dil[1] + 3;
 		atomic_init(&d.oom, 0);
-		if (k)
-			oq_k_parallel(k, (size_t)(g.n * g.c), 1, dw_range, &d);
-		else
-			dw_range(&d, 0, (size_t)(g.n * g.c));
+		oq_k_parallel(k, (size_t)(g.n * g.c), 1, dw_range, &d);
 		return atomic_load(&d.oom) ? OQ_ENOMEM : OQ_OK;
 	}
 	memset(&j, 0, sizeof j);
@@ -2680,10 +2664,7 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 		}
 	}
 #endif
-	if (k)
-		oq_k_parallel(k, (size_t)tiles, 1, conv_range, &j);
-	else
-		conv_range(&j, 0, (size_t)tiles);
+	oq_k_parallel(k, (size_t)tiles, 1, conv_range, &j);
 	oq_cw_free(&own);
 	return atomic_load(&j.oom) ? OQ_ENOMEM : OQ_OK;
 }
@@ -2884,10 +2865,7 @@ int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const
 		}
 		atomic_init(&j.oom, 0);
 		items = ga.n * j.nband * j.ngrp;
-		if (k)
-			oq_k_parallel(k, (size_t)items, 1, chain_range, &j);
-		else
-			chain_range(&j, 0, (size_t)items);
+		oq_k_parallel(k, (size_t)items, 1, chain_range, &j);
 		oq_cw_free(&own);
 		return atomic_load(&j.oom) ? OQ_ENOMEM : OQ_OK;
 	}
@@ -3087,10 +3065,7 @@ int oq_convt_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, 
 		cj.col = col;
 		cj.b = b;
 		cj.y = (char *)y + (size_t)(n * g.m * g.out_size) * es;
-		if (k)
-			oq_k_parallel(k, (size_t)g.m, 1, col2im_range, &cj);
-		else
-			col2im_range(&cj, 0, (size_t)g.m);
+		oq_k_parallel(k, (size_t)g.m, 1, col2im_range, &cj);
 	}
 done:
 	free(col);

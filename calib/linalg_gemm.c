@@ -120,10 +120,7 @@ void oq_gemm_run(oq_kctx *k, const oq_gemm_batch *p)
 	tiles(p->m, p->n, p->kd, p->batch, &j.mt, &j.nt);
 	j.tm = ceil_div(p->m, j.mt);
 	j.tn = ceil_div(p->n, j.nt);
-	if (k)
-		oq_k_parallel(k, p->batch * (size_t)(j.tm * j.tn), 1, gemm_range, &j);
-	else
-		gemm_range(&j, 0, p->batch * (size_t)(j.tm * j.tn));
+	oq_k_parallel(k, p->batch * (size_t)(j.tm * j.tn), 1, gemm_range, &j);
 }
 
 void oq_gemm_ref(const oq_gemm_batch *p)
