@@ -17,8 +17,8 @@
  * every histogram against the reference (exit 1 if not).
  *
  * build (after a Release build in BUILD):
- *   cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Isrc -Icalib -IBUILD bench/calib_fill.c \
- *      BUILD/libonnxq_exec.a BUILD/libonnxq_core.a -lm -o /tmp/calib_fill
+ *   cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -I. bench/calib_fill.c \
+ *      BUILD/libonnxq.a -lm -o /tmp/calib_fill
  */
 #include <math.h>
 #include <stdio.h>
@@ -26,7 +26,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "observe.h"
+#include "calib/histogram.h"
 
 #define N (32 * 112 * 112)
 #define REPS 30

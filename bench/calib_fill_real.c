@@ -11,8 +11,8 @@
  * the least.
  *
  * build (after a Release build in BUILD):
- *   cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Isrc -Icalib -IBUILD bench/calib_fill_real.c \
- *      BUILD/libonnxq_exec.a BUILD/libonnxq_core.a BUILD/libonnx_proto.a -lprotobuf-c -lopenblas \
+ *   cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -I. bench/calib_fill_real.c \
+ *      BUILD/libonnxq.a -lprotobuf-c -lopenblas \
  *      -lm -lpthread -o /tmp/calib_fill_real
  * usage: /tmp/calib_fill_real MODEL SAMPLE.npy   (a model with one float input)
  */
@@ -22,10 +22,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "exec.h"
-#include "npy.h"
-#include "observe.h"
-#include "onnx_io.h"
+#include "calib/exec/exec.h"
+#include "src/io/npy.h"
+#include "calib/histogram.h"
+#include "src/io/onnx_io.h"
 
 #define REPS 15
 

@@ -6,8 +6,8 @@
  * median when other jobs share the cores, so it is the figure to compare
  * two builds of the GEMM with (run them alternately).
  *
- * build: cc -std=c11 -O2 -I src -I calib -I BUILD/gen bench/conv_layers.c -o conv_layers \
- *        BUILD/libonnxq_exec.a BUILD/libonnxq_core.a BUILD/libonnx_proto.a \
+ * build: cc -std=c11 -O2 -I . bench/conv_layers.c -o conv_layers \
+ *        BUILD/libonnxq.a \
  *        $(pkg-config --libs libprotobuf-c openblas) -lpthread -lm
  * usage: conv_layers [REPS]   (default 60)
  *        conv_layers mb [REPS]  MobileNetV2's 52 Conv layers in model order, each
@@ -16,7 +16,7 @@
  *        the best thread-CPU time over REPS passes of the whole sequence.
  */
 #define _POSIX_C_SOURCE 200809L
-#include "linalg.h"
+#include "calib/kernels/linalg/linalg.h"
 
 #include <stdio.h>
 #include <stdlib.h>

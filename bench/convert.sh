@@ -63,10 +63,10 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DONNXQ_TESTS=OFF >>"$lo
 make -C "$build" -j"$(nproc)" onnxq >>"$log" 2>&1 || { note "build failed, see $log"; exit 1; }
 onnxq=$build/onnxq
 if [ ! -x "$build/make_big" ] || [ "$root/bench/make_big.c" -nt "$build/make_big" ] ||
-   [ "$build/libonnxq_core.a" -nt "$build/make_big" ]; then
+   [ "$build/libonnxq.a" -nt "$build/make_big" ]; then
   cc -std=c11 -O2 -Wall -Wextra -Wpedantic -Wshadow -Wvla -D_POSIX_C_SOURCE=200809L \
-    -I"$root/src" -I"$build/gen" "$root/bench/make_big.c" \
-    "$build/libonnxq_core.a" "$build/libonnx_proto.a" -lprotobuf-c -lm -o "$build/make_big"
+    -I"$root" "$root/bench/make_big.c" \
+    "$build/libonnxq.a" $(pkg-config --libs libprotobuf-c openblas libcjson) -lpthread -lm -o "$build/make_big"
 fi
 
 # ---- models ----

@@ -35,9 +35,9 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "exec.h"
-#include "kernel.h"
-#include "onnx_io.h"
+#include "calib/exec/exec.h"
+#include "calib/kernels/kernel.h"
+#include "src/io/onnx_io.h"
 
 #define MAX_T 8
 #define MAX_DIMS 16

@@ -38,13 +38,12 @@ ORT=$CACHE/ort/node_modules/onnxruntime-node
 # of the first runs
 export OPENBLAS_NUM_THREADS=1
 
-for lib in libonnxq_exec.a libonnxq_core.a libonnx_proto.a; do
+for lib in libonnxq.a; do
 	[ -f "$BUILD/$lib" ] || { echo "exec_conv: $BUILD/$lib missing: build first (cmake -DCMAKE_BUILD_TYPE=Release)" >&2; exit 1; }
 done
 cc -std=c11 -O2 -Wall -Wextra -Wpedantic -Wshadow -Wvla -D_POSIX_C_SOURCE=200809L \
-	-I"$ROOT/src" -I"$ROOT/calib" -I"$BUILD/gen" "$ROOT/bench/exec_bench.c" -o "$BUILD/exec_bench" \
-	"$BUILD/libonnxq_exec.a" "$BUILD/libonnxq_core.a" "$BUILD/libonnx_proto.a" \
-	$(pkg-config --libs libprotobuf-c openblas) -lpthread -lm
+	-I"$ROOT" "$ROOT/bench/exec_bench.c" -o "$BUILD/exec_bench" \
+	"$BUILD/libonnxq.a" $(pkg-config --libs libprotobuf-c openblas libcjson) -lpthread -lm
 cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L $(pkg-config --cflags openblas) "$ROOT/bench/sgemm_peak.c" \
 	-o "$BUILD/sgemm_peak" $(pkg-config --libs openblas) -lm
 PEAK=$("$BUILD/sgemm_peak" 2048 5 | awk '{for (i = 1; i <= NF; i++) if (index($i, "gflops=") == 1) { sub("gflops=", "", $i); print $i }}')

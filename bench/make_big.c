@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "onnx_io.h"
+#include "src/io/onnx_io.h"
 
 /* xorshift64*: deterministic, fast, good enough to fill weights. */
 static uint64_t next_rand(uint64_t *s)
@@ -71,7 +71,7 @@ static int build(oq_model *m, int64_t D, int L)
 
 	m->ir_version = 8;
 	m->producer_name = oq_strdup("onnxq-bench make_big");
-	m->producer_version = oq_strdup(OQ_VERSION);
+	m->producer_version = oq_strdup(oq_version());
 	m->opsets = calloc(1, sizeof *m->opsets);
 	if (!m->producer_name || !m->producer_version || !m->opsets)
 		return OQ_ENOMEM;

@@ -17,9 +17,9 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "onnx_io.h"
-#include "pass.h"
-#include "qweight.h"
+#include "src/io/onnx_io.h"
+#include "passes/pass.h"
+#include "passes/quantize/qweight.h"
 
 static long peak_mb(void)
 {

@@ -37,11 +37,11 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DONNXQ_TESTS=OFF >"$wor
 make -C "$build" -j2 onnxq_passes onnxq_core onnx_proto >>"$work/build.log" 2>&1 ||
   { note "build failed:"; tail -20 "$work/build.log" >&2; exit 1; }
 flags=(-std=c11 -O2 -Wall -Wextra -Wpedantic -Wshadow -Wvla -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
-       -I"$root/src" -I"$root/passes" -I"$build/gen")
-cc "${flags[@]}" "$root/bench/make_big.c" "$build/libonnxq_core.a" "$build/libonnx_proto.a" \
-  -lprotobuf-c -lm -o "$work/make_big"
-cc "${flags[@]}" "$root/bench/weight_only_driver.c" "$build/libonnxq_passes.a" "$build/libonnxq_core.a" \
-  "$build/libonnx_proto.a" -lcjson -lprotobuf-c -lm -o "$work/driver"
+       -I"$root")
+cc "${flags[@]}" "$root/bench/make_big.c" "$build/libonnxq.a" \
+  $(pkg-config --libs libprotobuf-c openblas libcjson) -lpthread -lm -o "$work/make_big"
+cc "${flags[@]}" "$root/bench/weight_only_driver.c" "$build/libonnxq.a" \
+  $(pkg-config --libs libprotobuf-c openblas libcjson) -lpthread -lm -o "$work/driver"
 
 note "generating D=$D L=$L"
 "$work/make_big" "$work/big.onnx" "$D" "$L"

@@ -16,20 +16,20 @@
  * whatever the order of samples or elements and whatever the executor's
  * thread count (whose outputs are already identical for any --threads).
  *
- * Hot loop: float32 data goes through oq_minmax_f32 (observe.c: masked
+ * Hot loop: float32 data goes through oq_minmax_f32 (histogram.c: masked
  * AVX-512 min/max, or independent compare-and-select lanes the compiler
  * vectorises without -ffast-math). A value is finite iff x - x == 0 (false
  * for NaN and +-Inf). float16/bfloat16 are
  * widened into a small float buffer and go through the same loop; double
  * has its own loop (and is rounded outwards to float at the end).
  *
- * Other methods (observe.h): ema keeps a moving average of each sample's
+ * Other methods (histogram.h): ema keeps a moving average of each sample's
  * min/max next to the exact range. percentile, entropy and mse add every
  * value to the tensor's histogram in the same pass, right after the min/max
  * scan of the same tensor (whose largest |x| fixes the histogram's grid
  * before the fill), and the method picks the range from it at the end.
  * Bin counts are integers and the histogram depends only on the multiset of
- * values (observe.h), so these ranges are order-, batch- and
+ * values (histogram.h), so these ranges are order-, batch- and
  * thread-independent too. The grid a method aims at (entropy's bit width,
  * mse's step and zero point, the |x| form of percentile) is each tensor's
  * own: oq_calib_opts.grid resolves it as the quantize pass will, overrides
@@ -42,13 +42,13 @@
  * scan's result bit for bit. The range selections at the end run over the
  * pool too, one tensor per item (collect).
  *
- * Random calibration ("random:N[:SEED]") reuses calib/run.c's generator
+ * Random calibration ("random:N[:SEED]") reuses calib/samples.c's generator
  * through OQ_SRC_RANDOM sources: sample i feeds input K the splitmix64
  * stream seeded with mix(SEED, i) + K * 0x9E3779B97F4A7C15, where mix is one
  * splitmix64 finaliser round, so samples differ and depend only on SEED and
  * i. One sample record is reused, so N costs no memory.
  */
-#include "calibrate.h"
+#include "calib/calibrate.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -60,9 +60,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "pool.h"
-#include "qparams.h"
-#include "run.h"
+#include "calib/exec/threadpool.h"
+#include "src/quant/qparams.h"
+#include "calib/samples.h"
 
 #define WIDEN_BLOCK 1024 /* f16/bf16 elements widened at a time */
 
@@ -758,7 +758,7 @@ static void stats_free(calib *c)
  * inside runs on its lane's thread alone. A lane takes the next sample
  * index from a shared counter until none is left. At the end each lane's
  * state is merged into c; min/max, NaN counts and histogram counts (on
- * their power-of-two grids, observe.h) merge exactly, so c ends bit for bit
+ * their power-of-two grids, histogram.h) merge exactly, so c ends bit for bit
  * as after one sample at a time. A small model whose kernels cannot keep T
  * threads busy runs about T times faster; a large one costs T arenas.
  * Not used for ema (its average is in sample order), an extra observer

@@ -3,7 +3,7 @@
  * executor and records the range of every float tensor of the main graph
  * as it is produced (an observer; nothing is buffered).
  *
- * Methods (--method, calib/observe.h): minmax (exact), ema (moving average
+ * Methods (--method, calib/histogram.h): minmax (exact), ema (moving average
  * of per-sample min/max, in sample order), and the histogram methods
  * percentile, entropy and mse, which fill each tensor's histogram (a
  * power-of-two grid set by the data alone, 2 x OQ_HIST_SIDE bins) in the
@@ -11,7 +11,7 @@
  * tensor's own activation grid at the end. Memory is O(tensors x bins) for
  * any number of samples.
  *
- * Sources: a sample folder (run.h layouts) or "random:N[:SEED]" (N random
+ * Sources: a sample folder (samples.h layouts) or "random:N[:SEED]" (N random
  * samples from the declared input types, only when asked: a warning says it
  * is not representative). Ranges are min/max over all elements of all
  * samples, NaN and Inf skipped and counted, so they do not depend on sample
@@ -27,15 +27,15 @@
 
 #include <stdio.h>
 
-#include "exec.h"
-#include "observe.h"
-#include "ranges.h"
-#include "stats.h"
+#include "calib/exec/exec.h"
+#include "calib/histogram.h"
+#include "src/quant/ranges.h"
+#include "calib/stats_file.h"
 
 /*
  * The activation grid of value v: *dtype (an oq_dtype) and *act_sym (OQ_ACT_*), on entry the
  * global --act-type / --act-symmetric; OQ_EUSAGE (with d filled) for impossible settings. The
- * pipeline answers with the quantize pass' own resolution (passes/quantize.c
+ * pipeline answers with the quantize pass' own resolution (passes/quantize/quantize.c
  * oq_quantize_act_grid: profile, --act-type, node and tensor overrides).
  */
 typedef int (*oq_calib_grid_fn)(void *ctx, const oq_value *v, int *dtype, int *act_sym,
@@ -99,7 +99,7 @@ int oq_calibrate_minmax(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_
 int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d) OQ_WUR;
 
 /*
- * One shard's mergeable statistics (`onnxq calibrate`, calib/stats.h), one
+ * One shard's mergeable statistics (`onnxq calibrate`, calib/stats_file.h), one
  * pass over the shard's samples: the exact min/max of every tensor, and for
  * percentile/entropy/mse its histogram. ema is OQ_EUSAGE: its moving
  * average depends on the sample order.

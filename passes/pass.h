@@ -19,8 +19,8 @@
 
 #include <stdio.h>
 
-#include "ir.h"
-#include "ranges.h"
+#include "src/ir/ir.h"
+#include "src/quant/ranges.h"
 
 /* Value and node marks (oq_value.qmark / oq_node.qmark). */
 enum {

@@ -13,12 +13,12 @@
  * problem the pass introduced (problems the input already had are not the
  * pass's fault and are only counted).
  */
-#include "pass.h"
+#include "passes/pass.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "src/report/check.h"
 
 const oq_pass oq_passes[] = {
 	{"cleanup", oq_pass_cleanup,

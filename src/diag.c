@@ -2,7 +2,7 @@
  * diag.c - status codes, exit codes and the diagnostic sink; small
  * allocation helpers shared by every module.
  */
-#include "oq.h"
+#include "src/oq.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,6 +21,11 @@ int oq_exit_code(int status)
 	case OQ_ECHECK: return OQ_EXIT_CHECK;
 	default: return OQ_EXIT_INVALID;
 	}
+}
+
+const char *oq_version(void)
+{
+	return OQ_VERSION;
 }
 
 const char *oq_status_name(int status)

@@ -8,14 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
-#include "compare.h"
-#include "inspect.h"
-#include "onnx_io.h"
-#include "oq.h"
-#include "pipeline.h"
-#include "qparams.h"
-#include "run.h"
+#include "src/report/check.h"
+#include "src/pipeline/compare.h"
+#include "src/report/inspect.h"
+#include "src/io/onnx_io.h"
+#include "src/oq.h"
+#include "src/pipeline/pipeline.h"
+#include "src/quant/qparams.h"
+#include "calib/samples.h"
 
 static const char usage_main[] =
 	"usage: onnxq COMMAND [OPTIONS]\n"
@@ -969,7 +969,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(argv[1], "-V") || !strcmp(argv[1], "--version")) {
-		printf("onnxq %s\n", OQ_VERSION);
+		printf("onnxq %s\n", oq_version());
 		return 0;
 	}
 	if (!strcmp(argv[1], "inspect"))

@@ -21,7 +21,8 @@
 #define OQ_PRINTF(f, a)
 #endif
 
-#define OQ_VERSION "0.1.0"
+/* The version, from CMakeLists.txt's project(). */
+const char *oq_version(void);
 
 /* Status codes. Each maps to one documented process exit code. */
 enum {

@@ -1,6 +1,6 @@
 /*
- * test_biascorr.c - bias correction: statistics (calib/biascorr.c) and the
- * bias update (passes/bias_correct.c).
+ * test_biascorr.c - bias correction: statistics (calib/biascorr/sums.c) and the
+ * bias update (calib/biascorr/analytic.c).
  *
  * Hand cases: weights chosen so that the per-channel int8 scale is 2^-7
  * (absmax 127 * 2^-7) and the small weights land on known rounding cases:
@@ -22,11 +22,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "bias_correct.h"
-#include "biascorr.h"
-#include "exec.h"
+#include "calib/biascorr/analytic.h"
+#include "calib/biascorr/sums.h"
+#include "calib/exec/exec.h"
 #include "gen_model.h"
-#include "qweight.h"
+#include "passes/quantize/qweight.h"
 
 static oq_model *load(gen_model *g)
 {
@@ -329,7 +329,7 @@ Test(biascorr, strided_padded_convtranspose_varying_sizes)
 }
 
 /*
- * Empirical mode (calib/bcemp.c): a 1x1 Conv y = 2x + 0.5 on x [1, 1, 1, 4],
+ * Empirical mode (calib/biascorr/measure.c): a 1x1 Conv y = 2x + 0.5 on x [1, 1, 1, 4],
  * and its "quantized" model with x behind a uint8 Q/DQ of scale 0.25, zero
  * point 0 (ties to even). Samples and what the quantized model sees:
  *   x1 = {0.125, 0.375, 1, 0.625} -> {0, 0.5, 1, 0.5}    (0.5->0, 1.5->2, 2.5->2)
@@ -344,9 +344,9 @@ Test(biascorr, strided_padded_convtranspose_varying_sizes)
  * SQNR 10 log10(11.4375 / 0.171875) = 10 log10(732 / 11); sample 2:
  * {1.5625, 0.5625 x3} against {1.75, 0.5 x3}: 0.046875, 10 log10(244 / 3).
  */
-#include "bcemp.h"
-#include "npy.h"
-#include "pipeline.h"
+#include "calib/biascorr/measure.h"
+#include "src/io/npy.h"
+#include "src/pipeline/pipeline.h"
 
 static gen_model *conv_2x_w(int quantized, double bias, int64_t width)
 {

@@ -21,10 +21,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "calibrate.h"
+#include "calib/calibrate.h"
 #include "gen_model.h"
 #include "tmpdir.h"
-#include "npy.h"
+#include "src/io/npy.h"
 
 static void setup(void)
 {

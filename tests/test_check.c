@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "check.h"
+#include "src/report/check.h"
 #include "gen_model.h"
 
 /* ------------------------------------------------------------------ helpers */

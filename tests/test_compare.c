@@ -31,10 +31,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compare.h"
+#include "src/pipeline/compare.h"
 #include "gen_model.h"
 #include "tmpdir.h"
-#include "npy.h"
+#include "src/io/npy.h"
 
 static void setup(void)
 {

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec.h"
+#include "calib/exec/exec.h"
 #include "gen_model.h"
-#include "rnn.h"
+#include "calib/kernels/rnn.h"
 
 /* ------------------------------------------------------------------ helpers */
 

@@ -1,6 +1,6 @@
 /*
  * test_encodings.c - unit tests of the AIMET-style encodings export/import
- * (passes/encodings.c).
+ * (passes/quantize/encodings.c).
  *
  * Round trip: a float model is quantized with hand-set ranges (fuse +
  * quantize through the driver, verifier on), its encodings exported and
@@ -21,12 +21,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "encodings.h"
-#include "exec.h"
+#include "passes/quantize/encodings.h"
+#include "calib/exec/exec.h"
 #include "gen_model.h"
 #include "irdiff.h"
-#include "overrides.h"
-#include "pass.h"
+#include "passes/quantize/overrides.h"
+#include "passes/pass.h"
 #include "qtest.h"
 
 /* ------------------------------------------------------------ helpers */

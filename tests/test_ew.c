@@ -1,5 +1,5 @@
 /*
- * test_ew.c - element-wise kernels (calib/kernels_ew.c, calib/ew_conv.c):
+ * test_ew.c - element-wise kernels (calib/kernels/elementwise/elementwise.c, calib/kernels/elementwise/convert.c):
  * one-node models run through the executor against hand-computed values:
  * broadcasting, Round ties to even, Clip in both opset forms, Cast
  * truncation/saturation/wrapping and float16/float8 rounding, NaN in
@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec.h"
+#include "calib/exec/exec.h"
 #include "gen_model.h"
-#include "../calib/ew.h"
-#include "../calib/vmath.h"
+#include "calib/kernels/elementwise/elementwise.h"
+#include "calib/kernels/vmath.h"
 
 static int threads = 1;
 

@@ -1,5 +1,5 @@
 /*
- * test_exec_fold.c - the executor's plan-time constant folding (calib/exec.c
+ * test_exec_fold.c - the executor's plan-time constant folding (calib/exec/exec.c
  * plan_fold): nodes whose inputs are all initializers or folded values run
  * once when the plan is made, and every run reuses their outputs.
  *
@@ -15,10 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec.h"
+#include "calib/exec/exec.h"
 #include "gen_model.h"
-#include "kernel.h"
-#include "linalg.h"
+#include "calib/kernels/kernel.h"
+#include "calib/kernels/linalg/linalg.h"
 
 /* ------------------------------------------------------------- helpers */
 
@@ -431,7 +431,7 @@ static double *rvals(size_t n, unsigned seed)
 }
 
 /*
- * Conv weights packed at plan time (exec.c pack_conv, linalg_conv.c
+ * Conv weights packed at plan time (exec.c pack_conv, conv.c
  * oq_cw_pack): 32-channel panels read by both AVX-512 register tiles.
  *   Wi = Identity(W1)                W1 [64, 6, 3, 3]: folded, then packed
  *   c1 = Conv(x, Wi, B1), pad 1      x [1, 6, 7, 7]: channels in the lanes (49 positions)

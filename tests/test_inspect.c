@@ -1,5 +1,5 @@
 /*
- * test_inspect.c - the `onnxq inspect` report (src/inspect.c).
+ * test_inspect.c - the `onnxq inspect` report (src/report/inspect.c).
  *
  * Two sources of models, each with facts known independently of the code
  * under test:
@@ -20,9 +20,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "inspect.h"
+#include "src/report/inspect.h"
 #include "onnx.pb-c.h"
-#include "onnx_io.h"
+#include "src/io/onnx_io.h"
 
 #define NODE_DIR "/usr/share/libonnx-testdata/data/node/"
 

@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec.h"
+#include "calib/exec/exec.h"
 #include "gen_model.h"
-#include "linalg.h"
+#include "calib/kernels/linalg/linalg.h"
 
 /* ------------------------------------------------------------- helpers */
 
@@ -965,7 +965,7 @@ Test(linalg, conv_gemm_avx512_row_tails_vs_avx2_vs_ref)
 	}
 }
 
-/* ------------------------------------------- packed constant B (linalg_pack.c) */
+/* ------------------------------------------- packed constant B (gemm_packed.c) */
 
 /* Random floats in [-1, 1) for an array of n. */
 static float *rand_floats(size_t n)
@@ -1070,7 +1070,7 @@ Test(linalg, conv_packed_weights_vs_in_place)
 
 /*
  * Stride-1 convolutions of at most 24 output channels read their input in
- * place (a zero-padded copy, no im2col; linalg_conv.c vr_run) where the
+ * place (a zero-padded copy, no im2col; conv.c vr_run) where the
  * output rows are wide enough. Same FMAs in the same order as the packed
  * im2col tiles, then the epilogue over the stored rows: the bits must equal
  * the im2col path's (oq_linalg_no_vrow) for weights in place and packed,

@@ -20,9 +20,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ir.h"
+#include "src/ir/ir.h"
 #include "onnx.pb-c.h"
-#include "onnx_io.h"
+#include "src/io/onnx_io.h"
 
 /* ---------------------------------------------------------------- helpers */
 

@@ -1,5 +1,5 @@
 /*
- * test_nn.c - the 'nn' kernel family (calib/kernels_nn.c, calib/nn_*.c):
+ * test_nn.c - the 'nn' kernel family (calib/kernels/nn/):
  * pooling geometry (ceil_mode, dropped windows, count_include_pad, auto_pad,
  * MaxPool indices in both storage orders), Softmax coerce-to-2D (opset 11)
  * vs single axis (opset 13), Reduce* axes as attribute / input, keepdims,
@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec.h"
+#include "calib/exec/exec.h"
 #include "gen_model.h"
-#include "nn.h"
+#include "calib/kernels/nn/nn.h"
 
 /* ------------------------------------------------------------------ harness */
 

@@ -1,5 +1,5 @@
 /*
- * test_npy.c - unit tests of the .npy reader and writer (src/npy.c).
+ * test_npy.c - unit tests of the .npy reader and writer (src/io/npy.c).
  *
  * Expected bytes are written out by hand or copied from numpy 1.24
  * (`np.save` of the arrays named in each test; the byte strings below are
@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "npy.h"
+#include "src/io/npy.h"
 
 /* numpy: np.save(f, np.array([[1.5, -2, 0.25], [3, 4, 5]], dtype=np.float32)) */
 static const char np_f32[] =

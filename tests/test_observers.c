@@ -1,5 +1,5 @@
 /*
- * test_observers.c - calibration methods beyond min/max (calib/observe.c and
+ * test_observers.c - calibration methods beyond min/max (calib/histogram.c and
  * the --method paths of calib/calibrate.c).
  *
  * Expected numbers are hand-computed (bin indices, percentile cuts on a flat
@@ -18,13 +18,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "calibrate.h"
+#include "calib/calibrate.h"
 #include "gen_model.h"
 #include "tmpdir.h"
-#include "npy.h"
-#include "observe.h"
-#include "pass.h"
-#include "qparams.h"
+#include "src/io/npy.h"
+#include "calib/histogram.h"
+#include "passes/pass.h"
+#include "src/quant/qparams.h"
 
 /* ------------------------------------------------------------ helpers */
 
@@ -472,7 +472,7 @@ Test(observers, percentile_uniform_by_hand)
 /* ------------------------------------------------------------ entropy */
 
 /* KL(P||Q) of candidate i, summed bin by bin (the definition, no prefix sums); Q's total is
- * taken before smoothing, as observe.c does (the difference is O(eps / N)). */
+ * taken before smoothing, as histogram.c does (the difference is O(eps / N)). */
 static double kl_brute(const uint64_t *hb, size_t n, size_t i, size_t T)
 {
 	double *P = calloc(i, sizeof *P), *Q = calloc(i, sizeof *Q), sp = 0, sq = 0, kl = 0;

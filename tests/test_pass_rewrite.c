@@ -23,11 +23,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "exec.h"
+#include "calib/exec/exec.h"
 #include "gen_model.h"
-#include "npy.h"
-#include "onnx_io.h"
-#include "pass.h"
+#include "src/io/npy.h"
+#include "src/io/onnx_io.h"
+#include "passes/pass.h"
 
 #define F OQ_DT_FLOAT
 #define TOL 1e-5

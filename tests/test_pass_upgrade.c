@@ -1,5 +1,5 @@
 /*
- * test_pass_upgrade.c - the upgrade-opset pass (passes/upgrade_opset.c).
+ * test_pass_upgrade.c - the upgrade-opset pass (passes/rewrite/upgrade_opset.c).
  *
  * Each test builds a small model at an old opset in C (gen_model), loads it
  * twice, upgrades one copy through the pass driver (verifier on) and checks
@@ -17,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec.h"
+#include "calib/exec/exec.h"
 #include "gen_model.h"
-#include "onnx_io.h"
-#include "pass.h"
+#include "src/io/onnx_io.h"
+#include "passes/pass.h"
 
 /* ------------------------------------------------------------------ harness */
 

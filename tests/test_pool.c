@@ -1,5 +1,5 @@
 /*
- * test_pool.c - the executor's thread pool (calib/pool.c).
+ * test_pool.c - the executor's thread pool (calib/exec/threadpool.c).
  *
  * oq_pool_run must call fn on chunks that cover [0, n) exactly once, none
  * shorter than the grain except the last, for any thread count; run nested
@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "pool.h"
+#include "calib/exec/threadpool.h"
 
 typedef struct job {
 	size_t n, grain;

@@ -1,5 +1,5 @@
 /*
- * test_qparams.c - scale / zero point / Q arithmetic (src/qparams.c) pinned by
+ * test_qparams.c - scale / zero point / Q arithmetic (src/quant/qparams.c) pinned by
  * hand-computed cases. Each expected value is worked out in the comment next
  * to it from REFERENCE.md section 2:
  *   asym:        rmin = min(min,0), rmax = max(max,0), s = (rmax-rmin)/(qmax-qmin),
@@ -13,9 +13,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "dtype.h"
-#include "qparams.h"
-#include "quant_math.h"
+#include "src/ir/dtype.h"
+#include "src/quant/qparams.h"
+#include "src/quant/quant_math.h"
 
 /* relative closeness for scales that are not exact binary fractions */
 static int close_rel(double a, double b)

@@ -1,7 +1,7 @@
 /*
  * test_quant.c - quantization math pinned by hand-computed cases.
  *
- * Scalar rules (src/quant_math.h) and the QuantizeLinear /
+ * Scalar rules (src/quant/quant_math.h) and the QuantizeLinear /
  * DequantizeLinear / DynamicQuantizeLinear kernels run through the real
  * executor on models built in C. Every expected value below is worked out
  * by hand in the comment next to it from the ONNX formulas
@@ -16,10 +16,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "exec.h"
-#include "kernel.h"
+#include "calib/exec/exec.h"
+#include "calib/kernels/kernel.h"
 #include "gen_model.h"
-#include "quant_math.h"
+#include "src/quant/quant_math.h"
 
 /* ------------------------------------------------------------------ helpers */
 

@@ -1,6 +1,6 @@
 /*
- * test_quantize.c - unit tests of the quantize pass (passes/quantize.c) and
- * the --overrides parser (passes/overrides.c).
+ * test_quantize.c - unit tests of the quantize pass (passes/quantize/quantize.c) and
+ * the --overrides parser (passes/quantize/overrides.c).
  *
  * Models are built in C (tests/util/gen_model), run through the pass driver
  * ("fuse,quantize", verifier on) with calibrated ranges set by hand, then
@@ -17,11 +17,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "exec.h"
+#include "calib/exec/exec.h"
 #include "gen_model.h"
-#include "overrides.h"
-#include "pass.h"
-#include "qparams.h"
+#include "passes/quantize/overrides.h"
+#include "passes/pass.h"
+#include "src/quant/qparams.h"
 #include "qtest.h"
 
 /* ------------------------------------------------------------ helpers */

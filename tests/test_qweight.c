@@ -1,6 +1,6 @@
 /*
- * test_qweight.c - weight and bias quantization (passes/qweight.c) and
- * weight-only mode (passes/weight_only.c).
+ * test_qweight.c - weight and bias quantization (passes/quantize/qweight.c) and
+ * weight-only mode (passes/quantize/weight_only.c).
  *
  * Quantized values are pinned by hand: the tensors are chosen so that the
  * scales are powers of two (int8/int4 "full" grid: s = max(max/qmax,
@@ -20,12 +20,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "exec.h"
+#include "src/report/check.h"
+#include "calib/exec/exec.h"
 #include "gen_model.h"
-#include "onnx_io.h"
-#include "qparams.h"
-#include "qweight.h"
+#include "src/io/onnx_io.h"
+#include "src/quant/qparams.h"
+#include "passes/quantize/qweight.h"
 
 /* ------------------------------------------------------------------ helpers */
 

@@ -1,5 +1,5 @@
 /*
- * test_run.c - unit tests of the sample logic and `onnxq run` (calib/run.c).
+ * test_run.c - unit tests of the sample logic and `onnxq run` (calib/samples.c).
  *
  * Models are built in C (tests/util/gen_model) from Relu nodes only, so the
  * tests do not wait for other kernel families. Sample files are written by
@@ -27,9 +27,9 @@
 
 #include "gen_model.h"
 #include "tmpdir.h"
-#include "npy.h"
+#include "src/io/npy.h"
 #include "onnx.pb-c.h"
-#include "run.h"
+#include "calib/samples.h"
 
 static void setup(void)
 {

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "onnx_io.h"
+#include "src/io/onnx_io.h"
 
 static oq_model *load_tiny(void)
 {

@@ -1,6 +1,6 @@
 /*
- * test_shape.c - unit tests of the 'shape' kernel family (calib/kernels_shape.c,
- * shape_index.c, shape_resize.c, shape_util.c).
+ * test_shape.c - unit tests of the 'shape' kernel family (calib/kernels/shape/shape.c,
+ * index.c, resize.c, calib/kernels/shape/util.c).
  *
  * Each test builds a one-node model with gen_model (inputs as initializers),
  * runs it through the executor and compares with values worked out by hand
@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec.h"
+#include "calib/exec/exec.h"
 #include "gen_model.h"
-#include "shape_util.h"
+#include "calib/kernels/shape/util.h"
 
 /* One node under test. */
 typedef struct tc {

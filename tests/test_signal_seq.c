@@ -1,6 +1,6 @@
 /*
  * test_signal_seq.c - the signal, vision and sequence kernel families
- * (calib/kernels_signal.c, kernels_vision.c, kernels_seq.c) on small
+ * (calib/kernels/signal.c, vision.c, sequence.c) on small
  * graphs with hand-computed results: DFT of [1, 2, 3, 4] (full, onesided,
  * truncated, inverse), Det with a pivot swap and a singular matrix, window
  * values, NonMaxSuppression tie-breaking and zero-area boxes, GridSample's
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec.h"
+#include "calib/exec/exec.h"
 #include "gen_model.h"
 
 #define NMAX 8

@@ -1,5 +1,5 @@
 /*
- * test_stats.c - calibration statistics files (calib/stats.c) and the
+ * test_stats.c - calibration statistics files (calib/stats_file.c) and the
  * sharded calibration paths of calib/calibrate.c.
  *
  * Expected numbers are hand-computed: the shard blocks of the split
@@ -19,13 +19,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "calibrate.h"
+#include "calib/calibrate.h"
 #include "gen_model.h"
 #include "tmpdir.h"
-#include "npy.h"
-#include "onnx_io.h"
-#include "qparams.h"
-#include "stats.h"
+#include "src/io/npy.h"
+#include "src/io/onnx_io.h"
+#include "src/quant/qparams.h"
+#include "calib/stats_file.h"
 
 /* ------------------------------------------------------------ fixture */
 

@@ -1,5 +1,5 @@
 /*
- * test_vmath.c - the vectorised float32 math of calib/vmath.c and the
+ * test_vmath.c - the vectorised float32 math of calib/kernels/vmath.c and the
  * kernels that use it (Softmax / LogSoftmax over the last axis, ReduceMean /
  * ReduceSum over contiguous axes).
  *
@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec.h"
+#include "calib/exec/exec.h"
 #include "gen_model.h"
-#include "../calib/vmath.h"
+#include "calib/kernels/vmath.h"
 
 static uint64_t rng = 1;
 

@@ -30,18 +30,18 @@
  * sample's activations. Per-tensor SQNR pools the sums over all samples;
  * the `top` worst are listed, ties in REF's node order.
  *
- * Samples: run.h layouts, scanned for REF and checked against both models;
+ * Samples: samples.h layouts, scanned for REF and checked against both models;
  * TEST must have the same input names (any order: inputs are mapped by
  * name).
  */
-#include "compare.h"
+#include "src/pipeline/compare.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec.h"
-#include "run.h"
+#include "calib/exec/exec.h"
+#include "calib/samples.h"
 
 /* Sums of one output over one sample. */
 typedef struct osum {

@@ -10,11 +10,11 @@
 
 #include <stdio.h>
 
-#include "ir.h"
+#include "src/ir/ir.h"
 
 typedef struct oq_compare_opts {
 	const char *ref_path, *test_path; /* for the report */
-	const char *data_dir;   /* --data DIR (run.h sample layouts) */
+	const char *data_dir;   /* --data DIR (samples.h sample layouts) */
 	int threads;            /* <= 0: all cores */
 	int json;               /* --json: one JSON object */
 	int per_tensor;         /* --per-tensor */

@@ -8,11 +8,11 @@
  *           what its Q will use when quantize folds the Relu away)
  *        -> bias correction, analytic (--bias-correction=analytic: statistics
  *           collected during calibration, each layer's mean output shift from
- *           weight quantization folded into its bias; passes/bias_correct.c)
+ *           weight quantization folded into its bias; calib/biascorr/analytic.c)
  *        -> quantize (Q/DQ placement, weights, biases)
  *        -> bias correction, empirical (the default with --calib DIR): the
  *           quantized model and the float one run the calibration samples
- *           (calib/bcemp.c); each layer's measured mean output shift is
+ *           (calib/biascorr/measure.c); each layer's measured mean output shift is
  *           folded into the float bias of a fresh copy (load + rewrites)
  *           that is quantized again with the same ranges; a round is kept
  *           only if it survives two-fold cross-validation on the samples
@@ -31,17 +31,17 @@
  * rewrites. Every stage is a library call; this file only strings them
  * together, times them and prints the summary.
  */
-#include "pipeline.h"
+#include "src/pipeline/pipeline.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "bias_correct.h"
-#include "bcemp.h"
-#include "biascorr.h"
-#include "encodings.h"
-#include "overrides.h"
+#include "calib/biascorr/analytic.h"
+#include "calib/biascorr/measure.h"
+#include "calib/biascorr/sums.h"
+#include "passes/quantize/encodings.h"
+#include "passes/quantize/overrides.h"
 
 static double now(void)
 {
@@ -184,7 +184,7 @@ static void set_corr(oq_bce *b, double **saved, double **diff, size_t lo, size_t
  *
  * A round is kept only when its correction survives cross-validation and
  * improves the calibration SQNR (oq_bce_sqnr_better: mean up, min not
- * down): for each fold k (calib/bcemp.h), the shifts measured on the
+ * down): for each fold k (calib/biascorr/measure.h), the shifts measured on the
  * samples of fold k alone, applied the same way, must improve the SQNR on
  * the samples of the other folds; then the shifts of all samples (the
  * correction kept) must improve it on all samples, so it is never worse on

@@ -2,7 +2,7 @@
  * pipeline.h - `onnxq quantize` (and `convert --passes`): load -> passes
  * -> calibrate -> quantize -> save, one library call per stage.
  * `onnxq calibrate` stops after calibration and writes a statistics file
- * (calib/stats.h); `quantize --stats` reads the merged file instead of
+ * (calib/stats_file.h); `quantize --stats` reads the merged file instead of
  * running samples.
  */
 #ifndef OQ_PIPELINE_H
@@ -10,9 +10,9 @@
 
 #include <stdio.h>
 
-#include "calibrate.h"
-#include "onnx_io.h"
-#include "pass.h"
+#include "calib/calibrate.h"
+#include "src/io/onnx_io.h"
+#include "passes/pass.h"
 
 /* Bias correction modes (README "Bias correction"). */
 enum {

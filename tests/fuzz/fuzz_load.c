@@ -21,10 +21,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "inspect.h"
-#include "ir.h"
-#include "onnx_io.h"
+#include "src/report/check.h"
+#include "src/report/inspect.h"
+#include "src/ir/ir.h"
+#include "src/io/onnx_io.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # encodings_cli.sh - `onnxq quantize --export-encodings / --import-encodings`
-# (AIMET-style encodings, passes/encodings.h) on models/tiny_cnn.onnx:
+# (AIMET-style encodings, passes/quantize/encodings.h) on models/tiny_cnn.onnx:
 #   - export writes JSON with "version", "activation_encodings" and
 #     "param_encodings"; every integer record satisfies the AIMET relations
 #     min = offset * scale, max = (offset + 2^bitwidth - 1) * scale;

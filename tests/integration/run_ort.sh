@@ -19,7 +19,7 @@
 #              max|onnxq - ort| / max(max|ort|, 1e-6)  <= 1e-4  (per output);
 #   threads  `--threads 2` writes byte-identical .npy files (cmp).
 # When `run` fails the other two count as failed too; for an op without a
-# kernel the script lists the model's op types that no calib/kernels_*.c
+# kernel the script lists the model's op types that no file under calib/kernels/
 # table row names (a grep: for information only).
 #
 # usage: tests/integration/run_ort.sh [ONNXQ]   (default build/onnxq)
@@ -84,7 +84,7 @@ missing_ops() {
   ops=$("$onnxq" inspect --json "$m" | node -e '
     let s = ""; process.stdin.on("data", (c) => (s += c)).on("end", () => {
       for (const o of JSON.parse(s).ops.census) console.log(o.op); });')
-  for op in $ops; do grep -q "OQ_OP_$op[,}]" "$root"/calib/kernels_*.c || missing+=("$op"); done
+  for op in $ops; do grep -rq "OQ_OP_$op[,}]" "$root"/calib/kernels/ || missing+=("$op"); done
   echo "${missing[*]:-(none: the failure is elsewhere)}"
 }
 

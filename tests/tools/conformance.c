@@ -28,9 +28,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "exec.h"
+#include "calib/exec/exec.h"
 #include "nodetest.h"
-#include "onnx_io.h"
+#include "src/io/onnx_io.h"
 
 static double rtol = 1e-3, abstol = 1e-5;
 static int verbose;

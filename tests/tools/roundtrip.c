@@ -39,7 +39,7 @@
 
 #include "irdiff.h"
 #include "onnx.pb-c.h"
-#include "onnx_io.h"
+#include "src/io/onnx_io.h"
 
 /* A growable list of model paths. */
 typedef struct paths {

@@ -36,11 +36,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "exec.h"
+#include "calib/exec/exec.h"
 #include "nodetest.h"
-#include "npy.h"
-#include "onnx_io.h"
-#include "pass.h"
+#include "src/io/npy.h"
+#include "src/io/onnx_io.h"
+#include "passes/pass.h"
 
 static int verbose;
 

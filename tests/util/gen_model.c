@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "onnx_io.h"
+#include "src/io/onnx_io.h"
 
 struct gen_model {
 	Onnx__ModelProto *mp; /* the model being built */

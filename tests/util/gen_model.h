@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ir.h"
+#include "src/ir/ir.h"
 #include "onnx.pb-c.h"
 
 /* Largest number of entries in any list of a generated message. */

@@ -17,7 +17,7 @@
 
 #include <stddef.h>
 
-#include "ir.h"
+#include "src/ir/ir.h"
 
 /*
  * Returns 0 when a and b are equal, 1 when they differ (the first

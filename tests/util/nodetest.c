@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "onnx_io.h"
+#include "src/io/onnx_io.h"
 
 int oq_test_read_file(const char *path, void **buf, size_t *len)
 {

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "exec.h"
+#include "calib/exec/exec.h"
 
 /* Whole file into a malloc'd buffer (one spare byte); -1 on failure. */
 int oq_test_read_file(const char *path, void **buf, size_t *len);

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "ranges.h"
+#include "src/quant/ranges.h"
 
 /* One hand-set calibrated range. */
 typedef struct rng {

@@ -1,0 +1,671 @@
+/*
+ * measure.c - empirical bias correction, the measurement (see measure.h).
+ *
+ * For layer i with measured output y (channel axis 1 for Conv and
+ * ConvTranspose, the last axis for Gemm and MatMul) and fold f:
+ *     sum_f[f][m] = sum of y_float[..., m, ...] over the fold's samples and positions
+ *     sum_q[f][m] = the same in the quantized model
+ * so sum_q / n_q - sum_f / n_f is the mean shift of channel m that the
+ * quantized model shows on the fold's samples (on all calibration samples
+ * when the folds' sums are added), whatever its cause (weight rounding,
+ * upstream activation rounding and clipping). The quantized model's y is
+ * the float value before its QuantizeLinear, so the shift is
+ * pre-activation and a bias change moves it one to one.
+ *
+ * Output SQNR per sample and float output, as `onnxq compare` computes it:
+ *     SQNR = 10 log10( sum r^2 / sum (r - q)^2 )  dB,  r the float model's
+ * (an exact output counts as OQ_BCE_SQNR_CAP).
+ */
+#include "calib/biascorr/measure.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calib/exec/threadpool.h"
+#include "calib/samples.h"
+
+/*
+ * One sample's contribution, staged while its models run and added to the
+ * layers' sums and the SQNRs in sample order (commit), so the double sums
+ * are the same whichever lane ran the sample and when.
+ */
+typedef struct stage {
+	double *s[2];      /* [0] float, [1] quantized model: layer l's M channel sums at off[l] */
+	uint64_t *n[2];    /* per layer: elements summed per channel */
+	uint8_t *bad[2];   /* per layer: the measured value did not fit (dtype, channel dim) */
+	double *db;        /* nout: SQNR of each output against the float model's (NaN: no pair) */
+} stage;
+
+/* One model's side of the measurement: the observer's context. */
+typedef struct side {
+	const oq_bce *b;
+	const size_t *off;     /* per layer: its first channel in a stage's sums */
+	const uint8_t *skip;   /* per layer: failed before this measurement (not staged) */
+	const oq_value **vals; /* per layer: the measured value in this model, or NULL */
+	int q;                 /* 1: a quantized model (sum_q), 0: the float one (sum_f) */
+	int on;                /* 0: stage nothing (the float sums are taken in one pass only) */
+	stage *st;             /* the sample being run */
+} side;
+
+/* Evaluated when the executor plans its fusion: independent of `on`. */
+static int want(void *ctx, const oq_value *v)
+{
+	const side *s = ctx;
+	for (size_t i = 0; i < s->b->n; i++)
+		if (s->vals[i] == v)
+			return 1;
+	return 0;
+}
+
+/*
+ * p[0..n) summed in double: element j into partial sum j % 8 while 8 remain, the partials added
+ * pairwise, then the tail in order. A fixed order (so fixed bits), and eight independent chains
+ * instead of one: a single chain waits on each add's latency (mobilenet_v2: ~7 M values per run
+ * on each side, once ~17 % of bias correction's time).
+ */
+static double sum_f32(const float *p, size_t n)
+{
+	double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, a;
+	size_t j = 0;
+
+	for (; j + 8 <= n; j += 8)
+		for (int k = 0; k < 8; k++)
+			acc[k] += (double)p[j + (size_t)k];
+	a = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+	for (; j < n; j++)
+		a += (double)p[j];
+	return a;
+}
+
+/* Stages t's per-channel sums for layer i on side s (or marks it bad when t does not fit). */
+static void add(const side *s, size_t i, const oq_rt *t)
+{
+	const oq_bce_layer *l = &s->b->v[i];
+	double *S = s->st->s[s->q] + s->off[i];
+	const float *x = t->data;
+	size_t outer = 1, inner = 1;
+	int axis;
+
+	if (t->kind != OQ_RT_TENSOR || t->dtype != OQ_DT_FLOAT || t->rank < (l->ch_last ? 1 : 2)) {
+		s->st->bad[s->q][i] = 1;
+		return;
+	}
+	axis = l->ch_last ? t->rank - 1 : 1;
+	if ((size_t)t->dims[axis] != l->M) {
+		s->st->bad[s->q][i] = 1;
+		return;
+	}
+	for (int k = 0; k < axis; k++)
+		outer *= (size_t)t->dims[k]; /* factors of nelem, which is in memory */
+	for (int k = axis + 1; k < t->rank; k++)
+		inner *= (size_t)t->dims[k];
+	for (size_t o = 0; o < outer; o++)
+		for (size_t m = 0; m < l->M; m++)
+			S[m] += sum_f32(x + (o * l->M + m) * inner, inner);
+	s->st->n[s->q][i] += (uint64_t)(outer * inner);
+}
+
+static int observe(void *ctx, const oq_value *v, const oq_rt *t)
+{
+	side *s = ctx;
+	if (!s->on)
+		return 0;
+	for (size_t i = 0; i < s->b->n; i++)
+		if (s->vals[i] == v && !s->skip[i])
+			add(s, i, t);
+	return 0;
+}
+
+/* SQNR of q against reference r (float32, same size), capped; NaN when they do not fit. */
+static double sqnr(const oq_rt *r, const oq_rt *q)
+{
+	double r2 = 0, d2 = 0, db;
+	const float *a = r->data, *b = q->data;
+
+	if (r->kind != OQ_RT_TENSOR || q->kind != OQ_RT_TENSOR || r->dtype != OQ_DT_FLOAT ||
+	    q->dtype != OQ_DT_FLOAT || r->nelem != q->nelem)
+		return NAN;
+	for (size_t i = 0; i < r->nelem; i++) {
+		double e = (double)a[i] - (double)b[i];
+		r2 += (double)a[i] * a[i];
+		d2 += e * e;
+	}
+	if (d2 == 0)
+		return OQ_BCE_SQNR_CAP;
+	db = 10 * log10(r2 / d2);
+	return db > OQ_BCE_SQNR_CAP ? OQ_BCE_SQNR_CAP : db;
+}
+
+static void release(oq_rt *t, size_t n)
+{
+	for (size_t k = 0; t && k < n; k++)
+		oq_rt_release(&t[k]);
+}
+
+void oq_bce_cache_free(oq_bce_cache *c)
+{
+	size_t limit = c->limit;
+	release(c->out, c->n * c->nout);
+	free(c->out);
+	memset(c, 0, sizeof *c);
+	c->limit = limit;
+}
+
+/*
+ * Keeps the float outputs of sample i (moved from of, or copied when
+ * borrowed): 0, 1 when they would pass the limit, or OQ_ENOMEM.
+ */
+static int keep(oq_bce_cache *c, size_t i, oq_rt *of)
+{
+	for (size_t k = 0; k < c->nout; k++) {
+		oq_rt *t = &c->out[i * c->nout + k];
+		if (c->bytes + of[k].nbytes > (c->limit ? c->limit : OQ_BCE_CACHE_BYTES))
+			return 1;
+		if (of[k].borrowed) {
+			int rc = oq_rt_copy(t, &of[k]);
+			if (rc)
+				return rc;
+		} else {
+			*t = of[k];
+			memset(&of[k], 0, sizeof of[k]);
+		}
+		c->bytes += t->nbytes;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------ one pass over the samples */
+
+/*
+ * Lanes (as calibration's, calib/calibrate.c): the first sample of a pass
+ * runs alone on the pass' executors; then, with T threads and memory for
+ * it, T lanes run one sample each, lane 0 on those executors and lane k on
+ * clones of them (shared plan and weights), as the items of one parallel-for
+ * over the pool. A lane stages its sample's sums and SQNRs and waits for
+ * its turn: samples are committed in index order, so every double sum is
+ * added in the order of the one-lane pass, bit for bit. A lane failing at
+ * sample i lowers `stop` to i: later samples are dropped, earlier ones run
+ * and commit, and the error of the smallest failing index is reported.
+ */
+typedef struct lane {
+	oq_exec *ef, *eq;      /* the pass' own executors (lane 0) or clones */
+	int own;               /* ef / eq are clones */
+	side sf, sq;
+	stage st;
+	oq_rt *in, *of, *oqs;
+	oq_diag d;
+	size_t err_at;
+	int rc;
+} lane;
+
+typedef struct pass {
+	oq_bce *b;
+	const size_t *off;     /* per layer: first channel in a stage */
+	size_t n_ch;           /* channels of all layers */
+	oq_samples *s;
+	size_t n, nin, nout;
+	unsigned folds;        /* the samples this pass runs: bit i % OQ_BCE_FOLDS */
+	int fonly, cached, sf_on, sq_on;
+	oq_bce_sqnr *q;        /* SQNR out (NULL: float only) */
+	oq_bce_cache *cache;
+	lane *v;
+	atomic_size_t next;    /* the next sample to hand out */
+	atomic_size_t stop;    /* the smallest failing sample, SIZE_MAX: none */
+	size_t turn;           /* the next sample to commit (under mu) */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+} pass;
+
+static int in_pass(const pass *P, size_t i)
+{
+	return P->folds >> (i % OQ_BCE_FOLDS) & 1u;
+}
+
+/* The first sample at or after i that the pass runs (P->n: none). */
+static size_t pass_next(const pass *P, size_t i)
+{
+	while (i < P->n && !in_pass(P, i))
+		i++;
+	return i;
+}
+
+static void stage_clear(const pass *P, stage *st)
+{
+	for (int q = 0; q < 2; q++) {
+		memset(st->s[q], 0, (P->n_ch ? P->n_ch : 1) * sizeof *st->s[q]);
+		memset(st->n[q], 0, (P->b->n ? P->b->n : 1) * sizeof *st->n[q]);
+		memset(st->bad[q], 0, P->b->n ? P->b->n : 1);
+	}
+}
+
+static int stage_alloc(const pass *P, stage *st)
+{
+	size_t nl = P->b->n ? P->b->n : 1;
+	for (int q = 0; q < 2; q++) {
+		st->s[q] = oq_calloc(P->n_ch ? P->n_ch : 1, sizeof *st->s[q]);
+		st->n[q] = oq_calloc(nl, sizeof *st->n[q]);
+		st->bad[q] = oq_calloc(nl, 1);
+		if (!st->s[q] || !st->n[q] || !st->bad[q])
+			return OQ_ENOMEM;
+	}
+	st->db = oq_calloc(P->nout ? P->nout : 1, sizeof *st->db);
+	return st->db ? OQ_OK : OQ_ENOMEM;
+}
+
+static void stage_free(stage *st)
+{
+	for (int q = 0; q < 2; q++) {
+		free(st->s[q]);
+		free(st->n[q]);
+		free(st->bad[q]);
+	}
+	free(st->db);
+}
+
+/* Adds sample i's stage to the layers and the SQNRs (and its float outputs to the cache): in
+ * index order, under P->mu. OQ_ENOMEM when the cache cannot copy an output. */
+static int commit(pass *P, lane *ln, size_t i)
+{
+	int f = (int)(i % OQ_BCE_FOLDS);
+	const stage *st = &ln->st;
+
+	for (size_t l = 0; l < P->b->n; l++) {
+		oq_bce_layer *L = &P->b->v[l];
+		for (int q = 0; q < 2; q++) {
+			double *S;
+			if (L->failed || !(q ? P->sq_on : P->sf_on))
+				continue;
+			if (st->bad[q][l]) {
+				L->failed = 1;
+				continue;
+			}
+			S = (q ? L->sum_q : L->sum_f) + (size_t)f * L->M;
+			for (size_t m = 0; m < L->M; m++)
+				S[m] += st->s[q][P->off[l] + m];
+			*(q ? &L->n_q[f] : &L->n_f[f]) += st->n[q][l];
+		}
+	}
+	if (P->q) {
+		double sum = 0;
+		size_t k2 = 0;
+		for (size_t k = 0; k < P->nout; k++) {
+			double db = st->db[k];
+			if (!isnan(db)) {
+				P->q->sum[f] += db;
+				P->q->n[f]++;
+				P->q->min[f] = fmin(P->q->min[f], db);
+				sum += db;
+				k2++;
+			}
+		}
+		P->q->per[i] = k2 ? sum / (double)k2 : NAN;
+	}
+	if (P->fonly && P->cache->state == 1) {
+		int rc = keep(P->cache, i, ln->of);
+		if (rc && rc != 1)
+			return rc;
+		if (rc == 1) {
+			oq_bce_cache_free(P->cache); /* over the limit: the float model runs each time */
+			P->cache->state = -1;
+		}
+	}
+	return OQ_OK;
+}
+
+/* Runs sample i on lane ln and stages it. */
+static int run_sample(pass *P, lane *ln, size_t i)
+{
+	const oq_rt *ro = ln->of;
+	int rc;
+
+	stage_clear(P, &ln->st);
+	if ((rc = oq_sample_load(P->s, i, ln->eq ? ln->eq : ln->ef, ln->in, &ln->d)))
+		return rc;
+	if (P->cached)
+		ro = P->cache->out + i * P->nout;
+	else if ((rc = oq_exec_run(ln->ef, ln->in, P->nin, ln->of, P->nout, &ln->d)))
+		return rc;
+	if (ln->eq) {
+		if ((rc = oq_exec_run(ln->eq, ln->in, P->nin, ln->oqs, P->nout, &ln->d)))
+			return rc;
+		for (size_t k = 0; k < P->nout; k++)
+			ln->st.db[k] = sqnr(&ro[k], &ln->oqs[k]);
+		release(ln->oqs, P->nout);
+	}
+	return OQ_OK;
+}
+
+static void lower_stop(pass *P, size_t i)
+{
+	size_t stop = atomic_load(&P->stop);
+	while (i < stop && !atomic_compare_exchange_weak(&P->stop, &stop, i))
+		;
+	pthread_mutex_lock(&P->mu);
+	pthread_cond_broadcast(&P->cv);
+	pthread_mutex_unlock(&P->mu);
+}
+
+/* Lane loop: samples from P->next below `end`, each run, then committed in its turn. */
+static void lane_loop(pass *P, lane *ln, size_t end)
+{
+	for (;;) {
+		size_t i = atomic_fetch_add(&P->next, 1);
+		int rc;
+		if (i >= end || i > atomic_load(&P->stop))
+			break;
+		if (!in_pass(P, i))
+			continue;
+		rc = run_sample(P, ln, i);
+		pthread_mutex_lock(&P->mu);
+		while (!rc && P->turn != i && atomic_load(&P->stop) >= i)
+			pthread_cond_wait(&P->cv, &P->mu);
+		if (!rc && P->turn == i) {
+			if ((rc = commit(P, ln, i)))
+				rc = oq_err(&ln->d, rc, "bias correction: out of memory");
+			P->turn = pass_next(P, i + 1);
+			pthread_cond_broadcast(&P->cv);
+		}
+		pthread_mutex_unlock(&P->mu);
+		release(ln->of, P->nout);
+		release(ln->in, P->nin);
+		if (rc) {
+			ln->rc = rc;
+			ln->err_at = i;
+			lower_stop(P, i);
+			break;
+		}
+		if (atomic_load(&P->stop) < i) /* woken by an earlier sample's failure */
+			break;
+	}
+}
+
+static void lanes_run(void *ctx, size_t begin, size_t end)
+{
+	pass *P = ctx;
+	for (size_t k = begin; k < end; k++)
+		lane_loop(P, &P->v[k], P->n);
+}
+
+static void lane_free(const pass *P, lane *ln)
+{
+	release(ln->in, P->nin);
+	release(ln->of, P->nout);
+	release(ln->oqs, P->nout);
+	free(ln->in);
+	free(ln->of);
+	free(ln->oqs);
+	stage_free(&ln->st);
+	if (ln->own) {
+		oq_exec_free(ln->ef);
+		oq_exec_free(ln->eq);
+	}
+}
+
+/* Lane k of P: buffers, and for k > 0 clones of lane 0's executors observed into its own stage. */
+static int lane_init(pass *P, lane *ln, const lane *l0, size_t k)
+{
+	oq_exec_opts eo = {.threads = 1};
+	int rc;
+
+	oq_diag_init(&ln->d);
+	ln->err_at = SIZE_MAX;
+	ln->in = oq_calloc(P->nin ? P->nin : 1, sizeof *ln->in);
+	ln->of = oq_calloc(P->nout ? P->nout : 1, sizeof *ln->of);
+	ln->oqs = oq_calloc(P->nout ? P->nout : 1, sizeof *ln->oqs);
+	if (!ln->in || !ln->of || !ln->oqs || stage_alloc(P, &ln->st))
+		return oq_err(&ln->d, OQ_ENOMEM, "bias correction: out of memory");
+	ln->sf.st = ln->sq.st = &ln->st;
+	if (k == 0)
+		return OQ_OK;
+	ln->own = 1;
+	ln->sf = l0->sf;
+	ln->sq = l0->sq;
+	ln->sf.st = ln->sq.st = &ln->st;
+	if ((l0->ef && (rc = oq_exec_clone(l0->ef, &eo, &ln->ef, &ln->d))) ||
+	    (l0->eq && (rc = oq_exec_clone(l0->eq, &eo, &ln->eq, &ln->d))))
+		return rc;
+	if (ln->ef)
+		oq_exec_set_observer(ln->ef, observe, &ln->sf);
+	if (ln->eq && P->sq_on) /* the run whose measured values are summed */
+		oq_exec_set_observer(ln->eq, observe, &ln->sq);
+	return OQ_OK;
+}
+
+size_t oq_bce_lanes_used;
+
+int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, size_t n_runs,
+		   const oq_calib_opts *o, oq_bce *b, oq_bce_cache *cache, oq_diag *d)
+{
+	oq_exec *ef = NULL, *eq = NULL;
+	/* the quantized models' weights dequantized and packed once (fold_dq): the float model's
+	 * executor holds as much already */
+	oq_exec_opts eo = {.threads = o->threads, .fold_dq = 1};
+	oq_samples s = {0};
+	const oq_value **fvals = NULL, **qvals = NULL;
+	size_t *off = NULL, n_ch = 0, nin = 0, nout = 0, n = 0, sums = n_runs;
+	uint8_t *skip = NULL;
+	side tf, tq; /* the observers' templates (want reads only b and vals) */
+	/* float only: fill the cache; float sums already taken (a float-only call); outputs kept */
+	int fonly = !n_runs && cache && cache->state == 0, fsums = cache && cache->state != 0,
+	    cached = cache && cache->state == 1, scanned = 0, rc;
+
+	oq_bce_lanes_used = 1;
+	for (size_t i = 0; i < b->n; i++) {
+		oq_bce_layer *l = &b->v[i];
+		if (!fsums) {
+			memset(l->sum_f, 0, OQ_BCE_FOLDS * l->M * sizeof *l->sum_f);
+			memset(l->n_f, 0, sizeof l->n_f);
+			l->failed = !ref_nodes[i] || !ref_nodes[i]->n_outputs;
+		}
+		memset(l->sum_q, 0, OQ_BCE_FOLDS * l->M * sizeof *l->sum_q);
+		memset(l->n_q, 0, sizeof l->n_q);
+	}
+	for (size_t r = 0; r < n_runs; r++) {
+		for (int f = 0; f < OQ_BCE_FOLDS; f++) {
+			runs[r].sqnr.min[f] = OQ_BCE_SQNR_CAP;
+			runs[r].sqnr.sum[f] = 0;
+			runs[r].sqnr.n[f] = 0;
+		}
+		runs[r].sqnr.per = NULL;
+		runs[r].sqnr.n_per = 0;
+		if (!runs[r].nodes)
+			continue;
+		if (sums != n_runs)
+			return oq_err(d, OQ_EINVAL, "bias correction: two runs measure sums (internal error)");
+		sums = r;
+		for (size_t i = 0; i < b->n; i++)
+			b->v[i].failed |= !runs[r].nodes[i] || !runs[r].nodes[i]->n_outputs;
+	}
+	if (!o->source || !strncmp(o->source, "random:", 7))
+		return oq_err(d, OQ_EUNSUP, "bias correction: needs calibration samples from a folder");
+	fvals = oq_calloc(b->n ? b->n : 1, sizeof *fvals);
+	qvals = oq_calloc(b->n ? b->n : 1, sizeof *qvals);
+	off = oq_calloc(b->n ? b->n : 1, sizeof *off);
+	skip = oq_calloc(b->n ? b->n : 1, 1);
+	if (!fvals || !qvals || !off || !skip) {
+		rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < b->n; i++) {
+		off[i] = n_ch;
+		if (b->v[i].M > SIZE_MAX / 16 - n_ch) {
+			rc = oq_err(d, OQ_EINVAL, "bias correction: too many channels");
+			goto out;
+		}
+		n_ch += b->v[i].M;
+		if (!b->v[i].failed) {
+			fvals[i] = ref_nodes[i]->outputs[0];
+			if (sums < n_runs)
+				qvals[i] = runs[sums].nodes[i]->outputs[0];
+		}
+	}
+	tf = (side){b, off, skip, fvals, 0, 0, NULL};
+	tq = (side){b, off, skip, qvals, 1, 1, NULL};
+	if (!cached) {
+		if ((rc = oq_exec_new(ref, &eo, &ef, d)))
+			goto out;
+		oq_exec_set_observer(ef, observe, &tf);
+		oq_exec_set_observe_want(ef, want);
+	}
+	/*
+	 * Pass r runs quantized model r (pass 0 of a float-only call: none),
+	 * one model at a time: executors are most of the memory (vit_b_16: ~0.45
+	 * GB each). The float model runs alongside unless its outputs are kept.
+	 */
+	for (size_t r = 0; r < (fonly ? 1 : n_runs); r++) {
+		pass P;
+		lane *v = NULL;
+		size_t nl = 0, first, left = 0, worst = SIZE_MAX;
+		oq_exec *e0;
+		oq_pool *pool;
+
+		memset(&P, 0, sizeof P);
+		if (!fonly) {
+			if ((rc = oq_exec_new(runs[r].qm, &eo, &eq, d)))
+				goto out;
+			if (r == sums) {
+				oq_exec_set_observer(eq, observe, &tq);
+				oq_exec_set_observe_want(eq, want);
+			}
+		}
+		e0 = eq ? eq : ef;
+		if (!scanned) {
+			scanned = 1;
+			nin = oq_exec_n_inputs(e0);
+			nout = oq_exec_n_outputs(e0);
+			if ((rc = oq_samples_scan(o->source, e0, &s, d)))
+				goto out;
+			n = o->limit && o->limit < s.n ? o->limit : s.n;
+			if (cached && (cache->n != n || cache->nout != nout)) {
+				rc = oq_err(d, OQ_EINVAL, "bias correction: the samples changed between rounds "
+					    "(internal error)");
+				goto out;
+			}
+			for (size_t k = 0; k < n_runs; k++) {
+				if (!(runs[k].sqnr.per = malloc((n ? n : 1) * sizeof *runs[k].sqnr.per))) {
+					rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+					goto out;
+				}
+				for (size_t i = 0; i < n; i++)
+					runs[k].sqnr.per[i] = NAN;
+				runs[k].sqnr.n_per = n;
+			}
+			if (fonly) {
+				if (!(cache->out = oq_calloc(n && nout ? n * nout : 1, sizeof *cache->out))) {
+					rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+					goto out;
+				}
+				cache->n = n;
+				cache->nout = nout;
+				cache->state = 1; /* until the limit is passed */
+			}
+		}
+		if ((eq && (oq_exec_n_inputs(eq) != nin || oq_exec_n_outputs(eq) != nout)) ||
+		    (ef && (oq_exec_n_inputs(ef) != nin || oq_exec_n_outputs(ef) != nout))) {
+			rc = oq_err(d, OQ_EINVAL, "bias correction: the quantized model has other inputs or "
+				    "outputs than the float one (internal error)");
+			goto out;
+		}
+		for (size_t i = 0; i < b->n; i++)
+			skip[i] = (uint8_t)(b->v[i].failed != 0);
+		P.b = b;
+		P.off = off;
+		P.n_ch = n_ch;
+		P.s = &s;
+		P.n = n;
+		P.nin = nin;
+		P.nout = nout;
+		P.folds = fonly ? (1u << OQ_BCE_FOLDS) - 1 : runs[r].folds;
+		P.fonly = fonly;
+		P.cached = cached;
+		/* the float sums once: in a float-only call or alongside the quantized sums */
+		P.sf_on = fonly || (!fsums && r == sums);
+		P.sq_on = !fonly && r == sums;
+		P.q = fonly ? NULL : &runs[r].sqnr;
+		P.cache = cache;
+		pthread_mutex_init(&P.mu, NULL);
+		pthread_cond_init(&P.cv, NULL);
+		atomic_init(&P.next, 0);
+		atomic_init(&P.stop, SIZE_MAX);
+		P.turn = first = pass_next(&P, 0);
+		pool = oq_exec_pool(e0);
+		if (!(v = oq_calloc((size_t)oq_pool_threads(pool), sizeof *v))) {
+			rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+			goto pass_out;
+		}
+		P.v = v;
+		nl = 1;
+		v[0].ef = ef;
+		v[0].eq = eq;
+		v[0].sf = tf;
+		v[0].sf.on = P.sf_on;
+		v[0].sq = tq;
+		if ((rc = lane_init(&P, &v[0], NULL, 0))) {
+			rc = oq_err(d, rc, "%s", v[0].d.msg);
+			goto pass_out;
+		}
+		if (ef)
+			oq_exec_set_observer(ef, observe, &v[0].sf);
+		if (eq && r == sums)
+			oq_exec_set_observer(eq, observe, &v[0].sq);
+		/* the first sample alone, on every thread: it measures a lane's memory */
+		if (first < n) {
+			lane_loop(&P, &v[0], first + 1);
+			atomic_store(&P.next, first + 1);
+		}
+		for (size_t i = first + 1; i < n; i++)
+			left += in_pass(&P, i);
+		if (!v[0].rc && left >= 2) {
+			size_t want_l = oq_calib_lane_count(
+			    oq_pool_threads(pool), (ef ? oq_exec_peak_bytes(ef) : 0) +
+			                               (eq ? oq_exec_peak_bytes(eq) : 0) + ((size_t)4 << 20));
+			want_l = want_l > left ? left : want_l;
+			for (size_t k = 1; k < want_l; k++, nl++)
+				if ((rc = lane_init(&P, &v[k], &v[0], k))) {
+					rc = oq_err(d, rc, "%s", v[k].d.msg);
+					nl++;
+					goto pass_out;
+				}
+		}
+		oq_bce_lanes_used = nl > oq_bce_lanes_used ? nl : oq_bce_lanes_used;
+		if (!v[0].rc) {
+			if (nl > 1)
+				oq_pool_run(pool, nl, 1, lanes_run, &P);
+			else
+				lane_loop(&P, &v[0], n);
+		}
+		for (size_t k = 0; k < nl; k++)
+			if (v[k].rc && (worst == SIZE_MAX || v[k].err_at < v[worst].err_at))
+				worst = k;
+		rc = worst == SIZE_MAX ? OQ_OK : v[worst].d.count ? oq_err(d, v[worst].rc, "%s", v[worst].d.msg)
+		                                                 : v[worst].rc;
+	pass_out:
+		for (size_t k = 0; v && k < nl; k++)
+			lane_free(&P, &v[k]);
+		free(v);
+		pthread_mutex_destroy(&P.mu);
+		pthread_cond_destroy(&P.cv);
+		if (rc)
+			goto out;
+		oq_exec_free(eq);
+		eq = NULL;
+	}
+	rc = OQ_OK;
+out:
+	if (rc && fonly)
+		oq_bce_cache_free(cache);
+	for (size_t r = 0; rc && r < n_runs; r++)
+		oq_bce_sqnr_free(&runs[r].sqnr);
+	free(fvals);
+	free(qvals);
+	free(off);
+	free(skip);
+	oq_samples_free(&s);
+	oq_exec_free(ef);
+	oq_exec_free(eq);
+	return rc;
+}

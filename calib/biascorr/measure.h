@@ -1,0 +1,76 @@
+/*
+ * measure.h - empirical bias correction: measuring what the quantized model
+ * does (AIMET's empirical mode). The calibration samples run through the
+ * float model and one or more quantized ones side by side; for every layer
+ * of an oq_bce (calib/biascorr/tables.h) the observer sums the measured output per
+ * channel and fold in the float model and in one quantized model, and the
+ * model outputs give each quantized model's SQNR per fold, which decides
+ * whether a round of correction is kept (src/pipeline/pipeline.c).
+ *
+ * Determinism: sums are double, added in sample order and in a fixed
+ * element order on the calling thread, and the executor's results do not
+ * depend on its thread count, so neither do the corrections.
+ */
+#ifndef OQ_BCEMP_H
+#define OQ_BCEMP_H
+
+#include "calib/biascorr/tables.h"
+#include "calib/calibrate.h"
+
+/* One quantized model of a measurement. */
+typedef struct oq_bce_run {
+	oq_model *qm;           /* same inputs and outputs as the float model */
+	oq_node *const *nodes;  /* per layer: the node whose output 0 is the layer's measured value in
+				 * qm (NULL entries: that layer failed); NULL: SQNR only, no sums */
+	unsigned folds;         /* bit f set: runs the samples of fold f (sample i % OQ_BCE_FOLDS) */
+	oq_bce_sqnr sqnr;       /* out: output SQNR on the folds it ran (n 0 on the others), per
+				 * sample too (the caller frees it: oq_bce_sqnr_free) */
+} oq_bce_run;
+
+/*
+ * The float model's outputs on every sample, kept from one measurement to
+ * the next (the float model and the samples do not change between rounds,
+ * only the quantized models do), up to a byte limit.
+ */
+typedef struct oq_bce_cache {
+	oq_rt *out;    /* n x nout outputs, sample-major (owned) */
+	size_t n, nout;
+	size_t bytes;  /* payload bytes held */
+	size_t limit;  /* at most this many bytes; 0: OQ_BCE_CACHE_BYTES */
+	int state;     /* 0: empty; 1: filled by a float-only oq_bce_measure (out and every layer's
+			* sum_f / n_f are the float model's on all samples); -1: the same call found the
+			* outputs over the limit: sum_f / n_f are valid, the float model runs each time */
+} oq_bce_cache;
+
+#define OQ_BCE_CACHE_BYTES ((size_t)512 << 20)
+
+/* Frees the outputs and resets *c to empty (limit kept). */
+void oq_bce_cache_free(oq_bce_cache *c);
+
+/*
+ * Runs the samples of o->source (a folder; o->limit applies, o->batch does
+ * not: one sample at a time) through ref (float) and the quantized models
+ * runs[0..n_runs) side by side: each sample runs ref once and every model
+ * whose folds include the sample's. ref_nodes[i]: the node whose output 0 is
+ * layer i's measured value in ref (NULL marks the layer failed). Resets and
+ * fills every layer's sum_f / n_f from ref and sum_q / n_q from the run
+ * with nodes (at most one may have them), per fold (a measured value that
+ * is not float32 or lacks M channels on its channel axis marks the layer
+ * failed), and each run's sqnr over the float32 outputs. With no runs and
+ * an empty cache, the float model alone runs every sample: the cache gets
+ * its outputs and the layers its sums. With a cache so filled (same ref,
+ * samples and layers), the float sums stay and the float model runs only
+ * if its outputs were over the limit; cache may be NULL. A random source
+ * is OQ_EUNSUP (nothing to measure on). Models are run one after the other;
+ * with several threads the samples after the first of each pass run several
+ * at a time (measure.c's lanes, as calibration's; oq_calib_lanes applies), each
+ * sample's sums staged and added in sample order, so the sums and SQNRs do
+ * not depend on the thread count, bit for bit.
+ */
+int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, size_t n_runs,
+		   const oq_calib_opts *o, oq_bce *b, oq_bce_cache *cache, oq_diag *d) OQ_WUR;
+
+/* The most samples the last oq_bce_measure ran at a time (1: one after the other). */
+extern size_t oq_bce_lanes_used;
+
+#endif

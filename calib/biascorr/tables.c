@@ -1,0 +1,100 @@
+/*
+ * tables.c - bias-correction statistics (see tables.h).
+ */
+#include "calib/biascorr/tables.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+void oq_bc_stats_free(oq_bc_stats *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->v[i].sum);
+	free(s->v);
+	s->v = NULL;
+	s->n = 0;
+}
+
+void oq_bce_free(oq_bce *b)
+{
+	for (size_t i = 0; i < b->n; i++) {
+		free(b->v[i].node);
+		free(b->v[i].measured);
+		free(b->v[i].corr);
+		free(b->v[i].sum_f);
+		free(b->v[i].sum_q);
+	}
+	free(b->v);
+	b->v = NULL;
+	b->n = 0;
+}
+
+double oq_bce_sqnr_min(const oq_bce_sqnr *s, unsigned folds)
+{
+	double m = NAN;
+	for (int f = 0; f < OQ_BCE_FOLDS; f++)
+		if ((folds >> f & 1u) && s->n[f])
+			m = isnan(m) || s->min[f] < m ? s->min[f] : m;
+	return m;
+}
+
+double oq_bce_sqnr_mean(const oq_bce_sqnr *s, unsigned folds)
+{
+	double sum = 0;
+	size_t n = 0;
+	for (int f = 0; f < OQ_BCE_FOLDS; f++)
+		if (folds >> f & 1u) {
+			sum += s->sum[f];
+			n += s->n[f];
+		}
+	return n ? sum / (double)n : NAN;
+}
+
+int oq_bce_sqnr_better(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigned folds)
+{
+	double cm = oq_bce_sqnr_mean(cand, folds), bm = oq_bce_sqnr_mean(base, folds);
+	double cn = oq_bce_sqnr_min(cand, folds), bn = oq_bce_sqnr_min(base, folds);
+	/* comparisons with NaN are false: no pairs, no improvement */
+	return cm > bm && cn >= bn;
+}
+
+void oq_bce_gain(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigned folds, double *mean, double *se)
+{
+	size_t n = cand->n_per < base->n_per ? cand->n_per : base->n_per, k = 0;
+	double sum = 0, ss = 0, m;
+
+	/* two passes: the mean, then the squared deviations from it */
+	for (size_t i = 0; i < n; i++)
+		if ((folds >> (i % OQ_BCE_FOLDS) & 1u) && !isnan(cand->per[i]) && !isnan(base->per[i])) {
+			sum += cand->per[i] - base->per[i];
+			k++;
+		}
+	*mean = *se = NAN;
+	if (!k)
+		return;
+	m = sum / (double)k;
+	*mean = m;
+	if (k < 2)
+		return;
+	for (size_t i = 0; i < n; i++)
+		if ((folds >> (i % OQ_BCE_FOLDS) & 1u) && !isnan(cand->per[i]) && !isnan(base->per[i])) {
+			double e = cand->per[i] - base->per[i] - m;
+			ss += e * e;
+		}
+	*se = sqrt(ss / (double)(k - 1) / (double)k);
+}
+
+void oq_bce_sqnr_free(oq_bce_sqnr *s)
+{
+	free(s->per);
+	s->per = NULL;
+	s->n_per = 0;
+}
+
+int oq_bce_sqnr_holds(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigned folds)
+{
+	double g, se;
+	oq_bce_gain(cand, base, folds, &g, &se);
+	/* NaN (fewer than 2 samples) compares false */
+	return oq_bce_sqnr_better(cand, base, folds) && g > OQ_BCE_MARGIN * se;
+}

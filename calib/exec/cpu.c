@@ -1,0 +1,41 @@
+/*
+ * cpu.c - CPU feature checks (see cpu.h).
+ */
+#include "calib/exec/cpu.h"
+
+#include <stdatomic.h>
+
+enum { F_AVX512 = 1, F_FMA = 2, F_AVX2 = 4, F_KNOWN = 8 };
+
+/* The feature bits, F_KNOWN once asked. */
+static int features(void)
+{
+	static atomic_int f;
+	int v = atomic_load_explicit(&f, memory_order_relaxed);
+
+	if (!v) {
+#if defined(__GNUC__) && defined(__x86_64__)
+		__builtin_cpu_init();
+		v = (__builtin_cpu_supports("avx512f") ? F_AVX512 : 0) |
+		    (__builtin_cpu_supports("fma") ? F_FMA : 0) | (__builtin_cpu_supports("avx2") ? F_AVX2 : 0);
+#endif
+		v |= F_KNOWN;
+		atomic_store_explicit(&f, v, memory_order_relaxed);
+	}
+	return v;
+}
+
+int oq_cpu_avx512(void)
+{
+	return (features() & F_AVX512) != 0;
+}
+
+int oq_cpu_avx512_fma(void)
+{
+	return (features() & (F_AVX512 | F_FMA)) == (F_AVX512 | F_FMA);
+}
+
+int oq_cpu_avx2_fma(void)
+{
+	return (features() & (F_AVX2 | F_FMA)) == (F_AVX2 | F_FMA);
+}

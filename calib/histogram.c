@@ -1,0 +1,1254 @@
+/*
+ * histogram.c - histograms and range selection (see histogram.h for the contract).
+ *
+ * Histogram: a side's bin of a finite non-zero x is
+ *     k = floor(|x| * 2^(L - e)),   L = OQ_HIST_LOG2, 2^e > every |x| so far,
+ * a multiplication by a power of two (exact in float while the scale is a
+ * normal number, which OQ_HIST_EMIN guarantees; a result below 2^-126
+ * rounds but is below 1, so k = 0 either way), hence k < 2^L. e is the
+ * strict bound (2^e > |x|, not >=): with 2^e >= |x| the value 2^e itself
+ * would need clamping into bin 2^L - 1 at e but fall into bin 2^(L-1) at
+ * e + 1, and the counts would depend on the order of arrival. Raising e by
+ * s maps bin k to k >> s, which is floor(|x| 2^(L-e-s)): the bin the value
+ * has on the new grid. So any sequence of fills and raises gives the
+ * histogram of all values at the final e, whatever the order. Sign and
+ * magnitude are kept apart (two sides aligned at 0) so that |x| is the sum
+ * of the sides and every edge k w is exact.
+ *
+ * Fill (oq_hist_add_f32): the caller's min/max scan gives the block's
+ * largest |x|, which fixes e before any value is counted; then a block of
+ * indices is computed branch-free (AVX-512 when the CPU has it, chosen at
+ * run time: zeros counted by mask/popcount, the indices of finite non-zero
+ * values compacted; plain C otherwise: zeros and NaN/Inf through two
+ * scratch slots after the bins), as 16-bit indices read four per 64-bit
+ * load, and counted into four interleaved
+ * sub-histograms of 16-bit counts (incrementing one bin again and again
+ * is a serial dependency; 16-bit counts keep the bins in use within L1),
+ * added to the bins every 255 blocks of 1024 values, before they can
+ * overflow (widened and added 16 bins a step on AVX-512). Only the bins
+ * up to the one holding amax are cleared and added. The AVX-512 kernel also counts a vector of 16 values that share
+ * one bin (flat regions) as one +16, testing again only 8 vectors after a
+ * vector that does not. All counts are integers, so every path gives the histogram of
+ * oq_hist_add_f32_ref, which raises e value by value.
+ *
+ * Views (oq_hist_view): the selections read equal-width bins over a range.
+ * Signed cell g of x on the grid is k for x >= 0 and -1 - k for x < 0
+ * (cells [g w, (g+1) w) up to which side an edge value falls on), so the
+ * signed view is cells cell(lo)..cell(hi) and the |x| view adds the sides.
+ * A tensor whose dominant side reaches max|x| in [2^(e-1), 2^e) has more
+ * than 2^(L-1) = 2048 bins over [0, max|x|]; the bin width is at most
+ * max|x| / 2048, never coarser than the 2048 bins over [min, max] or over
+ * [0, max|x|] of the earlier two-pass histograms.
+ *
+ * Min/max scan (oq_minmax_f32): per-lane compare-and-select, or masked
+ * vector min/max on AVX-512; min and max are exact, so both agree bit for
+ * bit with oq_minmax_f32_ref.
+ *
+ * EMA (PyTorch MovingAverageMinMaxObserver, ONNX Runtime CalibMovingAverage):
+ *     min <- min + c * (sample_min - min),  max alike; the first sample sets them.
+ *
+ * Percentile (ONNX Runtime HistogramCollector, conservative on bin edges):
+ *   asymmetric: q = N * (100 - p) / 200; lower end = lo + k*w for the largest
+ *     k with count(bins < k) <= q; upper end = hi - k'*w for the largest k'
+ *     with count(top k' bins) <= q. p = 100 gives min/max exactly.
+ *   symmetric (|x|): t = amax - k'*w, the largest k' with count(top k' bins)
+ *     <= N * (100 - p) / 100; range [-t, t] clipped to [min, max].
+ *   (lo, hi, amax: the bins' edges; the result is clipped to the data.)
+ *
+ * Entropy (TensorRT's calibrator; NVIDIA pytorch-quantization
+ * _compute_amax_entropy; MXNet _get_optimal_threshold): |x| histogram h of n
+ * bins, T target bins. For every candidate i = T..n:
+ *     P = h[0:i], with the outlier mass O = sum h[i:] added to P[i-1];
+ *     Q: bins 0..i-1 grouped into T groups (bin k -> group floor(k*T/i));
+ *        each group's mass from h[0:i] (without the outliers) spread evenly
+ *        over the group's bins where P != 0; Q = 0 where P = 0;
+ *     KL(P||Q) of the normalised P (total N) and Q (total N - O).
+ *   The outliers that clipping moves into P[i-1] but not into Q are what
+ *   makes a small threshold expensive. Q is constant over a group, so
+ *     KL = (sum_k P_k ln P_k - sum_j (G_j + [j last] O) ln(G_j / n_j)) / N
+ *          + ln((N - O) / N)
+ *   with G_j the group's mass and n_j its non-empty bins: O(T) per
+ *   candidate from prefix sums, not O(i). Smoothing (MXNet's
+ *   _smooth_distribution, eps = 1e-4 counts): Q > 0 wherever P > 0 except
+ *   when the outliers land in a last group that h leaves empty; there Q
+ *   gets KL_EPS counts instead of 0, so the candidate costs a large but
+ *   finite KL (without it a sparse tail makes every candidate but i = n
+ *   infinite). The eps moved between the other bins changes KL by O(eps/N)
+ *   and is left out. Exact zeros are left out of P (pytorch-quantization's
+ *   skip_zeros): every grid represents them exactly whatever t is, and
+ *   after a ReLU their spike in bin 0 dominates KL (a group of 16 bins
+ *   cannot reproduce it, so the search favours t = 128 bins). The
+ *   smallest i with the least KL wins; t = i * w and
+ *   the range is [-t, t] clipped to [min, max] ([min, t] for min >= 0; the
+ *   quantize pass' asymmetric formula then still includes 0).
+ *
+ * MSE (our model, in the spirit of PyTorch's HistogramObserver and AIMET's
+ * tf_enhanced): for a candidate range the quantize pass' own qparams
+ * (oq_qparams, asymmetric or symmetric narrow on the activation dtype) give
+ * the step s and the grid ends gl = (qmin - zp) s, gh = (qmax - zp) s. The
+ * expected squared error, with c the centre of a bin and cnt its count:
+ *     c > gh: cnt (c - gh)^2;  c < gl: cnt (gl - c)^2        (clipping)
+ *     |c| < s/2: cnt c^2      (rounds to the exact 0 of every grid)
+ *     otherwise: cnt s^2/12   (rounding error, uniform over one step)
+ *   and exact zeros cost nothing. Each term is O(1) from prefix sums of cnt,
+ *   cnt c and cnt c^2. Candidates are the data's own range and the bin
+ *   edges inside it: symmetric t = max|x| or k w; asymmetric: the upper end
+ *   over the edges above 0 and the lower end over the edges below 0, one at
+ *   a time (coordinate descent from [min, max], at most 8 rounds, stop when
+ *   neither end moves). Ties keep the wider range.
+ *   AIMET's unsigned symmetric grid (zero point 0 on [0, 2^b - 1]) uses the
+ *   signed histogram: gl = 0, so everything below 0 costs c^2 (clipped to
+ *   0), and the coordinate descent moves the upper end only.
+ *   FP8 E4M3FN (|x| histogram, scale s = t / 448): the step is constant in
+ *   each binade, 2^(e-3) s on [2^e s, 2^(e+1) s) for e = -6..8, and 2^-9 s
+ *   below 2^-6 s (subnormals); a bin costs cnt step^2/12 in range, c^2 when
+ *   |c| < 2^-10 s (rounds to 0), (c - t)^2 above t: O(16) per candidate
+ *   from the same prefix sums.
+ */
+#include "calib/histogram.h"
+#include "calib/exec/cpu.h"
+
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/quant/qparams.h"
+
+static const char *const method_names[] = {"minmax", "ema", "percentile", "entropy", "mse"};
+
+int oq_calib_method_parse(const char *s)
+{
+	for (int i = 0; i < (int)(sizeof method_names / sizeof *method_names); i++)
+		if (!strcmp(s, method_names[i]))
+			return i;
+	return -1;
+}
+
+const char *oq_calib_method_name(int method)
+{
+	if (method < 0 || method >= (int)(sizeof method_names / sizeof *method_names))
+		return "?";
+	return method_names[method];
+}
+
+/* ------------------------------------------------------------ histogram */
+
+#define SIDE ((size_t)OQ_HIST_SIDE)
+#define NBINS (2 * SIDE)  /* both sides */
+#define ZSLOT (2 * SIDE)  /* plain-C fill: scratch slot of exact zeros */
+#define BSLOT (2 * SIDE + 1) /* ... and of NaN/Inf */
+
+void oq_hist_init(oq_hist *h)
+{
+	memset(h, 0, sizeof *h);
+	h->e = OQ_HIST_EMIN;
+}
+
+void oq_hist_free(oq_hist *h)
+{
+	free(h->bin);
+	oq_hist_init(h);
+}
+
+int oq_hist_exponent(double a)
+{
+	int e;
+	(void)frexp(a, &e); /* a = m 2^e with m in [0.5, 1): 2^(e-1) <= a < 2^e */
+	return e < OQ_HIST_EMIN ? OQ_HIST_EMIN : e > OQ_HIST_EMAX ? OQ_HIST_EMAX : e;
+}
+
+/* The float scale of exponent e: 2^(L - e), a normal float for EMIN <= e <= EMAX. */
+static float scale_of(int e)
+{
+	return ldexpf(1.0f, OQ_HIST_LOG2 - e);
+}
+
+/* Raises h's exponent to e (> h->e): bin k of each side moves to k >> (e - h->e). In place and
+ * in increasing k: the target k >> s < k was emptied before anything arrives there (its own
+ * values left when it was visited), except bin 0, which keeps its values. */
+static void rescale(oq_hist *h, int e)
+{
+	int s = e - h->e;
+	for (size_t side = 0; side < 2; side++) {
+		uint64_t *b = h->bin + side * SIDE;
+		for (size_t k = 1; k < SIDE; k++) {
+			uint64_t v = b[k];
+			b[k] = 0;
+			b[s >= OQ_HIST_LOG2 ? 0 : k >> s] += v;
+		}
+	}
+	h->e = e;
+}
+
+int oq_hist_reserve(oq_hist *h, int e)
+{
+	e = e < OQ_HIST_EMIN ? OQ_HIST_EMIN : e > OQ_HIST_EMAX ? OQ_HIST_EMAX : e;
+	if (!h->bin) {
+		if (!(h->bin = oq_calloc(NBINS + 2, sizeof *h->bin)))
+			return OQ_ENOMEM;
+		h->e = e;
+	} else if (e > h->e) {
+		rescale(h, e);
+	}
+	return OQ_OK;
+}
+
+/* Bin (both sides: index into bin[]) of a finite non-zero x at scale sc = 2^(L - e). */
+static size_t bin_of(float x, float sc)
+{
+	float u = fabsf(x) * sc;
+	size_t k = u < (float)(SIDE - 1) ? (size_t)u : SIDE - 1;
+	return x < 0 ? SIDE + k : k;
+}
+
+int oq_hist_add_f32_ref(oq_hist *h, const float *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		float x = p[i];
+		int rc;
+		if (!(fabsf(x) < INFINITY))
+			continue;
+		if (x == 0.0f) {
+			h->n_zero++;
+			continue;
+		}
+		if ((rc = oq_hist_reserve(h, oq_hist_exponent(fabsf(x)))))
+			return rc;
+		h->bin[bin_of(x, scale_of(h->e))]++;
+	}
+	return OQ_OK;
+}
+
+int oq_hist_simd = 1;
+int oq_hist_runs = 1;
+
+#define FILL_BLOCK 1024 /* values whose bin indices are computed at a time */
+#define NSUB 4           /* interleaved sub-histograms of the fill */
+/* blocks counted into the sub-histograms between two flushes: each gets a quarter of the
+ * values, at most 255 * 1024 / 4 = 65280 < 65536, so uint16 counts cannot overflow */
+#define SUB_BLOCKS 255
+
+/*
+ * Index kernels: for p[0..m), write bin indices to idx (m + 16 slots) and
+ * return how many; a side's index is clamped to top (the bin of the
+ * block's largest |x|, so the clamp never moves a value when the caller's
+ * amax is right, and a wrong amax cannot reach a bin the fill did not
+ * clear). The plain-C kernel writes one per value, ZSLOT for an exact
+ * zero and BSLOT for NaN/Inf (branch-free, so the compiler vectorises it).
+ * The AVX-512 kernel counts zeros in *nzero instead and stores only the
+ * indices of finite non-zero values.
+ */
+static inline size_t idx_tail(const float *p, size_t m, float sc, uint32_t top, uint16_t *idx,
+			      uint64_t *nzero)
+{
+	size_t k = 0;
+	for (size_t j = 0; j < m; j++) {
+		float x = p[j], u = fabsf(x) * sc;
+		unsigned fin = fabsf(x) < INFINITY, nz = fin & (x != 0.0f);
+		uint32_t b = nz ? (u < (float)top ? (uint32_t)u : top) : 0;
+		*nzero += fin & !nz;
+		idx[k] = (uint16_t)(x < 0 ? (uint32_t)SIDE + b : b);
+		k += nz;
+	}
+	return k;
+}
+
+static size_t idx_c(const float *p, size_t m, float sc, uint32_t topi, uint16_t *idx, uint64_t *nzero,
+		    uint64_t *bin)
+{
+	const float top = (float)topi;
+
+	(void)nzero;
+	(void)bin;
+	for (size_t j = 0; j < m; j++) {
+		/* sign and magnitude from the bits (fabsf or x < 0 ? ... made GCC 12 give up
+		 * vectorising the loop) */
+		float x = p[j], u;
+		uint32_t b, neg;
+		int fin = (x - x) == 0.0f; /* false for NaN and +-Inf */
+		memcpy(&b, &x, sizeof b);
+		neg = (b >> 31) << OQ_HIST_LOG2;
+		b &= 0x7fffffffu;
+		memcpy(&u, &b, sizeof u);
+		u *= sc;
+		u = u < top ? u : top; /* also maps NaN and Inf into range before the cast */
+		idx[j] = (uint16_t)(!fin ? (uint32_t)BSLOT : x == 0.0f ? (uint32_t)ZSLOT : (uint32_t)u + neg);
+	}
+	return m;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define AVX512 __attribute__((target("avx512f")))
+
+/* The same with 16 values a step: compare masks, zeros by popcount, indices compressed. */
+AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t topi, uint16_t *idx,
+				uint64_t *nzero, uint64_t *bin)
+{
+	const __m512 scv = _mm512_set1_ps(sc), inf = _mm512_set1_ps(INFINITY);
+	const __m512 zero = _mm512_setzero_ps();
+	const __m512i top = _mm512_set1_epi32((int)topi), side = _mm512_set1_epi32((int)SIDE);
+	uint64_t z = 0;
+	size_t j = 0, k = 0;
+	/* vectors left before the next one-bin test (never, within one call of at most 1024 values,
+	 * when oq_hist_runs is 0) */
+	unsigned skip = oq_hist_runs ? 0 : UINT_MAX;
+
+	for (; j + 16 <= m; j += 16) {
+		__m512 x = _mm512_loadu_ps(p + j), a = _mm512_abs_ps(x);
+		__mmask16 fin = _mm512_cmp_ps_mask(a, inf, _CMP_LT_OQ);
+		__mmask16 nz = _mm512_mask_cmp_ps_mask(fin, a, zero, _CMP_GT_OQ);
+		__mmask16 neg = _mm512_mask_cmp_ps_mask(nz, x, zero, _CMP_LT_OQ);
+		/* NaN/Inf lanes convert to 0x80000000 and are clamped, then compressed away */
+		__m512i b = _mm512_min_epu32(_mm512_cvttps_epi32(_mm512_mul_ps(a, scv)), top);
+		b = _mm512_mask_add_epi32(b, neg, b, side);
+		if (nz == 0xFFFF && !skip) {
+			/* 16 values in one bin (a flat region: a blank page's background, a saturated
+			 * Clip) are one count of 16, not 16 increments of the same bin in a chain; after
+			 * a vector that is not, the next 7 are not checked (the test costs ~7 % of the
+			 * fill where nothing is flat) */
+			__m512i b0 = _mm512_permutexvar_epi32(_mm512_setzero_si512(), b);
+			if (_mm512_cmpeq_epi32_mask(b, b0) == 0xFFFF) {
+				bin[(uint32_t)_mm_cvtsi128_si32(_mm512_castsi512_si128(b))] += 16;
+				continue;
+			}
+			skip = 8;
+		}
+		skip -= skip > 0;
+		z += (unsigned)__builtin_popcount(fin & (unsigned)~nz);
+		_mm256_storeu_si256((__m256i *)(idx + k), _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(nz, b)));
+		k += (unsigned)__builtin_popcount(nz);
+	}
+	*nzero += z;
+	return k + idx_tail(p + j, m - j, sc, topi, idx + k, nzero);
+}
+
+/* sum_side for the first n / 16 * 16 bins, 16 a step; returns how many it did. */
+AVX512 static size_t sum_side_avx512(uint64_t *b, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint16_t *s3, size_t n)
+{
+	const __m256i z = _mm256_setzero_si256();
+	size_t k = 0;
+
+	for (; k + 16 <= n; k += 16) {
+		__m512i t = _mm512_add_epi32(
+			_mm512_add_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s0 + k))),
+					 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s1 + k)))),
+			_mm512_add_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s2 + k))),
+					 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s3 + k)))));
+		__m512i lo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(t));
+		__m512i hi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(t, 1));
+		_mm512_storeu_si512(b + k, _mm512_add_epi64(_mm512_loadu_si512(b + k), lo));
+		_mm512_storeu_si512(b + k + 8, _mm512_add_epi64(_mm512_loadu_si512(b + k + 8), hi));
+		_mm256_storeu_si256((__m256i *)(s0 + k), z);
+		_mm256_storeu_si256((__m256i *)(s1 + k), z);
+		_mm256_storeu_si256((__m256i *)(s2 + k), z);
+		_mm256_storeu_si256((__m256i *)(s3 + k), z);
+	}
+	return k;
+}
+#else
+#define idx_avx512 idx_c
+#endif
+
+/* b[k] += s0[k] + s1[k] + s2[k] + s3[k] for k < n, and the four cleared. */
+static void sum_side(uint64_t *b, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint16_t *s3, size_t n)
+{
+	size_t k = 0;
+
+#if defined(__GNUC__) && defined(__x86_64__)
+	if (oq_hist_simd && oq_cpu_avx512())
+		k = sum_side_avx512(b, s0, s1, s2, s3, n);
+#endif
+	for (; k < n; k++) {
+		b[k] += (uint64_t)((uint32_t)s0[k] + s1[k] + s2[k] + s3[k]);
+		s0[k] = s1[k] = s2[k] = s3[k] = 0;
+	}
+}
+
+/* Adds the sub-histograms' bins [0, top] of each side and the two slots to h, and clears them. */
+static void flush_sub(oq_hist *h, uint16_t (*sub)[NBINS + 2], size_t top)
+{
+	for (size_t side = 0; side < 2; side++)
+		sum_side(h->bin + side * SIDE, sub[0] + side * SIDE, sub[1] + side * SIDE, sub[2] + side * SIDE,
+			 sub[3] + side * SIDE, top + 1);
+	for (size_t k = ZSLOT; k <= BSLOT; k++) {
+		h->bin[k] += (uint64_t)((uint32_t)sub[0][k] + sub[1][k] + sub[2][k] + sub[3][k]);
+		sub[0][k] = sub[1][k] = sub[2][k] = sub[3][k] = 0;
+	}
+}
+
+/* the fill's bin indices (both sides and the two slots) are 16-bit */
+_Static_assert(NBINS + 2 <= 65536, "histogram bins must fit uint16_t indices");
+
+int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
+{
+	uint16_t idx[FILL_BLOCK + 16];
+	/* NSUB interleaved histograms of uint16 counts (value j of a block goes to j % NSUB), summed
+	 * into bin[] every SUB_BLOCKS blocks: incrementing one bin again and again is a serial
+	 * dependency, and 16-bit counts keep the bins in use within L1. Only bins [0, top] of each
+	 * side and the two slots are cleared and summed: worth it for enough values per bin. */
+	uint16_t sub[NSUB][NBINS + 2];
+	size_t (*kern)(const float *, size_t, float, uint32_t, uint16_t *, uint64_t *, uint64_t *) =
+		oq_hist_simd && oq_cpu_avx512() ? idx_avx512 : idx_c;
+	uint64_t nzero = 0;
+	uint32_t top;
+	float sc, u;
+	int rc, use_sub;
+
+	if (!(amax > 0)) { /* no finite non-zero value: only zeros to count */
+		for (size_t i = 0; i < n; i++)
+			h->n_zero += p[i] == 0.0f;
+		return OQ_OK;
+	}
+	if (amax > FLT_MAX)
+		amax = FLT_MAX;
+	if ((rc = oq_hist_reserve(h, oq_hist_exponent(amax))))
+		return rc;
+	sc = scale_of(h->e);
+	u = amax * sc;
+	top = u < (float)(SIDE - 1) ? (uint32_t)u : (uint32_t)(SIDE - 1);
+	use_sub = n >= (size_t)top + 64;
+	if (use_sub) {
+		for (int q = 0; q < NSUB; q++) {
+			memset(sub[q], 0, ((size_t)top + 1) * sizeof **sub);
+			memset(sub[q] + SIDE, 0, ((size_t)top + 1) * sizeof **sub);
+			sub[q][ZSLOT] = sub[q][BSLOT] = 0;
+		}
+	}
+	for (size_t i = 0, blocks = 0; i < n; i += FILL_BLOCK) {
+		size_t m = n - i < FILL_BLOCK ? n - i : FILL_BLOCK;
+		size_t k = kern(p + i, m, sc, top, idx, &nzero, h->bin), j = 0;
+		if (use_sub) {
+			for (; j + NSUB <= k; j += NSUB) {
+				uint64_t w;
+				memcpy(&w, idx + j, sizeof w);
+				sub[0][(uint16_t)w]++;
+				sub[1][(uint16_t)(w >> 16)]++;
+				sub[2][(uint16_t)(w >> 32)]++;
+				sub[3][w >> 48]++;
+			}
+			if (++blocks == SUB_BLOCKS) {
+				flush_sub(h, sub, top);
+				blocks = 0;
+			}
+		}
+		for (; j < k; j++)
+			h->bin[idx[j]]++;
+	}
+	if (use_sub)
+		flush_sub(h, sub, top);
+	h->n_zero += nzero + h->bin[ZSLOT];
+	h->bin[ZSLOT] = h->bin[BSLOT] = 0;
+	return OQ_OK;
+}
+
+/* x as the fill sees it: finite doubles beyond float's range saturate (NaN/Inf stay). */
+static float as_fill(double x)
+{
+	if ((x - x) != 0.0)
+		return (float)x;
+	return x > FLT_MAX ? FLT_MAX : x < -FLT_MAX ? -FLT_MAX : (float)x;
+}
+
+int oq_hist_add_f64(oq_hist *h, const double *p, size_t n)
+{
+	float buf[FILL_BLOCK];
+	for (size_t i = 0; i < n; i += FILL_BLOCK) {
+		size_t m = n - i < FILL_BLOCK ? n - i : FILL_BLOCK;
+		float lo = INFINITY, hi = -INFINITY;
+		uint64_t bad = 0;
+		int rc;
+		for (size_t j = 0; j < m; j++)
+			buf[j] = as_fill(p[i + j]);
+		oq_minmax_f32(buf, m, &lo, &hi, &bad);
+		if ((rc = oq_hist_add_f32(h, buf, m, lo <= hi ? fmaxf(-lo, hi) : 0)))
+			return rc;
+	}
+	return OQ_OK;
+}
+
+static int add_u64(uint64_t *a, uint64_t b)
+{
+	if (b > UINT64_MAX - *a)
+		return 0;
+	*a += b;
+	return 1;
+}
+
+int oq_hist_merge(oq_hist *a, const oq_hist *b)
+{
+	int s, rc;
+
+	if (!add_u64(&a->n_zero, b->n_zero))
+		return OQ_EINVAL;
+	if (!b->bin)
+		return OQ_OK;
+	if ((rc = oq_hist_reserve(a, b->e)))
+		return rc;
+	s = a->e - b->e; /* >= 0 now */
+	for (size_t side = 0; side < 2; side++)
+		for (size_t k = 0; k < SIDE; k++)
+			if (!add_u64(&a->bin[side * SIDE + (s >= OQ_HIST_LOG2 ? 0 : k >> s)],
+				     b->bin[side * SIDE + k]))
+				return OQ_EINVAL;
+	return OQ_OK;
+}
+
+int oq_hist_regrid(oq_hist *h, int e)
+{
+	e = e < OQ_HIST_EMIN ? OQ_HIST_EMIN : e > OQ_HIST_EMAX ? OQ_HIST_EMAX : e;
+	if (!h->bin && !(h->bin = oq_calloc(NBINS + 2, sizeof *h->bin)))
+		return OQ_ENOMEM;
+	h->e = e; /* every count is 0: any grid describes them */
+	return OQ_OK;
+}
+
+void oq_hist_drain(oq_hist *dst, oq_hist *src)
+{
+	dst->n_zero += src->n_zero;
+	src->n_zero = 0;
+	if (!src->bin)
+		return;
+	for (size_t k = 0; k < NBINS; k++)
+		dst->bin[k] += src->bin[k];
+	memset(src->bin, 0, (NBINS + 2) * sizeof *src->bin);
+}
+
+int oq_hist_copy(oq_hist *dst, const oq_hist *src)
+{
+	oq_hist_init(dst);
+	dst->n_zero = src->n_zero;
+	if (!src->bin)
+		return OQ_OK;
+	if (!(dst->bin = oq_malloc((NBINS + 2) * sizeof *dst->bin)))
+		return OQ_ENOMEM;
+	memcpy(dst->bin, src->bin, (NBINS + 2) * sizeof *dst->bin);
+	dst->e = src->e;
+	return OQ_OK;
+}
+
+/* ------------------------------------------------------------ min/max scan */
+
+#define LANES 16
+
+void oq_minmax_f32_ref(const float *p, size_t n, float *lo, float *hi, uint64_t *bad)
+{
+	for (size_t i = 0; i < n; i++) {
+		float x = p[i] + 0.0f;
+		if ((x - x) != 0.0f) {
+			(*bad)++;
+			continue;
+		}
+		*lo = x < *lo ? x : *lo;
+		*hi = x > *hi ? x : *hi;
+	}
+}
+
+/* LANES independent lanes of compare-and-select (vectorisable without -ffast-math). */
+static void minmax_c(const float *p, size_t n, float *lo_out, float *hi_out, uint64_t *bad_out)
+{
+	float lo[LANES], hi[LANES];
+	uint32_t bad[LANES];
+	size_t i = 0;
+
+	for (int j = 0; j < LANES; j++) {
+		lo[j] = INFINITY;
+		hi[j] = -INFINITY;
+		bad[j] = 0;
+	}
+	while (i + LANES <= n) {
+		/* lane counters are flushed every 2^24 blocks so they cannot overflow */
+		size_t stop = n - i > ((size_t)LANES << 24) ? i + ((size_t)LANES << 24) : n;
+		for (; i + LANES <= stop; i += LANES) {
+			for (int j = 0; j < LANES; j++) {
+				float x = p[i + (size_t)j] + 0.0f;
+				int fin = (x - x) == 0.0f;
+				float a = fin ? x : lo[j];
+				float b = fin ? x : hi[j];
+				lo[j] = a < lo[j] ? a : lo[j];
+				hi[j] = b > hi[j] ? b : hi[j];
+				bad[j] += (uint32_t)!fin;
+			}
+		}
+		for (int j = 0; j < LANES; j++) {
+			*bad_out += bad[j];
+			bad[j] = 0;
+		}
+	}
+	oq_minmax_f32_ref(p + i, n - i, &lo[0], &hi[0], bad_out);
+	for (int j = 0; j < LANES; j++) {
+		*lo_out = lo[j] < *lo_out ? lo[j] : *lo_out;
+		*hi_out = hi[j] > *hi_out ? hi[j] : *hi_out;
+	}
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+/* Masked min/max (NaN/Inf lanes keep the old value), two accumulators against the latency. */
+AVX512 static void minmax_avx512(const float *p, size_t n, float *lo_out, float *hi_out,
+				 uint64_t *bad_out)
+{
+	const __m512 zero = _mm512_setzero_ps();
+	__m512 lo0 = _mm512_set1_ps(INFINITY), lo1 = lo0, hi0 = _mm512_set1_ps(-INFINITY), hi1 = hi0;
+	uint64_t bad = 0;
+	size_t i = 0;
+	float lo, hi;
+
+	for (; i + 32 <= n; i += 32) {
+		__m512 x = _mm512_add_ps(_mm512_loadu_ps(p + i), zero);
+		__m512 y = _mm512_add_ps(_mm512_loadu_ps(p + i + 16), zero);
+		__mmask16 fx = _mm512_cmp_ps_mask(_mm512_sub_ps(x, x), zero, _CMP_EQ_OQ);
+		__mmask16 fy = _mm512_cmp_ps_mask(_mm512_sub_ps(y, y), zero, _CMP_EQ_OQ);
+		lo0 = _mm512_mask_min_ps(lo0, fx, lo0, x);
+		hi0 = _mm512_mask_max_ps(hi0, fx, hi0, x);
+		lo1 = _mm512_mask_min_ps(lo1, fy, lo1, y);
+		hi1 = _mm512_mask_max_ps(hi1, fy, hi1, y);
+		bad += 32u - (unsigned)__builtin_popcount(fx) - (unsigned)__builtin_popcount(fy);
+	}
+	lo = _mm512_reduce_min_ps(_mm512_min_ps(lo0, lo1));
+	hi = _mm512_reduce_max_ps(_mm512_max_ps(hi0, hi1));
+	oq_minmax_f32_ref(p + i, n - i, &lo, &hi, &bad);
+	*lo_out = lo < *lo_out ? lo : *lo_out;
+	*hi_out = hi > *hi_out ? hi : *hi_out;
+	*bad_out += bad;
+}
+#else
+#define minmax_avx512 minmax_c
+#endif
+
+void oq_minmax_f32(const float *p, size_t n, float *lo, float *hi, uint64_t *bad)
+{
+	if (oq_hist_simd && oq_cpu_avx512())
+		minmax_avx512(p, n, lo, hi, bad);
+	else
+		minmax_c(p, n, lo, hi, bad);
+}
+
+/* ------------------------------------------------------------ bins for the selections */
+
+int oq_hbins_init(oq_hbins *b, double lo, double hi, size_t n, int abs)
+{
+	memset(b, 0, sizeof *b);
+	if (!(lo < hi) || !isfinite(lo) || !isfinite(hi) || n < 1 || (abs && lo != 0))
+		return OQ_EINVAL;
+	if (n > (1u << 24) || !(b->bin = oq_calloc(n, sizeof *b->bin)))
+		return OQ_ENOMEM;
+	b->lo = lo;
+	b->hi = hi;
+	b->n = n;
+	b->abs = abs;
+	return OQ_OK;
+}
+
+void oq_hbins_free(oq_hbins *b)
+{
+	free(b->bin);
+	memset(b, 0, sizeof *b);
+}
+
+/* Signed cell of x on h's grid (see the header): k >= 0 for x >= 0, -1 - k for x < 0. */
+static long cell(const oq_hist *h, double x)
+{
+	float f = as_fill(x);
+	size_t k;
+	if (!(fabsf(f) < INFINITY))
+		f = x < 0 ? -FLT_MAX : FLT_MAX; /* not for data ranges, which are finite */
+	k = bin_of(f, scale_of(h->e)) % SIDE;
+	return f < 0 ? -1 - (long)k : (long)k;
+}
+
+int oq_hist_view(const oq_hist *h, double lo, double hi, int abs, oq_hbins *out)
+{
+	double w = ldexp(1.0, h->e - OQ_HIST_LOG2);
+	long g0, g1;
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	if (!h->bin || !(lo <= hi))
+		return OQ_EINVAL;
+	if (abs) {
+		g0 = 0;
+		g1 = cell(h, fmax(-lo, hi));
+	} else {
+		g0 = cell(h, lo);
+		g1 = cell(h, hi);
+	}
+	if ((rc = oq_hbins_init(out, (double)g0 * w, (double)(g1 + 1) * w, (size_t)(g1 - g0 + 1), abs)))
+		return rc;
+	out->n_zero = h->n_zero;
+	for (long g = g0; g <= g1; g++) {
+		size_t k = (size_t)(g - g0);
+		if (abs)
+			out->bin[k] = h->bin[k] + h->bin[SIDE + k]; /* no overflow: counts are checked */
+		else
+			out->bin[k] = g >= 0 ? h->bin[g] : h->bin[SIDE + (size_t)(-1 - g)];
+	}
+	return OQ_OK;
+}
+
+/* Count of bin k with the zeros put back where 0 falls. */
+static double count_at(const oq_hbins *h, size_t k, size_t zbin)
+{
+	return (double)h->bin[k] + (k == zbin ? (double)h->n_zero : 0.0);
+}
+
+/* The bin 0 falls into (n when outside the range). */
+static size_t zero_bin(const oq_hbins *h)
+{
+	double u;
+
+	if (h->abs)
+		return 0;
+	if (h->lo > 0 || h->hi < 0)
+		return h->n;
+	u = floor(-h->lo * (double)h->n / (h->hi - h->lo));
+	return u < (double)(h->n - 1) ? (size_t)u : h->n - 1;
+}
+
+static double total(const oq_hbins *h)
+{
+	double t = (double)h->n_zero;
+	for (size_t k = 0; k < h->n; k++)
+		t += (double)h->bin[k];
+	return t;
+}
+
+static void clip_to(double lo, double hi, double *out_lo, double *out_hi)
+{
+	if (*out_lo < lo)
+		*out_lo = lo;
+	if (*out_hi > hi)
+		*out_hi = hi;
+	if (*out_lo > *out_hi) /* cannot happen with p > 0; keep a valid range anyway */
+		*out_lo = *out_hi;
+}
+
+/* Edge k of h (k = 0..n). */
+static double edge(const oq_hbins *h, size_t k)
+{
+	return k == h->n ? h->hi : h->lo + (h->hi - h->lo) * (double)k / (double)h->n;
+}
+
+/* ------------------------------------------------------------ EMA */
+
+void oq_ema_update(double *lo, double *hi, int *init, double blo, double bhi, double c)
+{
+	if (!*init) {
+		*lo = blo;
+		*hi = bhi;
+		*init = 1;
+		return;
+	}
+	*lo += c * (blo - *lo);
+	*hi += c * (bhi - *hi);
+}
+
+/* ------------------------------------------------------------ percentile */
+
+/* The largest k such that the top k bins hold at most q values. */
+static size_t top_cut(const oq_hbins *h, double q, size_t zb)
+{
+	double acc = 0;
+	size_t k = 0;
+	while (k < h->n) {
+		acc += count_at(h, h->n - 1 - k, zb);
+		if (acc > q)
+			break;
+		k++;
+	}
+	return k;
+}
+
+void oq_select_percentile(const oq_hbins *h, double lo, double hi, double p, double *out_lo,
+			  double *out_hi)
+{
+	double n = total(h);
+	size_t zb = zero_bin(h);
+
+	if (!(p < 100) || n <= 0) {
+		*out_lo = lo;
+		*out_hi = hi;
+		return;
+	}
+	if (h->abs) {
+		size_t k = top_cut(h, n * (100 - p) / 100, zb);
+		double t = edge(h, h->n - k);
+		*out_lo = -t;
+		*out_hi = t;
+	} else {
+		double q = n * (100 - p) / 200, acc = 0;
+		size_t k = 0, k2 = top_cut(h, q, zb);
+		while (k < h->n) {
+			acc += count_at(h, k, zb);
+			if (acc > q)
+				break;
+			k++;
+		}
+		*out_lo = edge(h, k);
+		*out_hi = edge(h, h->n - k2);
+	}
+	clip_to(lo, hi, out_lo, out_hi);
+}
+
+/* ------------------------------------------------------------ entropy */
+
+#define KL_EPS 1e-4 /* counts given to an empty Q bin where P is not empty */
+
+static double xlogx(double x)
+{
+	return x > 0 ? x * log(x) : 0;
+}
+
+int oq_select_entropy(const oq_hbins *h, double lo, double hi, int target, double *out_lo,
+		      double *out_hi)
+{
+	size_t n = h->n, T = (size_t)target, best_i = n;
+	double *C = NULL, *PL = NULL, *NZ = NULL, N, best = INFINITY, t;
+
+	*out_lo = lo;
+	*out_hi = hi;
+	if (!h->abs || target < 2 || n < T)
+		return OQ_EINVAL;
+	C = oq_malloc((n + 1) * sizeof *C);
+	PL = oq_malloc((n + 1) * sizeof *PL);
+	NZ = oq_malloc((n + 1) * sizeof *NZ);
+	if (!C || !PL || !NZ) {
+		free(C);
+		free(PL);
+		free(NZ);
+		return OQ_ENOMEM;
+	}
+	C[0] = PL[0] = NZ[0] = 0;
+	for (size_t k = 0; k < n; k++) {
+		double c = (double)h->bin[k]; /* exact zeros left out, see the header */
+		C[k + 1] = C[k] + c;
+		PL[k + 1] = PL[k] + xlogx(c);
+		NZ[k + 1] = NZ[k] + (c > 0);
+	}
+	N = C[n];
+	for (size_t i = T; i <= n && N > 0; i++) {
+		double O = N - C[i], last = C[i] - C[i - 1] + O;
+		double plogp = PL[i - 1] + xlogx(last), plogq = 0, kl;
+		if (C[i] <= 0)
+			continue;
+		for (size_t j = 0; j < T; j++) {
+			size_t s = (j * i + T - 1) / T, e = ((j + 1) * i + T - 1) / T;
+			double G = C[e] - C[s], nz = NZ[e] - NZ[s];
+			double mass = G + (j == T - 1 ? O : 0);
+			if (j == T - 1 && C[i] - C[i - 1] == 0 && O > 0)
+				nz += 1; /* the outliers made P[i-1] non-empty */
+			if (nz == 0 || mass == 0)
+				continue;
+			plogq += mass * log(G > 0 ? G / nz : KL_EPS);
+		}
+		kl = (plogp - plogq) / N + log(C[i] / N);
+		if (kl < best) {
+			best = kl;
+			best_i = i;
+		}
+	}
+	free(C);
+	free(PL);
+	free(NZ);
+	t = edge(h, best_i);
+	*out_lo = -t;
+	*out_hi = t;
+	clip_to(lo, hi, out_lo, out_hi);
+	return OQ_OK;
+}
+
+/* ------------------------------------------------------------ MSE */
+
+/* Prefix sums over the bins: count, count*c, count*c^2 (c = bin centre). */
+typedef struct msectx {
+	const oq_hbins *h;
+	double *C, *S1, *S2; /* n + 1 entries each */
+	double w, inv_w;     /* bin width and its inverse */
+	int dtype, form;     /* target grid: activation dtype and oq_qparams form */
+	int fp8;             /* dtype is float8e4m3fn (|x| bins, binade model) */
+	int64_t qmin, qmax;  /* the form's grid */
+} msectx;
+
+/* Bins [a, b) clamped to [0, n]; sums of count, count*c, count*c^2. */
+static void sums(const msectx *m, double a, double b, double *c0, double *c1, double *c2)
+{
+	double n = (double)m->h->n;
+	size_t ia, ib;
+	a = a < 0 ? 0 : a > n ? n : a;
+	b = b < 0 ? 0 : b > n ? n : b;
+	ia = (size_t)a;
+	ib = (size_t)b;
+	if (ib <= ia) {
+		*c0 = *c1 = *c2 = 0;
+		return;
+	}
+	*c0 = m->C[ib] - m->C[ia];
+	*c1 = m->S1[ib] - m->S1[ia];
+	*c2 = m->S2[ib] - m->S2[ia];
+}
+
+/* First bin index whose centre is > x (centre k = lo + (k + 0.5) w), as a double for sums(). */
+static double first_above(const msectx *m, double x)
+{
+	double u = (x - m->h->lo) / m->w - 0.5;
+	double k = floor(u) + 1;
+	return k < 0 ? 0 : k;
+}
+
+/* First bin index whose centre is >= x. */
+static double first_at_or_above(const msectx *m, double x)
+{
+	double u = (x - m->h->lo) / m->w - 0.5;
+	double k = ceil(u);
+	return k < 0 ? 0 : k;
+}
+
+/* The level (integer code) the quantize pass gives x on the grid (s, zp): round half to even,
+ * saturated. */
+static int64_t level(const msectx *m, double x, double s, int64_t zp)
+{
+	double q = nearbyint(x / s) + (double)zp;
+	return q < (double)m->qmin ? m->qmin : q > (double)m->qmax ? m->qmax : (int64_t)q;
+}
+
+/* Squared error of cnt values spread evenly over [l, r] that all become v. */
+static double seg(double cnt, double l, double r, double v)
+{
+	double d = 0.5 * (l + r) - v, len = r - l;
+	return cnt * (d * d + len * len / 12);
+}
+
+/*
+ * Expected squared error of range [a, b] on the target grid (+inf when it has no qparams),
+ * each bin's count spread evenly over the bin (a piecewise-constant density) and quantized by
+ * the pass' Q then DQ (round to nearest level, clipping at the grid ends). Level j takes
+ * [v - s/2, v + s/2) (v = (j - zp) s; the end levels reach to -inf / +inf). Walking the levels
+ * from the one holding the lowest bin edge to the one holding the highest, each boundary
+ * v + s/2 cuts one bin: its left part goes to level j, its right part to j + 1, and the bins
+ * wholly between two boundaries cost sum cnt ((c - v)^2 + w^2/12), O(1) from the prefix sums.
+ * The result is exact for that density and continuous in a and b, so the search does not jump
+ * between ranges that happen to align bin centres with levels (a bin-centre model did:
+ * rounding error that depends on the binning). A step narrower than a bin (16-bit grids) makes
+ * more levels than bins; then each bin costs its clipped parts exactly and s^2/12 per value
+ * inside the grid (values spread over many steps).
+ */
+/* The level walk of mse_err (a step s >= w, levels j0..j1, zero point zp), one level at a time:
+ * the reference of walk_fast. */
+static double walk_ref(const msectx *m, double s, int64_t zp, int64_t j0, int64_t j1)
+{
+	double n = (double)m->h->n, lo = m->h->lo, w = m->w, e = 0;
+	double cut_l = 0, cut_cnt = 0; /* the right part of the bin cut by the last boundary */
+	size_t start = 0;               /* the first bin not yet counted */
+
+	for (int64_t j = j0; j <= j1; j++) {
+		double v = (double)(j - zp) * s, bd = v + 0.5 * s, u;
+		size_t kb = m->h->n;
+		if (cut_cnt > 0) /* what the previous boundary left of its bin */
+			e += seg(cut_cnt, cut_l, lo + (double)start * w, v);
+		cut_cnt = 0;
+		if (j < j1) {
+			/* boundary v + s/2, inside the bins' range (lo is in level j0's cell, hi in j1's) */
+			u = (bd - lo) * m->inv_w;
+			kb = u < 1 ? 0 : u >= n - 1 ? m->h->n - 1 : (size_t)u;
+		}
+		if (kb > start) {
+			double c0 = m->C[kb] - m->C[start], c1 = m->S1[kb] - m->S1[start];
+			double c2 = m->S2[kb] - m->S2[start] - 2 * v * c1 + v * v * c0;
+			e += (c2 > 0 ? c2 : 0) + c0 * w * w / 12;
+		}
+		if (j < j1) {
+			double cnt = (double)m->h->bin[kb], el = lo + (double)kb * w, f = (bd - el) * m->inv_w;
+			f = f < 0 ? 0 : f > 1 ? 1 : f;
+			if (cnt > 0 && f > 0)
+				e += seg(cnt * f, el, bd, v);
+			cut_cnt = cnt * (1 - f);
+			cut_l = bd;
+			start = kb + 1;
+		}
+	}
+	return e;
+}
+
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+/* a > b ? a : b and a < b ? a : b as maxsd / minsd compute them (NaN, -0 included): no branch. */
+static double max_sd(double a, double b)
+{
+	return _mm_cvtsd_f64(_mm_max_sd(_mm_set_sd(a), _mm_set_sd(b)));
+}
+static double min_sd(double a, double b)
+{
+	return _mm_cvtsd_f64(_mm_min_sd(_mm_set_sd(a), _mm_set_sd(b)));
+}
+#else
+static double max_sd(double a, double b)
+{
+	return a > b ? a : b;
+}
+static double min_sd(double a, double b)
+{
+	return a < b ? a : b;
+}
+#endif
+
+/*
+ * walk_ref without its data-dependent branches: each level computes its three terms (the
+ * previous boundary's leftover, the whole bins, this boundary's part of its bin) and adds
+ * each one, masked to +0.0 where walk_ref adds nothing. e starts at +0 and only grows, so
+ * e + 0.0 == e and the sum has walk_ref's bits; the terms are walk_ref's expressions (the
+ * clamps as maxsd / minsd, which select exactly as its ?: do). The tests it drops (empty
+ * bins, a cut at a bin edge, a block of bins summing to about 0) go either way level by level,
+ * and mispredicting them cost more than the arithmetic. Bin indices are int64 (converted to and
+ * from double in one instruction; the values are the same).
+ */
+static double walk_fast(const msectx *m, double s, int64_t zp, int64_t j0, int64_t j1)
+{
+	const double *C = m->C, *S1 = m->S1, *S2 = m->S2;
+	const uint64_t *bin = m->h->bin;
+	const int64_t nb = (int64_t)m->h->n;
+	double n = (double)m->h->n, lo = m->h->lo, w = m->w, inv_w = m->inv_w, e = 0;
+	double cut_l = 0, cut_cnt = 0;
+	int64_t start = 0;
+
+	for (int64_t j = j0; j <= j1; j++) {
+		double v = (double)(j - zp) * s, bd = v + 0.5 * s, u;
+		int64_t kb = nb;
+		if (cut_cnt > 0)
+			e += seg(cut_cnt, cut_l, lo + (double)start * w, v);
+		cut_cnt = 0;
+		if (j < j1) {
+			u = (bd - lo) * inv_w;
+			kb = u < 1 ? 0 : u >= n - 1 ? nb - 1 : (int64_t)u;
+		}
+		if (kb > start) {
+			double c0 = C[kb] - C[start], c1 = S1[kb] - S1[start];
+			double c2 = S2[kb] - S2[start] - 2 * v * c1 + v * v * c0;
+			e += max_sd(c2, 0) + c0 * w * w / 12;
+		}
+		if (j < j1) {
+			double cnt = (double)(int64_t)bin[kb], el = lo + (double)kb * w;
+			double f = min_sd(1, max_sd(0, (bd - el) * inv_w));
+			if (cnt > 0 && f > 0)
+				e += seg(cnt * f, el, bd, v);
+			cut_cnt = cnt * (1 - f);
+			cut_l = bd;
+			start = kb + 1;
+		}
+	}
+	return e;
+}
+
+int oq_mse_ref;
+
+static double mse_err(const msectx *m, double a, double b)
+{
+	float sf;
+	int64_t zp, j0, j1;
+	double s, lo = m->h->lo, w = m->w, e = 0, gl, gh;
+
+	if (oq_qparams(a, b, m->dtype, m->form, 0, &sf, &zp) || !(sf > 0))
+		return INFINITY;
+	s = sf;
+	gl = (double)(m->qmin - zp) * s;
+	gh = (double)(m->qmax - zp) * s;
+	if (s < w) {
+		for (size_t k = 0; k < m->h->n; k++) {
+			double l = lo + (double)k * w, r = l + w, cnt = (double)m->h->bin[k], x0, x1;
+			if (!cnt)
+				continue;
+			x0 = l > gl ? l : gl; /* the part inside [gl, gh] */
+			x1 = r < gh ? r : gh;
+			if (l < gl)
+				e += seg(cnt * ((r < gl ? r : gl) - l) / w, l, r < gl ? r : gl, gl);
+			if (r > gh)
+				e += seg(cnt * (r - (l > gh ? l : gh)) / w, l > gh ? l : gh, r, gh);
+			if (x1 > x0)
+				e += cnt * (x1 - x0) / w * s * s / 12;
+		}
+		return e;
+	}
+	j0 = level(m, lo, s, zp);
+	j1 = level(m, m->h->hi, s, zp);
+	return oq_mse_ref ? walk_ref(m, s, zp, j0, j1) : walk_fast(m, s, zp, j0, j1);
+}
+
+/* Expected squared error of [-t, t] on the FP8 E4M3FN grid (|x| histogram). */
+static double mse_err_fp8(const msectx *m, double t)
+{
+	double s = t / OQ_FP8_E4M3FN_MAX, n = (double)m->h->n, e = 0, c0, c1, c2, a, b;
+
+	if (!(s > 0))
+		return INFINITY;
+	/* clipping above t */
+	a = first_above(m, t);
+	sums(m, a, n, &c0, &c1, &c2);
+	e += c2 - 2 * t * c1 + t * t * c0;
+	/* below half the smallest subnormal: rounds to 0 */
+	b = first_at_or_above(m, ldexp(s, -10));
+	sums(m, 0, b, &c0, &c1, &c2);
+	e += c2;
+	/* subnormals (k = -7), then binades [2^k s, 2^(k+1) s) for k = -6..8, the last up to t */
+	for (int k = -7; k <= 8; k++) {
+		double top = k < 8 ? ldexp(s, k + 1) : t, step = ldexp(s, (k < -6 ? -6 : k) - 3);
+		double ib = first_at_or_above(m, top);
+		if (ib > a || k == 8)
+			ib = a;
+		if (ib < b)
+			ib = b;
+		sums(m, b, ib, &c0, &c1, &c2);
+		e += c0 * step * step / 12;
+		b = ib;
+	}
+	return e;
+}
+
+/* Which end a search moves. */
+enum { END_SYM, END_HI, END_LO };
+
+/* Error of the range with end `which` at t (the other end at a or b; END_SYM: [-t, t]). */
+static double err_at(const msectx *m, int which, double a, double b, double t)
+{
+	if (which == END_SYM)
+		return m->fp8 ? mse_err_fp8(m, t) : mse_err(m, -t, t);
+	return which == END_HI ? mse_err(m, a, t) : mse_err(m, t, b);
+}
+
+#define COARSE 32 /* candidates of a search's first pass */
+#define REFINE 8  /* each further pass looks 8 times closer */
+
+/*
+ * The least-error end among the edges k0..k1 of m's bins, or `cur` (error *best) when none is
+ * better. Candidates are tried from the wide end (END_LO: k0 up, else k1 down) and only a
+ * strictly smaller error wins, so ties keep the wider range. The error is smooth in the end
+ * (mse_err), so the search narrows down instead of trying every edge: every step-th edge
+ * (step = ceil(count / COARSE)), then around the best so far every step/REFINE-th edge within
+ * one step, and so on down to single edges: about COARSE + 2 REFINE log_REFINE(count / COARSE)
+ * evaluations (80 for 4096 edges) instead of count.
+ */
+static double search(const msectx *m, int which, double a, double b, size_t k0, size_t k1,
+		     double cur, double *best)
+{
+	size_t cnt = k1 - k0 + 1, step = (cnt + COARSE - 1) / COARSE, bi = 0;
+	double bt = cur;
+
+	if (k1 < k0)
+		return cur;
+	for (size_t i = 0;;) {
+		double t = edge(m->h, which == END_LO ? k0 + i : k1 - i), e = err_at(m, which, a, b, t);
+		if (e < *best) {
+			*best = e;
+			bt = t;
+			bi = i;
+		}
+		if ((i += step) >= cnt)
+			break;
+	}
+	while (step > 1) {
+		size_t ns = (step + REFINE - 1) / REFINE, c = bi, from = c > step ? c - step : 0;
+		for (size_t i = from + ns; i < c + step && i < cnt; i += ns) {
+			double t, e;
+			if (i == c)
+				continue;
+			t = edge(m->h, which == END_LO ? k0 + i : k1 - i);
+			if ((e = err_at(m, which, a, b, t)) < *best) {
+				*best = e;
+				bt = t;
+				bi = i;
+			}
+		}
+		step = ns;
+	}
+	return bt;
+}
+
+static void mse_free(msectx *m)
+{
+	free(m->C);
+	free(m->S1);
+	free(m->S2);
+}
+
+/* m for bins h and the grid (dtype, form): the prefix sums. OQ_EINVAL when h's kind (|x| or
+ * signed) does not describe the grid, OQ_ENOMEM. */
+static int mse_init(msectx *m, const oq_hbins *h, int dtype, int form)
+{
+	size_t n = h->n;
+
+	memset(m, 0, sizeof *m);
+	m->h = h;
+	m->dtype = dtype;
+	m->form = form;
+	m->fp8 = oq_qtype_is_fp8(dtype);
+	if (oq_qform_mirrored(dtype, form) != !!h->abs ||
+	    (m->fp8 ? form == OQ_QP_ASYM : !oq_qgrid(dtype, form, 0, &m->qmin, &m->qmax)))
+		return OQ_EINVAL;
+	m->w = (h->hi - h->lo) / (double)n;
+	m->inv_w = (double)n / (h->hi - h->lo);
+	m->C = oq_malloc((n + 1) * sizeof *m->C);
+	m->S1 = oq_malloc((n + 1) * sizeof *m->S1);
+	m->S2 = oq_malloc((n + 1) * sizeof *m->S2);
+	if (!m->C || !m->S1 || !m->S2) {
+		mse_free(m);
+		return OQ_ENOMEM;
+	}
+	m->C[0] = m->S1[0] = m->S2[0] = 0;
+	for (size_t k = 0; k < n; k++) {
+		double c = h->lo + ((double)k + 0.5) * m->w, cnt = (double)h->bin[k];
+		m->C[k + 1] = m->C[k] + cnt;
+		m->S1[k + 1] = m->S1[k] + cnt * c;
+		m->S2[k + 1] = m->S2[k] + cnt * c * c;
+	}
+	return OQ_OK;
+}
+
+int oq_mse_error(const oq_hbins *h, double a, double b, int dtype, int form, double *err)
+{
+	msectx m;
+	int rc = mse_init(&m, h, dtype, form);
+
+	if (!rc)
+		*err = m.fp8 ? mse_err_fp8(&m, b) : mse_err(&m, a, b);
+	mse_free(&m);
+	return rc;
+}
+
+int oq_select_mse(const oq_hbins *h, double lo, double hi, int dtype, int form, double *out_lo,
+		  double *out_hi)
+{
+	msectx m;
+	size_t n = h->n;
+	int rc;
+
+	*out_lo = lo;
+	*out_hi = hi;
+	if ((rc = mse_init(&m, h, dtype, form)))
+		return rc;
+	if (h->abs) {
+		double bt = fmax(-lo, hi), best = err_at(&m, END_SYM, 0, 0, bt);
+		bt = search(&m, END_SYM, 0, 0, 1, n - 1, bt, &best);
+		*out_lo = -bt;
+		*out_hi = bt;
+	} else {
+		/* edges above 0: k > -lo / w; below 0: k < -lo / w (edge k = lo + k w, exact) */
+		double z = -h->lo / m.w, a = lo, b = hi, best = mse_err(&m, a, b);
+		size_t kp = z < 0 ? 1 : (size_t)floor(z) + 1, kn = z <= 1 ? 0 : (size_t)ceil(z) - 1;
+		for (int round = 0; round < 8; round++) {
+			double na = a, nb = b;
+			if (b > 0 && kp < n)
+				nb = search(&m, END_HI, a, b, kp, n - 1, b, &best);
+			if (a < 0 && form == OQ_QP_ASYM && kn >= 1)
+				na = search(&m, END_LO, a, nb, 1, kn < n - 1 ? kn : n - 1, a, &best);
+			if (na == a && nb == b)
+				break;
+			a = na;
+			b = nb;
+		}
+		*out_lo = a;
+		*out_hi = b;
+	}
+	clip_to(lo, hi, out_lo, out_hi);
+	mse_free(&m);
+	return OQ_OK;
+}

@@ -1,0 +1,1140 @@
+/*
+ * quantize.c - the quantize pass: QuantizeLinear/DequantizeLinear around
+ * the activations of the selected nodes, integer weights behind a
+ * DequantizeLinear, int32 biases (REFERENCE.md sections 2 and 3).
+ *
+ * Profile ORT (default), one shared pair per activation tensor t:
+ *
+ *   P -> t -> A, B          ==>   P -> t -> Q(t, s_t, z_t) -> DQ -> t_dq -> A (quantized)
+ *                                      t -> B (not quantized: keeps reading float)
+ *   graph output y:         ==>   P -> y' -> Q -> DQ -> y     (y keeps its name and float type)
+ *   Conv(x, W, B)           ==>   Conv(DQ(x_q), DQ(W_q, s_w), DQ(B_q, s_x * s_w))   (B_q int32)
+ *   Conv -t-> Relu -> y     ==>   Conv -> y -> Q(y, s_y, z_y)   (asymmetric: z_y = qmin, so the
+ *                                 Q saturates below 0 exactly as Relu would; same for Clip(0, hi)
+ *                                 when the calibrated range lies within [0, hi])
+ *
+ *   s_t, z_t: oq_qparams on the calibrated [min, max] of t (fixed [0, 1] for
+ *   a Softmax output). Outputs of Reshape/Transpose/pooling/... reuse the
+ *   input's s, z so ORT can drop the pair around them: q(x) = round(x/s) + z
+ *   commutes with any op that only moves or selects elements.
+ *
+ * Profile TRT (TensorRT / ModelOpt): symmetric int8 (narrow grid), a
+ * dedicated pair per (consumer, input) on the inputs of Conv, ConvTranspose,
+ * Gemm, MatMul, pooling and Add only; nothing on outputs; float biases.
+ *
+ * Selection: op table below, minus --exclude (node name, op type or tensor
+ * name), restricted by --include (node names and op types restrict nodes;
+ * tensor names restrict which activations get a pair), minus override
+ * "skip". Values inside a fused unit (OQ_QM_INTERNAL, set by fuse) never get
+ * a pair. Only the main graph is rewritten; If/Loop/Scan bodies stay float.
+ * New nodes are appended; the driver restores topological order.
+ *
+ * Calibration runs before this pass and asks it two things (pass.h):
+ * oq_quantize_act_grid, the grid a tensor's Q will have (own_qp's
+ * resolution, shared), and oq_quantize_range_needs, which tensors' ranges the
+ * pass will read (a dry run of the selection and of mark_needed).
+ */
+#include "passes/pass.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/quantize/overrides.h"
+#include "src/quant/qparams.h"
+#include "passes/quantize/qweight.h"
+
+/* What a quantized op does with its activations. */
+enum {
+	K_OWN = 0,    /* inputs and outputs get their own scales */
+	K_SHARE,      /* output reuses input 0's scale and zero point */
+	K_SOFTMAX,    /* output range fixed to [0, 1] */
+};
+
+#define ALL_INPUTS 0xffffffffu
+
+/* One quantizable op. */
+typedef struct opinfo {
+	oq_op op;
+	int kind;          /* K_* */
+	unsigned data;     /* activation inputs (bit k = input k); ALL_INPUTS for variadic ops */
+	int w;             /* input index of the weight, -1 for none */
+	int b;             /* input index of the bias, -1 for none */
+	int trt;           /* TRT profile: its inputs get Q/DQ */
+} opinfo;
+
+static const opinfo ops[] = {
+	{OQ_OP_Conv, K_OWN, 1, 1, 2, 1},
+	{OQ_OP_ConvTranspose, K_OWN, 1, 1, 2, 1},
+	{OQ_OP_Gemm, K_OWN, 3, 1, 2, 1},
+	{OQ_OP_MatMul, K_OWN, 3, 1, -1, 1},
+	{OQ_OP_Add, K_OWN, 3, -1, -1, 1},
+	{OQ_OP_Mul, K_OWN, 3, -1, -1, 0},
+	{OQ_OP_Concat, K_OWN, ALL_INPUTS, -1, -1, 0},
+	{OQ_OP_Relu, K_OWN, 1, -1, -1, 0},
+	{OQ_OP_Clip, K_OWN, 1, -1, -1, 0},
+	{OQ_OP_LeakyRelu, K_OWN, 1, -1, -1, 0},
+	{OQ_OP_Sigmoid, K_OWN, 1, -1, -1, 0},
+	{OQ_OP_Tanh, K_OWN, 1, -1, -1, 0},
+	{OQ_OP_HardSigmoid, K_OWN, 1, -1, -1, 0},
+	{OQ_OP_HardSwish, K_OWN, 1, -1, -1, 0},
+	{OQ_OP_GlobalAveragePool, K_OWN, 1, -1, -1, 1},
+	{OQ_OP_Softmax, K_SOFTMAX, 1, -1, -1, 0},
+	{OQ_OP_AveragePool, K_SHARE, 1, -1, -1, 1},
+	{OQ_OP_MaxPool, K_SHARE, 1, -1, -1, 1},
+	{OQ_OP_GlobalMaxPool, K_SHARE, 1, -1, -1, 1},
+	{OQ_OP_Reshape, K_SHARE, 1, -1, -1, 0},
+	{OQ_OP_Transpose, K_SHARE, 1, -1, -1, 0},
+	{OQ_OP_Squeeze, K_SHARE, 1, -1, -1, 0},
+	{OQ_OP_Unsqueeze, K_SHARE, 1, -1, -1, 0},
+	{OQ_OP_Flatten, K_SHARE, 1, -1, -1, 0},
+	{OQ_OP_Resize, K_SHARE, 1, -1, -1, 0},
+	{OQ_OP_Slice, K_SHARE, 1, -1, -1, 0},
+	{OQ_OP_Split, K_SHARE, 1, -1, -1, 0},
+	{OQ_OP_Gather, K_SHARE, 1, -1, -1, 0},
+	{OQ_OP_Pad, K_SHARE, 1, -1, -1, 0},
+	{OQ_OP_DepthToSpace, K_SHARE, 1, -1, -1, 0},
+	{OQ_OP_SpaceToDepth, K_SHARE, 1, -1, -1, 0},
+};
+
+/* Quantization parameters of one activation tensor. */
+typedef struct qp {
+	int set;           /* computed: the tensor gets a Q/DQ */
+	int dtype;         /* quantized type */
+	float scale;
+	int64_t zp;
+} qp;
+
+/* State of one run of the pass. */
+typedef struct qctx {
+	oq_graph *g;
+	const oq_opts *o;
+	oq_diag *d;
+	int trt;           /* profile TRT */
+	size_t nv, nn;     /* value and node counts before the pass added any */
+	const opinfo **info; /* per node: its table entry when selected, else NULL */
+	char *need;        /* per value: wanted a Q/DQ (before ranges were looked up) */
+	qp *q;             /* per value: its quantization parameters */
+	oq_value **s_init, **z_init; /* per value: scale / zero-point initializers (TRT shares them) */
+	float *in_scale;   /* per node: scale of input 0 when it reads one of our DQs, else 0 */
+	int inc_nodes;     /* --include names nodes or op types */
+	int inc_tensors;   /* --include names tensors */
+	size_t n_pairs, n_weights, n_acts, n_norange;
+} qctx;
+
+static const opinfo *find_op(const oq_node *n)
+{
+	if (oq_domain_of(n->domain) != OQ_DOM_ONNX)
+		return NULL;
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+		if (ops[i].op == n->op)
+			return &ops[i];
+	return NULL;
+}
+
+static int listed(const char *const *l, size_t n, const char *s)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(l[i], s) == 0)
+			return 1;
+	return 0;
+}
+
+static int is_data(const opinfo *i, size_t k)
+{
+	return i->data == ALL_INPUTS || (k < 32 && (i->data >> k) & 1u);
+}
+
+static const oq_override *tovr(const qctx *c, const char *name)
+{
+	return oq_override_find(c->o->overrides, c->o->n_overrides, name, 0);
+}
+
+static const oq_override *novr(const qctx *c, const oq_node *n)
+{
+	if (!n || !n->name[0])
+		return NULL;
+	return oq_override_find(c->o->overrides, c->o->n_overrides, n->name, 1);
+}
+
+/* A constant: an initializer that is not also an overridable graph input. */
+static const oq_tensor *cval(const oq_graph *g, const oq_value *v)
+{
+	if (!v || v->graph != g || !v->init)
+		return NULL;
+	if ((v->flags & OQ_V_INPUT) && g->model && g->model->ir_version >= 4)
+		return NULL;
+	return v->init;
+}
+
+/* Can activation v get a Q/DQ at all? */
+static int eligible(const qctx *c, const oq_value *v)
+{
+	const oq_override *t;
+	if (!v || v->graph != c->g || v->init || (v->flags & OQ_V_OUTER) || (v->qmark & OQ_QM_INTERNAL))
+		return 0;
+	if (v->type.kind == OQ_TYPE_TENSOR && v->type.dtype && v->type.dtype != OQ_DT_FLOAT)
+		return 0;
+	if (!v->producer && !(v->flags & OQ_V_INPUT))
+		return 0;
+	if (listed(c->o->exclude, c->o->n_exclude, v->name))
+		return 0;
+	if ((t = tovr(c, v->name)) && t->skip)
+		return 0;
+	if (c->inc_tensors && !listed(c->o->include, c->o->n_include, v->name))
+		return 0;
+	return 1;
+}
+
+/* ------------------------------------------------------------ selection */
+
+static int op_type_known(const oq_graph *g, const char *s)
+{
+	if (oq_op_lookup(OQ_DOM_ONNX, s) != OQ_OP_UNKNOWN)
+		return 1;
+	for (size_t i = 0; i < g->n_nodes; i++)
+		if (strcmp(g->nodes[i]->op_type, s) == 0)
+			return 1;
+	return 0;
+}
+
+static int node_named(const oq_graph *g, const char *s)
+{
+	for (size_t i = 0; i < g->n_nodes; i++)
+		if (g->nodes[i]->name[0] && strcmp(g->nodes[i]->name, s) == 0)
+			return 1;
+	return 0;
+}
+
+/* Checks --include/--exclude names and notes what --include restricts. */
+static int check_lists(qctx *c)
+{
+	const char *const *l[2] = {c->o->include, c->o->exclude};
+	size_t n[2] = {c->o->n_include, c->o->n_exclude};
+	const char *opt[2] = {"--include", "--exclude"};
+	for (int k = 0; k < 2; k++)
+		for (size_t i = 0; i < n[k]; i++) {
+			const char *s = l[k][i];
+			int is_node = node_named(c->g, s) || op_type_known(c->g, s);
+			int is_tensor = oq_graph_find(c->g, s) != NULL;
+			if (!is_node && !is_tensor)
+				return oq_err(c->d, OQ_EUSAGE, "quantize: %s '%s' is no node name, op type or "
+					      "tensor of the main graph", opt[k], s);
+			if (k == 0 && is_node)
+				c->inc_nodes = 1;
+			else if (k == 0)
+				c->inc_tensors = 1;
+		}
+	return OQ_OK;
+}
+
+/* Node n's table entry when the pass quantizes it, else NULL. */
+static const opinfo *select_one(const qctx *c, const oq_node *n)
+{
+	const opinfo *f = n->dead ? NULL : find_op(n);
+	const oq_override *ov = novr(c, n);
+	const char *const *ex = c->o->exclude;
+	size_t nex = c->o->n_exclude;
+	if (f && ((n->name[0] && listed(ex, nex, n->name)) || listed(ex, nex, n->op_type)))
+		f = NULL;
+	if (f && c->inc_nodes && !(n->name[0] && listed(c->o->include, c->o->n_include, n->name)) &&
+	    !listed(c->o->include, c->o->n_include, n->op_type))
+		f = NULL;
+	if (f && ov && ov->skip)
+		f = NULL;
+	if (f && c->trt && !f->trt)
+		f = NULL; /* TRT: only fusible ops take part */
+	return f;
+}
+
+static void select_nodes(qctx *c)
+{
+	for (size_t i = 0; i < c->nn; i++)
+		c->info[i] = select_one(c, c->g->nodes[i]);
+}
+
+/* ------------------------------------------------------------ parameters */
+
+int oq_quantize_act_grid(const oq_opts *o, const oq_value *v, const oq_node *prod, int *dtype,
+			 int *act_sym, oq_diag *d)
+{
+	const oq_override *t = oq_override_find(o->overrides, o->n_overrides, v->name, 0);
+	const oq_override *n = prod && prod->name[0]
+				       ? oq_override_find(o->overrides, o->n_overrides, prod->name, 1)
+				       : NULL;
+	int trt = o->profile == OQ_PROFILE_TRT, dt = trt ? OQ_DT_INT8 : o->act_type;
+	int sym = trt ? OQ_ACT_SYM : o->act_sym;
+	int64_t qmin = 0, qmax = 0;
+
+	if (n && n->dtype)
+		dt = n->dtype;
+	if (t && t->dtype)
+		dt = t->dtype;
+	/* an override's "symmetric": true keeps the global symmetric kind (narrow or unsigned) */
+	if (n && n->symmetric >= 0)
+		sym = n->symmetric ? (sym ? sym : OQ_ACT_SYM) : OQ_ACT_ASYM;
+	if (t && t->symmetric >= 0)
+		sym = t->symmetric ? (sym ? sym : OQ_ACT_SYM) : OQ_ACT_ASYM;
+	if (oq_qtype_is_fp8(dt)) {
+		if (!sym)
+			return oq_err(d, OQ_EUSAGE, "quantize: tensor '%s': float8e4m3fn activations are "
+				      "symmetric; drop the override's \"symmetric\": false", v->name);
+		sym = OQ_ACT_SYM;
+	} else if (!oq_qrange(dt, 0, &qmin, &qmax)) {
+		return oq_err(d, OQ_EUSAGE, "quantize: tensor '%s': activation type %s is not supported "
+			      "(use uint8, int8, uint16, int16 or float8e4m3fn)", v->name, oq_dtype_name(dt));
+	}
+	if (sym == OQ_ACT_SYM_UNSIGNED && qmin < 0)
+		return oq_err(d, OQ_EUSAGE, "quantize: tensor '%s': unsigned symmetric activations need "
+			      "an unsigned type, not %s; set \"symmetric\" in its override", v->name,
+			      oq_dtype_name(dt));
+	*dtype = dt;
+	*act_sym = sym;
+	return OQ_OK;
+}
+
+const oq_node *oq_quantize_grid_node(const oq_opts *o, const oq_value *v)
+{
+	const oq_node *a = v->producer, *p;
+	const oq_value *t;
+	oq_diag scratch;
+	int dt, sym, form;
+	int64_t qmin, qmax;
+
+	/* the fold's conditions that do not depend on ranges or on the node selection (see
+	 * drop_activations): a removable Relu or Clip, asymmetric profile, a single-use input */
+	if (!a || !(a->qmark & OQ_QM_ACT) || o->profile == OQ_PROFILE_TRT || o->keep_activations ||
+	    (a->op != OQ_OP_Relu && a->op != OQ_OP_Clip) || !a->n_inputs || !(t = a->inputs[0]) ||
+	    !(p = t->producer) || t->n_uses != 1 || !p->n_outputs || p->outputs[0] != t)
+		return a;
+	/* ... and the grid the producer's Q would have must reproduce the activation: zero point at
+	 * qmin for a range starting at 0 (asymmetric, or AIMET unsigned on an unsigned type) */
+	oq_diag_init(&scratch);
+	if (oq_quantize_act_grid(o, v, p, &dt, &sym, &scratch) || oq_qtype_is_fp8(dt))
+		return a;
+	form = oq_act_form(sym, 0);
+	if (form != OQ_QP_ASYM && !(form == OQ_QP_SYM_FULL && oq_qrange(dt, 0, &qmin, &qmax) && qmin == 0))
+		return a;
+	return p;
+}
+
+/*
+ * Own parameters of activation v written by node `prod` (NULL for graph
+ * inputs). *ok = 0 when v has no range (it then stays float).
+ */
+static int own_qp(qctx *c, const oq_value *v, const oq_node *prod, qp *out, int *ok)
+{
+	const oq_override *t = tovr(c, v->name), *n = novr(c, prod);
+	const oq_range *r;
+	int dtype, sym, rc;
+	int64_t qmin = 0, qmax = 0;
+	double lo, hi;
+
+	*ok = 0;
+	if ((rc = oq_quantize_act_grid(c->o, v, prod, &dtype, &sym, c->d)))
+		return rc;
+	if (!oq_qtype_is_fp8(dtype))
+		(void)oq_qrange(dtype, 0, &qmin, &qmax); /* checked by oq_quantize_act_grid */
+	out->dtype = dtype;
+	if ((t && t->has_qparams) || (!(t && t->has_range) && n && n->has_qparams)) {
+		const oq_override *f = t && t->has_qparams ? t : n;
+		if (oq_qtype_is_fp8(dtype) && f->zero_point != 0)
+			return oq_err(c->d, OQ_EUSAGE, "quantize: tensor '%s': override zero_point %lld: "
+				      "float8e4m3fn activations have zero point 0", v->name,
+				      (long long)f->zero_point);
+		if (!oq_qtype_is_fp8(dtype) && (f->zero_point < qmin || f->zero_point > qmax))
+			return oq_err(c->d, OQ_EUSAGE, "quantize: tensor '%s': override zero_point %lld is "
+				      "outside %s [%lld, %lld]", v->name, (long long)f->zero_point,
+				      oq_dtype_name(dtype), (long long)qmin, (long long)qmax);
+		out->scale = f->scale;
+		out->zp = f->zero_point;
+		out->set = *ok = 1;
+		return OQ_OK;
+	}
+	if (t && t->has_range) {
+		lo = t->min;
+		hi = t->max;
+	} else if (n && n->has_range) {
+		lo = n->min;
+		hi = n->max;
+	} else if (prod && find_op(prod) && find_op(prod)->kind == K_SOFTMAX) {
+		lo = 0;
+		hi = 1;
+	} else {
+		r = c->o->ranges ? oq_ranges_find(c->o->ranges, v->name) : NULL;
+		if (!r || !(r->min <= r->max) || !isfinite(r->min) || !isfinite(r->max))
+			return OQ_OK;
+		lo = r->min;
+		hi = r->max;
+	}
+	rc = oq_qparams(lo, hi, dtype, oq_act_form(sym, lo), 0, &out->scale, &out->zp);
+	if (rc)
+		return oq_err(c->d, rc, "quantize: tensor '%s': no quantization parameters for range "
+			      "[%g, %g] on %s", v->name, lo, hi, oq_dtype_name(dtype));
+	out->set = *ok = 1;
+	return OQ_OK;
+}
+
+/* Does a tensor override give v its own parameters (so it must not share its input's)? */
+static int overridden(const qctx *c, const oq_value *v)
+{
+	const oq_override *t = tovr(c, v->name);
+	return t && (t->dtype || t->symmetric >= 0 || t->has_range || t->has_qparams);
+}
+
+/* Parameters of a wanted value: shared with input 0 for K_SHARE ops, else its own. */
+static int value_qp(qctx *c, oq_value *v)
+{
+	oq_node *p = v->producer;
+	const opinfo *f = p && p->index < c->nn ? c->info[p->index] : NULL;
+	int ok, rc;
+
+	if (f && f->kind == K_SHARE && p->n_inputs && p->inputs[0] && p->inputs[0]->index < c->nv &&
+	    c->q[p->inputs[0]->index].set && !overridden(c, v) && !novr(c, p)) {
+		c->q[v->index] = c->q[p->inputs[0]->index];
+		return OQ_OK;
+	}
+	if ((rc = own_qp(c, v, p, &c->q[v->index], &ok)))
+		return rc;
+	if (!ok) {
+		c->n_norange++;
+		if (c->o->log)
+			fprintf(c->o->log, "quantize: tensor '%s' has no calibrated range: left float\n", v->name);
+	}
+	return OQ_OK;
+}
+
+/* ------------------------------------------------------------ fused activations */
+
+/* Bounds of a Relu or Clip node; 0 when a bound is not a constant. */
+static int act_bounds(const qctx *c, const oq_node *a, double *lo, double *hi)
+{
+	*lo = -INFINITY;
+	*hi = INFINITY;
+	if (a->op == OQ_OP_Relu) {
+		*lo = 0;
+		return 1;
+	}
+	if (a->op != OQ_OP_Clip)
+		return 0;
+	if (a->opset && a->opset < 11) {
+		const oq_attr *mn = oq_node_attr(a, "min"), *mx = oq_node_attr(a, "max");
+		if (mn)
+			*lo = mn->f;
+		if (mx)
+			*hi = mx->f;
+		return 1;
+	}
+	for (size_t k = 1; k < 3 && k < a->n_inputs; k++) {
+		const oq_tensor *t;
+		if (!a->inputs[k])
+			continue;
+		if (!(t = cval(c->g, a->inputs[k])) || t->nelem != 1)
+			return 0;
+		if (k == 1)
+			*lo = oq_tensor_get(t, 0);
+		else
+			*hi = oq_tensor_get(t, 0);
+	}
+	return 1;
+}
+
+/*
+ * Removes fused Relu/Clip(0, hi) nodes whose output Q reproduces them:
+ * asymmetric activations (zero point = qmin, so negatives saturate to 0)
+ * and a calibrated range inside [0, hi]. The producer then writes the
+ * activation's output value.
+ */
+static int drop_activations(qctx *c)
+{
+	if (c->trt || c->o->keep_activations)
+		return OQ_OK;
+	for (size_t i = 0; i < c->nn; i++) {
+		oq_node *a = c->g->nodes[i], *p;
+		oq_value *t, *y;
+		double lo, hi;
+		const oq_range *r;
+		const oq_override *ov;
+		qp q = {0};
+		int64_t qmin, qmax;
+		int ok, rc;
+
+		if (a->dead || !(a->qmark & OQ_QM_ACT) || !c->info[i] || !act_bounds(c, a, &lo, &hi) || lo != 0)
+			continue;
+		t = a->inputs[0];
+		y = a->n_outputs ? a->outputs[0] : NULL;
+		p = t ? t->producer : NULL;
+		if (!p || p->index >= c->nn || !c->info[p->index] || !y || p->n_outputs < 1 ||
+		    p->outputs[0] != t || t->n_uses != 1 || !eligible(c, y))
+			continue;
+		if ((ov = tovr(c, y->name)) && ov->symmetric == 1)
+			continue;
+		/* the range the Q will use must lie inside the activation's bounds */
+		if (ov && (ov->has_range || ov->has_qparams)) {
+			if (ov->has_range && (ov->min < lo || ov->max > hi))
+				continue;
+		} else {
+			r = c->o->ranges ? oq_ranges_find(c->o->ranges, y->name) : NULL;
+			if (!r || !(r->min <= r->max) || r->min < lo || r->max > hi)
+				continue;
+		}
+		if ((rc = own_qp(c, y, p, &q, &ok)))
+			return rc;
+		if (!ok || !oq_qrange(q.dtype, 0, &qmin, &qmax) || q.zp != qmin)
+			continue;
+		if (ov && ov->has_qparams && (double)(qmax - qmin) * q.scale > hi)
+			continue;
+		p->outputs[0] = y;
+		a->dead = 1;
+		if (t->flags & OQ_V_VINFO)
+			oq_graph_remove_vinfo(c->g, t);
+		c->n_acts++;
+		if (c->o->log)
+			fprintf(c->o->log, "quantize: node '%s' (%s) folded into the Q of '%s'\n", a->name,
+				a->op_type, y->name);
+	}
+	if (c->n_acts && oq_graph_rebuild_uses(c->g))
+		return oq_err(c->d, OQ_ENOMEM, "quantize: out of memory");
+	return OQ_OK;
+}
+
+/* ------------------------------------------------------------ Q/DQ insertion */
+
+static oq_tensor *scalar_zp(int dtype, int64_t zp)
+{
+	oq_tensor *t = oq_tensor_new(dtype, 0, NULL);
+	unsigned char *b;
+	if (!t)
+		return NULL;
+	b = (unsigned char *)t->data;
+	switch (oq_dtype_bits(dtype)) {
+	case 4: b[0] = (unsigned char)(zp & 0xf); break;
+	case 8: b[0] = (unsigned char)(zp & 0xff); break;
+	case 16:
+		b[0] = (unsigned char)(zp & 0xff);
+		b[1] = (unsigned char)((zp >> 8) & 0xff);
+		break;
+	default: oq_tensor_free(t); return NULL;
+	}
+	return t;
+}
+
+/* Name "<base><suffix>" into a malloc'd string. */
+static char *cat(const char *base, const char *suffix)
+{
+	size_t a = strlen(base), b = strlen(suffix);
+	char *s = malloc(a + b + 1);
+	if (s) {
+		memcpy(s, base, a);
+		memcpy(s + a, suffix, b + 1);
+	}
+	return s;
+}
+
+/* Scale and zero-point initializers of v (created once). */
+static int qinits(qctx *c, oq_value *v)
+{
+	size_t i = v->index;
+	char *sn = NULL, *zn = NULL;
+	oq_tensor *s, *z;
+	int rc = OQ_ENOMEM;
+
+	if (c->s_init[i])
+		return OQ_OK;
+	sn = cat(v->name, "_scale");
+	zn = cat(v->name, "_zero_point");
+	s = oq_tensor_from_floats(0, NULL, &c->q[i].scale);
+	z = scalar_zp(c->q[i].dtype, c->q[i].zp);
+	if (!sn || !zn || !s || !z) {
+		oq_tensor_free(s);
+		oq_tensor_free(z);
+		goto out;
+	}
+	if (!(c->s_init[i] = oq_graph_add_init(c->g, sn, s))) {
+		oq_tensor_free(z);
+		goto out;
+	}
+	if (!(c->z_init[i] = oq_graph_add_init(c->g, zn, z)))
+		goto out;
+	rc = OQ_OK;
+out:
+	free(sn);
+	free(zn);
+	return rc;
+}
+
+/* A node name "<base>" or "<base>_K" no node of g uses yet (ONNX Runtime rejects duplicates). */
+static char *node_name(const oq_graph *g, const char *base)
+{
+	size_t n = strlen(base) + 24;
+	char *buf = malloc(n);
+	if (!buf)
+		return NULL;
+	snprintf(buf, n, "%s", base);
+	for (unsigned long k = 1;; k++) {
+		size_t i = 0;
+		while (i < g->n_nodes && strcmp(g->nodes[i]->name, buf) != 0)
+			i++;
+		if (i == g->n_nodes)
+			return buf;
+		snprintf(buf, n, "%s_%lu", base, k);
+	}
+}
+
+/* Adds src -> Q -> DQ -> dst (dst NULL: a fresh "<v>_DequantizeLinear_Output"); returns dst. */
+static oq_value *add_pair(qctx *c, oq_value *v, oq_value *src, oq_value *dst)
+{
+	char *qo = cat(v->name, "_QuantizeLinear_Output"), *dqo = cat(v->name, "_DequantizeLinear_Output");
+	char *qn = cat(v->name, "_QuantizeLinear"), *dqn = cat(v->name, "_DequantizeLinear"), *un = NULL;
+	oq_value *qv, *in[3];
+	oq_node *q, *dq;
+	oq_value *res = NULL;
+
+	if (!qo || !dqo || !qn || !dqn || qinits(c, v))
+		goto out;
+	if (!(qv = oq_graph_new_value(c->g, qo)) || (!dst && !(dst = oq_graph_new_value(c->g, dqo))))
+		goto out;
+	if (!(un = node_name(c->g, qn)) || !(q = oq_graph_add_node(c->g, "QuantizeLinear", "", un)))
+		goto out;
+	free(un);
+	un = NULL;
+	if (!(un = node_name(c->g, dqn)) || !(dq = oq_graph_add_node(c->g, "DequantizeLinear", "", un)))
+		goto out;
+	in[0] = src;
+	in[1] = c->s_init[v->index];
+	in[2] = c->z_init[v->index];
+	if (oq_node_set_inputs(q, in, 3) || oq_node_set_outputs(q, &qv, 1))
+		goto out;
+	/* FP8: out-of-range values become +-448, never NaN (the default, written for readers) */
+	if (oq_qtype_is_fp8(c->q[v->index].dtype) && oq_node_set_attr_int(q, "saturate", 1))
+		goto out;
+	in[0] = qv;
+	if (oq_node_set_inputs(dq, in, 3) || oq_node_set_outputs(dq, &dst, 1))
+		goto out;
+	c->n_pairs++;
+	res = dst;
+out:
+	free(qo);
+	free(dqo);
+	free(qn);
+	free(dqn);
+	free(un);
+	return res;
+}
+
+/* Is use u of a value a quantized data input? */
+static int quantized_use(const qctx *c, const oq_use *u)
+{
+	const opinfo *f = u->node->index < c->nn && c->g->nodes[u->node->index] == u->node ?
+				  c->info[u->node->index] : NULL;
+	return f && !u->node->dead && is_data(f, (size_t)u->index);
+}
+
+static void note_input(qctx *c, oq_node *n, int k, float scale)
+{
+	if (k == 0 && n->index < c->nn)
+		c->in_scale[n->index] = scale;
+}
+
+/* ORT: one shared pair for v; quantized consumers read its DQ. */
+static int insert_shared(qctx *c, oq_value *v)
+{
+	size_t nu = v->n_uses;
+	oq_use *uses = oq_calloc(nu, sizeof *uses);
+	oq_node *p = v->producer;
+	float s = c->q[v->index].scale;
+	int rc = OQ_OK;
+
+	if (!uses)
+		return oq_err(c->d, OQ_ENOMEM, "quantize: out of memory");
+	if (nu)
+		memcpy(uses, v->uses, nu * sizeof *uses);
+	if ((v->flags & OQ_V_OUTPUT) && p && p->index < c->nn && c->info[p->index] &&
+	    oq_value_n_captures(v) == 0) {
+		/* the producer writes a new value; the final DQ writes the graph output */
+		char *pn = cat(v->name, "_QuantizeLinear_Input");
+		oq_value *pre = pn ? oq_graph_new_value(c->g, pn) : NULL;
+		free(pn);
+		if (!pre || (v->type.kind == OQ_TYPE_TENSOR &&
+			     oq_value_set_type(pre, v->type.dtype ? v->type.dtype : OQ_DT_FLOAT, -1, NULL))) {
+			rc = OQ_ENOMEM;
+			goto out;
+		}
+		p->outputs[v->producer_index] = pre;
+		for (size_t i = 0; i < nu; i++) {
+			if (quantized_use(c, &uses[i]))
+				note_input(c, uses[i].node, uses[i].index, s);
+			else
+				uses[i].node->inputs[uses[i].index] = pre;
+		}
+		if (!add_pair(c, v, pre, v))
+			rc = OQ_ENOMEM;
+	} else {
+		oq_value *dq = NULL;
+		size_t nq = 0;
+		for (size_t i = 0; i < nu; i++)
+			nq += quantized_use(c, &uses[i]) != 0;
+		if (nq && !(dq = add_pair(c, v, v, NULL))) {
+			rc = OQ_ENOMEM;
+			goto out;
+		}
+		for (size_t i = 0; i < nu && dq; i++)
+			if (quantized_use(c, &uses[i])) {
+				uses[i].node->inputs[uses[i].index] = dq;
+				note_input(c, uses[i].node, uses[i].index, s);
+			}
+	}
+out:
+	free(uses);
+	return rc ? oq_err(c->d, rc, "quantize: out of memory") : OQ_OK;
+}
+
+/* ORT: which values want a pair: quantized data inputs and graph outputs of quantized nodes. */
+static void mark_needed(qctx *c)
+{
+	for (size_t i = 0; i < c->nn; i++) {
+		oq_node *n = c->g->nodes[i];
+		const opinfo *f = c->info[i];
+		if (!f || n->dead)
+			continue;
+		for (size_t k = 0; k < n->n_inputs; k++)
+			if (is_data(f, k) && eligible(c, n->inputs[k]) && n->inputs[k]->index < c->nv)
+				c->need[n->inputs[k]->index] = 1;
+		if (c->trt)
+			continue;
+		for (size_t k = 0; k < n->n_outputs; k++) {
+			oq_value *v = n->outputs[k];
+			if (v && (v->flags & OQ_V_OUTPUT) && eligible(c, v) && v->index < c->nv)
+				c->need[v->index] = 1;
+		}
+	}
+}
+
+/* Parameters for every wanted value, graph inputs first, then in node (topological) order. */
+static int compute_params(qctx *c)
+{
+	int rc;
+	for (size_t i = 0; i < c->g->n_inputs; i++) {
+		oq_value *v = c->g->inputs[i];
+		if (v->index < c->nv && c->need[v->index] && (rc = value_qp(c, v)))
+			return rc;
+	}
+	for (size_t i = 0; i < c->nn; i++) {
+		oq_node *n = c->g->nodes[i];
+		if (n->dead)
+			continue;
+		for (size_t k = 0; k < n->n_outputs; k++) {
+			oq_value *v = n->outputs[k];
+			if (v && v->index < c->nv && c->need[v->index] && !c->q[v->index].set &&
+			    (rc = value_qp(c, v)))
+				return rc;
+		}
+	}
+	return OQ_OK;
+}
+
+static int insert_ort(qctx *c)
+{
+	int rc;
+	for (size_t i = 0; i < c->g->n_inputs; i++) {
+		oq_value *v = c->g->inputs[i];
+		if (v->index < c->nv && c->q[v->index].set && (rc = insert_shared(c, v)))
+			return rc;
+	}
+	for (size_t i = 0; i < c->nn; i++) {
+		oq_node *n = c->g->nodes[i];
+		if (n->dead)
+			continue;
+		for (size_t k = 0; k < n->n_outputs; k++) {
+			oq_value *v = n->outputs[k];
+			if (v && v->index < c->nv && c->q[v->index].set && !(v->flags & OQ_V_INPUT) &&
+			    (rc = insert_shared(c, v)))
+				return rc;
+		}
+	}
+	return OQ_OK;
+}
+
+/* TRT: a dedicated pair on every quantized input of every selected node. */
+static int insert_trt(qctx *c)
+{
+	for (size_t i = 0; i < c->nn; i++) {
+		oq_node *n = c->g->nodes[i];
+		const opinfo *f = c->info[i];
+		if (!f || n->dead)
+			continue;
+		for (size_t k = 0; k < n->n_inputs; k++) {
+			oq_value *v = n->inputs[k], *dq;
+			if (!is_data(f, k) || !v || v->index >= c->nv || v->graph != c->g || !c->q[v->index].set ||
+			    !eligible(c, v))
+				continue;
+			if (!(dq = add_pair(c, v, v, NULL)))
+				return oq_err(c->d, OQ_ENOMEM, "quantize: out of memory");
+			n->inputs[k] = dq;
+		}
+	}
+	return OQ_OK;
+}
+
+/* ------------------------------------------------------------ weights */
+
+static int weight_spec(const qctx *c, const oq_node *n, const oq_value *w, oq_wspec *s, int *skip)
+{
+	const oq_override *t = tovr(c, w->name), *no = novr(c, n);
+	const oq_tensor *wt = w->init;
+	int gran = c->o->granularity, axis = INT32_MIN, chan, red;
+	int64_t bs = c->o->block_size ? c->o->block_size : 32;
+
+	*skip = (t && t->skip) || listed(c->o->exclude, c->o->n_exclude, w->name);
+	memset(s, 0, sizeof *s);
+	s->dtype = c->trt ? OQ_DT_INT8 : c->o->weight_type;
+	s->symmetric = c->trt || !c->o->weight_asym;
+	s->sym_grid = c->o->sym_grid;
+	s->reduce_range = c->o->reduce_range;
+	s->mse = c->o->weight_method == OQ_WMETHOD_MSE;
+	for (int k = 0; k < 2; k++) {
+		const oq_override *v = k ? t : no;
+		if (!v)
+			continue;
+		if (v->dtype)
+			s->dtype = v->dtype;
+		if (v->symmetric >= 0)
+			s->symmetric = v->symmetric;
+		if (v->granularity >= 0)
+			gran = v->granularity;
+		if (v->axis != INT32_MIN)
+			axis = v->axis;
+		if (v->block_size)
+			bs = v->block_size;
+		if (v->n_wq) {
+			s->fixed_scale = v->w_scale;
+			s->fixed_zp = v->w_zp;
+			s->n_fixed = v->n_wq;
+		}
+	}
+	switch (n->op) {
+	case OQ_OP_Conv: chan = 0; red = 1; break;
+	case OQ_OP_ConvTranspose: chan = 1; red = 0; break;
+	case OQ_OP_Gemm:
+		chan = oq_node_attr_int(n, "transB", 0) ? 0 : 1;
+		red = 1 - chan;
+		break;
+	default: chan = 1; red = 0; break; /* MatMul [K, N] */
+	}
+	if (axis != INT32_MIN) {
+		if (axis < 0)
+			axis += wt->rank;
+		if (axis < 0 || axis >= wt->rank)
+			return oq_err(c->d, OQ_EUSAGE, "quantize: node '%s' (%s): override axis for weight '%s' "
+				      "is outside its rank %d", n->name, n->op_type, w->name, wt->rank);
+	}
+	if (gran == OQ_GRAN_TENSOR) {
+		s->axis = -1;
+	} else if (gran == OQ_GRAN_BLOCK) {
+		s->axis = axis != INT32_MIN ? axis : red;
+		s->block_size = bs;
+	} else {
+		s->axis = axis != INT32_MIN ? axis : chan;
+	}
+	return OQ_OK;
+}
+
+/* *ok = 1 and the spec when node n (table entry f, NULL: not selected) gets its weight quantized. */
+static int weight_of(qctx *c, const oq_node *n, const opinfo *f, FILE *log, oq_wspec *s, int *ok)
+{
+	const oq_tensor *wt;
+	int skip, rc;
+
+	*ok = 0;
+	if (!f || n->dead || f->w < 0 || (size_t)f->w >= n->n_inputs)
+		return OQ_OK;
+	if (!n->inputs[f->w] || !n->inputs[f->w]->init || (n->inputs[f->w]->flags & OQ_V_INPUT))
+		return OQ_OK; /* an activation (MatMul/Gemm with two inputs) */
+	if (!oq_weight_quantizable(n->inputs[f->w])) {
+		if (log)
+			fprintf(log, "quantize: node '%s' (%s): weight '%s' is not float32: left as it is\n",
+				n->name, n->op_type, n->inputs[f->w]->name);
+		return OQ_OK;
+	}
+	wt = n->inputs[f->w]->init;
+	if (n->op == OQ_OP_MatMul && wt->rank != 2)
+		return OQ_OK;
+	if ((n->op == OQ_OP_Gemm && wt->rank != 2) || wt->rank < 1)
+		return OQ_OK;
+	if ((rc = weight_spec(c, n, n->inputs[f->w], s, &skip)))
+		return rc;
+	*ok = !skip;
+	return OQ_OK;
+}
+
+static int quantize_weights(qctx *c)
+{
+	for (size_t i = 0; i < c->nn; i++) {
+		oq_node *n = c->g->nodes[i];
+		const opinfo *f = c->info[i];
+		oq_wspec s;
+		int ok, rc, b = -1;
+		float beta = 1, in_s;
+
+		if ((rc = weight_of(c, n, f, c->o->log, &s, &ok)))
+			return rc;
+		if (!ok)
+			continue;
+		in_s = c->trt ? 0 : c->in_scale[i];
+		if (in_s > 0 && f->b >= 0 && (size_t)f->b < n->n_inputs && n->inputs[f->b]) {
+			const oq_tensor *bt = cval(c->g, n->inputs[f->b]);
+			if (bt && bt->dtype == OQ_DT_FLOAT && bt->rank == 1)
+				b = f->b;
+		}
+		if (n->op == OQ_OP_Gemm) {
+			const oq_attr *a = oq_node_attr(n, "beta");
+			if (a && a->type == OQ_ATTR_FLOAT)
+				beta = a->f;
+			if (beta == 0)
+				b = -1;
+		}
+		if ((rc = oq_weight_insert_dq(c->g, n, f->w, b, b >= 0 ? in_s : 0, beta, &s, c->d)))
+			return rc;
+		c->n_weights++;
+	}
+	return OQ_OK;
+}
+
+/* ------------------------------------------------------------ checks */
+
+static int needs21(int dtype)
+{
+	return dtype == OQ_DT_INT4 || dtype == OQ_DT_UINT4 || dtype == OQ_DT_INT16 || dtype == OQ_DT_UINT16;
+}
+
+static int needs19(int dtype)
+{
+	return oq_qtype_is_fp8(dtype);
+}
+
+/* Raises *need to n (with the reason) when it is higher. */
+static void want(int64_t *need, const char **why, int64_t n, const char *w)
+{
+	if (n > *need) {
+		*need = n;
+		*why = w;
+	}
+}
+
+int64_t oq_quantize_opset_need(const oq_opts *o, const char **why)
+{
+	int trt = o->profile == OQ_PROFILE_TRT;
+	int64_t need = 10;
+
+	*why = "QuantizeLinear/DequantizeLinear";
+	if (o->granularity == OQ_GRAN_CHANNEL || trt)
+		want(&need, why, 13, "per-channel weights");
+	if (o->granularity == OQ_GRAN_BLOCK)
+		want(&need, why, 21, "blocked weights");
+	if (!trt && needs19(o->act_type))
+		want(&need, why, 19, "float8e4m3fn activations");
+	if (!trt && needs19(o->weight_type))
+		want(&need, why, 19, "float8e4m3fn weights");
+	if (!trt && needs21(o->act_type))
+		want(&need, why, 21, "16-bit activations");
+	if (!trt && needs21(o->weight_type))
+		want(&need, why, 21, "4/16-bit weights");
+	for (size_t i = 0; i < o->n_overrides; i++) {
+		const oq_override *v = &o->overrides[i];
+		if (needs21(v->dtype) || v->granularity == OQ_GRAN_BLOCK)
+			want(&need, why, 21, "overrides with 4/16-bit types or blocks");
+		if (needs19(v->dtype))
+			want(&need, why, 19, "overrides with float8e4m3fn");
+		if (v->granularity == OQ_GRAN_CHANNEL)
+			want(&need, why, 13, "per-channel weights");
+	}
+	return need;
+}
+
+/* OQ_EUNSUP naming the feature when the model's opset is older than the options need. */
+static int check_opset(qctx *c)
+{
+	int64_t have = c->g->model ? oq_model_opset(c->g->model, "") : 0;
+	const char *why;
+	int64_t need = oq_quantize_opset_need(c->o, &why);
+
+	if (have < need)
+		return oq_err(c->d, OQ_EUNSUP, "quantize: %s need opset %lld but the model has opset %lld: "
+			      "run upgrade-opset (--opset %lld)", why, (long long)need, (long long)have,
+			      (long long)need);
+	return OQ_OK;
+}
+
+static int count_subgraphs(oq_graph *sub, oq_node *owner, void *ctx)
+{
+	(void)sub;
+	(void)owner;
+	(*(size_t *)ctx)++;
+	return 0;
+}
+
+/* ------------------------------------------------------------ entry */
+
+static void ctx_free_needs(qctx *c)
+{
+	free(c->info);
+	free(c->need);
+}
+
+int oq_quantize_range_needs(oq_graph *g, const oq_opts *o, uint8_t *need, oq_diag *d)
+{
+	qctx c;
+	int rc;
+
+	memset(need, 0, g->n_values);
+	if (o->weight_only || g->parent)
+		return OQ_OK;
+	memset(&c, 0, sizeof c);
+	c.g = g;
+	c.o = o;
+	c.d = d;
+	c.trt = o->profile == OQ_PROFILE_TRT;
+	if ((rc = check_lists(&c)))
+		return rc;
+	c.nv = g->n_values;
+	c.nn = g->n_nodes;
+	c.info = oq_calloc(c.nn + 1, sizeof *c.info);
+	c.need = oq_calloc(c.nv + 1, 1);
+	if (!c.info || !c.need) {
+		ctx_free_needs(&c);
+		return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+	}
+	/* the pass' selection and wanted values (drop_activations moves a folded activation's
+	 * output to the producer but does not change which values are wanted) */
+	select_nodes(&c);
+	mark_needed(&c);
+	for (size_t i = 0; i < c.nv; i++) {
+		const oq_value *v = g->values[i];
+		const oq_node *p = v->producer;
+		const opinfo *f = p && p->index < c.nn && g->nodes[p->index] == p ? c.info[p->index] : NULL;
+		const oq_override *t = tovr(&c, v->name), *n = novr(&c, oq_quantize_grid_node(o, v));
+		if (!c.need[i])
+			continue;
+		/* own_qp's fixed parameters and ranges, and value_qp's shared ones, need no range */
+		if ((t && (t->has_qparams || t->has_range)) || (n && (n->has_qparams || n->has_range)))
+			continue;
+		if (f && f->kind == K_SOFTMAX)
+			continue;
+		if (f && f->kind == K_SHARE && p->n_inputs && p->inputs[0] && p->inputs[0]->index < c.nv &&
+		    c.need[p->inputs[0]->index] && !overridden(&c, v) && !novr(&c, p))
+			continue;
+		need[i] = 1;
+	}
+	ctx_free_needs(&c);
+	return OQ_OK;
+}
+
+static void ctx_free(qctx *c)
+{
+	free(c->info);
+	free(c->need);
+	free(c->q);
+	free(c->s_init);
+	free(c->z_init);
+	free(c->in_scale);
+}
+
+int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
+{
+	qctx c;
+	size_t nsub = 0;
+	int rc;
+
+	*changed = 0;
+	if (g->parent)
+		return OQ_OK;
+	if (o->weight_only)
+		return oq_quantize_weight_only(g, o, d, changed);
+	memset(&c, 0, sizeof c);
+	c.g = g;
+	c.o = o;
+	c.d = d;
+	c.trt = o->profile == OQ_PROFILE_TRT;
+	if ((rc = check_opset(&c)) || (rc = check_lists(&c)))
+		return rc;
+	if ((rc = oq_graph_rebuild_uses(g)))
+		return oq_err(d, rc, "quantize: out of memory");
+	c.nv = g->n_values;
+	c.nn = g->n_nodes;
+	c.info = oq_calloc(c.nn, sizeof *c.info);
+	c.in_scale = oq_calloc(c.nn, sizeof *c.in_scale);
+	c.need = oq_calloc(c.nv, 1);
+	c.q = oq_calloc(c.nv, sizeof *c.q);
+	c.s_init = oq_calloc(c.nv, sizeof *c.s_init);
+	c.z_init = oq_calloc(c.nv, sizeof *c.z_init);
+	if (!c.info || !c.in_scale || !c.need || !c.q || !c.s_init || !c.z_init) {
+		rc = oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+		goto out;
+	}
+	select_nodes(&c);
+	if ((rc = drop_activations(&c)))
+		goto out;
+	mark_needed(&c);
+	if ((rc = compute_params(&c)))
+		goto out;
+	if ((rc = c.trt ? insert_trt(&c) : insert_ort(&c)))
+		goto out;
+	if ((rc = quantize_weights(&c)))
+		goto out;
+	if ((rc = oq_graph_sweep(g))) {
+		rc = oq_err(d, rc, "quantize: out of memory");
+		goto out;
+	}
+	*changed = c.n_pairs + c.n_weights + c.n_acts > 0;
+	if (oq_graph_each_subgraph(g, count_subgraphs, &nsub) == 0 && nsub && o->log)
+		fprintf(o->log, "quantize: %zu If/Loop/Scan bodies left in float (only the main graph is "
+			"quantized)\n", nsub);
+	if (o->log)
+		fprintf(o->log, "quantize: %zu Q/DQ pairs, %zu weights, %zu activations folded, %zu tensors "
+			"without a range (%s profile)\n", c.n_pairs, c.n_weights, c.n_acts, c.n_norange,
+			c.trt ? "TRT" : "ORT");
+out:
+	ctx_free(&c);
+	return rc;
+}
+
+int oq_quantize_weight_plans(oq_graph *g, const oq_opts *o, oq_wplan **out, size_t *n_out, oq_diag *d)
+{
+	qctx c;
+	oq_wplan *p;
+	size_t n = 0;
+	int rc;
+
+	*out = NULL;
+	*n_out = 0;
+	memset(&c, 0, sizeof c);
+	c.g = g;
+	c.o = o;
+	c.d = d;
+	c.trt = o->profile == OQ_PROFILE_TRT;
+	if (o->weight_only || g->parent)
+		return OQ_OK;
+	if ((rc = check_lists(&c)))
+		return rc;
+	if (!(p = oq_calloc(g->n_nodes ? g->n_nodes : 1, sizeof *p)))
+		return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		oq_node *nd = g->nodes[i];
+		const opinfo *f = select_one(&c, nd);
+		int ok;
+		if ((rc = weight_of(&c, nd, f, NULL, &p[n].spec, &ok))) {
+			free(p);
+			return rc;
+		}
+		if (!ok)
+			continue;
+		p[n].node = nd;
+		p[n].w_idx = f->w;
+		p[n].b_idx = f->b;
+		n++;
+	}
+	*out = p;
+	*n_out = n;
+	return OQ_OK;
+}

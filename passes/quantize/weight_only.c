@@ -1,0 +1,204 @@
+/*
+ * weight_only.c - weight-only quantization (--weight-only): every selected
+ * node's constant float32 weight becomes an integer initializer behind a
+ * DequantizeLinear; activations stay float, no calibration.
+ *
+ *   MatMul(X, W[K,N])  ==>  MatMul(X, DQ(W_q, s, zp))
+ *
+ * Which input is the weight and which axes the granularities use:
+ *   op            weight   per-channel axis        blocked axis (reduction)
+ *   MatMul        in 1     last (N of [..,K,N])    rank-2 (K)
+ *   Gemm          in 1     transB ? 0 : 1 (N)      transB ? 1 : 0 (K)
+ *   Conv          in 1     0 (M of [M,C/g,k..])    1 (C/g)
+ *   ConvTranspose in 1     1 (M/g of [C,M/g,k..])  0 (C)
+ *   Gather        in 0     0 (one scale per row)   last (the embedding dim)
+ * A rank-1 MatMul weight has no channel axis: it is quantized per tensor.
+ * Node selection: op type in o->op_types (default MatMul, Gemm); --include
+ * (when given) and --exclude match a node name, an op type or the weight's
+ * tensor name. Weights that are float16/bfloat16, graph inputs or captured
+ * from an enclosing graph are skipped with a log line. Biases stay float.
+ *
+ * ONNX Runtime fuses DequantizeLinear -> MatMul into MatMulNBits only for
+ * 4-bit blocked weights on axis 0 with a power-of-two block_size >= 16; a
+ * log line says when the options chosen keep ORT on the unfused path.
+ * Weights borrowed from an mmap of external data are released page by page
+ * as they are quantized (qweight.c), so memory stays near the output size.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "passes/quantize/qweight.h"
+
+/* Where a supported op keeps its weight and which axes it quantizes along. */
+typedef struct wrule {
+	int w_idx;      /* input index of the weight */
+	int chan_axis;  /* per-channel axis (-1: none, per tensor) */
+	int block_axis; /* blocked axis (the reduction axis) */
+} wrule;
+
+static const char *const default_ops[] = {"MatMul", "Gemm"};
+
+/* Rule for node n with weight rank `rank`; 0 when the op has no weight rule. */
+static int rule_for(const oq_node *n, int rank, wrule *r)
+{
+	if (n->op == OQ_OP_MatMul) {
+		r->w_idx = 1;
+		r->chan_axis = rank >= 2 ? rank - 1 : -1;
+		r->block_axis = rank >= 2 ? rank - 2 : 0;
+	} else if (n->op == OQ_OP_Gemm) {
+		int tb = oq_node_attr_int(n, "transB", 0) != 0;
+		r->w_idx = 1;
+		r->chan_axis = tb ? 0 : 1;
+		r->block_axis = tb ? 1 : 0;
+	} else if (n->op == OQ_OP_Conv) {
+		r->w_idx = 1;
+		r->chan_axis = 0;
+		r->block_axis = 1;
+	} else if (n->op == OQ_OP_ConvTranspose) {
+		r->w_idx = 1;
+		r->chan_axis = 1;
+		r->block_axis = 0;
+	} else if (n->op == OQ_OP_Gather) {
+		r->w_idx = 0;
+		r->chan_axis = 0;
+		r->block_axis = rank - 1;
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
+static int in_names(const char *const *list, size_t n, const char *s)
+{
+	for (size_t i = 0; i < n; i++)
+		if (list[i] && s && strcmp(list[i], s) == 0)
+			return 1;
+	return 0;
+}
+
+static int matches(const char *const *list, size_t n, const oq_node *node, const oq_value *w)
+{
+	return in_names(list, n, node->name) || in_names(list, n, node->op_type) ||
+	       (w && in_names(list, n, w->name));
+}
+
+static int is_pow2(int64_t v)
+{
+	return v > 0 && (v & (v - 1)) == 0;
+}
+
+int oq_quantize_weight_only(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
+{
+	const char *const *ops = o->op_types ? o->op_types : default_ops;
+	size_t n_ops = o->op_types ? o->n_op_types : sizeof default_ops / sizeof *default_ops;
+	int64_t block = o->block_size > 0 ? o->block_size : 32;
+	oq_node **todo = NULL;
+	size_t n_todo = 0;
+	int rc = OQ_OK, noted_nbits = 0;
+
+	*changed = 0;
+	for (size_t i = 0; i < n_ops; i++) {
+		oq_node probe;
+		wrule r;
+		memset(&probe, 0, sizeof probe);
+		probe.op = oq_op_lookup(oq_domain_of(""), ops[i]);
+		if (!rule_for(&probe, 2, &r) && o->log)
+			fprintf(
+			    o->log,
+			    "weight-only: op type '%s' has no weight rule; its nodes stay float\n",
+			    ops[i]);
+	}
+	/* collect first, then mutate */
+	todo = oq_calloc(g->n_nodes, sizeof *todo);
+	if (!todo)
+		return oq_err(d, OQ_ENOMEM, "weight-only: out of memory");
+	for (size_t k = 0; k < g->n_nodes; k++) {
+		oq_node *n = g->nodes[k];
+		if (!n->dead && in_names(ops, n_ops, n->op_type) && *n->domain == '\0')
+			todo[n_todo++] = n;
+	}
+	for (size_t k = 0; k < n_todo && !rc; k++) {
+		oq_node *n = todo[k];
+		oq_value *w;
+		wrule r;
+		oq_wspec s;
+		if (!rule_for(n,
+		              n->n_inputs > 1 && n->inputs[1] && n->inputs[1]->init
+		                  ? n->inputs[1]->init->rank
+		                  : 2,
+		              &r))
+			continue;
+		if ((size_t)r.w_idx >= n->n_inputs || !(w = n->inputs[r.w_idx]))
+			continue;
+		if (n->op == OQ_OP_Gather && w->init)
+			(void)rule_for(n, w->init->rank, &r);
+		if (o->n_include && !matches(o->include, o->n_include, n, w))
+			continue;
+		if (matches(o->exclude, o->n_exclude, n, w))
+			continue;
+		if (!w->init)
+			continue; /* an activation, not a weight */
+		if (!oq_weight_quantizable(w)) {
+			if (o->log)
+				fprintf(o->log,
+				        "weight-only: node '%s' (%s): weight '%s' (%s%s) stays "
+				        "float: %s\n",
+				        n->name, n->op_type, w->name, oq_dtype_name(w->init->dtype),
+				        (w->flags & OQ_V_INPUT) ? ", graph input" : "",
+				        w->init->dtype != OQ_DT_FLOAT
+				            ? "its consumer computes in that type and DQ outputs "
+				              "float32"
+				            : "an overridable graph input is not a constant");
+			continue;
+		}
+		memset(&s, 0, sizeof s);
+		s.dtype = o->weight_type;
+		s.symmetric = !o->weight_asym;
+		s.sym_grid = o->sym_grid;
+		s.reduce_range = o->reduce_range;
+		s.mse = o->weight_method == OQ_WMETHOD_MSE;
+		if (o->granularity == OQ_GRAN_BLOCK) {
+			s.axis = r.block_axis;
+			s.block_size = block;
+		} else if (o->granularity == OQ_GRAN_CHANNEL) {
+			s.axis = r.chan_axis;
+		} else {
+			s.axis = -1;
+		}
+		if (s.axis >= w->init->rank)
+			s.axis = -1, s.block_size = 0;
+		if (n->op == OQ_OP_MatMul && o->log && !noted_nbits &&
+		    (s.block_size <= 0 || !is_pow2(s.block_size) || s.block_size < 16 ||
+		     (s.dtype != OQ_DT_INT4 && s.dtype != OQ_DT_UINT4) || s.axis != 0)) {
+			fprintf(o->log,
+			        "weight-only: note: ONNX Runtime fuses DequantizeLinear -> MatMul "
+			        "into MatMulNBits "
+			        "only for int4/uint4 weights blocked on axis 0 with a power-of-two "
+			        "block size >= 16; "
+			        "with %s %s weights it runs DequantizeLinear + a float MatMul\n",
+			        oq_dtype_name(s.dtype),
+			        s.block_size > 0 ? "blocked"
+			        : s.axis >= 0    ? "per-channel"
+			                         : "per-tensor");
+			noted_nbits = 1;
+		}
+		if (o->log) {
+			fprintf(o->log, "weight-only: node '%s' (%s): weight '%s' -> %s", n->name,
+			        n->op_type, w->name, oq_dtype_name(s.dtype));
+			if (s.block_size > 0)
+				fprintf(o->log, " blocked axis %d block %lld\n", s.axis,
+				        (long long)s.block_size);
+			else if (s.axis >= 0)
+				fprintf(o->log, " per-channel axis %d\n", s.axis);
+			else
+				fprintf(o->log, " per-tensor\n");
+		}
+		rc = oq_weight_insert_dq(g, n, r.w_idx, -1, 0.0f, 1.0f, &s, d);
+		if (!rc)
+			*changed = 1;
+	}
+	free(todo);
+	if (!rc && *changed)
+		rc = oq_graph_toposort(g, d);
+	return rc;
+}

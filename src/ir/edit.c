@@ -1,0 +1,511 @@
+/*
+ * edit.c - the editing primitives graph passes are built from: fresh
+ * names, new initializers, rewiring consumers, removing nodes, topological
+ * order, attribute setters and opset changes.
+ *
+ * Passes collect first and mutate afterwards: they mark nodes `dead`,
+ * create their replacements with oq_graph_add_node (appended at the end),
+ * then call oq_graph_sweep and oq_graph_toposort, which restore the
+ * invariants the executor and the saver rely on (uses up to date, every
+ * input produced before it is read). Values are never freed before the
+ * graph is: a value whose producer went away is simply no longer listed
+ * anywhere the saver looks.
+ */
+#include "src/ir/ir.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------ names */
+
+static int name_taken_below(const oq_graph *g, const char *name);
+
+static int sub_has(oq_graph *sub, oq_node *owner, void *ctx)
+{
+	(void)owner;
+	return name_taken_below(sub, ctx);
+}
+
+/* Name used by g or any graph nested in it. */
+static int name_taken_below(const oq_graph *g, const char *name)
+{
+	if (oq_graph_find(g, name))
+		return 1;
+	return oq_graph_each_subgraph((oq_graph *)g, sub_has, (void *)name) != 0;
+}
+
+static int name_taken(const oq_graph *g, const char *name)
+{
+	const oq_graph *top = g;
+	for (const oq_graph *p = g; p; p = p->parent) {
+		if (oq_graph_find(p, name))
+			return 1;
+		top = p;
+	}
+	return name_taken_below(top, name);
+}
+
+oq_value *oq_graph_new_value(oq_graph *g, const char *base)
+{
+	size_t n = strlen(base) + 24;
+	char *buf = malloc(n);
+	oq_value *v = NULL;
+
+	if (!buf)
+		return NULL;
+	snprintf(buf, n, "%s", base);
+	for (unsigned long k = 1; name_taken(g, buf); k++)
+		snprintf(buf, n, "%s_%lu", base, k);
+	v = oq_graph_value(g, buf);
+	free(buf);
+	return v;
+}
+
+/* ------------------------------------------------------------ initializers */
+
+oq_value *oq_graph_add_init(oq_graph *g, const char *base, oq_tensor *t)
+{
+	oq_value *v = oq_graph_new_value(g, base);
+	oq_value **ni = v ? realloc(g->inits, (g->n_inits + 1) * sizeof *ni) : NULL;
+	if (!ni) {
+		oq_tensor_free(t);
+		return NULL;
+	}
+	g->inits = ni;
+	g->inits[g->n_inits++] = v;
+	v->init = t;
+	free(t->name);
+	t->name = oq_strdup("");
+	v->type.kind = OQ_TYPE_TENSOR;
+	v->type.dtype = t->dtype;
+	v->type.rank = -1;
+	return v;
+}
+
+static void drop_from(oq_value **a, size_t *n, const oq_value *v)
+{
+	size_t j = 0;
+	for (size_t i = 0; i < *n; i++)
+		if (a[i] != v)
+			a[j++] = a[i];
+	*n = j;
+}
+
+void oq_graph_remove_init(oq_graph *g, oq_value *v)
+{
+	drop_from(g->inits, &g->n_inits, v);
+	drop_from(g->inputs, &g->n_inputs, v);
+	drop_from(g->vinfos, &g->n_vinfos, v);
+	v->flags &= ~(unsigned)(OQ_V_INPUT | OQ_V_VINFO);
+	oq_tensor_free(v->init);
+	v->init = NULL;
+}
+
+size_t oq_graph_drop_unused_inits(oq_graph *g)
+{
+	size_t n = 0;
+	for (size_t i = g->n_inits; i-- > 0;) {
+		oq_value *v = g->inits[i];
+		if (v->n_uses == 0 && !(v->flags & (OQ_V_INPUT | OQ_V_OUTPUT)) && oq_value_n_captures(v) == 0) {
+			oq_graph_remove_init(g, v);
+			n++;
+		}
+	}
+	return n;
+}
+
+void oq_graph_remove_vinfo(oq_graph *g, oq_value *v)
+{
+	drop_from(g->vinfos, &g->n_vinfos, v);
+	v->flags &= ~(unsigned)OQ_V_VINFO;
+}
+
+/* ------------------------------------------------------------ rewiring */
+
+int oq_value_replace_uses(oq_graph *g, oq_value *from, oq_value *to)
+{
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		oq_node *n = g->nodes[i];
+		for (size_t k = 0; k < n->n_inputs; k++)
+			if (n->inputs[k] == from)
+				n->inputs[k] = to;
+	}
+	return oq_graph_rebuild_uses(g);
+}
+
+typedef struct capctx {
+	const oq_value *v;
+	size_t n;
+} capctx;
+
+static int count_caps(oq_graph *sub, oq_node *owner, void *ctx)
+{
+	capctx *c = ctx;
+	(void)owner;
+	for (size_t i = 0; i < sub->n_values; i++) {
+		oq_value *x = sub->values[i];
+		if ((x->flags & OQ_V_OUTER) && oq_value_resolve(x) == c->v)
+			c->n++;
+	}
+	return oq_graph_each_subgraph(sub, count_caps, ctx);
+}
+
+size_t oq_value_n_captures(const oq_value *v)
+{
+	capctx c = {v, 0};
+	/* count_caps never fails: the status carries no information */
+	if (v->graph && oq_graph_each_subgraph(v->graph, count_caps, &c))
+		return c.n;
+	return c.n;
+}
+
+/* ------------------------------------------------------------ removal and order */
+
+static int sweep_sub(oq_graph *sub, oq_node *owner, void *ctx);
+
+static int sweep_nodes(oq_graph *g)
+{
+	size_t j = 0;
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		oq_node *n = g->nodes[i];
+		if (n->dead)
+			oq_node_free(n);
+		else
+			g->nodes[j++] = n;
+	}
+	g->n_nodes = j;
+	return oq_graph_each_subgraph(g, sweep_sub, NULL);
+}
+
+static int sweep_sub(oq_graph *sub, oq_node *owner, void *ctx)
+{
+	(void)owner;
+	(void)ctx;
+	return sweep_nodes(sub);
+}
+
+int oq_graph_sweep(oq_graph *g)
+{
+	int rc = sweep_nodes(g);
+	return rc ? rc : oq_graph_rebuild_uses(g);
+}
+
+/* Marks (in `need`) the values of g that subgraph `sub` captures. */
+typedef struct needctx {
+	oq_graph *g;
+	unsigned char *need;
+} needctx;
+
+static int mark_caps(oq_graph *sub, oq_node *owner, void *ctx)
+{
+	needctx *c = ctx;
+	(void)owner;
+	for (size_t i = 0; i < sub->n_values; i++) {
+		oq_value *x = sub->values[i];
+		if (!(x->flags & OQ_V_OUTER))
+			continue;
+		/* the nearest definition in g's scope */
+		for (oq_value *o = x->outer; o; o = (o->flags & OQ_V_OUTER) ? o->outer : NULL)
+			if (o->graph == c->g) {
+				c->need[o->index] = 1;
+				break;
+			}
+	}
+	return oq_graph_each_subgraph(sub, mark_caps, ctx);
+}
+
+int oq_graph_toposort(oq_graph *g, oq_diag *d)
+{
+	size_t nn = g->n_nodes, nv = g->n_values;
+	unsigned char *ready = NULL, *placed = NULL, *need = NULL;
+	oq_node **order = NULL;
+	size_t n_order = 0;
+	int rc;
+
+	if ((rc = oq_graph_rebuild_uses(g)))
+		return oq_err(d, rc, "passes: out of memory");
+	ready = oq_calloc(nv, 1);
+	placed = oq_calloc(nn, 1);
+	need = oq_calloc(nv, 1);
+	order = oq_calloc(nn, sizeof *order);
+	if (!ready || !placed || !need || !order) {
+		rc = oq_err(d, OQ_ENOMEM, "passes: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < nv; i++) {
+		oq_value *v = g->values[i];
+		if (!v->producer)
+			ready[i] = 1; /* inputs, initializers, outer names, orphans */
+	}
+	/*
+	 * Repeated sweeps in file order: each sweep places every node whose
+	 * inputs are ready. Valid orders stay as they are in one sweep.
+	 */
+	while (n_order < nn) {
+		size_t before = n_order;
+		for (size_t i = 0; i < nn; i++) {
+			oq_node *n = g->nodes[i];
+			int ok = 1;
+			if (placed[i])
+				continue;
+			for (size_t k = 0; k < n->n_inputs && ok; k++)
+				if (n->inputs[k] && n->inputs[k]->graph == g && !ready[n->inputs[k]->index])
+					ok = 0;
+			if (ok) {
+				/* captures of this node's subgraphs must be ready too */
+				needctx c = {g, need};
+				int has_sub = 0;
+				for (size_t a = 0; a < n->n_attrs; a++)
+					has_sub |= n->attrs[a].g != NULL || n->attrs[a].graphs != NULL;
+				if (has_sub) {
+					memset(need, 0, nv);
+					for (size_t a = 0; a < n->n_attrs; a++) {
+						if (n->attrs[a].g && mark_caps(n->attrs[a].g, n, &c))
+							goto nomem;
+						for (size_t j = 0; n->attrs[a].graphs && j < n->attrs[a].n; j++)
+							if (mark_caps(n->attrs[a].graphs[j], n, &c))
+								goto nomem;
+					}
+					for (size_t v = 0; v < nv && ok; v++)
+						if (need[v] && !ready[v])
+							ok = 0;
+				}
+			}
+			if (!ok)
+				continue;
+			placed[i] = 1;
+			order[n_order++] = n;
+			for (size_t k = 0; k < n->n_outputs; k++)
+				if (n->outputs[k])
+					ready[n->outputs[k]->index] = 1;
+		}
+		if (n_order == before) {
+			for (size_t i = 0; i < nn; i++)
+				if (!placed[i]) {
+					rc = oq_err(d, OQ_EINVAL,
+						    "passes: node '%s' (%s) is on a cycle or reads a value nothing produces",
+						    g->nodes[i]->name, g->nodes[i]->op_type);
+					goto out;
+				}
+		}
+	}
+	memcpy(g->nodes, order, nn * sizeof *order);
+	rc = oq_graph_rebuild_uses(g);
+	if (rc)
+		rc = oq_err(d, rc, "passes: out of memory");
+	goto out;
+nomem:
+	rc = oq_err(d, OQ_ENOMEM, "passes: out of memory");
+out:
+	free(ready);
+	free(placed);
+	free(need);
+	free(order);
+	return rc;
+}
+
+/* ------------------------------------------------------------ types */
+
+int oq_value_set_type(oq_value *v, int dtype, int rank, const int64_t *dims)
+{
+	oq_dim *nd = NULL;
+	if (rank > 0) {
+		nd = oq_calloc((size_t)rank, sizeof *nd);
+		if (!nd)
+			return OQ_ENOMEM;
+		for (int i = 0; i < rank; i++)
+			nd[i].value = dims ? dims[i] : -1;
+	}
+	if (v->type.dims)
+		for (int i = 0; i < v->type.rank; i++)
+			free(v->type.dims[i].param);
+	free(v->type.dims);
+	v->type.kind = OQ_TYPE_TENSOR;
+	v->type.dtype = dtype;
+	v->type.rank = rank;
+	v->type.dims = nd;
+	v->flags |= OQ_V_TYPE_EDITED;
+	return OQ_OK;
+}
+
+/* ------------------------------------------------------------ attributes */
+
+/* The attribute called name, cleared and ready to be filled, or NULL. */
+static oq_attr *fresh_attr(oq_node *n, const char *name)
+{
+	for (size_t i = 0; i < n->n_attrs; i++)
+		if (strcmp(n->attrs[i].name, name) == 0) {
+			oq_attr *a = &n->attrs[i];
+			char *keep = a->name;
+			a->name = NULL;
+			oq_attr_clear(a);
+			memset(a, 0, sizeof *a);
+			a->name = keep;
+			return a; /* src dropped: the attribute is rebuilt whole */
+		}
+	oq_attr *na = realloc(n->attrs, (n->n_attrs + 1) * sizeof *na);
+	if (!na)
+		return NULL;
+	n->attrs = na;
+	oq_attr *a = &na[n->n_attrs];
+	memset(a, 0, sizeof *a);
+	if (!(a->name = oq_strdup(name)))
+		return NULL;
+	n->n_attrs++;
+	return a;
+}
+
+int oq_node_set_attr_int(oq_node *n, const char *name, int64_t v)
+{
+	oq_attr *a = fresh_attr(n, name);
+	if (!a)
+		return OQ_ENOMEM;
+	a->type = OQ_ATTR_INT;
+	a->i = v;
+	return OQ_OK;
+}
+
+int oq_node_set_attr_float(oq_node *n, const char *name, float v)
+{
+	oq_attr *a = fresh_attr(n, name);
+	if (!a)
+		return OQ_ENOMEM;
+	a->type = OQ_ATTR_FLOAT;
+	a->f = v;
+	return OQ_OK;
+}
+
+int oq_node_set_attr_ints(oq_node *n, const char *name, const int64_t *v, size_t count)
+{
+	oq_attr *a = fresh_attr(n, name);
+	if (!a)
+		return OQ_ENOMEM;
+	a->type = OQ_ATTR_INTS;
+	if (!(a->ints = oq_calloc(count, sizeof *a->ints)))
+		return OQ_ENOMEM;
+	if (count)
+		memcpy(a->ints, v, count * sizeof *v);
+	a->n = count;
+	return OQ_OK;
+}
+
+int oq_node_set_attr_floats(oq_node *n, const char *name, const float *v, size_t count)
+{
+	oq_attr *a = fresh_attr(n, name);
+	if (!a)
+		return OQ_ENOMEM;
+	a->type = OQ_ATTR_FLOATS;
+	if (!(a->floats = oq_calloc(count, sizeof *a->floats)))
+		return OQ_ENOMEM;
+	if (count)
+		memcpy(a->floats, v, count * sizeof *v);
+	a->n = count;
+	return OQ_OK;
+}
+
+int oq_node_set_attr_string(oq_node *n, const char *name, const char *v)
+{
+	oq_attr *a = fresh_attr(n, name);
+	if (!a)
+		return OQ_ENOMEM;
+	a->type = OQ_ATTR_STRING;
+	if (!(a->s.p = oq_strdup(v)))
+		return OQ_ENOMEM;
+	a->s.len = strlen(v);
+	return OQ_OK;
+}
+
+int oq_node_set_attr_tensor(oq_node *n, const char *name, oq_tensor *t)
+{
+	oq_attr *a = fresh_attr(n, name);
+	if (!a) {
+		oq_tensor_free(t);
+		return OQ_ENOMEM;
+	}
+	a->type = OQ_ATTR_TENSOR;
+	a->t = t;
+	return OQ_OK;
+}
+
+void oq_node_del_attr(oq_node *n, const char *name)
+{
+	for (size_t i = 0; i < n->n_attrs; i++)
+		if (strcmp(n->attrs[i].name, name) == 0) {
+			oq_attr_clear(&n->attrs[i]);
+			memmove(&n->attrs[i], &n->attrs[i + 1], (n->n_attrs - i - 1) * sizeof *n->attrs);
+			n->n_attrs--;
+			return;
+		}
+}
+
+/* ------------------------------------------------------------ opsets */
+
+typedef struct opsetctx {
+	const char *domain;
+	int64_t version;
+} opsetctx;
+
+static int set_node_opsets(oq_graph *g, oq_node *owner, void *ctx)
+{
+	opsetctx *c = ctx;
+	(void)owner;
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		oq_node *n = g->nodes[i];
+		const char *dom = n->domain;
+		/* "ai.onnx" and "" name the same domain */
+		int same = strcmp(dom, c->domain) == 0 ||
+			   (c->domain[0] == 0 && strcmp(dom, "ai.onnx") == 0);
+		if (same)
+			n->opset = c->version;
+	}
+	return oq_graph_each_subgraph(g, set_node_opsets, ctx);
+}
+
+int oq_model_set_opset(oq_model *m, const char *domain, int64_t version)
+{
+	size_t i;
+	opsetctx c = {domain, version};
+
+	for (i = 0; i < m->n_opsets; i++)
+		if (strcmp(m->opsets[i].domain, domain) == 0 ||
+		    (domain[0] == 0 && strcmp(m->opsets[i].domain, "ai.onnx") == 0))
+			break;
+	if (i == m->n_opsets) {
+		oq_opset *no = realloc(m->opsets, (m->n_opsets + 1) * sizeof *no);
+		if (!no)
+			return OQ_ENOMEM;
+		m->opsets = no;
+		memset(&no[i], 0, sizeof no[i]);
+		if (!(no[i].domain = oq_strdup(domain)))
+			return OQ_ENOMEM;
+		m->n_opsets++;
+	}
+	m->opsets[i].version = version;
+	return m->graph ? set_node_opsets(m->graph, NULL, &c) : OQ_OK;
+}
+
+/* ------------------------------------------------------------ float views */
+
+oq_tensor *oq_tensor_from_floats(int rank, const int64_t *dims, const float *data)
+{
+	oq_tensor *t = oq_tensor_new(OQ_DT_FLOAT, rank, dims);
+	if (t && t->nbytes)
+		memcpy((void *)t->data, data, t->nbytes);
+	return t;
+}
+
+float *oq_tensor_to_floats(const oq_tensor *t)
+{
+	float *f = oq_calloc(t->nelem, sizeof *f);
+	if (!f)
+		return NULL;
+	if (t->dtype == OQ_DT_FLOAT) {
+		if (t->nbytes)
+			memcpy(f, t->data, t->nbytes);
+	} else {
+		for (size_t i = 0; i < t->nelem; i++)
+			f[i] = (float)oq_tensor_get(t, i);
+	}
+	return f;
+}
