@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "src/io/file.h"
 #include "src/io/npy.h"
 #include "src/io/onnx_io.h"
 
@@ -190,32 +191,6 @@ static long long numbered(const char *stem, size_t len, const char *prefix)
 		k = k * 10 + (stem[i] - '0');
 	}
 	return k;
-}
-
-static int read_file(const char *path, void **buf, size_t *len, oq_diag *d)
-{
-	FILE *f = fopen(path, "rb");
-	long n;
-	*buf = NULL;
-	if (!f)
-		return oq_err(d, OQ_EIO, "run: cannot open '%s': %s", path, strerror(errno));
-	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
-		fclose(f);
-		return oq_err(d, OQ_EIO, "run: cannot read '%s'", path);
-	}
-	if (!(*buf = oq_malloc((size_t)n))) {
-		fclose(f);
-		return oq_err(d, OQ_ENOMEM, "run: out of memory reading '%s'", path);
-	}
-	if (fread(*buf, 1, (size_t)n, f) != (size_t)n) {
-		fclose(f);
-		free(*buf);
-		*buf = NULL;
-		return oq_err(d, OQ_EIO, "run: cannot read '%s'", path);
-	}
-	fclose(f);
-	*len = (size_t)n;
-	return OQ_OK;
 }
 
 static int mkdir_p(const char *path, oq_diag *d)
@@ -579,7 +554,7 @@ typedef struct binding {
 /* Dtype and shape of a file without its data (.pb files are parsed whole). */
 static int peek(const oq_sample_src *src, oq_npy *h, oq_diag *d)
 {
-	void *buf;
+	char *buf;
 	size_t len;
 	oq_tensor *t = NULL;
 	int rc;
@@ -587,7 +562,7 @@ static int peek(const oq_sample_src *src, oq_npy *h, oq_diag *d)
 	if (src->kind == OQ_SRC_NPY)
 		return oq_npy_read(src->path, 1, h, d);
 	memset(h, 0, sizeof *h);
-	if ((rc = read_file(src->path, &buf, &len, d)))
+	if ((rc = oq_file_read(src->path, OQ_SAMPLE_MAX_BYTES, "run", NULL, &buf, &len, d)))
 		return rc;
 	rc = oq_tensor_load_pb(buf, len, src->path, &t, d);
 	free(buf);
@@ -741,7 +716,7 @@ static int load_random(const oq_value *v, size_t k, uint64_t seed, oq_rt *t, oq_
 
 static int load_one(const oq_exec *e, const oq_sample_src *src, size_t k, oq_rt *t, oq_diag *d)
 {
-	void *buf;
+	char *buf;
 	size_t len;
 	oq_tensor *ten = NULL;
 	oq_rt view;
@@ -770,7 +745,7 @@ static int load_one(const oq_exec *e, const oq_sample_src *src, size_t k, oq_rt 
 		t->data = a.data;
 		return OQ_OK;
 	}
-	if ((rc = read_file(src->path, &buf, &len, d)))
+	if ((rc = oq_file_read(src->path, OQ_SAMPLE_MAX_BYTES, "run", NULL, &buf, &len, d)))
 		return rc;
 	rc = oq_tensor_load_pb(buf, len, src->path, &ten, d);
 	free(buf);

@@ -33,6 +33,9 @@
 
 #include "calib/exec/exec.h"
 
+/* The largest sample file (.pb) read into memory. */
+#define OQ_SAMPLE_MAX_BYTES ((size_t)1 << 40)
+
 /* Kinds of sample input source. */
 enum {
 	OQ_SRC_NPY = 1, /* a .npy file */

@@ -29,11 +29,6 @@ struct oq_bc_collect {
 	size_t *next;       /* per layer: next layer with the same data input, SIZE_MAX: end */
 };
 
-static int is_onnx_op(const oq_node *n, oq_op op)
-{
-	return n->op == op && oq_domain_of(n->domain) == OQ_DOM_ONNX;
-}
-
 /* Entries of S for layer l from its weight's dims; 0 when the weight does not fit. */
 static size_t sum_size(const oq_bc_layer *l)
 {
@@ -44,15 +39,15 @@ static size_t sum_size(const oq_bc_layer *l)
 
 	if (!w || w->dtype != OQ_DT_FLOAT || l->w_idx != 1)
 		return 0;
-	if (is_onnx_op(n, OQ_OP_Gemm) && w->rank == 2)
+	if (oq_node_is(n, OQ_OP_Gemm) && w->rank == 2)
 		return (size_t)w->dims[oq_node_attr_int(n, "transB", 0) ? 1 : 0];
-	if (is_onnx_op(n, OQ_OP_MatMul) && w->rank == 2)
+	if (oq_node_is(n, OQ_OP_MatMul) && w->rank == 2)
 		return (size_t)w->dims[0];
-	if (is_onnx_op(n, OQ_OP_Conv) && w->rank >= 3 && w->rank - 2 <= OQ_CONV_MAX_SP) {
+	if (oq_node_is(n, OQ_OP_Conv) && w->rank >= 3 && w->rank - 2 <= OQ_CONV_MAX_SP) {
 		int64_t group = oq_node_attr_int(n, "group", 1);
 		if (group < 1 || !oq_mul_size((size_t)w->dims[1], (size_t)group, &r))
 			return 0;
-	} else if (is_onnx_op(n, OQ_OP_ConvTranspose) && w->rank >= 3 && w->rank - 2 <= OQ_CONV_MAX_SP) {
+	} else if (oq_node_is(n, OQ_OP_ConvTranspose) && w->rank >= 3 && w->rank - 2 <= OQ_CONV_MAX_SP) {
 		r = (size_t)w->dims[0];
 	} else {
 		return 0;
@@ -241,9 +236,9 @@ static int add(oq_bc_layer *l, const oq_rt *x)
 
 	if (x->dtype != OQ_DT_FLOAT || (x->nelem && !x->data))
 		return 1;
-	if (is_onnx_op(n, OQ_OP_Conv) || is_onnx_op(n, OQ_OP_ConvTranspose))
+	if (oq_node_is(n, OQ_OP_Conv) || oq_node_is(n, OQ_OP_ConvTranspose))
 		return add_conv(l, x, n->op == OQ_OP_ConvTranspose);
-	if (is_onnx_op(n, OQ_OP_Gemm)) {
+	if (oq_node_is(n, OQ_OP_Gemm)) {
 		int ta = oq_node_attr_int(n, "transA", 0) != 0;
 		if (x->rank != 2 || (size_t)x->dims[ta ? 0 : 1] != l->n_sum)
 			return 1;

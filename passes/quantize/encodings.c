@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "passes/quantize/overrides.h"
+#include "src/io/file.h"
 #include "src/quant/qparams.h"
 
 /* Per-channel encodings of a large model are big, but not this big. */
@@ -356,53 +357,6 @@ int oq_encodings_export(const oq_model *m, const char *path, oq_diag *d)
 	return OQ_OK;
 }
 
-/* ------------------------------------------------------------ read */
-
-static int slurp(const char *path, char **buf, oq_diag *d)
-{
-	FILE *f = fopen(path, "rb");
-	char *b = NULL;
-	size_t n = 0, cap = 0;
-
-	*buf = NULL;
-	if (!f)
-		return oq_err(d, OQ_EIO, "encodings: cannot open %s: %s", path, strerror(errno));
-	for (;;) {
-		size_t got;
-		if (n + 65536 + 1 > cap) {
-			size_t nc = cap ? cap * 2 : 65536 * 2;
-			char *nb;
-			if (n > MAX_FILE) {
-				free(b);
-				fclose(f);
-				return oq_err(d, OQ_EUSAGE, "encodings: %s is larger than %zu MiB",
-				              path, MAX_FILE >> 20);
-			}
-			if (!(nb = realloc(b, nc))) {
-				free(b);
-				fclose(f);
-				return oq_err(d, OQ_ENOMEM, "encodings: out of memory reading %s",
-				              path);
-			}
-			b = nb;
-			cap = nc;
-		}
-		got = fread(b + n, 1, 65536, f);
-		n += got;
-		if (got < 65536)
-			break;
-	}
-	if (ferror(f)) {
-		free(b);
-		fclose(f);
-		return oq_err(d, OQ_EIO, "encodings: cannot read %s", path);
-	}
-	fclose(f);
-	b[n] = 0;
-	*buf = b;
-	return OQ_OK;
-}
-
 /* Context of one tensor entry for messages. */
 typedef struct ectx {
 	const char *path;    /* the file */
@@ -601,19 +555,11 @@ static int read_entry(const ectx *c0, const cJSON *arr, int is_param, oq_encodin
 	return OQ_OK;
 }
 
-/* 1-based line of position p in buf. */
-static size_t line_of(const char *buf, const char *p)
-{
-	size_t line = 1;
-	for (const char *q = buf; q < p && *q; q++)
-		line += *q == '\n';
-	return line;
-}
-
 int oq_encodings_read(const char *path, oq_encodings *out, oq_diag *d)
 {
 	static const char *sec[2] = {"activation_encodings", "param_encodings"};
 	char *buf = NULL;
+	size_t len;
 	const char *end = NULL;
 	cJSON *root = NULL;
 	const cJSON *it;
@@ -622,13 +568,13 @@ int oq_encodings_read(const char *path, oq_encodings *out, oq_diag *d)
 
 	out->v = NULL;
 	out->n = 0;
-	if ((rc = slurp(path, &buf, d)))
+	if ((rc = oq_file_read(path, MAX_FILE, "encodings", NULL, &buf, &len, d)))
 		return rc;
 	root = cJSON_ParseWithOpts(buf, &end, 0);
 	if (!root) {
 		const char *p = cJSON_GetErrorPtr();
 		rc = oq_err(d, OQ_EUSAGE, "encodings: %s: malformed JSON near line %zu", path,
-		            p ? line_of(buf, p) : (size_t)0);
+		            p ? oq_text_line(buf, p) : (size_t)0);
 		goto out;
 	}
 	if (!cJSON_IsObject(root)) {

@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/io/file.h"
+
 /* Larger than any hand-written override file; keeps a wrong path from reading gigabytes. */
 #define MAX_FILE ((size_t)64 << 20)
 
@@ -42,67 +44,6 @@ const oq_override *oq_override_find(const oq_override *v, size_t n, const char *
 		if (v[i].is_node == is_node && strcmp(v[i].name, name) == 0)
 			return &v[i];
 	return NULL;
-}
-
-/* Reads the whole file into a NUL-terminated buffer. */
-static int slurp(const char *path, char **buf, size_t *len, oq_diag *d)
-{
-	FILE *f = fopen(path, "rb");
-	char *b = NULL;
-	size_t n = 0, cap = 0;
-
-	*buf = NULL;
-	if (!f)
-		return oq_err(d, OQ_EIO, "overrides: cannot open %s: %s", path, strerror(errno));
-	for (;;) {
-		size_t got;
-		if (n + 4096 + 1 > cap) {
-			size_t nc = cap ? cap * 2 : 8192;
-			char *nb;
-			if (nc > MAX_FILE + 4096 + 1) {
-				if (n > MAX_FILE)
-					break;
-				nc = MAX_FILE + 4096 + 1;
-			}
-			nb = realloc(b, nc);
-			if (!nb) {
-				free(b);
-				fclose(f);
-				return oq_err(d, OQ_ENOMEM, "overrides: out of memory reading %s", path);
-			}
-			b = nb;
-			cap = nc;
-		}
-		got = fread(b + n, 1, 4096, f);
-		n += got;
-		if (got < 4096)
-			break;
-	}
-	if (ferror(f)) {
-		free(b);
-		fclose(f);
-		return oq_err(d, OQ_EIO, "overrides: cannot read %s", path);
-	}
-	fclose(f);
-	if (n > MAX_FILE) {
-		free(b);
-		return oq_err(d, OQ_EUSAGE, "overrides: %s is larger than %zu MiB; an overrides file is a "
-			      "small JSON object", path, MAX_FILE >> 20);
-	}
-	b[n] = 0;
-	*buf = b;
-	*len = n;
-	return OQ_OK;
-}
-
-/* 1-based line of position p in buf. */
-static size_t line_of(const char *buf, const char *p)
-{
-	size_t line = 1;
-	for (const char *q = buf; q < p && *q; q++)
-		if (*q == '\n')
-			line++;
-	return line;
 }
 
 static int node_exists(const oq_graph *g, const char *name)
@@ -237,13 +178,13 @@ int oq_overrides_load(const char *path, const oq_model *m, oq_override **out, si
 	*n = 0;
 	if (!m || !m->graph)
 		return oq_err(d, OQ_EINVAL, "overrides: the model has no graph");
-	if ((rc = slurp(path, &buf, &len, d)))
+	if ((rc = oq_file_read(path, MAX_FILE, "overrides", "an overrides file is a small JSON object", &buf, &len, d)))
 		return rc;
 	root = cJSON_ParseWithLengthOpts(buf, len + 1, &end, 1); /* + 1: the NUL is part of it */
 	if (!root) {
 		rc = oq_err(d, OQ_EUSAGE, "overrides: %s: not valid JSON near line %zu; expected "
 			    "{\"tensors\": {NAME: {...}}, \"nodes\": {NAME: {...}}}",
-			    path, line_of(buf, end ? end : buf));
+			    path, oq_text_line(buf, end ? end : buf));
 		goto fail;
 	}
 	if (!cJSON_IsObject(root)) {

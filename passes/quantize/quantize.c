@@ -158,16 +158,6 @@ static const oq_override *novr(const qctx *c, const oq_node *n)
 	return oq_override_find(c->o->overrides, c->o->n_overrides, n->name, 1);
 }
 
-/* A constant: an initializer that is not also an overridable graph input. */
-static const oq_tensor *cval(const oq_graph *g, const oq_value *v)
-{
-	if (!v || v->graph != g || !v->init)
-		return NULL;
-	if ((v->flags & OQ_V_INPUT) && g->model && g->model->ir_version >= 4)
-		return NULL;
-	return v->init;
-}
-
 /* Can activation v get a Q/DQ at all? */
 static int eligible(const qctx *c, const oq_value *v)
 {
@@ -430,7 +420,7 @@ static int act_bounds(const qctx *c, const oq_node *a, double *lo, double *hi)
 		const oq_tensor *t;
 		if (!a->inputs[k])
 			continue;
-		if (!(t = cval(c->g, a->inputs[k])) || t->nelem != 1)
+		if (!(t = oq_value_const(c->g, a->inputs[k])) || t->nelem != 1)
 			return 0;
 		if (k == 1)
 			*lo = oq_tensor_get(t, 0);
@@ -883,7 +873,7 @@ static int quantize_weights(qctx *c)
 			continue;
 		in_s = c->trt ? 0 : c->in_scale[i];
 		if (in_s > 0 && f->b >= 0 && (size_t)f->b < n->n_inputs && n->inputs[f->b]) {
-			const oq_tensor *bt = cval(c->g, n->inputs[f->b]);
+			const oq_tensor *bt = oq_value_const(c->g, n->inputs[f->b]);
 			if (bt && bt->dtype == OQ_DT_FLOAT && bt->rank == 1)
 				b = f->b;
 		}

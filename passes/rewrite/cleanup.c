@@ -35,27 +35,6 @@
 /* Rounds of constant/identity rewrites before dead-code removal. */
 #define MAX_ROUNDS 32
 
-/* An initializer whose value cannot change at run time. */
-static const oq_tensor *cval(const oq_graph *g, const oq_value *v)
-{
-	if (!v || v->graph != g || !v->init)
-		return NULL;
-	if ((v->flags & OQ_V_INPUT) && g->model && g->model->ir_version >= 4)
-		return NULL;
-	return v->init;
-}
-
-/* The value may be removed or renamed: not a graph input/output, not captured. */
-static int private_value(const oq_value *v)
-{
-	return !(v->flags & (OQ_V_INPUT | OQ_V_OUTPUT | OQ_V_OUTER)) && oq_value_n_captures(v) == 0;
-}
-
-static int is_onnx(const oq_node *n, oq_op op)
-{
-	return n->op == op && oq_domain_of(n->domain) == OQ_DOM_ONNX;
-}
-
 /* Makes v an initializer holding t (v keeps its name). Takes t. */
 static int make_init(oq_graph *g, oq_value *v, oq_tensor *t)
 {
@@ -257,7 +236,7 @@ static int64_t *axes_of(const oq_graph *g, const oq_node *n, size_t *cnt, int *h
 	}
 	if (n->n_inputs >= 2 && n->inputs[1]) {
 		*has = 1;
-		return int_list(cval(g, n->inputs[1]), cnt);
+		return int_list(oq_value_const(g, n->inputs[1]), cnt);
 	}
 	return NULL;
 }
@@ -375,7 +354,7 @@ static oq_tensor *fold_dims(const oq_graph *g, const oq_node *n, const oq_tensor
 	int r = 0;
 	oq_tensor *y = NULL;
 
-	if (is_onnx(n, OQ_OP_Flatten)) {
+	if (oq_node_is(n, OQ_OP_Flatten)) {
 		int64_t ax = oq_node_attr_int(n, "axis", 1), a = 1, b = 1;
 		if (ax < 0)
 			ax += x->rank;
@@ -392,7 +371,7 @@ static oq_tensor *fold_dims(const oq_graph *g, const oq_node *n, const oq_tensor
 	int64_t *axes = axes_of(g, n, &na, &has);
 	if (has && !axes)
 		return NULL; /* axes not constant (or out of memory: then simply not folded) */
-	if (is_onnx(n, OQ_OP_Unsqueeze)) {
+	if (oq_node_is(n, OQ_OP_Unsqueeze)) {
 		unsigned char ins[OQ_MAX_RANK] = {0};
 		int orank = x->rank + (int)na;
 		if (!has || orank > OQ_MAX_RANK)
@@ -425,7 +404,7 @@ out:
 
 static oq_tensor *fold_concat(const oq_graph *g, const oq_node *n, int *rc)
 {
-	const oq_tensor *x0 = n->n_inputs ? cval(g, n->inputs[0]) : NULL;
+	const oq_tensor *x0 = n->n_inputs ? oq_value_const(g, n->inputs[0]) : NULL;
 	int64_t ax = oq_node_attr_int(n, "axis", 0), d[OQ_MAX_RANK];
 	size_t es = x0 ? elem_size(x0->dtype) : 0, outer = 1, off = 0;
 	oq_tensor *y;
@@ -439,7 +418,7 @@ static oq_tensor *fold_concat(const oq_graph *g, const oq_node *n, int *rc)
 	memcpy(d, x0->dims, (size_t)x0->rank * sizeof *d);
 	d[ax] = 0;
 	for (size_t i = 0; i < n->n_inputs; i++) {
-		const oq_tensor *x = cval(g, n->inputs[i]);
+		const oq_tensor *x = oq_value_const(g, n->inputs[i]);
 		if (!x || x->dtype != x0->dtype || x->rank != x0->rank)
 			return NULL;
 		for (int k = 0; k < x->rank; k++)
@@ -468,7 +447,7 @@ static oq_tensor *fold_shape(const oq_node *n, const oq_value *x, int *rc)
 	int64_t d[OQ_MAX_RANK], r, st, en, len;
 	oq_tensor *y;
 
-	if (x->init && cval(x->graph, x)) {
+	if (x->init && oq_value_const(x->graph, x)) {
 		r = x->init->rank;
 		memcpy(d, x->init->dims, (size_t)r * sizeof *d);
 	} else {
@@ -507,13 +486,13 @@ static oq_tensor *fold_node(const oq_graph *g, const oq_node *n, int *rc)
 		return fold_shape(n, n->inputs[0], rc);
 	if (n->op == OQ_OP_Concat)
 		return fold_concat(g, n, rc);
-	if (!(x = cval(g, n->inputs[0])))
+	if (!(x = oq_value_const(g, n->inputs[0])))
 		return NULL;
 	switch (n->op) {
 	case OQ_OP_Cast:
 		return fold_cast(n, x, rc);
 	case OQ_OP_Reshape:
-		return n->n_inputs >= 2 ? fold_reshape(n, x, cval(g, n->inputs[1]), rc) : NULL;
+		return n->n_inputs >= 2 ? fold_reshape(n, x, oq_value_const(g, n->inputs[1]), rc) : NULL;
 	case OQ_OP_Transpose:
 		return fold_transpose(n, x, rc);
 	case OQ_OP_Unsqueeze:
@@ -541,13 +520,13 @@ static int is_passthrough(const oq_graph *g, const oq_node *n)
 	if (n->opset && n->opset < 7 && oq_node_attr_int(n, "is_test", 0) == 0)
 		return 0; /* Dropout-1/6 trains unless is_test */
 	if (n->n_inputs >= 3 && n->inputs[2]) {
-		const oq_tensor *t = cval(g, n->inputs[2]);
+		const oq_tensor *t = oq_value_const(g, n->inputs[2]);
 		if (!t || t->nelem != 1 || oq_tensor_get(t, 0) != 0)
 			return 0;
 	}
 	for (size_t k = 1; k < n->n_outputs; k++) {
 		const oq_value *m = n->outputs[k];
-		if (m && (m->n_uses || !private_value(m)))
+		if (m && (m->n_uses || !oq_value_is_private(m)))
 			return 0;
 	}
 	return 1;
@@ -571,7 +550,7 @@ static int drop_passthrough(oq_graph *g, oq_node *n, int *done)
 	}
 	/* y is a graph output: let x's producer write y instead */
 	oq_node *p = x->producer;
-	if (!p || p->dead || x->graph != g || !private_value(x) || x->init)
+	if (!p || p->dead || x->graph != g || !oq_value_is_private(x) || x->init)
 		return OQ_OK;
 	p->outputs[x->producer_index] = y;
 	if ((rc = oq_value_replace_uses(g, x, y)))
@@ -600,7 +579,7 @@ static int drop_dead(oq_graph *g, int *changed)
 			int used = n->n_outputs == 0;
 			for (size_t k = 0; k < n->n_outputs && !used; k++) {
 				oq_value *v = n->outputs[k];
-				if (v && (uses[v->index] || !private_value(v)))
+				if (v && (uses[v->index] || !oq_value_is_private(v)))
 					used = 1;
 			}
 			if (used)
@@ -651,7 +630,7 @@ int oq_pass_cleanup(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 			oq_tensor *t = NULL;
 			if (n->dead)
 				continue;
-			if (is_onnx(n, OQ_OP_Constant) && n->n_outputs == 1 && n->outputs[0] &&
+			if (oq_node_is(n, OQ_OP_Constant) && n->n_outputs == 1 && n->outputs[0] &&
 			    !(n->outputs[0]->flags & OQ_V_OUTPUT) && !n->outputs[0]->init) {
 				if (!(t = constant_value(n, &rc))) {
 					if (rc)

@@ -43,26 +43,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* An initializer whose value cannot change at run time. */
-static oq_tensor *cval(const oq_graph *g, const oq_value *v)
-{
-	if (!v || v->graph != g || !v->init)
-		return NULL;
-	if ((v->flags & OQ_V_INPUT) && g->model && g->model->ir_version >= 4)
-		return NULL;
-	return v->init;
-}
-
-static int private_value(const oq_value *v)
-{
-	return !(v->flags & (OQ_V_INPUT | OQ_V_OUTPUT | OQ_V_OUTER)) && oq_value_n_captures(v) == 0;
-}
-
-static int is_onnx(const oq_node *n, oq_op op)
-{
-	return n && !n->dead && n->op == op && oq_domain_of(n->domain) == OQ_DOM_ONNX;
-}
-
 /* Number of live consumers (dead nodes may still be listed before a sweep). */
 static size_t live_uses(const oq_value *v)
 {
@@ -98,7 +78,7 @@ int oq_pass_set_const(oq_graph *g, oq_node *n, size_t idx, const char *base, int
 	oq_tensor *t = oq_tensor_from_floats(rank, dims, data);
 	if (!t)
 		return OQ_ENOMEM;
-	if (v && v->init && live_uses(v) == 1 && private_value(v)) {
+	if (v && v->init && live_uses(v) == 1 && oq_value_is_private(v)) {
 		char *nm = oq_strdup(v->name);
 		if (!nm) {
 			oq_tensor_free(t);
@@ -141,13 +121,13 @@ static int bn_params(const oq_graph *g, const oq_node *bn, size_t *C, double **a
 	double eps = ep && ep->type == OQ_ATTR_FLOAT ? ep->f : 1e-5;
 
 	*a = *sh = NULL;
-	if (bn->n_inputs != 5 || !bn->inputs[0] || !(s = cval(g, bn->inputs[1])) ||
-	    !(b = cval(g, bn->inputs[2])) || !(m = cval(g, bn->inputs[3])) || !(v = cval(g, bn->inputs[4])))
+	if (bn->n_inputs != 5 || !bn->inputs[0] || !(s = oq_value_const(g, bn->inputs[1])) ||
+	    !(b = oq_value_const(g, bn->inputs[2])) || !(m = oq_value_const(g, bn->inputs[3])) || !(v = oq_value_const(g, bn->inputs[4])))
 		return OQ_OK;
 	if (oq_node_attr_int(bn, "training_mode", 0) != 0 || oq_node_attr_int(bn, "spatial", 1) == 0)
 		return OQ_OK;
 	for (size_t k = 1; k < bn->n_outputs; k++)
-		if (bn->outputs[k] && (live_uses(bn->outputs[k]) || !private_value(bn->outputs[k])))
+		if (bn->outputs[k] && (live_uses(bn->outputs[k]) || !oq_value_is_private(bn->outputs[k])))
 			return OQ_OK;
 	if (!bn->outputs[0] || s->nelem == 0 || b->nelem != s->nelem || m->nelem != s->nelem ||
 	    v->nelem != s->nelem || oq_dtype_kind(s->dtype) != 'f' || oq_dtype_kind(b->dtype) != 'f' ||
@@ -221,8 +201,8 @@ static size_t chan(const wmap *w, size_t i)
 /* Conv, ConvTranspose, Gemm or MatMul: ops whose weight can absorb the BN scale. */
 static int is_linear(const oq_node *n)
 {
-	return is_onnx(n, OQ_OP_Conv) || is_onnx(n, OQ_OP_ConvTranspose) || is_onnx(n, OQ_OP_Gemm) ||
-	       is_onnx(n, OQ_OP_MatMul);
+	return oq_node_is(n, OQ_OP_Conv) || oq_node_is(n, OQ_OP_ConvTranspose) || oq_node_is(n, OQ_OP_Gemm) ||
+	       oq_node_is(n, OQ_OP_MatMul);
 }
 
 /* The op has its own bias input (Conv/ConvTranspose B, Gemm C). */
@@ -260,15 +240,15 @@ static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 	int rc = OQ_OK;
 
 	*done = 0;
-	if (!p || p->dead || x->graph != g || !private_value(x) || only_user(x) != bn ||
+	if (!p || p->dead || x->graph != g || !oq_value_is_private(x) || only_user(x) != bn ||
 	    p->outputs[0] != x)
 		return OQ_OK;
 	/* Linear op + Add(constant bias): the Add is the producer, the op before it holds W */
-	if (is_onnx(p, OQ_OP_Add) && p->n_inputs == 2) {
+	if (oq_node_is(p, OQ_OP_Add) && p->n_inputs == 2) {
 		for (int k = 0; k < 2 && !addn; k++) {
 			oq_value *o = p->inputs[k], *c = p->inputs[1 - k];
-			if (o && c && is_linear(o->producer) && cval(g, c) && !cval(g, o) &&
-			    only_user(o) == p && private_value(o) && o->producer->outputs[0] == o &&
+			if (o && c && is_linear(o->producer) && oq_value_const(g, c) && !oq_value_const(g, o) &&
+			    only_user(o) == p && oq_value_is_private(o) && o->producer->outputs[0] == o &&
 			    !has_bias(o->producer)) {
 				lin = o->producer;
 				addn = p;
@@ -286,7 +266,7 @@ static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 
 	oq_node *wn = lin;
 	int orank = 2; /* rank of the linear op's output */
-	if (wn->n_inputs < 2 || !(W = cval(g, wn->inputs[widx])) || W->dtype != OQ_DT_FLOAT || W->rank < 2)
+	if (wn->n_inputs < 2 || !(W = oq_value_const(g, wn->inputs[widx])) || W->dtype != OQ_DT_FLOAT || W->rank < 2)
 		goto out;
 	if (mm) {
 		/* BN's channel axis 1 is N only for a rank-2 product */
@@ -310,7 +290,7 @@ static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 			wm.kind = 2;
 			wm.d1 = C;
 		}
-		B = lin->n_inputs >= 3 ? cval(g, lin->inputs[2]) : NULL;
+		B = lin->n_inputs >= 3 ? oq_value_const(g, lin->inputs[2]) : NULL;
 		if (lin->n_inputs >= 3 && lin->inputs[2] && (!B || !bias_ok(B, C)))
 			goto out;
 	} else if (lin->op == OQ_OP_Conv) {
@@ -319,7 +299,7 @@ static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 		wm.kind = 0;
 		wm.inner = W->nelem / C;
 		orank = W->rank;
-		B = lin->n_inputs >= 3 ? cval(g, lin->inputs[2]) : NULL;
+		B = lin->n_inputs >= 3 ? oq_value_const(g, lin->inputs[2]) : NULL;
 		if (lin->n_inputs >= 3 && lin->inputs[2] && (!B || B->nelem != C || oq_dtype_kind(B->dtype) != 'f'))
 			goto out;
 	} else { /* ConvTranspose */
@@ -333,13 +313,13 @@ static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 		wm.cin_g = wm.d0 / (size_t)grp;
 		wm.m_g = wm.d1;
 		orank = W->rank;
-		B = lin->n_inputs >= 3 ? cval(g, lin->inputs[2]) : NULL;
+		B = lin->n_inputs >= 3 ? oq_value_const(g, lin->inputs[2]) : NULL;
 		if (lin->n_inputs >= 3 && lin->inputs[2] && (!B || B->nelem != C || oq_dtype_kind(B->dtype) != 'f'))
 			goto out;
 	}
 	if (addn) {
 		/* the Add's bias must hold one value per channel, on axis 1 of the output */
-		B = cval(g, addn->inputs[bidx]);
+		B = oq_value_const(g, addn->inputs[bidx]);
 		if (!B || !channel_bias(B, C, orank))
 			goto out;
 	}
@@ -430,14 +410,14 @@ static int fold_affine(oq_graph *g, oq_node *n, oq_diag *d, int *done)
 	if (n->n_inputs != 2 || n->n_outputs != 1 || !y)
 		return OQ_OK;
 	for (int k = 0; k < 2 && !c; k++)
-		if (n->inputs[k] && n->inputs[1 - k] && cval(g, n->inputs[k]) && !cval(g, n->inputs[1 - k])) {
-			c = cval(g, n->inputs[k]);
+		if (n->inputs[k] && n->inputs[1 - k] && oq_value_const(g, n->inputs[k]) && !oq_value_const(g, n->inputs[1 - k])) {
+			c = oq_value_const(g, n->inputs[k]);
 			x = n->inputs[1 - k];
 		}
 	if (!c || c->dtype != OQ_DT_FLOAT || !(p = x->producer) || p->dead || x->graph != g ||
-	    !private_value(x) || only_user(x) != n || p->outputs[0] != x ||
-	    !(is_onnx(p, OQ_OP_Conv) || is_onnx(p, OQ_OP_ConvTranspose)) || p->n_inputs < 2 ||
-	    !(W = cval(g, p->inputs[1])) || W->dtype != OQ_DT_FLOAT || W->rank < 3)
+	    !oq_value_is_private(x) || only_user(x) != n || p->outputs[0] != x ||
+	    !(oq_node_is(p, OQ_OP_Conv) || oq_node_is(p, OQ_OP_ConvTranspose)) || p->n_inputs < 2 ||
+	    !(W = oq_value_const(g, p->inputs[1])) || W->dtype != OQ_DT_FLOAT || W->rank < 3)
 		return OQ_OK;
 	if (n->opset && n->opset < 7)
 		return OQ_OK; /* legacy broadcast semantics */
@@ -461,7 +441,7 @@ static int fold_affine(oq_graph *g, oq_node *n, oq_diag *d, int *done)
 	if (C == 0 || c->rank > orank || !(c->nelem == 1 || channel_bias(c, C, orank)))
 		return OQ_OK;
 	if (p->n_inputs >= 3 && p->inputs[2] &&
-	    (!(B = cval(g, p->inputs[2])) || B->nelem != C || oq_dtype_kind(B->dtype) != 'f'))
+	    (!(B = oq_value_const(g, p->inputs[2])) || B->nelem != C || oq_dtype_kind(B->dtype) != 'f'))
 		return OQ_OK;
 	nb = oq_calloc(C, sizeof *nb);
 	if (!nb)
@@ -518,13 +498,13 @@ int oq_pass_fold_bn(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 	for (size_t i = 0; i < g->n_nodes; i++) {
 		oq_node *n = g->nodes[i];
 		int done = 0;
-		if (is_onnx(n, OQ_OP_Mul) || is_onnx(n, OQ_OP_Add)) {
+		if (oq_node_is(n, OQ_OP_Mul) || oq_node_is(n, OQ_OP_Add)) {
 			if ((rc = fold_affine(g, n, d, &done)))
 				return rc;
 			naff += (size_t)done;
 			continue;
 		}
-		if (!is_onnx(n, OQ_OP_BatchNormalization))
+		if (!oq_node_is(n, OQ_OP_BatchNormalization))
 			continue;
 		if ((rc = fold_one(g, n, d, &done)))
 			return rc;
@@ -538,7 +518,7 @@ int oq_pass_fold_bn(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 	/* BN parameters and replaced weights nobody reads any more */
 	for (size_t i = g->n_inits; i-- > 0;) {
 		oq_value *v = g->inits[i];
-		if (v->n_uses == 0 && private_value(v))
+		if (v->n_uses == 0 && oq_value_is_private(v))
 			oq_graph_remove_init(g, v);
 	}
 	if (o && o->log)

@@ -49,24 +49,10 @@
 /* Values a pattern's nodes may read as their private intermediates. */
 #define MAXP 8
 
-static const oq_tensor *cval(const oq_graph *g, const oq_value *v)
-{
-	if (!v || v->graph != g || !v->init)
-		return NULL;
-	if ((v->flags & OQ_V_INPUT) && g->model && g->model->ir_version >= 4)
-		return NULL;
-	return v->init;
-}
-
-static int is_op(const oq_node *n, oq_op op)
-{
-	return n && !n->dead && n->op == op && oq_domain_of(n->domain) == OQ_DOM_ONNX;
-}
-
 /* A constant whose every element is `want` (within tolerance). */
 static int const_is(const oq_graph *g, const oq_value *v, double want)
 {
-	const oq_tensor *t = cval(g, v);
+	const oq_tensor *t = oq_value_const(g, v);
 	double tol = 1e-3 * (fabs(want) > 1 ? fabs(want) : 1);
 	if (!t || t->nelem == 0 || oq_dtype_kind(t->dtype) != 'f')
 		return 0;
@@ -108,13 +94,13 @@ static oq_value *other(const oq_node *n, const oq_value *v)
 /* Node n is binary op `op` reading v and a constant equal to `c`. */
 static int bin_const(const oq_graph *g, const oq_node *n, oq_op op, const oq_value *v, double c)
 {
-	return is_op(n, op) && n->n_inputs == 2 && const_is(g, other(n, v), c);
+	return oq_node_is(n, op) && n->n_inputs == 2 && const_is(g, other(n, v), c);
 }
 
 /* Clip(a, 0, 6) in attribute (opset < 11) or input form. */
 static int is_clip06(const oq_graph *g, const oq_node *n)
 {
-	if (!is_op(n, OQ_OP_Clip) || n->n_outputs < 1)
+	if (!oq_node_is(n, OQ_OP_Clip) || n->n_outputs < 1)
 		return 0;
 	if (n->opset && n->opset < 11) {
 		const oq_attr *lo = oq_node_attr(n, "min"), *hi = oq_node_attr(n, "max");
@@ -147,39 +133,39 @@ static void layernorm(const oq_graph *g, oq_node *sub, size_t *units)
 	oq_node *rm1, *sq = NULL, *dv = NULL, *rm2, *ad, *rt, *n1, *n2;
 	size_t k = 0;
 
-	if (!is_op(sub, OQ_OP_Sub) || sub->n_inputs != 2 || !(x = sub->inputs[0]) || !(m = sub->inputs[1]))
+	if (!oq_node_is(sub, OQ_OP_Sub) || sub->n_inputs != 2 || !(x = sub->inputs[0]) || !(m = sub->inputs[1]))
 		return;
 	rm1 = m->producer;
-	if (!is_op(rm1, OQ_OP_ReduceMean) || rm1->inputs[0] != x || sole(m) != sub || !(d = out0(sub)) ||
+	if (!oq_node_is(rm1, OQ_OP_ReduceMean) || rm1->inputs[0] != x || sole(m) != sub || !(d = out0(sub)) ||
 	    !can_hide(d))
 		return;
 	/* d feeds exactly the squaring node and the Div */
 	for (size_t i = 0; i < d->n_uses; i++) {
 		oq_node *u = d->uses[i].node;
-		if (is_op(u, OQ_OP_Div) && u->inputs[0] == d && !dv)
+		if (oq_node_is(u, OQ_OP_Div) && u->inputs[0] == d && !dv)
 			dv = u;
 		else if (u != dv && (!sq || sq == u) &&
-			 ((is_op(u, OQ_OP_Pow) && u->inputs[0] == d && const_is(g, u->inputs[1], 2)) ||
-			  (is_op(u, OQ_OP_Mul) && u->inputs[0] == d && u->inputs[1] == d)))
+			 ((oq_node_is(u, OQ_OP_Pow) && u->inputs[0] == d && const_is(g, u->inputs[1], 2)) ||
+			  (oq_node_is(u, OQ_OP_Mul) && u->inputs[0] == d && u->inputs[1] == d)))
 			sq = u;
 		else
 			return;
 	}
-	if (!sq || !dv || !(q = out0(sq)) || !is_op(rm2 = sole(q), OQ_OP_ReduceMean) || !(v = out0(rm2)))
+	if (!sq || !dv || !(q = out0(sq)) || !oq_node_is(rm2 = sole(q), OQ_OP_ReduceMean) || !(v = out0(rm2)))
 		return;
 	ad = sole(v);
-	if (!is_op(ad, OQ_OP_Add) || !cval(g, other(ad, v)) || !(e = out0(ad)))
+	if (!oq_node_is(ad, OQ_OP_Add) || !oq_value_const(g, other(ad, v)) || !(e = out0(ad)))
 		return;
 	rt = sole(e);
-	if (!is_op(rt, OQ_OP_Sqrt) || !(s = out0(rt)) || sole(s) != dv || dv->inputs[1] != s || !(nv = out0(dv)))
+	if (!oq_node_is(rt, OQ_OP_Sqrt) || !(s = out0(rt)) || sole(s) != dv || dv->inputs[1] != s || !(nv = out0(dv)))
 		return;
 	ts[k++] = m, ts[k++] = d, ts[k++] = q, ts[k++] = v, ts[k++] = e, ts[k++] = s;
 	n1 = sole(nv);
-	if (is_op(n1, OQ_OP_Mul) && cval(g, other(n1, nv)) && out0(n1)) {
+	if (oq_node_is(n1, OQ_OP_Mul) && oq_value_const(g, other(n1, nv)) && out0(n1)) {
 		ts[k++] = nv;
 		nv = out0(n1);
 		n2 = sole(nv);
-		if (is_op(n2, OQ_OP_Add) && cval(g, other(n2, nv)) && out0(n2)) {
+		if (oq_node_is(n2, OQ_OP_Add) && oq_value_const(g, other(n2, nv)) && out0(n2)) {
 			ts[k++] = nv;
 			nv = out0(n2);
 		}
@@ -194,18 +180,18 @@ static void gelu(const oq_graph *g, oq_node *erf, size_t *units)
 	oq_node *p, *a1, *m1, *m2;
 	size_t k = 0;
 
-	if (!is_op(erf, OQ_OP_Erf) || !(t1 = erf->inputs[0]) || !(t2 = out0(erf)) || !sole(t1))
+	if (!oq_node_is(erf, OQ_OP_Erf) || !(t1 = erf->inputs[0]) || !(t2 = out0(erf)) || !sole(t1))
 		return;
 	p = t1->producer;
 	if (!p || p->n_inputs != 2 || !p->inputs[0] || !p->inputs[1])
 		return;
-	x = cval(g, p->inputs[0]) ? p->inputs[1] : p->inputs[0]; /* Mul(c, x) too */
-	if (cval(g, x) || (!(bin_const(g, p, OQ_OP_Div, x, sqrt(2.0)) && p->inputs[0] == x) &&
+	x = oq_value_const(g, p->inputs[0]) ? p->inputs[1] : p->inputs[0]; /* Mul(c, x) too */
+	if (oq_value_const(g, x) || (!(bin_const(g, p, OQ_OP_Div, x, sqrt(2.0)) && p->inputs[0] == x) &&
 			   !bin_const(g, p, OQ_OP_Mul, x, sqrt(0.5))))
 		return;
 	a1 = sole(t2);
 	if (!bin_const(g, a1, OQ_OP_Add, t2, 1) || !(t3 = out0(a1)) || !(m1 = sole(t3)) ||
-	    !is_op(m1, OQ_OP_Mul) || m1->n_inputs != 2)
+	    !oq_node_is(m1, OQ_OP_Mul) || m1->n_inputs != 2)
 		return;
 	ts[k++] = t1, ts[k++] = t2, ts[k++] = t3;
 	oq_value *o = other(m1, t3);
@@ -222,7 +208,7 @@ static void gelu(const oq_graph *g, oq_node *erf, size_t *units)
 		/* Mul(t3, 0.5) then Mul(x, .) */
 		h = out0(m1);
 		m2 = sole(h);
-		if (!is_op(m2, OQ_OP_Mul) || other(m2, h) != x || !(y = out0(m2)))
+		if (!oq_node_is(m2, OQ_OP_Mul) || other(m2, h) != x || !(y = out0(m2)))
 			return;
 		ts[k++] = h;
 	} else {
@@ -264,16 +250,16 @@ static void hardswish(const oq_graph *g, oq_node *clip, size_t *units)
 	if (!is_clip06(g, clip) || !(a = clip->inputs[0]) || !(c = out0(clip)) || sole(a) != clip)
 		return;
 	ad = a->producer;
-	if (!is_op(ad, OQ_OP_Add) || ad->n_inputs != 2)
+	if (!oq_node_is(ad, OQ_OP_Add) || ad->n_inputs != 2)
 		return;
 	x = const_is(g, ad->inputs[1], 3) ? ad->inputs[0] : const_is(g, ad->inputs[0], 3) ? ad->inputs[1] : NULL;
-	if (!x || cval(g, x))
+	if (!x || oq_value_const(g, x))
 		return;
 	dv = sole(c);
 	/* PaddlePaddle's order: m = Mul(x, c); y = Div(m, 6) | Mul(m, 1/6) */
-	if (is_op(dv, OQ_OP_Mul) && other(dv, c) == x && (h = out0(dv))) {
+	if (oq_node_is(dv, OQ_OP_Mul) && other(dv, c) == x && (h = out0(dv))) {
 		oq_node *d6 = sole(h);
-		if (d6 && ((is_op(d6, OQ_OP_Div) && d6->inputs[0] == h && const_is(g, d6->inputs[1], 6)) ||
+		if (d6 && ((oq_node_is(d6, OQ_OP_Div) && d6->inputs[0] == h && const_is(g, d6->inputs[1], 6)) ||
 			   bin_const(g, d6, OQ_OP_Mul, h, 1.0 / 6)) &&
 		    out0(d6)) {
 			ts[k++] = a, ts[k++] = c, ts[k++] = h;
@@ -282,13 +268,13 @@ static void hardswish(const oq_graph *g, oq_node *clip, size_t *units)
 		}
 		return;
 	}
-	if (!(dv && ((is_op(dv, OQ_OP_Div) && dv->inputs[0] == c && const_is(g, dv->inputs[1], 6)) ||
+	if (!(dv && ((oq_node_is(dv, OQ_OP_Div) && dv->inputs[0] == c && const_is(g, dv->inputs[1], 6)) ||
 		     bin_const(g, dv, OQ_OP_Mul, c, 1.0 / 6))) ||
 	    !(h = out0(dv)))
 		return;
 	ts[k++] = a, ts[k++] = c;
 	mu = sole(h);
-	if (is_op(mu, OQ_OP_Mul) && other(mu, h) == x && out0(mu)) {
+	if (oq_node_is(mu, OQ_OP_Mul) && other(mu, h) == x && out0(mu)) {
 		ts[k++] = h;
 		h = out0(mu);
 		absorb_input(x, ad, mu, ts, &k);
@@ -306,16 +292,16 @@ static void swish(const oq_graph *g, oq_node *sg, size_t *units)
 	if (!m || !sv || sole(sv) == NULL)
 		return;
 	pm = m->producer;
-	if (is_op(pm, OQ_OP_Mul) && pm->n_inputs == 2 && sole(m) == sg) {
-		oq_value *c = cval(g, pm->inputs[1]) ? pm->inputs[1] : cval(g, pm->inputs[0]) ? pm->inputs[0] : NULL;
-		if (c && cval(g, c)->nelem == 1) {
+	if (oq_node_is(pm, OQ_OP_Mul) && pm->n_inputs == 2 && sole(m) == sg) {
+		oq_value *c = oq_value_const(g, pm->inputs[1]) ? pm->inputs[1] : oq_value_const(g, pm->inputs[0]) ? pm->inputs[0] : NULL;
+		if (c && oq_value_const(g, c)->nelem == 1) {
 			x = other(pm, c);
 			first = pm;
 			ts[k++] = m;
 		}
 	}
 	mu = sole(sv);
-	if (!x || cval(g, x) || !is_op(mu, OQ_OP_Mul) || other(mu, sv) != x || !out0(mu))
+	if (!x || oq_value_const(g, x) || !oq_node_is(mu, OQ_OP_Mul) || other(mu, sv) != x || !out0(mu))
 		return;
 	ts[k++] = sv;
 	absorb_input(x, first, mu, ts, &k);
@@ -326,22 +312,22 @@ static void swish(const oq_graph *g, oq_node *sg, size_t *units)
 
 static int is_act(const oq_graph *g, const oq_node *n)
 {
-	if (is_op(n, OQ_OP_Relu) || is_op(n, OQ_OP_LeakyRelu))
+	if (oq_node_is(n, OQ_OP_Relu) || oq_node_is(n, OQ_OP_LeakyRelu))
 		return 1;
-	if (!is_op(n, OQ_OP_Clip))
+	if (!oq_node_is(n, OQ_OP_Clip))
 		return 0;
 	if (n->opset && n->opset < 11)
 		return 1; /* bounds are attributes */
 	for (size_t k = 1; k < n->n_inputs; k++)
-		if (n->inputs[k] && !cval(g, n->inputs[k]))
+		if (n->inputs[k] && !oq_value_const(g, n->inputs[k]))
 			return 0;
 	return 1;
 }
 
 static int is_unit_producer(const oq_node *p)
 {
-	return is_op(p, OQ_OP_Conv) || is_op(p, OQ_OP_ConvTranspose) || is_op(p, OQ_OP_Gemm) ||
-	       is_op(p, OQ_OP_MatMul) || is_op(p, OQ_OP_Add);
+	return oq_node_is(p, OQ_OP_Conv) || oq_node_is(p, OQ_OP_ConvTranspose) || oq_node_is(p, OQ_OP_Gemm) ||
+	       oq_node_is(p, OQ_OP_MatMul) || oq_node_is(p, OQ_OP_Add);
 }
 
 int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
@@ -377,10 +363,10 @@ int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 	for (size_t i = 0; i < g->n_nodes; i++) {
 		oq_node *mm = g->nodes[i], *ad;
 		oq_value *t;
-		if (!is_op(mm, OQ_OP_MatMul) || !(t = out0(mm)) || (t->qmark & OQ_QM_INTERNAL))
+		if (!oq_node_is(mm, OQ_OP_MatMul) || !(t = out0(mm)) || (t->qmark & OQ_QM_INTERNAL))
 			continue;
 		ad = sole(t);
-		if (!is_op(ad, OQ_OP_Add) || !cval(g, other(ad, t)) || !out0(ad) ||
+		if (!oq_node_is(ad, OQ_OP_Add) || !oq_value_const(g, other(ad, t)) || !out0(ad) ||
 		    (out0(ad)->qmark & OQ_QM_INTERNAL))
 			continue;
 		mark(&t, 1, out0(ad), &units);
@@ -403,13 +389,13 @@ int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 	for (size_t i = 0; i < g->n_nodes; i++) {
 		oq_node *a = g->nodes[i], *p;
 		oq_value *t, *y;
-		if (!(is_op(a, OQ_OP_HardSigmoid) || is_op(a, OQ_OP_HardSwish) || is_op(a, OQ_OP_Sigmoid) ||
-		      is_op(a, OQ_OP_Tanh)) ||
+		if (!(oq_node_is(a, OQ_OP_HardSigmoid) || oq_node_is(a, OQ_OP_HardSwish) || oq_node_is(a, OQ_OP_Sigmoid) ||
+		      oq_node_is(a, OQ_OP_Tanh)) ||
 		    !(t = a->inputs[0]) || !(y = out0(a)) || (y->qmark & OQ_QM_INTERNAL))
 			continue;
 		p = t->producer;
-		if (!(is_op(p, OQ_OP_Conv) || is_op(p, OQ_OP_ConvTranspose) || is_op(p, OQ_OP_Gemm) ||
-		      is_op(p, OQ_OP_MatMul)) ||
+		if (!(oq_node_is(p, OQ_OP_Conv) || oq_node_is(p, OQ_OP_ConvTranspose) || oq_node_is(p, OQ_OP_Gemm) ||
+		      oq_node_is(p, OQ_OP_MatMul)) ||
 		    out0(p) != t || sole(t) != a || (t->qmark & OQ_QM_INTERNAL))
 			continue;
 		t->qmark |= OQ_QM_INTERNAL;
@@ -420,15 +406,15 @@ int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 	for (size_t i = 0; i < g->n_nodes; i++) {
 		oq_node *n = g->nodes[i];
 		oq_value *t = NULL, *y;
-		if (!(is_op(n, OQ_OP_Mul) || is_op(n, OQ_OP_Add)) || n->n_inputs != 2 || !(y = out0(n)) ||
+		if (!(oq_node_is(n, OQ_OP_Mul) || oq_node_is(n, OQ_OP_Add)) || n->n_inputs != 2 || !(y = out0(n)) ||
 		    (y->qmark & OQ_QM_INTERNAL))
 			continue;
-		if (cval(g, n->inputs[1]) && !cval(g, n->inputs[0]))
+		if (oq_value_const(g, n->inputs[1]) && !oq_value_const(g, n->inputs[0]))
 			t = n->inputs[0];
-		else if (cval(g, n->inputs[0]) && !cval(g, n->inputs[1]))
+		else if (oq_value_const(g, n->inputs[0]) && !oq_value_const(g, n->inputs[1]))
 			t = n->inputs[1];
 		if (!t || !t->producer || sole(t) != n || (t->qmark & OQ_QM_INTERNAL) ||
-		    oq_dtype_kind(cval(g, other(n, t))->dtype) != 'f')
+		    oq_dtype_kind(oq_value_const(g, other(n, t))->dtype) != 'f')
 			continue;
 		t->qmark |= OQ_QM_INTERNAL;
 		y->qmark |= OQ_QM_UNIT_OUT;

@@ -509,3 +509,22 @@ float *oq_tensor_to_floats(const oq_tensor *t)
 	}
 	return f;
 }
+
+oq_tensor *oq_value_const(const oq_graph *g, const oq_value *v)
+{
+	if (!v || v->graph != g || !v->init)
+		return NULL;
+	if ((v->flags & OQ_V_INPUT) && g->model && g->model->ir_version >= 4)
+		return NULL;
+	return v->init;
+}
+
+int oq_value_is_private(const oq_value *v)
+{
+	return !(v->flags & (OQ_V_INPUT | OQ_V_OUTPUT | OQ_V_OUTER)) && oq_value_n_captures(v) == 0;
+}
+
+int oq_node_is(const oq_node *n, oq_op op)
+{
+	return n && !n->dead && n->op == op && oq_domain_of(n->domain) == OQ_DOM_ONNX;
+}

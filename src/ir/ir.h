@@ -318,6 +318,17 @@ void oq_graph_remove_vinfo(oq_graph *g, oq_value *v);
 int oq_value_replace_uses(oq_graph *g, oq_value *from, oq_value *to) OQ_WUR;
 /* Number of subgraph values (at any depth below v's graph) that capture v as an outer name. */
 size_t oq_value_n_captures(const oq_value *v);
+/*
+ * The tensor of v when v is a constant of g: an initializer of g that is not
+ * also a graph input from IR version 4 on (such an input may be fed at run
+ * time, so its initializer is only a default). NULL otherwise, and for a
+ * value of another graph (a subgraph's capture is not its constant).
+ */
+oq_tensor *oq_value_const(const oq_graph *g, const oq_value *v);
+/* v may be removed or renamed: not a graph input or output, and no subgraph captures it. */
+int oq_value_is_private(const oq_value *v);
+/* n is a live node (not marked dead) of the ai.onnx domain with op type `op`. */
+int oq_node_is(const oq_node *n, oq_op op);
 /* Frees nodes marked `dead` (graph and subgraphs) and rebuilds uses. */
 int oq_graph_sweep(oq_graph *g) OQ_WUR;
 /*
