@@ -14,28 +14,24 @@
 # usage: tests/integration/check_ort.sh [ONNXQ]   (default build/onnxq)
 #   env OQ_CHECK_GEN: path of check_gen (default: <ONNXQ dir>/tests/check_gen)
 #   env OQ_NODE_TESTS: node-test dir (default /usr/share/libonnx-testdata/data/node)
-# Closing line: "N passed, N failed". Exit 1 on any failure.
+# Closing line: "N passed, N failed, N skipped". Exit 1 on any failure.
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+. "$(dirname "$0")/lib.sh"
 onnxq=${1:-$root/build/onnxq}
 gen=${OQ_CHECK_GEN:-$(dirname "$onnxq")/tests/check_gen}
 nodetests=${OQ_NODE_TESTS:-/usr/share/libonnx-testdata/data/node}
 
 for f in "$onnxq" "$gen"; do
-  if [ ! -x "$f" ]; then echo "check_ort: $f not found (build first)" >&2; echo "0 passed, 1 failed"; exit 1; fi
+  [ -x "$f" ] || die "$f not found (build first)"
 done
-cache=$("$here/fetch.sh" | tail -n 1) || { echo "check_ort: fetch.sh failed" >&2; echo "0 passed, 1 failed"; exit 1; }
+cache=$("$here/fetch.sh" | tail -n 1) || die "fetch.sh failed"
 ortpkg=$cache/ort/node_modules/onnxruntime-node
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-if ! "$gen" "$tmp"; then echo "check_ort: check_gen failed" >&2; echo "0 passed, 1 failed"; exit 1; fi
-if ! node "$here/check_ort.js" "$ortpkg" "$tmp" > "$tmp/ort.txt" 2> "$tmp/ort.err"; then
-  cat "$tmp/ort.err" >&2; echo "0 passed, 1 failed"; exit 1
-fi
+"$gen" "$tmp" || die "check_gen failed"
+node "$here/check_ort.js" "$ortpkg" "$tmp" > "$tmp/ort.txt" 2> "$tmp/ort.err" || die "$(cat "$tmp/ort.err")"
 
-pass=0 fail=0
 while read -r name dims; do
   verdict=$(awk -v n="$name" '$1 == n { $1 = ""; sub(/^ /, ""); print; exit }' "$tmp/ort.txt")
   "$onnxq" check "$tmp/$name.onnx" > "$tmp/$name.out" 2>&1
@@ -48,9 +44,9 @@ while read -r name dims; do
   esac
   rules=$(grep -o '\[[a-z0-9-]*\]$' "$tmp/$name.out" | sort -u | tr -d '[]' | paste -sd' ' -)
   if [ "$rc" = "$want" ]; then
-    pass=$((pass + 1)); echo "PASS $name: ORT ${verdict%% *}, check exit $rc ${rules:+($rules)}"
+    ok "$name: ORT ${verdict%% *}, check exit $rc ${rules:+($rules)}"
   else
-    fail=$((fail + 1)); echo "FAIL $name: ORT ${verdict:-no answer}; check exit $rc, want $want"
+    bad "$name: ORT ${verdict:-no answer}; check exit $rc, want $want"
     sed 's/^/    /' "$tmp/$name.out"
   fi
 done < "$tmp/manifest.txt"
@@ -66,13 +62,11 @@ if [ -d "$nodetests" ]; then
     fi
   done
   if [ "$flagged" = 0 ] && [ "$n" -gt 0 ]; then
-    pass=$((pass + 1)); echo "PASS node tests: $n models, none flagged"
+    ok "node tests: $n models, none flagged"
   else
-    fail=$((fail + 1)); echo "FAIL node tests: $flagged of $n valid models flagged"
+    bad "node tests: $flagged of $n valid models flagged"
   fi
 else
-  echo "SKIP node tests: $nodetests not found"
+  skip "node tests: $nodetests not found"
 fi
-
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

@@ -19,22 +19,16 @@
 #                     checks are skipped without it)
 # Prints `N passed, N failed, N skipped`; exits non-zero on any failure.
 set -u
-root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$(dirname "$0")/lib.sh"
 onnxq=${1:-${ONNXQ:-$root/build/onnxq}}
 cache=${OQ_CACHE:-$root/.cache}
-pass=0 fail=0 skip=0
 
-if [ ! -x "$onnxq" ]; then echo "compare_cli: no binary at $onnxq" >&2; echo "0 passed, 1 failed"; exit 1; fi
-if ! command -v node >/dev/null 2>&1; then echo "compare_cli: node not found" >&2; echo "0 passed, 1 failed"; exit 1; fi
-if ! "$onnxq" compare --help >/dev/null 2>&1; then
-  echo "compare_cli: $onnxq has no compare command" >&2; echo "0 passed, 1 failed"; exit 1
-fi
+[ -x "$onnxq" ] || die "no binary at $onnxq"
+command -v node >/dev/null 2>&1 || die "node not found"
+"$onnxq" compare --help >/dev/null 2>&1 || die "$onnxq has no compare command"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-
-ok() { pass=$((pass + 1)); }
-bad() { echo "compare_cli: FAIL: $*" >&2; fail=$((fail + 1)); }
 
 # expect CODE LABEL CMD... : runs CMD (stdout -> $tmp/out, stderr -> $tmp/err), checks the exit code.
 expect() {
@@ -192,7 +186,7 @@ if h models "$tmp/k"; then
     if [ -d "$cache/ort/node_modules/onnxruntime-node" ]; then
       OQ_CACHE=$cache h ort "$tmp/out" "$k/ref.onnx" "$k/test.onnx" "$k/data" >/dev/null && ok || bad "known: numbers differ from ONNX Runtime's"
     else
-      skip=$((skip + 1))
+      skip "known: ORT check ($cache/ort missing; tests/integration/fetch.sh)"
     fi
   fi
   # 10 log10(480) = 26.81 dB
@@ -230,7 +224,7 @@ if [ -f "$cnn" ] && [ -d "$data" ]; then
     if [ -d "$cache/ort/node_modules/onnxruntime-node" ]; then
       OQ_CACHE=$cache h ort "$tmp/p.json" "$cnn" "$p" "$data" >/dev/null && ok || bad "cnn x1.02: numbers differ from ONNX Runtime's"
     else
-      skip=$((skip + 1))
+      skip "cnn x1.02: ORT check ($cache/ort missing; tests/integration/fetch.sh)"
     fi
   fi
   q=$tmp/q.onnx
@@ -241,8 +235,7 @@ if [ -f "$cnn" ] && [ -d "$data" ]; then
       if [ -d "$cache/ort/node_modules/onnxruntime-node" ]; then
         OQ_CACHE=$cache h ort "$tmp/q.json" "$cnn" "$q" "$data" && ok || bad "cnn int8: numbers differ from ONNX Runtime's"
       else
-        echo "compare_cli: skip ORT check ($cache/ort missing; tests/integration/fetch.sh)" >&2
-        skip=$((skip + 1))
+        skip "cnn int8: ORT check ($cache/ort missing; tests/integration/fetch.sh)"
       fi
     fi
     expect 6 "cnn int8: --min-sqnr 200" "$onnxq" compare "$cnn" "$q" --data "$data" --min-sqnr 200
@@ -250,13 +243,10 @@ if [ -f "$cnn" ] && [ -d "$data" ]; then
       [ "$(grep -c "^tensor '.*' (.*): SQNR " "$tmp/out")" -eq 3 ] && ok || bad "cnn int8: --top 3 lines: $(cat "$tmp/out")"
     fi
   else
-    echo "compare_cli: skip int8 checks: onnxq quantize failed: $(head -c 300 "$tmp/qerr")" >&2
-    skip=$((skip + 4))
+    skip "int8 checks: onnxq quantize failed: $(head -c 300 "$tmp/qerr")" 4
   fi
 else
-  echo "compare_cli: skip tiny_cnn checks (models/tiny_cnn.onnx or tiny_cnn_test missing)" >&2
-  skip=$((skip + 9))
+  skip "tiny_cnn checks (models/tiny_cnn.onnx or tiny_cnn_test missing)" 9
 fi
 
-echo "$pass passed, $fail failed, $skip skipped"
-[ "$fail" -eq 0 ]
+finish

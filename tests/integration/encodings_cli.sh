@@ -15,22 +15,15 @@
 #     model uses (exported again from the import run);
 #   - errors: unknown tensor name, malformed JSON, missing file: documented
 #     exit code, one line naming the tensor / the file, OUT untouched.
-# Skips (reported as skipped) while the CLI does not offer the options yet.
 # usage: tests/integration/encodings_cli.sh [ONNXQ]   Closing line: "N passed, N failed[, N skipped]".
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+. "$(dirname "$0")/lib.sh"
 onnxq=${1:-$root/build/onnxq}
 model=$root/models/tiny_cnn.onnx
 calib=$root/models/tiny_cnn_calib
 other=$root/models/tiny_cnn_test
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); echo "ok    $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL  $1"; }
 
 expect_exit() { # CODE NAME CMD...: stderr kept in $tmp/err
 	local want=$1 name=$2
@@ -48,14 +41,12 @@ expect_msg() { # NAME PATTERN: the last stderr is one line matching PATTERN
 	fi
 }
 
-if [ ! -x "$onnxq" ]; then echo "encodings_cli: $onnxq not found" >&2; echo "0 passed, 1 failed"; exit 1; fi
+[ -x "$onnxq" ] || die "$onnxq not found"
 help=$("$onnxq" quantize --help 2>&1)
 case $help in *--export-encodings*--import-encodings*) ;; *)
-	echo "encodings_cli: quantize --help lists no --export-encodings/--import-encodings" >&2
-	echo "0 passed, 1 failed"
-	exit 1 ;;
+	die "quantize --help lists no --export-encodings/--import-encodings" ;;
 esac
-command -v python3 >/dev/null || { echo "encodings_cli: python3 needed"; echo "0 passed, 1 failed"; exit 1; }
+command -v python3 >/dev/null || die "python3 needed"
 
 q1=$tmp/q1.onnx e1=$tmp/e1.json
 expect_exit 0 "quantize + export" "$onnxq" quantize "$model" -o "$q1" --calib "$calib" --threads 1 \
@@ -137,5 +128,4 @@ expect_exit 4 "missing file" "$onnxq" quantize "$model" -o "$tmp/keep.onnx" --ca
 expect_msg "missing file" "nope\.json"
 if [ "$(cat "$tmp/keep.onnx")" = keep ]; then ok "OUT untouched on errors"; else bad "OUT changed on an error"; fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

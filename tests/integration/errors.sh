@@ -17,8 +17,9 @@
 # ASan's own hard_rss_limit_mb/max_allocation_size_mb instead). Output
 # paths in missing, non-writable or occupied folders must fail with exit 4
 # and leave nothing behind.
-# Ends with `N passed, N failed[, N skipped]`; exits 1 on any failure.
+# Ends with `N passed, N failed, N skipped`; exits 1 on any failure.
 set -u
+. "$(dirname "$0")/lib.sh"
 
 if [ $# -ne 1 ] || [ ! -x "$1" ]; then
 	echo "usage: $0 BUILD/onnxq" >&2
@@ -26,19 +27,8 @@ if [ $# -ne 1 ] || [ ! -x "$1" ]; then
 fi
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 bdir=$(dirname "$bin")
-src=$(cd "$(dirname "$0")/../.." && pwd)
 t=$(mktemp -d "${TMPDIR:-/tmp}/oq-errors.XXXXXX")
 trap 'chmod -R u+w "$t" 2>/dev/null; rm -rf "$t"' EXIT
-pass=0
-fail=0
-skip=0
-
-ok() { pass=$((pass + 1)); }
-bad() {
-	fail=$((fail + 1))
-	echo "FAIL: $*"
-}
-
 # ---- the generator
 mkbad=${MKBAD:-$bdir/tests/mkbad}
 if [ ! -x "$mkbad" ] && [ -f "$bdir/Makefile" ]; then
@@ -47,19 +37,13 @@ fi
 if [ ! -x "$mkbad" ]; then
 	mkbad=$t/mkbad
 	if ! cc -std=c11 -D_POSIX_C_SOURCE=200809L -I"$bdir/gen" -o "$mkbad" \
-		"$src/tests/tools/mkbad.c" "$bdir/gen/onnx.pb-c.c" -lprotobuf-c; then
-		echo "errors.sh: cannot build mkbad"
-		echo "0 passed, 1 failed"
-		exit 1
+		"$root/tests/tools/mkbad.c" "$bdir/gen/onnx.pb-c.c" -lprotobuf-c; then
+		die "cannot build mkbad"
 	fi
 fi
 m=$t/models
 mkdir -p "$m"
-if ! "$mkbad" "$m"; then
-	echo "errors.sh: mkbad failed"
-	echo "0 passed, 1 failed"
-	exit 1
-fi
+"$mkbad" "$m" || die "mkbad failed"
 
 # ASan-instrumented binaries cannot run under ulimit -v; detect that once.
 if (sh -c 'ulimit -v 204800 && exec "$0" --version' "$bin") >/dev/null 2>&1; then
@@ -282,17 +266,11 @@ fi
 mkdir -p "$t/ro"
 chmod 555 "$t/ro"
 if [ -w "$t/ro" ]; then
-	skip=$((skip + 1))
-	echo "SKIP: read-only folder test (running as root: permissions are not enforced)"
+	skip "read-only folder test (running as root: permissions are not enforced)"
 else
 	run "$bin" convert "$good" -o "$t/ro/out.onnx" --external-data --external-threshold 1
 	expect_fail "convert into a read-only folder" 4 "Permission denied" "$t/ro/out.onnx"
 	if [ -z "$(ls -A "$t/ro")" ]; then ok; else bad "convert into a read-only folder left $(ls -A "$t/ro")"; fi
 fi
 
-if [ "$skip" -gt 0 ]; then
-	echo "$pass passed, $fail failed, $skip skipped"
-else
-	echo "$pass passed, $fail failed"
-fi
-[ "$fail" -eq 0 ]
+finish

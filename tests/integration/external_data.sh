@@ -17,26 +17,12 @@
 # onnxq one: its ort test is skipped. Closes with
 # "N passed, N failed, N skipped".
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+. "$(dirname "$0")/lib.sh"
 onnxq=${1:-$root/build/onnxq}
 rt=${OQ_ROUNDTRIP:-$(dirname "$onnxq")/tests/roundtrip}
 nodes=${OQ_NODE_TESTS:-/usr/share/libonnx-testdata/data/node}
-passed=0
-failed=0
-skipped=0
-bad() { echo "FAIL $*"; failed=$((failed + 1)); }
-
-if [ ! -x "$rt" ] || [ ! -d "$nodes" ]; then
-	echo "external_data: need $rt (build the tests) and $nodes (libonnx-testdata)" >&2
-	echo "0 passed, 1 failed"
-	exit 1
-fi
-if ! "$here/fetch.sh" >/dev/null; then
-	echo "external_data: fetch.sh failed" >&2
-	echo "0 passed, 1 failed"
-	exit 1
-fi
+[ -x "$rt" ] && [ -d "$nodes" ] || die "need $rt (build the tests) and $nodes (libonnx-testdata)"
+"$here/fetch.sh" >/dev/null || die "fetch.sh failed"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -58,28 +44,24 @@ for dir in "$nodes"/*/; do
 	cases=$((cases + 1))
 
 	if out=$("$rt" --compare "$src" "$copy" 2>&1); then
-		passed=$((passed + 1))
+		ok
 	else
 		bad "$c onnxq: $(head -n1 <<<"$out")"
 	fi
 	if out=$("$rt" "$copy" --external-data --external-threshold 1 --tmpdir "$tmp" 2>&1); then
-		passed=$((passed + 1))
+		ok
 	else
 		bad "$c reload: $(head -n1 <<<"$out")"
 	fi
 	out=$(cd / && node "$here/ort_run.js" "$src" "$copy" --quiet \
 		--inputs "$dir/test_data_set_0" --expect "$dir/test_data_set_0" 2>&1)
 	case $? in
-	0) passed=$((passed + 1)) ;;
-	2)
-		skipped=$((skipped + 1))
-		echo "skip $c ort: $(head -n1 <<<"$out")"
-		;;
+	0) ok ;;
+	2) skip "$c ort: $(head -n1 <<<"$out")" ;;
 	*) bad "$c ort: $out" ;;
 	esac
 	rm -rf "${tmp:?}/$c"
 done
 
 echo "external_data: $cases node-test models wrote external data"
-echo "$passed passed, $failed failed, $skipped skipped"
-[ "$failed" -eq 0 ]
+finish

@@ -15,43 +15,37 @@
 # `0 passed, 1 failed`, exit 1, with the reproducer's path printed. Without
 # clang the test is skipped (`0 passed, 0 failed, 1 skipped`, exit 0).
 set -u
+. "$(dirname "$0")/lib.sh"
 
-src=$(cd "$(dirname "$0")/../.." && pwd)
-bdir=${1:-$src/build-fuzz}
+bdir=${1:-$root/build-fuzz}
 # run_all.sh passes the onnxq binary: build beside its build folder instead
 [ -f "$bdir" ] && bdir=$(cd "$(dirname "$bdir")/.." && pwd)/build-fuzz
 time=${FUZZ_TIME:-60}
 
 if ! command -v clang >/dev/null 2>&1; then
-	echo "SKIP: clang not found: the fuzz target needs clang's libFuzzer"
-	echo "0 passed, 0 failed, 1 skipped"
-	exit 0
+	skip "clang not found: the fuzz target needs clang's libFuzzer"
+	finish
+	exit
 fi
 
-failed() {
-	echo "FAIL: $*"
-	echo "0 passed, 1 failed"
-	exit 1
-}
-
 mkdir -p "$bdir"
-if ! cmake -S "$src" -B "$bdir" -DONNXQ_FUZZ=ON -DONNXQ_TESTS=OFF -DCMAKE_C_COMPILER=clang \
+if ! cmake -S "$root" -B "$bdir" -DONNXQ_FUZZ=ON -DONNXQ_TESTS=OFF -DCMAKE_C_COMPILER=clang \
 	>"$bdir/cmake.log" 2>&1; then
 	cat "$bdir/cmake.log"
-	failed "cmake for the fuzz build failed"
+	die "cmake for the fuzz build failed"
 fi
 if ! make -C "$bdir" -j2 fuzz_load >"$bdir/make.log" 2>&1; then
 	tail -30 "$bdir/make.log"
-	failed "building fuzz_load failed"
+	die "building fuzz_load failed"
 fi
 fuzzer=$bdir/tests/fuzz/fuzz_load
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/oq-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/corpus" "$work/art"
-"$src/tests/fuzz/make_corpus.sh" "$work/corpus" 400 || failed "make_corpus.sh failed"
+"$root/tests/fuzz/make_corpus.sh" "$work/corpus" 400 || die "make_corpus.sh failed"
 
-"$fuzzer" "$work/corpus" -dict="$src/tests/fuzz/onnx.dict" -max_total_time="$time" \
+"$fuzzer" "$work/corpus" -dict="$root/tests/fuzz/onnx.dict" -max_total_time="$time" \
 	-rss_limit_mb=1024 -timeout=10 -print_final_stats=1 \
 	-artifact_prefix="$work/art/" >"$work/log" 2>&1
 rc=$?
@@ -66,7 +60,7 @@ if [ "$rc" -ne 0 ] || [ -n "$arts" ]; then
 	for a in $arts; do
 		echo "reproduce: $fuzzer $out/$a"
 	done
-	failed "fuzz_load exited $rc after ${execs:-?} runs; log and reproducers in $out"
+	die "fuzz_load exited $rc after ${execs:-?} runs; log and reproducers in $out"
 fi
-echo "fuzz_load: ${execs:-?} runs in ${time}s, no crash, leak or timeout"
-echo "1 passed, 0 failed"
+ok "fuzz_load: ${execs:-?} runs in ${time}s, no crash, leak or timeout"
+finish

@@ -11,23 +11,17 @@
 #   - impossible combinations: exit 1 (usage) or 3 (unsupported), one message naming the
 #     option, a pre-existing output file untouched.
 # ORT agreement for the same options is in quant_patterns.sh.
-# usage: tests/integration/grids_cli.sh [ONNXQ]   Closing line: "N passed, N failed".
+# usage: tests/integration/grids_cli.sh [ONNXQ]   Closing line: "N passed, N failed, N skipped".
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+. "$(dirname "$0")/lib.sh"
 onnxq=${1:-$root/build/onnxq}
 model=$root/models/tiny_cnn.onnx
 calib=$root/models/tiny_cnn_calib
 held=$root/models/tiny_cnn_test
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
 
-ok() { pass=$((pass + 1)); echo "ok    $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL  $1"; }
-
-if [ ! -x "$onnxq" ]; then echo "grids_cli: $onnxq not found" >&2; echo "0 passed, 1 failed"; exit 1; fi
+[ -x "$onnxq" ] || die "$onnxq not found"
 
 # q NAME OPTS...: quantize the tiny CNN into $tmp/NAME.onnx
 q() {
@@ -149,5 +143,4 @@ cat >"$tmp/ov2.json" <<'JSON'
 JSON
 refuse 1 "unsigned override on a signed type" "r1.*unsigned.*int8" "${C[@]}" --act-symmetric=unsigned --overrides "$tmp/ov2.json"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -5,18 +5,17 @@
 # subgraphs, Q/DQ, symbolic dims, sequences and non-default domains) and on the
 # PaddleOCR models when the cache has them (tests/integration/fetch.sh).
 # JSON is parsed by node's JSON.parse, not by anything in onnxq.
-#   env ONNXQ   binary (default <repo>/build/onnxq)
+#   $1 or env ONNXQ   binary (default <repo>/build/onnxq)
 #   env OQ_CACHE   third-party cache (default <repo>/.cache)
 # Prints `N passed, N failed, N skipped`; exits non-zero on any failure.
 set -u
-root=$(cd "$(dirname "$0")/../.." && pwd)
-onnxq=${ONNXQ:-$root/build/onnxq}
+. "$(dirname "$0")/lib.sh"
+onnxq=${1:-${ONNXQ:-$root/build/onnxq}}
 cache=${OQ_CACHE:-$root/.cache}
 nodes=/usr/share/libonnx-testdata/data/node
-pass=0 fail=0 skip=0
 
-if [ ! -x "$onnxq" ]; then echo "inspect_json: no binary at $onnxq (set ONNXQ)" >&2; echo "0 passed, 1 failed"; exit 1; fi
-if ! command -v node >/dev/null 2>&1; then echo "inspect_json: node not found" >&2; echo "0 passed, 1 failed"; exit 1; fi
+[ -x "$onnxq" ] || die "no binary at $onnxq"
+command -v node >/dev/null 2>&1 || die "node not found"
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -37,11 +36,10 @@ if [ -d "$nodes" ]; then
     i=$((i + 1))
   done
 else
-  echo "inspect_json: $nodes missing (apt-get install libonnx-testdata)" >&2
-  skip=$((skip + 1))
+  skip "node tests: $nodes missing (apt-get install libonnx-testdata)"
 fi
 for f in "$cache"/ocr/*.onnx; do
-  if [ -f "$f" ]; then models+=("$f"); else skip=$((skip + 1)); fi
+  if [ -f "$f" ]; then models+=("$f"); else skip "PaddleOCR models: $cache/ocr is empty (tests/integration/fetch.sh)"; fi
 done
 
 # Checked in node: parses, and has the keys (and kinds) scripts rely on.
@@ -67,16 +65,14 @@ if (q.nodes.length !== q.quantize_linear + q.dequantize_linear) throw new Error(
 for m in "${models[@]}"; do
   name=${m#"$nodes"/}
   if ! "$onnxq" inspect --json "$m" >"$tmp/out.json" 2>"$tmp/err"; then
-    echo "FAIL $name: inspect --json exited $? ($(head -c 300 "$tmp/err"))"; fail=$((fail + 1)); continue
+    bad "$name: inspect --json exited $? ($(head -c 300 "$tmp/err"))"; continue
   fi
   if ! node -e "$check" "$tmp/out.json" 2>"$tmp/err"; then
-    echo "FAIL $name: $(grep -m1 -E 'Error|error' "$tmp/err")"; fail=$((fail + 1)); continue
+    bad "$name: $(grep -m1 -E 'Error|error' "$tmp/err")"; continue
   fi
   if ! "$onnxq" inspect "$m" >/dev/null 2>"$tmp/err"; then
-    echo "FAIL $name: inspect (text) failed: $(head -c 300 "$tmp/err")"; fail=$((fail + 1)); continue
+    bad "$name: inspect (text) failed: $(head -c 300 "$tmp/err")"; continue
   fi
-  pass=$((pass + 1))
+  ok
 done
-
-echo "$pass passed, $fail failed, $skip skipped"
-[ "$fail" -eq 0 ]
+finish

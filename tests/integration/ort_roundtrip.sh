@@ -14,21 +14,12 @@
 # models in onnxq's own terms: plain, external data, and its self-test (each
 # model one test per mode).
 # Input shapes: det [1,3,96,128] (H, W multiples of 32), rec [1,3,48,320],
-# cls [1,3,48,192]. Closes with "N passed, N failed".
+# cls [1,3,48,192]. Closes with "N passed, N failed, N skipped".
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+. "$(dirname "$0")/lib.sh"
 onnxq=${1:-$root/build/onnxq}
-passed=0
-failed=0
-ok() { echo "ok   $*"; passed=$((passed + 1)); }
-bad() { echo "FAIL $*"; failed=$((failed + 1)); }
 
-if ! cache=$("$here/fetch.sh"); then
-	echo "ort_roundtrip: fetch.sh failed (no npm registry?)" >&2
-	echo "0 passed, 1 failed"
-	exit 1
-fi
+cache=$("$here/fetch.sh") || die "fetch.sh failed (no npm registry?)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -40,11 +31,9 @@ for mode in "" --external-data --self-test; do
 	fi
 	out=$("$rt" "$cache/ocr" $mode 2>&1)
 	line=$(tail -n1 <<<"$out")
-	if [[ $line =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+	if tally "$line"; then
 		grep -v -F "$line" <<<"$out"
 		echo "roundtrip ${mode:-plain}: $line"
-		passed=$((passed + BASH_REMATCH[1]))
-		failed=$((failed + BASH_REMATCH[2]))
 	else
 		bad "roundtrip ${mode:-plain} died: $(tail -n 5 <<<"$out")"
 	fi
@@ -107,5 +96,4 @@ for name in ch_PP-OCRv4_det_infer ch_PP-OCRv4_rec_infer ch_ppocr_mobile_v2.0_cls
 	fi
 done
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

@@ -59,8 +59,8 @@
 #
 # Known shortfalls: quant_accuracy_known.txt lists judged items that fail for a known reason,
 # one per line "model setting item  # reason" (blank lines and lines starting with '#' are
-# ignored). A listed item that fails prints "KNOWN model setting item: measured (reason)" and
-# counts as skipped; a listed item that passes counts as a failure (the list cannot go stale).
+# ignored). A listed item that fails prints "SKIP  known shortfall model setting item: measured
+# (reason)" and counts as skipped; a listed item that passes counts as a failure (the list cannot go stale).
 #
 # Reduced set: when ONNXQ is a sanitizer build (its CMakeCache.txt has ONNXQ_SANITIZE=ON, as
 # run_all.sh --sanitize makes; run_all.sh itself only exports ASAN_OPTIONS/UBSAN_OPTIONS) or
@@ -77,8 +77,7 @@
 #   `onnxq compare` (to debug the harness itself: every number must then be perfect, and only
 #   the int4 size items fail: a copy has no DequantizeLinear).
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+. "$(dirname "$0")/lib.sh"
 onnxq=${1:-$root/build/onnxq}
 py=/usr/bin/python3
 evalpy=$here/quant_accuracy_eval.py
@@ -87,13 +86,12 @@ qopts=${OQ_ACC_QOPTS:-}
 
 if ! [ -x "$py" ] || ! "$py" -c 'import numpy, torch, torchvision, skimage, onnx' 2> /dev/null ||
   ! [ -x /usr/bin/convert ] || ! command -v node > /dev/null; then
-  echo "SKIP quant_accuracy: needs /usr/bin/python3 with numpy, torch, torchvision, skimage, onnx;"
-  echo "     /usr/bin/convert (ImageMagick) and node"
-  echo "0 passed, 0 failed, 1 skipped"
-  exit 0
+  skip "quant_accuracy: needs /usr/bin/python3 with numpy, torch, torchvision, skimage, onnx; /usr/bin/convert (ImageMagick) and node"
+  finish
+  exit
 fi
-if [ ! -x "$onnxq" ]; then echo "quant_accuracy: $onnxq not found (build first)" >&2; echo "0 passed, 1 failed"; exit 1; fi
-cache=$("$here/fetch.sh" | tail -n 1) || { echo "quant_accuracy: fetch.sh failed" >&2; echo "0 passed, 1 failed"; exit 1; }
+[ -x "$onnxq" ] || die "$onnxq not found (build first)"
+cache=$("$here/fetch.sh" | tail -n 1) || die "fetch.sh failed"
 export OQ_CACHE=$cache
 acc=$cache/acc
 tv=$cache/tv
@@ -119,14 +117,14 @@ for old in "$acc"/data-*; do [ -d "$old" ] && [ "$old" != "$data" ] && rm -rf "$
 extra=()
 for m in $models; do [ "$m" = resnet50 ] && extra=("$tv" resnet50); done
 if ! "$py" "$here/quant_accuracy_data.py" "$data" "${extra[@]}" > "$acc/data.log" 2>&1; then
-  echo "quant_accuracy: data preparation failed:" >&2; tail -n 20 "$acc/data.log" >&2
-  echo "0 passed, 1 failed"; exit 1
+  tail -n 20 "$acc/data.log" >&2
+  die "data preparation failed (above)"
 fi
 tvm=()
 for m in $models; do case $m in mobilenet_v2 | efficientnet_b0 | resnet18 | vit_b_16) tvm+=("$m") ;; esac; done
 if [ ${#tvm[@]} -gt 0 ] && ! "$py" "$here/torchvision_export.py" "$tv" "${tvm[@]}" > "$acc/export.log" 2>&1; then
-  echo "quant_accuracy: torchvision export failed:" >&2; tail -n 20 "$acc/export.log" >&2
-  echo "0 passed, 1 failed"; exit 1
+  tail -n 20 "$acc/export.log" >&2
+  die "torchvision export failed (above)"
 fi
 dict=$acc/ppocr_keys_v1.txt
 if [ ! -s "$dict" ]; then
@@ -141,7 +139,6 @@ fi
 tmp=$(mktemp -d)
 if [ "${OQ_ACC_KEEP:-0}" = 1 ]; then echo "quant_accuracy: work folder $tmp"; else trap 'rm -rf "$tmp"' EXIT; fi
 
-pass=0 fail=0 skip=0
 rows=() bc_rows=()
 # Known shortfalls: known["model setting item"]=reason.
 declare -A known=()
@@ -154,28 +151,29 @@ if [ -f "$known_file" ] || [ "$known_file" = /dev/null ]; then
     if [[ $line =~ ^[[:space:]]*([A-Za-z0-9_]+)[[:space:]]+(int8|int4|convert)[[:space:]]+(check|ort|qdq|xcheck|sqnr|float|task|size|bc)[[:space:]]+#[[:space:]]*(.*[^[:space:]])[[:space:]]*$ ]]; then
       known["${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]}"]=${BASH_REMATCH[4]}
     else
-      fail=$((fail + 1))
-      echo "FAIL $known_file:$ln: want 'model int8|int4|convert item  # reason' (items: check ort qdq xcheck sqnr float task size bc): $line"
+      bad "$known_file:$ln: want 'model int8|int4|convert item  # reason' (items: check ort qdq xcheck sqnr float task size bc): $line"
     fi
   done < "$known_file"
 else
-  fail=$((fail + 1)); echo "FAIL $known_file missing"
+  bad "$known_file missing"
 fi
 declare -A seen=() judged=() # items reported; "model setting" pairs judged
 # item_key "MODEL SETTING: ITEM (details)" -> "MODEL SETTING ITEM"
 item_key() { local head=${1%%: *} rest=${1#*: } it; it=${rest%% *}; echo "$head ${it%:}"; }
-ok() {
+# item_ok / item_ko "MODEL SETTING: ITEM (details)": an item judged, as lib.sh's ok / bad
+# unless the known list names it: then a pass fails (remove it) and a failure is skipped
+item_ok() {
   local k; k=$(item_key "$1"); seen[$k]=1
   if [ -n "${known[$k]+x}" ]; then
-    fail=$((fail + 1)); echo "FAIL $1: listed as known but passes: remove it from the list ($(basename "$known_file"))"
-  else pass=$((pass + 1)); echo "PASS $1"; fi
+    bad "$1: listed as known but passes: remove it from the list ($(basename "$known_file"))"
+  else ok "$1"; fi
 }
-ko() {
+item_ko() {
   local k m; k=$(item_key "$1"); seen[$k]=1
   if [ -n "${known[$k]+x}" ]; then
     m=${1#*: }; m=${m#"${k##* }"}; m=${m#:}; m=${m# }; m=${m#(}; m=${m%)}
-    skip=$((skip + 1)); echo "KNOWN $k: $m (${known[$k]})"
-  else fail=$((fail + 1)); echo "FAIL $1"; fi
+    skip "known shortfall $k: $m (${known[$k]})"
+  else bad "$1"; fi
 }
 # ge A B: A >= B (floats; 'inf' is large, 'nan' fails)
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "inf") exit 0; if (a == "nan" || a == "-inf" || a == "") exit 1; exit !(a + 0 >= b + 0) }'; }
@@ -274,7 +272,7 @@ judge() { # NAME SETTING
   if [ "$rc" != 0 ] || [ ! -f "$q" ]; then
     local why
     why="exit $rc: $(head -n 1 "$w/make.err" 2> /dev/null)"
-    for it in $items; do ko "$tag: $it (no model written; $set $why)"; done
+    for it in $items; do item_ko "$tag: $it (no model written; $set $why)"; done
     rows+=("$(printf '%-16s %-8s %-15s %-9s %-26s %-10s %-10s %s' "$name" "$set" "FAILED" "-" "-" "-" "-" "-")")
     return
   fi
@@ -282,13 +280,13 @@ judge() { # NAME SETTING
   sed 's/^/    /' "$w/make.err" 2> /dev/null | head -n 5
 
   # check
-  if "$onnxq" check "$q" > "$w/check.out" 2>&1; then ok "$tag: check"; else
-    ko "$tag: check (exit $?)"; sed 's/^/    /' "$w/check.out" | head -n 10; fi
+  if "$onnxq" check "$q" > "$w/check.out" 2>&1; then item_ok "$tag: check"; else
+    item_ko "$tag: check (exit $?)"; sed 's/^/    /' "$w/check.out" | head -n 10; fi
 
   # ORT loads and runs Q
   local ortok=1
-  if node "$here/quant_accuracy_ort.js" "$q" "$held" "$w/ortq" 2> "$w/ortq.err"; then ok "$tag: ort (loads and runs)"; else
-    ortok=0; ko "$tag: ort: $(tail -n 1 "$w/ortq.err")"; fi
+  if node "$here/quant_accuracy_ort.js" "$q" "$held" "$w/ortq" 2> "$w/ortq.err"; then item_ok "$tag: ort (loads and runs)"; else
+    ortok=0; item_ko "$tag: ort: $(tail -n 1 "$w/ortq.err")"; fi
 
   # onnxq runs Q
   local oqok=1
@@ -310,32 +308,32 @@ judge() { # NAME SETTING
       fi
     fi
     if awk -v a="$d1" -v b="$d2" 'BEGIN { exit !(a != "nan" && b != "nan" && a != "inf" && b != "inf" && a <= 1e-4 && b <= 1e-4) }'; then
-      ok "$tag: float (ORT $d1, onnxq $d2 <= 1e-4)"
+      item_ok "$tag: float (ORT $d1, onnxq $d2 <= 1e-4)"
     else
-      ko "$tag: float (ORT(Q) vs ORT(float) $d1, onnxq(Q) vs onnxq(float) $d2; want <= 1e-4)"
+      item_ko "$tag: float (ORT(Q) vs ORT(float) $d1, onnxq(Q) vs onnxq(float) $d2; want <= 1e-4)"
     fi
     dq="$d1/$d2"
   else
     # qdq: ORT vs onnxq on Q
     if [ "$ortok" = 1 ] && [ "$oqok" = 1 ] && ev diff "$w/ortq" "$w/oqq" > "$w/qdq.txt"; then
       dq=$(head -n 1 "$w/qdq.txt")
-      if awk -v a="$dq" 'BEGIN { exit !(a != "nan" && a != "inf" && a <= 1e-3) }'; then ok "$tag: qdq (onnxq vs ORT $dq <= 1e-3)"
+      if awk -v a="$dq" 'BEGIN { exit !(a != "nan" && a != "inf" && a <= 1e-3) }'; then item_ok "$tag: qdq (onnxq vs ORT $dq <= 1e-3)"
       elif [ "${OQ_ACC_NO_TIES:-0}" = 1 ] || [ "$dq" = inf ] || [ "$dq" = nan ]; then
-        ko "$tag: qdq (onnxq vs ORT $dq > 1e-3)"; sed -n '2,$p' "$w/qdq.txt"
+        item_ko "$tag: qdq (onnxq vs ORT $dq > 1e-3)"; sed -n '2,$p' "$w/qdq.txt"
       else
         ties "$q" "$held" "$w"
         local tl; tl=$(head -n 1 "$w/ties.txt")
         if [ "${tl%% *}" = ok ]; then
-          ok "$tag: qdq (onnxq vs ORT $dq > 1e-3; ${tl#ok })"
+          item_ok "$tag: qdq (onnxq vs ORT $dq > 1e-3; ${tl#ok })"
           tie=$(sed -n "s/^ok .*(Q \('[^']*'\): \([0-9]*\) of \([0-9]*\) elements.*/tie Q \1 \2\/\3/p" <<< "$tl")
         else
-          ko "$tag: qdq (onnxq vs ORT $dq > 1e-3; ${tl#fail })"; sed -n '2,$p' "$w/qdq.txt"
+          item_ko "$tag: qdq (onnxq vs ORT $dq > 1e-3; ${tl#fail })"; sed -n '2,$p' "$w/qdq.txt"
           tie="NO TIE"
         fi
         sed -n '2,$p' "$w/ties.txt"
       fi
     else
-      ko "$tag: qdq (no outputs to compare)"
+      item_ko "$tag: qdq (no outputs to compare)"
     fi
     # SQNR: onnxq compare, and independently on ORT's outputs
     if [ "$ortok" = 1 ] && [ "$refok" = 1 ] && ev sqnr "$tmp/$name/ortf" "$w/ortq" > "$w/sqnr_ort.txt"; then
@@ -359,18 +357,18 @@ judge() { # NAME SETTING
         if ((a == "inf" || a + 0 >= 60) && (b == "inf" || b + 0 >= 60)) exit 0
         if (a == "inf" || b == "inf") exit 1
         d = a - b; if (d < 0) d = -d; exit !(d <= 0.5) }'; then
-      ok "$tag: xcheck (compare $cmin dB, ORT $s_ort dB)"
+      item_ok "$tag: xcheck (compare $cmin dB, ORT $s_ort dB)"
     elif [[ $tie == "tie Q "* ]] && [ "$oqok" = 1 ] &&
       { [ -d "$tmp/$name/oqf" ] || "$onnxq" run "$model" --data "$held" --output-dir "$tmp/$name/oqf" > /dev/null 2>&1; } &&
       ev sqnr "$tmp/$name/oqf" "$w/oqq" > "$w/sqnr_oq.txt" &&
       read -r s_oq _ <<< "$(head -n 1 "$w/sqnr_oq.txt")" &&
       awk -v a="$cmin" -v b="$s_oq" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.01) }'; then
-      ok "$tag: xcheck (compare $cmin dB = $s_oq dB measured on onnxq's outputs; ORT's $s_ort dB differs by the rounding tie of qdq)"
+      item_ok "$tag: xcheck (compare $cmin dB = $s_oq dB measured on onnxq's outputs; ORT's $s_ort dB differs by the rounding tie of qdq)"
     else
-      ko "$tag: xcheck (onnxq compare min $cmin dB vs ORT-measured $s_ort dB; want within 0.5 dB)"
+      item_ko "$tag: xcheck (onnxq compare min $cmin dB vs ORT-measured $s_ort dB; want within 0.5 dB)"
     fi
     if [ -n "$floor" ]; then
-      if ge "$cmin" "$floor"; then ok "$tag: sqnr ($cmin dB >= $floor)"; else ko "$tag: sqnr ($cmin dB < $floor)"; fi
+      if ge "$cmin" "$floor"; then item_ok "$tag: sqnr ($cmin dB >= $floor)"; else item_ko "$tag: sqnr ($cmin dB < $floor)"; fi
     fi
   fi
 
@@ -393,9 +391,9 @@ judge() { # NAME SETTING
         if (b != d && b + 0 < d + 0) exit 1
         if (a != c && a + 0 < c - 0.5) exit 1
         exit 0 }'; then
-      ok "$tag: bc (with bias correction $cmin/$cmean dB, without $nmin/$nmean dB: mean not lower, min not 0.5 dB lower)"
+      item_ok "$tag: bc (with bias correction $cmin/$cmean dB, without $nmin/$nmean dB: mean not lower, min not 0.5 dB lower)"
     else
-      ko "$tag: bc (with bias correction $cmin/$cmean dB, without $nmin/$nmean dB; want the mean not lower and the min not 0.5 dB lower)"
+      item_ko "$tag: bc (with bias correction $cmin/$cmean dB, without $nmin/$nmean dB; want the mean not lower and the min not 0.5 dB lower)"
     fi
   fi
 
@@ -405,10 +403,10 @@ judge() { # NAME SETTING
       if [ "$ortok" = 1 ] && [ "$refok" = 1 ] && ev argmax "$tmp/$name/ortf" "$w/ortq" > "$w/task.txt"; then
         tm=$(head -n 1 "$w/task.txt"); task="argmax=float $(pct "$tm")"
         if [[ $items == *task* ]]; then
-          if ge "$tm" 0.95; then ok "$tag: task (argmax as float on $(pct "$tm") of lines)"; else
-            ko "$tag: task (argmax as float on $(pct "$tm") < 95%)"; sed -n '2,$p' "$w/task.txt"; fi
+          if ge "$tm" 0.95; then item_ok "$tag: task (argmax as float on $(pct "$tm") of lines)"; else
+            item_ko "$tag: task (argmax as float on $(pct "$tm") < 95%)"; sed -n '2,$p' "$w/task.txt"; fi
         fi
-      elif [[ $items == *task* ]]; then ko "$tag: task (no outputs)"; fi
+      elif [[ $items == *task* ]]; then item_ko "$tag: task (no outputs)"; fi
       ;;
     rec:*)
       local fc=nan
@@ -417,19 +415,19 @@ judge() { # NAME SETTING
         tm=$(head -n 1 "$w/task.txt"); task="CER $(pct "$tm") (float $(pct "$fc"))"
         sed -n '2,$p' "$w/task.txt"
         if [[ $items == *task* ]]; then
-          if awk -v a="$tm" 'BEGIN { exit !(a != "nan" && a <= 0.02) }'; then ok "$tag: task (CER $(pct "$tm") <= 2%; float $(pct "$fc"))"; else
-            ko "$tag: task (CER $(pct "$tm") > 2%; float $(pct "$fc"))"; fi
+          if awk -v a="$tm" 'BEGIN { exit !(a != "nan" && a <= 0.02) }'; then item_ok "$tag: task (CER $(pct "$tm") <= 2%; float $(pct "$fc"))"; else
+            item_ko "$tag: task (CER $(pct "$tm") > 2%; float $(pct "$fc"))"; fi
         fi
-      elif [[ $items == *task* ]]; then ko "$tag: task (no outputs)"; fi
+      elif [[ $items == *task* ]]; then item_ko "$tag: task (no outputs)"; fi
       ;;
     det:*)
       if [ "$ortok" = 1 ] && [ "$refok" = 1 ] && ev iou "$tmp/$name/ortf" "$w/ortq" 0.3 > "$w/task.txt"; then
         read -r tm tmean <<< "$(head -n 1 "$w/task.txt")"; task="IoU min $tm mean $tmean"
         if [[ $items == *task* ]]; then
-          if ge "$tm" 0.85; then ok "$tag: task (mask IoU min $tm >= 0.85)"; else
-            ko "$tag: task (mask IoU min $tm < 0.85)"; sed -n '2,$p' "$w/task.txt"; fi
+          if ge "$tm" 0.85; then item_ok "$tag: task (mask IoU min $tm >= 0.85)"; else
+            item_ko "$tag: task (mask IoU min $tm < 0.85)"; sed -n '2,$p' "$w/task.txt"; fi
         fi
-      elif [[ $items == *task* ]]; then ko "$tag: task (no outputs)"; fi
+      elif [[ $items == *task* ]]; then item_ko "$tag: task (no outputs)"; fi
       ;;
     img:*)
       if [ "$ortok" = 1 ] && [ "$refok" = 1 ] && ev argmax "$tmp/$name/ortf" "$w/ortq" > "$w/task.txt"; then
@@ -446,12 +444,12 @@ judge() { # NAME SETTING
       size=$r
       sed -n '2,$p' "$w/size.txt"
       if [ "$nw" -gt 0 ] && awk -v a="$r" 'BEGIN { exit !(a != "nan" && a <= 0.2) }'; then
-        ok "$tag: size ($nw weights, $qb / $fb bytes = $r <= 0.2)"
+        item_ok "$tag: size ($nw weights, $qb / $fb bytes = $r <= 0.2)"
       else
-        ko "$tag: size ($nw weights, $qb / $fb bytes = $r; want > 0 weights and <= 0.2)"
+        item_ko "$tag: size ($nw weights, $qb / $fb bytes = $r; want > 0 weights and <= 0.2)"
       fi
     else
-      ko "$tag: size (cannot read Q)"
+      item_ko "$tag: size (cannot read Q)"
     fi
   fi
   rows+=("$(printf '%-16s %-8s %-15s %-9s %-26s %-10s %-10s %s' "$name" "$set" "$s_cmp" "$s_ort" "$task" "$dq" "$size" "$tie")")
@@ -463,7 +461,7 @@ for i in 000 001 002 003; do ln -s "$data/img/held/$i.npy" "$tmp/vit_held/$i.npy
 for i in 000 001 002 003 004 005 006 007; do ln -s "$data/img/calib/$i.npy" "$tmp/vit_calib/$i.npy"; done
 start=$(date +%s)
 for m in $models; do
-  if [ ! -f "$(model_path "$m")" ]; then ko "$m: model $(model_path "$m") missing"; continue; fi
+  if [ ! -f "$(model_path "$m")" ]; then item_ko "$m: model $(model_path "$m") missing"; continue; fi
   for s in int8 int4 convert; do
     has_setting "$s" || continue
     if [ "$s" = int4 ]; then case $m in rec | vit_b_16) ;; *) continue ;; esac; fi
@@ -475,7 +473,7 @@ done
 # a listed item of a judged model and setting that was never reported is not an item
 for k in "${!known[@]}"; do
   if [ -n "${judged[${k% *}]+x}" ] && [ -z "${seen[$k]+x}" ]; then
-    fail=$((fail + 1)); echo "FAIL $(basename "$known_file"): '$k' is not judged for ${k% *}: remove it"
+    bad "$(basename "$known_file"): '$k' is not judged for ${k% *}: remove it"
   fi
 done
 
@@ -484,5 +482,4 @@ echo "quant_accuracy: $(($(date +%s) - start)) s$([ "$fake" = 1 ] && echo ' (OQ_
 printf '%-16s %-8s %-15s %-9s %-26s %-10s %-10s %s\n' model setting "SQNR min/mean" "ORT SQNR" "task metric" "ORT-vs-oq" "size ratio" "qdq ties"
 printf '%s\n' "${rows[@]}"
 [ ${#bc_rows[@]} -gt 0 ] && printf 'bias correction: %s\n' "${bc_rows[@]}"
-echo "$pass passed, $fail failed, $skip skipped"
-[ "$fail" = 0 ]
+finish

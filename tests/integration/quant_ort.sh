@@ -15,17 +15,14 @@
 #
 # usage: quant_ort.sh [BUILD_DIR]   (default <repo>/build; env OQ_CACHE for ORT)
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-build=${1:-$repo/build}
+. "$(dirname "$0")/lib.sh"
+build=${1:-$root/build}
 # run_all.sh passes the onnxq binary: use its build folder
 [ -f "$build" ] && build=$(dirname "$build")
 tool=$build/tests/conformance
-cache=${OQ_CACHE:-$repo/.cache}
-if [ ! -x "$tool" ]; then echo "quant_ort: $tool not built"; echo "0 passed, 1 failed"; exit 1; fi
-if [ ! -d "$cache/ort/node_modules/onnxruntime-node" ]; then
-  echo "quant_ort: ORT missing (run tests/integration/fetch.sh)"; echo "0 passed, 1 failed"; exit 1
-fi
+cache=${OQ_CACHE:-$root/.cache}
+[ -x "$tool" ] || die "$tool not built"
+[ -d "$cache/ort/node_modules/onnxruntime-node" ] || die "ORT missing (run tests/integration/fetch.sh)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -203,9 +200,14 @@ res=$("$tool" --dir "$tmp/cases" -v 2>&1)
 rc=$?
 echo "$res" | grep -v '^ok' || true
 line=$(echo "$res" | tail -n 1)
-read -r p _ f _ s _ <<<"$(echo "$line" | tr -d ',')"
-p=${p:-0}; f=${f:-1}; s=${s:-0}
-[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
-f=$((f + s + gf)) # a skipped case here means a missing kernel: count it as a failure
-echo "$p passed, $f failed"
-[ "$f" -eq 0 ]
+# A skipped case here means a missing kernel, and a case ORT could not run
+# has no expected data: each counts as a failure.
+if [[ $line =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed(,\ ([0-9]+)\ skipped)?$ ]]; then
+  p=${BASH_REMATCH[1]} f=${BASH_REMATCH[2]} s=${BASH_REMATCH[4]:-0}
+  tally "$p passed, $((f + s + gf)) failed"
+  [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && bad "conformance exited $rc"
+else
+  tally "0 passed, $gf failed"
+  bad "conformance printed no summary (exit $rc)"
+fi
+finish

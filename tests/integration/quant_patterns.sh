@@ -23,29 +23,22 @@
 #     the first Q whose output differs must differ by one step where ORT's
 #     input is within 1e-3 of a midpoint (quant_accuracy_eval.py ties, the
 #     check of quant_accuracy.sh).
-# usage: quant_patterns.sh [ONNXQ]   Closing line: "N passed, N failed".
+# usage: quant_patterns.sh [ONNXQ]   Closing line: "N passed, N failed, N skipped".
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+. "$(dirname "$0")/lib.sh"
 onnxq=${1:-$root/build/onnxq}
 build=$(dirname "$onnxq")
 tool=$build/tests/quant_tool
 cache=${OQ_CACHE:-$root/.cache}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-ok() { pass=$((pass + 1)); echo "ok    $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL  $1"; [ -s "$tmp/err" ] && sed 's/^/      /' "$tmp/err" | head -5; }
+# bad_err MSG: a failed check, followed by the first lines of $tmp/err
+bad_err() { bad "$1"; [ -s "$tmp/err" ] && sed 's/^/      /' "$tmp/err" | head -5; }
 
-if [ ! -x "$onnxq" ] || [ ! -x "$tool" ]; then
-	echo "quant_patterns: $onnxq or $tool not built"; echo "0 passed, 1 failed"; exit 1
-fi
-if [ ! -d "$cache/ort/node_modules/onnxruntime-node" ]; then
-	echo "quant_patterns: ORT missing (run tests/integration/fetch.sh)"; echo "0 passed, 1 failed"; exit 1
-fi
+[ -x "$onnxq" ] && [ -x "$tool" ] || die "$onnxq or $tool not built"
+[ -d "$cache/ort/node_modules/onnxruntime-node" ] || die "ORT missing (run tests/integration/fetch.sh)"
 export OQ_CACHE=$cache
-"$tool" write "$tmp" || { echo "quant_patterns: quant_tool failed"; echo "0 passed, 1 failed"; exit 1; }
+"$tool" write "$tmp" || die "quant_tool failed"
 
 # hand ranges for the cnn model (every activation the ORT layout quantizes)
 cat >"$tmp/cnn_ranges.json" <<'JSON'
@@ -89,7 +82,7 @@ ties() {
 "$tool" list >"$tmp/list"
 while read -r name dims; do
 	node "$here/run_ort.js" random "$dims" 7 "$tmp/$name.in.npy" >/dev/null 2>&1 ||
-		{ bad "$name: random input"; continue; }
+		{ bad_err "$name: random input"; continue; }
 	cfgs=("${configs[@]}")
 	[ "$name" = cnn ] && cfgs+=("overrides|--overrides $tmp/cnn_ranges.json")
 	for cfg in "${cfgs[@]}"; do
@@ -100,22 +93,22 @@ while read -r name dims; do
 		# shellcheck disable=SC2086
 		if ! "$onnxq" quantize "$tmp/$name.onnx" -o "$q" --calib random:8:3 --verify --quiet $opts \
 			>"$tmp/err" 2>&1; then
-			bad "$name/$tag: quantize"
+			bad_err "$name/$tag: quantize"
 			continue
 		fi
 		if ! grep -q '"QuantizeLinear"\|QuantizeLinear' <("$onnxq" inspect "$q" 2>&1); then
 			echo "no QuantizeLinear in $q" >"$tmp/err"
-			bad "$name/$tag: has Q/DQ"
+			bad_err "$name/$tag: has Q/DQ"
 			continue
 		fi
-		if "$onnxq" check "$q" >"$tmp/err" 2>&1; then ok "$name/$tag: check"; else bad "$name/$tag: check"; fi
+		if "$onnxq" check "$q" >"$tmp/err" 2>&1; then ok "$name/$tag: check"; else bad_err "$name/$tag: check"; fi
 		rm -rf "$tmp/oq" "$tmp/ort"
 		if ! "$onnxq" run "$q" --input "x=$tmp/$name.in.npy" --output-dir "$tmp/oq" >"$tmp/err" 2>&1; then
-			bad "$name/$tag: onnxq run"
+			bad_err "$name/$tag: onnxq run"
 			continue
 		fi
 		if ! node "$here/quant_patterns.js" "$q" "$tmp/ort" "x=$tmp/$name.in.npy" >"$tmp/err" 2>&1; then
-			bad "$name/$tag: ORT loads and runs it"
+			bad_err "$name/$tag: ORT loads and runs it"
 			continue
 		fi
 		if node "$here/run_ort.js" compare "$tmp/oq" "$tmp/ort" 1e-3 >"$tmp/err" 2>&1; then
@@ -124,10 +117,9 @@ while read -r name dims; do
 			ok "$name/$tag: onnxq == ORT but for a rounding tie (${tie#ok })"
 		else
 			echo "$tie" >>"$tmp/err"
-			bad "$name/$tag: onnxq == ORT"
+			bad_err "$name/$tag: onnxq == ORT"
 		fi
 	done
 done <"$tmp/list"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

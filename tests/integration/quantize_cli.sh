@@ -13,21 +13,15 @@
 #   - errors: missing --calib, bad option values, unknown pass, a sample with
 #     the wrong shape, a missing or corrupt model: documented exit code, one
 #     line naming the problem, and a pre-existing output file untouched.
-# usage: tests/integration/quantize_cli.sh [ONNXQ]   Closing line: "N passed, N failed".
+# usage: tests/integration/quantize_cli.sh [ONNXQ]   Closing line: "N passed, N failed, N skipped".
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+. "$(dirname "$0")/lib.sh"
 onnxq=${1:-$root/build/onnxq}
 model=$root/models/tiny_cnn.onnx
 calib=$root/models/tiny_cnn_calib
 held=$root/models/tiny_cnn_test
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); echo "ok    $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL  $1"; }
 
 # expect_exit CODE NAME CMD...: runs CMD, checks its exit code, keeps stderr in $tmp/err
 expect_exit() {
@@ -47,7 +41,7 @@ expect_msg() {
 	fi
 }
 
-if [ ! -x "$onnxq" ]; then echo "quantize_cli: $onnxq not found" >&2; echo "0 passed, 1 failed"; exit 1; fi
+[ -x "$onnxq" ] || die "$onnxq not found"
 
 # --- the main job
 q=$tmp/q.onnx
@@ -145,5 +139,4 @@ expect_msg "truncated model" "trunc.onnx"
 untouched "truncated model"
 expect_exit 1 "compare without --data" "$onnxq" compare "$model" "$q"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -25,24 +25,19 @@
 # usage: tests/integration/run_ort.sh [ONNXQ]   (default build/onnxq)
 #   env OQ_CACHE (fetch.sh), OQ_DET_SIZE, OQ_RUN_ORT_KEEP=1 keeps the work folder,
 #   OQ_NO_MAGICK=1 uses random inputs even when ImageMagick is installed.
-# Closing line: "N passed, N failed". Exit 1 on any failure.
+# Closing line: "N passed, N failed, N skipped". Exit 1 on any failure.
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+. "$(dirname "$0")/lib.sh"
 onnxq=${1:-$root/build/onnxq}
 det_size=${OQ_DET_SIZE:-640}
 tol=1e-4
 
-if [ ! -x "$onnxq" ]; then echo "run_ort: $onnxq not found (build first)" >&2; echo "0 passed, 1 failed"; exit 1; fi
+[ -x "$onnxq" ] || die "$onnxq not found (build first)"
 if [ $((det_size % 32)) -ne 0 ]; then echo "run_ort: OQ_DET_SIZE must be a multiple of 32" >&2; exit 1; fi
-cache=$("$here/fetch.sh" | tail -n 1) || { echo "run_ort: fetch.sh failed" >&2; echo "0 passed, 1 failed"; exit 1; }
+cache=$("$here/fetch.sh" | tail -n 1) || die "fetch.sh failed"
 export OQ_CACHE=$cache
 tmp=$(mktemp -d)
 if [ "${OQ_RUN_ORT_KEEP:-0}" = 1 ]; then echo "run_ort: work folder $tmp"; else trap 'rm -rf "$tmp"' EXIT; fi
-
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "PASS $1"; }
-ko() { fail=$((fail + 1)); echo "FAIL $1"; }
 
 # --- inputs
 magick=0
@@ -71,11 +66,11 @@ make_input() { # NAME W H MODE TEXT...
 }
 det_lines=()
 for ((y = 0; y < det_size / 48 - 1; y += 2)); do det_lines+=("Invoice 2024-$((y / 2 + 1)) total 1,234.56" ""); done
-make_input tiny_cnn 32 32 random || { echo "run_ort: cannot make inputs" >&2; echo "0 passed, 1 failed"; exit 1; }
+make_input tiny_cnn 32 32 random || die "cannot make inputs"
 make_input det "$det_size" "$det_size" det "${det_lines[@]}" &&
   make_input rec 320 48 rec 'onnxq runs PaddleOCR' &&
   make_input cls 192 48 rec 'Hello, world' ||
-  { echo "run_ort: cannot make inputs" >&2; echo "0 passed, 1 failed"; exit 1; }
+  die "cannot make inputs"
 echo "inputs: $([ "$magick" = 1 ] && echo "text images (ImageMagick)" || echo "random pixels (no ImageMagick)"), det ${det_size}x${det_size}"
 
 # --- ops without a kernel row (information for a failed run)
@@ -94,10 +89,10 @@ run_case() { # NAME MODEL INPUT_NAME
   mkdir -p "$w/data"
   cp "$tmp/$name.npy" "$w/data/000.npy"
   if ! [ -f "$model" ]; then
-    ko "$name: run (model $model missing)"; ko "$name: ort"; ko "$name: threads"; return
+    bad "$name: run (model $model missing)"; bad "$name: ort"; bad "$name: threads"; return
   fi
   if ! node "$here/run_ort.js" run "$model" "$w/ort" "$input=$w/data/000.npy" 2> "$w/ort.err"; then
-    ko "$name: ORT could not run the model: $(head -n 1 "$w/ort.err")"; ko "$name: ort"; ko "$name: threads"; return
+    bad "$name: ORT could not run the model: $(head -n 1 "$w/ort.err")"; bad "$name: ort"; bad "$name: threads"; return
   fi
   local t0 t1 rc
   t0=$(date +%s.%N)
@@ -105,20 +100,20 @@ run_case() { # NAME MODEL INPUT_NAME
   rc=$?
   t1=$(date +%s.%N)
   if [ "$rc" != 0 ]; then
-    ko "$name: run exit $rc: $(head -n 1 "$w/t1.err")"
+    bad "$name: run exit $rc: $(head -n 1 "$w/t1.err")"
     [ "$rc" = 3 ] && echo "    ops of $(basename "$model") with no kernel row: $(missing_ops "$model")"
-    ko "$name: ort (no onnxq output)"; ko "$name: threads (no onnxq output)"
+    bad "$name: ort (no onnxq output)"; bad "$name: threads (no onnxq output)"
     return
   fi
   ok "$name: run ($(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s, 1 thread)"
   if node "$here/run_ort.js" compare "$w/t1/000" "$w/ort" "$tol" > "$w/cmp.txt" 2>&1; then
     ok "$name: ort (max relative error <= $tol)"
   else
-    ko "$name: ort"
+    bad "$name: ort"
   fi
   sed 's/^/    /' "$w/cmp.txt"
   if ! "$onnxq" run "$model" --data "$w/data" --output-dir "$w/t2" --threads 2 > /dev/null 2> "$w/t2.err"; then
-    ko "$name: threads (--threads 2 failed: $(head -n 1 "$w/t2.err"))"
+    bad "$name: threads (--threads 2 failed: $(head -n 1 "$w/t2.err"))"
     return
   fi
   local same=1 n=0
@@ -127,7 +122,7 @@ run_case() { # NAME MODEL INPUT_NAME
     cmp -s "$f" "$w/t2/000/$(basename "$f")" || { same=0; echo "    $(basename "$f") differs between 1 and 2 threads"; }
   done
   [ "$(ls "$w/t2/000" | wc -l)" = "$n" ] || same=0
-  if [ "$same" = 1 ] && [ "$n" -gt 0 ]; then ok "$name: threads (1 and 2 byte-identical, $n files)"; else ko "$name: threads"; fi
+  if [ "$same" = 1 ] && [ "$n" -gt 0 ]; then ok "$name: threads (1 and 2 byte-identical, $n files)"; else bad "$name: threads"; fi
 }
 
 run_case tiny_cnn "$root/models/tiny_cnn.onnx" image
@@ -135,5 +130,4 @@ run_case det "$cache/ocr/ch_PP-OCRv4_det_infer.onnx" x
 run_case rec "$cache/ocr/ch_PP-OCRv4_rec_infer.onnx" x
 run_case cls "$cache/ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx" x
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

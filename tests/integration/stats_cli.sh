@@ -24,20 +24,14 @@
 #     method, files of different methods merged, a version 1 (two-round)
 #     file, ema, --stats with --calib, --ranges (gone: a usage error saying
 #     so); OUT untouched.
-# usage: tests/integration/stats_cli.sh [ONNXQ]   Closing line: "N passed, N failed".
+# usage: tests/integration/stats_cli.sh [ONNXQ]   Closing line: "N passed, N failed, N skipped".
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+. "$(dirname "$0")/lib.sh"
 onnxq=${1:-$root/build/onnxq}
 model=$root/models/tiny_cnn.onnx
 calib=$root/models/tiny_cnn_calib
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); echo "ok    $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL  $1"; }
 
 run() { # NAME CMD...: must exit 0
 	local name=$1
@@ -63,7 +57,7 @@ expect_msg() { # NAME PATTERN: the last stderr is one line matching PATTERN
 	fi
 }
 
-if [ ! -x "$onnxq" ]; then echo "stats_cli: $onnxq not found" >&2; echo "0 passed, 1 failed"; exit 1; fi
+[ -x "$onnxq" ] || die "$onnxq not found"
 
 # shards N [extra options...]: one round; writes $tmp/final.bin (shards merged in reverse order)
 shards() {
@@ -249,5 +243,4 @@ if grep -q -- "--ranges is no longer needed" "$tmp/err"; then ok "--ranges messa
 if [ "$(cat "$tmp/keep.onnx")" = keep ]; then ok "OUT untouched on errors"; else bad "OUT changed on an error"; fi
 if [ ! -e "$tmp/x.bin" ]; then ok "no statistics file written on errors"; else bad "x.bin written on an error"; fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

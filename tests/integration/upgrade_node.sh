@@ -28,25 +28,17 @@
 #   or $OQ_UPGRADE_CONF). Closing line "N passed, N failed, N skipped"; exit 1
 #   on any failure.
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+. "$(dirname "$0")/lib.sh"
 onnxq=${1:-$root/build/onnxq}
 uc=${OQ_UPGRADE_CONF:-$(dirname "$onnxq")/tests/upgrade_conf}
 det_size=${OQ_DET_SIZE:-320}
 tol=1e-4
 data=/usr/share/libonnx-testdata/data/node
 
-pass=0 fail=0 skip=0
-ok() { pass=$((pass + 1)); echo "PASS $1"; }
-ko() { fail=$((fail + 1)); echo "FAIL $1"; }
 flat() { [ -f "$1" ] && tr '\n' ' ' < "$1" | sed 's/\x1b\[[0-9;]*m//g'; } # FILE: one line, no colours
 first() { [ -f "$1" ] && head -n 1 "$1" | sed 's/\x1b\[[0-9;]*m//g'; }     # FILE: first line, no colours
 
-if [ ! -x "$onnxq" ] || [ ! -x "$uc" ]; then
-  echo "upgrade_node: $onnxq or $uc not found (build first)" >&2
-  echo "0 passed, 1 failed"
-  exit 1
-fi
+[ -x "$onnxq" ] && [ -x "$uc" ] || die "$onnxq or $uc not found (build first)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -58,38 +50,35 @@ if [ -d "$data" ]; then
     rc=$?
     sed 's/^/  /' "$tmp/node$t.txt" | grep -v '^  PASS' | cut -c1-300
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$tmp/node$t.txt" | tail -n 1)
-    if [ -z "$line" ]; then
-      ko "node tests, opset $t: upgrade_conf exited $rc without a summary"
+    if ! tally "$line"; then
+      bad "node tests, opset $t: upgrade_conf exited $rc without a summary"
       continue
     fi
-    read -r p _ f _ s _ <<< "$line"
-    pass=$((pass + p)) fail=$((fail + f)) skip=$((skip + s))
-    if [ "$rc" != 0 ] && [ "$f" = 0 ]; then ko "node tests, opset $t: upgrade_conf exited $rc"; fi
+    if [ "$rc" != 0 ] && [[ $line == *" 0 failed"* ]]; then bad "node tests, opset $t: upgrade_conf exited $rc"; fi
   done
 else
-  echo "upgrade_node: $data missing (apt-get install libonnx-testdata): node tests skipped"
-  skip=$((skip + 1))
+  skip "node tests: $data missing (apt-get install libonnx-testdata)"
 fi
 
 # --- 2. PaddleOCR models
-cache=$("$here/fetch.sh" | tail -n 1) || { ko "fetch.sh failed"; echo "$pass passed, $fail failed, $skip skipped"; exit 1; }
+cache=$("$here/fetch.sh" | tail -n 1) || { bad "fetch.sh failed"; finish; exit 1; }
 export OQ_CACHE=$cache
 ocr_case() { # NAME FILE H W MODE
   local name=$1 model=$cache/ocr/$2 h=$3 w=$4 mode=$5 d=$tmp/$1
   mkdir -p "$d"
-  if [ ! -f "$model" ]; then ko "$name: $model missing"; return; fi
+  if [ ! -f "$model" ]; then bad "$name: $model missing"; return; fi
   if ! node "$here/run_ort.js" noise "$w" "$h" "$mode" 11 "$d/x.npy" ||
      ! "$onnxq" run "$model" --input "x=$d/x.npy" --output-dir "$d/oq" --threads 2 > /dev/null 2> "$d/err" ||
      ! node "$here/run_ort.js" run "$model" "$d/ort" "x=$d/x.npy" 2>> "$d/err"; then
-    ko "$name: the original model does not run: $(first "$d/err")"
+    bad "$name: the original model does not run: $(first "$d/err")"
     return
   fi
   for t in 13 21; do
     local up=$d/up$t.onnx
     if ! "$uc" convert "$model" "$up" --opset "$t" 2> "$d/conv$t.err"; then
-      ko "$name -> opset $t: convert: $(first "$d/conv$t.err")"
-      ko "$name -> opset $t: onnxq (not converted)"
-      ko "$name -> opset $t: ort (not converted)"
+      bad "$name -> opset $t: convert: $(first "$d/conv$t.err")"
+      bad "$name -> opset $t: onnxq (not converted)"
+      bad "$name -> opset $t: ort (not converted)"
       continue
     fi
     ok "$name -> opset $t: convert"
@@ -97,13 +86,13 @@ ocr_case() { # NAME FILE H W MODE
        node "$here/run_ort.js" compare "$d/oq$t" "$d/oq" "$tol" > "$d/cmp$t.txt" 2>&1; then
       ok "$name -> opset $t: onnxq run equals the original ($(flat "$d/cmp$t.txt"))"
     else
-      ko "$name -> opset $t: onnxq run: $(first "$d/run$t.err") $(flat "$d/cmp$t.txt")"
+      bad "$name -> opset $t: onnxq run: $(first "$d/run$t.err") $(flat "$d/cmp$t.txt")"
     fi
     if node "$here/run_ort.js" run "$up" "$d/ort$t" "x=$d/x.npy" 2> "$d/ort$t.err" &&
        node "$here/run_ort.js" compare "$d/ort$t" "$d/ort" "$tol" > "$d/ocmp$t.txt" 2>&1; then
       ok "$name -> opset $t: ORT equals ORT on the original ($(flat "$d/ocmp$t.txt"))"
     else
-      ko "$name -> opset $t: ORT: $(first "$d/ort$t.err") $(flat "$d/ocmp$t.txt")"
+      bad "$name -> opset $t: ORT: $(first "$d/ort$t.err") $(flat "$d/ocmp$t.txt")"
     fi
   done
 }
@@ -117,26 +106,26 @@ ort_node_case() { # CASE
   local c=$1 src=$data/$1 d=$tmp/node_$1 names=() i nm
   mkdir -p "$d/in" "$d/ref"
   if ! "$uc" convert "$src/model.onnx" "$d/up.onnx" --opset 21 2> "$d/conv.err"; then
-    ko "$c -> opset 21: convert: $(first "$d/conv.err")"; return
+    bad "$c -> opset 21: convert: $(first "$d/conv.err")"; return
   fi
   for i in "$src"/test_data_set_0/input_*.pb; do
-    nm=$("$uc" pb2npy "$i" "$d/in/$(basename "$i" .pb).npy") || { ko "$c: cannot read $i"; return; }
+    nm=$("$uc" pb2npy "$i" "$d/in/$(basename "$i" .pb).npy") || { bad "$c: cannot read $i"; return; }
     names+=("$nm=$d/in/$(basename "$i" .pb).npy")
   done
   if ! node "$here/run_ort.js" run "$src/model.onnx" "$d/orig" "${names[@]}" 2> "$d/orig.err"; then
-    skip=$((skip + 1)); echo "SKIP $c: ORT cannot run the original: $(first "$d/orig.err")"; return
+    skip "$c: ORT cannot run the original: $(first "$d/orig.err")"; return
   fi
   # the reference output under the name ORT gives it (single-output cases)
   nm=$(ls "$d/orig")
-  "$uc" pb2npy "$src/test_data_set_0/output_0.pb" "$d/ref/$nm" > /dev/null || { ko "$c: cannot read output_0.pb"; return; }
+  "$uc" pb2npy "$src/test_data_set_0/output_0.pb" "$d/ref/$nm" > /dev/null || { bad "$c: cannot read output_0.pb"; return; }
   if ! node "$here/run_ort.js" compare "$d/orig" "$d/ref" "$tol" > /dev/null 2>&1; then
-    skip=$((skip + 1)); echo "SKIP $c: ORT does not match the reference on the original either"; return
+    skip "$c: ORT does not match the reference on the original either"; return
   fi
   if node "$here/run_ort.js" run "$d/up.onnx" "$d/up" "${names[@]}" 2> "$d/up.err" &&
      node "$here/run_ort.js" compare "$d/up" "$d/ref" "$tol" > "$d/cmp.txt" 2>&1; then
     ok "$c -> opset 21: ORT matches the reference ($(flat "$d/cmp.txt"))"
   else
-    ko "$c -> opset 21: ORT: $(first "$d/up.err") $(flat "$d/cmp.txt")"
+    bad "$c -> opset 21: ORT: $(first "$d/up.err") $(flat "$d/cmp.txt")"
   fi
 }
 if [ -d "$data" ]; then
@@ -146,5 +135,4 @@ if [ -d "$data" ]; then
   done
 fi
 
-echo "$pass passed, $fail failed, $skip skipped"
-[ "$fail" = 0 ]
+finish
