@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The whole onnxq test suite: build, Criterion unit tests (ctest), then every
-# integration script tests/integration/*.sh (sorted; fetch.sh is the helper
-# they call, not a test), each given the onnxq binary as $1.
+# The whole onnxq test suite: build, Criterion unit tests (ctest -L unit),
+# then every integration script tests/integration/*.sh (sorted; fetch.sh and
+# lib.sh are their helpers, not tests), each given the onnxq binary as $1.
 #
 #   tests/run_all.sh              normal pass (build dir $OQ_BUILD_DIR, default build/)
 #   tests/run_all.sh --sanitize   the same pass built with -DONNXQ_SANITIZE=ON
@@ -70,10 +70,12 @@ pass() { # label build_dir cmake_args...
 	fi
 	note "[$label] build" 1 0 0 $(($(now) - t0))
 
-	echo "=== [$label] unit tests (ctest)"
+	echo "=== [$label] unit tests (ctest -L unit)"
 	t0=$(now)
 	log=$(mktemp)
-	ctest --test-dir "$build" --output-on-failure -j "$jobs" 2>&1 | tee "$log"
+	# The scripts below are registered with ctest too (labels integration and
+	# conformance); run here, they are counted by their closing lines.
+	ctest --test-dir "$build" -L unit --output-on-failure -j "$jobs" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n1)
 	if [ -n "$line" ]; then
@@ -93,7 +95,7 @@ pass() { # label build_dir cmake_args...
 	for script in "$root"/tests/integration/*.sh; do
 		local name
 		name=$(basename "$script")
-		[ "$name" = fetch.sh ] && continue
+		case $name in fetch.sh | lib.sh) continue ;; esac
 		if [ -n "${OQ_ONLY:-}" ] && ! [[ $name =~ $OQ_ONLY ]]; then
 			continue
 		fi
@@ -122,9 +124,8 @@ pass() { # label build_dir cmake_args...
 }
 
 start=$(now)
-# Fetch the third-party models before the first ctest, so the unit tests that
-# use real models (tests/test_pass_rewrite.c "real") run in both passes rather
-# than being skipped until an integration script has filled the cache.
+# Fill the download cache once, before the first pass, so its time is a row
+# of its own rather than part of the first script that needs it.
 t0=$(now)
 if "$root/tests/integration/fetch.sh" >/dev/null &&
 	{ ! /usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null ||

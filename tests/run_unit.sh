@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fast iteration: configure + build, then the Criterion unit tests via ctest.
+# Fast iteration: configure + build, then the Criterion unit tests via
+# ctest -L unit (no downloads needed).
 #
 #   tests/run_unit.sh [CTEST ARGS...]      e.g. tests/run_unit.sh -R test_ir
 #
@@ -13,4 +14,4 @@ jobs=${OQ_JOBS:-$(nproc 2>/dev/null || echo 2)}
 # shellcheck disable=SC2086 # OQ_CMAKE_ARGS is a list of words on purpose
 cmake -S "$root" -B "$build" ${OQ_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build" -j "$jobs"
-ctest --test-dir "$build" --output-on-failure -j "$jobs" "$@"
+ctest --test-dir "$build" -L unit --output-on-failure -j "$jobs" "$@"

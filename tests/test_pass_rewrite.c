@@ -10,22 +10,18 @@
  * reference is the executor on the unmodified model, i.e. an independent
  * computation of Conv/Gemm/BatchNormalization/Cast/... by the kernels
  * (themselves tested against the ONNX backend data), not by the passes.
- *
- * Real models (skipped when .cache is absent): the PaddleOCR cls/det/rec
- * exports and the torchvision exports with BatchNormalization kept and
- * Identity-wrapped weights; after cleanup,fold-bn,fuse no BN/Identity may
- * remain and outputs match within 1e-4 relative.
+ * The same passes on the real PaddleOCR and torchvision models are in
+ * tests/integration/passes_real.c.
  */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "calib/exec/exec.h"
 #include "gen_model.h"
-#include "src/io/npy.h"
+#include "runmodel.h"
 #include "src/io/onnx_io.h"
 #include "passes/pass.h"
 
@@ -34,65 +30,30 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static uint64_t rng = 88172645463325252ull;
+static uint64_t rng = RUNMODEL_SEED;
 
 static double urand(void) /* xorshift64, [-1, 1) */
 {
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return (double)(rng >> 11) / (double)(1ull << 53) * 2 - 1;
+	return runmodel_urand(&rng);
 }
 
 /* Random inputs for every fed input of m (symbolic dims become `sym`). */
 static size_t make_inputs(oq_model *m, oq_rt *in, size_t cap, int64_t sym)
 {
-	oq_graph *g = m->graph;
 	size_t n = 0;
-	rng = 88172645463325252ull;
-	for (size_t i = 0; i < g->n_inputs; i++) {
-		oq_value *v = g->inputs[i];
-		int64_t dims[OQ_RT_MAX_RANK];
-		if (v->init)
-			continue;
-		cr_assert_lt(n, cap);
-		for (int k = 0; k < v->type.rank; k++)
-			dims[k] = v->type.dims[k].value >= 0 ? v->type.dims[k].value : (k == 0 ? 1 : sym);
-		cr_assert_eq(oq_rt_alloc(&in[n], v->type.dtype, v->type.rank, dims), OQ_OK);
-		for (size_t e = 0; e < in[n].nelem; e++)
-			oq_rt_set(&in[n], e, urand());
-		n++;
-	}
+	oq_diag d;
+	oq_diag_init(&d);
+	cr_assert_eq(runmodel_inputs(m, &rng, sym, in, cap, &n, &d), OQ_OK, "%s", d.msg);
 	return n;
 }
 
 static size_t run(oq_model *m, const oq_rt *in, size_t nin, oq_rt *out, size_t cap)
 {
-	oq_exec *e = NULL;
-	oq_exec_opts eo = {.threads = 1};
+	size_t no = 0;
 	oq_diag d;
 	oq_diag_init(&d);
-	cr_assert_eq(oq_exec_new(m, &eo, &e, &d), OQ_OK, "exec: %s", d.msg);
-	size_t no = oq_exec_n_outputs(e);
-	cr_assert_leq(no, cap);
-	cr_assert_eq(oq_exec_run(e, in, nin, out, no, &d), OQ_OK, "run: %s", d.msg);
-	oq_exec_free(e);
+	cr_assert_eq(runmodel_run(m, in, nin, out, cap, &no, &d), OQ_OK, "run: %s", d.msg);
 	return no;
-}
-
-/* max|a-b| / max|a| over all outputs */
-static double rel_err(const oq_rt *a, const oq_rt *b, size_t n)
-{
-	double num = 0, den = 0;
-	for (size_t i = 0; i < n; i++) {
-		cr_assert_eq(a[i].nelem, b[i].nelem);
-		for (size_t e = 0; e < a[i].nelem; e++) {
-			double x = oq_rt_get(&a[i], e), y = oq_rt_get(&b[i], e);
-			num = fmax(num, fabs(x - y));
-			den = fmax(den, fabs(x));
-		}
-	}
-	return den > 0 ? num / den : num;
 }
 
 static int run_passes(oq_model *m, const char *list)
@@ -129,7 +90,7 @@ static fx rewrite(gen_model *gm, const char *list)
 	run_passes(f.m, list);
 	size_t nb = run(f.m, in, nin, b, 8);
 	cr_assert_eq(na, nb);
-	f.err = rel_err(a, b, na);
+	f.err = runmodel_rel_err(a, b, na);
 	for (size_t i = 0; i < 8; i++) {
 		oq_rt_release(&in[i]);
 		oq_rt_release(&a[i]);
@@ -146,10 +107,7 @@ static void done(fx *f)
 
 static size_t count_op(const oq_graph *g, const char *op)
 {
-	size_t k = 0;
-	for (size_t i = 0; i < g->n_nodes; i++)
-		k += strcmp(g->nodes[i]->op_type, op) == 0;
-	return k;
+	return runmodel_count_op(g, op);
 }
 
 static oq_value *val(const oq_model *m, const char *name)
@@ -909,85 +867,3 @@ Test(fuse, swish_silu_and_activation_ops)
 		done(&f);
 	}
 }
-
-/* ------------------------------------------------------------ real models */
-
-static const char *src_dir(void)
-{
-	const char *s = getenv("OQ_SOURCE_DIR");
-	return s ? s : "/work/main";
-}
-
-/* Runs cleanup,fold-bn,fuse on a model file; outputs must match the original. */
-static void real_model(const char *rel, const char *npy, int64_t sym)
-{
-	char path[1024];
-	oq_model *m = NULL;
-	oq_diag d;
-	oq_rt in[4] = {{0}}, a[8] = {{0}}, b[8] = {{0}};
-	size_t nin;
-
-	snprintf(path, sizeof path, "%s/%s", src_dir(), rel);
-	if (access(path, R_OK) != 0) {
-		cr_skip_test("%s not found (fetched by the integration tests)", path);
-		return;
-	}
-	oq_diag_init(&d);
-	cr_assert_eq(oq_model_load(path, &m, &d), OQ_OK, "%s", d.msg);
-	if (npy) {
-		oq_npy arr = {0};
-		char np[1024];
-		snprintf(np, sizeof np, "%s/%s", src_dir(), npy);
-		cr_assert_eq(oq_npy_read(np, 0, &arr, &d), OQ_OK, "%s", d.msg);
-		cr_assert_eq(oq_rt_alloc(&in[0], arr.dtype, arr.rank, arr.dims), OQ_OK);
-		memcpy(in[0].data, arr.data, arr.nbytes);
-		oq_npy_free(&arr);
-		nin = 1;
-	} else {
-		nin = make_inputs(m, in, 4, sym);
-	}
-	size_t na = run(m, in, nin, a, 8);
-	size_t bn0 = count_op(m->graph, "BatchNormalization"), id0 = count_op(m->graph, "Identity");
-	run_passes(m, "cleanup,fold-bn,fuse");
-	size_t bn1 = count_op(m->graph, "BatchNormalization"), id1 = count_op(m->graph, "Identity");
-	size_t nb = run(m, in, nin, b, 8);
-	cr_assert_eq(na, nb);
-	double err = rel_err(a, b, na);
-	size_t n_int = 0, n_out = 0, n_act = 0;
-	for (size_t i = 0; i < m->graph->n_values; i++) {
-		n_int += (m->graph->values[i]->qmark & OQ_QM_INTERNAL) != 0;
-		n_out += (m->graph->values[i]->qmark & OQ_QM_UNIT_OUT) != 0;
-	}
-	for (size_t i = 0; i < m->graph->n_nodes; i++)
-		n_act += (m->graph->nodes[i]->qmark & OQ_QM_ACT) != 0;
-	fprintf(stderr,
-		"%s: BN %zu -> %zu, Identity %zu -> %zu, Constant left %zu, marks: %zu internal, %zu unit-out, "
-		"%zu fused acts; rel err %.3g\n",
-		rel, bn0, bn1, id0, id1, count_op(m->graph, "Constant"), n_int, n_out, n_act, err);
-	cr_expect_eq(bn1, 0, "%s: %zu BatchNormalization left", rel, bn1);
-	cr_expect_eq(id1, 0, "%s: %zu Identity left", rel, id1);
-	cr_expect_lt(err, 1e-4, "%s: relative error %g", rel, err);
-	for (size_t i = 0; i < 8; i++) {
-		oq_rt_release(&a[i]);
-		oq_rt_release(&b[i]);
-	}
-	for (size_t i = 0; i < 4; i++)
-		oq_rt_release(&in[i]);
-	oq_model_free(m);
-}
-
-Test(real, ocr_cls, .timeout = 600) { real_model(".cache/ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx", NULL, 48); }
-Test(real, ocr_det, .timeout = 600) { real_model(".cache/ocr/ch_PP-OCRv4_det_infer.onnx", NULL, 64); }
-Test(real, ocr_rec, .timeout = 600) { real_model(".cache/ocr/ch_PP-OCRv4_rec_infer.onnx", NULL, 160); }
-Test(real, tv_resnet18, .timeout = 600) { real_model(".cache/tv/resnet18.onnx", ".cache/tv/input.npy", 0); }
-Test(real, tv_mobilenet_v2, .timeout = 600) { real_model(".cache/tv/mobilenet_v2.onnx", ".cache/tv/input.npy", 0); }
-Test(real, tv_mobilenet_v3, .timeout = 600)
-{
-	real_model(".cache/tv/mobilenet_v3_small.onnx", ".cache/tv/input.npy", 0);
-}
-Test(real, tv_efficientnet_b0, .timeout = 600)
-{
-	real_model(".cache/tv/efficientnet_b0.onnx", ".cache/tv/input.npy", 0);
-}
-Test(real, tv_squeezenet, .timeout = 600) { real_model(".cache/tv/squeezenet1_1.onnx", ".cache/tv/input.npy", 0); }
-Test(real, tv_vit_b_16, .timeout = 900) { real_model(".cache/tv/vit_b_16.onnx", ".cache/tv/input.npy", 0); }

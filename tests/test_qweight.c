@@ -9,9 +9,8 @@
  * the rewrite; the rewritten model must give exactly what the float model
  * gives with weights dequantized here by an independent reference (group
  * absmax / qmax, rint, clamp), and stay close to the float output (SQNR).
- * One test runs a weight-only int4 block-32 model in ONNX Runtime
- * (onnxruntime-node from .cache/ort, graphOptimizationLevel 'basic') and
- * compares with the executor; it is skipped when node or ORT is missing.
+ * ONNX Runtime on a weight-only int4 block-32 model: tests/integration/
+ * weight_only_ort.c.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -837,103 +836,6 @@ Test(qweight, include_exclude)
 	cr_expect_eq(changed, 1, "included by node name");
 	oq_model_free(m);
 	gen_free(g);
-}
-
-/* ------------------------------------------------------------------ ONNX Runtime */
-
-static const char ort_js[] =
-    "'use strict';\n"
-    "const fs = require('fs');\n"
-    "const ort = require('onnxruntime-node');\n"
-    "(async () => {\n"
-    "  const [model, inFile, outFile, m, k] = process.argv.slice(2);\n"
-    "  const b = fs.readFileSync(inFile);\n"
-    "  const x = new Float32Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.length));\n"
-    "  const s = await ort.InferenceSession.create(model, {graphOptimizationLevel: 'basic',\n"
-    "    intraOpNumThreads: 1});\n"
-    "  const r = await s.run({x: new ort.Tensor('float32', x, [Number(m), Number(k)])});\n"
-    "  fs.writeFileSync(outFile, Buffer.from(r.y.data.buffer, r.y.data.byteOffset, "
-    "r.y.data.byteLength));\n"
-    "})().catch((e) => { console.error(e.message); process.exit(1); });\n";
-
-Test(qweight, onnxruntime_runs_int4_block32)
-{
-	static float w[K_MM * N_MM], x[M_MM * K_MM], yo[M_MM * N_MM];
-	const char *src = getenv("OQ_SOURCE_DIR");
-	char dir[] = "/tmp/oq_qweight_XXXXXX", p[4][600], cmd[3000], mods[600];
-	gen_model *g;
-	oq_model *m = NULL;
-	oq_opts o;
-	oq_diag d;
-	oq_rt y;
-	int changed = 0;
-	FILE *f;
-	double md = 0, mx = 0;
-
-	snprintf(mods, sizeof mods, "%s/.cache/ort/node_modules/onnxruntime-node", src ? src : ".");
-	if (access(mods, R_OK) != 0 || system("node --version > /dev/null 2>&1") != 0)
-		cr_skip_test("node or onnxruntime-node (%s) not available", mods);
-	cr_assert_not_null(mkdtemp(dir));
-	snprintf(p[0], sizeof p[0], "%s/m.onnx", dir);
-	snprintf(p[1], sizeof p[1], "%s/x.bin", dir);
-	snprintf(p[2], sizeof p[2], "%s/y.bin", dir);
-	snprintf(p[3], sizeof p[3], "%s/run.js", dir);
-	fill(w, K_MM * N_MM, 12);
-	fill(x, M_MM * K_MM, 13);
-	g = matmul_model(w);
-	oq_diag_init(&d);
-	oq_opts_init(&o);
-	o.weight_only = 1;
-	o.weight_type = OQ_DT_INT4;
-	o.granularity = OQ_GRAN_BLOCK;
-	o.block_size = 32;
-	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
-	cr_assert_eq(oq_quantize_weight_only(m->graph, &o, &d, &changed), OQ_OK, "%s", d.msg);
-	cr_assert_eq(oq_model_save(m, p[0], NULL, NULL, &d), OQ_OK, "%s", d.msg);
-	run1(m, x, 2, (const int64_t[]){M_MM, K_MM}, &y);
-	f = fopen(p[1], "wb");
-	cr_assert_not_null(f);
-	cr_assert_eq(fwrite(x, sizeof x, 1, f), 1);
-	fclose(f);
-	f = fopen(p[3], "wb");
-	cr_assert_not_null(f);
-	cr_assert_eq(fwrite(ort_js, sizeof ort_js - 1, 1, f), 1);
-	fclose(f);
-	snprintf(cmd, sizeof cmd,
-	         "NODE_PATH='%s/.cache/ort/node_modules' node '%s' '%s' '%s' '%s' %d %d",
-	         src ? src : ".", p[3], p[0], p[1], p[2], M_MM, K_MM);
-	cr_assert_eq(system(cmd), 0, "%s failed", cmd);
-	f = fopen(p[2], "rb");
-	cr_assert_not_null(f);
-	cr_assert_eq(fread(yo, sizeof yo, 1, f), 1, "ORT output size");
-	fclose(f);
-	cr_assert_eq(y.nelem, (size_t)M_MM * N_MM);
-	for (size_t i = 0; i < y.nelem; i++) {
-		double r = oq_rt_get(&y, i);
-		md = fmax(md, fabs(r - yo[i]));
-		mx = fmax(mx, fabs(r));
-	}
-	cr_expect(md <= 1e-5 * mx, "ORT vs executor: max diff %g (max |y| %g)", md, mx);
-	{
-		/* and ORT really ran the 4-bit weights: its output is not the float model's */
-		oq_model *mf = NULL;
-		oq_rt yf;
-		double df = 0;
-		cr_assert_eq(gen_load(g, &mf, &d), OQ_OK, "%s", d.msg);
-		run1(mf, x, 2, (const int64_t[]){M_MM, K_MM}, &yf);
-		for (size_t i = 0; i < yf.nelem; i++)
-			df = fmax(df, fabs(oq_rt_get(&yf, i) - yo[i]));
-		cr_expect(df > 1e-3 * mx, "ORT output equals the float output (diff %g)", df);
-		oq_rt_release(&yf);
-		oq_model_free(mf);
-	}
-	cr_log_info("ORT vs executor on int4 block-32 MatMul: max diff %g, max |y| %g", md, mx);
-	oq_rt_release(&y);
-	oq_model_free(m);
-	gen_free(g);
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "cannot remove %s\n", dir);
 }
 
 Test(qweight, per_tensor_weight_scalar_bias_scale)
