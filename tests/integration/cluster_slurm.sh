@@ -8,20 +8,11 @@
 # `onnxq quantize --no-bias-correction` on the same samples.
 # Skipped (with the reason) when not root or when the daemons are missing or
 # do not come up.
-# usage: cluster_slurm.sh ONNXQ   Closing line: "N passed, N failed[, N skipped]".
+# usage: cluster_slurm.sh ONNXQ   Closing line: "N passed, N failed, N skipped".
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+. "$(dirname "$0")/lib.sh"
 onnxq=$(realpath "${1:-$root/build/onnxq}")
-pass=0 fail=0 skip=0
-ok() { pass=$((pass + 1)); echo "PASS $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
-finish() {
-	if [ "$skip" -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
-	[ "$fail" -eq 0 ]
-	exit
-}
-skipall() { echo "SKIP: $1"; skip=$((skip + 1)); finish; }
+skipall() { skip "$1"; finish; exit; }
 
 [ "$(id -u)" -eq 0 ] || skipall "not root: slurmd and munged need root here"
 for b in munged mungekey slurmctld slurmd sbatch sinfo; do
@@ -91,6 +82,7 @@ calib=$root/models/tiny_cnn_calib
 if ! "$onnxq" quantize "$model" -o "$tmp/one.onnx" --calib "$calib" --no-bias-correction 2>"$tmp/one.err"; then
 	bad "one-machine quantize failed: $(tail -n 1 "$tmp/one.err")"
 	finish
+	exit
 fi
 if ONNXQ=$onnxq MODEL=$model CALIB=$calib OUT=$tmp/run QMODEL=$tmp/cluster.onnx SHARDS=4 WAIT=1 \
 	bash "$root/docs/cluster/submit.sh" >"$tmp/submit.out" 2>&1; then
@@ -98,6 +90,7 @@ if ONNXQ=$onnxq MODEL=$model CALIB=$calib OUT=$tmp/run QMODEL=$tmp/cluster.onnx 
 else
 	bad "submit.sh failed: $(tail -n 2 "$tmp/submit.out" | tr '\n' ' ') $(tail -n 2 "$tmp/run/quantize.log" 2>/dev/null)"
 	finish
+	exit
 fi
 n=$(ls "$tmp"/run/shard-*.stats 2>/dev/null | wc -l)
 [ "$n" -eq 4 ] && ok "4 shard statistics files" || bad "expected 4 shard statistics files, found $n"
