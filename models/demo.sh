@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # The README's first quick-start command: install the build dependencies
-# (Debian, as root), build onnxq, and run it on the bundled model
-# models/tiny_cnn.onnx: inspect it, quantize it to int8 (calibrated on
-# models/tiny_cnn_calib/, photo crops made by make_tiny_cnn_samples.py),
-# check the result and compare it with the float model on held-out samples.
+# (Debian packages, as root: `.ci/setup build`), build onnxq, and run it on
+# the bundled model models/tiny_cnn.onnx: inspect it, quantize it to int8
+# (calibrated on models/tiny_cnn_calib/, photo crops made by
+# make_tiny_cnn_samples.py), check the result and compare it with the float
+# model on held-out samples (models/tiny_cnn_test/).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 if [ "$(id -u)" -eq 0 ]; then
-  bash .ci/setup
+  bash .ci/setup build
 else
-  echo "demo: not root: skipping package installation (run .ci/setup as root once)" >&2
+  echo "demo: not root: skipping package installation (run '.ci/setup build' as root once)" >&2
 fi
 cmake -S . -B build >/dev/null
-make -C build -j"$(nproc)" onnxq >/dev/null
+cmake --build build -j"$(nproc)" --target onnxq >/dev/null
 set -x
 out=${TMPDIR:-/tmp}/tiny_cnn_int8.onnx
 build/onnxq inspect models/tiny_cnn.onnx

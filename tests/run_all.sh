@@ -7,6 +7,8 @@
 #   tests/run_all.sh --sanitize   the same pass built with -DONNXQ_SANITIZE=ON
 #                                 (ASan + UBSan) in $OQ_ASAN_BUILD_DIR (default build-asan/)
 #   tests/run_all.sh --both       normal pass, then the sanitizer pass (or OQ_SANITIZE=1)
+#   tests/run_all.sh --install    first install the build and test packages (.ci/setup,
+#                                 Debian, as root; skipped with a note otherwise)
 #
 # Counting: each ctest test (one Criterion executable) is one test; each
 # integration script contributes the counts of its closing
@@ -24,13 +26,15 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=${OQ_JOBS:-$(nproc 2>/dev/null || echo 2)}
 mode=normal
+install=0
 [ "${OQ_SANITIZE:-0}" = 1 ] && mode=both
 for a in "$@"; do
 	case $a in
 	--sanitize | --asan) mode=sanitize ;;
 	--both) mode=both ;;
+	--install) install=1 ;;
 	-h | --help)
-		sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*)
@@ -124,6 +128,17 @@ pass() { # label build_dir cmake_args...
 }
 
 start=$(now)
+if [ "$install" = 1 ]; then
+	t0=$(now)
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "run_all: not root: skipping package installation (run .ci/setup as root once)" >&2
+	elif bash "$root/.ci/setup"; then
+		note "install (.ci/setup)" 1 0 0 $(($(now) - t0))
+	else
+		echo "run_all: .ci/setup failed" >&2
+		note "install (.ci/setup)" 0 1 0 $(($(now) - t0))
+	fi
+fi
 # Fill the download cache once, before the first pass, so its time is a row
 # of its own rather than part of the first script that needs it.
 t0=$(now)
