@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# calib_methods.sh - the cost side of the method table (README, "Calibration methods"): for each
+# calib_methods.sh - the cost side of the method table (docs/accuracy.md, "Calibration methods"): for each
 # acceptance model and each --method, the calibrate stage's seconds (`quantize --verbose`) and the
 # whole quantize process's peak RSS (GNU time %M), 1 thread by default, bias correction off (it
 # runs after the ranges and would dominate both figures). The accuracy side (SQNR, task metric) is

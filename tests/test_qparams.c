@@ -1,7 +1,8 @@
 /*
  * test_qparams.c - scale / zero point / Q arithmetic (src/quant/qparams.c) pinned by
  * hand-computed cases. Each expected value is worked out in the comment next
- * to it from REFERENCE.md section 2:
+ * to it from the conventions (ONNX Runtime's quant_utils.py compute_scale_zp
+ * for asym and sym narrow, AIMET's affine quantizer for sym full):
  *   asym:        rmin = min(min,0), rmax = max(max,0), s = (rmax-rmin)/(qmax-qmin),
  *                zp = round_half_even(qmin - rmin/s)
  *   sym narrow:  the same on [-a, a], a = max|.|, grid [-(2^(b-1)-1), 2^(b-1)-1]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# grids_cli.sh - the quantization grids from the command line (README "Grids and data types"),
+# grids_cli.sh - the quantization grids from the command line (docs/design.md "Grids and data types"),
 # on models/tiny_cnn.onnx with its calibration and held-out folders:
 #   - --act-type/--weight-type float8e4m3fn: opset 19 chosen, float8e4m3fn Q/DQ and weights,
 #     QuantizeLinear saturate=1, `check` clean, held-out SQNR >= 15 dB (measured 18.4 min);

@@ -52,7 +52,7 @@
 #            mean SQNR (lowest output) must not be below the uncorrected one's and its min not
 #            more than 0.5 dB below (the min is one sample: over 10 calibration splits of
 #            bench/calib_cv.sh the correction moved it by +0.07 dB on average on resnet18,
-#            -0.31 dB at worst, README "Bias correction"); the line "bias correction:" after the
+#            -0.31 dB at worst, docs/accuracy.md "Bias correction"); the line "bias correction:" after the
 #            table gives both and the quantize seconds with and without
 # A table "model | setting | SQNR min/mean | ORT SQNR | task metric | ORT-vs-onnxq diff | size
 # ratio | qdq ties" closes the run, then "N passed, N failed, N skipped". Exit 1 on any failure.

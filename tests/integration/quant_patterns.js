@@ -1,12 +1,14 @@
 #!/usr/bin/env node
-// quant_patterns.js - runs a model in onnxruntime-node for quant_patterns.sh.
+// quant_patterns.js - runs a model in onnxruntime-node for quant_patterns.sh
+// and tests/integration/weight_only_ort.c.
 //
 //   node quant_patterns.js MODEL OUTDIR NAME=FILE.npy...
 //
 // float32 .npy inputs; writes OUTDIR/<output name>.npy (float32 outputs only).
 // The session uses graphOptimizationLevel 'basic' (constant folding and
-// redundant-node removal, which includes ORT's Q/DQ cleanups, but no
-// MatMulNBits swap that would change the arithmetic; REFERENCE.md 6) and one
+// redundant-node removal, which includes ORT's Q/DQ cleanups, but not the
+// DQ -> MatMul to MatMulNBits swap of level 'all', which quantizes the
+// activations and changes the arithmetic by about 1%) and one
 // thread. ORT is found in $OQ_CACHE/ort/node_modules (default <repo>/.cache).
 'use strict';
 const fs = require('fs');
