@@ -574,16 +574,9 @@ enum { K_MM = 80, N_MM = 8, M_MM = 3 };
 
 static gen_model *matmul_model(const float *w)
 {
-	gen_model *g = gen_new(10);
-	Onnx__GraphProto *mg;
 	double *wd = to_d(w, K_MM * N_MM);
+	gen_model *g = gen_matmul(M_MM, K_MM, N_MM, wd);
 
-	gen_opset(g, "", 21);
-	mg = gen_graph(g);
-	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(M_MM, K_MM));
-	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(K_MM, N_MM), wd);
-	gen_node(g, mg, "MatMul", "mm", "x,W", "y");
-	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(M_MM, N_MM));
 	free(wd);
 	return g;
 }

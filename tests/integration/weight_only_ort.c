@@ -25,25 +25,8 @@
 
 enum { M = 3, K = 80, N = 8 };
 
-/* y = x W, W from the pseudo-random sequence after `state`. */
-static gen_model *matmul(uint64_t *state)
-{
-	static double w[K * N];
-	gen_model *g = gen_new(10);
-	Onnx__GraphProto *mg;
 
-	for (size_t i = 0; i < K * N; i++)
-		w[i] = runmodel_urand(state);
-	gen_opset(g, "", 21);
-	mg = gen_graph(g);
-	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(M, K));
-	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(K, N), w);
-	gen_node(g, mg, "MatMul", "mm", "x,W", "y");
-	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(M, N));
-	return g;
-}
-
-/* The executor's output of the model g (float or weight-only int4) on x. */
+/* The executor's output of m (float or weight-only int4) on x. */
 static void run_y(oq_model *m, const oq_rt *x, oq_rt *y)
 {
 	oq_diag d;
@@ -58,6 +41,7 @@ Test(weight_only, onnxruntime_runs_int4_block32)
 	const char *src = getenv("OQ_SOURCE_DIR"), *cache = getenv("OQ_CACHE");
 	char ort[1024], js[1024], cmd[4096], model[1024], xin[1024], yout[1024];
 	uint64_t state = RUNMODEL_SEED;
+	static double w[K * N];
 	gen_model *g;
 	oq_model *m = NULL, *mf = NULL;
 	oq_opts o;
@@ -80,7 +64,9 @@ Test(weight_only, onnxruntime_runs_int4_block32)
 	snprintf(yout, sizeof yout, "%s", tmpdir_at("ort/y.npy"));
 	snprintf(js, sizeof js, "%s/tests/integration/quant_patterns.js", src);
 
-	g = matmul(&state);
+	for (size_t i = 0; i < K * N; i++)
+		w[i] = runmodel_urand(&state);
+	g = gen_matmul(M, K, N, w);
 	cr_assert_eq(oq_rt_alloc(&x, OQ_DT_FLOAT, 2, (const int64_t[]){M, K}), OQ_OK);
 	for (size_t i = 0; i < x.nelem; i++)
 		oq_rt_set(&x, i, runmodel_urand(&state));
@@ -107,6 +93,7 @@ Test(weight_only, onnxruntime_runs_int4_block32)
 		mx = fmax(mx, fabs(r));
 	}
 	cr_expect(md <= 1e-5 * mx, "ORT vs executor: max diff %g (max |y| %g)", md, mx);
+	oq_model_free(m); /* it borrows g's buffer, which the next gen_load replaces */
 
 	/* and ORT really ran the 4-bit weights: its output is not the float model's */
 	cr_assert_eq(gen_load(g, &mf, &d), OQ_OK, "%s", d.msg);
@@ -120,7 +107,6 @@ Test(weight_only, onnxruntime_runs_int4_block32)
 	oq_rt_release(&x);
 	oq_rt_release(&y);
 	oq_rt_release(&yf);
-	oq_model_free(m);
 	oq_model_free(mf);
 	gen_free(g);
 	tmpdir_remove();

@@ -371,3 +371,17 @@ int gen_load(gen_model *m, oq_model **out, oq_diag *d)
 		return oq_err(d, OQ_ENOMEM, "gen: out of memory");
 	return oq_model_load_buffer(buf, len, NULL, out, d);
 }
+
+gen_model *gen_matmul(int64_t rows, int64_t k, int64_t n, const double *w)
+{
+	gen_model *m = gen_new(10);
+	Onnx__GraphProto *g;
+
+	gen_opset(m, "", 21);
+	g = gen_graph(m);
+	gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(rows, k));
+	gen_init(m, g, "W", OQ_DT_FLOAT, GEN_SHAPE(k, n), w);
+	gen_node(m, g, "MatMul", "mm", "x,W", "y");
+	gen_output(m, g, "y", OQ_DT_FLOAT, GEN_SHAPE(rows, n));
+	return m;
+}

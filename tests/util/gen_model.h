@@ -86,6 +86,10 @@ void gen_attr_ints(gen_model *m, Onnx__NodeProto *n, const char *name, size_t co
 Onnx__GraphProto *gen_attr_graph(gen_model *m, Onnx__NodeProto *n, const char *name,
                                  const char *graph_name);
 
+/* y = x W, the model several tests quantize: opset 21, IR 10, input x [rows, k], initializer W
+ * [k, n] holding w (row-major), output y [rows, n]. */
+gen_model *gen_matmul(int64_t rows, int64_t k, int64_t n, const double *w);
+
 /* Serializes the model into a buffer owned by m (valid until the next gen_pack or gen_free). */
 int gen_pack(gen_model *m, const void **buf, size_t *len);
 /* Writes the serialized model to path. 0 on success. */
