@@ -1,6 +1,8 @@
 /*
- * test_biascorr.c - bias correction: statistics (calib/biascorr/sums.c) and the
- * bias update (calib/biascorr/analytic.c).
+ * test_biascorr.c - bias correction (calib/biascorr/): analytic mode's input
+ * sums (sums.c) and bias update (analytic.c), empirical mode's measurement
+ * (measure.c), keep rule (tables.c) and rounds through the pipeline
+ * (empirical.c).
  *
  * Hand cases: weights chosen so that the per-channel int8 scale is 2^-7
  * (absmax 127 * 2^-7) and the small weights land on known rounding cases:
@@ -57,22 +59,22 @@ static void rt_from(oq_rt *t, int rank, const int64_t *dims, const float *v)
 static void correct(oq_model *m, const oq_rt *xs, size_t n, size_t want_layers)
 {
 	oq_opts o;
-	oq_bc_stats s;
-	oq_bc_collect *c = NULL;
+	oq_bc_sums s;
+	oq_bc_collector *c = NULL;
 	oq_diag d;
 
 	oq_diag_init(&d);
 	oq_opts_init(&o);
-	cr_assert_eq(oq_bias_correct_plan(m->graph, &o, &s, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_bc_analytic_plan(m->graph, &o, &s, &d), OQ_OK, "%s", d.msg);
 	cr_assert_eq(s.n, want_layers);
-	cr_assert_eq(oq_bc_collect_new(m->graph, &s, &c, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_bc_collector_new(m->graph, &s, &c, &d), OQ_OK, "%s", d.msg);
 	for (size_t i = 0; i < n; i++)
 		cr_assert_eq(oq_bc_observe(c, m->graph->inputs[0], &xs[i]), 0);
 	for (size_t i = 0; i < s.n; i++)
 		cr_assert(!s.v[i].failed, "layer %zu failed", i);
-	cr_assert_eq(oq_bias_correct(m->graph, &o, &s, NULL, &d), OQ_OK, "%s", d.msg);
-	oq_bc_collect_free(c);
-	oq_bc_stats_free(&s);
+	cr_assert_eq(oq_bc_analytic_fold(m->graph, &o, &s, NULL, &d), OQ_OK, "%s", d.msg);
+	oq_bc_collector_free(c);
+	oq_bc_sums_free(&s);
 }
 
 static const oq_tensor *input_init(oq_node *n, size_t idx)
@@ -329,7 +331,7 @@ Test(biascorr, strided_padded_convtranspose_varying_sizes)
 }
 
 /*
- * Empirical mode (calib/biascorr/measure.c): a 1x1 Conv y = 2x + 0.5 on x [1, 1, 1, 4],
+ * Empirical mode (calib/biascorr/measure.c, empirical.c): a 1x1 Conv y = 2x + 0.5 on x [1, 1, 1, 4],
  * and its "quantized" model with x behind a uint8 Q/DQ of scale 0.25, zero
  * point 0 (ties to even). Samples and what the quantized model sees:
  *   x1 = {0.125, 0.375, 1, 0.625} -> {0, 0.5, 1, 0.5}    (0.5->0, 1.5->2, 2.5->2)
@@ -344,6 +346,8 @@ Test(biascorr, strided_padded_convtranspose_varying_sizes)
  * SQNR 10 log10(11.4375 / 0.171875) = 10 log10(732 / 11); sample 2:
  * {1.5625, 0.5625 x3} against {1.75, 0.5 x3}: 0.046875, 10 log10(244 / 3).
  */
+#include "calib/biascorr/empirical.h"
+#include "calib/biascorr/fold.h"
 #include "calib/biascorr/measure.h"
 #include "src/io/npy.h"
 #include "src/pipeline/pipeline.h"
@@ -414,11 +418,11 @@ Test(biascorr, empirical_measure_and_apply_hand)
 	oq_model *mf = load(gf), *mq = load(gq), *mc = load(gc);
 	oq_calib_opts co;
 	oq_opts o;
-	oq_bce b;
-	oq_bce_run runs[3];
+	oq_bc_targets b;
+	oq_bc_quantized runs[3];
 	oq_node *rn[1], *qn[1];
 	oq_diag d;
-	char dir[64] = "/tmp/oq_bce_XXXXXX";
+	char dir[64] = "/tmp/oq_bc_XXXXXX";
 	const double db61 = 10 * log10(61.0), dbc0 = 10 * log10(732.0 / 11), dbc1 = 10 * log10(244.0 / 3);
 
 	oq_diag_init(&d);
@@ -426,22 +430,22 @@ Test(biascorr, empirical_measure_and_apply_hand)
 	cr_assert_not_null(mkdtemp(dir));
 	write_samples(dir, 2, GEN_SHAPE(1, 1, 1, 4), xs, 4);
 
-	cr_assert_eq(oq_bias_correct_targets(mf->graph, &o, &b, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_bc_targets_find(mf->graph, &o, &b, &d), OQ_OK, "%s", d.msg);
 	cr_assert_eq(b.n, 1);
 	cr_expect_str_eq(b.v[0].node, "y");
 	cr_expect_str_eq(b.v[0].measured, "y");
 	cr_expect_eq(b.v[0].M, 1);
-	rn[0] = oq_bias_correct_node(mf->graph, "y");
-	qn[0] = oq_bias_correct_node(mq->graph, "y");
+	rn[0] = oq_bc_node_writing(mf->graph, "y");
+	qn[0] = oq_bc_node_writing(mq->graph, "y");
 	cr_assert(rn[0] && qn[0]);
 	memset(&co, 0, sizeof co);
 	co.source = dir;
 	co.threads = 1;
 	/* the quantized model with sums on both folds; the corrected one on both and on fold 1 alone */
-	runs[0] = (oq_bce_run){.qm = mq, .nodes = qn, .folds = 3};
-	runs[1] = (oq_bce_run){.qm = mc, .folds = 3};
-	runs[2] = (oq_bce_run){.qm = mc, .folds = 2};
-	cr_assert_eq(oq_bce_measure(mf, rn, runs, 3, &co, &b, NULL, &d), OQ_OK, "%s", d.msg);
+	runs[0] = (oq_bc_quantized){.qm = mq, .nodes = qn, .folds = 3};
+	runs[1] = (oq_bc_quantized){.qm = mc, .folds = 3};
+	runs[2] = (oq_bc_quantized){.qm = mc, .folds = 2};
+	cr_assert_eq(oq_bc_measure(mf, rn, runs, 3, &co, &b, NULL, &d), OQ_OK, "%s", d.msg);
 	cr_assert(!b.v[0].failed);
 	cr_expect_eq(b.v[0].n_f[0], 4);
 	cr_expect_eq(b.v[0].n_f[1], 4);
@@ -456,17 +460,17 @@ Test(biascorr, empirical_measure_and_apply_hand)
 		cr_expect(fabs(runs[0].sqnr.min[f] - db61) < 1e-9, "fold %d min %.12g", f, runs[0].sqnr.min[f]);
 		cr_expect(fabs(runs[0].sqnr.sum[f] - db61) < 1e-9, "fold %d sum %.12g", f, runs[0].sqnr.sum[f]);
 	}
-	cr_expect(fabs(oq_bce_sqnr_mean(&runs[0].sqnr, 3) - db61) < 1e-9);
+	cr_expect(fabs(oq_bc_sqnr_mean(&runs[0].sqnr, 3) - db61) < 1e-9);
 	cr_expect(fabs(runs[1].sqnr.min[0] - dbc0) < 1e-9, "%.12g", runs[1].sqnr.min[0]);
 	cr_expect(fabs(runs[1].sqnr.min[1] - dbc1) < 1e-9, "%.12g", runs[1].sqnr.min[1]);
-	cr_expect(fabs(oq_bce_sqnr_min(&runs[1].sqnr, 3) - dbc0) < 1e-9);
-	cr_expect(fabs(oq_bce_sqnr_mean(&runs[1].sqnr, 3) - (dbc0 + dbc1) / 2) < 1e-9);
-	cr_expect(oq_bce_sqnr_better(&runs[1].sqnr, &runs[0].sqnr, 3));
+	cr_expect(fabs(oq_bc_sqnr_min(&runs[1].sqnr, 3) - dbc0) < 1e-9);
+	cr_expect(fabs(oq_bc_sqnr_mean(&runs[1].sqnr, 3) - (dbc0 + dbc1) / 2) < 1e-9);
+	cr_expect(oq_bc_sqnr_better(&runs[1].sqnr, &runs[0].sqnr, 3));
 	/* fold 1 alone: sample 0 never ran */
 	cr_expect_eq(runs[2].sqnr.n[0], 0);
 	cr_expect_eq(runs[2].sqnr.n[1], 1);
 	cr_expect(fabs(runs[2].sqnr.sum[1] - dbc1) < 1e-9);
-	cr_expect(isnan(oq_bce_sqnr_mean(&runs[2].sqnr, 1)));
+	cr_expect(isnan(oq_bc_sqnr_mean(&runs[2].sqnr, 1)));
 	/* per sample */
 	for (int r = 0; r < 3; r++)
 		cr_assert_eq(runs[r].sqnr.n_per, 2);
@@ -474,15 +478,15 @@ Test(biascorr, empirical_measure_and_apply_hand)
 	cr_expect(fabs(runs[1].sqnr.per[0] - dbc0) < 1e-9 && fabs(runs[1].sqnr.per[1] - dbc1) < 1e-9);
 	cr_expect(isnan(runs[2].sqnr.per[0]) && fabs(runs[2].sqnr.per[1] - dbc1) < 1e-9);
 	for (int r = 0; r < 3; r++)
-		oq_bce_sqnr_free(&runs[r].sqnr);
+		oq_bc_sqnr_free(&runs[r].sqnr);
 
 	/* fold the shift of both folds, (9 - 9.5) / 8, into the float model's bias */
 	b.v[0].corr[0] = (b.v[0].sum_q[0] + b.v[0].sum_q[1]) / 8 - (b.v[0].sum_f[0] + b.v[0].sum_f[1]) / 8;
 	cr_expect_eq(b.v[0].corr[0], -0.0625);
-	cr_assert_eq(oq_bias_correct_apply(mf->graph, &b, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_bc_targets_apply(mf->graph, &b, &d), OQ_OK, "%s", d.msg);
 	cr_expect_eq(oq_tensor_get(input_init(node_named(mf->graph, "conv"), 2), 0), 0.5625);
 
-	oq_bce_free(&b);
+	oq_bc_targets_free(&b);
 	free_models(mf, mq, mc, gf, gq, gc);
 	rm_rf(dir);
 }
@@ -501,32 +505,32 @@ Test(biascorr, empirical_measure_cache)
 	oq_model *mf = load(gf), *mq = load(gq);
 	oq_calib_opts co;
 	oq_opts o;
-	oq_bce b;
-	oq_bce_run run;
-	oq_bce_cache cache = {0}, tiny = {.limit = 15};
+	oq_bc_targets b;
+	oq_bc_quantized run;
+	oq_bc_float_cache cache = {0}, tiny = {.limit = 15};
 	oq_node *rn[1], *qn[1];
 	oq_diag d;
-	char dir[64] = "/tmp/oq_bce_XXXXXX";
+	char dir[64] = "/tmp/oq_bc_XXXXXX";
 	const double db61 = 10 * log10(61.0);
 
 	oq_diag_init(&d);
 	oq_opts_init(&o);
 	cr_assert_not_null(mkdtemp(dir));
 	write_samples(dir, 2, GEN_SHAPE(1, 1, 1, 4), xs, 4);
-	cr_assert_eq(oq_bias_correct_targets(mf->graph, &o, &b, &d), OQ_OK, "%s", d.msg);
-	rn[0] = oq_bias_correct_node(mf->graph, "y");
-	qn[0] = oq_bias_correct_node(mq->graph, "y");
+	cr_assert_eq(oq_bc_targets_find(mf->graph, &o, &b, &d), OQ_OK, "%s", d.msg);
+	rn[0] = oq_bc_node_writing(mf->graph, "y");
+	qn[0] = oq_bc_node_writing(mq->graph, "y");
 	memset(&co, 0, sizeof co);
 	co.source = dir;
 	co.threads = 1;
 	for (int pass = 0; pass < 5; pass++) {
-		oq_bce_cache *c = pass == 0 ? NULL : pass < 3 ? &cache : &tiny;
+		oq_bc_float_cache *c = pass == 0 ? NULL : pass < 3 ? &cache : &tiny;
 		if (pass == 1 || pass == 3) {
-			cr_assert_eq(oq_bce_measure(mf, rn, NULL, 0, &co, &b, c, &d), OQ_OK, "%s", d.msg);
+			cr_assert_eq(oq_bc_measure(mf, rn, NULL, 0, &co, &b, c, &d), OQ_OK, "%s", d.msg);
 			cr_expect_eq(c->state, pass == 1 ? 1 : -1, "pass %d: cache state %d", pass, c->state);
 		}
-		run = (oq_bce_run){.qm = mq, .nodes = qn, .folds = 3};
-		cr_assert_eq(oq_bce_measure(mf, rn, &run, 1, &co, &b, c, &d), OQ_OK, "%s", d.msg);
+		run = (oq_bc_quantized){.qm = mq, .nodes = qn, .folds = 3};
+		cr_assert_eq(oq_bc_measure(mf, rn, &run, 1, &co, &b, c, &d), OQ_OK, "%s", d.msg);
 		cr_expect_eq(b.v[0].sum_f[0], 6.25, "pass %d", pass);
 		cr_expect_eq(b.v[0].sum_f[1], 3.25, "pass %d", pass);
 		cr_expect_eq(b.v[0].sum_q[0], 6.0, "pass %d", pass);
@@ -534,15 +538,15 @@ Test(biascorr, empirical_measure_cache)
 		cr_expect_eq(b.v[0].n_f[0] + b.v[0].n_f[1], 8, "pass %d", pass);
 		cr_expect_eq(b.v[0].n_q[0] + b.v[0].n_q[1], 8, "pass %d", pass);
 		cr_expect_eq(run.sqnr.n[0] + run.sqnr.n[1], 2, "pass %d", pass);
-		cr_expect(fabs(oq_bce_sqnr_min(&run.sqnr, 3) - db61) < 1e-9, "pass %d", pass);
-		cr_expect(fabs(oq_bce_sqnr_mean(&run.sqnr, 3) - db61) < 1e-9, "pass %d", pass);
-		oq_bce_sqnr_free(&run.sqnr);
+		cr_expect(fabs(oq_bc_sqnr_min(&run.sqnr, 3) - db61) < 1e-9, "pass %d", pass);
+		cr_expect(fabs(oq_bc_sqnr_mean(&run.sqnr, 3) - db61) < 1e-9, "pass %d", pass);
+		oq_bc_sqnr_free(&run.sqnr);
 	}
 	cr_expect_eq(cache.bytes, 32); /* two samples' outputs of 4 floats */
 	cr_expect_eq(tiny.bytes, 0);
-	oq_bce_cache_free(&cache);
-	oq_bce_cache_free(&tiny);
-	oq_bce_free(&b);
+	oq_bc_float_cache_free(&cache);
+	oq_bc_float_cache_free(&tiny);
+	oq_bc_targets_free(&b);
 	oq_model_free(mf);
 	oq_model_free(mq);
 	gen_free(gf);
@@ -550,15 +554,15 @@ Test(biascorr, empirical_measure_cache)
 	rm_rf(dir);
 }
 
-/* oq_bce_sqnr with fold 0 / fold 1 given as {min, sum, n}. */
-static oq_bce_sqnr sq(double min0, double sum0, size_t n0, double min1, double sum1, size_t n1)
+/* oq_bc_sqnr with fold 0 / fold 1 given as {min, sum, n}. */
+static oq_bc_sqnr sq(double min0, double sum0, size_t n0, double min1, double sum1, size_t n1)
 {
-	oq_bce_sqnr s = {{min0, min1}, {sum0, sum1}, {n0, n1}, NULL, 0};
+	oq_bc_sqnr s = {{min0, min1}, {sum0, sum1}, {n0, n1}, NULL, 0};
 	return s;
 }
 
 /*
- * The comparison that keeps a round (oq_bce_sqnr_better), by hand. base:
+ * The comparison that keeps a round (oq_bc_sqnr_better), by hand. base:
  * fold 0 {10, 12} dB, fold 1 {20, 30} dB (min 10, mean 18). A candidate
  * with fold 0 {11, 13}, fold 1 {20, 31} is better on all samples (min 11 >=
  * 10, mean 18.75 > 18) and on each fold (fold 0: 11 >= 10, 12 > 11; fold 1:
@@ -567,43 +571,43 @@ static oq_bce_sqnr sq(double min0, double sum0, size_t n0, double min1, double s
  */
 Test(biascorr, empirical_better_hand)
 {
-	oq_bce_sqnr base = sq(10, 22, 2, 20, 50, 2), c = sq(11, 24, 2, 20, 51, 2);
+	oq_bc_sqnr base = sq(10, 22, 2, 20, 50, 2), c = sq(11, 24, 2, 20, 51, 2);
 
-	cr_expect_eq(oq_bce_sqnr_min(&base, 3), 10);
-	cr_expect_eq(oq_bce_sqnr_min(&base, 2), 20);
-	cr_expect_eq(oq_bce_sqnr_mean(&base, 3), 18);
-	cr_expect_eq(oq_bce_sqnr_mean(&base, 1), 11);
-	cr_expect(isnan(oq_bce_sqnr_min(&base, 0)));
-	cr_expect(isnan(oq_bce_sqnr_mean(&base, 0)));
+	cr_expect_eq(oq_bc_sqnr_min(&base, 3), 10);
+	cr_expect_eq(oq_bc_sqnr_min(&base, 2), 20);
+	cr_expect_eq(oq_bc_sqnr_mean(&base, 3), 18);
+	cr_expect_eq(oq_bc_sqnr_mean(&base, 1), 11);
+	cr_expect(isnan(oq_bc_sqnr_min(&base, 0)));
+	cr_expect(isnan(oq_bc_sqnr_mean(&base, 0)));
 
-	cr_expect(oq_bce_sqnr_better(&c, &base, 3));
-	cr_expect(oq_bce_sqnr_better(&c, &base, 1));
-	cr_expect(oq_bce_sqnr_better(&c, &base, 2));
+	cr_expect(oq_bc_sqnr_better(&c, &base, 3));
+	cr_expect(oq_bc_sqnr_better(&c, &base, 1));
+	cr_expect(oq_bc_sqnr_better(&c, &base, 2));
 	/* the mean not up (sums 22 + 50: 18) */
 	c = sq(11, 22, 2, 20, 50, 2);
-	cr_expect(!oq_bce_sqnr_better(&c, &base, 3));
+	cr_expect(!oq_bc_sqnr_better(&c, &base, 3));
 	/* the min down (9.99) although the mean rises (20) */
 	c = sq(9.99, 30, 2, 20, 50, 2);
-	cr_expect(!oq_bce_sqnr_better(&c, &base, 3));
-	cr_expect(!oq_bce_sqnr_better(&c, &base, 1));
+	cr_expect(!oq_bc_sqnr_better(&c, &base, 3));
+	cr_expect(!oq_bc_sqnr_better(&c, &base, 1));
 	/* ... which does not count when judged on fold 1 alone: 20 >= 20, 25.5 > 25 */
 	c = sq(9.99, 30, 2, 20, 51, 2);
-	cr_expect(oq_bce_sqnr_better(&c, &base, 2));
+	cr_expect(oq_bc_sqnr_better(&c, &base, 2));
 	/* fold 1's min down (19.99), its mean up (40): not better on fold 1 */
 	c = sq(10, 22, 2, 19.99, 80, 2);
-	cr_expect(!oq_bce_sqnr_better(&c, &base, 2));
+	cr_expect(!oq_bc_sqnr_better(&c, &base, 2));
 	/* a fold without samples (one calibration sample: fold 1 is empty) */
 	base = sq(10, 10, 1, 300, 0, 0);
 	c = sq(11, 11, 1, 300, 0, 0);
-	cr_expect(oq_bce_sqnr_better(&c, &base, 1));
-	cr_expect(!oq_bce_sqnr_better(&c, &base, 2));
-	cr_expect(!oq_bce_sqnr_better(&c, &base, 0));
+	cr_expect(oq_bc_sqnr_better(&c, &base, 1));
+	cr_expect(!oq_bc_sqnr_better(&c, &base, 2));
+	cr_expect(!oq_bc_sqnr_better(&c, &base, 0));
 }
 
 /* Per-sample SQNR (one output per sample) and the fold sums it gives; per[] must outlive the result. */
-static oq_bce_sqnr from_per(double *per, size_t n)
+static oq_bc_sqnr from_per(double *per, size_t n)
 {
-	oq_bce_sqnr s = {{300, 300}, {0, 0}, {0, 0}, per, n};
+	oq_bc_sqnr s = {{300, 300}, {0, 0}, {0, 0}, per, n};
 	for (size_t i = 0; i < n; i++)
 		if (!isnan(per[i])) {
 			s.sum[i % 2] += per[i];
@@ -614,7 +618,7 @@ static oq_bce_sqnr from_per(double *per, size_t n)
 }
 
 /*
- * The margin of the fold checks (oq_bce_gain, oq_bce_sqnr_holds), by hand.
+ * The margin of the fold checks (oq_bc_sqnr_gain, oq_bc_sqnr_holds), by hand.
  * base per sample {10, 20, 12, 30} (samples 0 and 2 in fold 0), cand
  * {11, 20, 15, 31}: fold 0 gains {1, 3}: mean 2, sd sqrt(2), se 1, and
  * 2 > 2 * 1 fails by a hair; fold 1 {0, 1}: mean 0.5, se 0.5; all four
@@ -626,34 +630,34 @@ static oq_bce_sqnr from_per(double *per, size_t n)
 Test(biascorr, empirical_gain_margin_hand)
 {
 	double pb[] = {10, 20, 12, 30}, pc[] = {11, 20, 15, 31}, pc2[] = {11.5, 21, 12.9, 31}, g, se;
-	oq_bce_sqnr base = from_per(pb, 4), c = from_per(pc, 4), c2 = from_per(pc2, 4);
+	oq_bc_sqnr base = from_per(pb, 4), c = from_per(pc, 4), c2 = from_per(pc2, 4);
 
-	oq_bce_gain(&c, &base, 1, &g, &se);
+	oq_bc_sqnr_gain(&c, &base, 1, &g, &se);
 	cr_expect(fabs(g - 2) < 1e-12 && fabs(se - 1) < 1e-12, "fold 0: %.15g +- %.15g", g, se);
-	oq_bce_gain(&c, &base, 2, &g, &se);
+	oq_bc_sqnr_gain(&c, &base, 2, &g, &se);
 	cr_expect(fabs(g - 0.5) < 1e-12 && fabs(se - 0.5) < 1e-12, "fold 1: %.15g +- %.15g", g, se);
-	oq_bce_gain(&c, &base, 3, &g, &se);
+	oq_bc_sqnr_gain(&c, &base, 3, &g, &se);
 	cr_expect(fabs(g - 1.25) < 1e-12 && fabs(se - sqrt(4.75 / 12)) < 1e-12, "all: %.15g +- %.15g", g, se);
-	cr_expect(oq_bce_sqnr_better(&c, &base, 1)); /* better, but not by the margin */
-	cr_expect(!oq_bce_sqnr_holds(&c, &base, 1));
-	cr_expect(!oq_bce_sqnr_holds(&c, &base, 2));
-	cr_expect(!oq_bce_sqnr_holds(&c, &base, 3));
+	cr_expect(oq_bc_sqnr_better(&c, &base, 1)); /* better, but not by the margin */
+	cr_expect(!oq_bc_sqnr_holds(&c, &base, 1));
+	cr_expect(!oq_bc_sqnr_holds(&c, &base, 2));
+	cr_expect(!oq_bc_sqnr_holds(&c, &base, 3));
 
-	oq_bce_gain(&c2, &base, 1, &g, &se);
+	oq_bc_sqnr_gain(&c2, &base, 1, &g, &se);
 	cr_expect(fabs(g - 1.2) < 1e-12 && fabs(se - 0.3) < 1e-12, "cand2 fold 0: %.15g +- %.15g", g, se);
-	cr_expect(oq_bce_sqnr_holds(&c2, &base, 1));
+	cr_expect(oq_bc_sqnr_holds(&c2, &base, 1));
 
 	pc2[2] = NAN;
 	c2 = from_per(pc2, 4);
-	oq_bce_gain(&c2, &base, 1, &g, &se);
+	oq_bc_sqnr_gain(&c2, &base, 1, &g, &se);
 	cr_expect(fabs(g - 1.5) < 1e-12 && isnan(se), "one pair: %.15g +- %.15g", g, se);
-	cr_expect(!oq_bce_sqnr_holds(&c2, &base, 1));
-	oq_bce_gain(&c2, &base, 0, &g, &se);
+	cr_expect(!oq_bc_sqnr_holds(&c2, &base, 1));
+	oq_bc_sqnr_gain(&c2, &base, 0, &g, &se);
 	cr_expect(isnan(g) && isnan(se));
 }
 
 /*
- * The whole pipeline (src/pipeline/pipeline.c, empirical()) on y = Conv(x,
+ * The whole pipeline (oq_biascorr_empirical, calib/biascorr/empirical.c) on y = Conv(x,
  * W = 1), x [1, 1, 1, 1], with x's Q fixed at uint8 scale 1, zero point 0
  * (round to nearest) and y left float (overrides), so the only error is
  * x's rounding: e = round(x) - x. W = 1 is exact on the int8 grid (scale
@@ -768,12 +772,12 @@ Test(biascorr, empirical_measure_lanes_match_one_at_a_time)
 	gen_model *gf = conv_2x_w(0, 0.5, W), *gq = conv_2x_w(1, 0.5, W), *gc = conv_2x_w(1, 0.5625, W);
 	oq_model *mf = load(gf), *mq = load(gq), *mc = load(gc);
 	oq_opts o;
-	oq_bce b[2];
-	oq_bce_run runs[2][2];
-	oq_bce_cache cache[2] = {{0}, {0}};
+	oq_bc_targets b[2];
+	oq_bc_quantized runs[2][2];
+	oq_bc_float_cache cache[2] = {{0}, {0}};
 	oq_node *rn[1], *qn[1];
 	oq_diag d;
-	char dir[64] = "/tmp/oq_bce_XXXXXX";
+	char dir[64] = "/tmp/oq_bc_XXXXXX";
 	double hand[2] = {0, 0};
 
 	cr_assert_not_null(xs);
@@ -785,8 +789,8 @@ Test(biascorr, empirical_measure_lanes_match_one_at_a_time)
 	oq_opts_init(&o);
 	cr_assert_not_null(mkdtemp(dir));
 	write_samples(dir, NS, GEN_SHAPE(1, 1, 1, W), xs, W);
-	rn[0] = oq_bias_correct_node(mf->graph, "y");
-	qn[0] = oq_bias_correct_node(mq->graph, "y");
+	rn[0] = oq_bc_node_writing(mf->graph, "y");
+	qn[0] = oq_bc_node_writing(mq->graph, "y");
 	for (int i = 0; i < NS; i++) /* the float y, summed in double */
 		for (int k = 0; k < W; k++)
 			hand[i % 2] += (double)(2 * xs[(size_t)i * W + k] + 0.5f);
@@ -798,13 +802,13 @@ Test(biascorr, empirical_measure_lanes_match_one_at_a_time)
 			memset(&co, 0, sizeof co);
 			co.source = dir;
 			co.threads = t ? 3 : 1;
-			cr_assert_eq(oq_bias_correct_targets(mf->graph, &o, &b[t], &d), OQ_OK, "%s", d.msg);
-			cr_assert_eq(oq_bce_measure(mf, rn, NULL, 0, &co, &b[t], &cache[t], &d), OQ_OK, "%s", d.msg);
-			cr_expect_eq(oq_bce_lanes_used, t ? 3 : 1, "%zu at a time", oq_bce_lanes_used);
-			runs[t][0] = (oq_bce_run){.qm = mq, .nodes = qn, .folds = 3};
-			runs[t][1] = (oq_bce_run){.qm = mc, .folds = 2};
-			cr_assert_eq(oq_bce_measure(mf, rn, runs[t], 2, &co, &b[t], &cache[t], &d), OQ_OK, "%s", d.msg);
-			cr_expect_eq(oq_bce_lanes_used, t ? 3 : 1, "%zu at a time", oq_bce_lanes_used);
+			cr_assert_eq(oq_bc_targets_find(mf->graph, &o, &b[t], &d), OQ_OK, "%s", d.msg);
+			cr_assert_eq(oq_bc_measure(mf, rn, NULL, 0, &co, &b[t], &cache[t], &d), OQ_OK, "%s", d.msg);
+			cr_expect_eq(oq_bc_measure_lanes, t ? 3 : 1, "%zu at a time", oq_bc_measure_lanes);
+			runs[t][0] = (oq_bc_quantized){.qm = mq, .nodes = qn, .folds = 3};
+			runs[t][1] = (oq_bc_quantized){.qm = mc, .folds = 2};
+			cr_assert_eq(oq_bc_measure(mf, rn, runs[t], 2, &co, &b[t], &cache[t], &d), OQ_OK, "%s", d.msg);
+			cr_expect_eq(oq_bc_measure_lanes, t ? 3 : 1, "%zu at a time", oq_bc_measure_lanes);
 		}
 		for (int f = 0; f < 2; f++) {
 			cr_expect(fabs(b[0].v[0].sum_f[f] - hand[f]) <= 1e-9 * fabs(hand[f]), "fold %d: %.17g vs hand %.17g",
@@ -831,14 +835,14 @@ Test(biascorr, empirical_measure_lanes_match_one_at_a_time)
 		for (int i = 0; i < NS; i++)
 			cr_expect(!memcmp(cache[0].out[i].data, cache[1].out[i].data, W * sizeof(float)), "cached output %d", i);
 		for (int r = 0; r < 2; r++)
-			oq_bce_sqnr_free(&runs[1][r].sqnr);
-		oq_bce_cache_free(&cache[1]);
-		oq_bce_free(&b[1]);
+			oq_bc_sqnr_free(&runs[1][r].sqnr);
+		oq_bc_float_cache_free(&cache[1]);
+		oq_bc_targets_free(&b[1]);
 	}
 	for (int r = 0; r < 2; r++)
-		oq_bce_sqnr_free(&runs[0][r].sqnr);
-	oq_bce_cache_free(&cache[0]);
-	oq_bce_free(&b[0]);
+		oq_bc_sqnr_free(&runs[0][r].sqnr);
+	oq_bc_float_cache_free(&cache[0]);
+	oq_bc_targets_free(&b[0]);
 	free_models(mf, mq, mc, gf, gq, gc);
 	free(xs);
 	rm_rf(dir);

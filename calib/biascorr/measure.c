@@ -14,7 +14,7 @@
  *
  * Output SQNR per sample and float output, as `onnxq compare` computes it:
  *     SQNR = 10 log10( sum r^2 / sum (r - q)^2 )  dB,  r the float model's
- * (an exact output counts as OQ_BCE_SQNR_CAP).
+ * (an exact output counts as OQ_BC_SQNR_CAP).
  */
 #include "calib/biascorr/measure.h"
 
@@ -42,7 +42,7 @@ typedef struct stage {
 
 /* One model's side of the measurement: the observer's context. */
 typedef struct side {
-	const oq_bce *b;
+	const oq_bc_targets *b;
 	const size_t *off;     /* per layer: its first channel in a stage's sums */
 	const uint8_t *skip;   /* per layer: failed before this measurement (not staged) */
 	const oq_value **vals; /* per layer: the measured value in this model, or NULL */
@@ -84,7 +84,7 @@ static double sum_f32(const float *p, size_t n)
 /* Stages t's per-channel sums for layer i on side s (or marks it bad when t does not fit). */
 static void add(const side *s, size_t i, const oq_rt *t)
 {
-	const oq_bce_layer *l = &s->b->v[i];
+	const oq_bc_target *l = &s->b->v[i];
 	double *S = s->st->s[s->q] + s->off[i];
 	const float *x = t->data;
 	size_t outer = 1, inner = 1;
@@ -135,9 +135,9 @@ static double sqnr(const oq_rt *r, const oq_rt *q)
 		d2 += e * e;
 	}
 	if (d2 == 0)
-		return OQ_BCE_SQNR_CAP;
+		return OQ_BC_SQNR_CAP;
 	db = 10 * log10(r2 / d2);
-	return db > OQ_BCE_SQNR_CAP ? OQ_BCE_SQNR_CAP : db;
+	return db > OQ_BC_SQNR_CAP ? OQ_BC_SQNR_CAP : db;
 }
 
 static void release(oq_rt *t, size_t n)
@@ -146,7 +146,7 @@ static void release(oq_rt *t, size_t n)
 		oq_rt_release(&t[k]);
 }
 
-void oq_bce_cache_free(oq_bce_cache *c)
+void oq_bc_float_cache_free(oq_bc_float_cache *c)
 {
 	size_t limit = c->limit;
 	release(c->out, c->n * c->nout);
@@ -159,11 +159,11 @@ void oq_bce_cache_free(oq_bce_cache *c)
  * Keeps the float outputs of sample i (moved from of, or copied when
  * borrowed): 0, 1 when they would pass the limit, or OQ_ENOMEM.
  */
-static int keep(oq_bce_cache *c, size_t i, oq_rt *of)
+static int keep(oq_bc_float_cache *c, size_t i, oq_rt *of)
 {
 	for (size_t k = 0; k < c->nout; k++) {
 		oq_rt *t = &c->out[i * c->nout + k];
-		if (c->bytes + of[k].nbytes > (c->limit ? c->limit : OQ_BCE_CACHE_BYTES))
+		if (c->bytes + of[k].nbytes > (c->limit ? c->limit : OQ_BC_FLOAT_CACHE_BYTES))
 			return 1;
 		if (of[k].borrowed) {
 			int rc = oq_rt_copy(t, &of[k]);
@@ -203,15 +203,15 @@ typedef struct lane {
 } lane;
 
 typedef struct pass {
-	oq_bce *b;
+	oq_bc_targets *b;
 	const size_t *off;     /* per layer: first channel in a stage */
 	size_t n_ch;           /* channels of all layers */
 	oq_samples *s;
 	size_t n, nin, nout;
-	unsigned folds;        /* the samples this pass runs: bit i % OQ_BCE_FOLDS */
+	unsigned folds;        /* the samples this pass runs: bit i % OQ_BC_FOLDS */
 	int fonly, cached, sf_on, sq_on;
-	oq_bce_sqnr *q;        /* SQNR out (NULL: float only) */
-	oq_bce_cache *cache;
+	oq_bc_sqnr *q;        /* SQNR out (NULL: float only) */
+	oq_bc_float_cache *cache;
 	lane *v;
 	atomic_size_t next;    /* the next sample to hand out */
 	atomic_size_t stop;    /* the smallest failing sample, SIZE_MAX: none */
@@ -222,7 +222,7 @@ typedef struct pass {
 
 static int in_pass(const pass *P, size_t i)
 {
-	return P->folds >> (i % OQ_BCE_FOLDS) & 1u;
+	return P->folds >> (i % OQ_BC_FOLDS) & 1u;
 }
 
 /* The first sample at or after i that the pass runs (P->n: none). */
@@ -270,11 +270,11 @@ static void stage_free(stage *st)
  * index order, under P->mu. OQ_ENOMEM when the cache cannot copy an output. */
 static int commit(pass *P, lane *ln, size_t i)
 {
-	int f = (int)(i % OQ_BCE_FOLDS);
+	int f = (int)(i % OQ_BC_FOLDS);
 	const stage *st = &ln->st;
 
 	for (size_t l = 0; l < P->b->n; l++) {
-		oq_bce_layer *L = &P->b->v[l];
+		oq_bc_target *L = &P->b->v[l];
 		for (int q = 0; q < 2; q++) {
 			double *S;
 			if (L->failed || !(q ? P->sq_on : P->sf_on))
@@ -309,7 +309,7 @@ static int commit(pass *P, lane *ln, size_t i)
 		if (rc && rc != 1)
 			return rc;
 		if (rc == 1) {
-			oq_bce_cache_free(P->cache); /* over the limit: the float model runs each time */
+			oq_bc_float_cache_free(P->cache); /* over the limit: the float model runs each time */
 			P->cache->state = -1;
 		}
 	}
@@ -435,10 +435,10 @@ static int lane_init(pass *P, lane *ln, const lane *l0, size_t k)
 	return OQ_OK;
 }
 
-size_t oq_bce_lanes_used;
+size_t oq_bc_measure_lanes;
 
-int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, size_t n_runs,
-		   const oq_calib_opts *o, oq_bce *b, oq_bce_cache *cache, oq_diag *d)
+int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *runs, size_t n_runs,
+		   const oq_calib_opts *o, oq_bc_targets *b, oq_bc_float_cache *cache, oq_diag *d)
 {
 	oq_exec *ef = NULL, *eq = NULL;
 	/* the quantized models' weights dequantized and packed once (fold_dq): the float model's
@@ -453,20 +453,20 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 	int fonly = !n_runs && cache && cache->state == 0, fsums = cache && cache->state != 0,
 	    cached = cache && cache->state == 1, scanned = 0, rc;
 
-	oq_bce_lanes_used = 1;
+	oq_bc_measure_lanes = 1;
 	for (size_t i = 0; i < b->n; i++) {
-		oq_bce_layer *l = &b->v[i];
+		oq_bc_target *l = &b->v[i];
 		if (!fsums) {
-			memset(l->sum_f, 0, OQ_BCE_FOLDS * l->M * sizeof *l->sum_f);
+			memset(l->sum_f, 0, OQ_BC_FOLDS * l->M * sizeof *l->sum_f);
 			memset(l->n_f, 0, sizeof l->n_f);
 			l->failed = !ref_nodes[i] || !ref_nodes[i]->n_outputs;
 		}
-		memset(l->sum_q, 0, OQ_BCE_FOLDS * l->M * sizeof *l->sum_q);
+		memset(l->sum_q, 0, OQ_BC_FOLDS * l->M * sizeof *l->sum_q);
 		memset(l->n_q, 0, sizeof l->n_q);
 	}
 	for (size_t r = 0; r < n_runs; r++) {
-		for (int f = 0; f < OQ_BCE_FOLDS; f++) {
-			runs[r].sqnr.min[f] = OQ_BCE_SQNR_CAP;
+		for (int f = 0; f < OQ_BC_FOLDS; f++) {
+			runs[r].sqnr.min[f] = OQ_BC_SQNR_CAP;
 			runs[r].sqnr.sum[f] = 0;
 			runs[r].sqnr.n[f] = 0;
 		}
@@ -579,7 +579,7 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 		P.n = n;
 		P.nin = nin;
 		P.nout = nout;
-		P.folds = fonly ? (1u << OQ_BCE_FOLDS) - 1 : runs[r].folds;
+		P.folds = fonly ? (1u << OQ_BC_FOLDS) - 1 : runs[r].folds;
 		P.fonly = fonly;
 		P.cached = cached;
 		/* the float sums once: in a float-only call or alongside the quantized sums */
@@ -631,7 +631,7 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 					goto pass_out;
 				}
 		}
-		oq_bce_lanes_used = nl > oq_bce_lanes_used ? nl : oq_bce_lanes_used;
+		oq_bc_measure_lanes = nl > oq_bc_measure_lanes ? nl : oq_bc_measure_lanes;
 		if (!v[0].rc) {
 			if (nl > 1)
 				oq_pool_run(pool, nl, 1, lanes_run, &P);
@@ -657,9 +657,9 @@ int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, s
 	rc = OQ_OK;
 out:
 	if (rc && fonly)
-		oq_bce_cache_free(cache);
+		oq_bc_float_cache_free(cache);
 	for (size_t r = 0; rc && r < n_runs; r++)
-		oq_bce_sqnr_free(&runs[r].sqnr);
+		oq_bc_sqnr_free(&runs[r].sqnr);
 	free(fvals);
 	free(qvals);
 	free(off);

@@ -1,51 +1,51 @@
 /*
- * measure.h - empirical bias correction: measuring what the quantized model
- * does (AIMET's empirical mode). The calibration samples run through the
- * float model and one or more quantized ones side by side; for every layer
- * of an oq_bce (calib/biascorr/tables.h) the observer sums the measured output per
- * channel and fold in the float model and in one quantized model, and the
- * model outputs give each quantized model's SQNR per fold, which decides
- * whether a round of correction is kept (src/pipeline/pipeline.c).
+ * measure.h - empirical bias correction's measurement (AIMET's empirical
+ * mode). The calibration samples run through the float model and one or
+ * more quantized ones side by side; for every layer of an oq_bc_targets
+ * (tables.h) the observer sums the measured output per channel and fold in
+ * the float model and in one quantized model, and the model outputs give
+ * each quantized model's SQNR per fold, which decides whether a round of
+ * correction is kept (empirical.c).
  *
  * Determinism: sums are double, added in sample order and in a fixed
  * element order on the calling thread, and the executor's results do not
  * depend on its thread count, so neither do the corrections.
  */
-#ifndef OQ_BCEMP_H
-#define OQ_BCEMP_H
+#ifndef OQ_BC_MEASURE_H
+#define OQ_BC_MEASURE_H
 
 #include "calib/biascorr/tables.h"
 #include "calib/calibrate.h"
 
 /* One quantized model of a measurement. */
-typedef struct oq_bce_run {
+typedef struct oq_bc_quantized {
 	oq_model *qm;           /* same inputs and outputs as the float model */
 	oq_node *const *nodes;  /* per layer: the node whose output 0 is the layer's measured value in
 				 * qm (NULL entries: that layer failed); NULL: SQNR only, no sums */
-	unsigned folds;         /* bit f set: runs the samples of fold f (sample i % OQ_BCE_FOLDS) */
-	oq_bce_sqnr sqnr;       /* out: output SQNR on the folds it ran (n 0 on the others), per
-				 * sample too (the caller frees it: oq_bce_sqnr_free) */
-} oq_bce_run;
+	unsigned folds;         /* bit f set: runs the samples of fold f (sample i % OQ_BC_FOLDS) */
+	oq_bc_sqnr sqnr;       /* out: output SQNR on the folds it ran (n 0 on the others), per
+				 * sample too (the caller frees it: oq_bc_sqnr_free) */
+} oq_bc_quantized;
 
 /*
  * The float model's outputs on every sample, kept from one measurement to
  * the next (the float model and the samples do not change between rounds,
  * only the quantized models do), up to a byte limit.
  */
-typedef struct oq_bce_cache {
+typedef struct oq_bc_float_cache {
 	oq_rt *out;    /* n x nout outputs, sample-major (owned) */
 	size_t n, nout;
 	size_t bytes;  /* payload bytes held */
-	size_t limit;  /* at most this many bytes; 0: OQ_BCE_CACHE_BYTES */
-	int state;     /* 0: empty; 1: filled by a float-only oq_bce_measure (out and every layer's
+	size_t limit;  /* at most this many bytes; 0: OQ_BC_FLOAT_CACHE_BYTES */
+	int state;     /* 0: empty; 1: filled by a float-only oq_bc_measure (out and every layer's
 			* sum_f / n_f are the float model's on all samples); -1: the same call found the
 			* outputs over the limit: sum_f / n_f are valid, the float model runs each time */
-} oq_bce_cache;
+} oq_bc_float_cache;
 
-#define OQ_BCE_CACHE_BYTES ((size_t)512 << 20)
+#define OQ_BC_FLOAT_CACHE_BYTES ((size_t)512 << 20)
 
 /* Frees the outputs and resets *c to empty (limit kept). */
-void oq_bce_cache_free(oq_bce_cache *c);
+void oq_bc_float_cache_free(oq_bc_float_cache *c);
 
 /*
  * Runs the samples of o->source (a folder; o->limit applies, o->batch does
@@ -67,10 +67,10 @@ void oq_bce_cache_free(oq_bce_cache *c);
  * sample's sums staged and added in sample order, so the sums and SQNRs do
  * not depend on the thread count, bit for bit.
  */
-int oq_bce_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bce_run *runs, size_t n_runs,
-		   const oq_calib_opts *o, oq_bce *b, oq_bce_cache *cache, oq_diag *d) OQ_WUR;
+int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *runs, size_t n_runs,
+		   const oq_calib_opts *o, oq_bc_targets *b, oq_bc_float_cache *cache, oq_diag *d) OQ_WUR;
 
-/* The most samples the last oq_bce_measure ran at a time (1: one after the other). */
-extern size_t oq_bce_lanes_used;
+/* The most samples the last oq_bc_measure ran at a time (1: one after the other). */
+extern size_t oq_bc_measure_lanes;
 
 #endif

@@ -22,15 +22,15 @@
 
 #include "calib/kernels/linalg/linalg.h"
 
-struct oq_bc_collect {
+struct oq_bc_collector {
 	const oq_graph *g;  /* main graph: only its values are observed */
-	oq_bc_stats *s;     /* the layers being filled */
+	oq_bc_sums *s;     /* the layers being filled */
 	size_t *first;      /* per value index: first layer reading it as data input, SIZE_MAX: none */
 	size_t *next;       /* per layer: next layer with the same data input, SIZE_MAX: end */
 };
 
 /* Entries of S for layer l from its weight's dims; 0 when the weight does not fit. */
-static size_t sum_size(const oq_bc_layer *l)
+static size_t sum_size(const oq_bc_sums_layer *l)
 {
 	const oq_node *n = l->node;
 	const oq_value *wv = l->w_idx >= 0 && (size_t)l->w_idx < n->n_inputs ? n->inputs[l->w_idx] : NULL;
@@ -58,9 +58,9 @@ static size_t sum_size(const oq_bc_layer *l)
 	return r;
 }
 
-int oq_bc_collect_new(const oq_graph *g, oq_bc_stats *s, oq_bc_collect **out, oq_diag *d)
+int oq_bc_collector_new(const oq_graph *g, oq_bc_sums *s, oq_bc_collector **out, oq_diag *d)
 {
-	oq_bc_collect *c = oq_calloc(1, sizeof *c);
+	oq_bc_collector *c = oq_calloc(1, sizeof *c);
 
 	*out = NULL;
 	if (!c)
@@ -75,7 +75,7 @@ int oq_bc_collect_new(const oq_graph *g, oq_bc_stats *s, oq_bc_collect **out, oq
 		c->first[i] = SIZE_MAX;
 	/* in reverse, so each list runs in layer order */
 	for (size_t i = s->n; i-- > 0;) {
-		oq_bc_layer *l = &s->v[i];
+		oq_bc_sums_layer *l = &s->v[i];
 		const oq_value *x = l->node->n_inputs ? l->node->inputs[0] : NULL;
 		l->count = 0;
 		l->n_sum = sum_size(l);
@@ -92,11 +92,11 @@ int oq_bc_collect_new(const oq_graph *g, oq_bc_stats *s, oq_bc_collect **out, oq
 	*out = c;
 	return OQ_OK;
 nomem:
-	oq_bc_collect_free(c);
+	oq_bc_collector_free(c);
 	return oq_err(d, OQ_ENOMEM, "calibrate: out of memory for bias-correction statistics");
 }
 
-void oq_bc_collect_free(oq_bc_collect *c)
+void oq_bc_collector_free(oq_bc_collector *c)
 {
 	if (!c)
 		return;
@@ -166,7 +166,7 @@ static double box_sum(const float *x, int nsp, const int64_t *in, const int64_t 
 	}
 }
 
-static int add_conv(oq_bc_layer *l, const oq_rt *x, int transpose)
+static int add_conv(oq_bc_sums_layer *l, const oq_rt *x, int transpose)
 {
 	const oq_tensor *w = l->node->inputs[l->w_idx]->init;
 	oq_rt wr;
@@ -230,7 +230,7 @@ static int add_conv(oq_bc_layer *l, const oq_rt *x, int transpose)
 
 /* ------------------------------------------------------------ observer */
 
-static int add(oq_bc_layer *l, const oq_rt *x)
+static int add(oq_bc_sums_layer *l, const oq_rt *x)
 {
 	const oq_node *n = l->node;
 
@@ -256,12 +256,12 @@ static int add(oq_bc_layer *l, const oq_rt *x)
 
 int oq_bc_observe(void *ctx, const oq_value *v, const oq_rt *t)
 {
-	oq_bc_collect *c = ctx;
+	oq_bc_collector *c = ctx;
 
 	if (v->graph != c->g || v->index >= c->g->n_values || c->g->values[v->index] != v)
 		return 0;
 	for (size_t i = c->first[v->index]; i != SIZE_MAX; i = c->next[i]) {
-		oq_bc_layer *l = &c->s->v[i];
+		oq_bc_sums_layer *l = &c->s->v[i];
 		if (!l->failed && add(l, t))
 			l->failed = 1;
 	}

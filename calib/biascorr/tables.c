@@ -1,12 +1,13 @@
 /*
- * tables.c - bias-correction statistics (see tables.h).
+ * tables.c - the bias-correction tables: freeing them, and the SQNR
+ * arithmetic behind the rule that keeps an empirical round (see tables.h).
  */
 #include "calib/biascorr/tables.h"
 
 #include <math.h>
 #include <stdlib.h>
 
-void oq_bc_stats_free(oq_bc_stats *s)
+void oq_bc_sums_free(oq_bc_sums *s)
 {
 	for (size_t i = 0; i < s->n; i++)
 		free(s->v[i].sum);
@@ -15,7 +16,7 @@ void oq_bc_stats_free(oq_bc_stats *s)
 	s->n = 0;
 }
 
-void oq_bce_free(oq_bce *b)
+void oq_bc_targets_free(oq_bc_targets *b)
 {
 	for (size_t i = 0; i < b->n; i++) {
 		free(b->v[i].node);
@@ -29,20 +30,20 @@ void oq_bce_free(oq_bce *b)
 	b->n = 0;
 }
 
-double oq_bce_sqnr_min(const oq_bce_sqnr *s, unsigned folds)
+double oq_bc_sqnr_min(const oq_bc_sqnr *s, unsigned folds)
 {
 	double m = NAN;
-	for (int f = 0; f < OQ_BCE_FOLDS; f++)
+	for (int f = 0; f < OQ_BC_FOLDS; f++)
 		if ((folds >> f & 1u) && s->n[f])
 			m = isnan(m) || s->min[f] < m ? s->min[f] : m;
 	return m;
 }
 
-double oq_bce_sqnr_mean(const oq_bce_sqnr *s, unsigned folds)
+double oq_bc_sqnr_mean(const oq_bc_sqnr *s, unsigned folds)
 {
 	double sum = 0;
 	size_t n = 0;
-	for (int f = 0; f < OQ_BCE_FOLDS; f++)
+	for (int f = 0; f < OQ_BC_FOLDS; f++)
 		if (folds >> f & 1u) {
 			sum += s->sum[f];
 			n += s->n[f];
@@ -50,22 +51,22 @@ double oq_bce_sqnr_mean(const oq_bce_sqnr *s, unsigned folds)
 	return n ? sum / (double)n : NAN;
 }
 
-int oq_bce_sqnr_better(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigned folds)
+int oq_bc_sqnr_better(const oq_bc_sqnr *cand, const oq_bc_sqnr *base, unsigned folds)
 {
-	double cm = oq_bce_sqnr_mean(cand, folds), bm = oq_bce_sqnr_mean(base, folds);
-	double cn = oq_bce_sqnr_min(cand, folds), bn = oq_bce_sqnr_min(base, folds);
+	double cm = oq_bc_sqnr_mean(cand, folds), bm = oq_bc_sqnr_mean(base, folds);
+	double cn = oq_bc_sqnr_min(cand, folds), bn = oq_bc_sqnr_min(base, folds);
 	/* comparisons with NaN are false: no pairs, no improvement */
 	return cm > bm && cn >= bn;
 }
 
-void oq_bce_gain(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigned folds, double *mean, double *se)
+void oq_bc_sqnr_gain(const oq_bc_sqnr *cand, const oq_bc_sqnr *base, unsigned folds, double *mean, double *se)
 {
 	size_t n = cand->n_per < base->n_per ? cand->n_per : base->n_per, k = 0;
 	double sum = 0, ss = 0, m;
 
 	/* two passes: the mean, then the squared deviations from it */
 	for (size_t i = 0; i < n; i++)
-		if ((folds >> (i % OQ_BCE_FOLDS) & 1u) && !isnan(cand->per[i]) && !isnan(base->per[i])) {
+		if ((folds >> (i % OQ_BC_FOLDS) & 1u) && !isnan(cand->per[i]) && !isnan(base->per[i])) {
 			sum += cand->per[i] - base->per[i];
 			k++;
 		}
@@ -77,24 +78,24 @@ void oq_bce_gain(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigned fold
 	if (k < 2)
 		return;
 	for (size_t i = 0; i < n; i++)
-		if ((folds >> (i % OQ_BCE_FOLDS) & 1u) && !isnan(cand->per[i]) && !isnan(base->per[i])) {
+		if ((folds >> (i % OQ_BC_FOLDS) & 1u) && !isnan(cand->per[i]) && !isnan(base->per[i])) {
 			double e = cand->per[i] - base->per[i] - m;
 			ss += e * e;
 		}
 	*se = sqrt(ss / (double)(k - 1) / (double)k);
 }
 
-void oq_bce_sqnr_free(oq_bce_sqnr *s)
+void oq_bc_sqnr_free(oq_bc_sqnr *s)
 {
 	free(s->per);
 	s->per = NULL;
 	s->n_per = 0;
 }
 
-int oq_bce_sqnr_holds(const oq_bce_sqnr *cand, const oq_bce_sqnr *base, unsigned folds)
+int oq_bc_sqnr_holds(const oq_bc_sqnr *cand, const oq_bc_sqnr *base, unsigned folds)
 {
 	double g, se;
-	oq_bce_gain(cand, base, folds, &g, &se);
+	oq_bc_sqnr_gain(cand, base, folds, &g, &se);
 	/* NaN (fewer than 2 samples) compares false */
-	return oq_bce_sqnr_better(cand, base, folds) && g > OQ_BCE_MARGIN * se;
+	return oq_bc_sqnr_better(cand, base, folds) && g > OQ_BC_MARGIN * se;
 }

@@ -37,9 +37,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "calib/biascorr/analytic.h"
-#include "calib/biascorr/measure.h"
-#include "calib/biascorr/sums.h"
+#include "calib/biascorr/biascorr.h"
 #include "passes/quantize/encodings.h"
 #include "passes/quantize/overrides.h"
 
@@ -106,224 +104,24 @@ static int fresh_copy(const oq_pipeline_opts *o, const oq_opts *q, oq_model **ou
 	return rc;
 }
 
-/*
- * A fresh copy with b's corrections folded into its biases, quantized with
- * q; nodes[i] (nodes may be NULL): the node measured for layer i (NULL when
- * not found). The nodes are resolved before the quantize pass, which
- * rewires but never removes the layers and their bias Adds.
- */
-static int quantize_corrected(const oq_pipeline_opts *o, const oq_opts *q, const oq_bce *b, oq_model **out,
-			      oq_node **nodes, oq_diag *d)
-{
-	oq_pass_run run = o->run;
-	int rc;
+/* oq_biascorr_models.quantize: the quantize pass (ctx: the pipeline options; q.log, q.ranges set). */
+typedef struct models_ctx {
+	const oq_pipeline_opts *o;
+	const oq_opts *q;
+} models_ctx;
 
+static int bc_float_copy(void *ctx, oq_model **out, oq_diag *d)
+{
+	const models_ctx *c = ctx;
+	return fresh_copy(c->o, c->q, out, d);
+}
+
+static int bc_quantize(void *ctx, oq_model *m, oq_diag *d)
+{
+	const models_ctx *c = ctx;
+	oq_pass_run run = c->o->run;
 	run.only_quantize = 1;
-	if ((rc = fresh_copy(o, q, out, d)))
-		return rc;
-	if ((rc = oq_bias_correct_apply((*out)->graph, b, d)))
-		goto fail;
-	for (size_t i = 0; nodes && i < b->n; i++)
-		nodes[i] = oq_bias_correct_node((*out)->graph, b->v[i].measured);
-	if ((rc = oq_passes_run(*out, &run, q, d)))
-		goto fail;
-	return OQ_OK;
-fail:
-	oq_model_free(*out);
-	*out = NULL;
-	return rc;
-}
-
-/*
- * diff[i][k * M + m]: layer i's measured mean shift of channel m, quantized
- * - float, on the samples of fold k (k < OQ_BCE_FOLDS) or on all of them
- * (k = OQ_BCE_FOLDS); 0 for a failed layer or an empty fold.
- */
-static void take_diffs(const oq_bce *b, double **diff)
-{
-	for (size_t i = 0; i < b->n; i++) {
-		const oq_bce_layer *l = &b->v[i];
-		size_t M = l->M;
-		for (size_t m = 0; m < M; m++) {
-			double sf = 0, sq = 0;
-			uint64_t nf = 0, nq = 0;
-			for (size_t k = 0; k < OQ_BCE_FOLDS; k++) {
-				double a = l->sum_f[k * M + m], c = l->sum_q[k * M + m];
-				diff[i][k * M + m] = l->failed || !l->n_f[k] || l->n_f[k] != l->n_q[k]
-							     ? 0
-							     : c / (double)l->n_q[k] - a / (double)l->n_f[k];
-				sf += a;
-				sq += c;
-				nf += l->n_f[k];
-				nq += l->n_q[k];
-			}
-			diff[i][OQ_BCE_FOLDS * M + m] = l->failed || !nf || nf != nq ? 0 : sq / (double)nq - sf / (double)nf;
-		}
-	}
-}
-
-/* corr of layers [lo, hi) = saved + estimate k of diff (k = OQ_BCE_FOLDS: all samples; -1: none). */
-static void set_corr(oq_bce *b, double **saved, double **diff, size_t lo, size_t hi, int k)
-{
-	for (size_t i = lo; i < hi; i++)
-		for (size_t m = 0; m < b->v[i].M; m++)
-			b->v[i].corr[m] = saved[i][m] + (k < 0 ? 0 : diff[i][(size_t)k * b->v[i].M + m]);
-}
-
-/*
- * Empirical bias correction: ref is the float model (after the rewrites),
- * *out receives the quantized model kept (round 0 is the uncorrected one).
- * The layers but the last, in topological order, are split into `rounds`
- * consecutive groups, and the last layer is a final group of its own;
- * round r adds the shifts measured on the best model so far to the
- * corrections of group r only, so a group is corrected after the layers
- * before it (correcting every layer at once counts an upstream shift twice:
- * in its own layer and again in every layer it reaches; measured on
- * mobilenet_v2: 36.7 -> 35.2 dB). The last layer's shift is the whole
- * model's mean output error, whatever its cause.
- *
- * A round is kept only when its correction survives cross-validation and
- * improves the calibration SQNR (oq_bce_sqnr_better: mean up, min not
- * down): for each fold k (calib/biascorr/measure.h), the shifts measured on the
- * samples of fold k alone, applied the same way, must improve the SQNR on
- * the samples of the other folds; then the shifts of all samples (the
- * correction kept) must improve it on all samples, so it is never worse on
- * the calibration data. The in-sample check alone is biased: subtracting a
- * mean measured on the very samples judged always lowers their total
- * squared error, also when that mean is only the noise of a few samples.
- * The fold checks also want the mean per-sample gain above twice its
- * standard error (oq_bce_sqnr_holds): with a few samples per fold a small
- * gain is chance (vit_b_16, 4 images per fold: +0.24 +- 0.46 dB, and the
- * held-out mean fell by 0.7 dB). Corrections kept in earlier rounds were
- * estimated on all samples, so a later round's folds both contain them.
- * The fold checks come first (a round that fails them costs no model on
- * all samples), and one candidate exists at a time besides the best model
- * so far (executors are most of the memory). A rejected round's group keeps
- * its previous correction.
- */
-static int empirical(const oq_pipeline_opts *o, const oq_opts *q, oq_model *ref, oq_model **out, FILE *log,
-		     oq_diag *d)
-{
-	const unsigned all = (1u << OQ_BCE_FOLDS) - 1;
-	oq_bce b = {0};
-	oq_node **rn = NULL, **qn = NULL;
-	double **diff = NULL, **saved = NULL;
-	oq_model *best = NULL, *cand = NULL;
-	oq_bce_run run0;
-	oq_bce_sqnr bs = {0};
-	oq_bce_cache cache = {0};
-	int rounds = o->bias_rounds >= 0 ? o->bias_rounds : OQ_BC_ROUNDS, kept = 0;
-	int rc;
-
-	*out = NULL;
-	if ((rc = oq_bias_correct_targets(ref->graph, q, &b, d)))
-		goto out;
-	rn = oq_calloc(b.n + 1, sizeof *rn);
-	qn = oq_calloc(b.n + 1, sizeof *qn);
-	diff = oq_calloc(b.n + 1, sizeof *diff);
-	saved = oq_calloc(b.n + 1, sizeof *saved);
-	if (!rn || !qn || !diff || !saved) {
-		rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < b.n; i++) {
-		rn[i] = oq_bias_correct_node(ref->graph, b.v[i].measured);
-		if (!(diff[i] = oq_calloc((OQ_BCE_FOLDS + 1) * b.v[i].M + 1, sizeof **diff)) ||
-		    !(saved[i] = oq_calloc(b.v[i].M + 1, sizeof **saved))) {
-			rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
-			goto out;
-		}
-	}
-	/* the float model alone first (its outputs kept), then one quantized model at a time */
-	if ((rc = oq_bce_measure(ref, rn, NULL, 0, &o->calib, &b, &cache, d)) ||
-	    (rc = quantize_corrected(o, q, &b, &best, qn, d)))
-		goto out;
-	run0 = (oq_bce_run){.qm = best, .nodes = qn, .folds = all};
-	if ((rc = oq_bce_measure(ref, rn, &run0, 1, &o->calib, &b, &cache, d)))
-		goto out;
-	take_diffs(&b, diff);
-	bs = run0.sqnr;
-	if (q->log)
-		fprintf(q->log, "bias correction: round 0 (uncorrected): SQNR min %.2f mean %.2f dB\n",
-			oq_bce_sqnr_min(&bs, all), oq_bce_sqnr_mean(&bs, all));
-	for (int r = 0; r <= rounds && b.n; r++) {
-		/* rounds forward groups over layers [0, n-1), then the last layer alone */
-		size_t nf = b.n - 1, lo = r < rounds ? nf * (size_t)r / (size_t)rounds : nf,
-		       hi = r < rounds ? nf * (size_t)(r + 1) / (size_t)rounds : b.n;
-		oq_bce_run run;
-		char msg[640];
-		double g, se;
-		size_t len;
-		int keep = 1;
-		if (lo == hi)
-			continue;
-		for (size_t i = lo; i < hi; i++)
-			memcpy(saved[i], b.v[i].corr, b.v[i].M * sizeof *saved[i]);
-		msg[0] = 0;
-		/* k < OQ_BCE_FOLDS: the shifts of fold k, judged on the other folds; then of all samples on all */
-		for (int k = 0; k <= OQ_BCE_FOLDS && keep; k++) {
-			unsigned on = k < OQ_BCE_FOLDS ? all & ~(1u << k) : all;
-			set_corr(&b, saved, diff, lo, hi, k);
-			if ((rc = quantize_corrected(o, q, &b, &cand, k < OQ_BCE_FOLDS ? NULL : qn, d)))
-				goto out;
-			run = (oq_bce_run){.qm = cand, .nodes = k < OQ_BCE_FOLDS ? NULL : qn, .folds = on};
-			if ((rc = oq_bce_measure(ref, rn, &run, 1, &o->calib, &b, &cache, d)))
-				goto out;
-			keep = k < OQ_BCE_FOLDS ? oq_bce_sqnr_holds(&run.sqnr, &bs, on)
-						: oq_bce_sqnr_better(&run.sqnr, &bs, on);
-			oq_bce_gain(&run.sqnr, &bs, on, &g, &se);
-			len = strlen(msg);
-			if (k < OQ_BCE_FOLDS)
-				snprintf(msg + len, sizeof msg - len, "%s fold %d's shift on the other samples", k ? ";" : "", k);
-			else
-				snprintf(msg + len, sizeof msg - len, "; all samples' shift on all");
-			len = strlen(msg);
-			snprintf(msg + len, sizeof msg - len, ": SQNR min %.2f mean %.2f dB (uncorrected %.2f / %.2f; gain "
-				 "%.2f +- %.2f)", oq_bce_sqnr_min(&run.sqnr, on), oq_bce_sqnr_mean(&run.sqnr, on),
-				 oq_bce_sqnr_min(&bs, on), oq_bce_sqnr_mean(&bs, on), g, se);
-			if (!keep || k < OQ_BCE_FOLDS) {
-				oq_model_free(cand);
-				cand = NULL;
-				oq_bce_sqnr_free(&run.sqnr);
-			}
-		}
-		if (q->log)
-			fprintf(q->log, "bias correction: round %d (layers %zu..%zu):%s: %s\n", r + 1, lo, hi - 1, msg,
-				keep ? "kept" : "not kept");
-		if (!keep) {
-			set_corr(&b, saved, diff, lo, hi, -1);
-			continue;
-		}
-		take_diffs(&b, diff);
-		oq_model_free(best);
-		best = cand;
-		cand = NULL;
-		oq_bce_sqnr_free(&bs);
-		bs = run.sqnr;
-		kept++;
-	}
-	if (log)
-		fprintf(log, "bias correction: %zu layers, %d forward groups + the last layer, %d rounds kept; calibration "
-			"SQNR min %.2f mean %.2f dB\n", b.n, rounds, kept, oq_bce_sqnr_min(&bs, all),
-			oq_bce_sqnr_mean(&bs, all));
-	*out = best;
-	best = NULL;
-	rc = OQ_OK;
-out:
-	oq_model_free(best);
-	oq_model_free(cand);
-	oq_bce_sqnr_free(&bs);
-	for (size_t i = 0; diff && i < b.n; i++)
-		free(diff[i]);
-	for (size_t i = 0; saved && i < b.n; i++)
-		free(saved[i]);
-	free(diff);
-	free(saved);
-	free(rn);
-	free(qn);
-	oq_bce_cache_free(&cache);
-	oq_bce_free(&b);
-	return rc;
+	return oq_passes_run(m, &run, c->q, d);
 }
 
 int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
@@ -335,8 +133,7 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	oq_encodings enc = {0};
 	oq_stats stats = {0};
 	uint8_t *need = NULL;
-	oq_bc_stats bcs = {0};
-	oq_bc_collect *bcc = NULL;
+	oq_biascorr_analytic *bca = NULL;
 	oq_opts q = o->q;
 	oq_pass_run run = o->run;
 	oq_save_info info;
@@ -438,18 +235,15 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		co.stats = o->stats_in ? &stats : NULL;
 		co.stats_name = o->stats_in;
 		if (o->bias_correction == OQ_BC_ANALYTIC) {
-			if ((rc = oq_bias_correct_plan(m->graph, &q, &bcs, d)) ||
-			    (rc = oq_bc_collect_new(m->graph, &bcs, &bcc, d)))
+			if ((rc = oq_biascorr_analytic_plan(m->graph, &q, &co, &bca, d)))
 				goto out;
-			co.extra = oq_bc_observe;
-			co.extra_ctx = bcc;
 		}
 		/* quantize puts no Q/DQ inside a fused unit: the executor may keep Conv+act fused */
 		co.skip_qmark = OQ_QM_INTERNAL;
 		if ((rc = oq_calibrate(m, &co, &ranges, d)))
 			goto out;
 		q.ranges = &ranges;
-		if (o->bias_correction == OQ_BC_ANALYTIC && (rc = oq_bias_correct(m->graph, &q, &bcs, log, d)))
+		if (o->bias_correction == OQ_BC_ANALYTIC && (rc = oq_biascorr_analytic_fold(bca, m->graph, &q, log, d)))
 			goto out;
 	}
 	t2 = now();
@@ -458,7 +252,9 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	if (quantize && !q.weight_only && o->bias_correction == OQ_BC_EMPIRICAL && o->calib.source &&
 	    strncmp(o->calib.source, "random:", 7) && !o->stats_in) {
 		oq_model *qm = NULL;
-		if ((rc = empirical(o, &q, m, &qm, log, d)))
+		models_ctx mc = {o, &q};
+		oq_biascorr_models mk = {bc_float_copy, bc_quantize, &mc};
+		if ((rc = oq_biascorr_empirical(m, &mk, &q, &o->calib, o->bias_rounds, log, &qm, d)))
 			goto out;
 		oq_model_free(m);
 		m = qm;
@@ -511,8 +307,7 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 out:
 	oq_stats_free(&stats);
 	free(need);
-	oq_bc_collect_free(bcc);
-	oq_bc_stats_free(&bcs);
+	oq_biascorr_analytic_free(bca);
 	oq_ranges_free(&ranges);
 	oq_overrides_free(ov, n_ov);
 	oq_overrides_free(all, n_all);

@@ -10,19 +10,10 @@
 
 #include <stdio.h>
 
+#include "calib/biascorr/biascorr.h"
 #include "calib/calibrate.h"
 #include "src/io/onnx_io.h"
 #include "passes/pass.h"
-
-/* Bias correction modes (README "Bias correction"). */
-enum {
-	OQ_BC_OFF = 0,
-	OQ_BC_ANALYTIC,  /* weight-rounding shift from input sums, folded before quantizing */
-	OQ_BC_EMPIRICAL, /* shift measured on the quantized model, in rounds kept only if SQNR improves */
-};
-
-/* Empirical correction: forward groups before the last layer's round, by default. */
-#define OQ_BC_ROUNDS 0
 
 typedef struct oq_pipeline_opts {
 	const char *in_path, *out_path;

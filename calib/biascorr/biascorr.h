@@ -1,0 +1,83 @@
+/*
+ * biascorr.h - bias correction, as the pipeline calls it (README "Bias
+ * correction"): quantization moves the mean of each output channel of a
+ * Conv, ConvTranspose, Gemm or MatMul; folding the opposite shift into the
+ * layer's bias (fold.h) puts the mean back. Two ways to know the shift:
+ *
+ *   analytic   (--bias-correction=analytic) the shift weight rounding
+ *              causes, computed from sums of each layer's input that
+ *              calibration collects (sums.c); folded into the float model
+ *              before the quantize pass (analytic.c).
+ *   empirical  (the default with --calib DIR) the shift measured on the
+ *              quantized model against the float one on the calibration
+ *              samples (measure.c), whatever its cause; folded in rounds,
+ *              each kept only when it holds up under cross-validation
+ *              (empirical.c). It runs the quantize pass itself.
+ *
+ * This folder: biascorr.h (this API), tables.h (the per-layer tables both
+ * modes fill, the SQNR record and the rule that keeps a round), fold.h
+ * (where a correction goes), analytic.h + sums.h (analytic mode),
+ * empirical.h + measure.h (empirical mode).
+ */
+#ifndef OQ_BIASCORR_H
+#define OQ_BIASCORR_H
+
+#include <stdio.h>
+
+#include "calib/calibrate.h"
+#include "passes/pass.h"
+
+/* Modes (oq_pipeline_opts.bias_correction). */
+enum {
+	OQ_BC_DEFAULT = 0, /* empirical when activations are calibrated on samples, else off */
+	OQ_BC_OFF,
+	OQ_BC_ANALYTIC,
+	OQ_BC_EMPIRICAL,
+};
+
+/* Empirical mode: forward groups before the last layer's round, by default. */
+#define OQ_BC_ROUNDS 0
+
+/* Analytic mode in progress: the layers and the input sums calibration adds to. */
+typedef struct oq_biascorr_analytic oq_biascorr_analytic;
+
+/*
+ * Before calibration: plans the layers of g whose weights the quantize
+ * pass (options q) will quantize, and hooks the observer that sums their
+ * inputs into co (co->extra, co->extra_ctx), which then calibrates g.
+ */
+int oq_biascorr_analytic_plan(oq_graph *g, const oq_opts *q, oq_calib_opts *co, oq_biascorr_analytic **out,
+			      oq_diag *d) OQ_WUR;
+
+/*
+ * After calibration, before the quantize pass: folds each planned layer's
+ * shift into its bias in g (q: the pass options, ranges included; q->log
+ * gets one line per layer, `log` a summary line).
+ */
+int oq_biascorr_analytic_fold(oq_biascorr_analytic *a, oq_graph *g, const oq_opts *q, FILE *log,
+			      oq_diag *d) OQ_WUR;
+
+void oq_biascorr_analytic_free(oq_biascorr_analytic *a);
+
+/* How empirical mode gets its candidate models. */
+typedef struct oq_biascorr_models {
+	/* a fresh copy of the float model being corrected (load + the same rewrites) */
+	int (*float_copy)(void *ctx, oq_model **out, oq_diag *d);
+	/* the quantize pass on m, with the calibrated ranges */
+	int (*quantize)(void *ctx, oq_model *m, oq_diag *d);
+	void *ctx;
+} oq_biascorr_models;
+
+/*
+ * Empirical mode, in place of the quantize pass. ref: the float model after
+ * the rewrites, q: the quantize pass options (q->log gets one line per
+ * round), calib: the calibration samples (a folder: a random source is
+ * OQ_EUNSUP). The layers but the last, in topological order, are split into
+ * `rounds` consecutive groups (< 0: OQ_BC_ROUNDS), and the last layer is a
+ * final group of its own. *out receives the quantized model kept (the
+ * uncorrected one when no round is kept); `log` gets a summary line.
+ */
+int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, const oq_calib_opts *calib,
+			  int rounds, FILE *log, oq_model **out, oq_diag *d) OQ_WUR;
+
+#endif
