@@ -185,13 +185,21 @@ typedef struct oq_pass_run {
 	int verify;          /* run `check` after every pass (tests, debug builds, ONNXQ_VERIFY=1) */
 	const char *dump_after; /* --dump-after NAME */
 	FILE *dump;          /* where the dump goes (stderr when NULL) */
-	int stop_before_quantize; /* run the rewrites only (calibration happens next) */
-	int only_quantize;   /* run only `quantize` (after calibration) */
+	const char *stage;   /* a pipeline stage's passes (oq_passes_rewrite, oq_passes_quantize):
+			      * only the selected passes in this list run; NULL = all */
 } oq_pass_run;
 
+/* The pipeline's two stages: the rewrites before calibration, and quantize after it. */
+extern const char oq_passes_rewrite[];
+extern const char oq_passes_quantize[];
+
+/* Does r select pass `name` (--passes, --no-PASS; r->stage aside)? */
+int oq_pass_selected(const oq_pass_run *r, const char *name);
+
 /*
- * Runs the selected passes over m's main graph. Unknown pass names are
- * OQ_EUSAGE naming the pass and listing the valid ones.
+ * Runs the selected passes (of r->stage) over m's main graph, in table
+ * order. Unknown pass names are OQ_EUSAGE naming the pass and listing the
+ * valid ones.
  */
 int oq_passes_run(oq_model *m, const oq_pass_run *r, const oq_opts *o, oq_diag *d) OQ_WUR;
 

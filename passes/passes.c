@@ -6,7 +6,8 @@
  * brings old models to an opset that has the Q/DQ features asked for,
  * fold-bn removes inference BatchNormalization, fuse marks the quantization
  * units and quantize inserts Q/DQ from the calibrated ranges. Calibration
- * runs between fuse and quantize (see src/pipeline.c).
+ * runs between fuse and quantize: the pipeline (src/pipeline/pipeline.c)
+ * runs the stage oq_passes_rewrite, calibrates, then oq_passes_quantize.
  *
  * After every pass the driver removes dead nodes, restores topological
  * order, drops initializers nothing reads any more and, when verifying, runs the model checker and fails on any
@@ -34,6 +35,9 @@ const oq_pass oq_passes[] = {
 	 "insert QuantizeLinear/DequantizeLinear, quantize weights and biases"},
 };
 const size_t oq_n_passes = sizeof oq_passes / sizeof oq_passes[0];
+
+const char oq_passes_rewrite[] = "cleanup,upgrade-opset,fold-bn,fuse";
+const char oq_passes_quantize[] = "quantize";
 
 const oq_pass *oq_pass_find(const char *name)
 {
@@ -65,6 +69,16 @@ static int in_list(const char *list, const char *name)
 		p += len + (e ? 1 : 0);
 	}
 	return 0;
+}
+
+int oq_pass_selected(const oq_pass_run *r, const char *name)
+{
+	if (r->list && !in_list(r->list, name))
+		return 0;
+	for (size_t k = 0; k < r->n_disabled; k++)
+		if (strcmp(r->disabled[k], name) == 0)
+			return 0;
+	return 1;
 }
 
 static int usage_names(oq_diag *d, const char *what, const char *name)
@@ -124,6 +138,8 @@ int oq_passes_run(oq_model *m, const oq_pass_run *r, const oq_opts *o, oq_diag *
 			return usage_names(d, "--no-PASS", r->disabled[i]);
 	if (r->dump_after && !oq_pass_find(r->dump_after))
 		return usage_names(d, "--dump-after", r->dump_after);
+	if (r->stage && (rc = check_list(r->stage, "stage", d)))
+		return rc;
 	if (!m->graph)
 		return OQ_OK;
 	if (r->verify && (rc = count_problems(m, &base, NULL, 0)))
@@ -131,17 +147,9 @@ int oq_passes_run(oq_model *m, const oq_pass_run *r, const oq_opts *o, oq_diag *
 
 	for (size_t i = 0; i < oq_n_passes; i++) {
 		const oq_pass *p = &oq_passes[i];
-		int changed = 0, skip = 0;
-		int is_q = strcmp(p->name, "quantize") == 0;
+		int changed = 0;
 
-		if (r->list && !in_list(r->list, p->name))
-			skip = 1;
-		for (size_t k = 0; k < r->n_disabled; k++)
-			if (strcmp(r->disabled[k], p->name) == 0)
-				skip = 1;
-		if ((r->stop_before_quantize && is_q) || (r->only_quantize && !is_q))
-			skip = 1;
-		if (skip)
+		if (!oq_pass_selected(r, p->name) || (r->stage && !in_list(r->stage, p->name)))
 			continue;
 		if ((rc = oq_graph_rebuild_uses(m->graph)))
 			return oq_err(d, rc, "passes: out of memory");

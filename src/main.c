@@ -474,18 +474,10 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 	oq_pipeline_opts *p = &a->p;
 	size_t n_inc = 0, n_exc = 0, n_no = 0;
 	long long v;
-	int c, nargs = 0, method_given = 0, calibrate = quantize == CMD_CALIBRATE, bc_given = 0, no_bc = 0;
+	int c, nargs = 0, calibrate = quantize == CMD_CALIBRATE, no_bc = 0;
 
 	memset(a, 0, sizeof *a);
-	oq_opts_init(&p->q);
-	/* measured best overall on the PaddleOCR and torchvision models (README "Calibration methods") */
-	p->calib.method = OQ_CALIB_MSE;
-	p->log = stderr;
-	p->bias_rounds = -1;
-	/* measured on the corpus over calibration splits (README "Bias correction") */
-	if (quantize && !calibrate)
-		p->bias_correction = OQ_BC_EMPIRICAL;
-	p->rewrite_only = !quantize;
+	oq_pipeline_opts_init(p, calibrate ? OQ_JOB_CALIBRATE : quantize ? OQ_JOB_QUANTIZE : OQ_JOB_CONVERT);
 	for (int i = 0; i < 3; i++)
 		if (!(a->lists[i] = calloc((size_t)argc, sizeof(char *))))
 			return OQ_EXIT_NOMEM;
@@ -552,7 +544,6 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 				p->bias_correction = OQ_BC_ANALYTIC;
 			else
 				return usage_error(cmd, "--bias-correction takes =empirical (the default) or =analytic");
-			bc_given = 1;
 			break;
 		case O_BIASC_R:
 			if ((v = parse_num(optarg, 0, 100)) < 0)
@@ -565,7 +556,6 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 			p->calib.limit = (size_t)v;
 			break;
 		case O_METHOD:
-			method_given = 1;
 			if ((p->calib.method = oq_calib_method_parse(optarg)) < 0)
 				return usage_error(cmd, "--method is minmax, ema, percentile, entropy or mse");
 			break;
@@ -660,11 +650,7 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 				return usage_error(cmd, "--opset needs a number >= 10");
 			p->q.opset = v;
 			break;
-		case O_PASSES:
-			p->run.list = optarg;
-			if (!quantize)
-				p->rewrite_only = 1;
-			break;
+		case O_PASSES: p->run.list = optarg; break;
 		case O_DUMP: p->run.dump_after = optarg; break;
 		case O_VERIFY: p->run.verify = 1; break;
 		case O_EXT: p->save.external_data = 1; break;
@@ -683,8 +669,6 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 		default: return usage_error(cmd, "unknown option");
 		}
 	}
-	if (!quantize && !p->run.list)
-		p->run.list = ""; /* convert: no rewrites unless --passes names them */
 	p->q.include = a->lists[0];
 	p->q.n_include = n_inc;
 	p->q.exclude = a->lists[1];
@@ -693,66 +677,8 @@ static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage
 	if (nargs != 1)
 		return usage_error(cmd, nargs < 1 ? "missing MODEL" : "too many arguments");
 	p->in_path = argv[optind];
-	if (!p->out_path)
-		return usage_error(cmd, calibrate ? "missing -o STATS" : "missing -o OUT");
-	if (calibrate) {
-		p->stats_out = p->out_path;
-		if (!p->calib.source)
-			return usage_error(cmd, "missing --calib DIR (the samples to calibrate on)");
-		if (p->q.weight_only)
-			return usage_error(cmd, "--weight-only needs no calibration");
-	}
-	if (p->stats_in && p->calib.source)
-		return usage_error(cmd, "--stats and --calib exclude each other (the statistics replace the samples)");
-	if (p->stats_in && p->q.weight_only)
-		return usage_error(cmd, "--weight-only needs no --stats (weights are not calibrated)");
-	if (p->q.block_size && p->q.granularity != OQ_GRAN_BLOCK)
-		return usage_error(cmd, "--block-size needs --granularity block");
-	if (p->q.weight_only && p->calib.source)
-		return usage_error(cmd, "--weight-only needs no --calib (weights are not calibrated)");
-	if (p->calib.ema_constant > 0 && p->calib.method != OQ_CALIB_EMA)
-		return usage_error(cmd, "--ema-constant applies to --method ema");
-	if (p->calib.percentile > 0 && p->calib.method != OQ_CALIB_PERCENTILE)
-		return usage_error(cmd, "--percentile applies to --method percentile");
-	if (method_given && p->q.weight_only)
-		return usage_error(cmd, "--method needs activation calibration; drop --weight-only");
-	if (no_bc) {
+	if (no_bc)
 		p->bias_correction = OQ_BC_OFF; /* wherever it stood on the command line */
-		bc_given = 0;
-	}
-	if (bc_given && p->q.weight_only)
-		return usage_error(cmd, "--bias-correction measures the shift on calibration data; drop --weight-only");
-	if (bc_given && (p->stats_in || calibrate))
-		return usage_error(cmd, "--bias-correction needs the samples (--calib DIR): statistics files "
-					"carry no bias-correction sums");
-	/* the default: nothing to correct without calibration (the pipeline notes --stats) */
-	if (p->q.weight_only)
-		p->bias_correction = OQ_BC_OFF;
-	if (p->q.op_types && !p->q.weight_only)
-		return usage_error(cmd, "--op-types applies to --weight-only");
-	if (p->q.profile == OQ_PROFILE_TRT && (p->q.act_type != OQ_DT_UINT8 || p->q.act_sym))
-		return usage_error(cmd, "--profile trt fixes activations to symmetric int8; drop --act-type/--act-symmetric");
-	if (p->q.profile == OQ_PROFILE_TRT && p->q.weight_type != OQ_DT_INT8)
-		return usage_error(cmd, "--profile trt fixes weights to symmetric int8; drop --weight-type");
-	if (p->q.act_sym == OQ_ACT_SYM_UNSIGNED && p->q.act_type != OQ_DT_UINT8 &&
-	    p->q.act_type != OQ_DT_UINT16)
-		return usage_error(cmd, "--act-symmetric=unsigned needs --act-type uint8 or uint16 (zero point 0 "
-				   "at the bottom of an unsigned grid)");
-	if (p->q.act_type == OQ_DT_FLOAT8E4M3FN)
-		p->q.act_sym = OQ_ACT_SYM; /* FP8 has one grid: symmetric, zero point 0, amax / 448 */
-	if (p->q.weight_type == OQ_DT_FLOAT8E4M3FN) {
-		if (p->q.weight_asym)
-			return usage_error(cmd, "float8e4m3fn weights are symmetric (scale = amax/448); drop "
-					   "--weight-asymmetric");
-		if (p->q.reduce_range)
-			return usage_error(cmd, "--reduce-range is for 8-bit integer weights; drop it with "
-					   "--weight-type float8e4m3fn");
-		if (p->q.granularity == OQ_GRAN_BLOCK)
-			return usage_error(cmd, "float8e4m3fn weights are per tensor or per channel; use "
-					   "--granularity channel or tensor");
-	}
-	if (p->q.profile == OQ_PROFILE_TRT)
-		p->q.act_type = OQ_DT_INT8, p->q.act_sym = 1;
 	return 0;
 }
 

@@ -709,8 +709,7 @@ static void pipeline_case(const float *xs, int want_bias, int64_t want)
 	fputs("{\"tensors\": {\"x\": {\"scale\": 1, \"zero_point\": 0}, \"y\": {\"skip\": true}}}\n", f);
 	cr_assert_eq(fclose(f), 0);
 
-	memset(&po, 0, sizeof po);
-	oq_opts_init(&po.q);
+	oq_pipeline_opts_init(&po, OQ_JOB_QUANTIZE);
 	po.in_path = in;
 	po.out_path = out;
 	po.calib.source = cal;
@@ -718,7 +717,6 @@ static void pipeline_case(const float *xs, int want_bias, int64_t want)
 	po.calib.threads = 1;
 	po.overrides_path = ov;
 	po.bias_correction = OQ_BC_EMPIRICAL;
-	po.bias_rounds = -1;
 	po.quiet = 1;
 	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
 	cr_assert_eq(oq_model_load(out, &m, &d), OQ_OK, "%s", d.msg);

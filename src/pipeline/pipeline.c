@@ -1,35 +1,29 @@
 /*
- * pipeline.c - `onnxq quantize`: the whole job, one stage per line.
+ * pipeline.c - `onnxq quantize`, `calibrate` and `convert`: the stages, one
+ * function each, in the order oq_pipeline_run calls them.
  *
- *   load -> rewrites (cleanup, upgrade-opset, fold-bn, fuse)
- *        -> calibrate (--method minmax|ema|percentile|entropy|mse: a range
- *           for every float activation, on the rewritten
- *           float model: fuse only marks units, so a Relu's output range is
- *           what its Q will use when quantize folds the Relu away)
- *        -> bias correction, analytic (--bias-correction=analytic: statistics
- *           collected during calibration, each layer's mean output shift from
- *           weight quantization folded into its bias; calib/biascorr/analytic.c)
- *        -> quantize (Q/DQ placement, weights, biases)
- *        -> bias correction, empirical (the default with --calib DIR): the
- *           quantized model and the float one run the calibration samples
- *           (calib/biascorr/measure.c); each layer's measured mean output shift is
- *           folded into the float bias of a fresh copy (load + rewrites)
- *           that is quantized again with the same ranges; a round is kept
- *           only if it survives two-fold cross-validation on the samples
- *           and improves their output SQNR (mean up, min not down).
- *        -> save (temporary file + rename: OUT is untouched on failure).
+ *   load       --stats (its errors first), the model, --overrides
+ *   rewrite    cleanup, upgrade-opset, fold-bn, fuse (oq_passes_rewrite);
+ *              then --import-encodings, whose names are those an export of
+ *              this pipeline writes
+ *   calibrate  a range for every float activation the quantize pass reads,
+ *              aimed at the grid the pass gives it (calib_grid), from the
+ *              samples or a merged --stats file, on the rewritten float
+ *              model (fuse only marks units, so a Relu's output range is
+ *              what its Q will use when quantize folds the Relu away);
+ *              analytic bias correction's input sums alongside. `onnxq
+ *              calibrate` writes one shard's statistics instead and stops.
+ *   correct    analytic bias correction: shifts folded into float biases
+ *   quantize   the quantize pass (oq_passes_quantize: Q/DQ, weights,
+ *              biases); with empirical bias correction, the best of the
+ *              corrected candidates (calib/biascorr/biascorr.h)
+ *   encodings  --import-encodings verified, --export-encodings written
+ *   save       temporary file + rename: OUT is untouched on failure
  *
- * `onnxq calibrate` (stats_out) runs load -> rewrites -> calibrate one
- * shard -> write its statistics; `quantize --stats` takes the ranges from a
- * merged statistics file instead of running samples (same ranges, so the
- * same bytes as a one-machine run).
- *
- * Calibration aims each tensor's range at the grid the quantize pass will
- * give it (calib_grid: the pass' own resolution, overrides included).
- *
- * Weight-only mode skips calibration; `convert --passes` stops after the
- * rewrites. Every stage is a library call; this file only strings them
- * together, times them and prints the summary.
+ * A stage the job does not need returns at once: weight-only has no
+ * calibration, `convert` (and a pass selection without quantize) only
+ * loads, rewrites and saves. `quantize --stats` takes the ranges from the
+ * merged statistics, so it writes the bytes a one-machine run writes.
  */
 #include "src/pipeline/pipeline.h"
 
@@ -37,9 +31,27 @@
 #include <string.h>
 #include <time.h>
 
-#include "calib/biascorr/biascorr.h"
 #include "passes/quantize/encodings.h"
 #include "passes/quantize/overrides.h"
+
+/* One run: the options it uses and what the stages hand on. */
+typedef struct job {
+	oq_pipeline_opts o;       /* resolved (oq_pipeline_opts_resolve) */
+	oq_opts q;                /* pass options: o.q with the overrides, ranges and verbose log */
+	FILE *log;                /* summary and notes; NULL with --quiet */
+	int quantize;             /* the quantize pass runs */
+	oq_model *m;
+	oq_stats stats;           /* --stats FILE, or what `calibrate` writes */
+	oq_override *ov;          /* imported encodings first, then --overrides (first match wins) */
+	size_t n_ov;
+	oq_encodings enc;         /* --import-encodings */
+	uint8_t *need;            /* per value: the quantize pass reads its range */
+	oq_ranges ranges;
+	oq_biascorr_analytic *analytic;
+	oq_save_info info;
+	size_t fl0, in0;          /* initializer bytes after the rewrites: float, integer */
+	double t0, t_calibrate, t_quantize, t_save, t_end; /* when the timed stages began */
+} job;
 
 static double now(void)
 {
@@ -71,18 +83,6 @@ static size_t count_op(const oq_graph *g, const char *op)
 	return n;
 }
 
-/* Does the selection run the quantize pass? */
-static int runs_quantize(const oq_pass_run *r)
-{
-	if (r->list && !strstr(r->list, "quantize"))
-		return 0;
-	for (size_t i = 0; i < r->n_disabled; i++)
-		if (strcmp(r->disabled[i], "quantize") == 0)
-			return 0;
-	return 1;
-}
-
-
 /* oq_calib_grid_fn: the quantize pass' grid for v (ctx: the pass options). */
 static int calib_grid(void *ctx, const oq_value *v, int *dtype, int *act_sym, oq_diag *d)
 {
@@ -90,228 +90,282 @@ static int calib_grid(void *ctx, const oq_value *v, int *dtype, int *act_sym, oq
 	return oq_quantize_act_grid(q, v, oq_quantize_grid_node(q, v), dtype, act_sym, d);
 }
 
-/* A fresh copy of the float model: load + the rewrites (deterministic, so the same graph as m). */
-static int fresh_copy(const oq_pipeline_opts *o, const oq_opts *q, oq_model **out, oq_diag *d)
+/* Runs one stage's passes (oq_passes_rewrite or oq_passes_quantize) of the selection on m. */
+static int run_passes(job *j, oq_model *m, const char *stage, oq_diag *d)
 {
-	oq_pass_run run = o->run;
+	oq_pass_run run = j->o.run;
+	run.stage = stage;
+	return oq_passes_run(m, &run, &j->q, d);
+}
+
+/* oq_biascorr_models.float_copy: load + the rewrites (deterministic: the graph j->m was). */
+static int float_copy(void *ctx, oq_model **out, oq_diag *d)
+{
+	job *j = ctx;
 	int rc;
 
-	run.stop_before_quantize = 1;
-	if ((rc = oq_model_load(o->in_path, out, d)) || (rc = oq_passes_run(*out, &run, q, d))) {
+	if ((rc = oq_model_load(j->o.in_path, out, d)) || (rc = run_passes(j, *out, oq_passes_rewrite, d))) {
 		oq_model_free(*out);
 		*out = NULL;
 	}
 	return rc;
 }
 
-/* oq_biascorr_models.quantize: the quantize pass (ctx: the pipeline options; q.log, q.ranges set). */
-typedef struct models_ctx {
-	const oq_pipeline_opts *o;
-	const oq_opts *q;
-} models_ctx;
-
-static int bc_float_copy(void *ctx, oq_model **out, oq_diag *d)
+/* oq_biascorr_models.quantize */
+static int quantize_pass(void *ctx, oq_model *m, oq_diag *d)
 {
-	const models_ctx *c = ctx;
-	return fresh_copy(c->o, c->q, out, d);
+	return run_passes(ctx, m, oq_passes_quantize, d);
 }
 
-static int bc_quantize(void *ctx, oq_model *m, oq_diag *d)
+/* need[]: the tensors whose ranges the quantize pass will read: only they need histograms. */
+static int range_needs(job *j, oq_diag *d)
 {
-	const models_ctx *c = ctx;
-	oq_pass_run run = c->o->run;
-	run.only_quantize = 1;
-	return oq_passes_run(m, &run, c->q, d);
+	if (!(j->need = oq_calloc(j->m->graph->n_values + 1, 1)))
+		return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+	return oq_quantize_range_needs(j->m->graph, &j->q, j->need, d);
+}
+
+/* Calibration options common to `calibrate` and `quantize`. */
+static oq_calib_opts calib_opts(const job *j)
+{
+	oq_calib_opts co = j->o.calib;
+	co.progress = j->log;
+	co.act_type = j->q.act_type; /* the grid entropy and mse aim at, per tensor (co.grid) */
+	co.act_sym = j->q.act_sym;
+	co.hist_need = j->need;
+	/* quantize puts no Q/DQ inside a fused unit: the executor may keep Conv+act fused */
+	co.skip_qmark = OQ_QM_INTERNAL;
+	return co;
+}
+
+static void job_init(job *j, const oq_pipeline_opts *o)
+{
+	memset(j, 0, sizeof *j);
+	j->t0 = now();
+	oq_pipeline_opts_resolve(o, &j->o);
+	j->q = j->o.q;
+	j->log = j->o.quiet ? NULL : j->o.log;
+	if (j->o.verbose && !j->q.log)
+		j->q.log = j->log;
+	j->quantize = j->o.job == OQ_JOB_QUANTIZE && oq_pass_selected(&j->o.run, "quantize");
+}
+
+static void job_free(job *j)
+{
+	oq_biascorr_analytic_free(j->analytic);
+	oq_ranges_free(&j->ranges);
+	free(j->need);
+	oq_encodings_free(&j->enc);
+	oq_overrides_free(j->ov, j->n_ov);
+	oq_stats_free(&j->stats);
+	oq_model_free(j->m);
+}
+
+static int load(job *j, oq_diag *d)
+{
+	int rc;
+
+	if (j->o.stats_in && (rc = oq_stats_read(j->o.stats_in, &j->stats, d)))
+		return rc;
+	if ((rc = oq_model_load(j->o.in_path, &j->m, d)))
+		return rc;
+	if (!j->m->graph)
+		return oq_err(d, OQ_EINVAL, "quantize: %s has no graph", j->o.in_path);
+	if (j->o.overrides_path) {
+		if ((rc = oq_overrides_load(j->o.overrides_path, j->m, &j->ov, &j->n_ov, d)))
+			return rc;
+		j->q.overrides = j->ov;
+		j->q.n_overrides = j->n_ov;
+	}
+	return OQ_OK;
+}
+
+/* The imported encodings become overrides, ahead of --overrides (oq_override_find: first match). */
+static int import_encodings(job *j, oq_diag *d)
+{
+	oq_override *ev = NULL, *all;
+	size_t n_ev = 0;
+	int rc;
+
+	if ((rc = oq_encodings_read(j->o.import_encodings, &j->enc, d)) ||
+	    (rc = oq_encodings_to_overrides(&j->enc, j->m, j->o.import_encodings, &ev, &n_ev, d)))
+		return rc;
+	if (!(all = oq_calloc(n_ev + j->n_ov, sizeof *all))) {
+		oq_overrides_free(ev, n_ev);
+		return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+	}
+	memcpy(all, ev, n_ev * sizeof *all);
+	if (j->n_ov)
+		memcpy(all + n_ev, j->ov, j->n_ov * sizeof *all);
+	free(ev);
+	free(j->ov);
+	j->ov = all;
+	j->n_ov += n_ev;
+	j->q.overrides = j->ov;
+	j->q.n_overrides = j->n_ov;
+	return OQ_OK;
+}
+
+static int rewrite(job *j, oq_diag *d)
+{
+	int rc;
+
+	if ((rc = run_passes(j, j->m, oq_passes_rewrite, d)))
+		return rc;
+	if (j->o.import_encodings && (rc = import_encodings(j, d)))
+		return rc;
+	/* after cleanup, which turns Constant-node weights (PaddleOCR) into initializers */
+	init_bytes(j->m->graph, &j->fl0, &j->in0);
+	return OQ_OK;
+}
+
+/* `onnxq calibrate`: one shard's statistics, the ranges `quantize --calib` would compute. */
+static int write_statistics(job *j, oq_diag *d)
+{
+	oq_calib_opts co;
+	int rc;
+
+	if ((rc = range_needs(j, d)))
+		return rc;
+	co = calib_opts(j);
+	if ((rc = oq_calibrate_stats(j->m, &co, &j->stats, d)) || (rc = oq_stats_write(j->o.out_path, &j->stats, d)))
+		return rc;
+	if (j->log)
+		fprintf(j->log, "calibrate: wrote %s\n", j->o.out_path);
+	return OQ_OK;
+}
+
+static int calibrate(job *j, oq_diag *d)
+{
+	oq_calib_opts co;
+	int rc;
+
+	j->t_calibrate = now();
+	if (!j->quantize || j->q.weight_only)
+		return OQ_OK;
+	if ((rc = range_needs(j, d)))
+		return rc;
+	co = calib_opts(j);
+	co.grid = calib_grid;
+	co.grid_ctx = &j->q;
+	co.stats = j->o.stats_in ? &j->stats : NULL;
+	co.stats_name = j->o.stats_in;
+	if (j->o.bias_correction == OQ_BC_ANALYTIC &&
+	    (rc = oq_biascorr_analytic_plan(j->m->graph, &j->q, &co, &j->analytic, d)))
+		return rc;
+	if ((rc = oq_calibrate(j->m, &co, &j->ranges, d)))
+		return rc;
+	j->q.ranges = &j->ranges;
+	return OQ_OK;
+}
+
+/* Analytic bias correction (the empirical one measures the quantized model: quantize()). */
+static int correct_bias(job *j, oq_diag *d)
+{
+	return j->analytic ? oq_biascorr_analytic_fold(j->analytic, j->m->graph, &j->q, j->log, d) : OQ_OK;
+}
+
+/* Empirical bias correction runs the calibration samples: not on statistics or random data. */
+static int has_sample_folder(const oq_pipeline_opts *o)
+{
+	return o->calib.source && strncmp(o->calib.source, "random:", 7) != 0 && !o->stats_in;
+}
+
+static int quantize(job *j, oq_diag *d)
+{
+	oq_biascorr_models mk = {float_copy, quantize_pass, j};
+	oq_model *qm = NULL;
+	int rc, empirical = j->o.bias_correction == OQ_BC_EMPIRICAL;
+
+	j->t_quantize = now();
+	if (!j->quantize)
+		return OQ_OK;
+	if (!empirical || !has_sample_folder(&j->o)) {
+		if (empirical && !j->o.stats_in && j->o.verbose && j->log)
+			fprintf(j->log, "bias correction: skipped: it needs calibration samples from a folder\n");
+		return quantize_pass(j, j->m, d);
+	}
+	if ((rc = oq_biascorr_empirical(j->m, &mk, &j->q, &j->o.calib, j->o.bias_rounds, j->log, &qm, d)))
+		return rc;
+	oq_model_free(j->m);
+	j->m = qm;
+	return OQ_OK;
+}
+
+static int encodings(job *j, oq_diag *d)
+{
+	size_t unused = 0;
+	int rc;
+
+	if (!j->quantize)
+		return OQ_OK;
+	if (j->o.import_encodings) {
+		if ((rc = oq_encodings_verify(j->m, &j->enc, j->o.verbose ? j->log : NULL, &unused, d)))
+			return rc;
+		if (unused && j->log)
+			fprintf(j->log, "quantize: %zu imported encodings had no Q/DQ to apply to\n", unused);
+	}
+	return j->o.export_encodings ? oq_encodings_export(j->m, j->o.export_encodings, d) : OQ_OK;
+}
+
+static int save(job *j, oq_diag *d)
+{
+	int rc;
+
+	j->t_save = now();
+	rc = oq_model_save(j->m, j->o.out_path, &j->o.save, &j->info, d);
+	j->t_end = now();
+	return rc;
+}
+
+static void summary(const job *j)
+{
+	const oq_graph *g = j->m->graph;
+	FILE *log = j->log;
+	size_t fl1, in1;
+
+	if (!log)
+		return;
+	init_bytes(g, &fl1, &in1);
+	if (j->quantize)
+		fprintf(log,
+			"quantize: wrote %s: %zu QuantizeLinear, %zu DequantizeLinear; initializers "
+			"%.2f MB float + %.2f MB int -> %.2f MB float + %.2f MB int\n",
+			j->o.out_path, count_op(g, "QuantizeLinear"), count_op(g, "DequantizeLinear"), j->fl0 / 1e6,
+			j->in0 / 1e6, fl1 / 1e6, in1 / 1e6);
+	else if (j->o.verbose)
+		fprintf(log, "convert: wrote %s (%zu nodes)\n", j->o.out_path, g->n_nodes);
+	if (j->info.auto_external)
+		fprintf(log, "onnxq: %s: model is over 2 GB: wrote %zu tensors to %s.data\n",
+			j->o.job == OQ_JOB_CONVERT ? "convert" : "quantize", j->info.n_external, j->o.out_path);
+	if (j->quantize && j->o.bias_correction == OQ_BC_EMPIRICAL && j->o.stats_in)
+		fprintf(log, "quantize: no bias correction with --stats (no samples to measure on): the model "
+			"of --calib DIR --no-bias-correction\n");
+	if (j->o.verbose)
+		fprintf(log, "timings: load+rewrite %.3f s, calibrate %.3f s, quantize %.3f s, save %.3f s\n",
+			j->t_calibrate - j->t0, j->t_quantize - j->t_calibrate, j->t_save - j->t_quantize,
+			j->t_end - j->t_save);
 }
 
 int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 {
-	oq_model *m = NULL;
-	oq_ranges ranges = {0};
-	oq_override *ov = NULL, *all = NULL;
-	size_t n_ov = 0, n_all = 0;
-	oq_encodings enc = {0};
-	oq_stats stats = {0};
-	uint8_t *need = NULL;
-	oq_biascorr_analytic *bca = NULL;
-	oq_opts q = o->q;
-	oq_pass_run run = o->run;
-	oq_save_info info;
-	FILE *log = o->quiet ? NULL : o->log;
-	double t0 = now(), t1, t2, t3, t4;
-	size_t fl0, in0, fl1, in1;
-	int quantize = !o->rewrite_only && runs_quantize(&o->run);
+	job j;
 	int rc;
 
-	if (o->stats_out)
-		quantize = 0;
-	if (quantize && !q.weight_only && !o->calib.source && !o->stats_in)
-		return oq_err(d, OQ_EUSAGE,
-			      "quantize: activation quantization needs calibration data: give --calib DIR "
-			      "(NNN.npy samples or NNN/<input>.npy folders), --calib random:N to calibrate on "
-			      "random data (not representative), or --weight-only");
-	if (o->stats_in && (rc = oq_stats_read(o->stats_in, &stats, d)))
+	if ((rc = oq_pipeline_opts_check(o, d)))
+		return rc;
+	job_init(&j, o);
+	if ((rc = load(&j, d)) || (rc = rewrite(&j, d)))
 		goto out;
-	if ((rc = oq_model_load(o->in_path, &m, d)))
-		goto out;
-	if (!m->graph) {
-		rc = oq_err(d, OQ_EINVAL, "quantize: %s has no graph", o->in_path);
+	if (j.o.job == OQ_JOB_CALIBRATE) {
+		rc = write_statistics(&j, d); /* `onnxq calibrate` ends here */
 		goto out;
 	}
-	if (o->overrides_path) {
-		if ((rc = oq_overrides_load(o->overrides_path, m, &ov, &n_ov, d)))
-			goto out;
-		q.overrides = ov;
-		q.n_overrides = n_ov;
-	}
-	if (o->verbose && !q.log)
-		q.log = log;
-	/* rewrites */
-	run.stop_before_quantize = 1;
-	if ((rc = oq_passes_run(m, &run, &q, d)))
+	if ((rc = calibrate(&j, d)) || (rc = correct_bias(&j, d)) || (rc = quantize(&j, d)) ||
+	    (rc = encodings(&j, d)) || (rc = save(&j, d)))
 		goto out;
-	/* after the rewrites, so the names are those an export of this pipeline writes */
-	if (o->import_encodings) {
-		oq_override *ev = NULL;
-		size_t n_ev = 0;
-		if ((rc = oq_encodings_read(o->import_encodings, &enc, d)) ||
-		    (rc = oq_encodings_to_overrides(&enc, m, o->import_encodings, &ev, &n_ev, d)))
-			goto out;
-		/* the file's entries first: oq_override_find returns the first match */
-		if (!(all = oq_calloc(n_ev + n_ov, sizeof *all))) {
-			oq_overrides_free(ev, n_ev);
-			rc = oq_err(d, OQ_ENOMEM, "quantize: out of memory");
-			goto out;
-		}
-		memcpy(all, ev, n_ev * sizeof *all);
-		if (n_ov)
-			memcpy(all + n_ev, ov, n_ov * sizeof *all);
-		free(ev);
-		free(ov);
-		ov = NULL;
-		n_all = n_ev + n_ov;
-		n_ov = 0;
-		q.overrides = all;
-		q.n_overrides = n_all;
-	}
-	t1 = now();
-	/* after cleanup, which turns Constant-node weights (PaddleOCR) into initializers */
-	init_bytes(m->graph, &fl0, &in0);
-	/* the tensors whose ranges the quantize pass will read: only they need histograms */
-	if (o->stats_out || (quantize && !q.weight_only)) {
-		if (!(need = oq_calloc(m->graph->n_values + 1, 1))) {
-			rc = oq_err(d, OQ_ENOMEM, "quantize: out of memory");
-			goto out;
-		}
-		if ((rc = oq_quantize_range_needs(m->graph, &q, need, d)))
-			goto out;
-	}
-
-	/* calibrate one shard into a statistics file */
-	if (o->stats_out) {
-		oq_calib_opts co = o->calib;
-		co.progress = log;
-		co.act_type = q.act_type;
-		co.act_sym = q.act_sym;
-		co.skip_qmark = OQ_QM_INTERNAL; /* as below: same ranges, fused Convs kept */
-		co.hist_need = need;
-		if ((rc = oq_calibrate_stats(m, &co, &stats, d)) ||
-		    (rc = oq_stats_write(o->stats_out, &stats, d)))
-			goto out;
-		if (log)
-			fprintf(log, "calibrate: wrote %s\n", o->stats_out);
-		goto out;
-	}
-
-	/* calibration */
-	if (quantize && !q.weight_only) {
-		oq_calib_opts co = o->calib;
-		co.progress = log;
-		co.act_type = q.act_type; /* the grid entropy and mse aim at, per tensor: */
-		co.act_sym = q.act_sym;
-		co.grid = calib_grid;
-		co.grid_ctx = &q;
-		co.hist_need = need;
-		co.stats = o->stats_in ? &stats : NULL;
-		co.stats_name = o->stats_in;
-		if (o->bias_correction == OQ_BC_ANALYTIC) {
-			if ((rc = oq_biascorr_analytic_plan(m->graph, &q, &co, &bca, d)))
-				goto out;
-		}
-		/* quantize puts no Q/DQ inside a fused unit: the executor may keep Conv+act fused */
-		co.skip_qmark = OQ_QM_INTERNAL;
-		if ((rc = oq_calibrate(m, &co, &ranges, d)))
-			goto out;
-		q.ranges = &ranges;
-		if (o->bias_correction == OQ_BC_ANALYTIC && (rc = oq_biascorr_analytic_fold(bca, m->graph, &q, log, d)))
-			goto out;
-	}
-	t2 = now();
-
-	/* quantization; empirical correction runs samples: not on statistics files or random data */
-	if (quantize && !q.weight_only && o->bias_correction == OQ_BC_EMPIRICAL && o->calib.source &&
-	    strncmp(o->calib.source, "random:", 7) && !o->stats_in) {
-		oq_model *qm = NULL;
-		models_ctx mc = {o, &q};
-		oq_biascorr_models mk = {bc_float_copy, bc_quantize, &mc};
-		if ((rc = oq_biascorr_empirical(m, &mk, &q, &o->calib, o->bias_rounds, log, &qm, d)))
-			goto out;
-		oq_model_free(m);
-		m = qm;
-	} else if (quantize) {
-		if (o->bias_correction == OQ_BC_EMPIRICAL && !q.weight_only && !o->stats_in && o->verbose && log)
-			fprintf(log, "bias correction: skipped: it needs calibration samples from a folder\n");
-		run = o->run;
-		run.only_quantize = 1;
-		if ((rc = oq_passes_run(m, &run, &q, d)))
-			goto out;
-	}
-	if (quantize) {
-		if (o->import_encodings) {
-			size_t unused = 0;
-			if ((rc = oq_encodings_verify(m, &enc, o->verbose ? log : NULL, &unused, d)))
-				goto out;
-			if (unused && log)
-				fprintf(log, "quantize: %zu imported encodings had no Q/DQ to apply to\n", unused);
-		}
-		if (o->export_encodings && (rc = oq_encodings_export(m, o->export_encodings, d)))
-			goto out;
-	}
-	t3 = now();
-
-	if ((rc = oq_model_save(m, o->out_path, &o->save, &info, d)))
-		goto out;
-	t4 = now();
-
-	init_bytes(m->graph, &fl1, &in1);
-	if (log) {
-		if (quantize)
-			fprintf(log,
-				"quantize: wrote %s: %zu QuantizeLinear, %zu DequantizeLinear; initializers "
-				"%.2f MB float + %.2f MB int -> %.2f MB float + %.2f MB int\n",
-				o->out_path, count_op(m->graph, "QuantizeLinear"),
-				count_op(m->graph, "DequantizeLinear"), fl0 / 1e6, in0 / 1e6, fl1 / 1e6,
-				in1 / 1e6);
-		else if (o->verbose)
-			fprintf(log, "convert: wrote %s (%zu nodes)\n", o->out_path, m->graph->n_nodes);
-		if (info.auto_external)
-			fprintf(log, "onnxq: %s: model is over 2 GB: wrote %zu tensors to %s.data\n",
-				o->rewrite_only ? "convert" : "quantize", info.n_external, o->out_path);
-		if (quantize && !q.weight_only && o->bias_correction == OQ_BC_EMPIRICAL && o->stats_in)
-			fprintf(log, "quantize: no bias correction with --stats (no samples to measure on): the model "
-				"of --calib DIR --no-bias-correction\n");
-		if (o->verbose)
-			fprintf(log, "timings: load+rewrite %.3f s, calibrate %.3f s, quantize %.3f s, save %.3f s\n",
-				t1 - t0, t2 - t1, t3 - t2, t4 - t3);
-	}
+	summary(&j);
 out:
-	oq_stats_free(&stats);
-	free(need);
-	oq_biascorr_analytic_free(bca);
-	oq_ranges_free(&ranges);
-	oq_overrides_free(ov, n_ov);
-	oq_overrides_free(all, n_all);
-	oq_encodings_free(&enc);
-	oq_model_free(m);
+	job_free(&j);
 	return rc;
 }
