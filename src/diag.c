@@ -118,6 +118,16 @@ int oq_grow(void *pp, size_t *cap, size_t need, size_t size)
 	return OQ_OK;
 }
 
+long long oq_parse_count(const char *s, long long lo, long long hi)
+{
+	char *end;
+	long long v;
+	if (*s < '0' || *s > '9')
+		return -1;
+	v = strtoll(s, &end, 10);
+	return (*end || v < lo || v > hi) ? -1 : v;
+}
+
 void oq_json_str(FILE *f, const char *s)
 {
 	fputc('"', f);

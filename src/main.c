@@ -3,19 +3,17 @@
  * the status to an exit code. No logic lives here.
  */
 #include <getopt.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/report/check.h"
-#include "src/pipeline/compare.h"
-#include "src/report/inspect.h"
+#include "calib/samples.h"
 #include "src/io/onnx_io.h"
 #include "src/oq.h"
+#include "src/pipeline/compare.h"
 #include "src/pipeline/pipeline.h"
-#include "src/quant/qparams.h"
-#include "calib/samples.h"
+#include "src/report/check.h"
+#include "src/report/inspect.h"
 
 static const char usage_main[] =
 	"usage: onnxq COMMAND [OPTIONS]\n"
@@ -80,6 +78,7 @@ static const char usage_convert[] =
 	"  --external-data             store tensors of at least BYTES in OUT.data\n"
 	"  --external-threshold BYTES  size threshold for --external-data (default 1024)\n";
 
+/* The head of `quantize --help`; the option lines come from the option table. */
 static const char usage_quantize[] =
 	"usage: onnxq quantize MODEL -o OUT (--calib DIR | --weight-only) [OPTIONS]\n"
 	"       onnxq MODEL -o OUT ...          (the same)\n"
@@ -88,75 +87,7 @@ static const char usage_quantize[] =
 	"ranges (--method, default mse) by running the samples through onnxq's\n"
 	"executor, inserts QuantizeLinear/DequantizeLinear and stores weights as\n"
 	"integers. OUT is untouched on failure.\n"
-	"\n"
-	"Data:\n"
-	"  --calib DIR             calibration samples: DIR/NNN.npy, DIR/NNN/<input>.npy or\n"
-	"                          input_K.npy, or DIR/test_data_set_N/input_K.pb\n"
-	"  --calib random:N[:SEED] N random samples (only for testing: not representative)\n"
-	"  --calib-limit N         use the first N samples\n"
-	"  --calib-batch N         run N samples at once along axis 0 (needs a symbolic batch\n"
-	"                          dim; same ranges as one at a time; ema updates per batch)\n"
-	"  --stats FILE            ranges from merged `onnxq calibrate` statistics instead of\n"
-	"                          --calib (no bias correction: the model of --calib with the\n"
-	"                          same options and --no-bias-correction, byte for byte)\n"
-	"  --threads N             executor threads (default: all cores); output is identical\n"
-	"  --method M              activation ranges: mse (default: least rounding + clipping\n"
-	"                          error on the activation grid), minmax (exact min/max),\n"
-	"                          ema (moving average of per-sample min/max; depends on the\n"
-	"                          sample order by definition), percentile or entropy\n"
-	"                          (TensorRT KL search); mse, percentile and entropy fill a\n"
-	"                          histogram on a power-of-two grid in the same single pass,\n"
-	"                          so their ranges do not depend on sample order or threads\n"
-	"  --ema-constant C        ema smoothing constant in (0, 1] (default 0.01)\n"
-	"  --percentile P          percentile kept in (0, 100] (default 99.999): (100-P)/2 %\n"
-	"                          cut on each side, or of |x| with --act-symmetric\n"
-	"  --bias-correction[=empirical|analytic]  fold the mean output shift quantization\n"
-	"                          causes into Conv/Gemm/MatMul biases. empirical (the\n"
-	"                          default with --calib DIR): measures float vs quantized\n"
-	"                          outputs on the calibration samples and keeps a round only\n"
-	"                          if it improves their SQNR and each half's shift improves\n"
-	"                          the other half's; analytic folds E[(W_q - W) x] of every\n"
-	"                          layer\n"
-	"  --no-bias-correction    none\n"
-	"  --bias-correction-rounds N  empirical: N forward layer groups before the last\n"
-	"                          layer's round (default 0)\n"
-	"";
-
-/* The rest of `quantize --help` (one literal would pass the 4095 characters C99 promises). */
-static const char usage_quantize_more[] =
-	"Quantization:\n"
-	"  --profile ort|trt       Q/DQ placement: ONNX Runtime's (default) or TensorRT's\n"
-	"  --weight-type T         int8 (default), uint8, int16, int4, uint4, float8e4m3fn\n"
-	"  --act-type T            uint8 (default), int8, uint16, int16, float8e4m3fn\n"
-	"                          (FP8: symmetric, scale = amax/448, opset 19)\n"
-	"  --granularity G         channel (default), tensor or block\n"
-	"  --block-size B          block size for --granularity block (default 32)\n"
-	"  --sym-grid narrow|full  symmetric weight grid: [-127,127] (default) or [-128,127]\n"
-	"  --weight-asymmetric     asymmetric weights\n"
-	"  --act-symmetric         symmetric activations (uint8: [0,254] zero point 127)\n"
-	"  --act-symmetric=unsigned  symmetric, with zero point 0 on [0,255] (AIMET unsigned)\n"
-	"                          for tensors without negatives (post-ReLU); uint8/uint16\n"
-	"  --weight-method M       minmax (default) or mse: per channel/block/tensor, the\n"
-	"                          clipping range with the least squared error on its grid\n"
-	"  --reduce-range          7-bit weights (older x86 integer kernels)\n"
-	"  --keep-activations      keep Relu/Clip after Conv/Gemm instead of folding them into Q\n"
-	"  --weight-only           quantize weights only (no calibration): DQ -> MatMul/Gemm\n"
-	"  --op-types A,B          op types whose weights --weight-only quantizes (default MatMul,Gemm)\n"
-	"  --include NAME|OP       quantize only these nodes / op types / tensors (repeatable)\n"
-	"  --exclude NAME|OP       leave these nodes / op types / tensors float (repeatable)\n"
-	"  --overrides FILE.json   per-tensor / per-node settings (see README)\n"
-	"  --export-encodings F    write AIMET-style encodings (scales, offsets) of the result to F\n"
-	"  --import-encodings F    use F's AIMET-style encodings instead of calibrating those tensors\n"
-	"  --opset N               target opset (default: the lowest the options need, >= 13)\n"
-	"Passes:\n"
-	"  --passes LIST           run only these passes (cleanup,upgrade-opset,fold-bn,fuse,quantize)\n"
-	"  --no-PASS               leave one pass out (e.g. --no-fold-bn)\n"
-	"  --dump-after PASS       print the graph after PASS to stderr\n"
-	"  --verify                check the model after every pass\n"
-	"Output:\n"
-	"  --external-data, --external-threshold BYTES   as for convert\n"
-	"  --quiet                 no summary\n"
-	"  --verbose               what each pass did and per-stage timings\n";
+	"\n";
 
 static const char usage_calibrate[] =
 	"usage: onnxq calibrate MODEL --calib DIR -o STATS [--shard I/N] [quantize options]\n"
@@ -324,393 +255,101 @@ static int cmd_check(int argc, char **argv)
 	return rc;
 }
 
-/* A positive decimal number in [lo, hi]; -1 when it is not one. */
-static long long parse_num(const char *s, long long lo, long long hi)
-{
-	char *end;
-	long long v;
-	if (*s < '0' || *s > '9')
-		return -1;
-	v = strtoll(s, &end, 10);
-	return (*end || v < lo || v > hi) ? -1 : v;
-}
-
-/* Quantized element type by name; 0 when unknown. */
-static int parse_qtype(const char *s)
-{
-	static const struct { const char *name; int dt; } t[] = {
-		{"int8", OQ_DT_INT8}, {"uint8", OQ_DT_UINT8}, {"int16", OQ_DT_INT16},
-		{"uint16", OQ_DT_UINT16}, {"int4", OQ_DT_INT4}, {"uint4", OQ_DT_UINT4},
-		{"float8e4m3fn", OQ_DT_FLOAT8E4M3FN},
-	};
-	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
-		if (!strcmp(s, t[i].name))
-			return t[i].dt;
-	return 0;
-}
-
-/* Splits "A,B,C" into a NULL-free list (pointers into a copy kept in *buf). */
-static int split_list(const char *s, char **buf, const char ***out, size_t *n)
-{
-	size_t cap = 1;
-	for (const char *p = s; *p; p++)
-		cap += *p == ',';
-	if (!(*buf = strdup(s)) || !(*out = calloc(cap, sizeof **out)))
-		return OQ_ENOMEM;
-	*n = 0;
-	for (char *tok = strtok(*buf, ","); tok; tok = strtok(NULL, ","))
-		(*out)[(*n)++] = tok;
-	return OQ_OK;
-}
-
 /*
- * Options of quantize and convert. --no-PASS options are taken out of argv
- * first (their names come from the pass table).
+ * quantize, calibrate and convert parse against the library's option table
+ * (oq_pipeline_options); the library checks how the options fit together.
+ * --no-PASS options are taken out of argv first (their names come from the
+ * pass table).
  */
-typedef struct qargs {
-	oq_pipeline_opts p;
-	const char **lists[3];   /* include, exclude, no-PASS */
-	char *op_types_buf;
-	const char **op_types;
-} qargs;
-
-static void qargs_free(qargs *a)
+static int parse_pipeline(int argc, char **argv, const char *cmd, const char *usage, int job,
+			  oq_pipeline_args *a)
 {
-	for (int i = 0; i < 3; i++)
-		free(a->lists[i]);
-	free(a->op_types_buf);
-	free(a->op_types);
-}
+	struct option *longopts;
+	oq_diag d;
+	size_t n = 0;
+	int c, rc = 0;
 
-enum {
-	O_CALIB = 256, O_CALIB_LIMIT, O_THREADS, O_PROFILE, O_WTYPE, O_ATYPE, O_GRAN, O_BLOCK, O_GRID,
-	O_WASYM, O_ASYM, O_REDUCE, O_KEEP, O_WONLY, O_OPTYPES, O_INCLUDE, O_EXCLUDE, O_OVERRIDES, O_EXPENC, O_IMPENC, O_OPSET,
-	O_PASSES, O_DUMP, O_VERIFY, O_EXT, O_EXT_T, O_QUIET, O_VERBOSE, O_METHOD, O_EMA_C, O_PCT,
-	O_STATS, O_SHARD, O_RANGES, O_CALIB_BATCH,
-	O_BIASC,
-	O_WMETHOD,
-	O_BIASC_R,
-};
-
-/* Command kinds parse_qargs serves. */
-enum { CMD_CONVERT = 0, CMD_QUANTIZE = 1, CMD_CALIBRATE = 2 };
-
-/* "I/N" with 0 <= I < N <= OQ_STATS_MAX_SHARDS. */
-static int parse_shard(const char *s, uint32_t *i, uint32_t *n)
-{
-	const char *slash = strchr(s, '/');
-	char buf[32];
-	long long a, b;
-
-	if (!slash || (size_t)(slash - s) >= sizeof buf)
-		return -1;
-	memcpy(buf, s, (size_t)(slash - s));
-	buf[slash - s] = 0;
-	a = parse_num(buf, 0, OQ_STATS_MAX_SHARDS - 1);
-	b = parse_num(slash + 1, 1, OQ_STATS_MAX_SHARDS);
-	if (a < 0 || b < 0 || a >= b)
-		return -1;
-	*i = (uint32_t)a;
-	*n = (uint32_t)b;
-	return 0;
-}
-
-/* A number in (0, max] from s, or -1. */
-static double parse_real(const char *s, double max)
-{
-	char *end;
-	double v = strtod(s, &end);
-	if (end == s || *end || !(v > 0) || v > max)
-		return -1;
-	return v;
-}
-
-static int parse_qargs(int argc, char **argv, const char *cmd, const char *usage, int quantize,
-		       qargs *a)
-{
-	static const struct option opts[] = {
-		{"output", required_argument, NULL, 'o'},
-		{"calib", required_argument, NULL, O_CALIB},
-		{"calib-limit", required_argument, NULL, O_CALIB_LIMIT},
-		{"stats", required_argument, NULL, O_STATS},
-		{"calib-batch", required_argument, NULL, O_CALIB_BATCH},
-		{"shard", required_argument, NULL, O_SHARD},
-		{"ranges", required_argument, NULL, O_RANGES},
-		{"method", required_argument, NULL, O_METHOD},
-		{"ema-constant", required_argument, NULL, O_EMA_C},
-		{"percentile", required_argument, NULL, O_PCT},
-		{"bias-correction", optional_argument, NULL, O_BIASC},
-		{"bias-correction-rounds", required_argument, NULL, O_BIASC_R},
-		{"threads", required_argument, NULL, O_THREADS},
-		{"profile", required_argument, NULL, O_PROFILE},
-		{"weight-type", required_argument, NULL, O_WTYPE},
-		{"act-type", required_argument, NULL, O_ATYPE},
-		{"granularity", required_argument, NULL, O_GRAN},
-		{"block-size", required_argument, NULL, O_BLOCK},
-		{"sym-grid", required_argument, NULL, O_GRID},
-		{"weight-asymmetric", no_argument, NULL, O_WASYM},
-		{"act-symmetric", optional_argument, NULL, O_ASYM},
-		{"weight-method", required_argument, NULL, O_WMETHOD},
-		{"reduce-range", no_argument, NULL, O_REDUCE},
-		{"keep-activations", no_argument, NULL, O_KEEP},
-		{"weight-only", no_argument, NULL, O_WONLY},
-		{"op-types", required_argument, NULL, O_OPTYPES},
-		{"include", required_argument, NULL, O_INCLUDE},
-		{"exclude", required_argument, NULL, O_EXCLUDE},
-		{"overrides", required_argument, NULL, O_OVERRIDES},
-		{"export-encodings", required_argument, NULL, O_EXPENC},
-		{"import-encodings", required_argument, NULL, O_IMPENC},
-		{"opset", required_argument, NULL, O_OPSET},
-		{"passes", required_argument, NULL, O_PASSES},
-		{"dump-after", required_argument, NULL, O_DUMP},
-		{"verify", no_argument, NULL, O_VERIFY},
-		{"external-data", no_argument, NULL, O_EXT},
-		{"external-threshold", required_argument, NULL, O_EXT_T},
-		{"quiet", no_argument, NULL, O_QUIET},
-		{"verbose", no_argument, NULL, O_VERBOSE},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
-	oq_pipeline_opts *p = &a->p;
-	size_t n_inc = 0, n_exc = 0, n_no = 0;
-	long long v;
-	int c, nargs = 0, calibrate = quantize == CMD_CALIBRATE, no_bc = 0;
-
-	memset(a, 0, sizeof *a);
-	oq_pipeline_opts_init(p, calibrate ? OQ_JOB_CALIBRATE : quantize ? OQ_JOB_QUANTIZE : OQ_JOB_CONVERT);
-	for (int i = 0; i < 3; i++)
-		if (!(a->lists[i] = calloc((size_t)argc, sizeof(char *))))
-			return OQ_EXIT_NOMEM;
-	/* --no-PASS: take them out of argv before getopt sees them */
-	for (int i = 1; i < argc; i++) {
-		if (quantize && strcmp(argv[i], "--no-bias-correction") == 0) {
-			p->bias_correction = OQ_BC_OFF;
-			no_bc = 1;
-			memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof *argv);
-			argc--;
-			i--;
-			continue;
-		}
-		if (strncmp(argv[i], "--no-", 5) == 0) {
-			if (!oq_pass_find(argv[i] + 5))
-				return usage_error(cmd, "unknown --no-PASS option (passes: cleanup, upgrade-opset, "
-							"fold-bn, fuse, quantize)");
-			a->lists[2][n_no++] = argv[i] + 5;
-			memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof *argv);
-			argc--;
-			i--;
-		}
-	}
-	p->run.disabled = a->lists[2];
-	p->run.n_disabled = n_no;
+	oq_diag_init(&d);
+	oq_pipeline_args_init(a, job);
 #ifndef NDEBUG
-	p->run.verify = 1; /* debug builds check the model after every pass */
+	a->p.run.verify = 1; /* debug builds check the model after every pass */
 #endif
 	if (getenv("ONNXQ_VERIFY") && strcmp(getenv("ONNXQ_VERIFY"), "0") != 0)
-		p->run.verify = 1;
+		a->p.run.verify = 1;
+	for (int i = 1; i < argc; i++) {
+		const oq_option *o;
+		if (strncmp(argv[i], "--no-", 5) != 0 ||
+		    ((o = oq_pipeline_option_find(argv[i] + 2)) && (o->jobs & (1u << job))))
+			continue;
+		if ((rc = oq_pipeline_args_set(a, argv[i] + 2, NULL, &d)))
+			return rc == OQ_EUSAGE ? usage_error(cmd, d.msg) : fail(&d, rc);
+		memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof *argv);
+		argc--;
+		i--;
+	}
+	if (!(longopts = calloc(oq_pipeline_n_options + 2, sizeof *longopts)))
+		return OQ_EXIT_NOMEM;
+	for (size_t i = 0; i < oq_pipeline_n_options; i++) {
+		const oq_option *o = &oq_pipeline_options[i];
+		if (o->name)
+			longopts[n++] = (struct option){o->name,
+							o->arg == OQ_ARG_REQUIRED   ? required_argument
+							: o->arg == OQ_ARG_OPTIONAL ? optional_argument
+										    : no_argument,
+							NULL, 256 + (int)i};
+	}
+	longopts[n] = (struct option){"help", no_argument, NULL, 'h'};
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "ho:", opts, NULL)) != -1) {
-		if (!quantize && c != 'o' && c != 'h' && c != O_OPSET && c != O_PASSES && c != O_DUMP &&
-		    c != O_VERIFY && c != O_EXT && c != O_EXT_T && c != O_QUIET && c != O_VERBOSE)
-			return usage_error(cmd, "option only valid for quantize");
-		switch (c) {
-		case 'o': p->out_path = optarg; break;
-		case O_CALIB: p->calib.source = optarg; break;
-		case O_CALIB_BATCH:
-			if ((v = parse_num(optarg, 1, 65536)) < 0)
-				return usage_error(cmd, "--calib-batch needs a number from 1 to 65536");
-			p->calib.batch = (size_t)v;
-			break;
-		case O_STATS:
-			if (calibrate)
-				return usage_error(cmd, "--stats is a quantize option (calibrate writes statistics)");
-			p->stats_in = optarg;
-			break;
-		case O_SHARD:
-			if (!calibrate)
-				return usage_error(cmd, "--shard is a calibrate option");
-			if (parse_shard(optarg, &p->calib.shard, &p->calib.n_shards))
-				return usage_error(cmd, "--shard needs I/N with 0 <= I < N <= 65536 (I is 0-based)");
-			break;
-		case O_RANGES:
-			/* kept so that old scripts get told why, not "unknown option" */
-			return usage_error(cmd, "--ranges is no longer needed: calibrate writes ranges and "
-						"histograms in one round (statistics format 2); drop it and the "
-						"second round, and merge the shards' files");
-		case O_BIASC:
-			if (!optarg || strcmp(optarg, "empirical") == 0)
-				p->bias_correction = OQ_BC_EMPIRICAL;
-			else if (strcmp(optarg, "analytic") == 0)
-				p->bias_correction = OQ_BC_ANALYTIC;
-			else
-				return usage_error(cmd, "--bias-correction takes =empirical (the default) or =analytic");
-			break;
-		case O_BIASC_R:
-			if ((v = parse_num(optarg, 0, 100)) < 0)
-				return usage_error(cmd, "--bias-correction-rounds needs a number in 0..100");
-			p->bias_rounds = (int)v;
-			break;
-		case O_CALIB_LIMIT:
-			if ((v = parse_num(optarg, 1, (long long)1 << 40)) < 0)
-				return usage_error(cmd, "--calib-limit needs a positive number");
-			p->calib.limit = (size_t)v;
-			break;
-		case O_METHOD:
-			if ((p->calib.method = oq_calib_method_parse(optarg)) < 0)
-				return usage_error(cmd, "--method is minmax, ema, percentile, entropy or mse");
-			break;
-		case O_EMA_C:
-			if ((p->calib.ema_constant = parse_real(optarg, 1)) < 0)
-				return usage_error(cmd, "--ema-constant needs a number in (0, 1]");
-			break;
-		case O_PCT:
-			if ((p->calib.percentile = parse_real(optarg, 100)) < 0)
-				return usage_error(cmd, "--percentile needs a number in (0, 100]");
-			break;
-		case O_THREADS:
-			if ((v = parse_num(optarg, 1, 1024)) < 0)
-				return usage_error(cmd, "--threads needs a number from 1 to 1024");
-			p->calib.threads = (int)v;
-			break;
-		case O_PROFILE:
-			if (!strcmp(optarg, "ort"))
-				p->q.profile = OQ_PROFILE_ORT;
-			else if (!strcmp(optarg, "trt"))
-				p->q.profile = OQ_PROFILE_TRT;
-			else
-				return usage_error(cmd, "--profile is ort or trt");
-			break;
-		case O_WTYPE:
-			if (!(p->q.weight_type = parse_qtype(optarg)) || p->q.weight_type == OQ_DT_UINT16)
-				return usage_error(cmd, "--weight-type is int8, uint8, int16, int4, uint4 or "
-							"float8e4m3fn");
-			break;
-		case O_ATYPE: {
-			int t = parse_qtype(optarg);
-			if (t != OQ_DT_INT8 && t != OQ_DT_UINT8 && t != OQ_DT_INT16 && t != OQ_DT_UINT16 &&
-			    t != OQ_DT_FLOAT8E4M3FN)
-				return usage_error(cmd, "--act-type is uint8, int8, uint16, int16 or float8e4m3fn");
-			p->q.act_type = t;
-			break;
-		}
-		case O_GRAN:
-			if (!strcmp(optarg, "tensor"))
-				p->q.granularity = OQ_GRAN_TENSOR;
-			else if (!strcmp(optarg, "channel"))
-				p->q.granularity = OQ_GRAN_CHANNEL;
-			else if (!strcmp(optarg, "block"))
-				p->q.granularity = OQ_GRAN_BLOCK;
-			else
-				return usage_error(cmd, "--granularity is tensor, channel or block");
-			break;
-		case O_BLOCK:
-			if ((v = parse_num(optarg, 2, (long long)1 << 30)) < 0)
-				return usage_error(cmd, "--block-size needs a number >= 2");
-			p->q.block_size = v;
-			break;
-		case O_GRID:
-			if (!strcmp(optarg, "narrow"))
-				p->q.sym_grid = OQ_GRID_NARROW;
-			else if (!strcmp(optarg, "full"))
-				p->q.sym_grid = OQ_GRID_FULL;
-			else
-				return usage_error(cmd, "--sym-grid is narrow or full");
-			break;
-		case O_WASYM: p->q.weight_asym = 1; break;
-		case O_ASYM:
-			if (optarg && strcmp(optarg, "unsigned"))
-				return usage_error(cmd, "--act-symmetric takes no value or =unsigned");
-			p->q.act_sym = optarg ? OQ_ACT_SYM_UNSIGNED : OQ_ACT_SYM;
-			break;
-		case O_WMETHOD:
-			if (!strcmp(optarg, "minmax"))
-				p->q.weight_method = OQ_WMETHOD_MINMAX;
-			else if (!strcmp(optarg, "mse"))
-				p->q.weight_method = OQ_WMETHOD_MSE;
-			else
-				return usage_error(cmd, "--weight-method is minmax or mse");
-			break;
-		case O_REDUCE: p->q.reduce_range = 1; break;
-		case O_KEEP: p->q.keep_activations = 1; break;
-		case O_WONLY: p->q.weight_only = 1; break;
-		case O_OPTYPES:
-			free(a->op_types_buf);
-			free(a->op_types);
-			if (split_list(optarg, &a->op_types_buf, &a->op_types, &p->q.n_op_types))
-				return OQ_EXIT_NOMEM;
-			p->q.op_types = a->op_types;
-			break;
-		case O_INCLUDE: a->lists[0][n_inc++] = optarg; break;
-		case O_EXCLUDE: a->lists[1][n_exc++] = optarg; break;
-		case O_OVERRIDES: p->overrides_path = optarg; break;
-		case O_EXPENC: p->export_encodings = optarg; break;
-		case O_IMPENC: p->import_encodings = optarg; break;
-		case O_OPSET:
-			if ((v = parse_num(optarg, 10, 1000)) < 0)
-				return usage_error(cmd, "--opset needs a number >= 10");
-			p->q.opset = v;
-			break;
-		case O_PASSES: p->run.list = optarg; break;
-		case O_DUMP: p->run.dump_after = optarg; break;
-		case O_VERIFY: p->run.verify = 1; break;
-		case O_EXT: p->save.external_data = 1; break;
-		case O_EXT_T:
-			if ((v = parse_num(optarg, 1, LLONG_MAX)) < 0)
-				return usage_error(cmd, "--external-threshold needs a positive number of bytes");
-			p->save.external_threshold = (size_t)v;
-			break;
-		case O_QUIET: p->quiet = 1; break;
-		case O_VERBOSE: p->verbose = 1; break;
-		case 'h':
+	while (!rc && (c = getopt_long(argc, argv, "ho:", longopts, NULL)) != -1) {
+		const char *name = c == 'o' ? "output" : c >= 256 ? oq_pipeline_options[c - 256].name : NULL;
+		if (c == 'h') {
 			fputs(usage, stdout);
-			if (usage == usage_quantize)
-				fputs(usage_quantize_more, stdout);
-			return -1;
-		default: return usage_error(cmd, "unknown option");
+			if (job == OQ_JOB_QUANTIZE)
+				oq_pipeline_options_help(stdout);
+			rc = -1;
+		} else if (!name) {
+			rc = usage_error(cmd, "unknown option");
+		} else if ((rc = oq_pipeline_args_set(a, name, optarg, &d))) {
+			rc = rc == OQ_EUSAGE ? usage_error(cmd, d.msg) : fail(&d, rc);
 		}
 	}
-	p->q.include = a->lists[0];
-	p->q.n_include = n_inc;
-	p->q.exclude = a->lists[1];
-	p->q.n_exclude = n_exc;
-	nargs = argc - optind;
-	if (nargs != 1)
-		return usage_error(cmd, nargs < 1 ? "missing MODEL" : "too many arguments");
-	p->in_path = argv[optind];
-	if (no_bc)
-		p->bias_correction = OQ_BC_OFF; /* wherever it stood on the command line */
+	free(longopts);
+	if (rc)
+		return rc;
+	if (argc - optind != 1)
+		return usage_error(cmd, argc - optind < 1 ? "missing MODEL" : "too many arguments");
+	a->p.in_path = argv[optind];
 	return 0;
 }
 
-static int cmd_pipeline(int argc, char **argv, const char *cmd, const char *usage, int quantize)
+static int cmd_pipeline(int argc, char **argv, const char *cmd, const char *usage, int job)
 {
-	qargs a;
+	oq_pipeline_args a;
 	oq_diag d;
-	int rc = parse_qargs(argc, argv, cmd, usage, quantize, &a);
+	int rc = parse_pipeline(argc, argv, cmd, usage, job, &a);
 
-	if (rc) {
-		qargs_free(&a);
-		return rc < 0 ? 0 : rc;
+	if (!rc) {
+		oq_diag_init(&d);
+		if ((rc = oq_pipeline_run(&a.p, &d)))
+			rc = fail(&d, rc);
 	}
-	oq_diag_init(&d);
-	rc = oq_pipeline_run(&a.p, &d);
-	qargs_free(&a);
-	return rc ? fail(&d, rc) : 0;
+	oq_pipeline_args_free(&a);
+	return rc < 0 ? 0 : rc;
 }
 
 static int cmd_convert(int argc, char **argv)
 {
-	return cmd_pipeline(argc, argv, "convert", usage_convert, 0);
+	return cmd_pipeline(argc, argv, "convert", usage_convert, OQ_JOB_CONVERT);
 }
 
 static int cmd_quantize(int argc, char **argv)
 {
-	return cmd_pipeline(argc, argv, "quantize", usage_quantize, 1);
+	return cmd_pipeline(argc, argv, "quantize", usage_quantize, OQ_JOB_QUANTIZE);
 }
 
 static int cmd_calibrate(int argc, char **argv)
 {
-	return cmd_pipeline(argc, argv, "calibrate", usage_calibrate, CMD_CALIBRATE);
+	return cmd_pipeline(argc, argv, "calibrate", usage_calibrate, OQ_JOB_CALIBRATE);
 }
 
 static int cmd_merge_stats(int argc, char **argv)
@@ -788,12 +427,12 @@ static int cmd_compare(int argc, char **argv)
 			break;
 		}
 		case 'n':
-			if ((v = parse_num(optarg, 1, 1000000)) < 0)
+			if ((v = oq_parse_count(optarg, 1, 1000000)) < 0)
 				return usage_error("compare", "--top needs a positive number");
 			co.top = (size_t)v;
 			break;
 		case 't':
-			if ((v = parse_num(optarg, 1, 1024)) < 0)
+			if ((v = oq_parse_count(optarg, 1, 1024)) < 0)
 				return usage_error("compare", "--threads needs a number from 1 to 1024");
 			co.threads = (int)v;
 			break;
@@ -849,9 +488,8 @@ static int cmd_run(int argc, char **argv)
 		case 'o': ro.output_dir = optarg; break;
 		case 'j': ro.json = 1; break;
 		case 't': {
-			char *end;
-			long v = strtol(optarg, &end, 10);
-			if (*optarg < '0' || *optarg > '9' || *end || v < 1 || v > 1024) {
+			long long v = oq_parse_count(optarg, 1, 1024);
+			if (v < 0) {
 				free(specs);
 				return usage_error("run", "--threads needs a number from 1 to 1024");
 			}

@@ -88,6 +88,9 @@ char *oq_strdup(const char *s);
 /* Grows *p (element size `size`) so that it holds at least `need` elements. */
 int oq_grow(void *pp, size_t *cap, size_t need, size_t size) OQ_WUR;
 
+/* The decimal number s (digits only, all of s) when it is in [lo, hi] (lo >= 0); -1 otherwise. */
+long long oq_parse_count(const char *s, long long lo, long long hi);
+
 /* Writes s as a JSON string literal (quotes and escapes included). */
 void oq_json_str(FILE *f, const char *s);
 

@@ -74,6 +74,58 @@ int oq_pipeline_opts_check(const oq_pipeline_opts *o, oq_diag *d) OQ_WUR;
  */
 void oq_pipeline_opts_resolve(const oq_pipeline_opts *o, oq_pipeline_opts *out);
 
+/* ---- setting options by name (the command line's, and the library's onnxq_options_set) ---- */
+
+/* The name lists an oq_pipeline_args keeps. */
+enum { OQ_ARGS_INCLUDE, OQ_ARGS_EXCLUDE, OQ_ARGS_DISABLED, OQ_ARGS_OP_TYPES, OQ_ARGS_LISTS };
+
+/* Options being set by name, and the copies of the values they point into. */
+typedef struct oq_pipeline_args {
+	oq_pipeline_opts p;          /* the options so far */
+	char **copies;               /* every value set, copied (owned) */
+	size_t n_copies, cap_copies;
+	const char **list[OQ_ARGS_LISTS]; /* --include, --exclude, --no-PASS, --op-types names */
+	size_t n[OQ_ARGS_LISTS], cap[OQ_ARGS_LISTS];
+} oq_pipeline_args;
+
+/* How an option takes its value. */
+enum {
+	OQ_ARG_NONE = 0,   /* a flag: --verbose */
+	OQ_ARG_REQUIRED,   /* --calib DIR (or --calib=DIR) */
+	OQ_ARG_OPTIONAL,   /* --act-symmetric or --act-symmetric=unsigned */
+};
+
+/* One row of the option table. */
+typedef struct oq_option {
+	const char *name;  /* as on the command line, without "--"; NULL: a row of help text only */
+	int arg;           /* OQ_ARG_* */
+	unsigned jobs;     /* the jobs that take it: bit (1 << OQ_JOB_*) */
+	/* checks the value alone and sets it in a->p (field: where, for the generic setters) */
+	int (*set)(oq_pipeline_args *a, const struct oq_option *o, const char *value, oq_diag *d);
+	size_t field;      /* offsetof(oq_pipeline_opts, ...) for a flag or a path, else 0 */
+	const char *help;  /* its lines of `onnxq quantize --help` (section titles too), or NULL */
+} oq_option;
+
+/* The options of quantize, calibrate and convert (--no-PASS aside), in --help order. */
+extern const oq_option oq_pipeline_options[];
+extern const size_t oq_pipeline_n_options;
+const oq_option *oq_pipeline_option_find(const char *name);
+
+/* Prints the option rows' help: the option part of `onnxq quantize --help`. */
+void oq_pipeline_options_help(FILE *f);
+
+/* Options of JOB at their defaults (oq_pipeline_opts_init); nothing kept yet. */
+void oq_pipeline_args_init(oq_pipeline_args *a, int job);
+void oq_pipeline_args_free(oq_pipeline_args *a);
+
+/*
+ * Sets option `name` (a row of the table, or "no-PASS" for a pass name) to
+ * value (NULL for a flag or an optional value left out; copied). OQ_EUSAGE
+ * with the command line's message for an unknown name, an option the job
+ * does not take, or a value the option cannot have.
+ */
+int oq_pipeline_args_set(oq_pipeline_args *a, const char *name, const char *value, oq_diag *d) OQ_WUR;
+
 /* Checks o, then runs the job. */
 int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d) OQ_WUR;
 
