@@ -451,7 +451,7 @@ static int cmd_compare(int argc, char **argv)
 		oq_model_free(ref);
 		return fail(&d, rc);
 	}
-	rc = oq_compare(ref, test, &co, stdout, &d);
+	rc = oq_compare(ref, test, &co, stdout, NULL, &d);
 	oq_model_free(ref);
 	oq_model_free(test);
 	if (fflush(stdout) != 0 && !rc)

@@ -137,7 +137,7 @@ static int cmp(model *r, model *t, oq_compare_opts *o, char **text, oq_diag *d)
 	static char data[600];
 	snprintf(data, sizeof data, "%s/data", tmpdir_path());
 	o->data_dir = data;
-	rc = oq_compare(r->m, t->m, o, f, d);
+	rc = oq_compare(r->m, t->m, o, f, NULL, d);
 	fclose(f);
 	return rc;
 }
@@ -194,6 +194,7 @@ Test(compare, known_perturbation, .init = setup, .fini = teardown)
 	oq_compare_opts o = {0};
 	oq_diag d;
 	char *text, want[512];
+	oq_compare_summary sum;
 	const double q0 = 10 * log10(480.0), q1 = 10 * log10(40.0);
 	const double c0 = 30.5 / sqrt(30 * 31.0625), c1 = 2.5 / sqrt(2.5 * 2.5625);
 
@@ -213,6 +214,14 @@ Test(compare, known_perturbation, .init = setup, .fini = teardown)
 	                 "output 'y': SQNR min 16.0 dB mean 21.4 dB, cosine 0.993429, max abs "
 	                 "err 0.125 (2 samples)\n");
 	free(text);
+
+	/* no report, only the worst output (the one output's min and mean); o.data_dir set by cmp */
+	oq_diag_init(&d);
+	cr_assert_eq(oq_compare(a.m, b.m, &o, NULL, &sum, &d), OQ_OK, "%s", d.msg);
+	cr_expect_lt(fabs(sum.sqnr_min - q1), 1e-9, "%g", sum.sqnr_min);
+	cr_expect_lt(fabs(sum.sqnr_mean - (q0 + q1) / 2), 1e-9, "%g", sum.sqnr_mean);
+	cr_expect_eq(sum.n_outputs, 1);
+	cr_expect_eq(sum.n_samples, 2);
 
 	o.json = 1;
 	cr_assert_eq(cmp(&a, &b, &o, &text, &d), OQ_OK, "%s", d.msg);

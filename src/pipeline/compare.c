@@ -463,7 +463,26 @@ static void report_json(FILE *f, const ostat *os, size_t nout, size_t ns, tmatch
 
 /* ------------------------------------------------------------ driver */
 
-int oq_compare(oq_model *ref, oq_model *test, const oq_compare_opts *o, FILE *out, oq_diag *d)
+/* The lower of a and b; NaN when either is. */
+static double lower(double a, double b)
+{
+	return isnan(a) || isnan(b) ? NAN : b < a ? b : a;
+}
+
+/* The worst output: the lowest min and the lowest mean over outputs (NaN sticks). */
+static void summarize(const ostat *os, size_t nout, size_t ns, oq_compare_summary *sum)
+{
+	sum->sqnr_min = sum->sqnr_mean = INFINITY;
+	sum->n_outputs = nout;
+	sum->n_samples = ns;
+	for (size_t i = 0; i < nout; i++) {
+		sum->sqnr_min = lower(sum->sqnr_min, os[i].sqnr_min);
+		sum->sqnr_mean = lower(sum->sqnr_mean, ns ? os[i].sqnr_sum / (double)ns : NAN);
+	}
+}
+
+int oq_compare(oq_model *ref, oq_model *test, const oq_compare_opts *o, FILE *out, oq_compare_summary *sum,
+	       oq_diag *d)
 {
 	oq_exec_opts eo = {.threads = 0};
 	oq_exec *er = NULL, *et = NULL;
@@ -579,10 +598,12 @@ int oq_compare(oq_model *ref, oq_model *test, const oq_compare_opts *o, FILE *ou
 		if (nrank > 1)
 			qsort(rank, nrank, sizeof *rank, cmp_tmatch);
 	}
-	if (o->json)
+	if (out && o->json)
 		report_json(out, os, nout, s.n, rank, nrank, o);
-	else
+	else if (out)
 		report_text(out, os, nout, s.n, rank, nrank, o);
+	if (sum)
+		summarize(os, nout, s.n, sum);
 	rc = OQ_OK;
 	if (o->has_min_sqnr)
 		for (size_t i = 0; i < nout; i++)

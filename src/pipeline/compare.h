@@ -23,7 +23,18 @@ typedef struct oq_compare_opts {
 	double min_sqnr;        /* fail (OQ_ECHECK) when an output's min SQNR over samples is below */
 } oq_compare_opts;
 
-/* OQ_ECHECK (exit 6) when --min-sqnr is not met; the report is still written. */
-int oq_compare(oq_model *ref, oq_model *test, const oq_compare_opts *o, FILE *out, oq_diag *d) OQ_WUR;
+/* The worst output of a comparison. */
+typedef struct oq_compare_summary {
+	double sqnr_min;     /* lowest SQNR of any output on any sample, dB (NaN when one was NaN) */
+	double sqnr_mean;    /* lowest over outputs of the mean over samples, dB */
+	size_t n_outputs, n_samples;
+} oq_compare_summary;
+
+/*
+ * Writes the report to `out` (NULL: none) and the worst output to *sum (NULL: not wanted).
+ * OQ_ECHECK (exit 6) when --min-sqnr is not met; the report is still written.
+ */
+int oq_compare(oq_model *ref, oq_model *test, const oq_compare_opts *o, FILE *out, oq_compare_summary *sum,
+	       oq_diag *d) OQ_WUR;
 
 #endif
