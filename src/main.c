@@ -522,6 +522,21 @@ static int cmd_run(int argc, char **argv)
 	return fflush(stdout) == 0 ? 0 : OQ_EXIT_IO;
 }
 
+/* The commands; each gets argv from its own name on. */
+static const struct {
+	const char *name;
+	int (*run)(int argc, char **argv);
+} commands[] = {
+	{"inspect", cmd_inspect},
+	{"check", cmd_check},
+	{"convert", cmd_convert},
+	{"run", cmd_run},
+	{"quantize", cmd_quantize},
+	{"calibrate", cmd_calibrate},
+	{"merge-stats", cmd_merge_stats},
+	{"compare", cmd_compare},
+};
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -536,22 +551,9 @@ int main(int argc, char **argv)
 		printf("onnxq %s\n", oq_version());
 		return 0;
 	}
-	if (!strcmp(argv[1], "inspect"))
-		return cmd_inspect(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "check"))
-		return cmd_check(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "convert"))
-		return cmd_convert(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "run"))
-		return cmd_run(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "quantize"))
-		return cmd_quantize(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "calibrate"))
-		return cmd_calibrate(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "merge-stats"))
-		return cmd_merge_stats(argc - 1, argv + 1);
-	if (!strcmp(argv[1], "compare"))
-		return cmd_compare(argc - 1, argv + 1);
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		if (!strcmp(argv[1], commands[i].name))
+			return commands[i].run(argc - 1, argv + 1);
 	if (argv[1][0] == '-')
 		return usage_error(NULL, "unknown option before the command");
 	/* `onnxq MODEL -o OUT ...` is `onnxq quantize MODEL -o OUT ...` */
