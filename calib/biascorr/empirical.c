@@ -163,20 +163,17 @@ static void set_corr(oq_bc_targets *b, double **saved, double **diff, size_t lo,
 }
 
 /*
- * Empirical bias correction: ref is the float model (after the rewrites),
- * *out receives the quantized model kept (round 0 is the uncorrected one).
- * The layers but the last, in topological order, are split into `rounds`
- * consecutive groups, and the last layer is a final group of its own;
- * round r adds the shifts measured on the best model so far to the
+ * The rounds (contract in biascorr.h; round 0 is the uncorrected model).
+ * Round r adds the shifts measured on the best model so far to the
  * corrections of group r only, so a group is corrected after the layers
  * before it (correcting every layer at once counts an upstream shift twice:
- * in its own layer and again in every layer it reaches; measured on
- * mobilenet_v2: 36.7 -> 35.2 dB). The last layer's shift is the whole
- * model's mean output error, whatever its cause.
+ * in its own layer and again in every layer it reaches, which lowers the
+ * SQNR). The last layer's shift is the whole model's mean output error,
+ * whatever its cause.
  *
  * A round is kept only when its correction survives cross-validation and
  * improves the calibration SQNR (oq_bc_sqnr_better: mean up, min not
- * down): for each fold k (calib/biascorr/measure.h), the shifts measured on the
+ * down): for each fold k (tables.h), the shifts measured on the
  * samples of fold k alone, applied the same way, must improve the SQNR on
  * the samples of the other folds; then the shifts of all samples (the
  * correction kept) must improve it on all samples, so it is never worse on
@@ -185,9 +182,9 @@ static void set_corr(oq_bc_targets *b, double **saved, double **diff, size_t lo,
  * squared error, also when that mean is only the noise of a few samples.
  * The fold checks also want the mean per-sample gain above twice its
  * standard error (oq_bc_sqnr_holds): with a few samples per fold a small
- * gain is chance (vit_b_16, 4 images per fold: +0.24 +- 0.46 dB, and the
- * held-out mean fell by 0.7 dB). Corrections kept in earlier rounds were
- * estimated on all samples, so a later round's folds both contain them.
+ * gain is often chance, and held-out samples then lose. Corrections kept
+ * in earlier rounds were estimated on all samples, so a later round's
+ * folds both contain them.
  * The fold checks come first (a round that fails them costs no model on
  * all samples), and one candidate exists at a time besides the best model
  * so far (executors are most of the memory). A rejected round's group keeps

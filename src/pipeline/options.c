@@ -503,6 +503,8 @@ int oq_pipeline_args_set(oq_pipeline_args *a, const char *name, const char *valu
 	return o->set(a, o, value, d);
 }
 
+/* ------------------------------------------------------------ defaults, rules, resolution */
+
 void oq_pipeline_opts_init(oq_pipeline_opts *o, int job)
 {
 	memset(o, 0, sizeof *o);

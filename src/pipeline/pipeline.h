@@ -10,7 +10,9 @@
  * combinations (--block-size without --granularity block, --weight-only with
  * --calib, ...) are OQ_EUSAGE from oq_pipeline_opts_check, which
  * oq_pipeline_run calls first, so every caller gets the same errors.
- * Option names in messages are the command line's.
+ * Option names in messages are the command line's: options.c also holds
+ * the option table that sets these fields by those names (oq_pipeline_args),
+ * which the command line and onnxq_options_set (src/onnxq.h) both use.
  */
 #ifndef OQ_PIPELINE_H
 #define OQ_PIPELINE_H
