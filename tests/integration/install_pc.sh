@@ -3,7 +3,7 @@
 # build that made ONNXQ into a temporary prefix, then, with nothing but the
 # installed files:
 #   - the header compiles on its own as C11 and as C++ (extern "C");
-#   - tests/integration/install_pc.c builds with
+#   - examples/library.c builds with
 #     `pkg-config --cflags --libs --static onnxq` (PKG_CONFIG_PATH = the
 #     prefix's pkgconfig folder) and links libonnxq.a;
 #   - it quantizes models/tiny_cnn.onnx with models/tiny_cnn_calib, compares
@@ -15,45 +15,29 @@
 #   - the installed onnxq reports the version the library does.
 # A sanitizer build (ONNXQ_SANITIZE=ON in its CMakeCache.txt) compiles the
 # program with the same -fsanitize flags.
-# usage: tests/integration/install_pc.sh [ONNXQ]   Closing line: "N passed, N failed".
+# usage: tests/integration/install_pc.sh [ONNXQ]   Closing line: "N passed, N failed, N skipped".
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
+. "$(dirname "$0")/lib.sh"
 onnxq=${1:-$root/build/onnxq}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
-
-ok() { pass=$((pass + 1)); echo "ok    $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL  $1"; }
-finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }
 
 build=$(cd "$(dirname "$onnxq")" && pwd)
-if [ ! -f "$build/CMakeCache.txt" ] || [ ! -f "$build/cmake_install.cmake" ]; then
-	bad "no CMake build beside $onnxq"
-	finish
-fi
+[ -f "$build/CMakeCache.txt" ] && [ -f "$build/cmake_install.cmake" ] || die "no CMake build beside $onnxq"
 prefix=$tmp/prefix
-if cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" 2>&1; then ok "cmake --install"; else
-	bad "cmake --install: $(tail -3 "$tmp/install.log")"
-	finish
-fi
+cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" 2>&1 || die "cmake --install: $(tail -3 "$tmp/install.log")"
+ok "cmake --install"
 for f in bin/onnxq include/onnxq.h; do
 	if [ -f "$prefix/$f" ]; then ok "installed $f"; else bad "installed $f"; fi
 done
 pc=$(find "$prefix" -name onnxq.pc | head -1)
 lib=$(find "$prefix" -name libonnxq.a | head -1)
-if [ -n "$pc" ] && [ -n "$lib" ]; then ok "installed libonnxq.a and onnxq.pc"; else
-	bad "installed libonnxq.a and onnxq.pc: $(cd "$prefix" && find . -type f)"
-	finish
-fi
+[ -n "$pc" ] && [ -n "$lib" ] || die "no libonnxq.a or onnxq.pc installed: $(cd "$prefix" && find . -type f)"
+ok "installed libonnxq.a and onnxq.pc"
 
 export PKG_CONFIG_PATH=$(dirname "$pc")
-if flags=$(pkg-config --cflags --libs --static onnxq 2>"$tmp/err"); then ok "pkg-config --static onnxq"; else
-	bad "pkg-config: $(cat "$tmp/err")"
-	finish
-fi
+flags=$(pkg-config --cflags --libs --static onnxq 2>"$tmp/err") || die "pkg-config: $(cat "$tmp/err")"
+ok "pkg-config --static onnxq"
 version=$(pkg-config --modversion onnxq)
 san=()
 grep -q '^ONNXQ_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" && san=(-fsanitize=address,undefined -fno-omit-frame-pointer)
@@ -80,15 +64,13 @@ fi
 
 # the program, linked from the installed files only
 # shellcheck disable=SC2086
-if "$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror "${san[@]}" -o "$tmp/install_pc" "$here/install_pc.c" $flags \
-	2>"$tmp/err"; then ok "install_pc.c builds against the installed library"; else
-	bad "install_pc.c: $(head -c 600 "$tmp/err")"
-	finish
-fi
+"$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror "${san[@]}" -o "$tmp/library" "$root/examples/library.c" $flags \
+	2>"$tmp/err" || die "examples/library.c does not build: $(head -c 600 "$tmp/err")"
+ok "examples/library.c builds against the installed library"
 out=$tmp/q.onnx
-if "$tmp/install_pc" "$root/models/tiny_cnn.onnx" "$root/models/tiny_cnn_calib" "$root/models/tiny_cnn_test" "$out" \
-	>"$tmp/out" 2>"$tmp/err"; then ok "install_pc runs"; else
-	bad "install_pc: $(head -c 600 "$tmp/err") $(head -c 300 "$tmp/out")"
+if "$tmp/library" "$root/models/tiny_cnn.onnx" "$root/models/tiny_cnn_calib" "$root/models/tiny_cnn_test" "$out" \
+	>"$tmp/out" 2>"$tmp/err"; then ok "examples/library.c runs"; else
+	bad "examples/library.c: $(head -c 600 "$tmp/err") $(head -c 300 "$tmp/out")"
 fi
 get() { sed -n "s/^$1 //p" "$tmp/out"; }
 min=$(get sqnr_min_db)

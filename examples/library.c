@@ -1,10 +1,12 @@
 /*
- * install_pc.c - a program that knows onnxq only through its installed
- * header and pkg-config (tests/integration/install_pc.sh builds it):
+ * library.c - onnxq used as a library, through its installed header and
+ * pkg-config only (tests/integration/install_pc.sh builds and runs it):
  * quantizes MODEL with the samples of CALIB into OUT, compares OUT with MODEL
- * on the samples of TEST, and checks that mistakes come back as statuses.
+ * on the samples of TEST, and shows that mistakes come back as statuses.
  *
- * usage: install_pc MODEL CALIB TEST OUT
+ *     cc library.c $(pkg-config --cflags --libs --static onnxq)
+ *
+ * usage: library MODEL CALIB TEST OUT
  * Prints "version V", "sqnr_min_db X", "sqnr_mean_db X", "outputs N",
  * "samples N", then one "usage: ..." line per refused call; exits 0 when
  * every call behaved, 1 otherwise.
@@ -16,7 +18,7 @@
 static int refused(const char *what, int rc, const onnxq_error *err)
 {
 	if (rc != ONNXQ_EUSAGE || err->status != ONNXQ_EUSAGE || !err->message[0]) {
-		fprintf(stderr, "install_pc: %s: status %d (%s), want a usage error\n", what, rc,
+		fprintf(stderr, "library: %s: status %d (%s), want a usage error\n", what, rc,
 			onnxq_status_name(rc));
 		return 0;
 	}
@@ -33,19 +35,19 @@ int main(int argc, char **argv)
 	int rc, ok = 1;
 
 	if (argc != 5) {
-		fprintf(stderr, "usage: install_pc MODEL CALIB TEST OUT\n");
+		fprintf(stderr, "usage: library MODEL CALIB TEST OUT\n");
 		return 1;
 	}
 	printf("version %s\n", onnxq_version());
 	if (!(o = onnxq_options_new()) || !(bad = onnxq_options_new())) {
-		fprintf(stderr, "install_pc: out of memory\n");
+		fprintf(stderr, "library: out of memory\n");
 		return 1;
 	}
 	if ((rc = onnxq_options_set(o, "calib", argv[2], &err)) || (rc = onnxq_options_set(o, "threads", "2", &err)) ||
 	    (rc = onnxq_options_set(o, "quiet", NULL, &err)) || (rc = onnxq_quantize(argv[1], argv[4], o, &err)) ||
 	    (rc = onnxq_model_load(argv[1], &ref, &err)) || (rc = onnxq_model_load(argv[4], &q, &err)) ||
 	    (rc = onnxq_compare(ref, q, argv[3], 0, &c, &err))) {
-		fprintf(stderr, "install_pc: %s (%s)\n", err.message, onnxq_status_name(rc));
+		fprintf(stderr, "library: %s (%s)\n", err.message, onnxq_status_name(rc));
 		ok = 0;
 	} else {
 		printf("sqnr_min_db %.2f\nsqnr_mean_db %.2f\noutputs %zu\nsamples %zu\n", c.sqnr_min_db,
@@ -55,7 +57,7 @@ int main(int argc, char **argv)
 	ok &= refused("weight-type int7", onnxq_options_set(bad, "weight-type", "int7", &err), &err);
 	ok &= refused("no-such-option", onnxq_options_set(bad, "no-such-option", NULL, &err), &err);
 	if (onnxq_options_set(bad, "weight-only", NULL, &err) || onnxq_options_set(bad, "calib", argv[2], &err)) {
-		fprintf(stderr, "install_pc: %s\n", err.message);
+		fprintf(stderr, "library: %s\n", err.message);
 		ok = 0;
 	}
 	ok &= refused("weight-only with calib", onnxq_quantize(argv[1], argv[4], bad, &err), &err);
