@@ -1,6 +1,6 @@
 /*
  * conv_layers.c - single Conv layers of resnet50 and mobilenet_v2 shapes
- * through oq_conv_run_pk (1 thread, no epilogue; the weights packed once
+ * through oq_conv_run_packed (1 thread, no epilogue; the weights packed once
  * beforehand, as the executor's plan does), best thread-CPU time of N
  * repetitions each. The best of many is far steadier than a whole-model
  * median when other jobs share the cores, so it is the figure to compare
@@ -34,7 +34,7 @@ static double cpu_ms(void)
 static int layer(int64_t c, int64_t m, int64_t h, int64_t k, int64_t s, int64_t p, int reps)
 {
 	oq_conv_geom g = {0};
-	oq_cw cw = {0, 0, 0, NULL};
+	oq_packed_w cw = {0, 0, 0, NULL};
 	float *x, *w, *y;
 	double best = 1e30, gf;
 	int rc = 0;
@@ -66,13 +66,13 @@ static int layer(int64_t c, int64_t m, int64_t h, int64_t k, int64_t s, int64_t 
 		x[i] = (float)(i % 7) - 3.0f;
 	for (int64_t i = 0; i < m * c * k * k; i++)
 		w[i] = (float)(i % 5) * 0.1f;
-	if (oq_cw_available() && oq_cw_pack(w, m, c * k * k, 1, &cw)) {
+	if (oq_packed_w_available() && oq_packed_w_pack(w, m, c * k * k, 1, &cw)) {
 		rc = 1;
 		goto done;
 	}
 	for (int r = 0; r < reps; r++) {
 		double t = cpu_ms();
-		if (oq_conv_run_pk(NULL, OQ_LT_F32, &g, x, w, cw.p ? &cw : NULL, NULL, NULL, y)) {
+		if (oq_conv_run_packed(NULL, OQ_LT_F32, &g, x, w, cw.p ? &cw : NULL, NULL, NULL, y)) {
 			rc = 1;
 			goto done;
 		}
@@ -84,7 +84,7 @@ static int layer(int64_t c, int64_t m, int64_t h, int64_t k, int64_t s, int64_t 
 	printf("c%-5lld m%-5lld %3lldx%-3lld k%lld s%lld  %8.3f ms %6.1f GFLOP/s\n", (long long)c, (long long)m,
 	       (long long)h, (long long)h, (long long)k, (long long)s, best, gf / best * 1e3);
 done:
-	oq_cw_free(&cw);
+	oq_packed_w_free(&cw);
 	free(x);
 	free(w);
 	free(y);
@@ -97,7 +97,7 @@ typedef struct mb_layer {
 	int64_t c, m, h, k, s, dw, clip, res; /* res: + the input of the block (same shape as the output) */
 	double best, sum;  /* best and summed thread-CPU ms over the passes */
 	float *w, *b;
-	oq_cw cw;          /* w packed (not for depthwise), as the executor's plan does */
+	oq_packed_w cw;          /* w packed (not for depthwise), as the executor's plan does */
 } mb_layer;
 
 #define MB_MAX 64
@@ -173,7 +173,7 @@ static int mobilenet(int reps)
 			L[i].w[q] = (float)((q * 7) % 11) * 0.02f - 0.1f;
 		for (int64_t q = 0; q < L[i].m; q++)
 			L[i].b[q] = (float)(q % 3) * 0.1f;
-		if (!L[i].dw && oq_cw_available() && oq_cw_pack(L[i].w, L[i].m, L[i].c * L[i].k * L[i].k, 1, &L[i].cw))
+		if (!L[i].dw && oq_packed_w_available() && oq_packed_w_pack(L[i].w, L[i].m, L[i].c * L[i].k * L[i].k, 1, &L[i].cw))
 			goto done;
 	}
 	for (int q = 0; q < 3; q++)
@@ -202,7 +202,7 @@ static int mobilenet(int reps)
 			if (y == blk)
 				y = buf[3 - (x == buf[1] ? 1 : x == buf[2] ? 2 : 0) - (blk == buf[1] ? 1 : blk == buf[2] ? 2 : 0)];
 			t = cpu_ms();
-			if (oq_conv_run_pk(NULL, OQ_LT_F32, &g, x, L[i].w, L[i].cw.p ? &L[i].cw : NULL, L[i].b,
+			if (oq_conv_run_packed(NULL, OQ_LT_F32, &g, x, L[i].w, L[i].cw.p ? &L[i].cw : NULL, L[i].b,
 					   L[i].clip || L[i].res ? &ep : NULL, y))
 				goto done;
 			t = cpu_ms() - t;
@@ -236,7 +236,7 @@ done:
 	for (int i = 0; i < n; i++) {
 		free(L[i].w);
 		free(L[i].b);
-		oq_cw_free(&L[i].cw);
+		oq_packed_w_free(&L[i].cw);
 	}
 	for (int q = 0; q < 3; q++)
 		free(buf[q]);

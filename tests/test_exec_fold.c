@@ -432,7 +432,7 @@ static double *rvals(size_t n, unsigned seed)
 
 /*
  * Conv weights packed at plan time (exec.c pack_conv, conv.c
- * oq_cw_pack): 32-channel panels read by both AVX-512 register tiles.
+ * oq_packed_w_pack): 32-channel panels read by both AVX-512 register tiles.
  *   Wi = Identity(W1)                W1 [64, 6, 3, 3]: folded, then packed
  *   c1 = Conv(x, Wi, B1), pad 1      x [1, 6, 7, 7]: channels in the lanes (49 positions)
  *   r  = Relu(c1)                    (fused)
@@ -620,7 +620,7 @@ Test(exec_fold, fold_dq_packs_dequantized_weights)
 		cr_expect_eq(oq_exec_n_folded(e), fold ? 2u : 0u, "fold_dq %d: %zu folded", fold, oq_exec_n_folded(e));
 		if (fold && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
 			cr_expect_eq(oq_exec_n_packed_conv(e), 1, "the dequantized Conv weight packed");
-		if (fold && oq_pb_available())
+		if (fold && oq_packed_b_available())
 			cr_expect_eq(oq_exec_n_packed(e), 1, "the dequantized MatMul weight packed");
 		cr_assert_eq(oq_exec_run(e, &x, 1, plain, 2, &d), OQ_OK, "%s", d.msg);
 		memset(&ob[fold], 0, sizeof ob[fold]);

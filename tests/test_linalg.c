@@ -979,8 +979,8 @@ static float *rand_floats(size_t n)
 
 /*
  * The conv engine on weights packed as the executor's plan packs them
- * (oq_cw_pack: 32-channel panels) against the same engine reading W in
- * place (oq_conv_run_ep): z_gemm then takes its rows from the panels
+ * (oq_packed_w_pack: 32-channel panels) against the same engine reading W in
+ * place (oq_conv_run_epilogue): z_gemm then takes its rows from the panels
  * (12-row tiles straddling two panels), and where channels in the lanes
  * fill more lanes (small planes, deep kernels) zt_gemm runs on either
  * (packing per call without a plan). Every output is init + sum of w * x
@@ -997,7 +997,7 @@ Test(linalg, conv_packed_weights_vs_in_place)
 		cr_skip_test("no AVX-512F on this CPU: nothing to compare");
 	for (uint64_t sd = 1; sd <= 80; sd++) {
 		oq_conv_geom g;
-		oq_cw cw;
+		oq_packed_w cw;
 		oq_kfuse ep;
 		int64_t grp, cg, mg, kk, nw, nx, ny;
 		float *x, *w, *b, *y1, *y2, *y3;
@@ -1048,17 +1048,17 @@ Test(linalg, conv_packed_weights_vs_in_place)
 		snprintf(what, sizeof what, "seed %llu: n %lld c %lld m %lld group %lld %lldx%lld k %lld s %lld",
 			 (unsigned long long)sd, (long long)g.n, (long long)g.c, (long long)g.m, (long long)grp,
 			 (long long)g.in[0], (long long)g.in[1], (long long)kk, (long long)g.stride[0]);
-		cr_assert_eq(oq_cw_pack(w, g.m, cg * g.k_size, grp, &cw), OQ_OK, "%s: pack", what);
-		cr_assert_eq(oq_conv_run_ep(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, relu ? &ep : NULL, y1), OQ_OK);
-		cr_assert_eq(oq_conv_run_pk(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, relu ? &ep : NULL, y2),
+		cr_assert_eq(oq_packed_w_pack(w, g.m, cg * g.k_size, grp, &cw), OQ_OK, "%s: pack", what);
+		cr_assert_eq(oq_conv_run_epilogue(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, relu ? &ep : NULL, y1), OQ_OK);
+		cr_assert_eq(oq_conv_run_packed(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, relu ? &ep : NULL, y2),
 			     OQ_OK);
 		oq_linalg_no_avx512 = 1;
-		cr_assert_eq(oq_conv_run_pk(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, relu ? &ep : NULL, y3),
+		cr_assert_eq(oq_conv_run_packed(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, relu ? &ep : NULL, y3),
 			     OQ_OK);
 		oq_linalg_no_avx512 = 0;
 		cr_expect(!memcmp(y1, y2, (size_t)ny * sizeof *y1), "%s: packed and in-place weights differ", what);
 		cr_expect(!memcmp(y1, y3, (size_t)ny * sizeof *y1), "%s: AVX-512 and AVX2 differ", what);
-		oq_cw_free(&cw);
+		oq_packed_w_free(&cw);
 		free(x);
 		free(w);
 		free(b);
@@ -1073,7 +1073,7 @@ Test(linalg, conv_packed_weights_vs_in_place)
  * place (a zero-padded copy, no im2col; conv.c vr_run) where the
  * output rows are wide enough. Same FMAs in the same order as the packed
  * im2col tiles, then the epilogue over the stored rows: the bits must equal
- * the im2col path's (oq_linalg_no_vrow) for weights in place and packed,
+ * the im2col path's (oq_linalg_no_in_place) for weights in place and packed,
  * with no epilogue, Relu, Clip, BN + Clip, a residual Add + Relu and a
  * HardSwish-style gate (x * clip(x + 3, 0, 6) / 6); kernels 1x3 to 5x5,
  * dilations 1..2, begin and end pads 0..3 (an end pad larger than needed
@@ -1086,10 +1086,10 @@ Test(linalg, conv_in_place_rows_vs_im2col_bits)
 	__builtin_cpu_init();
 	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
 		cr_skip_test("no AVX-512F on this CPU: nothing to compare");
-	size_t runs0 = oq_linalg_vrow_runs;
+	size_t runs0 = oq_linalg_in_place_runs;
 	for (uint64_t sd = 1; sd <= 48; sd++) {
 		oq_conv_geom g;
-		oq_cw cw;
+		oq_packed_w cw;
 		oq_kfuse ep;
 		oq_epi_step st[4];
 		double scale[24], shift[24];
@@ -1176,30 +1176,30 @@ Test(linalg, conv_in_place_rows_vs_im2col_bits)
 			 (long long)g.in[1], (long long)g.k[0], (long long)g.k[1], (long long)g.dil[0],
 			 (long long)g.dil[1], (long long)g.pad[0], (long long)g.pad[1], (long long)pe[0],
 			 (long long)pe[1], kind);
-		cr_assert_eq(oq_cw_pack(w, g.m, g.c * g.k_size, 1, &cw), OQ_OK, "%s: pack", what);
-		cr_assert_eq(oq_conv_run_ep(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, kind ? &ep : NULL, y1), OQ_OK);
-		cr_assert_eq(oq_conv_run_pk(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, kind ? &ep : NULL, y2),
+		cr_assert_eq(oq_packed_w_pack(w, g.m, g.c * g.k_size, 1, &cw), OQ_OK, "%s: pack", what);
+		cr_assert_eq(oq_conv_run_epilogue(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, kind ? &ep : NULL, y1), OQ_OK);
+		cr_assert_eq(oq_conv_run_packed(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, kind ? &ep : NULL, y2),
 			     OQ_OK);
-		oq_linalg_no_vrow = 1;
-		cr_assert_eq(oq_conv_run_ep(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, kind ? &ep : NULL, y3), OQ_OK);
-		oq_linalg_no_vrow = 0;
+		oq_linalg_no_in_place = 1;
+		cr_assert_eq(oq_conv_run_epilogue(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, kind ? &ep : NULL, y3), OQ_OK);
+		oq_linalg_no_in_place = 0;
 		/* and both against the direct-loop reference (double sums), within rounding */
 		oq_linalg_use_ref = 1;
-		cr_assert_eq(oq_conv_run_ep(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, kind ? &ep : NULL, y4), OQ_OK);
+		cr_assert_eq(oq_conv_run_epilogue(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, kind ? &ep : NULL, y4), OQ_OK);
 		oq_linalg_use_ref = 0;
 		for (int64_t i = 0; i < ny; i++)
 			if (!(fabs((double)y1[i] - y4[i]) <= 1e-4 + 1e-4 * fabs((double)y4[i]))) {
 				cr_expect(0, "%s: element %lld in place %.8g reference %.8g", what, (long long)i, y1[i], y4[i]);
 				break;
 			}
-		oq_linalg_no_vrow = 1;
-		cr_assert_eq(oq_conv_run_pk(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, kind ? &ep : NULL, y4),
+		oq_linalg_no_in_place = 1;
+		cr_assert_eq(oq_conv_run_packed(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, kind ? &ep : NULL, y4),
 			     OQ_OK);
-		oq_linalg_no_vrow = 0;
+		oq_linalg_no_in_place = 0;
 		cr_expect(!memcmp(y1, y3, (size_t)ny * sizeof *y1), "%s: in place and im2col differ", what);
 		cr_expect(!memcmp(y2, y4, (size_t)ny * sizeof *y1), "%s: in place and im2col differ (packed W)", what);
 		cr_expect(!memcmp(y1, y2, (size_t)ny * sizeof *y1), "%s: packed and in-place weights differ", what);
-		oq_cw_free(&cw);
+		oq_packed_w_free(&cw);
 		free(x);
 		free(w);
 		free(b);
@@ -1210,14 +1210,14 @@ Test(linalg, conv_in_place_rows_vs_im2col_bits)
 		free(y4);
 	}
 	/* 2 runs of every seed whose output rows are wide enough (at least 8 x the widest tap) */
-	cr_expect(oq_linalg_vrow_runs - runs0 >= 40, "the in-place path ran %zu times",
-		  oq_linalg_vrow_runs - runs0);
+	cr_expect(oq_linalg_in_place_runs - runs0 >= 40, "the in-place path ran %zu times",
+		  oq_linalg_in_place_runs - runs0);
 }
 
 /*
  * The engine alone: pack / unpack round trip in both orientations, and
- * oq_pb_gemm (AVX-512 tiles, depth slices of 768) bit-identical to
- * oq_pb_gemm_ref (fmaf in k order) over every row tail of the 6-row tile,
+ * oq_packed_b_gemm (AVX-512 tiles, depth slices of 768) bit-identical to
+ * oq_packed_b_gemm_ref (fmaf in k order) over every row tail of the 6-row tile,
  * column counts around the 64-column panel, depths 0, 1 and across a slice
  * boundary, with and without accumulating onto C.
  */
@@ -1232,10 +1232,10 @@ Test(linalg, packed_gemm_vs_ref_bits)
 		for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
 			int64_t kd = ks[ki], n = ns[ni];
 			float *b = rand_floats((size_t)(kd * n)), *back = malloc((size_t)(kd * n + 1) * sizeof *back);
-			oq_pb pb[2];
+			oq_packed_b pb[2];
 			for (int tb = 0; tb < 2; tb++) {
-				cr_assert_eq(oq_pb_pack(b, kd, n, tb, tb ? kd : n, &pb[tb]), OQ_OK);
-				oq_pb_unpack(&pb[tb], tb, back);
+				cr_assert_eq(oq_packed_b_pack(b, kd, n, tb, tb ? kd : n, &pb[tb]), OQ_OK);
+				oq_packed_b_unpack(&pb[tb], tb, back);
 				cr_expect(kd * n == 0 || !memcmp(b, back, (size_t)(kd * n) * sizeof *b),
 					  "unpack(pack(B)) != B (kd %lld n %lld tb %d)", (long long)kd, (long long)n, tb);
 			}
@@ -1247,8 +1247,8 @@ Test(linalg, packed_gemm_vs_ref_bits)
 					for (int tb = 0; tb < 2; tb++) {
 						memcpy(c1, c0, (size_t)(m * ldc) * sizeof *c1);
 						memcpy(c2, c0, (size_t)(m * ldc) * sizeof *c2);
-						oq_pb_gemm(NULL, m, a, lda, &pb[tb], c1, ldc, load);
-						oq_pb_gemm_ref(m, a, lda, &pb[tb], c2, ldc, load);
+						oq_packed_b_gemm(NULL, m, a, lda, &pb[tb], c1, ldc, load);
+						oq_packed_b_gemm_ref(m, a, lda, &pb[tb], c2, ldc, load);
 						cr_expect(!memcmp(c1, c2, (size_t)(m * ldc) * sizeof *c1),
 							  "m %lld n %lld kd %lld load %d tb %d: fast and ref differ",
 							  (long long)m, (long long)n, (long long)kd, load, tb);
@@ -1272,8 +1272,8 @@ Test(linalg, packed_gemm_vs_ref_bits)
 				free(c1);
 				free(c2);
 			}
-			oq_pb_free(&pb[0]);
-			oq_pb_free(&pb[1]);
+			oq_packed_b_free(&pb[0]);
+			oq_packed_b_free(&pb[1]);
 			free(b);
 			free(back);
 		}

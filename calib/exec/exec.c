@@ -45,7 +45,7 @@
  * so observers see exactly what they saw before. Then a float32 MatMul /
  * Gemm whose B is constant gets B packed once into GEMM panels
  * (gemm_packed.c), a float32 Conv its W into 32-channel panels
- * (conv.c oq_cw_pack), and constants that nothing but folded nodes
+ * (conv.c oq_packed_w_pack), and constants that nothing but folded nodes
  * and packed products read are let go as they become unused (a weight is
  * held once, even at the plan's peak). The same kernels compute the folded values, so
  * outputs are bit-identical with folding and without (oq_exec_no_fold).
@@ -70,7 +70,7 @@
 /* ------------------------------------------------------------ kernel table */
 
 static const oq_kreg *const families[] = {
-	oq_kernels_ew, oq_kernels_linalg, oq_kernels_nn, oq_kernels_shape,
+	oq_kernels_elementwise, oq_kernels_linalg, oq_kernels_nn, oq_kernels_shape,
 	oq_kernels_quant, oq_kernels_control, oq_kernels_rnn,
 	oq_kernels_signal, oq_kernels_vision, oq_kernels_seq,
 };
@@ -99,8 +99,8 @@ typedef struct node_plan {
 	int absorbed;          /* a later member of a fused group: skipped when running fused */
 	int obs_fused;         /* group member: runs fused even while observing (intermediates unwanted) */
 	int folded;            /* computed once by the plan: its outputs are plan constants (inits) */
-	const oq_pb *pb;       /* MatMul / Gemm: its constant B packed (owned by plan.packs), else NULL */
-	const oq_cw *cw;       /* Conv: its constant W packed (owned by plan.cws), else NULL */
+	const oq_packed_b *packed_b; /* MatMul / Gemm: its constant B packed (owned by plan.packed_b), else NULL */
+	const oq_packed_w *packed_w; /* Conv: its constant W packed (owned by plan.packed_w), else NULL */
 	size_t chain;          /* Conv group head: index of the depthwise Conv head run with it, or 0 (none) */
 	int chained;           /* depthwise Conv head run by the chain head before it (without an observer) */
 } node_plan;
@@ -110,8 +110,8 @@ typedef struct plan {
 	node_plan *nodes;
 	oq_rt **inits;         /* per value index: initializer view or folded constant, or NULL */
 	int *uses;             /* per value index: uses by nodes of this graph */
-	oq_pb **packs;         /* per value index i: [2i] the value packed as B, [2i + 1] packed as transposed B */
-	oq_cw **cws;           /* per value index: the value packed as a Conv weight */
+	oq_packed_b **packed_b; /* per value index i: [2i] the value packed as B, [2i + 1] packed as transposed B */
+	oq_packed_w **packed_w; /* per value index: the value packed as a Conv weight */
 	size_t freed;          /* heap bytes planning freed since the last trim (plan_freed) */
 	struct plan *next;
 } plan;
@@ -284,21 +284,21 @@ static void free_plan(plan *p)
 				oq_rt_release(p->inits[i]);
 				free(p->inits[i]);
 			}
-	for (size_t i = 0; p->packs && i < 2 * p->g->n_values; i++)
-		if (p->packs[i]) {
-			oq_pb_free(p->packs[i]);
-			free(p->packs[i]);
+	for (size_t i = 0; p->packed_b && i < 2 * p->g->n_values; i++)
+		if (p->packed_b[i]) {
+			oq_packed_b_free(p->packed_b[i]);
+			free(p->packed_b[i]);
 		}
-	for (size_t i = 0; p->cws && i < p->g->n_values; i++)
-		if (p->cws[i]) {
-			oq_cw_free(p->cws[i]);
-			free(p->cws[i]);
+	for (size_t i = 0; p->packed_w && i < p->g->n_values; i++)
+		if (p->packed_w[i]) {
+			oq_packed_w_free(p->packed_w[i]);
+			free(p->packed_w[i]);
 		}
 	free(p->nodes);
 	free(p->inits);
 	free(p->uses);
-	free(p->packs);
-	free(p->cws);
+	free(p->packed_b);
+	free(p->packed_w);
 	free(p);
 }
 
@@ -1029,14 +1029,14 @@ static int fold_node(oq_exec *e, plan *p, size_t ni, unsigned char *pinned, cons
 
 /*
  * Packing: a float32 MatMul / Gemm whose B (input 1) is a plan constant and
- * whose A is not gets B packed once (oq_pb_pack, gemm_packed.c) and runs on
- * the packed panels (kctx.pb) - MatMul when B's batch dims are all 1, Gemm
+ * whose A is not gets B packed once (oq_packed_b_pack, gemm_packed.c) and runs on
+ * the packed panels (kctx.packed_b) - MatMul when B's batch dims are all 1, Gemm
  * when alpha is 1 and A is not transposed (the kernel's shape). One packed
  * copy per value and orientation, shared by its products. A constant only
  * packed products (as B) and folded nodes read is then let go
  * (const_drop), its tensor kept as a shell (dims, data NULL) so runs still
  * see its shape; an observer gets folded values rebuilt from the panels
- * (oq_pb_unpack), so it sees what it saw before.
+ * (oq_packed_b_unpack), so it sees what it saw before.
  */
 /*
  * Shape and bytes of plan constant v for packing: its view, or for an
@@ -1077,7 +1077,7 @@ static int pack_node(plan *p, size_t ni, const unsigned char *gone)
 	const void *data;
 	int64_t kd, nn, lead = 1;
 	int tb = 0, rc, dtype, rank;
-	oq_pb **slot;
+	oq_packed_b **slot;
 
 	if (p->nodes[ni].folded || n->n_inputs < 2 || n->n_outputs != 1)
 		return OQ_OK;
@@ -1103,25 +1103,25 @@ static int pack_node(plan *p, size_t ni, const unsigned char *gone)
 		return OQ_OK;
 	kd = dims[rank - (tb ? 1 : 2)];
 	nn = dims[rank - (tb ? 2 : 1)];
-	slot = &p->packs[2 * b->index + (size_t)tb];
+	slot = &p->packed_b[2 * b->index + (size_t)tb];
 	if (!*slot) {
 		if (!(*slot = calloc(1, sizeof **slot)))
 			return OQ_ENOMEM;
-		if ((rc = oq_pb_pack(data, kd, nn, tb, dims[rank - 1], *slot))) {
+		if ((rc = oq_packed_b_pack(data, kd, nn, tb, dims[rank - 1], *slot))) {
 			free(*slot);
 			*slot = NULL;
 			return rc == OQ_ENOMEM ? OQ_ENOMEM : OQ_OK;
 		}
 	}
-	p->nodes[ni].pb = *slot;
+	p->nodes[ni].packed_b = *slot;
 	return OQ_OK;
 }
 
 /*
  * A float32 Conv whose W (input 1) is a plan constant, with at least two
  * output channels per group (depthwise convolutions have their own kernel),
- * gets W packed into 32-channel panels once (oq_cw_pack, the layout of the
- * AVX-512 conv GEMM: conv.c) and runs on them (kctx.cw), fused or
+ * gets W packed into 32-channel panels once (oq_packed_w_pack, the layout of the
+ * AVX-512 conv GEMM: conv.c) and runs on them (kctx.packed_w), fused or
  * not; the packed copy replaces W as for MatMul / Gemm (const_drop), and
  * the engine rebuilds a plain W only where it cannot read the panels (the
  * reference path). One packing per value, shared by convolutions of the
@@ -1136,7 +1136,7 @@ static int pack_conv(plan *p, size_t ni, const unsigned char *gone)
 	int64_t group = attr_i(n, "group", 1), kc = 1;
 	int rc, dtype, rank;
 
-	if (!oq_cw_available() || !w || !n->inputs[0] || n->inputs[0] == w || plan_const(p, n->inputs[0]) ||
+	if (!oq_packed_w_available() || !w || !n->inputs[0] || n->inputs[0] == w || plan_const(p, n->inputs[0]) ||
 	    (n->inputs[0]->init && !(n->inputs[0]->flags & OQ_V_OUTER)) ||
 	    !const_src(p, w, gone, &dtype, &rank, &dims, &data))
 		return OQ_OK;
@@ -1144,18 +1144,18 @@ static int pack_conv(plan *p, size_t ni, const unsigned char *gone)
 		return OQ_OK;
 	for (int i = 1; i < rank; i++)
 		kc *= dims[i];
-	if (p->cws[w->index] && p->cws[w->index]->group != group)
+	if (p->packed_w[w->index] && p->packed_w[w->index]->group != group)
 		return OQ_OK;
-	if (!p->cws[w->index]) {
-		if (!(p->cws[w->index] = calloc(1, sizeof **p->cws)))
+	if (!p->packed_w[w->index]) {
+		if (!(p->packed_w[w->index] = calloc(1, sizeof **p->packed_w)))
 			return OQ_ENOMEM;
-		if ((rc = oq_cw_pack(data, dims[0], kc, group, p->cws[w->index]))) {
-			free(p->cws[w->index]);
-			p->cws[w->index] = NULL;
+		if ((rc = oq_packed_w_pack(data, dims[0], kc, group, p->packed_w[w->index]))) {
+			free(p->packed_w[w->index]);
+			p->packed_w[w->index] = NULL;
 			return rc == OQ_ENOMEM ? OQ_ENOMEM : OQ_OK;
 		}
 	}
-	p->nodes[ni].cw = p->cws[w->index];
+	p->nodes[ni].packed_w = p->packed_w[w->index];
 	return OQ_OK;
 }
 
@@ -1181,7 +1181,7 @@ static void const_drop(plan *p, const oq_value *v, size_t ni, const unsigned cha
 		return;
 	i = v->index;
 	t = p->inits[i];
-	packed = p->packs[2 * i] || p->packs[2 * i + 1] || p->cws[i];
+	packed = p->packed_b[2 * i] || p->packed_b[2 * i + 1] || p->packed_w[i];
 	if (gone[i] || pinned[i] || (!v->init && !packed) || v->n_uses == 0 || oq_value_n_captures(v) != 0)
 		return;
 	/* a view with data, or an initializer packed from its own bytes (no view yet) */
@@ -1193,7 +1193,7 @@ static void const_drop(plan *p, const oq_value *v, size_t ni, const unsigned cha
 		if (c->graph != g || c->index > ni || g->nodes[c->index] != c)
 			return;
 		np = &p->nodes[c->index];
-		if (!np->folded && !((np->pb || np->cw) && v->uses[u].index == 1 && c->inputs[0] != v))
+		if (!np->folded && !((np->packed_b || np->packed_w) && v->uses[u].index == 1 && c->inputs[0] != v))
 			return;
 	}
 	if (v->init)
@@ -1235,7 +1235,7 @@ static int plan_fold(oq_exec *e, plan *p, oq_diag *d)
 	const oq_graph *g = p->g;
 	unsigned char *pinned = oq_calloc(g->n_values ? g->n_values : 1, 1);
 	unsigned char *gone = oq_calloc(g->n_values ? g->n_values : 1, 1);
-	int rc = OQ_OK, pack = oq_pb_available() && !oq_exec_no_pack;
+	int rc = OQ_OK, pack = oq_packed_b_available() && !oq_exec_no_pack;
 
 	if (!pinned || !gone) {
 		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
@@ -1247,7 +1247,7 @@ static int plan_fold(oq_exec *e, plan *p, oq_diag *d)
 			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
 		if (!rc && pack && (rc = pack_node(p, i, gone)) == OQ_ENOMEM && d->count == 0)
 			rc = oq_err(d, rc, "run: out of memory packing the weight of node '%s'", n->name);
-		for (size_t j = 0; !rc && (p->nodes[i].folded || p->nodes[i].pb || p->nodes[i].cw) && j < n->n_inputs; j++)
+		for (size_t j = 0; !rc && (p->nodes[i].folded || p->nodes[i].packed_b || p->nodes[i].packed_w) && j < n->n_inputs; j++)
 			const_drop(p, n->inputs[j], i, pinned, gone);
 	}
 	for (size_t i = 0; i < g->n_values && !rc; i++)
@@ -1264,7 +1264,7 @@ size_t oq_exec_n_packed(const oq_exec *e)
 	size_t n = 0;
 	for (const plan *p = e->plans; p; p = p->next)
 		for (size_t i = 0; i < p->g->n_nodes; i++)
-			n += p->nodes[i].pb != NULL;
+			n += p->nodes[i].packed_b != NULL;
 	return n;
 }
 
@@ -1273,7 +1273,7 @@ size_t oq_exec_n_packed_conv(const oq_exec *e)
 	size_t n = 0;
 	for (const plan *p = e->plans; p; p = p->next)
 		for (size_t i = 0; i < p->g->n_nodes; i++)
-			n += p->nodes[i].cw != NULL;
+			n += p->nodes[i].packed_w != NULL;
 	return n;
 }
 
@@ -1305,9 +1305,9 @@ static int make_plan(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)
 	p->nodes = oq_calloc(g->n_nodes, sizeof *p->nodes);
 	p->inits = oq_calloc(g->n_values, sizeof *p->inits);
 	p->uses = oq_calloc(g->n_values, sizeof *p->uses);
-	p->packs = oq_calloc(2 * g->n_values, sizeof *p->packs);
-	p->cws = oq_calloc(g->n_values, sizeof *p->cws);
-	if (!p->nodes || !p->inits || !p->uses || !p->packs || !p->cws) {
+	p->packed_b = oq_calloc(2 * g->n_values, sizeof *p->packed_b);
+	p->packed_w = oq_calloc(g->n_values, sizeof *p->packed_w);
+	if (!p->nodes || !p->inits || !p->uses || !p->packed_b || !p->packed_w) {
 		free_plan(p);
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	}
@@ -1591,7 +1591,7 @@ static void use_done(oq_exec *e, frame *f, const oq_value *v)
 static int observe_const(oq_exec *e, const plan *p, const oq_value *v, oq_diag *d)
 {
 	const oq_rt *t = p->inits[v->index];
-	const oq_pb *pb;
+	const oq_packed_b *pb;
 	oq_rt tmp;
 	int rc;
 
@@ -1601,15 +1601,15 @@ static int observe_const(oq_exec *e, const plan *p, const oq_value *v, oq_diag *
 	 * does not want it (bias correction watches layer outputs only) */
 	if (e->want && !e->want(e->observe_ctx, v))
 		return OQ_OK;
-	pb = p->packs[2 * v->index] ? p->packs[2 * v->index] : p->packs[2 * v->index + 1];
-	if (!pb && !p->cws[v->index])
+	pb = p->packed_b[2 * v->index] ? p->packed_b[2 * v->index] : p->packed_b[2 * v->index + 1];
+	if (!pb && !p->packed_w[v->index])
 		return oq_err(d, OQ_EINVAL, "run: constant '%s' has no data (internal error)", v->name);
 	if (oq_rt_alloc(&tmp, t->dtype, t->rank, t->dims))
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	if (pb)
-		oq_pb_unpack(pb, !p->packs[2 * v->index], tmp.data);
+		oq_packed_b_unpack(pb, !p->packed_b[2 * v->index], tmp.data);
 	else
-		oq_cw_unpack(p->cws[v->index], tmp.data);
+		oq_packed_w_unpack(p->packed_w[v->index], tmp.data);
 	rc = e->observe(e->observe_ctx, v, &tmp);
 	oq_rt_release(&tmp);
 	return rc;
@@ -1668,8 +1668,8 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		k.n_out = n_out;
 		if (fused)
 			k.fuse = np->fuse;
-		k.pb = np->pb;
-		k.cw = np->cw;
+		k.packed_b = np->packed_b;
+		k.packed_w = np->packed_w;
 		if (!in || !out) {
 			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
 			goto next;
@@ -1695,7 +1695,7 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		if (k.fuse) {
 			for (int i = 0; i < k.fuse->n_t; i++)
 				fin[i] = lookup(f, np->tin[i]);
-			k.fin = fin;
+			k.fuse_in = fin;
 		}
 		if (bp) {
 			const oq_node *b = g->nodes[np->chain];
@@ -1717,7 +1717,7 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 			for (int j = 0; j < np->n_members; j++)
 				f->unfused[np->members[j]] = 1;
 			k.fuse = NULL;
-			k.fin = NULL;
+			k.fuse_in = NULL;
 			ovals = n->outputs;
 			n_out = k.n_out = n->n_outputs;
 			for (size_t i = 0; i < n_out; i++)

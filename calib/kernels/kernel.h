@@ -19,8 +19,8 @@
 
 typedef struct oq_kctx oq_kctx;
 typedef int (*oq_kernel_fn)(oq_kctx *k);
-typedef struct oq_pb oq_pb; /* a constant B packed by the plan (linalg.h) */
-typedef struct oq_cw oq_cw; /* a constant Conv weight packed by the plan (linalg.h) */
+typedef struct oq_packed_b oq_packed_b; /* a constant B packed by the plan (linalg.h) */
+typedef struct oq_packed_w oq_packed_w; /* a constant Conv weight packed by the plan (linalg.h) */
 
 /*
  * An activation a fused convolution applies to each output tile while it is
@@ -65,7 +65,7 @@ typedef struct oq_epi_step {
 	int rev;            /* CONST, TENSOR: the constant / tensor is the left operand */
 	const float *c;     /* CONST: [M] one value per output channel, or NULL: the scalar s */
 	float s;
-	int t;              /* TENSOR: index of the operand (oq_kfuse.t, oq_kctx.fin) */
+	int t;              /* TENSOR: index of the operand (oq_kfuse.t, oq_kctx.fuse_in) */
 	oq_act act;         /* ACT */
 	int n_gate;         /* GATE: steps that follow and form g */
 } oq_epi_step;
@@ -122,9 +122,9 @@ struct oq_kctx {
 	int threads;
 	void *frame;        /* executor frame (for subgraphs); opaque to kernels */
 	const oq_kfuse *fuse; /* oq_k_conv_fused only: the group this call runs, else NULL */
-	const oq_pb *pb;    /* MatMul / Gemm: B (input 1) packed at plan time, whose data may be gone; else NULL */
-	const oq_cw *cw;    /* Conv: W (input 1) packed at plan time, whose data may be gone; else NULL */
-	oq_rt **fin;        /* oq_k_conv_fused only: the group's tensor operands (fuse->n_t) */
+	const oq_packed_b *packed_b; /* MatMul / Gemm: B (input 1) packed at plan time, whose data may be gone; else NULL */
+	const oq_packed_w *packed_w; /* Conv: W (input 1) packed at plan time, whose data may be gone; else NULL */
+	oq_rt **fuse_in;    /* oq_k_conv_fused only: the group's tensor operands (fuse->n_t) */
 	const oq_kchain *chain; /* oq_k_conv_chain only: the depthwise group that follows */
 };
 
@@ -199,7 +199,7 @@ int oq_broadcast(int ra, const int64_t *a, int rb, const int64_t *b, int *rr, in
 int oq_axis(int64_t axis, int rank);
 
 /* Family tables, one per family under calib/kernels/. */
-extern const oq_kreg oq_kernels_ew[];      /* element-wise, activations, Cast, Where, logic */
+extern const oq_kreg oq_kernels_elementwise[];      /* element-wise, activations, Cast, Where, logic */
 extern const oq_kreg oq_kernels_linalg[];  /* Conv, ConvTranspose, Gemm, MatMul, Einsum, *Integer, QLinear* */
 extern const oq_kreg oq_kernels_nn[];      /* pooling, normalisation, softmax, reductions, TopK, CumSum */
 extern const oq_kreg oq_kernels_shape[];   /* reshape/transpose/slice/gather/pad/resize/... */

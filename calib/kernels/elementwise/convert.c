@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int oq_ew_numeric(int dt)
+int oq_elementwise_numeric(int dt)
 {
 	char kind = oq_dtype_kind(dt);
 	if (dt == OQ_DT_FLOAT4E2M1 || dt == OQ_DT_FLOAT8E8M0)
@@ -53,7 +53,7 @@ static int small_fmt(int dt, sfmt *f)
 	}
 }
 
-uint16_t oq_ew_encode_small(double v, int dt, int sat)
+uint16_t oq_elementwise_encode_small(double v, int dt, int sat)
 {
 	sfmt f;
 	unsigned expmask, sbit, nan, inf, maxc;
@@ -111,7 +111,7 @@ uint16_t oq_ew_encode_small(double v, int dt, int sat)
 	}
 }
 
-double oq_ew_decode_small(uint16_t b, int dt)
+double oq_elementwise_decode_small(uint16_t b, int dt)
 {
 	sfmt f;
 	unsigned expmask, ef, mf;
@@ -144,7 +144,7 @@ double oq_ew_decode_small(uint16_t b, int dt)
 			buf[i] = (dst)p_[i * (size_t)s];             \
 	} while (0)
 
-void oq_ew_load_d(const oq_rt *t, size_t off, int s, size_t n, double *buf)
+void oq_elementwise_load_double(const oq_rt *t, size_t off, int s, size_t n, double *buf)
 {
 	switch (t->dtype) {
 	case OQ_DT_FLOAT: LD(float, double); return;
@@ -172,7 +172,7 @@ void oq_ew_load_d(const oq_rt *t, size_t off, int s, size_t n, double *buf)
 	case OQ_DT_FLOAT8E4M3FN: case OQ_DT_FLOAT8E4M3FNUZ: case OQ_DT_FLOAT8E5M2: case OQ_DT_FLOAT8E5M2FNUZ: {
 		const uint8_t *p = (const uint8_t *)t->data + off;
 		for (size_t i = 0; i < n; i++)
-			buf[i] = oq_ew_decode_small(p[i * (size_t)s], t->dtype);
+			buf[i] = oq_elementwise_decode_small(p[i * (size_t)s], t->dtype);
 		return;
 	}
 	default: /* sub-byte integers */
@@ -182,7 +182,7 @@ void oq_ew_load_d(const oq_rt *t, size_t off, int s, size_t n, double *buf)
 	}
 }
 
-void oq_ew_load_i(const oq_rt *t, size_t off, int s, size_t n, int64_t *buf)
+void oq_elementwise_load_int64(const oq_rt *t, size_t off, int s, size_t n, int64_t *buf)
 {
 	switch (t->dtype) {
 	case OQ_DT_INT8: LD(int8_t, int64_t); return;
@@ -197,10 +197,10 @@ void oq_ew_load_i(const oq_rt *t, size_t off, int s, size_t n, int64_t *buf)
 		break;
 	}
 	if (oq_dtype_kind(t->dtype) == 'f') {
-		double d[OQ_EW_CHUNK];
-		for (size_t b = 0; b < n; b += OQ_EW_CHUNK) {
-			size_t m = n - b < OQ_EW_CHUNK ? n - b : OQ_EW_CHUNK;
-			oq_ew_load_d(t, off + b * (size_t)s, s, m, d);
+		double d[OQ_ELEMENTWISE_CHUNK];
+		for (size_t b = 0; b < n; b += OQ_ELEMENTWISE_CHUNK) {
+			size_t m = n - b < OQ_ELEMENTWISE_CHUNK ? n - b : OQ_ELEMENTWISE_CHUNK;
+			oq_elementwise_load_double(t, off + b * (size_t)s, s, m, d);
 			for (size_t i = 0; i < m; i++)
 				buf[b + i] = isnan(d[i]) ? 0
 					     : d[i] >= 9.2233720368547758e18 ? INT64_MAX
@@ -229,7 +229,7 @@ static double trunc_sat(double v, double lo, double hi)
 			p_[i] = (T)(expr);                   \
 	} while (0)
 
-void oq_ew_store_d(oq_rt *t, size_t off, size_t n, const double *v, int sat)
+void oq_elementwise_store_double(oq_rt *t, size_t off, size_t n, const double *v, int sat)
 {
 	switch (t->dtype) {
 	case OQ_DT_FLOAT: ST_F(float, v[i]); return;
@@ -257,10 +257,10 @@ void oq_ew_store_d(oq_rt *t, size_t off, size_t n, const double *v, int sat)
 		return;
 	}
 	case OQ_DT_FLOAT16: case OQ_DT_BFLOAT16:
-		ST_F(uint16_t, oq_ew_encode_small(v[i], t->dtype, 0));
+		ST_F(uint16_t, oq_elementwise_encode_small(v[i], t->dtype, 0));
 		return;
 	case OQ_DT_FLOAT8E4M3FN: case OQ_DT_FLOAT8E4M3FNUZ: case OQ_DT_FLOAT8E5M2: case OQ_DT_FLOAT8E5M2FNUZ:
-		ST_F(uint8_t, oq_ew_encode_small(v[i], t->dtype, sat));
+		ST_F(uint8_t, oq_elementwise_encode_small(v[i], t->dtype, sat));
 		return;
 	default: /* sub-byte integers: oq_rt_set saturates an integral value */
 		for (size_t i = 0; i < n; i++)
@@ -269,7 +269,7 @@ void oq_ew_store_d(oq_rt *t, size_t off, size_t n, const double *v, int sat)
 	}
 }
 
-void oq_ew_store_i(oq_rt *t, size_t off, size_t n, const int64_t *v, int uns)
+void oq_elementwise_store_int64(oq_rt *t, size_t off, size_t n, const int64_t *v, int uns)
 {
 	switch (t->dtype) {
 	case OQ_DT_INT8: case OQ_DT_UINT8: ST_F(uint8_t, (uint64_t)v[i]); return;
@@ -287,12 +287,12 @@ void oq_ew_store_i(oq_rt *t, size_t off, size_t n, const int64_t *v, int uns)
 		break;
 	}
 	if (oq_dtype_kind(t->dtype) == 'f') {
-		double d[OQ_EW_CHUNK];
-		for (size_t b = 0; b < n; b += OQ_EW_CHUNK) {
-			size_t m = n - b < OQ_EW_CHUNK ? n - b : OQ_EW_CHUNK;
+		double d[OQ_ELEMENTWISE_CHUNK];
+		for (size_t b = 0; b < n; b += OQ_ELEMENTWISE_CHUNK) {
+			size_t m = n - b < OQ_ELEMENTWISE_CHUNK ? n - b : OQ_ELEMENTWISE_CHUNK;
 			for (size_t i = 0; i < m; i++)
 				d[i] = uns ? (double)(uint64_t)v[b + i] : (double)v[b + i];
-			oq_ew_store_d(t, off + b, m, d, 1);
+			oq_elementwise_store_double(t, off + b, m, d, 1);
 		}
 		return;
 	}
@@ -319,14 +319,14 @@ static void num_to_str(const oq_rt *x, size_t i, char *buf, size_t n)
 	}
 	if (kind == 's' || kind == 'u') {
 		int64_t iv;
-		oq_ew_load_i(x, i, 1, 1, &iv);
+		oq_elementwise_load_int64(x, i, 1, 1, &iv);
 		if (kind == 'u')
 			snprintf(buf, n, "%llu", (unsigned long long)(uint64_t)iv);
 		else
 			snprintf(buf, n, "%lld", (long long)iv);
 		return;
 	}
-	oq_ew_load_d(x, i, 1, 1, &v);
+	oq_elementwise_load_double(x, i, 1, 1, &v);
 	if (isnan(v)) {
 		snprintf(buf, n, "NaN");
 		return;
@@ -341,7 +341,7 @@ static void num_to_str(const oq_rt *x, size_t i, char *buf, size_t n)
 		back = strtod(buf, NULL);
 		if (x->dtype == OQ_DT_DOUBLE ? back == v
 		    : x->dtype == OQ_DT_FLOAT ? (float)back == (float)v
-					      : oq_ew_encode_small(back, x->dtype, 1) == oq_ew_encode_small(v, x->dtype, 1))
+					      : oq_elementwise_encode_small(back, x->dtype, 1) == oq_elementwise_encode_small(v, x->dtype, 1))
 			return;
 	}
 }
@@ -358,12 +358,12 @@ static void str_to_num(oq_rt *y, size_t i, const char *s)
 			s++;
 		iv = kind == 'u' ? (int64_t)strtoull(s, &end, 10) : (int64_t)strtoll(s, &end, 10);
 		if (end != s && *end == '\0') {
-			oq_ew_store_i(y, i, 1, &iv, kind == 'u');
+			oq_elementwise_store_int64(y, i, 1, &iv, kind == 'u');
 			return;
 		}
 	}
 	double v = strtod(s, &end);
-	oq_ew_store_d(y, i, 1, &v, 1);
+	oq_elementwise_store_double(y, i, 1, &v, 1);
 }
 
 typedef struct cast_job {
@@ -378,22 +378,22 @@ static void cast_range(void *ctx, size_t b, size_t e)
 	char sk = oq_dtype_kind(j->x->dtype);
 	int from_int = sk != 'f';
 
-	for (size_t o = b; o < e; o += OQ_EW_CHUNK) {
-		size_t n = e - o < OQ_EW_CHUNK ? e - o : OQ_EW_CHUNK;
+	for (size_t o = b; o < e; o += OQ_ELEMENTWISE_CHUNK) {
+		size_t n = e - o < OQ_ELEMENTWISE_CHUNK ? e - o : OQ_ELEMENTWISE_CHUNK;
 		if (from_int && j->y->dtype == OQ_DT_FLOAT) {
-			int64_t iv[OQ_EW_CHUNK];
+			int64_t iv[OQ_ELEMENTWISE_CHUNK];
 			float *p = (float *)j->y->data + o;
-			oq_ew_load_i(j->x, o, 1, n, iv);
+			oq_elementwise_load_int64(j->x, o, 1, n, iv);
 			for (size_t i = 0; i < n; i++) /* one rounding, even for int64 */
 				p[i] = sk == 'u' ? (float)(uint64_t)iv[i] : (float)iv[i];
 		} else if (from_int) {
-			int64_t iv[OQ_EW_CHUNK];
-			oq_ew_load_i(j->x, o, 1, n, iv);
-			oq_ew_store_i(j->y, o, n, iv, sk == 'u');
+			int64_t iv[OQ_ELEMENTWISE_CHUNK];
+			oq_elementwise_load_int64(j->x, o, 1, n, iv);
+			oq_elementwise_store_int64(j->y, o, n, iv, sk == 'u');
 		} else {
-			double dv[OQ_EW_CHUNK];
-			oq_ew_load_d(j->x, o, 1, n, dv);
-			oq_ew_store_d(j->y, o, n, dv, j->sat);
+			double dv[OQ_ELEMENTWISE_CHUNK];
+			oq_elementwise_load_double(j->x, o, 1, n, dv);
+			oq_elementwise_store_double(j->y, o, n, dv, j->sat);
 		}
 	}
 }
@@ -406,9 +406,9 @@ static int do_cast(oq_kctx *k, const oq_rt *x, int to, int sat)
 
 	if (!x)
 		return oq_k_err(k, OQ_EINVAL, "missing input");
-	if (!oq_dtype_valid(to) || (to != OQ_DT_STRING && !oq_ew_numeric(to)))
+	if (!oq_dtype_valid(to) || (to != OQ_DT_STRING && !oq_elementwise_numeric(to)))
 		return oq_k_err(k, OQ_EUNSUP, "cannot cast to %s (element type %d)", oq_dtype_name(to), to);
-	if (x->dtype != OQ_DT_STRING && !oq_ew_numeric(x->dtype))
+	if (x->dtype != OQ_DT_STRING && !oq_elementwise_numeric(x->dtype))
 		return oq_k_err(k, OQ_EUNSUP, "cannot cast from %s", oq_dtype_name(x->dtype));
 	if (x->dtype == to)
 		return oq_k_output_like(k, 0, x, x->rank, x->dims, &y);
@@ -453,7 +453,7 @@ static int dtype_by_name(const char *s)
 	return oq_dtype_from_name(low);
 }
 
-int oq_ew_cast(oq_kctx *k)
+int oq_elementwise_cast(oq_kctx *k)
 {
 	const oq_attr *a = oq_k_attr(k, "to");
 	int to;
@@ -471,7 +471,7 @@ int oq_ew_cast(oq_kctx *k)
 	return do_cast(k, oq_k_in(k, 0), to, (int)oq_k_int(k, "saturate", 1));
 }
 
-int oq_ew_castlike(oq_kctx *k)
+int oq_elementwise_castlike(oq_kctx *k)
 {
 	const oq_rt *like = oq_k_in(k, 1);
 	if (!like)

@@ -161,13 +161,13 @@ static int bc_shape(oq_kctx *k, const oq_rt *const *in, size_t n, int *rank, int
 
 /* --------------------------------------------------------------- params */
 
-typedef struct ew_par {
+typedef struct op_params {
 	double alpha, beta, gamma;  /* activation attributes; Clip bounds (lo = alpha, hi = beta) */
 	int64_t ilo, ihi;           /* integer Clip bounds */
 	int has_lo, has_hi;         /* integer Clip: bound given */
 	int flag;                   /* Mod: fmod; IsInf: detect bits; BitShift: 1 = right */
 	int uns;                    /* unsigned integer operands */
-} ew_par;
+} op_params;
 
 /* ------------------------------------------------------------ binary ops */
 
@@ -234,7 +234,7 @@ static double py_fmod(double x, double z)
 	return r;
 }
 
-static void row_d(int op, const ew_par *p, size_t n, const double *a, int sa, const double *b, int sb, void *y)
+static void row_d(int op, const op_params *p, size_t n, const double *a, int sa, const double *b, int sb, void *y)
 {
 	switch (op) {
 	case B_ADD: LOOP2(double, double, x + z); break;
@@ -304,7 +304,7 @@ static int ilt(int64_t x, int64_t z, int uns)
 	return uns ? (uint64_t)x < (uint64_t)z : x < z;
 }
 
-static void row_i(int op, const ew_par *p, size_t n, const int64_t *a, int sa, const int64_t *b, int sb, void *y)
+static void row_i(int op, const op_params *p, size_t n, const int64_t *a, int sa, const int64_t *b, int sb, void *y)
 {
 	int u = p->uns;
 	switch (op) {
@@ -344,7 +344,7 @@ typedef struct bjob {
 	oq_rt *y;
 	int op;
 	char dom;          /* 'f', 'd' or 'i' */
-	ew_par par;
+	op_params par;
 } bjob;
 
 static void bin_range(void *ctx, size_t ub, size_t ue)
@@ -359,28 +359,28 @@ static void bin_range(void *ctx, size_t ub, size_t ue)
 			      (float *)j->y->data + yoff);
 			continue;
 		}
-		for (size_t c = 0; c < n; c += OQ_EW_CHUNK) {
-			size_t m = n - c < OQ_EW_CHUNK ? n - c : OQ_EW_CHUNK;
+		for (size_t c = 0; c < n; c += OQ_ELEMENTWISE_CHUNK) {
+			size_t m = n - c < OQ_ELEMENTWISE_CHUNK ? n - c : OQ_ELEMENTWISE_CHUNK;
 			size_t ao = off[0] + c * (size_t)s[0], bo = off[1] + c * (size_t)s[1];
 			if (j->dom == 'd') {
-				double av[OQ_EW_CHUNK], bv[OQ_EW_CHUNK], yv[OQ_EW_CHUNK];
-				oq_ew_load_d(j->a, ao, s[0], s[0] ? m : 1, av);
-				oq_ew_load_d(j->b, bo, s[1], s[1] ? m : 1, bv);
+				double av[OQ_ELEMENTWISE_CHUNK], bv[OQ_ELEMENTWISE_CHUNK], yv[OQ_ELEMENTWISE_CHUNK];
+				oq_elementwise_load_double(j->a, ao, s[0], s[0] ? m : 1, av);
+				oq_elementwise_load_double(j->b, bo, s[1], s[1] ? m : 1, bv);
 				if (b_is_bool_out(j->op)) {
 					row_d(j->op, &j->par, m, av, s[0], bv, s[1], (uint8_t *)j->y->data + yoff + c);
 				} else {
 					row_d(j->op, &j->par, m, av, s[0], bv, s[1], yv);
-					oq_ew_store_d(j->y, yoff + c, m, yv, 1);
+					oq_elementwise_store_double(j->y, yoff + c, m, yv, 1);
 				}
 			} else {
-				int64_t av[OQ_EW_CHUNK], bv[OQ_EW_CHUNK], yv[OQ_EW_CHUNK];
-				oq_ew_load_i(j->a, ao, s[0], s[0] ? m : 1, av);
-				oq_ew_load_i(j->b, bo, s[1], s[1] ? m : 1, bv);
+				int64_t av[OQ_ELEMENTWISE_CHUNK], bv[OQ_ELEMENTWISE_CHUNK], yv[OQ_ELEMENTWISE_CHUNK];
+				oq_elementwise_load_int64(j->a, ao, s[0], s[0] ? m : 1, av);
+				oq_elementwise_load_int64(j->b, bo, s[1], s[1] ? m : 1, bv);
 				if (b_is_bool_out(j->op)) {
 					row_i(j->op, &j->par, m, av, s[0], bv, s[1], (uint8_t *)j->y->data + yoff + c);
 				} else {
 					row_i(j->op, &j->par, m, av, s[0], bv, s[1], yv);
-					oq_ew_store_i(j->y, yoff + c, m, yv, j->par.uns);
+					oq_elementwise_store_int64(j->y, yoff + c, m, yv, j->par.uns);
 				}
 			}
 		}
@@ -388,7 +388,7 @@ static void bin_range(void *ctx, size_t ub, size_t ue)
 }
 
 /* Runs y = op(a, b) with y already allocated in the broadcast shape. */
-static int bin_run(oq_kctx *k, int op, const oq_rt *a, const oq_rt *b, oq_rt *y, char dom, const ew_par *par)
+static int bin_run(oq_kctx *k, int op, const oq_rt *a, const oq_rt *b, oq_rt *y, char dom, const op_params *par)
 {
 	bjob j;
 	const oq_rt *in[2] = {a, b};
@@ -449,14 +449,14 @@ static int binary(oq_kctx *k, int op)
 	oq_rt bv, *y;
 	int rank, rc, out_dt;
 	int64_t dims[OQ_RT_MAX_RANK];
-	ew_par par;
+	op_params par;
 	char dom;
 
 	if (!a || !b0)
 		return oq_k_err(k, OQ_EINVAL, "needs two inputs");
 	if ((rc = legacy_b(k, a, b0, &bv)))
 		return rc;
-	if (!oq_ew_numeric(a->dtype) || !oq_ew_numeric(b0->dtype))
+	if (!oq_elementwise_numeric(a->dtype) || !oq_elementwise_numeric(b0->dtype))
 		return oq_k_err(k, OQ_EUNSUP, "unsupported input types %s, %s", oq_dtype_name(a->dtype),
 				oq_dtype_name(b0->dtype));
 	if (op != B_POW && a->dtype != b0->dtype)
@@ -581,7 +581,7 @@ static int variadic(oq_kctx *k, int op, int mean)
 	int rank, rc, dt;
 	int64_t dims[OQ_RT_MAX_RANK];
 	oq_rt *y;
-	ew_par par;
+	op_params par;
 	size_t n = 0;
 	const oq_rt *first = NULL;
 
@@ -597,7 +597,7 @@ static int variadic(oq_kctx *k, int op, int mean)
 	if (!first)
 		return oq_k_err(k, OQ_EINVAL, "needs at least one input");
 	dt = first->dtype;
-	if (!oq_ew_numeric(dt) || dt == OQ_DT_BOOL)
+	if (!oq_elementwise_numeric(dt) || dt == OQ_DT_BOOL)
 		return oq_k_err(k, OQ_EUNSUP, "unsupported input type %s", oq_dtype_name(dt));
 	if (mean && !is_float(dt))
 		return oq_k_err(k, OQ_EUNSUP, "Mean needs float inputs, got %s", oq_dtype_name(dt));
@@ -633,13 +633,13 @@ static int variadic(oq_kctx *k, int op, int mean)
 			for (size_t i = 0; i < y->nelem; i++)
 				p[i] /= (float)n;
 		} else {
-			double v[OQ_EW_CHUNK];
-			for (size_t o = 0; o < y->nelem; o += OQ_EW_CHUNK) {
-				size_t m = y->nelem - o < OQ_EW_CHUNK ? y->nelem - o : OQ_EW_CHUNK;
-				oq_ew_load_d(y, o, 1, m, v);
+			double v[OQ_ELEMENTWISE_CHUNK];
+			for (size_t o = 0; o < y->nelem; o += OQ_ELEMENTWISE_CHUNK) {
+				size_t m = y->nelem - o < OQ_ELEMENTWISE_CHUNK ? y->nelem - o : OQ_ELEMENTWISE_CHUNK;
+				oq_elementwise_load_double(y, o, 1, m, v);
 				for (size_t i = 0; i < m; i++)
 					v[i] /= (double)n;
-				oq_ew_store_d(y, o, m, v, 1);
+				oq_elementwise_store_double(y, o, m, v, 1);
 			}
 		}
 	}
@@ -721,7 +721,7 @@ static double signd(double x)
 }
 
 /* Float32 kernels: one loop per op. Returns 0 when the op has none. */
-static int un_f(int op, const ew_par *p, size_t n, const float *xv, float *yv)
+static int un_f(int op, const op_params *p, size_t n, const float *xv, float *yv)
 {
 	const float al = (float)p->alpha, be = (float)p->beta, ga = (float)p->gamma;
 	switch (op) {
@@ -764,7 +764,7 @@ static int un_f(int op, const ew_par *p, size_t n, const float *xv, float *yv)
 	return 1;
 }
 
-static void un_d(int op, const ew_par *p, size_t n, const double *xv, void *yv)
+static void un_d(int op, const op_params *p, size_t n, const double *xv, void *yv)
 {
 	const double al = p->alpha, be = p->beta, ga = p->gamma;
 	switch (op) {
@@ -816,7 +816,7 @@ static void un_d(int op, const ew_par *p, size_t n, const double *xv, void *yv)
 	}
 }
 
-static void un_i(int op, const ew_par *p, size_t n, const int64_t *xv, void *yv)
+static void un_i(int op, const op_params *p, size_t n, const int64_t *xv, void *yv)
 {
 	int u = p->uns;
 	switch (op) {
@@ -841,7 +841,7 @@ typedef struct ujob {
 	oq_rt *y;
 	int op;
 	char dom;
-	ew_par par;
+	op_params par;
 } ujob;
 
 static void un_range(void *ctx, size_t b, size_t e)
@@ -851,31 +851,31 @@ static void un_range(void *ctx, size_t b, size_t e)
 		un_f(j->op, &j->par, e - b, (const float *)j->x->data + b, (float *)j->y->data + b);
 		return;
 	}
-	for (size_t o = b; o < e; o += OQ_EW_CHUNK) {
-		size_t m = e - o < OQ_EW_CHUNK ? e - o : OQ_EW_CHUNK;
+	for (size_t o = b; o < e; o += OQ_ELEMENTWISE_CHUNK) {
+		size_t m = e - o < OQ_ELEMENTWISE_CHUNK ? e - o : OQ_ELEMENTWISE_CHUNK;
 		if (j->dom == 'd') {
-			double xv[OQ_EW_CHUNK], yv[OQ_EW_CHUNK];
-			oq_ew_load_d(j->x, o, 1, m, xv);
+			double xv[OQ_ELEMENTWISE_CHUNK], yv[OQ_ELEMENTWISE_CHUNK];
+			oq_elementwise_load_double(j->x, o, 1, m, xv);
 			if (u_bool_out(j->op)) {
 				un_d(j->op, &j->par, m, xv, (uint8_t *)j->y->data + o);
 			} else {
 				un_d(j->op, &j->par, m, xv, yv);
-				oq_ew_store_d(j->y, o, m, yv, 1);
+				oq_elementwise_store_double(j->y, o, m, yv, 1);
 			}
 		} else {
-			int64_t xv[OQ_EW_CHUNK], yv[OQ_EW_CHUNK];
-			oq_ew_load_i(j->x, o, 1, m, xv);
+			int64_t xv[OQ_ELEMENTWISE_CHUNK], yv[OQ_ELEMENTWISE_CHUNK];
+			oq_elementwise_load_int64(j->x, o, 1, m, xv);
 			if (u_bool_out(j->op)) {
 				un_i(j->op, &j->par, m, xv, (uint8_t *)j->y->data + o);
 			} else {
 				un_i(j->op, &j->par, m, xv, yv);
-				oq_ew_store_i(j->y, o, m, yv, j->par.uns);
+				oq_elementwise_store_int64(j->y, o, m, yv, j->par.uns);
 			}
 		}
 	}
 }
 
-static int unary_par(oq_kctx *k, int op, const ew_par *par)
+static int unary_par(oq_kctx *k, int op, const op_params *par)
 {
 	const oq_rt *x = oq_k_in(k, 0);
 	oq_rt *y;
@@ -885,7 +885,7 @@ static int unary_par(oq_kctx *k, int op, const ew_par *par)
 
 	if (!x)
 		return oq_k_err(k, OQ_EINVAL, "missing input");
-	if (!oq_ew_numeric(x->dtype))
+	if (!oq_elementwise_numeric(x->dtype))
 		return oq_k_err(k, OQ_EUNSUP, "unsupported input type %s", oq_dtype_name(x->dtype));
 	if (op == U_NOT && x->dtype != OQ_DT_BOOL)
 		return oq_k_err(k, OQ_EINVAL, "needs a bool input, got %s", oq_dtype_name(x->dtype));
@@ -919,7 +919,7 @@ static int unary_par(oq_kctx *k, int op, const ew_par *par)
 
 static int unary(oq_kctx *k, int op, double alpha, double beta, double gamma)
 {
-	ew_par par;
+	op_params par;
 	memset(&par, 0, sizeof par);
 	par.alpha = alpha;
 	par.beta = beta;
@@ -996,7 +996,7 @@ static int k_gelu(oq_kctx *k)
 
 static int k_isinf(oq_kctx *k)
 {
-	ew_par par;
+	op_params par;
 	memset(&par, 0, sizeof par);
 	par.flag = (oq_k_int(k, "detect_negative", 1) ? 1 : 0) | (oq_k_int(k, "detect_positive", 1) ? 2 : 0);
 	return unary_par(k, U_ISINF, &par);
@@ -1009,7 +1009,7 @@ static int k_isinf(oq_kctx *k)
 static int k_clip(oq_kctx *k)
 {
 	const oq_rt *x = oq_k_in(k, 0);
-	ew_par par;
+	op_params par;
 
 	memset(&par, 0, sizeof par);
 	par.alpha = -INFINITY;
@@ -1039,14 +1039,14 @@ static int k_clip(oq_kctx *k)
 					oq_dtype_name(b->dtype), oq_dtype_name(x->dtype));
 		if (is_float(x->dtype)) {
 			double v;
-			oq_ew_load_d(b, 0, 1, 1, &v);
+			oq_elementwise_load_double(b, 0, 1, 1, &v);
 			if (i == 1)
 				par.alpha = v;
 			else
 				par.beta = v;
-		} else if (oq_ew_numeric(x->dtype)) {
+		} else if (oq_elementwise_numeric(x->dtype)) {
 			int64_t v;
-			oq_ew_load_i(b, 0, 1, 1, &v);
+			oq_elementwise_load_int64(b, 0, 1, 1, &v);
 			if (i == 1) {
 				par.ilo = v;
 				par.has_lo = 1;
@@ -1148,7 +1148,7 @@ static int k_where(oq_kctx *k)
 
 /* ------------------------------------------------------------------ table */
 
-const oq_kreg oq_kernels_ew[] = {
+const oq_kreg oq_kernels_elementwise[] = {
 	{OQ_OP_Add, 0, k_add},
 	{OQ_OP_Sub, 0, k_sub},
 	{OQ_OP_Mul, 0, k_mul},
@@ -1217,7 +1217,7 @@ const oq_kreg oq_kernels_ew[] = {
 	{OQ_OP_IsNaN, 0, k_isnan},
 	{OQ_OP_IsInf, 0, k_isinf},
 	{OQ_OP_Where, 0, k_where},
-	{OQ_OP_Cast, 0, oq_ew_cast},
-	{OQ_OP_CastLike, 0, oq_ew_castlike},
+	{OQ_OP_Cast, 0, oq_elementwise_cast},
+	{OQ_OP_CastLike, 0, oq_elementwise_castlike},
 	{OQ_OP_UNKNOWN, 0, NULL},
 };

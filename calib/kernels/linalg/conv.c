@@ -9,7 +9,7 @@
  * panels, 12 weight rows broadcast) or zt_gemm (channels in the lanes: W
  * in 32-channel panels, 4-8 positions broadcast, the tile transposed
  * before its store; for small planes such as 7x7 and deep kernels), W
- * read from the panels the executor's plan packed it into (oq_cw_pack) or
+ * read from the panels the executor's plan packed it into (oq_packed_w_pack) or
  * in place; on an AVX2+FMA CPU through own_gemm, else cblas_?gemm. All
  * float32 paths form each output as init + sum_k w*x in k order with one
  * FMA per term: the same bits. 1x1 stride-1
@@ -26,7 +26,7 @@
  * channel plane is copied into a zero-padded buffer (SSE, 4 outputs at a
  * time). All give the same bits.
  *
- * Fused epilogue (oq_conv_run_ep): a per-channel BN affine map and an
+ * Fused epilogue (oq_conv_run_epilogue): a per-channel BN affine map and an
  * activation are applied to each GEMM tile (rows of mm channels x pp
  * positions) right after its sgemm, and to each depthwise output row before
  * it is stored, so the values are touched while still in cache instead of
@@ -611,8 +611,8 @@ static int own_gemm_ok(void)
 
 int oq_linalg_no_avx512 = 0;
 int oq_linalg_dw_rows = 0;
-int oq_linalg_no_vrow = 0;
-_Atomic size_t oq_linalg_vrow_runs = 0;
+int oq_linalg_no_in_place = 0;
+_Atomic size_t oq_linalg_in_place_runs = 0;
 
 /* y op v, or v op y when rev: the element-wise kernel's operand order. */
 AVX512 static inline __m512 zbop(int bop, int rev, __m512 y, __m512 v)
@@ -686,7 +686,7 @@ AVX512 static inline __m512 zepi_vec(const zepi *e, int r, int q, __mmask16 m, _
 
 /*
  * C[mr, nr] (ldc) = init + A[mr, kd] (row r at ar[r], k-stride ks: 1 in place,
- * OQ_CW_NR in packed panels) * Bp[kd][32]; init: C
+ * OQ_PACKED_W_NR in packed panels) * Bp[kd][32]; init: C
  * when load, else bias[r] (bias NULL: 0); then the epilogue e (NULL: none).
  * Rows past mr read row 0 and, like columns past nr, are not stored.
  */
@@ -966,8 +966,8 @@ static void z_pack_col(const oq_conv_geom *g, const float *x, int64_t ldx, int d
 /*
  * The conv GEMM's A (the weights of a tile's channels): rows in place, lda
  * apart with k-stride 1, or packed panels (pstride > 0: row m in panel
- * m / OQ_CW_NR, pstride floats apart, at lane m % OQ_CW_NR, k-stride
- * OQ_CW_NR; row 0 starts a panel). Register tiles take a pointer per row,
+ * m / OQ_PACKED_W_NR, pstride floats apart, at lane m % OQ_PACKED_W_NR, k-stride
+ * OQ_PACKED_W_NR; row 0 starts a panel). Register tiles take a pointer per row,
  * so a 12-row tile may straddle two panels.
  */
 typedef struct zA {
@@ -977,7 +977,7 @@ typedef struct zA {
 
 static inline const float *za_row(const zA *A, int64_t m)
 {
-	return A->pstride ? A->a + m / OQ_CW_NR * A->pstride + m % OQ_CW_NR : A->a + m * A->lda;
+	return A->pstride ? A->a + m / OQ_PACKED_W_NR * A->pstride + m % OQ_PACKED_W_NR : A->a + m * A->lda;
 }
 
 /*
@@ -1003,7 +1003,7 @@ static inline const float *za_row(const zA *A, int64_t m)
 AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const float *bp, const float *const *br,
 			  float *c, int64_t ldc, const float *bias, const zepi *e)
 {
-	int64_t k0 = 0, ks = A->pstride ? OQ_CW_NR : 1;
+	int64_t k0 = 0, ks = A->pstride ? OQ_PACKED_W_NR : 1;
 
 	do {
 		int64_t kb = kd - k0 < KC_DEPTH ? kd - k0 : KC_DEPTH;
@@ -1159,7 +1159,7 @@ AVX512 __attribute__((always_inline)) static inline void tr16x16(__m512 *r)
 			for (int v = 0; v < NV; v++)                                                   \
 				acc[r][v] = init[v];                                                   \
 		}                                                                                      \
-		for (int64_t k = 0, o = 0; k < kd; k++, o += ks, wp += OQ_CW_NR) {                     \
+		for (int64_t k = 0, o = 0; k < kd; k++, o += ks, wp += OQ_PACKED_W_NR) {                     \
 			__m512 w[NV];                                                                  \
 			for (int v = 0; v < NV; v++)                                                   \
 				w[v] = _mm512_load_ps(wp + 16 * v);                                    \
@@ -1199,7 +1199,7 @@ typedef void (*zt_fn)(int64_t kd, const float *const *ar, int64_t ks, const floa
  * C[mm channels, pp positions] (ldc) = init + the packed panels wp (mm
  * channels from a panel start, pstride floats apart) x the positions'
  * rows (row(q) = pos[0] + q for a 1x1 input in place, k-stride ks;
- * pos NULL: the packed col bp, k-stride OQ_CW_NR), panel by panel, the
+ * pos NULL: the packed col bp, k-stride OQ_PACKED_W_NR), panel by panel, the
  * positions cut into tiles of 4 to 8 as evenly as possible (49 = 7 x 7,
  * 196 = 21 x 8 + 4 x 7); e: the register epilogue (rows = channels from C's first).
  */
@@ -1210,8 +1210,8 @@ AVX512 static void zt_gemm(int64_t mm, int64_t pp, int64_t kd, const float *wp, 
 	static const zt_fn f1[9] = {zt4x1, zt4x1, zt4x1, zt4x1, zt4x1, zt5x1, zt6x1, zt7x1, zt8x1};
 	int64_t nt = (pp + 7) / 8, base = pp / nt, extra = pp % nt;
 
-	for (int64_t pc = 0; pc < mm; pc += OQ_CW_NR, wp += pstride) {
-		int nch = mm - pc < OQ_CW_NR ? (int)(mm - pc) : OQ_CW_NR;
+	for (int64_t pc = 0; pc < mm; pc += OQ_PACKED_W_NR, wp += pstride) {
+		int nch = mm - pc < OQ_PACKED_W_NR ? (int)(mm - pc) : OQ_PACKED_W_NR;
 		zepi em, *ep = NULL;
 		if (e) {
 			em = *e;
@@ -1985,7 +1985,7 @@ AVX512 static void dwc_range(void *ctx, size_t begin, size_t end)
 
 /* ------------------------------------------------------ packed weights */
 
-int oq_cw_pack(const float *w, int64_t m, int64_t kc, int64_t group, oq_cw *out)
+int oq_packed_w_pack(const float *w, int64_t m, int64_t kc, int64_t group, oq_packed_w *out)
 {
 	int64_t mg, npg;
 	size_t nf;
@@ -1994,8 +1994,8 @@ int oq_cw_pack(const float *w, int64_t m, int64_t kc, int64_t group, oq_cw *out)
 	if (m < 0 || kc < 0 || group <= 0 || m % group)
 		return OQ_EINVAL;
 	mg = m / group;
-	npg = ceil_div(mg, OQ_CW_NR);
-	if (!oq_mul_size((size_t)(group * npg), (size_t)kc, &nf) || !oq_mul_size(nf, OQ_CW_NR * sizeof(float), &nf) ||
+	npg = ceil_div(mg, OQ_PACKED_W_NR);
+	if (!oq_mul_size((size_t)(group * npg), (size_t)kc, &nf) || !oq_mul_size(nf, OQ_PACKED_W_NR * sizeof(float), &nf) ||
 	    nf > SIZE_MAX - 64)
 		return OQ_ENOMEM;
 	out->p = aligned_alloc(64, (nf + 63) / 64 * 64 + 64);
@@ -2006,40 +2006,40 @@ int oq_cw_pack(const float *w, int64_t m, int64_t kc, int64_t group, oq_cw *out)
 	out->group = group;
 	for (int64_t grp = 0; grp < group; grp++)
 		for (int64_t pn = 0; pn < npg; pn++) {
-			int64_t m0 = pn * OQ_CW_NR, nm = mg - m0 < OQ_CW_NR ? mg - m0 : OQ_CW_NR;
+			int64_t m0 = pn * OQ_PACKED_W_NR, nm = mg - m0 < OQ_PACKED_W_NR ? mg - m0 : OQ_PACKED_W_NR;
 			const char *src = (const char *)(w + (grp * mg + m0) * kc);
-			float *dst = out->p + (size_t)((grp * npg + pn) * kc * OQ_CW_NR);
-			for (int64_t q = 0; q < kc; q++, dst += OQ_CW_NR) {
+			float *dst = out->p + (size_t)((grp * npg + pn) * kc * OQ_PACKED_W_NR);
+			for (int64_t q = 0; q < kc; q++, dst += OQ_PACKED_W_NR) {
 				/* memcpy: w may be a file's bytes at any alignment */
 				for (int64_t r = 0; r < nm; r++)
 					memcpy(&dst[r], src + (size_t)(r * kc + q) * sizeof(float), sizeof(float));
-				for (int64_t r = nm; r < OQ_CW_NR; r++)
+				for (int64_t r = nm; r < OQ_PACKED_W_NR; r++)
 					dst[r] = 0.0f;
 			}
 		}
 	return OQ_OK;
 }
 
-void oq_cw_unpack(const oq_cw *cw, float *w)
+void oq_packed_w_unpack(const oq_packed_w *cw, float *w)
 {
-	int64_t mg = cw->m / cw->group, npg = ceil_div(mg, OQ_CW_NR);
+	int64_t mg = cw->m / cw->group, npg = ceil_div(mg, OQ_PACKED_W_NR);
 
 	for (int64_t grp = 0; grp < cw->group; grp++)
 		for (int64_t r = 0; r < mg; r++) {
-			const float *src = cw->p + (size_t)((grp * npg + r / OQ_CW_NR) * cw->kc * OQ_CW_NR) + r % OQ_CW_NR;
+			const float *src = cw->p + (size_t)((grp * npg + r / OQ_PACKED_W_NR) * cw->kc * OQ_PACKED_W_NR) + r % OQ_PACKED_W_NR;
 			float *dst = w + (grp * mg + r) * cw->kc;
 			for (int64_t q = 0; q < cw->kc; q++)
-				dst[q] = src[q * OQ_CW_NR];
+				dst[q] = src[q * OQ_PACKED_W_NR];
 		}
 }
 
-void oq_cw_free(oq_cw *cw)
+void oq_packed_w_free(oq_packed_w *cw)
 {
 	free(cw->p);
 	memset(cw, 0, sizeof *cw);
 }
 
-int oq_cw_available(void)
+int oq_packed_w_available(void)
 {
 #if defined(HAVE_OWN_GEMM)
 	return z_gemm_ok();
@@ -2065,7 +2065,7 @@ typedef struct conv_job {
 	int64_t np, nm;        /* tiles per (image, group) along positions / channels */
 	float *packed;         /* z: the packed col of every position tile, shared by its channel tiles, or NULL */
 	int64_t rb;            /* packing into packed: rows per work item (whole input channels) */
-	const oq_cw *cw;       /* z: the weight in packed panels (channel tiles then start at a panel), or NULL */
+	const oq_packed_w *cw;       /* z: the weight in packed panels (channel tiles then start at a panel), or NULL */
 	int tr;                /* z with cw: channels in the lanes (zt_gemm) instead of positions (z_gemm) */
 	atomic_int oom;
 } conv_job;
@@ -2129,10 +2129,10 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 				ze.t = ze.res ? j->ep->t[j->ep->steps[0].t] + yo : NULL;
 			}
 			if (j->cw) { /* the panels of channels grp * mg + m0 on (m0 starts a panel) */
-				int64_t npg = ceil_div(j->mg, OQ_CW_NR);
-				A.a = j->cw->p + (size_t)((grp * npg + m0 / OQ_CW_NR) * j->kc * OQ_CW_NR);
+				int64_t npg = ceil_div(j->mg, OQ_PACKED_W_NR);
+				A.a = j->cw->p + (size_t)((grp * npg + m0 / OQ_PACKED_W_NR) * j->kc * OQ_PACKED_W_NR);
 				A.lda = 0;
-				A.pstride = j->kc * OQ_CW_NR;
+				A.pstride = j->kc * OQ_PACKED_W_NR;
 			} else {
 				A.a = (const float *)j->w + wo;
 				A.lda = j->kc;
@@ -2281,9 +2281,9 @@ static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int pk, in
 	want = ceil_div(TILES_MIN, tiles);
 	if (tr) {
 		/* whole panels, then positions in multiples of 8 (zt_gemm's rows) down to SPLIT_MIN_TR */
-		int64_t parts = mg / OQ_CW_NR < want ? mg / OQ_CW_NR : want;
+		int64_t parts = mg / OQ_PACKED_W_NR < want ? mg / OQ_PACKED_W_NR : want;
 		if (parts > 1) {
-			*mt = round_up(ceil_div(mg, parts), OQ_CW_NR);
+			*mt = round_up(ceil_div(mg, parts), OQ_PACKED_W_NR);
 			want = ceil_div(want, ceil_div(mg, *mt));
 		}
 		if (want > 1 && *pt >= 2 * SPLIT_MIN_TR) {
@@ -2310,7 +2310,7 @@ static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int pk, in
 	}
 	if (want > 1 && mg >= 8) {
 		/* whole panels or 12-row register tiles where there are enough rows, else 4-row tails */
-		int64_t q = pk ? OQ_CW_NR : mg >= 24 ? 12 : 4, parts = mg / q < want ? mg / q : want;
+		int64_t q = pk ? OQ_PACKED_W_NR : mg >= 24 ? 12 : 4, parts = mg / q < want ? mg / q : want;
 		if (parts > 1)
 			*mt = round_up(ceil_div(mg, parts), q);
 	}
@@ -2327,14 +2327,14 @@ static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int pk, in
 static int use_tr(const oq_conv_geom *g, int64_t kc, int64_t mg)
 {
 	double eff_n = (double)g->out_size / (double)round_up(g->out_size, 16);
-	double eff_t = (double)mg / (double)round_up(mg, OQ_CW_NR) * (kc >= 128 ? 1.12 : kc >= 96 ? 0.95 : 0.85);
+	double eff_t = (double)mg / (double)round_up(mg, OQ_PACKED_W_NR) * (kc >= 128 ? 1.12 : kc >= 96 ? 0.95 : 0.85);
 	return eff_t > eff_n;
 }
 
 #if defined(HAVE_OWN_GEMM)
 /*
  * A stride-1 convolution (group 1, not 1x1) with B read in place (off
- * with oq_linalg_no_vrow): over a copy xp of its input with the pads
+ * with oq_linalg_no_in_place): over a copy xp of its input with the pads
  * written out as zeros ([c][Hp][Wp], Hp x Wp the padded plane) the output
  * at positions q = oh * Wp + ow of the padded width reads im2col row k =
  * (c, i, j) at off[k] = c Hp Wp + i dh Wp + j dw of xp: B[k][q] = xp[off[k]
@@ -2372,7 +2372,7 @@ typedef struct vr_job {
 
 static int vr_fits(const oq_conv_geom *g, int64_t kc)
 {
-	return !oq_linalg_no_vrow && g->nsp == 2 && g->group == 1 && g->m <= VR_MAX_M && g->stride[0] == 1 &&
+	return !oq_linalg_no_in_place && g->nsp == 2 && g->group == 1 && g->m <= VR_MAX_M && g->stride[0] == 1 &&
 	       g->stride[1] == 1 && g->k_size > 1 && kc <= 65536 /* its row pointers in the thread's buffer */ &&
 	       VR_WASTE * (g->k[1] - 1) * g->dil[1] <= g->out[1];
 }
@@ -2435,7 +2435,7 @@ static void vr_range(void *ctx, size_t begin, size_t end)
  * Runs g (vr_fits) with B in place, or returns 1 (nothing written) when
  * the padded copy cannot be allocated: the caller then takes the im2col path.
  */
-static int vr_run(oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const oq_cw *cw,
+static int vr_run(oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const oq_packed_w *cw,
 		  const float *b, const oq_kfuse *ep, float *y, int64_t kc, int *rc)
 {
 	vr_job j;
@@ -2478,7 +2478,7 @@ static int vr_run(oq_kctx *k, const oq_conv_geom *g, const float *x, const float
 	j.off = off;
 	if (cw) {
 		j.A.a = cw->p;
-		j.A.pstride = kc * OQ_CW_NR;
+		j.A.pstride = kc * OQ_PACKED_W_NR;
 	} else {
 		j.A.a = w;
 		j.A.lda = kc;
@@ -2497,13 +2497,13 @@ static int vr_run(oq_kctx *k, const oq_conv_geom *g, const float *x, const float
 	oq_k_parallel(k, (size_t)items, 1, vr_range, &j);
 	free(own);
 	free(off);
-	atomic_fetch_add_explicit(&oq_linalg_vrow_runs, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&oq_linalg_in_place_runs, 1, memory_order_relaxed);
 	*rc = atomic_load(&j.oom) ? OQ_ENOMEM : OQ_OK;
 	return 0;
 }
 #endif
 
-static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_cw *cw,
+static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_packed_w *cw,
 		    const void *b, const oq_kfuse *ep, void *y);
 
 int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w,
@@ -2512,13 +2512,13 @@ int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, c
 	return conv_run(k, t, g0, x, w, NULL, b, NULL, y);
 }
 
-int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w,
+int oq_conv_run_epilogue(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w,
 		   const void *b, const oq_kfuse *ep, void *y)
 {
 	return conv_run(k, t, g0, x, w, NULL, b, ep, y);
 }
 
-int oq_conv_run_pk(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_cw *cw,
+int oq_conv_run_packed(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_packed_w *cw,
 		   const void *b, const oq_kfuse *ep, void *y)
 {
 	float *tmp = NULL;
@@ -2528,12 +2528,12 @@ int oq_conv_run_pk(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 		   cw->kc != g0->c / g0->group * g0->k_size))
 		return OQ_EINVAL;
 	/* the packed layout only where z_gemm / zt_gemm read it */
-	if (cw && (t != OQ_LT_F32 || !oq_cw_available() || oq_linalg_use_ref || g0->m == g0->group)) {
+	if (cw && (t != OQ_LT_F32 || !oq_packed_w_available() || oq_linalg_use_ref || g0->m == g0->group)) {
 		size_t n;
 		if (!oq_mul_size((size_t)cw->m, (size_t)cw->kc, &n) || !oq_mul_size(n, sizeof(float), &n) ||
 		    !(tmp = malloc(n ? n : 1)))
 			return OQ_ENOMEM;
-		oq_cw_unpack(cw, tmp);
+		oq_packed_w_unpack(cw, tmp);
 		w = tmp;
 		cw = NULL;
 	}
@@ -2542,14 +2542,14 @@ int oq_conv_run_pk(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x
 	return rc;
 }
 
-/* x * W (w, or the packed cw) + b, then ep: see oq_conv_run_ep / oq_conv_run_pk. */
-static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_cw *cw,
+/* x * W (w, or the packed cw) + b, then ep: see oq_conv_run_epilogue / oq_conv_run_packed. */
+static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_packed_w *cw,
 		    const void *b, const oq_kfuse *ep, void *y)
 {
 	oq_conv_geom g;
 	conv_job j;
 	int64_t tiles;
-	oq_cw own;
+	oq_packed_w own;
 	int rc;
 
 	if (ep && t != OQ_LT_F32)
@@ -2631,7 +2631,7 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 	j.cw = j.z ? cw : NULL;
 	j.tr = j.z && use_tr(&g, j.kc, j.mg);
 	if (j.tr && !j.cw) { /* no plan-time packing (a weight computed per run, tests): pack for this call */
-		if ((rc = oq_cw_pack(w, g.m, j.kc, g.group, &own)))
+		if ((rc = oq_packed_w_pack(w, g.m, j.kc, g.group, &own)))
 			return rc;
 		j.cw = &own;
 	}
@@ -2641,7 +2641,7 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 #if defined(HAVE_OWN_GEMM)
 	if (j.z && !j.tr && !j.direct && vr_fits(&g, j.kc) &&
 	    !vr_run(k, &g, x, w, j.cw, b, ep, y, j.kc, &rc)) {
-		oq_cw_free(&own);
+		oq_packed_w_free(&own);
 		return rc;
 	}
 #endif
@@ -2658,14 +2658,14 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 			j.rb = ks * (j.direct ? 64 : ceil_div(64, ks)); /* about 64 rows, whole input channels */
 			oq_k_parallel(k, n_pt * (size_t)ceil_div(j.kc, j.rb), 1, pack_range, &j);
 			if (atomic_load(&j.oom)) {
-				oq_cw_free(&own);
+				oq_packed_w_free(&own);
 				return OQ_ENOMEM;
 			}
 		}
 	}
 #endif
 	oq_k_parallel(k, (size_t)tiles, 1, conv_range, &j);
-	oq_cw_free(&own);
+	oq_packed_w_free(&own);
 	return atomic_load(&j.oom) ? OQ_ENOMEM : OQ_OK;
 }
 
@@ -2685,14 +2685,14 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
  * so B's output keeps its bits.
  */
 #define CHAIN_E_BYTES (384u << 10)
-#define CHAIN_CH OQ_CW_NR /* channels per item: one weight panel, two depthwise blocks */
+#define CHAIN_CH OQ_PACKED_W_NR /* channels per item: one weight panel, two depthwise blocks */
 #define CHAIN_ITEMS 8     /* items a chain is cut into at least, where rows allow */
 
 typedef struct chain_job {
 	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
 	const oq_conv_geom *ga, *gb; /* A (2-D, group 1) and B (depthwise on A's output) */
 	const float *x, *wa, *ba;
-	const oq_cw *cwa;      /* A's weight packed, or NULL (wa in place) */
+	const oq_packed_w *cwa;      /* A's weight packed, or NULL (wa in place) */
 	const oq_kfuse *epa;   /* A's epilogue (no tensor operands), or NULL */
 	float *y;              /* B's output */
 	int direct, tr;        /* A: 1x1 input in place as col / channels in the lanes */
@@ -2746,7 +2746,7 @@ AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
 	if (j->cwa) {
 		A.a = j->cwa->p;
 		A.lda = 0;
-		A.pstride = j->kc * OQ_CW_NR;
+		A.pstride = j->kc * OQ_PACKED_W_NR;
 	} else {
 		A.a = j->wa;
 		A.lda = j->kc;
@@ -2781,7 +2781,7 @@ AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
 			ze.hi = j->epa->act.b;
 			ze.ldc = pp;
 		}
-		Ag.a = A.pstride ? A.a + m0 / OQ_CW_NR * A.pstride : A.a + m0 * A.lda;
+		Ag.a = A.pstride ? A.a + m0 / OQ_PACKED_W_NR * A.pstride : A.a + m0 * A.lda;
 		if (j->tr)
 			zt_gemm(nch, pp, j->kc, Ag.a, Ag.pstride, xa + p0, ga->in_size, j->direct ? NULL : col, e, pp,
 				j->ba ? j->ba + m0 : NULL, reg ? &ze : NULL);
@@ -2803,7 +2803,7 @@ AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
 	free(own);
 }
 
-int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const float *wa, const oq_cw *cwa,
+int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const float *wa, const oq_packed_w *cwa,
 		      const float *ba, const oq_kfuse *epa, const oq_conv_geom *gb0, const float *wb, const float *bb,
 		      const oq_kfuse *epb, float *y)
 {
@@ -2821,7 +2821,7 @@ int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const
 	if (z_gemm_ok() && !oq_linalg_use_ref && ga.nsp == 2 && ga.group == 1 && dwc_fits(&gb) && (wa || cwa)) {
 		chain_job j;
 		int64_t rows, items;
-		oq_cw own;
+		oq_packed_w own;
 		memset(&j, 0, sizeof j);
 		memset(&own, 0, sizeof own);
 		j.k = k;
@@ -2859,14 +2859,14 @@ int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const
 			j.pmax = ga.out_size;
 		j.tr = use_tr(&ga, j.kc, ga.m);
 		if (j.tr && !cwa) {
-			if ((rc = oq_cw_pack(wa, ga.m, j.kc, 1, &own)))
+			if ((rc = oq_packed_w_pack(wa, ga.m, j.kc, 1, &own)))
 				return rc;
 			j.cwa = &own;
 		}
 		atomic_init(&j.oom, 0);
 		items = ga.n * j.nband * j.ngrp;
 		oq_k_parallel(k, (size_t)items, 1, chain_range, &j);
-		oq_cw_free(&own);
+		oq_packed_w_free(&own);
 		return atomic_load(&j.oom) ? OQ_ENOMEM : OQ_OK;
 	}
 #endif
@@ -2876,7 +2876,7 @@ int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const
 		if (!oq_mul_size((size_t)(ga.n * ga.m), (size_t)ga.out_size, &n) || !oq_mul_size(n, sizeof(float), &n) ||
 		    !(t = aligned_alloc(64, (n + 63) / 64 * 64)))
 			return OQ_ENOMEM;
-		rc = oq_conv_run_pk(k, OQ_LT_F32, ga0, x, wa, cwa, ba, epa, t);
+		rc = oq_conv_run_packed(k, OQ_LT_F32, ga0, x, wa, cwa, ba, epa, t);
 		if (!rc)
 			rc = conv_run(k, OQ_LT_F32, gb0, t, wb, NULL, bb, epb, y);
 		free(t);

@@ -68,7 +68,7 @@ static int dim_label(const term *t, int d, int ell_rank, int max_ell)
 	return t->lab[d - ell_rank];
 }
 
-int oq_lk_einsum(oq_kctx *k)
+int oq_linalg_einsum(oq_kctx *k)
 {
 	const char *eq = oq_k_str(k, "equation", NULL), *arrow, *p;
 	term in[EIN_MAX_IN], out;

@@ -8,11 +8,11 @@
  * does not change between runs, so the executor's plan packs it once
  * (exec.c) and every run reads the panels straight away.
  *
- * Layout (oq_pb): op(B) [kd, n] in panels of OQ_PB_NR = 64 columns, panel
+ * Layout (oq_packed_b): op(B) [kd, n] in panels of OQ_PACKED_B_NR = 64 columns, panel
  * p holding rows k = 0..kd-1 of columns [64p, 64p + 64) contiguously
  * (64 floats = 4 vectors per k, 64-byte aligned), zero past n. The packed
  * copy replaces the weight: the plan lets go of the original when only
- * packed products read it, and rebuilds it (oq_pb_unpack) for an observer.
+ * packed products read it, and rebuilds it (oq_packed_b_unpack) for an observer.
  *
  * Kernel: C[6 rows, 64 columns] in 24 zmm accumulators; per k, 4 aligned
  * loads of the B panel and 6 broadcasts of A (read in place, row pointers
@@ -29,7 +29,7 @@
  * one fused multiply-add per term, init = C's old value (accumulate) or 0.
  * Storing a float partial sum and loading it back is exact, so neither the
  * depth slices nor the tile shapes nor the split over threads change a bit:
- * outputs are identical for any --threads, and oq_pb_gemm_ref (fmaf in the
+ * outputs are identical for any --threads, and oq_packed_b_gemm_ref (fmaf in the
  * same order) gives the same bits, which the tests check.
  */
 #include "calib/kernels/linalg/linalg.h"
@@ -47,15 +47,15 @@ static int64_t ceil_div(int64_t a, int64_t b)
 	return (a + b - 1) / b;
 }
 
-int oq_pb_pack(const float *b, int64_t kd, int64_t n, int tb, int64_t ldb, oq_pb *out)
+int oq_packed_b_pack(const float *b, int64_t kd, int64_t n, int tb, int64_t ldb, oq_packed_b *out)
 {
 	size_t np, nf;
 
 	memset(out, 0, sizeof *out);
 	if (kd < 0 || n < 0)
 		return OQ_EINVAL;
-	np = (size_t)ceil_div(n, OQ_PB_NR);
-	if (!oq_mul_size(np, (size_t)kd, &nf) || !oq_mul_size(nf, OQ_PB_NR * sizeof(float), &nf) ||
+	np = (size_t)ceil_div(n, OQ_PACKED_B_NR);
+	if (!oq_mul_size(np, (size_t)kd, &nf) || !oq_mul_size(nf, OQ_PACKED_B_NR * sizeof(float), &nf) ||
 	    nf > SIZE_MAX - 64)
 		return OQ_ENOMEM;
 	out->p = aligned_alloc(64, (nf + 63) / 64 * 64 + 64);
@@ -64,27 +64,27 @@ int oq_pb_pack(const float *b, int64_t kd, int64_t n, int tb, int64_t ldb, oq_pb
 	out->kd = kd;
 	out->n = n;
 	for (size_t p = 0; p < np; p++) {
-		int64_t j0 = (int64_t)p * OQ_PB_NR, nj = n - j0 < OQ_PB_NR ? n - j0 : OQ_PB_NR;
-		float *dst = out->p + p * (size_t)kd * OQ_PB_NR;
-		for (int64_t k = 0; k < kd; k++, dst += OQ_PB_NR) {
+		int64_t j0 = (int64_t)p * OQ_PACKED_B_NR, nj = n - j0 < OQ_PACKED_B_NR ? n - j0 : OQ_PACKED_B_NR;
+		float *dst = out->p + p * (size_t)kd * OQ_PACKED_B_NR;
+		for (int64_t k = 0; k < kd; k++, dst += OQ_PACKED_B_NR) {
 			/* memcpy: b may be a file's bytes at any alignment */
 			for (int64_t j = 0; j < nj; j++)
 				memcpy(&dst[j], (const char *)b + (size_t)(tb ? (j0 + j) * ldb + k : k * ldb + j0 + j) * sizeof(float),
 				       sizeof(float));
-			for (int64_t j = nj; j < OQ_PB_NR; j++)
+			for (int64_t j = nj; j < OQ_PACKED_B_NR; j++)
 				dst[j] = 0.0f;
 		}
 	}
 	return OQ_OK;
 }
 
-void oq_pb_unpack(const oq_pb *pb, int tb, float *b)
+void oq_packed_b_unpack(const oq_packed_b *pb, int tb, float *b)
 {
 	for (int64_t k = 0; k < pb->kd; k++)
 		for (int64_t j = 0; j < pb->n; j++) {
 			float v =
-			    pb->p[((size_t)(j / OQ_PB_NR) * (size_t)pb->kd + (size_t)k) * OQ_PB_NR +
-			          (size_t)(j % OQ_PB_NR)];
+			    pb->p[((size_t)(j / OQ_PACKED_B_NR) * (size_t)pb->kd + (size_t)k) * OQ_PACKED_B_NR +
+			          (size_t)(j % OQ_PACKED_B_NR)];
 			if (tb)
 				b[j * pb->kd + k] = v;
 			else
@@ -92,20 +92,20 @@ void oq_pb_unpack(const oq_pb *pb, int tb, float *b)
 		}
 }
 
-void oq_pb_free(oq_pb *pb)
+void oq_packed_b_free(oq_packed_b *pb)
 {
 	if (pb)
 		free(pb->p);
 }
 
 /* Element (k, j) of the packed B. */
-static float pb_at(const oq_pb *pb, int64_t k, int64_t j)
+static float pb_at(const oq_packed_b *pb, int64_t k, int64_t j)
 {
-	return pb->p[((size_t)(j / OQ_PB_NR) * (size_t)pb->kd + (size_t)k) * OQ_PB_NR +
-	             (size_t)(j % OQ_PB_NR)];
+	return pb->p[((size_t)(j / OQ_PACKED_B_NR) * (size_t)pb->kd + (size_t)k) * OQ_PACKED_B_NR +
+	             (size_t)(j % OQ_PACKED_B_NR)];
 }
 
-void oq_pb_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_pb *pb, float *c, int64_t ldc,
+void oq_packed_b_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_packed_b *pb, float *c, int64_t ldc,
                     int load)
 {
 	for (int64_t i = 0; i < m; i++)
@@ -143,7 +143,7 @@ void oq_pb_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_pb *pb, flo
 			    load && mr > r ? _mm512_maskz_loadu_ps(mk[v], c + r * ldc + 16 * v)    \
 			                   : _mm512_setzero_ps();                                  \
 		}                                                                                  \
-		for (int64_t k = 0; k < kd; k++, bp += OQ_PB_NR) {                                 \
+		for (int64_t k = 0; k < kd; k++, bp += OQ_PACKED_B_NR) {                                 \
 			__m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);              \
 			__m512 b2 = _mm512_load_ps(bp + 32), b3 = _mm512_load_ps(bp + 48);         \
 			_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                        \
@@ -170,11 +170,11 @@ PB_TILE(1, pb1)
 #undef PB_TILE
 
 /* Rows [m0, m1) x panel pi of the product (see the file comment). */
-static void pb_unit(const oq_pb *pb, int64_t m0, int64_t m1, int64_t pi, const float *a,
+static void pb_unit(const oq_packed_b *pb, int64_t m0, int64_t m1, int64_t pi, const float *a,
                     int64_t lda, float *c, int64_t ldc, int load)
 {
-	int64_t j0 = pi * OQ_PB_NR, nr = pb->n - j0 < OQ_PB_NR ? pb->n - j0 : OQ_PB_NR;
-	const float *panel = pb->p + (size_t)pi * (size_t)pb->kd * OQ_PB_NR;
+	int64_t j0 = pi * OQ_PACKED_B_NR, nr = pb->n - j0 < OQ_PACKED_B_NR ? pb->n - j0 : OQ_PACKED_B_NR;
+	const float *panel = pb->p + (size_t)pi * (size_t)pb->kd * OQ_PACKED_B_NR;
 	__mmask16 mk[4];
 	int64_t k0 = 0;
 
@@ -189,7 +189,7 @@ static void pb_unit(const oq_pb *pb, int64_t m0, int64_t m1, int64_t pi, const f
 		int ld = load || k0 > 0;
 		for (int64_t i = m0; i < m1; i += 6) {
 			int mr = m1 - i < 6 ? (int)(m1 - i) : 6;
-			const float *ai = a + i * lda + k0, *bk = panel + (size_t)k0 * OQ_PB_NR;
+			const float *ai = a + i * lda + k0, *bk = panel + (size_t)k0 * OQ_PACKED_B_NR;
 			float *ci = c + i * ldc + j0;
 			if (mr == 1)
 				pb1(kb, ai, lda, bk, ci, ldc, mr, mk, ld);
@@ -205,7 +205,7 @@ static void pb_unit(const oq_pb *pb, int64_t m0, int64_t m1, int64_t pi, const f
 }
 
 typedef struct pb_job {
-	const oq_pb *pb;
+	const oq_packed_b *pb;
 	const float *a;
 	float *c;
 	int64_t m, lda, ldc, mb, nmb, np;
@@ -223,12 +223,12 @@ static void pb_range(void *ctx, size_t begin, size_t end)
 }
 #endif
 
-int oq_pb_available(void)
+int oq_packed_b_available(void)
 {
 	return oq_cpu_avx512_fma() && !oq_linalg_no_avx512 && !oq_linalg_use_blas;
 }
 
-void oq_pb_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_pb *pb, float *c,
+void oq_packed_b_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_packed_b *pb, float *c,
                 int64_t ldc, int load)
 {
 	if (m <= 0 || pb->n <= 0)
@@ -249,7 +249,7 @@ void oq_pb_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_pb 
 		j.lda = lda;
 		j.ldc = ldc;
 		j.load = load;
-		j.np = ceil_div(pb->n, OQ_PB_NR);
+		j.np = ceil_div(pb->n, OQ_PACKED_B_NR);
 		/* row blocks of at most MB_MAX rows, balanced, a multiple of 6 */
 		j.nmb = ceil_div(m, MB_MAX);
 		j.mb = ceil_div(ceil_div(m, j.nmb), 6) * 6;
@@ -257,7 +257,7 @@ void oq_pb_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_pb 
 		if (k) /* units of at least ~2 MFLOP per thread: small products stay on the caller
 		        */
 			oq_k_parallel(k, (size_t)(j.nmb * j.np),
-			              (size_t)ceil_div(1 << 20, j.mb * OQ_PB_NR * pb->kd), pb_range,
+			              (size_t)ceil_div(1 << 20, j.mb * OQ_PACKED_B_NR * pb->kd), pb_range,
 			              &j);
 		else
 			pb_range(&j, 0, (size_t)(j.nmb * j.np));
@@ -265,5 +265,5 @@ void oq_pb_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_pb 
 	}
 #endif
 	(void)k;
-	oq_pb_gemm_ref(m, a, lda, pb, c, ldc, load);
+	oq_packed_b_gemm_ref(m, a, lda, pb, c, ldc, load);
 }

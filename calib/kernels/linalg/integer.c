@@ -174,12 +174,12 @@ done:
 	return rc;
 }
 
-int oq_lk_conv_integer(oq_kctx *k)
+int oq_linalg_conv_integer(oq_kctx *k)
 {
 	return conv_q(k, 0);
 }
 
-int oq_lk_qlinear_conv(oq_kctx *k)
+int oq_linalg_qlinear_conv(oq_kctx *k)
 {
 	return conv_q(k, 1);
 }
@@ -285,12 +285,12 @@ done:
 	return rc;
 }
 
-int oq_lk_matmul_integer(oq_kctx *k)
+int oq_linalg_matmul_integer(oq_kctx *k)
 {
 	return matmul_q(k, 0);
 }
 
-int oq_lk_qlinear_matmul(oq_kctx *k)
+int oq_linalg_qlinear_matmul(oq_kctx *k)
 {
 	return matmul_q(k, 1);
 }

@@ -226,7 +226,7 @@ int oq_linalg_conv_geom(oq_kctx *k, const oq_rt *x, const oq_rt *w, int transpos
 static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
 {
 	oq_rt *x = oq_k_in(k, 0), *w = oq_k_in(k, 1), *b = oq_k_in(k, 2), *y;
-	const oq_cw *cw = transpose || !w || w->dtype != OQ_DT_FLOAT ? NULL : k->cw;
+	const oq_packed_w *cw = transpose || !w || w->dtype != OQ_DT_FLOAT ? NULL : k->packed_w;
 	oq_kfuse run;       /* fz with this call's tensor operands */
 	oq_conv_geom g;
 	int64_t dims[OQ_RT_MAX_RANK];
@@ -255,7 +255,7 @@ static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
 		/* tensor operands must be float32 of the output's shape, else the group runs unfused */
 		run = *fz;
 		for (int i = 0; i < fz->n_t; i++) {
-			const oq_rt *t = k->fin ? k->fin[i] : NULL;
+			const oq_rt *t = k->fuse_in ? k->fuse_in[i] : NULL;
 			if (!t || t->kind != OQ_RT_TENSOR || t->dtype != OQ_DT_FLOAT || t->rank != x->rank ||
 			    memcmp(t->dims, dims, (size_t)x->rank * sizeof *dims))
 				return OQ_K_UNFUSED;
@@ -267,12 +267,12 @@ static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
 	if ((rc = oq_k_output_raw(k, 0, x->dtype, x->rank, dims, &y)))
 		return rc;
 	lt = ltype_of(x->dtype);
-	/* a W packed by the plan (k->cw, float32 only) may have no data left: the engine reads the panels */
+	/* a W packed by the plan (k->packed_w, float32 only) may have no data left: the engine reads the panels */
 	if ((rc = oq_linalg_load(k, x, lt, NULL, 0, 1, &xb, &xo)) ||
 	    (!(cw && !w->data) && (rc = oq_linalg_load(k, w, lt, NULL, 0, 1, &wb, &wo))) ||
 	    (b && (rc = oq_linalg_load(k, b, lt, NULL, 0, 1, &bb, &bo))) || (rc = out_buf(k, y, lt, &yb, &yo)))
 		goto done;
-	rc = transpose ? oq_convt_run(k, lt, &g, xb, wb, bb, yb) : oq_conv_run_pk(k, lt, &g, xb, wb, cw, bb, fz, yb);
+	rc = transpose ? oq_convt_run(k, lt, &g, xb, wb, bb, yb) : oq_conv_run_packed(k, lt, &g, xb, wb, cw, bb, fz, yb);
 	if (rc) {
 		rc = oq_k_err(k, rc, rc == OQ_EINVAL ? "the packed weight does not fit (internal error)"
 					      : "out of memory for the convolution's work buffers");
@@ -317,7 +317,7 @@ int oq_k_conv_chain(oq_kctx *k)
 	if (!c || !x || !w || !wb)
 		return oq_k_err(k, OQ_EINVAL, "chained Conv called without its plan (internal error)");
 	if (x->dtype != OQ_DT_FLOAT || w->dtype != OQ_DT_FLOAT || (b && b->dtype != OQ_DT_FLOAT) ||
-	    wb->dtype != OQ_DT_FLOAT || !wb->data || (bb && bb->dtype != OQ_DT_FLOAT) || (!w->data && !k->cw))
+	    wb->dtype != OQ_DT_FLOAT || !wb->data || (bb && bb->dtype != OQ_DT_FLOAT) || (!w->data && !k->packed_w))
 		return oq_k_err(k, OQ_EUNSUP, "a chained Conv needs float32 X, W and B");
 	if ((rc = oq_linalg_conv_geom(k, x, w, 0, &ga)))
 		return rc;
@@ -346,7 +346,7 @@ int oq_k_conv_chain(oq_kctx *k)
 		dims[d + 2] = gb.out[d];
 	if ((rc = oq_k_output_raw(k, 0, OQ_DT_FLOAT, x->rank, dims, &y)))
 		return rc;
-	rc = oq_conv_chain_run(k, &ga, x->data, w->data, k->cw, b ? b->data : NULL, k->fuse, &gb, wb->data,
+	rc = oq_conv_chain_run(k, &ga, x->data, w->data, k->packed_w, b ? b->data : NULL, k->fuse, &gb, wb->data,
 			       bb ? bb->data : NULL, c->fuse, y->data);
 	if (rc)
 		return oq_k_err(k, rc, rc == OQ_EINVAL ? "the chained depthwise Conv does not fit (internal error)"
@@ -447,10 +447,10 @@ static int k_gemm(oq_kctx *k)
 			return oq_k_err(k, OQ_EINVAL, "C must be [%lld, %lld] when attribute broadcast is 0",
 					(long long)m, (long long)n);
 	}
-	if (k->pb && (a->dtype != OQ_DT_FLOAT || ta || alpha != 1.0f || k->pb->kd != kd || k->pb->n != n))
+	if (k->packed_b && (a->dtype != OQ_DT_FLOAT || ta || alpha != 1.0f || k->packed_b->kd != kd || k->packed_b->n != n))
 		return oq_k_err(k, OQ_EINVAL, "packed B does not fit (internal error)");
 	/* Y = beta * C first (broadcast), then the product accumulates onto it */
-	if ((rc = (k->pb && !(c && beta != 0) ? oq_k_output_raw : oq_k_output)(k, 0, a->dtype, 2, dims, &y)))
+	if ((rc = (k->packed_b && !(c && beta != 0) ? oq_k_output_raw : oq_k_output)(k, 0, a->dtype, 2, dims, &y)))
 		return rc;
 	if (c && beta != 0)
 		for (int64_t i = 0; i < m; i++)
@@ -463,8 +463,8 @@ static int k_gemm(oq_kctx *k)
 				else
 					oq_rt_set(y, (size_t)(i * n + j), (double)beta * oq_rt_get(c, ci));
 			}
-	if (k->pb) { /* B packed by the plan: Y = (beta * C or 0) + A x op(B) */
-		oq_pb_gemm(k, m, a->data, a->dims[1], k->pb, y->data, n, c && beta != 0);
+	if (k->packed_b) { /* B packed by the plan: Y = (beta * C or 0) + A x op(B) */
+		oq_packed_b_gemm(k, m, a->data, a->dims[1], k->packed_b, y->data, n, c && beta != 0);
 		return OQ_OK;
 	}
 	memset(&p, 0, sizeof p);
@@ -633,13 +633,13 @@ static int k_matmul(oq_kctx *k)
 		return oq_k_err(k, OQ_EUNSUP, "type %s is not supported", oq_dtype_name(a->dtype));
 	if ((rc = oq_linalg_mm_plan(k, a, b, &mp)))
 		return rc;
-	if (k->pb) { /* B packed by the plan (float32, batch dims all 1): one product of every row of A */
-		if (a->dtype != OQ_DT_FLOAT || k->pb->kd != mp.kd || k->pb->n != mp.n) {
+	if (k->packed_b) { /* B packed by the plan (float32, batch dims all 1): one product of every row of A */
+		if (a->dtype != OQ_DT_FLOAT || k->packed_b->kd != mp.kd || k->packed_b->n != mp.n) {
 			rc = oq_k_err(k, OQ_EINVAL, "packed B does not fit (internal error)");
 			goto done;
 		}
 		if (!(rc = oq_k_output_raw(k, 0, a->dtype, mp.rank, mp.dims, &y)))
-			oq_pb_gemm(k, mp.m * (int64_t)mp.batch, a->data, mp.kd, k->pb, y->data, mp.n, 0);
+			oq_packed_b_gemm(k, mp.m * (int64_t)mp.batch, a->data, mp.kd, k->packed_b, y->data, mp.n, 0);
 		goto done;
 	}
 	if ((rc = oq_k_output(k, 0, a->dtype, mp.rank, mp.dims, &y)))
@@ -692,10 +692,10 @@ const oq_kreg oq_kernels_linalg[] = {
 	{OQ_OP_ConvTranspose, 0, k_conv_transpose},
 	{OQ_OP_Gemm, 0, k_gemm},
 	{OQ_OP_MatMul, 0, k_matmul},
-	{OQ_OP_ConvInteger, 0, oq_lk_conv_integer},
-	{OQ_OP_MatMulInteger, 0, oq_lk_matmul_integer},
-	{OQ_OP_QLinearConv, 0, oq_lk_qlinear_conv},
-	{OQ_OP_QLinearMatMul, 0, oq_lk_qlinear_matmul},
-	{OQ_OP_Einsum, 0, oq_lk_einsum},
+	{OQ_OP_ConvInteger, 0, oq_linalg_conv_integer},
+	{OQ_OP_MatMulInteger, 0, oq_linalg_matmul_integer},
+	{OQ_OP_QLinearConv, 0, oq_linalg_qlinear_conv},
+	{OQ_OP_QLinearMatMul, 0, oq_linalg_qlinear_matmul},
+	{OQ_OP_Einsum, 0, oq_linalg_einsum},
 	{OQ_OP_UNKNOWN, 0, NULL},
 };

@@ -49,9 +49,9 @@ extern int oq_linalg_dw_rows;
  * of reading a zero-padded copy of the input in place; both give the same
  * bits. For tests and benchmarks.
  */
-extern int oq_linalg_no_vrow;
+extern int oq_linalg_no_in_place;
 /* Calls that took that in-place path (tests; counted from any thread). */
-extern _Atomic size_t oq_linalg_vrow_runs;
+extern _Atomic size_t oq_linalg_in_place_runs;
 
 /* Shape of one convolution (Conv) or transposed convolution (ConvTranspose). */
 typedef struct oq_conv_geom {
@@ -85,7 +85,7 @@ int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, co
  * (per GEMM tile / depthwise row). ep NULL: plain Conv. Float32 only
  * (OQ_EUNSUP for double with an epilogue).
  */
-int oq_conv_run_ep(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, const void *w,
+int oq_conv_run_epilogue(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, const void *w,
 		   const void *b, const oq_kfuse *ep, void *y) OQ_WUR;
 /* Applies act to y[0, n) in place (no-op for NULL / OQ_ACT_NONE). */
 void oq_act_apply(const oq_act *act, float *y, size_t n);
@@ -128,64 +128,64 @@ void oq_gemm_run(oq_kctx *k, const oq_gemm_batch *p);
 void oq_gemm_ref(const oq_gemm_batch *p);
 
 /*
- * A float32 B [kd, n] packed once for oq_pb_gemm (gemm_packed.c): panels of
- * OQ_PB_NR columns, each holding its kd rows contiguously, zero past n.
+ * A float32 B [kd, n] packed once for oq_packed_b_gemm (gemm_packed.c): panels of
+ * OQ_PACKED_B_NR columns, each holding its kd rows contiguously, zero past n.
  */
-#define OQ_PB_NR 64
-struct oq_pb {
+#define OQ_PACKED_B_NR 64
+struct oq_packed_b {
 	int64_t kd, n;                     /* op(B) is kd x n */
-	float *p;                          /* ceil(n / OQ_PB_NR) panels of kd x OQ_PB_NR floats (64-byte aligned) */
+	float *p;                          /* ceil(n / OQ_PACKED_B_NR) panels of kd x OQ_PACKED_B_NR floats (64-byte aligned) */
 };
 
 /*
  * Packs op(B): B row-major with leading dim ldb, [kd, n] (tb 0) or [n, kd]
  * (tb 1, i.e. Gemm's transB), at any alignment. OQ_ENOMEM, OQ_EINVAL on negative dims.
  */
-int oq_pb_pack(const float *b, int64_t kd, int64_t n, int tb, int64_t ldb, oq_pb *out) OQ_WUR;
+int oq_packed_b_pack(const float *b, int64_t kd, int64_t n, int tb, int64_t ldb, oq_packed_b *out) OQ_WUR;
 /* Writes the packed B back in its original layout ([kd, n], or [n, kd] for tb), for observers. */
-void oq_pb_unpack(const oq_pb *pb, int tb, float *b);
-void oq_pb_free(oq_pb *pb);
+void oq_packed_b_unpack(const oq_packed_b *pb, int tb, float *b);
+void oq_packed_b_free(oq_packed_b *pb);
 /* The packed path runs here: an AVX-512 CPU (and neither oq_linalg_no_avx512 nor oq_linalg_use_blas set). */
-int oq_pb_available(void);
+int oq_packed_b_available(void);
 /*
  * C[m, n] (ldc) = init + A[m, kd] (lda) x B, init = C's contents (load) or
  * 0; each output a chain of fused multiply-adds in k order, so the AVX-512
- * path, any thread count and oq_pb_gemm_ref give the same bits. k: for the
+ * path, any thread count and oq_packed_b_gemm_ref give the same bits. k: for the
  * thread pool (NULL: caller only). Uses the reference under oq_linalg_use_ref.
  */
-void oq_pb_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_pb *pb, float *c, int64_t ldc,
+void oq_packed_b_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_packed_b *pb, float *c, int64_t ldc,
 		int load);
-void oq_pb_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_pb *pb, float *c, int64_t ldc, int load);
+void oq_packed_b_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_packed_b *pb, float *c, int64_t ldc, int load);
 
 /*
  * A float32 Conv weight W [m, c / group, kernel...] packed once (by the
  * executor's plan) for the AVX-512 conv GEMM (conv.c): per group,
- * panels of OQ_CW_NR output channels, each [kc][OQ_CW_NR] (kc = c / group x
+ * panels of OQ_PACKED_W_NR output channels, each [kc][OQ_PACKED_W_NR] (kc = c / group x
  * kernel size; channel j of the panel at lane j, zero past the group's
  * channels). Both register tiles read it: the 12 x 32 one broadcasts 12
  * channels of one k from one line, the channels-in-lanes one loads 32
  * channels of one k as two vectors.
  */
-#define OQ_CW_NR 32
-struct oq_cw {
+#define OQ_PACKED_W_NR 32
+struct oq_packed_w {
 	int64_t m, kc, group;              /* output channels, depth per group, groups */
-	float *p;                          /* group x ceil(m / group / OQ_CW_NR) panels of kc x OQ_CW_NR floats */
+	float *p;                          /* group x ceil(m / group / OQ_PACKED_W_NR) panels of kc x OQ_PACKED_W_NR floats */
 };
 
 /* Packs w ([m, kc] per group, row-major; any alignment). OQ_ENOMEM; OQ_EINVAL on bad dims. */
-int oq_cw_pack(const float *w, int64_t m, int64_t kc, int64_t group, oq_cw *out) OQ_WUR;
+int oq_packed_w_pack(const float *w, int64_t m, int64_t kc, int64_t group, oq_packed_w *out) OQ_WUR;
 /* Writes the packed weight back as [m, kc] (row-major). */
-void oq_cw_unpack(const oq_cw *cw, float *w);
-void oq_cw_free(oq_cw *cw);
+void oq_packed_w_unpack(const oq_packed_w *cw, float *w);
+void oq_packed_w_free(oq_packed_w *cw);
 /* The conv GEMM reads packed weights here: an AVX-512 CPU (and neither oq_linalg_no_avx512 nor oq_linalg_use_blas set). */
-int oq_cw_available(void);
+int oq_packed_w_available(void);
 /*
- * oq_conv_run_ep with the weight as packed by oq_cw_pack (cw, whose m, kc
- * and group must fit g; w may then be NULL); cw NULL: oq_conv_run_ep.
+ * oq_conv_run_epilogue with the weight as packed by oq_packed_w_pack (cw, whose m, kc
+ * and group must fit g; w may then be NULL); cw NULL: oq_conv_run_epilogue.
  * Where the packed layout cannot be used (reference, another CPU, double,
  * depthwise) it is unpacked into a temporary copy.
  */
-int oq_conv_run_pk(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, const void *w, const oq_cw *cw,
+int oq_conv_run_packed(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, const void *w, const oq_packed_w *cw,
 		   const void *b, const oq_kfuse *ep, void *y) OQ_WUR;
 
 /*
@@ -197,7 +197,7 @@ int oq_conv_run_pk(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x,
  * two convolutions run one after the other. OQ_EINVAL when B is not a
  * depthwise convolution of A's output.
  */
-int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga, const float *x, const float *wa, const oq_cw *cwa,
+int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga, const float *x, const float *wa, const oq_packed_w *cwa,
 		      const float *ba, const oq_kfuse *epa, const oq_conv_geom *gb, const float *wb, const float *bb,
 		      const oq_kfuse *epb, float *y) OQ_WUR;
 
@@ -235,10 +235,10 @@ int oq_linalg_mm_plan(oq_kctx *k, const oq_rt *a, const oq_rt *b, oq_mm_plan *p)
 void oq_linalg_mm_free(oq_mm_plan *p);
 
 /* Kernels in other files of the family. */
-int oq_lk_conv_integer(oq_kctx *k);
-int oq_lk_matmul_integer(oq_kctx *k);
-int oq_lk_qlinear_conv(oq_kctx *k);
-int oq_lk_qlinear_matmul(oq_kctx *k);
-int oq_lk_einsum(oq_kctx *k);
+int oq_linalg_conv_integer(oq_kctx *k);
+int oq_linalg_matmul_integer(oq_kctx *k);
+int oq_linalg_qlinear_conv(oq_kctx *k);
+int oq_linalg_qlinear_matmul(oq_kctx *k);
+int oq_linalg_einsum(oq_kctx *k);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * test_ew.c - element-wise kernels (calib/kernels/elementwise/elementwise.c, calib/kernels/elementwise/convert.c):
+ * test_elementwise.c - element-wise kernels (calib/kernels/elementwise/elementwise.c, calib/kernels/elementwise/convert.c):
  * one-node models run through the executor against hand-computed values:
  * broadcasting, Round ties to even, Clip in both opset forms, Cast
  * truncation/saturation/wrapping and float16/float8 rounding, NaN in
@@ -122,7 +122,7 @@ static void expect(oq_rt *out, int dt, int rank, const int64_t *dims, const doub
 		cr_assert_eq(rc_, OQ_OK, "%s failed: %s", op, m_);       \
 	} while (0)
 
-Test(ew, broadcast_add_sub)
+Test(elementwise, broadcast_add_sub)
 {
 	oq_rt in[2], y;
 	in[0] = T(OQ_DT_FLOAT, (2, 3), 1, 2, 3, 4, 5, 6);
@@ -150,7 +150,7 @@ Test(ew, broadcast_add_sub)
 	EXPECT(&y, OQ_DT_DOUBLE, (3, 2), 10, 100, 20, 200, 30, 300);
 }
 
-Test(ew, broadcast_errors_and_legacy_axis)
+Test(elementwise, broadcast_errors_and_legacy_axis)
 {
 	oq_rt in[2], y;
 	char msg[1024];
@@ -166,7 +166,7 @@ Test(ew, broadcast_errors_and_legacy_axis)
 	EXPECT(&y, OQ_DT_FLOAT, (3, 2), 11, 12, 23, 24, 35, 36);
 }
 
-Test(ew, integer_arithmetic)
+Test(elementwise, integer_arithmetic)
 {
 	oq_rt in[2], y;
 	in[0] = T(OQ_DT_UINT8, (3), 250, 3, 0);
@@ -225,7 +225,7 @@ Test(ew, integer_arithmetic)
 	EXPECT(&y, OQ_DT_INT8, (2), -13, -1);
 }
 
-Test(ew, round_half_to_even)
+Test(elementwise, round_half_to_even)
 {
 	oq_rt in[1], y;
 	in[0] = T(OQ_DT_FLOAT, (9), 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, 2.6, -3.5);
@@ -239,7 +239,7 @@ Test(ew, round_half_to_even)
 	EXPECT(&y, OQ_DT_FLOAT16, (2), 0, 2);
 }
 
-Test(ew, clip_both_forms)
+Test(elementwise, clip_both_forms)
 {
 	oq_rt in[3], y;
 	/* opset 6: attributes */
@@ -277,7 +277,7 @@ Test(ew, clip_both_forms)
 	EXPECT(&y, OQ_DT_UINT64, (2), 1, 200);
 }
 
-Test(ew, max_min_nan_and_variadic)
+Test(elementwise, max_min_nan_and_variadic)
 {
 	oq_rt in[3], y;
 	in[0] = T(OQ_DT_FLOAT, (3), 1, NAN, 3);
@@ -313,7 +313,7 @@ Test(ew, max_min_nan_and_variadic)
 	EXPECT(&y, OQ_DT_INT16, (1, 2), -3, 9);
 }
 
-Test(ew, where_and_compare)
+Test(elementwise, where_and_compare)
 {
 	oq_rt in[3], y;
 	in[0] = T(OQ_DT_BOOL, (2, 1), 1, 0);
@@ -334,7 +334,7 @@ Test(ew, where_and_compare)
 	EXPECT(&y, OQ_DT_BOOL, (4), 1, 0, 0, 0);
 }
 
-Test(ew, activations)
+Test(elementwise, activations)
 {
 	oq_rt in[1], y;
 	in[0] = T(OQ_DT_FLOAT, (3), -1, 0, 1);
@@ -367,7 +367,7 @@ Test(ew, activations)
 	EXPECT(&y, OQ_DT_FLOAT, (4), -1, 0, 0, 1);
 }
 
-Test(ew, cast_to_int_truncates_saturates_wraps)
+Test(elementwise, cast_to_int_truncates_saturates_wraps)
 {
 	oq_rt in[1], y;
 	in[0] = T(OQ_DT_FLOAT, (6), 1.9, -1.9, 200, -200, NAN, 0.5);
@@ -387,7 +387,7 @@ Test(ew, cast_to_int_truncates_saturates_wraps)
 	EXPECT(&y, OQ_DT_FLOAT, (2), -3, 7);
 }
 
-Test(ew, cast_float16_rounding)
+Test(elementwise, cast_float16_rounding)
 {
 	oq_rt in[1], y;
 	uint16_t *h;
@@ -412,7 +412,7 @@ Test(ew, cast_float16_rounding)
 	oq_rt_release(&y);
 }
 
-Test(ew, cast_float8_saturate)
+Test(elementwise, cast_float8_saturate)
 {
 	oq_rt in[1], y;
 	uint8_t *b;
@@ -445,13 +445,13 @@ Test(ew, cast_float8_saturate)
 	cr_assert_eq(b[1], 0x00);
 	oq_rt_release(&y);
 	/* back to float */
-	cr_assert_eq(oq_ew_decode_small(0x7E, OQ_DT_FLOAT8E4M3FN), 448.0);
-	cr_assert_eq(oq_ew_decode_small(0x7B, OQ_DT_FLOAT8E5M2), 57344.0);
-	cr_assert_eq(oq_ew_decode_small(0x01, OQ_DT_FLOAT8E4M3FN), ldexp(1, -9));
-	cr_assert(isnan(oq_ew_decode_small(0x80, OQ_DT_FLOAT8E5M2FNUZ)));
+	cr_assert_eq(oq_elementwise_decode_small(0x7E, OQ_DT_FLOAT8E4M3FN), 448.0);
+	cr_assert_eq(oq_elementwise_decode_small(0x7B, OQ_DT_FLOAT8E5M2), 57344.0);
+	cr_assert_eq(oq_elementwise_decode_small(0x01, OQ_DT_FLOAT8E4M3FN), ldexp(1, -9));
+	cr_assert(isnan(oq_elementwise_decode_small(0x80, OQ_DT_FLOAT8E5M2FNUZ)));
 }
 
-Test(ew, cast_strings)
+Test(elementwise, cast_strings)
 {
 	oq_rt x, y;
 	char msg[1024];
@@ -506,7 +506,7 @@ static void fast_vs_ref(const char *op, int nthreads)
 	free(b);
 }
 
-Test(ew, fast_path_matches_reference)
+Test(elementwise, fast_path_matches_reference)
 {
 	const char *ops[] = {"Add", "Sub", "Mul", "Div", "Max", "Min", "PRelu"};
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
@@ -523,7 +523,7 @@ Test(ew, fast_path_matches_reference)
  * and NaN; an exponent of higher rank than x takes the general path (same
  * values, broadcast shape).
  */
-Test(ew, pow_square_is_exact)
+Test(elementwise, pow_square_is_exact)
 {
 	static const double xs[] = {0.0, -0.0, 1.0, -1.5, 3.0e-39, -1.0e-45, 1.0e-20, 1.8446744e19, -2.0e19, 3.4e38,
 				    INFINITY, -INFINITY, NAN, 0.1, -7.123456789, 65504.0, 1.17549435e-38};
@@ -563,7 +563,7 @@ Test(ew, pow_square_is_exact)
 	oq_rt_release(&y);
 }
 
-Test(ew, unary_fast_path_close_to_reference)
+Test(elementwise, unary_fast_path_close_to_reference)
 {
 	const char *ops[] = {"Sigmoid", "Tanh", "Exp", "Erf", "Softplus", "Elu", "HardSigmoid", "Mish", "Sqrt"};
 	enum { N = 70001 };
@@ -592,7 +592,7 @@ Test(ew, unary_fast_path_close_to_reference)
 	}
 }
 
-Test(ew, bad_inputs_are_errors)
+Test(elementwise, bad_inputs_are_errors)
 {
 	oq_rt in[2], y;
 	char msg[1024];
@@ -629,7 +629,7 @@ static int64_t ulp_diff(float a, float b)
 	return ia > ib ? (int64_t)ia - ib : (int64_t)ib - ia;
 }
 
-Test(ew, erf_vector_vs_ref)
+Test(elementwise, erf_vector_vs_ref)
 {
 	enum { N = 4099 };
 	float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
