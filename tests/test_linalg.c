@@ -980,9 +980,9 @@ static float *rand_floats(size_t n)
 /*
  * The conv engine on weights packed as the executor's plan packs them
  * (oq_packed_w_pack: 32-channel panels) against the same engine reading W in
- * place (oq_conv_run_epilogue): z_gemm then takes its rows from the panels
+ * place (oq_conv_run_epilogue): gemm_pos then takes its rows from the panels
  * (12-row tiles straddling two panels), and where channels in the lanes
- * fill more lanes (small planes, deep kernels) zt_gemm runs on either
+ * fill more lanes (small planes, deep kernels) gemm_chan runs on either
  * (packing per call without a plan). Every output is init + sum of w * x
  * in k order with one FMA per term on all paths, so the bits must be
  * equal, and equal to the AVX2 kernel's (the panels unpacked for it).

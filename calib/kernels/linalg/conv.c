@@ -5,12 +5,12 @@
  * Conv (fast): per image and group, Y_g[Mg, P] = W_g[Mg, Kc] * col[Kc, P]
  * (Kc = C/group * prod(kernel), P = output positions), with one GEMM per
  * tile of output channels x output positions: float32 on an AVX-512 CPU
- * through z_gemm (positions in the lanes: col packed into 32-column
- * panels, 12 weight rows broadcast) or zt_gemm (channels in the lanes: W
+ * through gemm_pos (positions in the lanes: col packed into 32-column
+ * panels, 12 weight rows broadcast) or gemm_chan (channels in the lanes: W
  * in 32-channel panels, 4-8 positions broadcast, the tile transposed
  * before its store; for small planes such as 7x7 and deep kernels), W
  * read from the panels the executor's plan packed it into (oq_packed_w_pack) or
- * in place; on an AVX2+FMA CPU through own_gemm, else cblas_?gemm. All
+ * in place; on an AVX2+FMA CPU through avx2_gemm, else cblas_?gemm. All
  * float32 paths form each output as init + sum_k w*x in k order with one
  * FMA per term: the same bits. 1x1 stride-1
  * unpadded convolutions use the input itself as col; others build the
@@ -18,7 +18,7 @@
  * about 1 MiB (reused while consecutive tiles share positions). Depthwise
  * float convolutions (one input and one output channel per group) skip
  * GEMM: every output is b + sum of taps in kernel order, with separate
- * multiply and add. On AVX-512 CPUs 16 channels per vector (dwc_range:
+ * multiply and add. On AVX-512 CPUs 16 channels per vector (dw_chan_range:
  * input rows transposed once into channel vectors) when the channels fill
  * 16-channel blocks, else (horizontal stride 1 or 2, at most 25 taps) 16
  * outputs of 4 rows at a time read straight from the input with masked
@@ -206,8 +206,8 @@ static void epi_steps(const oq_kfuse *ep, const oq_epi_step *s, int ns, int64_t 
 }
 
 #if defined(__GNUC__) && defined(__x86_64__)
-static int z_gemm_ok(void);
-static void z_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n);
+static int use_avx512(void);
+static void epi_apply_avx512(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n);
 #endif
 
 void oq_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n)
@@ -215,8 +215,8 @@ void oq_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n
 	if (!ep)
 		return;
 #if defined(__GNUC__) && defined(__x86_64__)
-	if (z_gemm_ok()) {
-		z_epi_apply(ep, ch, off, y, n);
+	if (use_avx512()) {
+		epi_apply_avx512(ep, ch, off, y, n);
 		return;
 	}
 #endif
@@ -353,7 +353,7 @@ IM2COL_ND(double, im2col_nd_d)
  * like the scalar loop, so every path gives the same bits. Inlined with
  * constant kh/kw (3, 5) the tap loops unroll and the weights stay in registers.
  */
-static inline void dw_row(float *yr, int64_t ow_n, const float *x0, int64_t wp, int64_t sw, int64_t dw,
+static inline void dw_pad_row(float *yr, int64_t ow_n, const float *x0, int64_t wp, int64_t sw, int64_t dw,
 			  const float *w, int64_t kh, int64_t kw, float b)
 {
 	int64_t ow = 0;
@@ -396,7 +396,7 @@ static inline void dw_row(float *yr, int64_t ow_n, const float *x0, int64_t wp, 
 	}
 }
 
-typedef struct dw_job {
+typedef struct dw_pad_job {
 	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
 	const oq_conv_geom *g;
 	const float *x, *w, *b;
@@ -405,11 +405,11 @@ typedef struct dw_job {
 	int64_t ow4;           /* output width rounded up to a multiple of 4 */
 	int64_t hp, wp;        /* padded plane: enough for ow4 outputs per row */
 	atomic_int oom;
-} dw_job;
+} dw_pad_job;
 
-static void dw_range(void *ctx, size_t begin, size_t end)
+static void dw_pad_range(void *ctx, size_t begin, size_t end)
 {
-	dw_job *j = ctx;
+	dw_pad_job *j = ctx;
 	const oq_conv_geom *g = j->g;
 	int64_t H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1];
 	int64_t kh = g->k[0], kw = g->k[1], sh = g->stride[0], sw = g->stride[1], dw = g->dil[1];
@@ -448,11 +448,11 @@ static void dw_range(void *ctx, size_t begin, size_t end)
 			const float *x0 = buf + oh * sh * j->wp;
 			int64_t rs = g->dil[0] * j->wp;
 			if (kh == 3 && kw == 3)
-				dw_row(row, j->ow4, x0, rs, sw, dw, wc, 3, 3, b);
+				dw_pad_row(row, j->ow4, x0, rs, sw, dw, wc, 3, 3, b);
 			else if (kh == 5 && kw == 5)
-				dw_row(row, j->ow4, x0, rs, sw, dw, wc, 5, 5, b);
+				dw_pad_row(row, j->ow4, x0, rs, sw, dw, wc, 5, 5, b);
 			else
-				dw_row(row, j->ow4, x0, rs, sw, dw, wc, kh, kw, b);
+				dw_pad_row(row, j->ow4, x0, rs, sw, dw, wc, kh, kw, b);
 			oq_epi_apply(j->ep, ch, (size_t)(yc + oh * OW - j->y), row, (size_t)OW);
 			memcpy(yc + oh * OW, row, (size_t)OW * sizeof *row);
 		}
@@ -478,7 +478,7 @@ static void dw_range(void *ctx, size_t begin, size_t end)
 int oq_linalg_use_blas = 0;
 
 #if defined(__GNUC__) && defined(__x86_64__)
-#define HAVE_OWN_GEMM 1
+#define HAVE_X86_KERNELS 1
 #define AVX2_FMA __attribute__((target("avx2,fma")))
 
 #define KC_DEPTH 256
@@ -488,7 +488,7 @@ int oq_linalg_use_blas = 0;
  * C[mr, nr] (ldc) = (load ? C : 0) + A[mr, kd] (rows lda apart) * B[kd, nr] (rows ldb apart),
  * mr <= 6, nr <= 16 (masked loads and stores below 16).
  */
-AVX2_FMA static inline void k6x16(int64_t kd, const float *a, int64_t lda, int mr, const float *b, int64_t ldb,
+AVX2_FMA static inline void avx2_tile_6x16(int64_t kd, const float *a, int64_t lda, int mr, const float *b, int64_t ldb,
 				   float *c, int64_t ldc, int load, int nr)
 {
 	const float *a0 = a, *a1 = mr > 1 ? a + lda : a, *a2 = mr > 2 ? a + 2 * lda : a;
@@ -566,7 +566,7 @@ AVX2_FMA static inline void k6x16(int64_t kd, const float *a, int64_t lda, int m
 }
 
 /* C[mm, pp] (ldc) = (has_init ? C : 0) + A[mm, kd] (lda) * B[kd, pp] (ldb). */
-AVX2_FMA static void own_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *b,
+AVX2_FMA static void avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *b,
 			      int64_t ldb, float *c, int64_t ldc, int has_init)
 {
 	int64_t k0 = 0;
@@ -578,7 +578,7 @@ AVX2_FMA static void own_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a
 			for (int64_t p = 0; p < pp; p += 16) {
 				int nr = pp - p < 16 ? (int)(pp - p) : 16;
 				for (int64_t m = mb; m < me; m += 6)
-					k6x16(kb, a + m * lda + k0, lda, me - m < 6 ? (int)(me - m) : 6, b + k0 * ldb + p, ldb,
+					avx2_tile_6x16(kb, a + m * lda + k0, lda, me - m < 6 ? (int)(me - m) : 6, b + k0 * ldb + p, ldb,
 					      c + m * ldc + p, ldc, load, nr);
 			}
 		}
@@ -586,7 +586,7 @@ AVX2_FMA static void own_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a
 	} while (k0 < kd);
 }
 
-static int own_gemm_ok(void)
+static int use_avx2(void)
 {
 	return oq_cpu_avx2_fma() && !oq_linalg_use_blas;
 }
@@ -597,16 +597,16 @@ static int own_gemm_ok(void)
  * The same product on AVX-512F CPUs: a 12 x 32 register tile (24 zmm
  * accumulators), W read in place (12 rows, one broadcast each per k, so no
  * copy of the weights is made or kept) and col in 32-column panels
- * [kc][32] (zero past pp), written once per tile by z_pack_col straight
+ * [kc][32] (zero past pp), written once per tile by pack_col straight
  * from the input or from each im2col row, so every B load is contiguous
- * and aligned. Blocking as in own_gemm: KC_DEPTH slices (a B panel slice,
+ * and aligned. Blocking as in avx2_gemm: KC_DEPTH slices (a B panel slice,
  * 32 KiB, stays in L1) times MC_ROWS rows of W (L2). Each output is still
  * init + sum_k w*x in k order with one FMA per term (float partial sums
  * through C between slices), so the bits equal the AVX2 kernel's and do not
  * depend on the blocking or on the thread.
  */
-#define Z_MR 12
-#define Z_NR 32
+#define TILE_MR 12
+#define TILE_NR 32
 #define AVX512 __attribute__((target("avx512f,fma")))
 
 int oq_linalg_no_avx512 = 0;
@@ -614,42 +614,27 @@ int oq_linalg_dw_rows = 0;
 int oq_linalg_no_in_place = 0;
 _Atomic size_t oq_linalg_in_place_runs = 0;
 
-/* y op v, or v op y when rev: the element-wise kernel's operand order. */
-AVX512 static inline __m512 zbop(int bop, int rev, __m512 y, __m512 v)
-{
-	switch (bop * 2 + !!rev) {
-	case OQ_EPI_ADD * 2: return _mm512_add_ps(y, v);
-	case OQ_EPI_ADD * 2 + 1: return _mm512_add_ps(v, y);
-	case OQ_EPI_SUB * 2: return _mm512_sub_ps(y, v);
-	case OQ_EPI_SUB * 2 + 1: return _mm512_sub_ps(v, y);
-	case OQ_EPI_MUL * 2: return _mm512_mul_ps(y, v);
-	case OQ_EPI_MUL * 2 + 1: return _mm512_mul_ps(v, y);
-	case OQ_EPI_DIV * 2: return _mm512_div_ps(y, v);
-	default: return _mm512_div_ps(v, y);
-	}
-}
-
 /*
  * The fused epilogue applied by the register tiles before their last store
  * (e: NULL when none) when it is BN, Relu / Clip (not late_act) and at most
  * a residual Add and Relu: per row r of the tile the BN affine in double
  * (scale / shift from the tile's first row, or NULL), the activation, then
- * + t and Relu - the expressions of dwz_epi and zsteps, so the bits of the
+ * + t and Relu - the expressions of epi_regs_vec and epi_steps_avx512, so the bits of the
  * separate pass.
  */
-typedef struct zepi {
+typedef struct tile_epi {
 	const double *scale, *shift;
 	int act;               /* OQ_ACT_NONE, OQ_ACT_RELU or OQ_ACT_CLIP */
 	float lo, hi;
 	int res;               /* 0; 1: + t (a residual Add); 2: + t, then Relu (res_steps) */
 	int64_t ldc;           /* row stride of the output and of t */
 	const float *t;        /* the residual at the tile's first element */
-} zepi;
+} tile_epi;
 
 /*
  * Steps that are a residual Add (either operand order: float addition is
- * commutative bit for bit) and optionally a Relu: 1 or 2 (zepi.res), else 0.
- * The other steps run in a pass over the stored tile (z_epi_tile).
+ * commutative bit for bit) and optionally a Relu: 1 or 2 (tile_epi.res), else 0.
+ * The other steps run in a pass over the stored tile (epi_tile_avx512).
  */
 static int res_steps(const oq_kfuse *ep)
 {
@@ -661,7 +646,7 @@ static int res_steps(const oq_kfuse *ep)
 	return s[1].kind == OQ_EPI_ACT && s[1].act.kind == OQ_ACT_RELU ? 2 : 0;
 }
 
-AVX512 static inline __m512 zepi_vec(const zepi *e, int r, int q, __mmask16 m, __m512 v)
+AVX512 static inline __m512 tile_epi_vec(const tile_epi *e, int r, int q, __mmask16 m, __m512 v)
 {
 	if (e->scale) {
 		__m512d a = _mm512_set1_pd(e->scale[r]), b = _mm512_set1_pd(e->shift[r]);
@@ -690,8 +675,8 @@ AVX512 static inline __m512 zepi_vec(const zepi *e, int r, int q, __mmask16 m, _
  * when load, else bias[r] (bias NULL: 0); then the epilogue e (NULL: none).
  * Rows past mr read row 0 and, like columns past nr, are not stored.
  */
-AVX512 static inline void z12x32(int64_t kd, const float *const *ar, int64_t ks, const float *bp, float *c,
-				 int64_t ldc, int mr, int nr, int load, const float *bias, const zepi *e)
+AVX512 static inline void pos_tile_12x32(int64_t kd, const float *const *ar, int64_t ks, const float *bp, float *c,
+				 int64_t ldc, int mr, int nr, int load, const float *bias, const tile_epi *e)
 {
 #define AR(r) (mr > (r) ? ar[r] : ar[0])
 	const float *a0 = ar[0], *a1 = AR(1), *a2 = AR(2), *a3 = AR(3), *a4 = AR(4), *a5 = AR(5);
@@ -725,7 +710,7 @@ AVX512 static inline void z12x32(int64_t kd, const float *const *ar, int64_t ks,
 	LD(11, cb0, cb1);
 #undef LD
 #define FMA2(ar, x0, x1) (t = _mm512_set1_ps(ar[o]), x0 = _mm512_fmadd_ps(t, b0, x0), x1 = _mm512_fmadd_ps(t, b1, x1))
-	for (int64_t k = 0, o = 0; k < kd; k++, o += ks, bp += Z_NR) {
+	for (int64_t k = 0, o = 0; k < kd; k++, o += ks, bp += TILE_NR) {
 		__m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16), t;
 		FMA2(a0, c00, c01);
 		FMA2(a1, c10, c11);
@@ -745,8 +730,8 @@ AVX512 static inline void z12x32(int64_t kd, const float *const *ar, int64_t ks,
 	do {                                                               \
 		if (mr > (r)) {                                            \
 			if (e) {                                           \
-				x0 = zepi_vec(e, r, 0, m0, x0);            \
-				x1 = zepi_vec(e, r, 1, m1, x1);            \
+				x0 = tile_epi_vec(e, r, 0, m0, x0);            \
+				x1 = tile_epi_vec(e, r, 1, m1, x1);            \
 			}                                                  \
 			_mm512_mask_storeu_ps(c + (r) * ldc, m0, x0);      \
 			_mm512_mask_storeu_ps(c + (r) * ldc + 16, m1, x1); \
@@ -774,11 +759,11 @@ AVX512 static inline void z12x32(int64_t kd, const float *const *ar, int64_t ks,
  * constants in each function). A 64-row block then costs 5 x 12 + 4 rows of
  * FMAs instead of 6 x 12, and a last panel of at most 16 positions (196 =
  * 6 x 32 + 4) one vector instead of two. Same sum order per output as
- * z12x32, hence the same bits.
+ * pos_tile_12x32, hence the same bits.
  */
-#define Z_TILE_OF(R, NV, NAME, BLOAD, BSTEP, ...)                                                       \
+#define DEFINE_POS_TILE(R, NV, NAME, BLOAD, BSTEP, ...)                                                       \
 	AVX512 static void NAME(int64_t kd, const float *const *ar0, int64_t ks, __VA_ARGS__, float *c,    \
-				int64_t ldc, int mr, int nr, int load, const float *bias, const zepi *e)  \
+				int64_t ldc, int mr, int nr, int load, const float *bias, const tile_epi *e)  \
 	{                                                                                               \
 		const float *ar[R];                                                                     \
 		__m512 acc[R][NV];                                                                      \
@@ -805,39 +790,39 @@ AVX512 static inline void z12x32(int64_t kd, const float *const *ar, int64_t ks,
 		for (int r = 0; r < R && r < mr; r++)                                                   \
 			for (int v = 0; v < NV; v++)                                                    \
 				_mm512_mask_storeu_ps(c + r * ldc + 16 * v, mk[v],                      \
-						      e ? zepi_vec(e, r, v, mk[v], acc[r][v]) : acc[r][v]); \
+						      e ? tile_epi_vec(e, r, v, mk[v], acc[r][v]) : acc[r][v]); \
 	}
 /* B in packed panels bp[kd][32] */
-#define Z_TILE(R, NV, NAME) Z_TILE_OF(R, NV, NAME, _mm512_load_ps(bp + 16 * v), bp += Z_NR, const float *bp)
-Z_TILE(4, 2, z4x32)
-Z_TILE(8, 2, z8x32)
-Z_TILE(4, 1, z4x16)
-Z_TILE(8, 1, z8x16)
-Z_TILE(12, 1, z12x16)
-#undef Z_TILE
-/* B read in place: row k at br[k], the tile's positions from q on (vr_run) */
-#define ZR_TILE(R, NV, NAME) \
-	Z_TILE_OF(R, NV, NAME, _mm512_loadu_ps(br[k] + q + 16 * v), (void)0, const float *const *br, int64_t q)
-ZR_TILE(12, 2, zr12x32)
-ZR_TILE(8, 2, zr8x32)
-ZR_TILE(4, 2, zr4x32)
-#undef ZR_TILE
-#undef Z_TILE_OF
+#define DEFINE_PACKED_POS_TILE(R, NV, NAME) DEFINE_POS_TILE(R, NV, NAME, _mm512_load_ps(bp + 16 * v), bp += TILE_NR, const float *bp)
+DEFINE_PACKED_POS_TILE(4, 2, pos_tile_4x32)
+DEFINE_PACKED_POS_TILE(8, 2, pos_tile_8x32)
+DEFINE_PACKED_POS_TILE(4, 1, pos_tile_4x16)
+DEFINE_PACKED_POS_TILE(8, 1, pos_tile_8x16)
+DEFINE_PACKED_POS_TILE(12, 1, pos_tile_12x16)
+#undef DEFINE_PACKED_POS_TILE
+/* B read in place: row k at br[k], the tile's positions from q on (conv_in_place) */
+#define DEFINE_IN_PLACE_POS_TILE(R, NV, NAME) \
+	DEFINE_POS_TILE(R, NV, NAME, _mm512_loadu_ps(br[k] + q + 16 * v), (void)0, const float *const *br, int64_t q)
+DEFINE_IN_PLACE_POS_TILE(12, 2, pos_tile_in_place_12x32)
+DEFINE_IN_PLACE_POS_TILE(8, 2, pos_tile_in_place_8x32)
+DEFINE_IN_PLACE_POS_TILE(4, 2, pos_tile_in_place_4x32)
+#undef DEFINE_IN_PLACE_POS_TILE
+#undef DEFINE_POS_TILE
 
 /* Floats of the packed col of a tile of pt positions: [ceil(pt / 32)][kc][32]. */
-static size_t z_col_floats(int64_t kc, int64_t pt)
+static size_t packed_col_floats(int64_t kc, int64_t pt)
 {
-	return (size_t)(kc * ((pt + Z_NR - 1) / Z_NR * Z_NR));
+	return (size_t)(kc * ((pt + TILE_NR - 1) / TILE_NR * TILE_NR));
 }
 
 /* Row r (pp values at src) into the packed col bp (kc rows), zero past pp. */
-AVX512 static void z_pack_row(const float *src, int64_t pp, int64_t r, int64_t kc, float *bp)
+AVX512 static void pack_col_row(const float *src, int64_t pp, int64_t r, int64_t kc, float *bp)
 {
-	for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
-		int64_t nq = pp - q0 < Z_NR ? pp - q0 : Z_NR;
+	for (int64_t q0 = 0; q0 < pp; q0 += TILE_NR) {
+		int64_t nq = pp - q0 < TILE_NR ? pp - q0 : TILE_NR;
 		__mmask16 m0 = nq >= 16 ? 0xffff : (__mmask16)((1u << nq) - 1);
 		__mmask16 m1 = nq >= 32 ? 0xffff : nq <= 16 ? 0 : (__mmask16)((1u << (nq - 16)) - 1);
-		float *dst = bp + (q0 / Z_NR * kc + r) * Z_NR;
+		float *dst = bp + (q0 / TILE_NR * kc + r) * TILE_NR;
 		_mm512_store_ps(dst, _mm512_maskz_loadu_ps(m0, src + q0));
 		_mm512_store_ps(dst + 16, _mm512_maskz_loadu_ps(m1, src + q0 + 16));
 	}
@@ -845,14 +830,14 @@ AVX512 static void z_pack_row(const float *src, int64_t pp, int64_t r, int64_t k
 
 static __mmask16 lane_mask(int64_t i0, int64_t n);
 
-#define Z_IM2COL_KW 16      /* widest kernel z_im2col takes */
+#define IM2COL_PACKED_MAX_KW 16      /* widest kernel im2col_packed takes */
 
-/* z_im2col takes g: 2-D, horizontal stride 1 or 2, kernel width at most Z_IM2COL_KW. */
-static int z_im2col_fits(const oq_conv_geom *g)
+/* im2col_packed takes g: 2-D, horizontal stride 1 or 2, kernel width at most IM2COL_PACKED_MAX_KW. */
+static int im2col_packed_fits(const oq_conv_geom *g)
 {
-	return g->nsp == 2 && (g->stride[1] == 1 || g->stride[1] == 2) && g->k[1] <= Z_IM2COL_KW;
+	return g->nsp == 2 && (g->stride[1] == 1 || g->stride[1] == 2) && g->k[1] <= IM2COL_PACKED_MAX_KW;
 }
-#define Z_PIECES (Z_NR + 3) /* 16-lane pieces of one panel's runs, at most */
+#define IM2COL_PIECES (TILE_NR + 3) /* 16-lane pieces of one panel's runs, at most */
 
 /*
  * Rows of input channels [c0, c1) of the 2-D im2col matrix (as im2col_2d_f)
@@ -864,19 +849,19 @@ static int z_im2col_fits(const oq_conv_geom *g)
  * one or two masked loads of an input row (columns outside the row, and
  * rows outside the plane, give 0) and a masked store.
  */
-AVX512 static void z_im2col(const oq_conv_geom *g, const float *x, int64_t c0, int64_t c1, int64_t kc, int64_t p0,
+AVX512 static void im2col_packed(const oq_conv_geom *g, const float *x, int64_t c0, int64_t c1, int64_t kc, int64_t p0,
 			    int64_t pp, float *bp)
 {
 	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
 	int64_t H = g->in[0], W = g->in[1], OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1];
 	int64_t dw = g->dil[1];
-	int64_t pc_oh[Z_PIECES], pc_col[Z_PIECES], pc_lane[Z_PIECES];
-	__mmask16 pc_n[Z_PIECES], lo[Z_PIECES][Z_IM2COL_KW], hi[Z_PIECES][Z_IM2COL_KW];
-	const float *rowp[Z_PIECES];
+	int64_t pc_oh[IM2COL_PIECES], pc_col[IM2COL_PIECES], pc_lane[IM2COL_PIECES];
+	__mmask16 pc_n[IM2COL_PIECES], lo[IM2COL_PIECES][IM2COL_PACKED_MAX_KW], hi[IM2COL_PIECES][IM2COL_PACKED_MAX_KW];
+	const float *rowp[IM2COL_PIECES];
 
-	for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
-		int64_t nq = pp - q0 < Z_NR ? pp - q0 : Z_NR, npc = 0;
-		float *dst = bp + (q0 * kc + c0 * kh * kw * Z_NR);
+	for (int64_t q0 = 0; q0 < pp; q0 += TILE_NR) {
+		int64_t nq = pp - q0 < TILE_NR ? pp - q0 : TILE_NR, npc = 0;
+		float *dst = bp + (q0 * kc + c0 * kh * kw * TILE_NR);
 		for (int64_t l = 0; l < nq;) {
 			int64_t p = p0 + q0 + l, ow = p % OW, run = OW - ow < nq - l ? OW - ow : nq - l;
 			for (int64_t k = 0; k < run; k += 16, npc++) {
@@ -899,8 +884,8 @@ AVX512 static void z_im2col(const oq_conv_geom *g, const float *x, int64_t c0, i
 					int64_t ih = pc_oh[u] * g->stride[0] - g->pad[0] + i * g->dil[0];
 					rowp[u] = ih >= 0 && ih < H ? xc + ih * W + pc_col[u] : NULL;
 				}
-				for (int64_t j = 0; j < kw; j++, dst += Z_NR) {
-					if (nq < Z_NR) {
+				for (int64_t j = 0; j < kw; j++, dst += TILE_NR) {
+					if (nq < TILE_NR) {
 						_mm512_store_ps(dst, _mm512_setzero_ps());
 						_mm512_store_ps(dst + 16, _mm512_setzero_ps());
 					}
@@ -921,16 +906,16 @@ AVX512 static void z_im2col(const oq_conv_geom *g, const float *x, int64_t c0, i
 }
 
 /* Rows [r0, r1) of x (ldx apart, pp values each) into the packed col bp of kc rows, panel by panel (sequential stores). */
-AVX512 static void z_pack_direct(const float *x, int64_t ldx, int64_t r0, int64_t r1, int64_t kc, int64_t pp,
+AVX512 static void pack_col_direct(const float *x, int64_t ldx, int64_t r0, int64_t r1, int64_t kc, int64_t pp,
 				 float *bp)
 {
-	for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
-		int64_t nq = pp - q0 < Z_NR ? pp - q0 : Z_NR;
+	for (int64_t q0 = 0; q0 < pp; q0 += TILE_NR) {
+		int64_t nq = pp - q0 < TILE_NR ? pp - q0 : TILE_NR;
 		__mmask16 m0 = nq >= 16 ? 0xffff : (__mmask16)((1u << nq) - 1);
 		__mmask16 m1 = nq >= 32 ? 0xffff : nq <= 16 ? 0 : (__mmask16)((1u << (nq - 16)) - 1);
 		const float *src = x + r0 * ldx + q0;
-		float *dst = bp + q0 * kc + r0 * Z_NR;
-		for (int64_t r = r0; r < r1; r++, src += ldx, dst += Z_NR) {
+		float *dst = bp + q0 * kc + r0 * TILE_NR;
+		for (int64_t r = r0; r < r1; r++, src += ldx, dst += TILE_NR) {
 			_mm512_store_ps(dst, _mm512_maskz_loadu_ps(m0, src));
 			_mm512_store_ps(dst + 16, _mm512_maskz_loadu_ps(m1, src + 16));
 		}
@@ -943,15 +928,15 @@ AVX512 static void z_pack_direct(const float *x, int64_t ldx, int64_t r0, int64_
  * horizontal stride 1 or 2; r0, r1 then whole input channels) or each
  * built in row (pp floats) first.
  */
-static void z_pack_col(const oq_conv_geom *g, const float *x, int64_t ldx, int direct, int64_t r0, int64_t r1,
+static void pack_col(const oq_conv_geom *g, const float *x, int64_t ldx, int direct, int64_t r0, int64_t r1,
 		       int64_t kc, int64_t p0, int64_t pp, float *row, float *bp)
 {
-	if (!direct && z_im2col_fits(g)) {
-		z_im2col(g, x, r0 / g->k_size, r1 / g->k_size, kc, p0, pp, bp);
+	if (!direct && im2col_packed_fits(g)) {
+		im2col_packed(g, x, r0 / g->k_size, r1 / g->k_size, kc, p0, pp, bp);
 		return;
 	}
 	if (direct) {
-		z_pack_direct(x + p0, ldx, r0, r1, kc, pp, bp);
+		pack_col_direct(x + p0, ldx, r0, r1, kc, pp, bp);
 		return;
 	}
 	for (int64_t r = r0; r < r1; r++) {
@@ -959,7 +944,7 @@ static void z_pack_col(const oq_conv_geom *g, const float *x, int64_t ldx, int d
 			im2col_2d_f(g, x, r, 1, p0, pp, row);
 		else
 			im2col_nd_f(g, x, r, 1, p0, pp, row);
-		z_pack_row(row, pp, r, kc, bp);
+		pack_col_row(row, pp, r, kc, bp);
 	}
 }
 
@@ -970,18 +955,18 @@ static void z_pack_col(const oq_conv_geom *g, const float *x, int64_t ldx, int d
  * OQ_PACKED_W_NR; row 0 starts a panel). Register tiles take a pointer per row,
  * so a 12-row tile may straddle two panels.
  */
-typedef struct zA {
+typedef struct tile_a {
 	const float *a;
 	int64_t lda, pstride;
-} zA;
+} tile_a;
 
-static inline const float *za_row(const zA *A, int64_t m)
+static inline const float *tile_a_row(const tile_a *A, int64_t m)
 {
 	return A->pstride ? A->a + m / OQ_PACKED_W_NR * A->pstride + m % OQ_PACKED_W_NR : A->a + m * A->lda;
 }
 
 /*
- * Depth slices of the packed col up to this many bytes go through z_gemm
+ * Depth slices of the packed col up to this many bytes go through gemm_pos
  * one register tile of rows at a time (every panel for rows m..m+11, then
  * the next 12) instead of every MC_ROWS block per panel: the slice stays
  * in L2 between row tiles, and C is written in 12 long runs instead of up
@@ -991,37 +976,37 @@ static inline const float *za_row(const zA *A, int64_t m)
  * 1.13 -> 0.63 ms, 3 -> 32 3x3/2 at 224x224 0.52 -> 0.34 ms, deep layers
  * unchanged. Each output is the same sum in the same order either way.
  */
-#define Z_ROWWISE_BYTES (256 * 1024)
+#define ROWWISE_BYTES (256 * 1024)
 
 /*
  * C[mm, pp] (ldc) = init + A[mm, kd] * B, init = bias[row] (NULL: 0), then
  * the epilogue e (rows from C's first; NULL: none) with the last depth
  * slice. B: the packed col bp of kd rows, or (bp NULL) rows br[k] read in
  * place, positions 0..pp of each, every row readable 32 floats past pp
- * (the zr tiles; see vr_run).
+ * (the in-place tiles; see conv_in_place).
  */
-AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const float *bp, const float *const *br,
-			  float *c, int64_t ldc, const float *bias, const zepi *e)
+AVX512 static void gemm_pos(int64_t mm, int64_t pp, int64_t kd, const tile_a *A, const float *bp, const float *const *br,
+			  float *c, int64_t ldc, const float *bias, const tile_epi *e)
 {
 	int64_t k0 = 0, ks = A->pstride ? OQ_PACKED_W_NR : 1;
 
 	do {
 		int64_t kb = kd - k0 < KC_DEPTH ? kd - k0 : KC_DEPTH;
 		int load = k0 > 0;
-		const zepi *el = k0 + kb == kd ? e : NULL;
-		int64_t mcr = kb * round_up(pp, Z_NR) * (int64_t)sizeof(float) <= Z_ROWWISE_BYTES ? Z_MR : MC_ROWS;
+		const tile_epi *el = k0 + kb == kd ? e : NULL;
+		int64_t mcr = kb * round_up(pp, TILE_NR) * (int64_t)sizeof(float) <= ROWWISE_BYTES ? TILE_MR : MC_ROWS;
 		for (int64_t mb = 0; mb < mm; mb += mcr) {
 			int64_t me = mb + mcr < mm ? mb + mcr : mm;
-			for (int64_t q0 = 0; q0 < pp; q0 += Z_NR) {
-				const float *bk = bp ? bp + (q0 / Z_NR * kd + k0) * Z_NR : NULL;
-				int nr = pp - q0 < Z_NR ? (int)(pp - q0) : Z_NR;
-				for (int64_t m = mb; m < me; m += Z_MR) {
-					int mr = me - m < Z_MR ? (int)(me - m) : Z_MR;
-					const float *bm = bias ? bias + m : NULL, *am[Z_MR];
+			for (int64_t q0 = 0; q0 < pp; q0 += TILE_NR) {
+				const float *bk = bp ? bp + (q0 / TILE_NR * kd + k0) * TILE_NR : NULL;
+				int nr = pp - q0 < TILE_NR ? (int)(pp - q0) : TILE_NR;
+				for (int64_t m = mb; m < me; m += TILE_MR) {
+					int mr = me - m < TILE_MR ? (int)(me - m) : TILE_MR;
+					const float *bm = bias ? bias + m : NULL, *am[TILE_MR];
 					float *cm = c + m * ldc + q0;
-					zepi em, *ep = NULL;
-					for (int r = 0; r < Z_MR; r++) /* rows past mr: row m, never read */
-						am[r] = za_row(A, m + (r < mr ? r : 0)) + k0 * ks;
+					tile_epi em, *ep = NULL;
+					for (int r = 0; r < TILE_MR; r++) /* rows past mr: row m, never read */
+						am[r] = tile_a_row(A, m + (r < mr ? r : 0)) + k0 * ks;
 					if (el) {
 						em = *el;
 						em.scale = el->scale ? el->scale + m : NULL;
@@ -1030,23 +1015,23 @@ AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const
 						ep = &em;
 					}
 					if (!bp && mr <= 4)
-						zr4x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm, ep);
+						pos_tile_in_place_4x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm, ep);
 					else if (!bp && mr <= 8)
-						zr8x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm, ep);
+						pos_tile_in_place_8x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm, ep);
 					else if (!bp)
-						zr12x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm, ep);
+						pos_tile_in_place_12x32(kb, am, ks, br + k0, q0, cm, ldc, mr, nr, load, bm, ep);
 					else if (nr <= 16 && mr <= 4)
-						z4x16(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
+						pos_tile_4x16(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (nr <= 16 && mr <= 8)
-						z8x16(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
+						pos_tile_8x16(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (nr <= 16)
-						z12x16(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
+						pos_tile_12x16(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (mr <= 4)
-						z4x32(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
+						pos_tile_4x32(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else if (mr <= 8)
-						z8x32(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
+						pos_tile_8x32(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 					else
-						z12x32(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
+						pos_tile_12x32(kb, am, ks, bk, cm, ldc, mr, nr, load, bm, ep);
 				}
 			}
 		}
@@ -1055,7 +1040,7 @@ AVX512 static void z_gemm(int64_t mm, int64_t pp, int64_t kd, const zA *A, const
 }
 
 /* r[0..16) transposed in place: r[i] lane j <- r[j] lane i (written out and always inlined: r stays in registers). */
-AVX512 __attribute__((always_inline)) static inline void tr16x16(__m512 *r)
+AVX512 __attribute__((always_inline)) static inline void transpose16x16(__m512 *r)
 {
 	__m512 t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14, t15;
 	__m512 u0, u1, u2, u3, u4, u5, u6, u7, u8, u9, u10, u11, u12, u13, u14, u15;
@@ -1141,12 +1126,12 @@ AVX512 __attribute__((always_inline)) static inline void tr16x16(__m512 *r)
  * then per 16 channels a 16 x 16 transpose into channel rows of R lanes,
  * the epilogue e (rows = channels, from C's first; NULL: none) and masked
  * stores. init = bias[channel] (NULL: 0). Every output is init + sum_k w*x
- * in k order with one FMA per term, as in z12x32: the same bits. Positions
+ * in k order with one FMA per term, as in pos_tile_12x32: the same bits. Positions
  * past rr repeat row 0 and are not stored; channels past nch are not stored.
  */
-#define ZT_TILE(R, NV, NAME)                                                                           \
+#define DEFINE_CHAN_TILE(R, NV, NAME)                                                                           \
 	AVX512 static void NAME(int64_t kd, const float *const *ar, int64_t ks, const float *wp, float *c, \
-				int64_t ldc, int rr, int nch, const float *bias, const zepi *e)           \
+				int64_t ldc, int rr, int nch, const float *bias, const tile_epi *e)           \
 	{                                                                                              \
 		const float *a[R];                                                                     \
 		__m512 acc[R][NV], init[NV];                                                           \
@@ -1174,26 +1159,26 @@ AVX512 __attribute__((always_inline)) static inline void tr16x16(__m512 *r)
 			int nl = nch - 16 * v < 16 ? nch - 16 * v : 16;                                \
 			for (int q = 0; q < 16; q++)                                                   \
 				x[q] = q < R ? acc[q < R ? q : 0][v] : _mm512_setzero_ps();            \
-			tr16x16(x);                                                                    \
+			transpose16x16(x);                                                                    \
 			for (int l = 0; l < nl; l++)                                                   \
 				_mm512_mask_storeu_ps(c + (16 * v + l) * ldc, pm,                      \
-						      e ? zepi_vec(e, 16 * v + l, 0, pm, x[l]) : x[l]);     \
+						      e ? tile_epi_vec(e, 16 * v + l, 0, pm, x[l]) : x[l]);     \
 		}                                                                                      \
 	}
-ZT_TILE(4, 2, zt4x2)
-ZT_TILE(5, 2, zt5x2)
-ZT_TILE(6, 2, zt6x2)
-ZT_TILE(7, 2, zt7x2)
-ZT_TILE(8, 2, zt8x2)
-ZT_TILE(4, 1, zt4x1)
-ZT_TILE(5, 1, zt5x1)
-ZT_TILE(6, 1, zt6x1)
-ZT_TILE(7, 1, zt7x1)
-ZT_TILE(8, 1, zt8x1)
-#undef ZT_TILE
+DEFINE_CHAN_TILE(4, 2, chan_tile_4x32)
+DEFINE_CHAN_TILE(5, 2, chan_tile_5x32)
+DEFINE_CHAN_TILE(6, 2, chan_tile_6x32)
+DEFINE_CHAN_TILE(7, 2, chan_tile_7x32)
+DEFINE_CHAN_TILE(8, 2, chan_tile_8x32)
+DEFINE_CHAN_TILE(4, 1, chan_tile_4x16)
+DEFINE_CHAN_TILE(5, 1, chan_tile_5x16)
+DEFINE_CHAN_TILE(6, 1, chan_tile_6x16)
+DEFINE_CHAN_TILE(7, 1, chan_tile_7x16)
+DEFINE_CHAN_TILE(8, 1, chan_tile_8x16)
+#undef DEFINE_CHAN_TILE
 
-typedef void (*zt_fn)(int64_t kd, const float *const *ar, int64_t ks, const float *wp, float *c, int64_t ldc, int rr,
-		      int nch, const float *bias, const zepi *e);
+typedef void (*chan_tile_fn)(int64_t kd, const float *const *ar, int64_t ks, const float *wp, float *c, int64_t ldc, int rr,
+		      int nch, const float *bias, const tile_epi *e);
 
 /*
  * C[mm channels, pp positions] (ldc) = init + the packed panels wp (mm
@@ -1203,16 +1188,16 @@ typedef void (*zt_fn)(int64_t kd, const float *const *ar, int64_t ks, const floa
  * positions cut into tiles of 4 to 8 as evenly as possible (49 = 7 x 7,
  * 196 = 21 x 8 + 4 x 7); e: the register epilogue (rows = channels from C's first).
  */
-AVX512 static void zt_gemm(int64_t mm, int64_t pp, int64_t kd, const float *wp, int64_t pstride, const float *x,
-			   int64_t ks, const float *bp, float *c, int64_t ldc, const float *bias, const zepi *e)
+AVX512 static void gemm_chan(int64_t mm, int64_t pp, int64_t kd, const float *wp, int64_t pstride, const float *x,
+			   int64_t ks, const float *bp, float *c, int64_t ldc, const float *bias, const tile_epi *e)
 {
-	static const zt_fn f2[9] = {zt4x2, zt4x2, zt4x2, zt4x2, zt4x2, zt5x2, zt6x2, zt7x2, zt8x2};
-	static const zt_fn f1[9] = {zt4x1, zt4x1, zt4x1, zt4x1, zt4x1, zt5x1, zt6x1, zt7x1, zt8x1};
+	static const chan_tile_fn f2[9] = {chan_tile_4x32, chan_tile_4x32, chan_tile_4x32, chan_tile_4x32, chan_tile_4x32, chan_tile_5x32, chan_tile_6x32, chan_tile_7x32, chan_tile_8x32};
+	static const chan_tile_fn f1[9] = {chan_tile_4x16, chan_tile_4x16, chan_tile_4x16, chan_tile_4x16, chan_tile_4x16, chan_tile_5x16, chan_tile_6x16, chan_tile_7x16, chan_tile_8x16};
 	int64_t nt = (pp + 7) / 8, base = pp / nt, extra = pp % nt;
 
 	for (int64_t pc = 0; pc < mm; pc += OQ_PACKED_W_NR, wp += pstride) {
 		int nch = mm - pc < OQ_PACKED_W_NR ? (int)(mm - pc) : OQ_PACKED_W_NR;
-		zepi em, *ep = NULL;
+		tile_epi em, *ep = NULL;
 		if (e) {
 			em = *e;
 			em.scale = e->scale ? e->scale + pc : NULL;
@@ -1223,17 +1208,17 @@ AVX512 static void zt_gemm(int64_t mm, int64_t pp, int64_t kd, const float *wp, 
 			int rr = (int)(base + (i < extra));
 			const float *ar[8];
 			for (int r = 0; r < rr; r++)
-				ar[r] = bp ? bp + (q + r) / Z_NR * kd * Z_NR + (q + r) % Z_NR : x + q + r;
+				ar[r] = bp ? bp + (q + r) / TILE_NR * kd * TILE_NR + (q + r) % TILE_NR : x + q + r;
 			if (e && e->res)
 				em.t = e->t + pc * ldc + q;
-			(nch > 16 ? f2 : f1)[rr](kd, ar, bp ? Z_NR : ks, wp, c + pc * ldc + q, ldc, rr, nch,
+			(nch > 16 ? f2 : f1)[rr](kd, ar, bp ? TILE_NR : ks, wp, c + pc * ldc + q, ldc, rr, nch,
 						 bias ? bias + pc : NULL, ep);
 			q += rr;
 		}
 	}
 }
 
-static int z_gemm_ok(void)
+static int use_avx512(void)
 {
 	return oq_cpu_avx512_fma() && !oq_linalg_no_avx512 && !oq_linalg_use_blas;
 }
@@ -1247,15 +1232,15 @@ static int z_gemm_ok(void)
  * lanes) input columns it needs with a mask that zeroes the columns outside
  * the row, and a tap whose input row is outside the plane adds w * 0. So
  * every output is b + sum of w * x over all taps in (i, j) order with
- * separate multiply and add, exactly as dw_row: the bits equal the SSE
+ * separate multiply and add, exactly as dw_pad_row: the bits equal the SSE
  * path's (tests compare them). The column masks depend only on the geometry
  * and are built once per call. The fused epilogue runs on the registers
  * before the (masked) store: BN affine in double, Relu and Clip as maxps /
  * minps (other activations on the stored row, by oq_act_apply).
  */
-#define DWZ_MAX_TAPS 25 /* taps of the largest kernel (kh * kw) it takes */
+#define DW_MAX_TAPS 25 /* taps of the largest kernel (kh * kw) it takes */
 
-typedef struct dwz_job {
+typedef struct dw_rows_job {
 	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
 	const oq_conv_geom *g;
 	const float *x, *w, *b;
@@ -1263,7 +1248,7 @@ typedef struct dwz_job {
 	const oq_kfuse *ep;    /* fused epilogue, or NULL */
 	int64_t nblk;          /* 16-output blocks per row */
 	atomic_int oom;
-} dwz_job;
+} dw_rows_job;
 
 /* Lanes l of 16 with 0 <= i0 + l < n. */
 static __mmask16 lane_mask(int64_t i0, int64_t n)
@@ -1277,7 +1262,7 @@ static __mmask16 lane_mask(int64_t i0, int64_t n)
 }
 
 /* The epilogue of one channel, ready for the registers. */
-typedef struct dwz_ev {
+typedef struct epi_regs {
 	int bn;                /* BN affine: x * a + b in double, rounded once */
 	int act;               /* OQ_ACT_NONE, OQ_ACT_RELU or OQ_ACT_CLIP (lo <= hi) */
 	__m512d a, b;          /* BN scale and shift */
@@ -1285,7 +1270,7 @@ typedef struct dwz_ev {
 	const oq_kfuse *ep;    /* for its steps and tensor operands */
 	int steps;             /* ep's steps run on the registers too (reg_steps) */
 	int64_t ch;            /* the output channel (per-channel constants of the steps) */
-} dwz_ev;
+} epi_regs;
 
 /* Activations oq_act_apply must run on the stored values (NaN and ordering rules of fmaxf / expf). */
 static int late_act(const oq_kfuse *ep)
@@ -1306,7 +1291,7 @@ static int reg_steps(const oq_kfuse *ep)
 }
 
 /* The part of ep done in registers for channel ch (late: the activation and the steps are left to the caller). */
-AVX512 static inline void dwz_ev_make(const oq_kfuse *ep, int64_t ch, int late, dwz_ev *ev)
+AVX512 static inline void epi_regs_make(const oq_kfuse *ep, int64_t ch, int late, epi_regs *ev)
 {
 	ev->bn = ep && ep->scale;
 	ev->act = ep && !late ? ep->act.kind : OQ_ACT_NONE;
@@ -1320,20 +1305,20 @@ AVX512 static inline void dwz_ev_make(const oq_kfuse *ep, int64_t ch, int late, 
 }
 
 
-#define ZB 8 /* vectors per block of zsteps */
+#define EPI_VECS 8 /* vectors per block of epi_steps_avx512 */
 
 /*
- * Steps [i0, i0 + ns) of ev->ep on ZB vectors v (128 values from output
+ * Steps [i0, i0 + ns) of ev->ep on EPI_VECS vectors v (128 values from output
  * element o; lanes m[q] of vector q valid), step by step over the block so
  * the dispatch is paid once per 128 values: the expressions of epi_steps,
  * so the same bits. Relu is maxps(0, x) (x < 0 ? 0 : x, NaN and -0 kept),
  * Clip minps(hi, maxps(lo, x)).
  */
-AVX512 static void zsteps(const dwz_ev *ev, int i0, int ns, size_t o, const __mmask16 *m, __m512 *v)
+AVX512 static void epi_steps_avx512(const epi_regs *ev, int i0, int ns, size_t o, const __mmask16 *m, __m512 *v)
 {
 	const oq_epi_step *s = ev->ep->steps;
-#define ZLOOP(EXPR)                          \
-	for (int q = 0; q < ZB; q++)         \
+#define EACH_VEC(EXPR)                          \
+	for (int q = 0; q < EPI_VECS; q++)         \
 		v[q] = (EXPR);               \
 	break
 	for (int i = i0; i < i0 + ns; i++) {
@@ -1344,45 +1329,45 @@ AVX512 static void zsteps(const dwz_ev *ev, int i0, int ns, size_t o, const __mm
 			: s[i].kind == OQ_EPI_TENSOR ? 8 + s[i].bop * 2 + s[i].rev
 			: s[i].kind == OQ_EPI_ACT ? 16 + (s[i].act.kind == OQ_ACT_RELU)
 			: 18) {
-		case OQ_EPI_ADD * 2: ZLOOP(_mm512_add_ps(v[q], c));
-		case OQ_EPI_ADD * 2 + 1: ZLOOP(_mm512_add_ps(c, v[q]));
-		case OQ_EPI_SUB * 2: ZLOOP(_mm512_sub_ps(v[q], c));
-		case OQ_EPI_SUB * 2 + 1: ZLOOP(_mm512_sub_ps(c, v[q]));
-		case OQ_EPI_MUL * 2: ZLOOP(_mm512_mul_ps(v[q], c));
-		case OQ_EPI_MUL * 2 + 1: ZLOOP(_mm512_mul_ps(c, v[q]));
-		case OQ_EPI_DIV * 2: ZLOOP(_mm512_div_ps(v[q], c));
-		case OQ_EPI_DIV * 2 + 1: ZLOOP(_mm512_div_ps(c, v[q]));
-		case 8 + OQ_EPI_ADD * 2: ZLOOP(_mm512_add_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
-		case 8 + OQ_EPI_ADD * 2 + 1: ZLOOP(_mm512_add_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
-		case 8 + OQ_EPI_SUB * 2: ZLOOP(_mm512_sub_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
-		case 8 + OQ_EPI_SUB * 2 + 1: ZLOOP(_mm512_sub_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
-		case 8 + OQ_EPI_MUL * 2: ZLOOP(_mm512_mul_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
-		case 8 + OQ_EPI_MUL * 2 + 1: ZLOOP(_mm512_mul_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
-		case 8 + OQ_EPI_DIV * 2: ZLOOP(_mm512_div_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
-		case 8 + OQ_EPI_DIV * 2 + 1: ZLOOP(_mm512_div_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
-		case 16: ZLOOP(_mm512_min_ps(hi, _mm512_max_ps(c, v[q]))); /* Clip */
-		case 17: ZLOOP(_mm512_max_ps(z, v[q]));                    /* Relu */
+		case OQ_EPI_ADD * 2: EACH_VEC(_mm512_add_ps(v[q], c));
+		case OQ_EPI_ADD * 2 + 1: EACH_VEC(_mm512_add_ps(c, v[q]));
+		case OQ_EPI_SUB * 2: EACH_VEC(_mm512_sub_ps(v[q], c));
+		case OQ_EPI_SUB * 2 + 1: EACH_VEC(_mm512_sub_ps(c, v[q]));
+		case OQ_EPI_MUL * 2: EACH_VEC(_mm512_mul_ps(v[q], c));
+		case OQ_EPI_MUL * 2 + 1: EACH_VEC(_mm512_mul_ps(c, v[q]));
+		case OQ_EPI_DIV * 2: EACH_VEC(_mm512_div_ps(v[q], c));
+		case OQ_EPI_DIV * 2 + 1: EACH_VEC(_mm512_div_ps(c, v[q]));
+		case 8 + OQ_EPI_ADD * 2: EACH_VEC(_mm512_add_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
+		case 8 + OQ_EPI_ADD * 2 + 1: EACH_VEC(_mm512_add_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
+		case 8 + OQ_EPI_SUB * 2: EACH_VEC(_mm512_sub_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
+		case 8 + OQ_EPI_SUB * 2 + 1: EACH_VEC(_mm512_sub_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
+		case 8 + OQ_EPI_MUL * 2: EACH_VEC(_mm512_mul_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
+		case 8 + OQ_EPI_MUL * 2 + 1: EACH_VEC(_mm512_mul_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
+		case 8 + OQ_EPI_DIV * 2: EACH_VEC(_mm512_div_ps(v[q], _mm512_maskz_loadu_ps(m[q], t + 16 * q)));
+		case 8 + OQ_EPI_DIV * 2 + 1: EACH_VEC(_mm512_div_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
+		case 16: EACH_VEC(_mm512_min_ps(hi, _mm512_max_ps(c, v[q]))); /* Clip */
+		case 17: EACH_VEC(_mm512_max_ps(z, v[q]));                    /* Relu */
 		default: { /* GATE */
-			__m512 g[ZB];
-			for (int q = 0; q < ZB; q++)
+			__m512 g[EPI_VECS];
+			for (int q = 0; q < EPI_VECS; q++)
 				g[q] = v[q];
-			zsteps(ev, i + 1, s[i].n_gate, o, m, g);
+			epi_steps_avx512(ev, i + 1, s[i].n_gate, o, m, g);
 			if (s[i].rev)
-				for (int q = 0; q < ZB; q++)
+				for (int q = 0; q < EPI_VECS; q++)
 					v[q] = _mm512_mul_ps(g[q], v[q]);
 			else
-				for (int q = 0; q < ZB; q++)
+				for (int q = 0; q < EPI_VECS; q++)
 					v[q] = _mm512_mul_ps(v[q], g[q]);
 			i += s[i].n_gate;
 			break;
 		}
 		}
 	}
-#undef ZLOOP
+#undef EACH_VEC
 }
 
 /* The epilogue on one vector: BN as the BatchNormalization kernel, then Relu / Clip (not the steps). */
-AVX512 static inline __m512 dwz_epi(__m512 v, const dwz_ev *ev)
+AVX512 static inline __m512 epi_regs_vec(__m512 v, const epi_regs *ev)
 {
 	if (ev->bn) {
 		__m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
@@ -1401,40 +1386,40 @@ AVX512 static inline __m512 dwz_epi(__m512 v, const dwz_ev *ev)
 
 /*
  * y[0..n) (output element off on): BN and Relu / Clip when epi, then the
- * steps when ev->steps, ZB vectors at a time.
+ * steps when ev->steps, EPI_VECS vectors at a time.
  */
-AVX512 static void z_rows(const dwz_ev *ev, int epi, size_t off, float *y, size_t n)
+AVX512 static void epi_row_avx512(const epi_regs *ev, int epi, size_t off, float *y, size_t n)
 {
-	for (size_t i = 0; i < n; i += 16 * ZB) {
-		__m512 v[ZB];
-		__mmask16 m[ZB];
-		for (int q = 0; q < ZB; q++) {
+	for (size_t i = 0; i < n; i += 16 * EPI_VECS) {
+		__m512 v[EPI_VECS];
+		__mmask16 m[EPI_VECS];
+		for (int q = 0; q < EPI_VECS; q++) {
 			size_t at = i + 16 * (size_t)q;
 			m[q] = at >= n ? 0 : n - at >= 16 ? 0xffff : (__mmask16)((1u << (n - at)) - 1u);
 			v[q] = _mm512_maskz_loadu_ps(m[q], y + at);
 			if (epi)
-				v[q] = dwz_epi(v[q], ev);
+				v[q] = epi_regs_vec(v[q], ev);
 		}
 		if (ev->steps)
-			zsteps(ev, 0, ev->ep->n_steps, off + i, m, v);
-		for (int q = 0; q < ZB; q++)
+			epi_steps_avx512(ev, 0, ev->ep->n_steps, off + i, m, v);
+		for (int q = 0; q < EPI_VECS; q++)
 			_mm512_mask_storeu_ps(y + i + 16 * (size_t)q, m[q], v[q]);
 	}
 }
 
 /* oq_epi_apply on AVX-512F: the same bits. */
-AVX512 static void z_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n)
+AVX512 static void epi_apply_avx512(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n)
 {
 	int late = late_act(ep);
-	dwz_ev ev;
+	epi_regs ev;
 
-	dwz_ev_make(ep, ch, late, &ev);
+	epi_regs_make(ep, ch, late, &ev);
 	if (ev.steps)
-		z_rows(&ev, 1, off, y, n);
+		epi_row_avx512(&ev, 1, off, y, n);
 	else if (ev.bn || ev.act != OQ_ACT_NONE)
 		for (size_t i = 0; i < n; i += 16) {
 			__mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1u);
-			_mm512_mask_storeu_ps(y + i, m, dwz_epi(_mm512_maskz_loadu_ps(m, y + i), &ev));
+			_mm512_mask_storeu_ps(y + i, m, epi_regs_vec(_mm512_maskz_loadu_ps(m, y + i), &ev));
 		}
 	if (late)
 		oq_act_apply(&ep->act, y, n);
@@ -1444,18 +1429,18 @@ AVX512 static void z_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float
 
 /*
  * The epilogue of a GEMM tile: rows of channels ch0 .. ch0 + mm - 1, pp
- * values each, ldc apart, the first at output element off: z_epi_apply row
+ * values each, ldc apart, the first at output element off: epi_apply_avx512 row
  * by row, with the BN / Relu / Clip loop inlined for the usual case
  * without steps (no per-row setup beyond two broadcasts).
  */
-AVX512 static void z_epi_tile(const oq_kfuse *ep, int64_t ch0, int64_t mm, size_t off, float *y, int64_t ldc,
+AVX512 static void epi_tile_avx512(const oq_kfuse *ep, int64_t ch0, int64_t mm, size_t off, float *y, int64_t ldc,
 			      int64_t pp)
 {
 	int bn = ep->scale != NULL, act = ep->act.kind;
 
 	if (ep->n_steps || late_act(ep)) {
 		for (int64_t r = 0; r < mm; r++)
-			z_epi_apply(ep, ch0 + r, off + (size_t)(r * ldc), y + r * ldc, (size_t)pp);
+			epi_apply_avx512(ep, ch0 + r, off + (size_t)(r * ldc), y + r * ldc, (size_t)pp);
 		return;
 	}
 	if (!bn && act == OQ_ACT_NONE)
@@ -1467,7 +1452,7 @@ AVX512 static void z_epi_tile(const oq_kfuse *ep, int64_t ch0, int64_t mm, size_
 		for (int64_t i = 0; i < pp; i += 16) {
 			__mmask16 m = pp - i >= 16 ? 0xffff : (__mmask16)((1u << (pp - i)) - 1u);
 			__m512 v = _mm512_maskz_loadu_ps(m, yr + i);
-			if (bn) { /* as dwz_epi */
+			if (bn) { /* as epi_regs_vec */
 				__m512d l = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
 				__m512d h = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 				l = _mm512_add_pd(_mm512_mul_pd(l, a), b);
@@ -1486,7 +1471,7 @@ AVX512 static void z_epi_tile(const oq_kfuse *ep, int64_t ch0, int64_t mm, size_
 }
 
 /*
- * nr (1..DWZ_ROWS) output rows from oh0 of one channel plane: xc the input
+ * nr (1..DW_ROWS_AT_ONCE) output rows from oh0 of one channel plane: xc the input
  * plane, yc the output plane, cm the column masks [nblk][kw] (stride 2:
  * [nblk][kw][2]) and full[nblk] (all of a block's masks are whole), wv the
  * taps broadcast, ev the epilogue done in registers. The rows are
@@ -1494,17 +1479,17 @@ AVX512 static void z_epi_tile(const oq_kfuse *ep, int64_t ch0, int64_t mm, size_
  * taps in (i, j) order. Blocks whose taps all fall inside the plane use
  * plain loads.
  */
-#define DWZ_ROWS 4
+#define DW_ROWS_AT_ONCE 4
 
-AVX512 static inline void dwz_rows(const dwz_job *j, const dwz_ev *ev, const float *xc, float *yc, int64_t oh0,
+AVX512 static inline void dw_rows_block(const dw_rows_job *j, const epi_regs *ev, const float *xc, float *yc, int64_t oh0,
 				   int nr, const __mmask16 *cm, const unsigned char *full, const __m512 *wv, float b,
 				   int64_t kh, int64_t kw, int64_t sw)
 {
 	const oq_conv_geom *g = j->g;
 	int64_t H = g->in[0], W = g->in[1], OW = g->out[1], dh = g->dil[0], dw = g->dil[1];
 	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-	const float *xr[DWZ_ROWS][DWZ_MAX_TAPS];
-	int ok[DWZ_ROWS][DWZ_MAX_TAPS], allok = 1;
+	const float *xr[DW_ROWS_AT_ONCE][DW_MAX_TAPS];
+	int ok[DW_ROWS_AT_ONCE][DW_MAX_TAPS], allok = 1;
 
 	for (int r = 0; r < nr; r++)
 		for (int64_t i = 0; i < kh; i++) {
@@ -1515,7 +1500,7 @@ AVX512 static inline void dwz_rows(const dwz_job *j, const dwz_ev *ev, const flo
 		}
 	for (int64_t bk = 0; bk < j->nblk; bk++, cm += sw * kw) {
 		int64_t ow = bk * 16, c0 = ow * sw - g->pad[1];
-		__m512 acc[DWZ_ROWS];
+		__m512 acc[DW_ROWS_AT_ONCE];
 		for (int r = 0; r < nr; r++)
 			acc[r] = _mm512_set1_ps(b);
 		if (allok && full[bk]) {
@@ -1547,30 +1532,30 @@ AVX512 static inline void dwz_rows(const dwz_job *j, const dwz_ev *ev, const flo
 		for (int r = 0; r < nr; r++) {
 			float *yr = yc + (oh0 + r) * OW + ow;
 			__mmask16 m = lane_mask(ow, OW);
-			_mm512_mask_storeu_ps(yr, m, dwz_epi(acc[r], ev));
+			_mm512_mask_storeu_ps(yr, m, epi_regs_vec(acc[r], ev));
 		}
 	}
 }
 
-/* All rows of one channel, DWZ_ROWS at a time; kh, kw, sw constant where inlined with constants. */
-AVX512 static inline void dwz_plane(const dwz_job *j, const dwz_ev *ev, const float *xc, float *yc,
+/* All rows of one channel, DW_ROWS_AT_ONCE at a time; kh, kw, sw constant where inlined with constants. */
+AVX512 static inline void dw_rows_plane(const dw_rows_job *j, const epi_regs *ev, const float *xc, float *yc,
 				    const __mmask16 *cm, const unsigned char *full, const float *w, float b, int64_t kh,
 				    int64_t kw, int64_t sw)
 {
 	int64_t OH = j->g->out[0], oh = 0;
-	__m512 wv[DWZ_MAX_TAPS];
+	__m512 wv[DW_MAX_TAPS];
 
 	for (int64_t t = 0; t < kh * kw; t++)
 		wv[t] = _mm512_set1_ps(w[t]);
-	for (; oh + DWZ_ROWS <= OH; oh += DWZ_ROWS)
-		dwz_rows(j, ev, xc, yc, oh, DWZ_ROWS, cm, full, wv, b, kh, kw, sw);
+	for (; oh + DW_ROWS_AT_ONCE <= OH; oh += DW_ROWS_AT_ONCE)
+		dw_rows_block(j, ev, xc, yc, oh, DW_ROWS_AT_ONCE, cm, full, wv, b, kh, kw, sw);
 	for (; oh < OH; oh++)
-		dwz_rows(j, ev, xc, yc, oh, 1, cm, full, wv, b, kh, kw, sw);
+		dw_rows_block(j, ev, xc, yc, oh, 1, cm, full, wv, b, kh, kw, sw);
 }
 
-AVX512 static void dwz_range(void *ctx, size_t begin, size_t end)
+AVX512 static void dw_rows_range(void *ctx, size_t begin, size_t end)
 {
-	dwz_job *j = ctx;
+	dw_rows_job *j = ctx;
 	const oq_conv_geom *g = j->g;
 	int64_t W = g->in[1], OH = g->out[0], OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1];
 	size_t nm = (size_t)(j->nblk * kw * sw), need = nm * sizeof(__mmask16) + (size_t)j->nblk;
@@ -1603,24 +1588,24 @@ AVX512 static void dwz_range(void *ctx, size_t begin, size_t end)
 		float *yc = j->y + (int64_t)it * OH * OW;
 		const float *wc = j->w + ch * g->k_size;
 		float b = j->b ? j->b[ch] : 0.0f;
-		dwz_ev ev;
-		dwz_ev_make(j->ep, ch, late, &ev);
+		epi_regs ev;
+		epi_regs_make(j->ep, ch, late, &ev);
 		if (kh == 3 && kw == 3 && sw == 1)
-			dwz_plane(j, &ev, xc, yc, cm, full, wc, b, 3, 3, 1);
+			dw_rows_plane(j, &ev, xc, yc, cm, full, wc, b, 3, 3, 1);
 		else if (kh == 3 && kw == 3)
-			dwz_plane(j, &ev, xc, yc, cm, full, wc, b, 3, 3, 2);
+			dw_rows_plane(j, &ev, xc, yc, cm, full, wc, b, 3, 3, 2);
 		else if (kh == 5 && kw == 5 && sw == 1)
-			dwz_plane(j, &ev, xc, yc, cm, full, wc, b, 5, 5, 1);
+			dw_rows_plane(j, &ev, xc, yc, cm, full, wc, b, 5, 5, 1);
 		else if (kh == 5 && kw == 5)
-			dwz_plane(j, &ev, xc, yc, cm, full, wc, b, 5, 5, 2);
+			dw_rows_plane(j, &ev, xc, yc, cm, full, wc, b, 5, 5, 2);
 		else
-			dwz_plane(j, &ev, xc, yc, cm, full, wc, b, kh, kw, sw);
+			dw_rows_plane(j, &ev, xc, yc, cm, full, wc, b, kh, kw, sw);
 		for (int64_t oh = 0; j->ep && (late || j->ep->n_steps) && oh < OH; oh++) {
 			float *yr = yc + oh * OW;
 			if (late)
 				oq_act_apply(&j->ep->act, yr, (size_t)OW);
 			if (ev.steps)
-				z_rows(&ev, 0, (size_t)(yr - j->y), yr, (size_t)OW);
+				epi_row_avx512(&ev, 0, (size_t)(yr - j->y), yr, (size_t)OW);
 			else
 				epi_steps(j->ep, j->ep->steps, j->ep->n_steps, ch, (size_t)(yr - j->y), yr, (size_t)OW);
 		}
@@ -1629,7 +1614,7 @@ AVX512 static void dwz_range(void *ctx, size_t begin, size_t end)
 }
 
 /*
- * Small planes (DWF_MAX_P outputs at most, rows of at most DWF_MAX_W) with stride 1
+ * Small planes (DW_FLAT_MAX_P outputs at most, rows of at most DW_FLAT_MAX_W) with stride 1
  * and the output the input's size: the plane is one flat row of positions,
  * and tap (i, j) of output p reads input p + (i * dh - pad0) * W + j * dw -
  * pad1, a fixed offset, so 16 positions (several output rows) fill each
@@ -1637,23 +1622,23 @@ AVX512 static void dwz_range(void *ctx, size_t begin, size_t end)
  * call, zeroes the taps outside the plane (w * 0 is still added, as on the
  * padded copy): the same sums in the same (i, j) order.
  */
-#define DWF_MAX_P 256
-#define DWF_VECS (DWF_MAX_P / 16)
-#define DWF_MAX_W 10 /* wider rows fill most of a vector already */
+#define DW_FLAT_MAX_P 256
+#define DW_FLAT_VECS (DW_FLAT_MAX_P / 16)
+#define DW_FLAT_MAX_W 10 /* wider rows fill most of a vector already */
 
-static int dwf_fits(const oq_conv_geom *g)
+static int dw_flat_fits(const oq_conv_geom *g)
 {
 	return g->stride[0] == 1 && g->stride[1] == 1 && g->in[0] == g->out[0] && g->in[1] == g->out[1] &&
-	       g->out[1] <= DWF_MAX_W && g->out_size <= DWF_MAX_P;
+	       g->out[1] <= DW_FLAT_MAX_W && g->out_size <= DW_FLAT_MAX_P;
 }
 
-AVX512 static void dwf_range(void *ctx, size_t begin, size_t end)
+AVX512 static void dw_flat_range(void *ctx, size_t begin, size_t end)
 {
-	dwz_job *j = ctx;
+	dw_rows_job *j = ctx;
 	const oq_conv_geom *g = j->g;
 	int64_t H = g->in[0], W = g->in[1], P = g->out_size, taps = g->k_size, nv = (P + 15) / 16;
-	int64_t offs[DWZ_MAX_TAPS];
-	__mmask16 mk[DWF_VECS * DWZ_MAX_TAPS];
+	int64_t offs[DW_MAX_TAPS];
+	__mmask16 mk[DW_FLAT_VECS * DW_MAX_TAPS];
 	int late = late_act(j->ep);
 
 	for (int64_t t = 0; t < taps; t++) {
@@ -1673,9 +1658,9 @@ AVX512 static void dwf_range(void *ctx, size_t begin, size_t end)
 		int64_t ch = (int64_t)it % g->c;
 		const float *xc = j->x + (int64_t)it * g->in_size, *wc = j->w + ch * taps;
 		float *yc = j->y + (int64_t)it * P;
-		__m512 acc[DWF_VECS];
-		dwz_ev ev;
-		dwz_ev_make(j->ep, ch, late, &ev);
+		__m512 acc[DW_FLAT_VECS];
+		epi_regs ev;
+		epi_regs_make(j->ep, ch, late, &ev);
 		for (int64_t v = 0; v < nv; v++)
 			acc[v] = _mm512_set1_ps(j->b ? j->b[ch] : 0.0f);
 		for (int64_t t = 0; t < taps; t++) {
@@ -1685,12 +1670,12 @@ AVX512 static void dwf_range(void *ctx, size_t begin, size_t end)
 												   xc + v * 16 + offs[t])));
 		}
 		for (int64_t v = 0; v < nv; v++)
-			_mm512_mask_storeu_ps(yc + v * 16, lane_mask(v * 16, P), dwz_epi(acc[v], &ev));
+			_mm512_mask_storeu_ps(yc + v * 16, lane_mask(v * 16, P), epi_regs_vec(acc[v], &ev));
 		if (late)
 			oq_act_apply(&j->ep->act, yc, (size_t)P);
 		if (j->ep && j->ep->n_steps) {
 			if (ev.steps)
-				z_rows(&ev, 0, (size_t)(yc - j->y), yc, (size_t)P);
+				epi_row_avx512(&ev, 0, (size_t)(yc - j->y), yc, (size_t)P);
 			else
 				epi_steps(j->ep, j->ep->steps, j->ep->n_steps, ch, (size_t)(yc - j->y), yc, (size_t)P);
 		}
@@ -1709,16 +1694,16 @@ AVX512 static void dwf_range(void *ctx, size_t begin, size_t end)
  * channels), 8 positions at a time as independent chains; the BN affine
  * and Relu / Clip run on those registers (per-lane scale and shift), and
  * 16 positions are transposed back and stored as 16 channel rows. Every
- * output is the sum dwz_rows and dw_row form, in the same order, so the
+ * output is the sum dw_rows_block and dw_pad_row form, in the same order, so the
  * bits are theirs; what changes is that no lane is wasted on short rows
  * (7 x 7, 14 x 14 planes), a horizontal stride is a step through the row
  * (no permutes) and there are no per-tap masks or branches. Work items:
  * image x 16-channel block x band of output rows (bands only to give
  * every thread work: the first rows of a band are transposed again).
  */
-#define DWC_ITEMS 16 /* work items a depthwise call is cut into at least, where rows allow */
+#define DW_CHAN_ITEMS 16 /* work items a depthwise call is cut into at least, where rows allow */
 
-typedef struct dwc_job {
+typedef struct dw_chan_job {
 	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
 	const oq_conv_geom *g;
 	const float *x, *w, *b;
@@ -1729,14 +1714,14 @@ typedef struct dwc_job {
 	int64_t wp;            /* padded row: vectors per transposed input row */
 	int64_t span;          /* input rows one output row reads: (kh - 1) * dh + 1 */
 	atomic_int oom;
-} dwc_job;
+} dw_chan_job;
 
 /*
  * Input row ih of channels c0 .. c0 + nc - 1 (xc: channel c0's plane) into
  * dst[pad + w][16], lanes >= nc zero; whole 16-column groups are stored, the
- * columns past the row as zeros (the row is wide enough: dwc_job.wp).
+ * columns past the row as zeros (the row is wide enough: dw_chan_job.wp).
  */
-AVX512 static void dwc_row_in(const oq_conv_geom *g, const float *xc, int nc, int64_t ih, float *dst)
+AVX512 static void dw_chan_row_in(const oq_conv_geom *g, const float *xc, int nc, int64_t ih, float *dst)
 {
 	int64_t W = g->in[1];
 	const float *src[16];
@@ -1749,22 +1734,22 @@ AVX512 static void dwc_row_in(const oq_conv_geom *g, const float *xc, int nc, in
 		__m512 r[16];
 		for (int l = 0; l < 16; l++)
 			r[l] = _mm512_maskz_loadu_ps(l < nc ? m : 0, src[l] + w0);
-		tr16x16(r);
+		transpose16x16(r);
 		for (int q = 0; q < 16; q++)
 			_mm512_store_ps(dst + q * 16, r[q]);
 	}
 }
 
 /* The register epilogue of a block: BN with per-lane scale / shift in double, Relu / Clip. */
-typedef struct dwc_ev {
+typedef struct dw_chan_ev {
 	int bn, act;
 	__m512d alo, ahi, blo, bhi;
 	__m512 lo, hi;
-} dwc_ev;
+} dw_chan_ev;
 
-AVX512 static inline __m512 dwc_epi(__m512 v, const dwc_ev *ev)
+AVX512 static inline __m512 dw_chan_epi(__m512 v, const dw_chan_ev *ev)
 {
-	if (ev->bn) { /* as dwz_epi, lane by lane */
+	if (ev->bn) { /* as epi_regs_vec, lane by lane */
 		__m512d l = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
 		__m512d h = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 		l = _mm512_add_pd(_mm512_mul_pd(l, ev->alo), ev->blo);
@@ -1784,7 +1769,7 @@ AVX512 static inline __m512 dwc_epi(__m512 v, const dwc_ev *ev)
  * read the zero columns and are not stored): rows[i] the transposed input
  * row of tap row i, wv the tap vectors, out[q] the results.
  */
-AVX512 static inline void dwc_pos(const float *const *rows, const __m512 *wv, __m512 bias, const dwc_ev *ev,
+AVX512 static inline void dw_chan_8pos(const float *const *rows, const __m512 *wv, __m512 bias, const dw_chan_ev *ev,
 				  int64_t ow0, int64_t kh, int64_t kw, int64_t sw, int64_t dw, __m512 *out)
 {
 	__m512 a0 = bias, a1 = bias, a2 = bias, a3 = bias, a4 = bias, a5 = bias, a6 = bias, a7 = bias;
@@ -1804,25 +1789,25 @@ AVX512 static inline void dwc_pos(const float *const *rows, const __m512 *wv, __
 			a7 = _mm512_add_ps(a7, _mm512_mul_ps(wt, _mm512_load_ps(p + 7 * st)));
 		}
 	}
-	out[0] = dwc_epi(a0, ev);
-	out[1] = dwc_epi(a1, ev);
-	out[2] = dwc_epi(a2, ev);
-	out[3] = dwc_epi(a3, ev);
-	out[4] = dwc_epi(a4, ev);
-	out[5] = dwc_epi(a5, ev);
-	out[6] = dwc_epi(a6, ev);
-	out[7] = dwc_epi(a7, ev);
+	out[0] = dw_chan_epi(a0, ev);
+	out[1] = dw_chan_epi(a1, ev);
+	out[2] = dw_chan_epi(a2, ev);
+	out[3] = dw_chan_epi(a3, ev);
+	out[4] = dw_chan_epi(a4, ev);
+	out[5] = dw_chan_epi(a5, ev);
+	out[6] = dw_chan_epi(a6, ev);
+	out[7] = dw_chan_epi(a7, ev);
 }
 
 /* Output rows [oh0, oh1) of one block: ring slots of span rows (row ih in slot ih % span), yc channel c0's plane. */
-AVX512 static inline void dwc_rows(const dwc_job *j, const float *xc, float *yc, int nc, const __m512 *wv,
-				   __m512 bias, const dwc_ev *ev, float *ring, const float *zero, int64_t oh0,
+AVX512 static inline void dw_chan_rows(const dw_chan_job *j, const float *xc, float *yc, int nc, const __m512 *wv,
+				   __m512 bias, const dw_chan_ev *ev, float *ring, const float *zero, int64_t oh0,
 				   int64_t oh1, int64_t kh, int64_t kw, int64_t sw)
 {
 	const oq_conv_geom *g = j->g;
 	int64_t H = g->in[0], OW = g->out[1], OHW = g->out_size, dh = g->dil[0], dw = g->dil[1];
-	int64_t have[DWZ_MAX_TAPS], span = j->span;
-	const float *rows[DWZ_MAX_TAPS];
+	int64_t have[DW_MAX_TAPS], span = j->span;
+	const float *rows[DW_MAX_TAPS];
 
 	for (int64_t s = 0; s < span; s++)
 		have[s] = -1;
@@ -1836,20 +1821,20 @@ AVX512 static inline void dwc_rows(const dwc_job *j, const float *xc, float *yc,
 			s = ih % span;
 			rows[i] = ring + s * j->wp * 16;
 			if (have[s] != ih) {
-				dwc_row_in(g, xc, nc, ih, ring + s * j->wp * 16);
+				dw_chan_row_in(g, xc, nc, ih, ring + s * j->wp * 16);
 				have[s] = ih;
 			}
 		}
 		for (int64_t ow0 = 0; ow0 < OW; ow0 += 16) {
 			int64_t nw = OW - ow0 < 16 ? OW - ow0 : 16;
 			__m512 r[16];
-			dwc_pos(rows, wv, bias, ev, ow0, kh, kw, sw, dw, r);
+			dw_chan_8pos(rows, wv, bias, ev, ow0, kh, kw, sw, dw, r);
 			if (nw > 8)
-				dwc_pos(rows, wv, bias, ev, ow0 + 8, kh, kw, sw, dw, r + 8);
+				dw_chan_8pos(rows, wv, bias, ev, ow0 + 8, kh, kw, sw, dw, r + 8);
 			else
 				for (int q = 8; q < 16; q++)
 					r[q] = _mm512_setzero_ps();
-			tr16x16(r);
+			transpose16x16(r);
 			for (int l = 0; l < nc; l++)
 				_mm512_mask_storeu_ps(yc + l * OHW + oh * OW + ow0, (__mmask16)((1u << nw) - 1u), r[l]);
 		}
@@ -1859,27 +1844,27 @@ AVX512 static inline void dwc_rows(const dwc_job *j, const float *xc, float *yc,
 /*
  * Channel-blocked where the 16-channel blocks are nearly full (C = 24 leaves
  * a third of the second block's lanes idle, C = 3 most): the row kernels
- * (dwz_range, dwf_range) are as fast or faster there.
+ * (dw_rows_range, dw_flat_range) are as fast or faster there.
  */
-static int dwc_fits(const oq_conv_geom *g)
+static int dw_chan_fits(const oq_conv_geom *g)
 {
-	return !oq_linalg_dw_rows && g->k_size <= DWZ_MAX_TAPS && (g->k[0] - 1) * g->dil[0] + 1 <= DWZ_MAX_TAPS &&
+	return !oq_linalg_dw_rows && g->k_size <= DW_MAX_TAPS && (g->k[0] - 1) * g->dil[0] + 1 <= DW_MAX_TAPS &&
 	       g->c * 5 > round_up(g->c, 16) * 4;
 }
 
 /*
  * Output rows [oh0, oh1) of channels c0 .. c0 + 15 (fewer at the end): xc
- * channel c0's input plane, yc its output plane; ring and zero as dwc_rows.
+ * channel c0's input plane, yc its output plane; ring and zero as dw_chan_rows.
  */
-AVX512 static void dwc_block(const dwc_job *j, const float *xc, float *yc, int64_t c0, int64_t oh0, int64_t oh1,
+AVX512 static void dw_chan_block(const dw_chan_job *j, const float *xc, float *yc, int64_t c0, int64_t oh0, int64_t oh1,
 			     float *ring, const float *zero)
 {
 	const oq_conv_geom *g = j->g;
 	int64_t OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1], taps = g->k_size;
 	int nc = g->c - c0 < 16 ? (int)(g->c - c0) : 16, late = late_act(j->ep);
 	__mmask16 cm = (__mmask16)((1u << nc) - 1u);
-	__m512 wv[DWZ_MAX_TAPS], bias = j->b ? _mm512_maskz_loadu_ps(cm, j->b + c0) : _mm512_setzero_ps();
-	dwc_ev ev;
+	__m512 wv[DW_MAX_TAPS], bias = j->b ? _mm512_maskz_loadu_ps(cm, j->b + c0) : _mm512_setzero_ps();
+	dw_chan_ev ev;
 
 	for (int64_t t = 0; t < taps; t++) {
 		float tw[16] = {0};
@@ -1899,25 +1884,25 @@ AVX512 static void dwc_block(const dwc_job *j, const float *xc, float *yc, int64
 	ev.lo = _mm512_set1_ps(j->ep ? j->ep->act.a : 0);
 	ev.hi = _mm512_set1_ps(j->ep ? j->ep->act.b : 0);
 	if (kh == 3 && kw == 3 && sw == 1 && g->dil[1] == 1)
-		dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 3, 3, 1);
+		dw_chan_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 3, 3, 1);
 	else if (kh == 3 && kw == 3 && sw == 2 && g->dil[1] == 1)
-		dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 3, 3, 2);
+		dw_chan_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 3, 3, 2);
 	else if (kh == 5 && kw == 5 && sw == 1 && g->dil[1] == 1)
-		dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 5, 5, 1);
+		dw_chan_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 5, 5, 1);
 	else if (kh == 5 && kw == 5 && sw == 2 && g->dil[1] == 1)
-		dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 5, 5, 2);
+		dw_chan_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 5, 5, 2);
 	else
-		dwc_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, kh, kw, sw);
-	/* what the registers did not do: a late activation, the steps (as dwz_range) */
+		dw_chan_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, kh, kw, sw);
+	/* what the registers did not do: a late activation, the steps (as dw_rows_range) */
 	for (int l = 0; j->ep && (late || j->ep->n_steps) && l < nc; l++) {
-		dwz_ev sev;
-		dwz_ev_make(j->ep, c0 + l, late, &sev);
+		epi_regs sev;
+		epi_regs_make(j->ep, c0 + l, late, &sev);
 		for (int64_t oh = oh0; oh < oh1; oh++) {
 			float *yr = yc + l * g->out_size + oh * OW;
 			if (late)
 				oq_act_apply(&j->ep->act, yr, (size_t)OW);
 			if (sev.steps)
-				z_rows(&sev, 0, (size_t)(yr - j->y), yr, (size_t)OW);
+				epi_row_avx512(&sev, 0, (size_t)(yr - j->y), yr, (size_t)OW);
 			else
 				epi_steps(j->ep, j->ep->steps, j->ep->n_steps, c0 + l, (size_t)(yr - j->y), yr,
 					  (size_t)OW);
@@ -1925,8 +1910,8 @@ AVX512 static void dwc_block(const dwc_job *j, const float *xc, float *yc, int64
 	}
 }
 
-/* A channel-blocked job for g (depthwise, dwc_fits), cut into bands of output rows for the threads. */
-static void dwc_setup(dwc_job *dc, oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const float *b,
+/* A channel-blocked job for g (depthwise, dw_chan_fits), cut into bands of output rows for the threads. */
+static void dw_chan_setup(dw_chan_job *dc, oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const float *b,
 		      const oq_kfuse *ep, float *y)
 {
 	dc->k = k;
@@ -1943,7 +1928,7 @@ static void dwc_setup(dwc_job *dc, oq_kctx *k, const oq_conv_geom *g, const floa
 	if ((round_up(g->out[1], 8) - 1) * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 1 > dc->wp)
 		dc->wp = (round_up(g->out[1], 8) - 1) * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 1;
 	/* bands of at least 8 rows, enough items for the threads when the planes are big */
-	dc->nband = ceil_div(DWC_ITEMS, g->n * dc->nblk);
+	dc->nband = ceil_div(DW_CHAN_ITEMS, g->n * dc->nblk);
 	if (dc->nband > g->out[0] / 8)
 		dc->nband = g->out[0] / 8;
 	if (dc->nband < 1)
@@ -1953,17 +1938,17 @@ static void dwc_setup(dwc_job *dc, oq_kctx *k, const oq_conv_geom *g, const floa
 	atomic_init(&dc->oom, 0);
 }
 
-/* Floats of dwc_range's scratch: the ring of span rows and the zero row (a multiple of 16). */
-static size_t dwc_scratch_floats(const dwc_job *j)
+/* Floats of dw_chan_range's scratch: the ring of span rows and the zero row (a multiple of 16). */
+static size_t dw_chan_scratch_floats(const dw_chan_job *j)
 {
 	return ((size_t)j->span + 1) * (size_t)j->wp * 16;
 }
 
-AVX512 static void dwc_range(void *ctx, size_t begin, size_t end)
+AVX512 static void dw_chan_range(void *ctx, size_t begin, size_t end)
 {
-	dwc_job *j = ctx;
+	dw_chan_job *j = ctx;
 	const oq_conv_geom *g = j->g;
-	size_t need = dwc_scratch_floats(j) * sizeof(float);
+	size_t need = dw_chan_scratch_floats(j) * sizeof(float);
 	float *own = j->k ? NULL : aligned_alloc(64, need), *ring = j->k ? oq_k_scratch(j->k, need) : own;
 
 	if (!ring) {
@@ -1976,7 +1961,7 @@ AVX512 static void dwc_range(void *ctx, size_t begin, size_t end)
 		int64_t band = (int64_t)it % j->nband, rest = (int64_t)it / j->nband;
 		int64_t blk = rest % j->nblk, n = rest / j->nblk, c0 = blk * 16;
 		int64_t oh0 = band * j->band, oh1 = oh0 + j->band < g->out[0] ? oh0 + j->band : g->out[0];
-		dwc_block(j, j->x + (n * g->c + c0) * g->in_size, j->y + (n * g->c + c0) * g->out_size, c0, oh0, oh1,
+		dw_chan_block(j, j->x + (n * g->c + c0) * g->in_size, j->y + (n * g->c + c0) * g->out_size, c0, oh0, oh1,
 			  ring, ring + (size_t)j->span * (size_t)j->wp * 16);
 	}
 	free(own);
@@ -2020,29 +2005,29 @@ int oq_packed_w_pack(const float *w, int64_t m, int64_t kc, int64_t group, oq_pa
 	return OQ_OK;
 }
 
-void oq_packed_w_unpack(const oq_packed_w *cw, float *w)
+void oq_packed_w_unpack(const oq_packed_w *pw, float *w)
 {
-	int64_t mg = cw->m / cw->group, npg = ceil_div(mg, OQ_PACKED_W_NR);
+	int64_t mg = pw->m / pw->group, npg = ceil_div(mg, OQ_PACKED_W_NR);
 
-	for (int64_t grp = 0; grp < cw->group; grp++)
+	for (int64_t grp = 0; grp < pw->group; grp++)
 		for (int64_t r = 0; r < mg; r++) {
-			const float *src = cw->p + (size_t)((grp * npg + r / OQ_PACKED_W_NR) * cw->kc * OQ_PACKED_W_NR) + r % OQ_PACKED_W_NR;
-			float *dst = w + (grp * mg + r) * cw->kc;
-			for (int64_t q = 0; q < cw->kc; q++)
+			const float *src = pw->p + (size_t)((grp * npg + r / OQ_PACKED_W_NR) * pw->kc * OQ_PACKED_W_NR) + r % OQ_PACKED_W_NR;
+			float *dst = w + (grp * mg + r) * pw->kc;
+			for (int64_t q = 0; q < pw->kc; q++)
 				dst[q] = src[q * OQ_PACKED_W_NR];
 		}
 }
 
-void oq_packed_w_free(oq_packed_w *cw)
+void oq_packed_w_free(oq_packed_w *pw)
 {
-	free(cw->p);
-	memset(cw, 0, sizeof *cw);
+	free(pw->p);
+	memset(pw, 0, sizeof *pw);
 }
 
 int oq_packed_w_available(void)
 {
-#if defined(HAVE_OWN_GEMM)
-	return z_gemm_ok();
+#if defined(HAVE_X86_KERNELS)
+	return use_avx512();
 #else
 	return 0;
 #endif
@@ -2058,15 +2043,15 @@ typedef struct conv_job {
 	void *y;
 	const oq_kfuse *ep;    /* float32 fused epilogue, or NULL */
 	int direct;            /* 1x1, stride 1, no padding: the input is col */
-	int own;               /* float32 on an AVX2+FMA CPU: own_gemm instead of BLAS */
-	int z;                 /* float32 on an AVX-512 CPU: z_gemm (takes precedence over own) */
+	int avx2;              /* float32 on an AVX2+FMA CPU: avx2_gemm instead of BLAS */
+	int avx512;            /* float32 on an AVX-512 CPU: gemm_pos / gemm_chan (takes precedence over avx2) */
 	int64_t cg, mg, kc;    /* channels per group in / out, GEMM depth */
 	int64_t pt, mt;        /* tile sizes: positions, output channels */
 	int64_t np, nm;        /* tiles per (image, group) along positions / channels */
-	float *packed;         /* z: the packed col of every position tile, shared by its channel tiles, or NULL */
-	int64_t rb;            /* packing into packed: rows per work item (whole input channels) */
-	const oq_packed_w *cw;       /* z: the weight in packed panels (channel tiles then start at a panel), or NULL */
-	int tr;                /* z with cw: channels in the lanes (zt_gemm) instead of positions (z_gemm) */
+	float *shared_col;     /* avx512: the packed col of every position tile, shared by its channel tiles, or NULL */
+	int64_t rb;            /* packing into shared_col: rows per work item (whole input channels) */
+	const oq_packed_w *packed_w; /* avx512: the weight in packed panels (channel tiles then start at a panel), or NULL */
+	int chan;              /* avx512 with packed_w: channels in the lanes (gemm_chan) instead of positions (gemm_pos) */
 	atomic_int oom;
 } conv_job;
 
@@ -2079,11 +2064,11 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 	void *col = NULL, *own = NULL;
 	size_t need = j->direct ? 0 : (size_t)(j->kc * j->pt) * es;
 
-#if defined(HAVE_OWN_GEMM)
-	/* packed col, then one im2col row (zt_gemm reads a 1x1 input in place) */
-	if (j->z)
-		need = j->packed || (j->tr && j->direct) ? 0
-			: (z_col_floats(j->kc, j->pt) + (size_t)j->pt) * sizeof(float);
+#if defined(HAVE_X86_KERNELS)
+	/* packed col, then one im2col row (gemm_chan reads a 1x1 input in place) */
+	if (j->avx512)
+		need = j->shared_col || (j->chan && j->direct) ? 0
+			: (packed_col_floats(j->kc, j->pt) + (size_t)j->pt) * sizeof(float);
 #endif
 	if (need) {
 		need = (need + 63) / 64 * 64;
@@ -2105,16 +2090,16 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 		const void *bm;
 		int64_t ldb;
 
-#if defined(HAVE_OWN_GEMM)
-		if (j->z) {
-			zepi ze;
+#if defined(HAVE_X86_KERNELS)
+		if (j->avx512) {
+			tile_epi ze;
 			int reg = j->ep && !late_act(j->ep) && (!j->ep->n_steps || res_steps(j->ep));
-			int inplace = j->tr && j->direct;
-			const float *bp = j->packed ? j->packed + (size_t)rest * z_col_floats(j->kc, j->pt) : col;
-			zA A;
-			if (!j->packed && !inplace && rest != last) {
-				z_pack_col(g, (const float *)j->x + xo, P, j->direct, 0, j->kc, j->kc, p0, pp,
-					   (float *)col + z_col_floats(j->kc, j->pt), col);
+			int inplace = j->chan && j->direct;
+			const float *bp = j->shared_col ? j->shared_col + (size_t)rest * packed_col_floats(j->kc, j->pt) : col;
+			tile_a A;
+			if (!j->shared_col && !inplace && rest != last) {
+				pack_col(g, (const float *)j->x + xo, P, j->direct, 0, j->kc, j->kc, p0, pp,
+					   (float *)col + packed_col_floats(j->kc, j->pt), col);
 				last = rest;
 			}
 			/* the epilogue on the registers before the last store, else in a pass over the tile */
@@ -2128,9 +2113,9 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 				ze.ldc = P;
 				ze.t = ze.res ? j->ep->t[j->ep->steps[0].t] + yo : NULL;
 			}
-			if (j->cw) { /* the panels of channels grp * mg + m0 on (m0 starts a panel) */
+			if (j->packed_w) { /* the panels of channels grp * mg + m0 on (m0 starts a panel) */
 				int64_t npg = ceil_div(j->mg, OQ_PACKED_W_NR);
-				A.a = j->cw->p + (size_t)((grp * npg + m0 / OQ_PACKED_W_NR) * j->kc * OQ_PACKED_W_NR);
+				A.a = j->packed_w->p + (size_t)((grp * npg + m0 / OQ_PACKED_W_NR) * j->kc * OQ_PACKED_W_NR);
 				A.lda = 0;
 				A.pstride = j->kc * OQ_PACKED_W_NR;
 			} else {
@@ -2138,15 +2123,15 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 				A.lda = j->kc;
 				A.pstride = 0;
 			}
-			if (j->tr)
-				zt_gemm(mm, pp, j->kc, A.a, A.pstride, (const float *)j->x + xo + p0, g->in_size,
+			if (j->chan)
+				gemm_chan(mm, pp, j->kc, A.a, A.pstride, (const float *)j->x + xo + p0, g->in_size,
 					inplace ? NULL : bp, (float *)j->y + yo, P,
 					j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
 			else
-				z_gemm(mm, pp, j->kc, &A, bp, NULL, (float *)j->y + yo, P,
+				gemm_pos(mm, pp, j->kc, &A, bp, NULL, (float *)j->y + yo, P,
 				       j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
 			if (j->ep && !reg)
-				z_epi_tile(j->ep, grp * j->mg + m0, mm, (size_t)yo, (float *)j->y + yo, P, pp);
+				epi_tile_avx512(j->ep, grp * j->mg + m0, mm, (size_t)yo, (float *)j->y + yo, P, pp);
 			continue;
 		}
 #endif
@@ -2184,9 +2169,9 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 					yr[q] = v;
 			}
 		}
-#if defined(HAVE_OWN_GEMM)
-		if (j->own) {
-			own_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, bm, ldb, (float *)j->y + yo, P, j->b != NULL);
+#if defined(HAVE_X86_KERNELS)
+		if (j->avx2) {
+			avx2_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, bm, ldb, (float *)j->y + yo, P, j->b != NULL);
 		} else
 #endif
 		{
@@ -2214,13 +2199,13 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 	free(own);
 }
 
-#if defined(HAVE_OWN_GEMM)
+#if defined(HAVE_X86_KERNELS)
 /*
  * Work items of the shared packing (conv_job.packed): item = position tile
  * (image, group, tile) x block of rb rows; every channel tile of that
  * position tile then reads the same packed col instead of packing its own.
  */
-static void pack_range(void *ctx, size_t begin, size_t end)
+static void shared_pack_range(void *ctx, size_t begin, size_t end)
 {
 	conv_job *j = ctx;
 	const oq_conv_geom *g = j->g;
@@ -2233,13 +2218,13 @@ static void pack_range(void *ctx, size_t begin, size_t end)
 		int64_t pi = rest % j->np, ng = rest / j->np, n = ng / g->group, grp = ng % g->group;
 		int64_t p0 = pi * j->pt, pp = P - p0 < j->pt ? P - p0 : j->pt;
 		int64_t xo = (n * g->c + grp * j->cg) * g->in_size;
-		if (!row && !j->direct && !z_im2col_fits(g) &&
+		if (!row && !j->direct && !im2col_packed_fits(g) &&
 		    !(row = oq_k_scratch(j->k, (size_t)j->pt * sizeof *row))) {
 			atomic_store(&j->oom, 1);
 			return;
 		}
-		z_pack_col(g, (const float *)j->x + xo, P, j->direct, r0, r1, j->kc, p0, pp, row,
-			   j->packed + (size_t)rest * z_col_floats(j->kc, j->pt));
+		pack_col(g, (const float *)j->x + xo, P, j->direct, r0, r1, j->kc, p0, pp, row,
+			   j->shared_col + (size_t)rest * packed_col_floats(j->kc, j->pt));
 	}
 }
 #endif
@@ -2262,7 +2247,7 @@ static void pack_range(void *ctx, size_t begin, size_t end)
 #define SHARED_PACK_FLOATS (4u << 20) /* 16 MiB: larger packed cols are packed per tile */
 #define SPLIT_FLOPS 1e6
 #define SPLIT_MIN_P 64
-#define SPLIT_MIN_TR 16 /* positions per tile at least when zt_gemm cuts a small plane */
+#define SPLIT_MIN_TR 16 /* positions per tile at least when gemm_chan cuts a small plane */
 
 static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int pk, int tr, int64_t *pt, int64_t *np,
 		       int64_t *mt)
@@ -2280,7 +2265,7 @@ static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int pk, in
 		return;
 	want = ceil_div(TILES_MIN, tiles);
 	if (tr) {
-		/* whole panels, then positions in multiples of 8 (zt_gemm's rows) down to SPLIT_MIN_TR */
+		/* whole panels, then positions in multiples of 8 (gemm_chan's rows) down to SPLIT_MIN_TR */
 		int64_t parts = mg / OQ_PACKED_W_NR < want ? mg / OQ_PACKED_W_NR : want;
 		if (parts > 1) {
 			*mt = round_up(ceil_div(mg, parts), OQ_PACKED_W_NR);
@@ -2317,70 +2302,70 @@ static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int pk, in
 }
 
 /*
- * Channels in the lanes (zt_gemm) instead of positions (z_gemm) when that
- * fills more lanes: a plane of 49 positions fills 49 of z_gemm's 64
- * position lanes, 160 channels all of zt_gemm's; at a depth of 128 and
- * more zt_gemm is also the faster kernel (~110-118 GFLOP/s against ~85-100
+ * Channels in the lanes (gemm_chan) instead of positions (gemm_pos) when that
+ * fills more lanes: a plane of 49 positions fills 49 of gemm_pos's 64
+ * position lanes, 160 channels all of gemm_chan's; at a depth of 128 and
+ * more gemm_chan is also the faster kernel (~110-118 GFLOP/s against ~85-100
  * here: one cache line of weights and one of positions per k), its
  * transposes cheap; at small depth the transposes cost more than they save.
  */
-static int use_tr(const oq_conv_geom *g, int64_t kc, int64_t mg)
+static int use_chan_lanes(const oq_conv_geom *g, int64_t kc, int64_t mg)
 {
 	double eff_n = (double)g->out_size / (double)round_up(g->out_size, 16);
 	double eff_t = (double)mg / (double)round_up(mg, OQ_PACKED_W_NR) * (kc >= 128 ? 1.12 : kc >= 96 ? 0.95 : 0.85);
 	return eff_t > eff_n;
 }
 
-#if defined(HAVE_OWN_GEMM)
+#if defined(HAVE_X86_KERNELS)
 /*
  * A stride-1 convolution (group 1, not 1x1) with B read in place (off
  * with oq_linalg_no_in_place): over a copy xp of its input with the pads
  * written out as zeros ([c][Hp][Wp], Hp x Wp the padded plane) the output
  * at positions q = oh * Wp + ow of the padded width reads im2col row k =
  * (c, i, j) at off[k] = c Hp Wp + i dh Wp + j dw of xp: B[k][q] = xp[off[k]
- * + q]. Each tile of whole output rows is one z_gemm on those rows (the
- * zr tiles: z4x32's FMAs in the same k order, so the same bits as on the
+ * + q]. Each tile of whole output rows is one gemm_pos on those rows (the
+ * in-place tiles: pos_tile_4x32's FMAs in the same k order, so the same bits as on the
  * packed col) at the padded width into a per-thread buffer, whose rows
  * are copied into y without the Wp - OW extra columns before the epilogue
- * runs over them (z_epi_tile, the same bits as in the registers). im2col wrote and read
+ * runs over them (epi_tile_avx512, the same bits as in the registers). im2col wrote and read
  * back kc values per output position (8.3 M floats for PaddleOCR det's
  * 96 -> 24 3x3 conv at 80 x 120); here each input value is copied once.
  * That packing costs most where few output channels share it: taken for
- * at most VR_MAX_M channels (3x3, 1 thread, im2col -> in place: 96 -> 24
+ * at most IN_PLACE_MAX_M channels (3x3, 1 thread, im2col -> in place: 96 -> 24
  * at 80 x 120 5.8 -> 4.7 ms, 64 -> 16 at 112 x 112 4.3 -> 2.9 ms, 24 -> 24
  * at 160 x 160 5.9 -> 3.6 ms; at 32 to 64 channels the two are within a
  * few per cent, and 3 -> 64 at 224 x 224 is slower in place, 2.6 -> 3.9
  * ms, its output rows copied out as 64 short runs) and where the extra
- * columns are at most 1 / VR_WASTE of the positions.
+ * columns are at most 1 / IN_PLACE_WASTE of the positions.
  */
-#define VR_WASTE 8         /* at most 1 / VR_WASTE of the positions computed and dropped */
-#define VR_MAX_M 24        /* output channels at most */
-#define VR_TILE_BYTES (96u << 10) /* a tile's rows at the padded width, all channels, at most */
+#define IN_PLACE_WASTE 8         /* at most 1 / IN_PLACE_WASTE of the positions computed and dropped */
+#define IN_PLACE_MAX_M 24        /* output channels at most */
+#define IN_PLACE_TILE_BYTES (96u << 10) /* a tile's rows at the padded width, all channels, at most */
 
-typedef struct vr_job {
+typedef struct in_place_job {
 	oq_kctx *k;
 	const oq_conv_geom *g;
 	const float *x, *b;
 	const oq_kfuse *ep;
 	float *y, *xp;         /* output; the padded input of every image */
-	zA A;                  /* the weights (group 1) */
+	tile_a A;                  /* the weights (group 1) */
 	int64_t hp, wp;        /* padded plane */
 	int64_t kc, rt, nt;    /* depth; output rows per tile, tiles per image */
 	const int64_t *off;    /* [kc] start of row k of B in an image's xp */
 	atomic_int oom;
-} vr_job;
+} in_place_job;
 
-static int vr_fits(const oq_conv_geom *g, int64_t kc)
+static int in_place_fits(const oq_conv_geom *g, int64_t kc)
 {
-	return !oq_linalg_no_in_place && g->nsp == 2 && g->group == 1 && g->m <= VR_MAX_M && g->stride[0] == 1 &&
+	return !oq_linalg_no_in_place && g->nsp == 2 && g->group == 1 && g->m <= IN_PLACE_MAX_M && g->stride[0] == 1 &&
 	       g->stride[1] == 1 && g->k_size > 1 && kc <= 65536 /* its row pointers in the thread's buffer */ &&
-	       VR_WASTE * (g->k[1] - 1) * g->dil[1] <= g->out[1];
+	       IN_PLACE_WASTE * (g->k[1] - 1) * g->dil[1] <= g->out[1];
 }
 
 /* Planes [begin, end) (image * c + channel) of xp: the input plane inside zeros. */
-static void vr_pad(void *ctx, size_t begin, size_t end)
+static void in_place_pad(void *ctx, size_t begin, size_t end)
 {
-	vr_job *j = ctx;
+	in_place_job *j = ctx;
 	const oq_conv_geom *g = j->g;
 	int64_t H = g->in[0], W = g->in[1];
 
@@ -2398,9 +2383,9 @@ static void vr_pad(void *ctx, size_t begin, size_t end)
 	}
 }
 
-static void vr_range(void *ctx, size_t begin, size_t end)
+static void in_place_range(void *ctx, size_t begin, size_t end)
 {
-	vr_job *j = ctx;
+	in_place_job *j = ctx;
 	const oq_conv_geom *g = j->g;
 	int64_t M = g->m, P = g->out_size, OW = g->out[1], OH = g->out[0];
 	/* the tile's rows, then (64-byte aligned) the row pointers of B */
@@ -2420,25 +2405,25 @@ static void vr_range(void *ctx, size_t begin, size_t end)
 		int64_t yo = n * M * P + oh0 * OW;
 		for (int64_t k = 0; k < j->kc; k++)
 			br[k] = xn + j->off[k];
-		z_gemm(M, pp, j->kc, &j->A, NULL, br, c, pp, j->b, NULL);
+		gemm_pos(M, pp, j->kc, &j->A, NULL, br, c, pp, j->b, NULL);
 		for (int64_t m = 0; m < M; m++)
 			for (int64_t oh = oh0; oh < oh1; oh++)
 				memcpy(j->y + n * M * P + m * P + oh * OW, c + m * pp + (oh - oh0) * j->wp,
 				       (size_t)OW * sizeof(float));
 		if (j->ep)
-			z_epi_tile(j->ep, 0, M, (size_t)yo, j->y + yo, P, (oh1 - oh0) * OW);
+			epi_tile_avx512(j->ep, 0, M, (size_t)yo, j->y + yo, P, (oh1 - oh0) * OW);
 	}
 	free(own);
 }
 
 /*
- * Runs g (vr_fits) with B in place, or returns 1 (nothing written) when
+ * Runs g (in_place_fits) with B in place, or returns 1 (nothing written) when
  * the padded copy cannot be allocated: the caller then takes the im2col path.
  */
-static int vr_run(oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const oq_packed_w *cw,
+static int conv_in_place(oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const oq_packed_w *pw,
 		  const float *b, const oq_kfuse *ep, float *y, int64_t kc, int *rc)
 {
-	vr_job j;
+	in_place_job j;
 	int64_t *off, hr, wr, items;
 	size_t nxp, slack;
 	float *own;
@@ -2450,7 +2435,7 @@ static int vr_run(oq_kctx *k, const oq_conv_geom *g, const float *x, const float
 	j.hp = g->pad[0] + g->in[0] > hr ? g->pad[0] + g->in[0] : hr;
 	j.wp = g->pad[1] + g->in[1] > wr ? g->pad[1] + g->in[1] : wr;
 	/* rows readable past the last position of a tile: the last panel's 32 and the widest tap */
-	slack = (size_t)((g->k[1] - 1) * g->dil[1] + 2 * Z_NR);
+	slack = (size_t)((g->k[1] - 1) * g->dil[1] + 2 * TILE_NR);
 	if (!oq_mul_size((size_t)(g->n * g->c), (size_t)(j.hp * j.wp), &nxp) || nxp > SIZE_MAX / sizeof(float) - slack)
 		return 1;
 	nxp += slack;
@@ -2476,25 +2461,25 @@ static int vr_run(oq_kctx *k, const oq_conv_geom *g, const float *x, const float
 	j.y = y;
 	j.kc = kc;
 	j.off = off;
-	if (cw) {
-		j.A.a = cw->p;
+	if (pw) {
+		j.A.a = pw->p;
 		j.A.pstride = kc * OQ_PACKED_W_NR;
 	} else {
 		j.A.a = w;
 		j.A.lda = kc;
 	}
-	/* whole output rows per tile, within VR_TILE_BYTES at the padded width, and at least
+	/* whole output rows per tile, within IN_PLACE_TILE_BYTES at the padded width, and at least
 	 * TILES_MIN tiles where there are rows (shape only) */
-	j.rt = (int64_t)(VR_TILE_BYTES / sizeof(float)) / (g->m * j.wp);
+	j.rt = (int64_t)(IN_PLACE_TILE_BYTES / sizeof(float)) / (g->m * j.wp);
 	j.rt = j.rt < 1 ? 1 : j.rt;
 	if (g->n * ceil_div(g->out[0], j.rt) < TILES_MIN)
 		j.rt = ceil_div(g->out[0], ceil_div(TILES_MIN, g->n));
 	j.rt = j.rt < 1 ? 1 : j.rt;
 	j.nt = ceil_div(g->out[0], j.rt);
 	atomic_init(&j.oom, 0);
-	oq_k_parallel(k, (size_t)(g->n * g->c), 1, vr_pad, &j);
+	oq_k_parallel(k, (size_t)(g->n * g->c), 1, in_place_pad, &j);
 	items = g->n * j.nt;
-	oq_k_parallel(k, (size_t)items, 1, vr_range, &j);
+	oq_k_parallel(k, (size_t)items, 1, in_place_range, &j);
 	free(own);
 	free(off);
 	atomic_fetch_add_explicit(&oq_linalg_in_place_runs, 1, memory_order_relaxed);
@@ -2503,7 +2488,7 @@ static int vr_run(oq_kctx *k, const oq_conv_geom *g, const float *x, const float
 }
 #endif
 
-static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_packed_w *cw,
+static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_packed_w *pw,
 		    const void *b, const oq_kfuse *ep, void *y);
 
 int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w,
@@ -2518,32 +2503,32 @@ int oq_conv_run_epilogue(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const v
 	return conv_run(k, t, g0, x, w, NULL, b, ep, y);
 }
 
-int oq_conv_run_packed(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_packed_w *cw,
+int oq_conv_run_packed(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_packed_w *pw,
 		   const void *b, const oq_kfuse *ep, void *y)
 {
 	float *tmp = NULL;
 	int rc;
 
-	if (cw && (cw->m != g0->m || cw->group != g0->group || g0->group <= 0 || cw->m % cw->group ||
-		   cw->kc != g0->c / g0->group * g0->k_size))
+	if (pw && (pw->m != g0->m || pw->group != g0->group || g0->group <= 0 || pw->m % pw->group ||
+		   pw->kc != g0->c / g0->group * g0->k_size))
 		return OQ_EINVAL;
-	/* the packed layout only where z_gemm / zt_gemm read it */
-	if (cw && (t != OQ_LT_F32 || !oq_packed_w_available() || oq_linalg_use_ref || g0->m == g0->group)) {
+	/* the packed layout only where gemm_pos / gemm_chan read it */
+	if (pw && (t != OQ_LT_F32 || !oq_packed_w_available() || oq_linalg_use_ref || g0->m == g0->group)) {
 		size_t n;
-		if (!oq_mul_size((size_t)cw->m, (size_t)cw->kc, &n) || !oq_mul_size(n, sizeof(float), &n) ||
+		if (!oq_mul_size((size_t)pw->m, (size_t)pw->kc, &n) || !oq_mul_size(n, sizeof(float), &n) ||
 		    !(tmp = malloc(n ? n : 1)))
 			return OQ_ENOMEM;
-		oq_packed_w_unpack(cw, tmp);
+		oq_packed_w_unpack(pw, tmp);
 		w = tmp;
-		cw = NULL;
+		pw = NULL;
 	}
-	rc = conv_run(k, t, g0, x, w, cw, b, ep, y);
+	rc = conv_run(k, t, g0, x, w, pw, b, ep, y);
 	free(tmp);
 	return rc;
 }
 
-/* x * W (w, or the packed cw) + b, then ep: see oq_conv_run_epilogue / oq_conv_run_packed. */
-static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_packed_w *cw,
+/* x * W (w, or the packed pw) + b, then ep: see oq_conv_run_epilogue / oq_conv_run_packed. */
+static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_packed_w *pw,
 		    const void *b, const oq_kfuse *ep, void *y)
 {
 	oq_conv_geom g;
@@ -2566,18 +2551,18 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 		return OQ_OK;
 	oq_linalg_blas_init();
 	if (t == OQ_LT_F32 && g.nsp == 2 && g.group == g.c && g.group == g.m && g.in_size > 0) {
-		dw_job d;
-#if defined(HAVE_OWN_GEMM)
-		if (z_gemm_ok() && dwc_fits(&g)) {
-			dwc_job dc;
+		dw_pad_job d;
+#if defined(HAVE_X86_KERNELS)
+		if (use_avx512() && dw_chan_fits(&g)) {
+			dw_chan_job dc;
 			int64_t items;
-			dwc_setup(&dc, k, &g, x, w, b, ep, y);
+			dw_chan_setup(&dc, k, &g, x, w, b, ep, y);
 			items = g.n * dc.nblk * dc.nband;
-			oq_k_parallel(k, (size_t)items, 1, dwc_range, &dc);
+			oq_k_parallel(k, (size_t)items, 1, dw_chan_range, &dc);
 			return atomic_load(&dc.oom) ? OQ_ENOMEM : OQ_OK;
 		}
-		if (z_gemm_ok() && (g.stride[1] == 1 || g.stride[1] == 2) && g.k[0] * g.k[1] <= DWZ_MAX_TAPS) {
-			dwz_job dz;
+		if (use_avx512() && (g.stride[1] == 1 || g.stride[1] == 2) && g.k[0] * g.k[1] <= DW_MAX_TAPS) {
+			dw_rows_job dz;
 			dz.k = k;
 			dz.g = &g;
 			dz.x = x;
@@ -2587,7 +2572,7 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 			dz.ep = ep;
 			dz.nblk = ceil_div(g.out[1], 16);
 			atomic_init(&dz.oom, 0);
-			oq_k_parallel(k, (size_t)(g.n * g.c), 1, dwf_fits(&g) ? dwf_range : dwz_range, &dz);
+			oq_k_parallel(k, (size_t)(g.n * g.c), 1, dw_flat_fits(&g) ? dw_flat_range : dw_rows_range, &dz);
 			return atomic_load(&dz.oom) ? OQ_ENOMEM : OQ_OK;
 		}
 #endif
@@ -2603,16 +2588,16 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 		/* + 2: the stride-2 loads read one float past the last tap */
 		d.wp = (d.ow4 - 1) * g.stride[1] + (g.k[1] - 1) * g.dil[1] + 3;
 		atomic_init(&d.oom, 0);
-		oq_k_parallel(k, (size_t)(g.n * g.c), 1, dw_range, &d);
+		oq_k_parallel(k, (size_t)(g.n * g.c), 1, dw_pad_range, &d);
 		return atomic_load(&d.oom) ? OQ_ENOMEM : OQ_OK;
 	}
 	memset(&j, 0, sizeof j);
 	j.k = k;
 	j.t = t;
 	j.g = &g;
-#if defined(HAVE_OWN_GEMM)
-	j.own = t == OQ_LT_F32 && own_gemm_ok();
-	j.z = t == OQ_LT_F32 && z_gemm_ok();
+#if defined(HAVE_X86_KERNELS)
+	j.avx2 = t == OQ_LT_F32 && use_avx2();
+	j.avx512 = t == OQ_LT_F32 && use_avx512();
 #endif
 	j.x = x;
 	j.w = w;
@@ -2627,36 +2612,36 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 		if (g.k[d] != 1 || g.stride[d] != 1 || g.pad[d] != 0 || g.out[d] != g.in[d])
 			j.direct = 0;
 	memset(&own, 0, sizeof own);
-#if defined(HAVE_OWN_GEMM)
-	j.cw = j.z ? cw : NULL;
-	j.tr = j.z && use_tr(&g, j.kc, j.mg);
-	if (j.tr && !j.cw) { /* no plan-time packing (a weight computed per run, tests): pack for this call */
+#if defined(HAVE_X86_KERNELS)
+	j.packed_w = j.avx512 ? pw : NULL;
+	j.chan = j.avx512 && use_chan_lanes(&g, j.kc, j.mg);
+	if (j.chan && !j.packed_w) { /* no plan-time packing (a weight computed per run, tests): pack for this call */
 		if ((rc = oq_packed_w_pack(w, g.m, j.kc, g.group, &own)))
 			return rc;
-		j.cw = &own;
+		j.packed_w = &own;
 	}
 #else
-	(void)cw;
+	(void)pw;
 #endif
-#if defined(HAVE_OWN_GEMM)
-	if (j.z && !j.tr && !j.direct && vr_fits(&g, j.kc) &&
-	    !vr_run(k, &g, x, w, j.cw, b, ep, y, j.kc, &rc)) {
+#if defined(HAVE_X86_KERNELS)
+	if (j.avx512 && !j.chan && !j.direct && in_place_fits(&g, j.kc) &&
+	    !conv_in_place(k, &g, x, w, j.packed_w, b, ep, y, j.kc, &rc)) {
 		oq_packed_w_free(&own);
 		return rc;
 	}
 #endif
-	conv_tiles(&g, j.kc, j.mg, j.cw != NULL, j.tr, &j.pt, &j.np, &j.mt);
+	conv_tiles(&g, j.kc, j.mg, j.packed_w != NULL, j.chan, &j.pt, &j.np, &j.mt);
 	j.nm = ceil_div(j.mg, j.mt);
 	atomic_init(&j.oom, 0);
 	tiles = g.n * g.group * j.np * j.nm;
-#if defined(HAVE_OWN_GEMM)
-	if (j.z && j.nm > 1 && k && k->threads > 1 && !(j.tr && j.direct)) {
+#if defined(HAVE_X86_KERNELS)
+	if (j.avx512 && j.nm > 1 && k && k->threads > 1 && !(j.chan && j.direct)) {
 		/* channel tiles share their position tile's packed col: pack each once, in parallel */
-		size_t each = z_col_floats(j.kc, j.pt), n_pt = (size_t)(g.n * g.group * j.np);
-		if (n_pt * each <= SHARED_PACK_FLOATS && (j.packed = oq_k_shared(k, n_pt * each * sizeof(float)))) {
+		size_t each = packed_col_floats(j.kc, j.pt), n_pt = (size_t)(g.n * g.group * j.np);
+		if (n_pt * each <= SHARED_PACK_FLOATS && (j.shared_col = oq_k_shared(k, n_pt * each * sizeof(float)))) {
 			int64_t ks = j.direct ? 1 : g.k_size;
 			j.rb = ks * (j.direct ? 64 : ceil_div(64, ks)); /* about 64 rows, whole input channels */
-			oq_k_parallel(k, n_pt * (size_t)ceil_div(j.kc, j.rb), 1, pack_range, &j);
+			oq_k_parallel(k, n_pt * (size_t)ceil_div(j.kc, j.rb), 1, shared_pack_range, &j);
 			if (atomic_load(&j.oom)) {
 				oq_packed_w_free(&own);
 				return OQ_ENOMEM;
@@ -2692,15 +2677,15 @@ typedef struct chain_job {
 	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
 	const oq_conv_geom *ga, *gb; /* A (2-D, group 1) and B (depthwise on A's output) */
 	const float *x, *wa, *ba;
-	const oq_packed_w *cwa;      /* A's weight packed, or NULL (wa in place) */
+	const oq_packed_w *pwa;      /* A's weight packed, or NULL (wa in place) */
 	const oq_kfuse *epa;   /* A's epilogue (no tensor operands), or NULL */
 	float *y;              /* B's output */
-	int direct, tr;        /* A: 1x1 input in place as col / channels in the lanes */
+	int direct, chan;      /* A: 1x1 input in place as col / channels in the lanes (gemm_chan) */
 	int64_t kc;            /* A's depth */
 	int64_t band, nband;   /* B output rows per band, bands per image */
 	int64_t ngrp;          /* channel groups (CHAIN_CH channels) */
 	int64_t pmax;          /* A positions of a band, at most */
-	dwc_job d;             /* B (its g replaced per band) */
+	dw_chan_job d;             /* B (its g replaced per band) */
 	atomic_int oom;
 } chain_job;
 
@@ -2720,7 +2705,7 @@ static void chain_rows(const chain_job *j, int64_t oh0, int64_t oh1, int64_t *ih
 
 static size_t chain_col_floats(const chain_job *j)
 {
-	return j->direct && j->tr ? 0 : z_col_floats(j->kc, j->pmax) + (size_t)j->pmax;
+	return j->direct && j->chan ? 0 : packed_col_floats(j->kc, j->pmax) + (size_t)j->pmax;
 }
 
 AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
@@ -2729,12 +2714,12 @@ AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
 	const oq_conv_geom *ga = j->ga, *gb = j->gb;
 	int64_t ma = ga->m, W = gb->in[1];
 	size_t ne = (size_t)CHAIN_CH * (size_t)round_up(j->pmax, 16), nc = chain_col_floats(j);
-	size_t nr = dwc_scratch_floats(&j->d);
+	size_t nr = dw_chan_scratch_floats(&j->d);
 	size_t need = (ne + round_up((int64_t)nc, 16) + nr) * sizeof(float);
 	float *own = j->k ? NULL : aligned_alloc(64, need), *e = j->k ? oq_k_scratch(j->k, need) : own;
 	float *col, *ring;
 	int reg = j->epa && !late_act(j->epa) && !j->epa->n_steps;
-	zA A;
+	tile_a A;
 
 	if (!e) {
 		atomic_store(&j->oom, 1);
@@ -2743,8 +2728,8 @@ AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
 	col = e + ne;
 	ring = col + round_up((int64_t)nc, 16);
 	memset(ring, 0, nr * sizeof(float));
-	if (j->cwa) {
-		A.a = j->cwa->p;
+	if (j->pwa) {
+		A.a = j->pwa->p;
 		A.lda = 0;
 		A.pstride = j->kc * OQ_PACKED_W_NR;
 	} else {
@@ -2759,9 +2744,9 @@ AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
 		int64_t oh0 = band * j->band, oh1 = oh0 + j->band < gb->out[0] ? oh0 + j->band : gb->out[0];
 		const float *xa = j->x + n * ga->c * ga->in_size;
 		oq_conv_geom gbb;
-		dwc_job dj;
-		zepi ze;
-		zA Ag = A;
+		dw_chan_job dj;
+		tile_epi ze;
+		tile_a Ag = A;
 
 		chain_rows(j, oh0, oh1, &ih0, &ih1);
 		p0 = ih0 * W;
@@ -2769,8 +2754,8 @@ AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
 		if (pp == 0)
 			continue;
 		/* A: rows [ih0, ih1) of its output, channels [m0, m0 + nch), into e ([nch][pp]) */
-		if (!(j->direct && j->tr))
-			z_pack_col(ga, xa, ga->out_size, j->direct, 0, j->kc, j->kc, p0, pp, col + z_col_floats(j->kc, j->pmax),
+		if (!(j->direct && j->chan))
+			pack_col(ga, xa, ga->out_size, j->direct, 0, j->kc, j->kc, p0, pp, col + packed_col_floats(j->kc, j->pmax),
 				   col);
 		if (reg) {
 			memset(&ze, 0, sizeof ze);
@@ -2782,13 +2767,13 @@ AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
 			ze.ldc = pp;
 		}
 		Ag.a = A.pstride ? A.a + m0 / OQ_PACKED_W_NR * A.pstride : A.a + m0 * A.lda;
-		if (j->tr)
-			zt_gemm(nch, pp, j->kc, Ag.a, Ag.pstride, xa + p0, ga->in_size, j->direct ? NULL : col, e, pp,
+		if (j->chan)
+			gemm_chan(nch, pp, j->kc, Ag.a, Ag.pstride, xa + p0, ga->in_size, j->direct ? NULL : col, e, pp,
 				j->ba ? j->ba + m0 : NULL, reg ? &ze : NULL);
 		else
-			z_gemm(nch, pp, j->kc, &Ag, col, NULL, e, pp, j->ba ? j->ba + m0 : NULL, reg ? &ze : NULL);
+			gemm_pos(nch, pp, j->kc, &Ag, col, NULL, e, pp, j->ba ? j->ba + m0 : NULL, reg ? &ze : NULL);
 		if (j->epa && !reg)
-			z_epi_tile(j->epa, m0, nch, 0, e, pp, pp);
+			epi_tile_avx512(j->epa, m0, nch, 0, e, pp, pp);
 		/* B: its output rows [oh0, oh1) of the same channels (row ih of A's output at ih - ih0) */
 		gbb = *gb;
 		gbb.in[0] = ih1 - ih0;
@@ -2797,13 +2782,13 @@ AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
 		dj = j->d;
 		dj.g = &gbb;
 		for (int64_t c0 = m0; c0 < m0 + nch; c0 += 16)
-			dwc_block(&dj, e + (c0 - m0) * pp, j->y + (n * gb->c + c0) * gb->out_size, c0, oh0, oh1, ring,
+			dw_chan_block(&dj, e + (c0 - m0) * pp, j->y + (n * gb->c + c0) * gb->out_size, c0, oh0, oh1, ring,
 				  ring + (size_t)j->d.span * (size_t)j->d.wp * 16);
 	}
 	free(own);
 }
 
-int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const float *wa, const oq_packed_w *cwa,
+int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const float *wa, const oq_packed_w *pwa,
 		      const float *ba, const oq_kfuse *epa, const oq_conv_geom *gb0, const float *wb, const float *bb,
 		      const oq_kfuse *epb, float *y)
 {
@@ -2817,8 +2802,8 @@ int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const
 		return OQ_EINVAL;
 	if (ga.n == 0 || gb.out_size == 0 || ga.out_size == 0 || ga.m == 0)
 		return OQ_OK;
-#if defined(HAVE_OWN_GEMM)
-	if (z_gemm_ok() && !oq_linalg_use_ref && ga.nsp == 2 && ga.group == 1 && dwc_fits(&gb) && (wa || cwa)) {
+#if defined(HAVE_X86_KERNELS)
+	if (use_avx512() && !oq_linalg_use_ref && ga.nsp == 2 && ga.group == 1 && dw_chan_fits(&gb) && (wa || pwa)) {
 		chain_job j;
 		int64_t rows, items;
 		oq_packed_w own;
@@ -2830,7 +2815,7 @@ int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const
 		j.x = x;
 		j.wa = wa;
 		j.ba = ba;
-		j.cwa = cwa;
+		j.pwa = pwa;
 		j.epa = epa;
 		j.y = y;
 		j.kc = ga.c * ga.k_size;
@@ -2838,7 +2823,7 @@ int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const
 		for (int d = 0; d < 2; d++)
 			if (ga.k[d] != 1 || ga.stride[d] != 1 || ga.pad[d] != 0 || ga.out[d] != ga.in[d])
 				j.direct = 0;
-		dwc_setup(&j.d, k, &gb, NULL, wb, bb, epb, y);
+		dw_chan_setup(&j.d, k, &gb, NULL, wb, bb, epb, y);
 		/* bands: A's rows of a band (a group's channels) within CHAIN_E_BYTES, at least one output row */
 		rows = (int64_t)(CHAIN_E_BYTES / sizeof(float)) / (CHAIN_CH * gb.in[1]);
 		j.band = rows > j.d.span ? (rows - j.d.span) / gb.stride[0] + 1 : 1;
@@ -2857,11 +2842,11 @@ int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const
 		j.pmax = ((j.band - 1) * gb.stride[0] + j.d.span) * gb.in[1];
 		if (j.pmax > ga.out_size)
 			j.pmax = ga.out_size;
-		j.tr = use_tr(&ga, j.kc, ga.m);
-		if (j.tr && !cwa) {
+		j.chan = use_chan_lanes(&ga, j.kc, ga.m);
+		if (j.chan && !pwa) {
 			if ((rc = oq_packed_w_pack(wa, ga.m, j.kc, 1, &own)))
 				return rc;
-			j.cwa = &own;
+			j.pwa = &own;
 		}
 		atomic_init(&j.oom, 0);
 		items = ga.n * j.nband * j.ngrp;
@@ -2876,7 +2861,7 @@ int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga0, const float *x, const
 		if (!oq_mul_size((size_t)(ga.n * ga.m), (size_t)ga.out_size, &n) || !oq_mul_size(n, sizeof(float), &n) ||
 		    !(t = aligned_alloc(64, (n + 63) / 64 * 64)))
 			return OQ_ENOMEM;
-		rc = oq_conv_run_packed(k, OQ_LT_F32, ga0, x, wa, cwa, ba, epa, t);
+		rc = oq_conv_run_packed(k, OQ_LT_F32, ga0, x, wa, pwa, ba, epa, t);
 		if (!rc)
 			rc = conv_run(k, OQ_LT_F32, gb0, t, wb, NULL, bb, epb, y);
 		free(t);

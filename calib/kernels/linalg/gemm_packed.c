@@ -99,7 +99,7 @@ void oq_packed_b_free(oq_packed_b *pb)
 }
 
 /* Element (k, j) of the packed B. */
-static float pb_at(const oq_packed_b *pb, int64_t k, int64_t j)
+static float packed_at(const oq_packed_b *pb, int64_t k, int64_t j)
 {
 	return pb->p[((size_t)(j / OQ_PACKED_B_NR) * (size_t)pb->kd + (size_t)k) * OQ_PACKED_B_NR +
 	             (size_t)(j % OQ_PACKED_B_NR)];
@@ -112,7 +112,7 @@ void oq_packed_b_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_packe
 		for (int64_t j = 0; j < pb->n; j++) {
 			float acc = load ? c[i * ldc + j] : 0.0f;
 			for (int64_t k = 0; k < pb->kd; k++)
-				acc = fmaf(a[i * lda + k], pb_at(pb, k, j), acc);
+				acc = fmaf(a[i * lda + k], packed_at(pb, k, j), acc);
 			c[i * ldc + j] = acc;
 		}
 }
@@ -130,7 +130,7 @@ void oq_packed_b_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_packe
  * masked). init: C (load) or 0. R is a constant per function, and the
  * loops over it are unrolled so the accumulators stay in registers.
  */
-#define PB_TILE(R, NAME)                                                                           \
+#define DEFINE_TILE(R, NAME)                                                                           \
 	AVX512 static void NAME(int64_t kd, const float *a, int64_t lda, const float *bp,          \
 	                        float *c, int64_t ldc, int mr, const __mmask16 *mk, int load)      \
 	{                                                                                          \
@@ -163,14 +163,14 @@ void oq_packed_b_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_packe
 			    _mm512_mask_storeu_ps(c + r * ldc + 16 * v, mk[v], acc[r][v]);         \
 		}                                                                                  \
 	}
-PB_TILE(6, pb6)
-PB_TILE(4, pb4)
-PB_TILE(2, pb2)
-PB_TILE(1, pb1)
-#undef PB_TILE
+DEFINE_TILE(6, tile_6x64)
+DEFINE_TILE(4, tile_4x64)
+DEFINE_TILE(2, tile_2x64)
+DEFINE_TILE(1, tile_1x64)
+#undef DEFINE_TILE
 
 /* Rows [m0, m1) x panel pi of the product (see the file comment). */
-static void pb_unit(const oq_packed_b *pb, int64_t m0, int64_t m1, int64_t pi, const float *a,
+static void gemm_unit(const oq_packed_b *pb, int64_t m0, int64_t m1, int64_t pi, const float *a,
                     int64_t lda, float *c, int64_t ldc, int load)
 {
 	int64_t j0 = pi * OQ_PACKED_B_NR, nr = pb->n - j0 < OQ_PACKED_B_NR ? pb->n - j0 : OQ_PACKED_B_NR;
@@ -192,33 +192,33 @@ static void pb_unit(const oq_packed_b *pb, int64_t m0, int64_t m1, int64_t pi, c
 			const float *ai = a + i * lda + k0, *bk = panel + (size_t)k0 * OQ_PACKED_B_NR;
 			float *ci = c + i * ldc + j0;
 			if (mr == 1)
-				pb1(kb, ai, lda, bk, ci, ldc, mr, mk, ld);
+				tile_1x64(kb, ai, lda, bk, ci, ldc, mr, mk, ld);
 			else if (mr == 2)
-				pb2(kb, ai, lda, bk, ci, ldc, mr, mk, ld);
+				tile_2x64(kb, ai, lda, bk, ci, ldc, mr, mk, ld);
 			else if (mr <= 4)
-				pb4(kb, ai, lda, bk, ci, ldc, mr, mk, ld);
+				tile_4x64(kb, ai, lda, bk, ci, ldc, mr, mk, ld);
 			else
-				pb6(kb, ai, lda, bk, ci, ldc, mr, mk, ld);
+				tile_6x64(kb, ai, lda, bk, ci, ldc, mr, mk, ld);
 		}
 		k0 += kb;
 	} while (k0 < pb->kd);
 }
 
-typedef struct pb_job {
+typedef struct gemm_job {
 	const oq_packed_b *pb;
 	const float *a;
 	float *c;
 	int64_t m, lda, ldc, mb, nmb, np;
 	int load;
-} pb_job;
+} gemm_job;
 
-static void pb_range(void *ctx, size_t begin, size_t end)
+static void gemm_range(void *ctx, size_t begin, size_t end)
 {
-	const pb_job *j = ctx;
+	const gemm_job *j = ctx;
 	for (size_t u = begin; u < end; u++) {
 		int64_t bi = (int64_t)u / j->np, pi = (int64_t)u % j->np;
 		int64_t m0 = bi * j->mb, m1 = m0 + j->mb < j->m ? m0 + j->mb : j->m;
-		pb_unit(j->pb, m0, m1, pi, j->a, j->lda, j->c, j->ldc, j->load);
+		gemm_unit(j->pb, m0, m1, pi, j->a, j->lda, j->c, j->ldc, j->load);
 	}
 }
 #endif
@@ -241,7 +241,7 @@ void oq_packed_b_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const 
 	}
 #if defined(__GNUC__) && defined(__x86_64__)
 	if (!oq_linalg_use_ref && oq_cpu_avx512_fma()) {
-		pb_job j;
+		gemm_job j;
 		j.pb = pb;
 		j.a = a;
 		j.c = c;
@@ -257,10 +257,10 @@ void oq_packed_b_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const 
 		if (k) /* units of at least ~2 MFLOP per thread: small products stay on the caller
 		        */
 			oq_k_parallel(k, (size_t)(j.nmb * j.np),
-			              (size_t)ceil_div(1 << 20, j.mb * OQ_PACKED_B_NR * pb->kd), pb_range,
+			              (size_t)ceil_div(1 << 20, j.mb * OQ_PACKED_B_NR * pb->kd), gemm_range,
 			              &j);
 		else
-			pb_range(&j, 0, (size_t)(j.nmb * j.np));
+			gemm_range(&j, 0, (size_t)(j.nmb * j.np));
 		return;
 	}
 #endif

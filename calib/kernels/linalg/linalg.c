@@ -226,7 +226,7 @@ int oq_linalg_conv_geom(oq_kctx *k, const oq_rt *x, const oq_rt *w, int transpos
 static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
 {
 	oq_rt *x = oq_k_in(k, 0), *w = oq_k_in(k, 1), *b = oq_k_in(k, 2), *y;
-	const oq_packed_w *cw = transpose || !w || w->dtype != OQ_DT_FLOAT ? NULL : k->packed_w;
+	const oq_packed_w *pw = transpose || !w || w->dtype != OQ_DT_FLOAT ? NULL : k->packed_w;
 	oq_kfuse run;       /* fz with this call's tensor operands */
 	oq_conv_geom g;
 	int64_t dims[OQ_RT_MAX_RANK];
@@ -269,10 +269,10 @@ static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
 	lt = ltype_of(x->dtype);
 	/* a W packed by the plan (k->packed_w, float32 only) may have no data left: the engine reads the panels */
 	if ((rc = oq_linalg_load(k, x, lt, NULL, 0, 1, &xb, &xo)) ||
-	    (!(cw && !w->data) && (rc = oq_linalg_load(k, w, lt, NULL, 0, 1, &wb, &wo))) ||
+	    (!(pw && !w->data) && (rc = oq_linalg_load(k, w, lt, NULL, 0, 1, &wb, &wo))) ||
 	    (b && (rc = oq_linalg_load(k, b, lt, NULL, 0, 1, &bb, &bo))) || (rc = out_buf(k, y, lt, &yb, &yo)))
 		goto done;
-	rc = transpose ? oq_convt_run(k, lt, &g, xb, wb, bb, yb) : oq_conv_run_packed(k, lt, &g, xb, wb, cw, bb, fz, yb);
+	rc = transpose ? oq_convt_run(k, lt, &g, xb, wb, bb, yb) : oq_conv_run_packed(k, lt, &g, xb, wb, pw, bb, fz, yb);
 	if (rc) {
 		rc = oq_k_err(k, rc, rc == OQ_EINVAL ? "the packed weight does not fit (internal error)"
 					      : "out of memory for the convolution's work buffers");

@@ -175,17 +175,17 @@ struct oq_packed_w {
 /* Packs w ([m, kc] per group, row-major; any alignment). OQ_ENOMEM; OQ_EINVAL on bad dims. */
 int oq_packed_w_pack(const float *w, int64_t m, int64_t kc, int64_t group, oq_packed_w *out) OQ_WUR;
 /* Writes the packed weight back as [m, kc] (row-major). */
-void oq_packed_w_unpack(const oq_packed_w *cw, float *w);
-void oq_packed_w_free(oq_packed_w *cw);
+void oq_packed_w_unpack(const oq_packed_w *pw, float *w);
+void oq_packed_w_free(oq_packed_w *pw);
 /* The conv GEMM reads packed weights here: an AVX-512 CPU (and neither oq_linalg_no_avx512 nor oq_linalg_use_blas set). */
 int oq_packed_w_available(void);
 /*
- * oq_conv_run_epilogue with the weight as packed by oq_packed_w_pack (cw, whose m, kc
- * and group must fit g; w may then be NULL); cw NULL: oq_conv_run_epilogue.
+ * oq_conv_run_epilogue with the weight as packed by oq_packed_w_pack (pw, whose m, kc
+ * and group must fit g; w may then be NULL); pw NULL: oq_conv_run_epilogue.
  * Where the packed layout cannot be used (reference, another CPU, double,
  * depthwise) it is unpacked into a temporary copy.
  */
-int oq_conv_run_packed(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, const void *w, const oq_packed_w *cw,
+int oq_conv_run_packed(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, const void *w, const oq_packed_w *pw,
 		   const void *b, const oq_kfuse *ep, void *y) OQ_WUR;
 
 /*
