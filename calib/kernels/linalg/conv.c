@@ -646,21 +646,42 @@ static int res_steps(const oq_kfuse *ep)
 	return s[1].kind == OQ_EPI_ACT && s[1].act.kind == OQ_ACT_RELU ? 2 : 0;
 }
 
+/*
+ * The BatchNormalization kernel's x * a + b in double, rounded once to
+ * float, on 16 lanes: lanes 0..7 with a_lo / b_lo, 8..15 with a_hi / b_hi
+ * (the same values for one channel, per-lane ones for 16 channels).
+ */
+AVX512 static inline __m512 bn_vec(__m512 v, __m512d a_lo, __m512d a_hi, __m512d b_lo, __m512d b_hi)
+{
+	__m512d l = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+	__m512d h = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+	l = _mm512_add_pd(_mm512_mul_pd(l, a_lo), b_lo);
+	h = _mm512_add_pd(_mm512_mul_pd(h, a_hi), b_hi);
+	return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(l))),
+						   _mm256_castps_pd(_mm512_cvtpd_ps(h)), 1));
+}
+
+/*
+ * Relu as maxps(0, x) and Clip as minps(hi, maxps(lo, x)): x < 0 ? 0 : x
+ * and x < lo ? lo : x > hi ? hi : x bit for bit (NaN and -0 kept; Clip
+ * needs lo <= hi). Any other act: v unchanged.
+ */
+AVX512 static inline __m512 act_vec(__m512 v, int act, __m512 lo, __m512 hi)
+{
+	if (act == OQ_ACT_RELU)
+		return _mm512_max_ps(_mm512_setzero_ps(), v);
+	if (act == OQ_ACT_CLIP)
+		return _mm512_min_ps(hi, _mm512_max_ps(lo, v));
+	return v;
+}
+
 AVX512 static inline __m512 tile_epi_vec(const tile_epi *e, int r, int q, __mmask16 m, __m512 v)
 {
 	if (e->scale) {
 		__m512d a = _mm512_set1_pd(e->scale[r]), b = _mm512_set1_pd(e->shift[r]);
-		__m512d l = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-		__m512d h = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-		l = _mm512_add_pd(_mm512_mul_pd(l, a), b);
-		h = _mm512_add_pd(_mm512_mul_pd(h, a), b);
-		v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(l))),
-							  _mm256_castps_pd(_mm512_cvtpd_ps(h)), 1));
+		v = bn_vec(v, a, a, b, b);
 	}
-	if (e->act == OQ_ACT_RELU)
-		v = _mm512_max_ps(_mm512_setzero_ps(), v);
-	else if (e->act == OQ_ACT_CLIP)
-		v = _mm512_min_ps(_mm512_set1_ps(e->hi), _mm512_max_ps(_mm512_set1_ps(e->lo), v));
+	v = act_vec(v, e->act, _mm512_set1_ps(e->lo), _mm512_set1_ps(e->hi));
 	if (e->res) {
 		v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, e->t + r * e->ldc + 16 * q));
 		if (e->res == 2)
@@ -1261,13 +1282,17 @@ static __mmask16 lane_mask(int64_t i0, int64_t n)
 	return (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
 }
 
-/* The epilogue of one channel, ready for the registers. */
+/*
+ * The epilogue of one channel (or, for the channel-blocked depthwise
+ * kernel, of 16 channels in the lanes), ready for the registers.
+ */
 typedef struct epi_regs {
 	int bn;                /* BN affine: x * a + b in double, rounded once */
 	int act;               /* OQ_ACT_NONE, OQ_ACT_RELU or OQ_ACT_CLIP (lo <= hi) */
-	__m512d a, b;          /* BN scale and shift */
+	__m512d a_lo, a_hi;    /* BN scale of lanes 0..7 / 8..15 (bn_vec) */
+	__m512d b_lo, b_hi;    /* BN shift likewise */
 	__m512 lo, hi;         /* Clip bounds */
-	const oq_kfuse *ep;    /* for its steps and tensor operands */
+	const oq_kfuse *ep;    /* for its steps and tensor operands (NULL: no steps) */
 	int steps;             /* ep's steps run on the registers too (reg_steps) */
 	int64_t ch;            /* the output channel (per-channel constants of the steps) */
 } epi_regs;
@@ -1295,8 +1320,8 @@ AVX512 static inline void epi_regs_make(const oq_kfuse *ep, int64_t ch, int late
 {
 	ev->bn = ep && ep->scale;
 	ev->act = ep && !late ? ep->act.kind : OQ_ACT_NONE;
-	ev->a = _mm512_set1_pd(ev->bn ? ep->scale[ch] : 0);
-	ev->b = _mm512_set1_pd(ev->bn ? ep->shift[ch] : 0);
+	ev->a_lo = ev->a_hi = _mm512_set1_pd(ev->bn ? ep->scale[ch] : 0);
+	ev->b_lo = ev->b_hi = _mm512_set1_pd(ev->bn ? ep->shift[ch] : 0);
 	ev->lo = _mm512_set1_ps(ep ? ep->act.a : 0);
 	ev->hi = _mm512_set1_ps(ep ? ep->act.b : 0);
 	ev->ep = ep;
@@ -1369,19 +1394,9 @@ AVX512 static void epi_steps_avx512(const epi_regs *ev, int i0, int ns, size_t o
 /* The epilogue on one vector: BN as the BatchNormalization kernel, then Relu / Clip (not the steps). */
 AVX512 static inline __m512 epi_regs_vec(__m512 v, const epi_regs *ev)
 {
-	if (ev->bn) {
-		__m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-		__m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-		lo = _mm512_add_pd(_mm512_mul_pd(lo, ev->a), ev->b);
-		hi = _mm512_add_pd(_mm512_mul_pd(hi, ev->a), ev->b);
-		v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo))),
-							  _mm256_castps_pd(_mm512_cvtpd_ps(hi)), 1));
-	}
-	if (ev->act == OQ_ACT_RELU)
-		v = _mm512_max_ps(_mm512_setzero_ps(), v);
-	else if (ev->act == OQ_ACT_CLIP)
-		v = _mm512_min_ps(ev->hi, _mm512_max_ps(ev->lo, v));
-	return v;
+	if (ev->bn)
+		v = bn_vec(v, ev->a_lo, ev->a_hi, ev->b_lo, ev->b_hi);
+	return act_vec(v, ev->act, ev->lo, ev->hi);
 }
 
 /*
@@ -1452,20 +1467,9 @@ AVX512 static void epi_tile_avx512(const oq_kfuse *ep, int64_t ch0, int64_t mm, 
 		for (int64_t i = 0; i < pp; i += 16) {
 			__mmask16 m = pp - i >= 16 ? 0xffff : (__mmask16)((1u << (pp - i)) - 1u);
 			__m512 v = _mm512_maskz_loadu_ps(m, yr + i);
-			if (bn) { /* as epi_regs_vec */
-				__m512d l = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-				__m512d h = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-				l = _mm512_add_pd(_mm512_mul_pd(l, a), b);
-				h = _mm512_add_pd(_mm512_mul_pd(h, a), b);
-				v = _mm512_castpd_ps(_mm512_insertf64x4(
-					_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(l))),
-					_mm256_castps_pd(_mm512_cvtpd_ps(h)), 1));
-			}
-			if (act == OQ_ACT_RELU)
-				v = _mm512_max_ps(_mm512_setzero_ps(), v);
-			else if (act == OQ_ACT_CLIP)
-				v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
-			_mm512_mask_storeu_ps(yr + i, m, v);
+			if (bn)
+				v = bn_vec(v, a, a, b, b);
+			_mm512_mask_storeu_ps(yr + i, m, act_vec(v, act, lo, hi));
 		}
 	}
 }
@@ -1740,36 +1744,12 @@ AVX512 static void dw_chan_row_in(const oq_conv_geom *g, const float *xc, int nc
 	}
 }
 
-/* The register epilogue of a block: BN with per-lane scale / shift in double, Relu / Clip. */
-typedef struct dw_chan_ev {
-	int bn, act;
-	__m512d alo, ahi, blo, bhi;
-	__m512 lo, hi;
-} dw_chan_ev;
-
-AVX512 static inline __m512 dw_chan_epi(__m512 v, const dw_chan_ev *ev)
-{
-	if (ev->bn) { /* as epi_regs_vec, lane by lane */
-		__m512d l = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
-		__m512d h = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-		l = _mm512_add_pd(_mm512_mul_pd(l, ev->alo), ev->blo);
-		h = _mm512_add_pd(_mm512_mul_pd(h, ev->ahi), ev->bhi);
-		v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(l))),
-							  _mm256_castps_pd(_mm512_cvtpd_ps(h)), 1));
-	}
-	if (ev->act == OQ_ACT_RELU)
-		v = _mm512_max_ps(_mm512_setzero_ps(), v);
-	else if (ev->act == OQ_ACT_CLIP)
-		v = _mm512_min_ps(ev->hi, _mm512_max_ps(ev->lo, v));
-	return v;
-}
-
 /*
  * 8 output positions from ow0 of one output row (past the row's end they
  * read the zero columns and are not stored): rows[i] the transposed input
  * row of tap row i, wv the tap vectors, out[q] the results.
  */
-AVX512 static inline void dw_chan_8pos(const float *const *rows, const __m512 *wv, __m512 bias, const dw_chan_ev *ev,
+AVX512 static inline void dw_chan_8pos(const float *const *rows, const __m512 *wv, __m512 bias, const epi_regs *ev,
 				  int64_t ow0, int64_t kh, int64_t kw, int64_t sw, int64_t dw, __m512 *out)
 {
 	__m512 a0 = bias, a1 = bias, a2 = bias, a3 = bias, a4 = bias, a5 = bias, a6 = bias, a7 = bias;
@@ -1789,19 +1769,19 @@ AVX512 static inline void dw_chan_8pos(const float *const *rows, const __m512 *w
 			a7 = _mm512_add_ps(a7, _mm512_mul_ps(wt, _mm512_load_ps(p + 7 * st)));
 		}
 	}
-	out[0] = dw_chan_epi(a0, ev);
-	out[1] = dw_chan_epi(a1, ev);
-	out[2] = dw_chan_epi(a2, ev);
-	out[3] = dw_chan_epi(a3, ev);
-	out[4] = dw_chan_epi(a4, ev);
-	out[5] = dw_chan_epi(a5, ev);
-	out[6] = dw_chan_epi(a6, ev);
-	out[7] = dw_chan_epi(a7, ev);
+	out[0] = epi_regs_vec(a0, ev);
+	out[1] = epi_regs_vec(a1, ev);
+	out[2] = epi_regs_vec(a2, ev);
+	out[3] = epi_regs_vec(a3, ev);
+	out[4] = epi_regs_vec(a4, ev);
+	out[5] = epi_regs_vec(a5, ev);
+	out[6] = epi_regs_vec(a6, ev);
+	out[7] = epi_regs_vec(a7, ev);
 }
 
 /* Output rows [oh0, oh1) of one block: ring slots of span rows (row ih in slot ih % span), yc channel c0's plane. */
 AVX512 static inline void dw_chan_rows(const dw_chan_job *j, const float *xc, float *yc, int nc, const __m512 *wv,
-				   __m512 bias, const dw_chan_ev *ev, float *ring, const float *zero, int64_t oh0,
+				   __m512 bias, const epi_regs *ev, float *ring, const float *zero, int64_t oh0,
 				   int64_t oh1, int64_t kh, int64_t kw, int64_t sw)
 {
 	const oq_conv_geom *g = j->g;
@@ -1864,7 +1844,7 @@ AVX512 static void dw_chan_block(const dw_chan_job *j, const float *xc, float *y
 	int nc = g->c - c0 < 16 ? (int)(g->c - c0) : 16, late = late_act(j->ep);
 	__mmask16 cm = (__mmask16)((1u << nc) - 1u);
 	__m512 wv[DW_MAX_TAPS], bias = j->b ? _mm512_maskz_loadu_ps(cm, j->b + c0) : _mm512_setzero_ps();
-	dw_chan_ev ev;
+	epi_regs ev;
 
 	for (int64_t t = 0; t < taps; t++) {
 		float tw[16] = {0};
@@ -1872,17 +1852,15 @@ AVX512 static void dw_chan_block(const dw_chan_job *j, const float *xc, float *y
 			tw[l] = j->w[(c0 + l) * taps + t];
 		wv[t] = _mm512_loadu_ps(tw);
 	}
-	ev.bn = j->ep && j->ep->scale;
-	ev.act = j->ep && !late ? j->ep->act.kind : OQ_ACT_NONE;
-	ev.alo = ev.ahi = ev.blo = ev.bhi = _mm512_setzero_pd();
+	/* BN and Relu / Clip on the registers, per lane: the steps run on the stored rows below */
+	epi_regs_make(j->ep, 0, late, &ev);
+	ev.steps = 0;
 	if (ev.bn) {
-		ev.alo = _mm512_maskz_loadu_pd((__mmask8)cm, j->ep->scale + c0);
-		ev.ahi = _mm512_maskz_loadu_pd((__mmask8)(cm >> 8), j->ep->scale + c0 + 8);
-		ev.blo = _mm512_maskz_loadu_pd((__mmask8)cm, j->ep->shift + c0);
-		ev.bhi = _mm512_maskz_loadu_pd((__mmask8)(cm >> 8), j->ep->shift + c0 + 8);
+		ev.a_lo = _mm512_maskz_loadu_pd((__mmask8)cm, j->ep->scale + c0);
+		ev.a_hi = _mm512_maskz_loadu_pd((__mmask8)(cm >> 8), j->ep->scale + c0 + 8);
+		ev.b_lo = _mm512_maskz_loadu_pd((__mmask8)cm, j->ep->shift + c0);
+		ev.b_hi = _mm512_maskz_loadu_pd((__mmask8)(cm >> 8), j->ep->shift + c0 + 8);
 	}
-	ev.lo = _mm512_set1_ps(j->ep ? j->ep->act.a : 0);
-	ev.hi = _mm512_set1_ps(j->ep ? j->ep->act.b : 0);
 	if (kh == 3 && kw == 3 && sw == 1 && g->dil[1] == 1)
 		dw_chan_rows(j, xc, yc, nc, wv, bias, &ev, ring, zero, oh0, oh1, 3, 3, 1);
 	else if (kh == 3 && kw == 3 && sw == 2 && g->dil[1] == 1)
