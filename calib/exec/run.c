@@ -1,0 +1,426 @@
+/*
+ * run.c - running a plan: frames, the node loop, memory release,
+ * observers and subgraphs.
+ *
+ * A frame is one execution of a graph: a slot per value, a remaining-use
+ * counter per value (from the plan's uses), and a link to the calling
+ * frame for outer-scope names. After each node, inputs whose counter
+ * reaches zero are released to the arena, so the live set is what the
+ * remaining nodes still need. A fused group runs at its head's position
+ * (its other members are skipped), a chain at its first Conv's; folded
+ * nodes are skipped but reported to the observer at their place.
+ */
+#include "calib/exec/exec_internal.h"
+#include "calib/kernels/linalg/linalg.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One execution of a graph. */
+typedef struct frame {
+	const plan *p;         /* the graph's plan */
+	oq_rt **slots;         /* per value index: computed value (owned unless input) */
+	int *remaining;        /* per value index: uses still to come */
+	struct frame *parent;  /* the frame of the node running this subgraph, or NULL */
+	unsigned char *unfused; /* per node: absorbed, but its group ran node by node (OQ_K_UNFUSED); NULL: none */
+} frame;
+
+/* The tensor currently bound to v in frame f (outer names via parents). */
+static oq_rt *lookup(frame *f, const oq_value *v)
+{
+	if (v->flags & OQ_V_OUTER) {
+		const oq_value *r = oq_value_resolve((oq_value *)v);
+		for (frame *p = f->parent; p; p = p->parent)
+			if (p->p->g == r->graph)
+				return lookup(p, r);
+		return NULL;
+	}
+	if (f->slots[v->index])
+		return f->slots[v->index];
+	return f->p->inits[v->index];
+}
+
+static void drop(oq_exec *e, frame *f, size_t idx)
+{
+	oq_rt *t = f->slots[idx];
+	if (!t)
+		return;
+	if (!t->borrowed)
+		e->live -= t->nbytes;
+	oq_arena_release(e, t);
+	free(t);
+	f->slots[idx] = NULL;
+}
+
+static void frame_free(oq_exec *e, frame *f)
+{
+	if (f->slots)
+		for (size_t i = 0; i < f->p->g->n_values; i++)
+			drop(e, f, i);
+	free(f->slots);
+	free(f->remaining);
+	free(f->unfused);
+}
+
+/* Released when its remaining uses reach zero, unless it is a graph output or input. */
+static void use_done(oq_exec *e, frame *f, const oq_value *v)
+{
+	size_t i;
+	if (!v || (v->flags & OQ_V_OUTER) || v->graph != f->p->g)
+		return;
+	i = v->index;
+	if (--f->remaining[i] > 0 || (v->flags & (OQ_V_OUTPUT | OQ_V_INPUT)))
+		return;
+	drop(e, f, i);
+}
+
+/* Reports plan constant v to the observer; a packed-only shell is rebuilt from its panels for the
+ * call, or skipped when the observer's want declines it. */
+static int observe_const(oq_exec *e, const plan *p, const oq_value *v, oq_diag *d)
+{
+	const oq_rt *t = p->inits[v->index];
+	const oq_packed_b *pb;
+	oq_rt tmp;
+	int rc;
+
+	if (t->data || t->nbytes == 0)
+		return e->observe(e->observe_ctx, v, t);
+	/* rebuilding a packed weight every run costs a pass over it: not for an observer that
+	 * does not want it (bias correction watches layer outputs only) */
+	if (e->want && !e->want(e->observe_ctx, v))
+		return OQ_OK;
+	pb = p->packed_b[2 * v->index] ? p->packed_b[2 * v->index] : p->packed_b[2 * v->index + 1];
+	if (!pb && !p->packed_w[v->index])
+		return oq_err(d, OQ_EINVAL, "run: constant '%s' has no data (internal error)", v->name);
+	if (oq_rt_alloc(&tmp, t->dtype, t->rank, t->dims))
+		return oq_err(d, OQ_ENOMEM, "run: out of memory");
+	if (pb)
+		oq_packed_b_unpack(pb, !p->packed_b[2 * v->index], tmp.data);
+	else
+		oq_packed_w_unpack(p->packed_w[v->index], tmp.data);
+	rc = e->observe(e->observe_ctx, v, &tmp);
+	oq_rt_release(&tmp);
+	return rc;
+}
+
+static int run_frame(oq_exec *e, frame *f, oq_diag *d)
+{
+	const oq_graph *g = f->p->g;
+	oq_rt *inbuf[16], *outbuf[16];
+	int rc = OQ_OK;
+
+	for (size_t ni = 0; ni < g->n_nodes && !rc; ni++) {
+		const oq_node *n = g->nodes[ni];
+		const node_plan *np = &f->p->nodes[ni];
+		oq_kctx k;
+		oq_rt **in, **out, *operands[OQ_FUSE_MAX_T];
+		oq_value *const *ovals = n->outputs; /* values the outputs are bound to */
+		size_t n_out = n->n_outputs;
+		/* observers see every value, so no fusion, unless they want none of the group's intermediates */
+		int fused = !e->observe || np->obs_fused;
+		const node_plan *bp = np->chain && !e->observe ? &f->p->nodes[np->chain] : NULL; /* chained group */
+		oq_kchain kc;
+
+		if (fused && np->absorbed && !(f->unfused && f->unfused[ni]))
+			continue; /* computed by its group's head */
+		if (np->chained && !e->observe)
+			continue; /* computed by its chain's head */
+		if (np->folded) { /* a plan constant: observers still see it here, as if computed now */
+			for (size_t i = 0; e->observe && !rc && i < n->n_outputs; i++)
+				if (n->outputs[i])
+					rc = observe_const(e, f->p, n->outputs[i], d);
+			continue;
+		}
+		if (fused && np->fuse) {
+			ovals = g->nodes[np->tail]->outputs;
+			n_out = 1;
+		}
+		if (bp) {
+			ovals = g->nodes[bp->fuse ? bp->tail : np->chain]->outputs;
+			n_out = 1;
+		}
+		in = n->n_inputs <= 16 ? inbuf : oq_calloc(n->n_inputs, sizeof *in);
+		/* room for the head's own outputs too (OQ_K_UNFUSED) */
+		out = n->n_outputs <= 16 ? outbuf : oq_calloc(n->n_outputs > n_out ? n->n_outputs : n_out, sizeof *out);
+
+		memset(&k, 0, sizeof k);
+		k.e = e;
+		k.node = n;
+		k.opset = n->opset;
+		k.d = d;
+		k.threads = e->threads;
+		k.frame = f;
+		k.in = in;
+		k.n_in = n->n_inputs;
+		k.out = out;
+		k.n_out = n_out;
+		if (fused)
+			k.fuse = np->fuse;
+		k.packed_b = np->packed_b;
+		k.packed_w = np->packed_w;
+		if (!in || !out) {
+			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+			goto next;
+		}
+		for (size_t i = 0; i < n_out; i++)
+			out[i] = NULL;
+		for (size_t i = 0; i < n->n_inputs; i++) {
+			in[i] = NULL;
+			if (n->inputs[i] && !(in[i] = lookup(f, n->inputs[i]))) {
+				rc = oq_k_err(&k, OQ_EINVAL,
+					      "input '%s' has no value here (not produced before this node, "
+					      "not an input or initializer); run `onnxq check`",
+					      n->inputs[i]->name);
+				goto next;
+			}
+		}
+		for (size_t i = 0; i < n->n_inputs; i++)
+			if (in[i] && in[i]->kind != OQ_RT_TENSOR && !oq_k_takes_values(n->op)) {
+				rc = oq_k_err(&k, OQ_EINVAL, "input '%s' is a %s, not a tensor", n->inputs[i]->name,
+					      in[i]->kind == OQ_RT_SEQ ? "sequence" : "empty optional");
+				goto next;
+			}
+		if (k.fuse) {
+			for (int i = 0; i < k.fuse->n_t; i++)
+				operands[i] = lookup(f, np->fuse_in[i]);
+			k.fuse_in = operands;
+		}
+		if (bp) {
+			const oq_node *b = g->nodes[np->chain];
+			memset(&kc, 0, sizeof kc);
+			kc.node = b;
+			kc.n_in = b->n_inputs;
+			kc.fuse = bp->fuse;
+			for (size_t i = 1; i < b->n_inputs; i++)
+				kc.in[i] = b->inputs[i] ? lookup(f, b->inputs[i]) : NULL;
+			k.chain = &kc;
+		}
+		rc = bp ? oq_k_conv_chain(&k) : k.fuse ? oq_k_conv_fused(&k) : np->fn(&k);
+		if (rc == OQ_K_UNFUSED) {
+			/* a tensor operand does not fit the output at run time: the group runs node by node */
+			if (!f->unfused && !(f->unfused = oq_calloc(g->n_nodes, 1))) {
+				rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+				goto next;
+			}
+			for (int j = 0; j < np->n_members; j++)
+				f->unfused[np->members[j]] = 1;
+			k.fuse = NULL;
+			k.fuse_in = NULL;
+			ovals = n->outputs;
+			n_out = k.n_out = n->n_outputs;
+			for (size_t i = 0; i < n_out; i++)
+				out[i] = NULL;
+			rc = np->fn(&k);
+		}
+		for (size_t i = 0; !rc && i < n_out; i++)
+			if (!out[i] && ovals[i])
+				rc = oq_k_err(&k, OQ_EINVAL, "kernel produced no output #%zu (internal error)", i);
+		for (size_t i = 0; i < n_out; i++) {
+			oq_value *v = ovals[i];
+			if (!out[i])
+				continue;
+			if (!rc && v && e->observe && out[i]->kind == OQ_RT_TENSOR)
+				rc = e->observe(e->observe_ctx, v, out[i]);
+			if (!rc && v && !f->slots[v->index] && (f->remaining[v->index] > 0 || (v->flags & OQ_V_OUTPUT))) {
+				f->slots[v->index] = out[i];
+			} else {
+				if (!out[i]->borrowed)
+					e->live -= out[i]->nbytes;
+				oq_arena_release(e, out[i]);
+				free(out[i]);
+			}
+		}
+		if (e->live > e->peak)
+			e->peak = e->live;
+		if (!rc) {
+			for (size_t i = 0; i < n->n_inputs; i++)
+				use_done(e, f, n->inputs[i]);
+			for (size_t i = 0; i < np->n_extra; i++)
+				use_done(e, f, np->extra[i]);
+			/* the absorbed nodes' reads are done too (their parameters may be
+			 * Identity / Constant outputs: released now, or on arrival if produced later) */
+			for (int j = 0; k.fuse && j < np->n_members; j++) {
+				const oq_node *mn = g->nodes[np->members[j]];
+				for (size_t i = 0; i < mn->n_inputs; i++)
+					use_done(e, f, mn->inputs[i]);
+			}
+			/* and the chained group's (the first group's output among them: never stored) */
+			if (bp) {
+				const oq_node *b = g->nodes[np->chain];
+				for (size_t i = 0; i < b->n_inputs; i++)
+					use_done(e, f, b->inputs[i]);
+				for (int j = 0; bp->fuse && j < bp->n_members; j++) {
+					const oq_node *mn = g->nodes[bp->members[j]];
+					for (size_t i = 0; i < mn->n_inputs; i++)
+						use_done(e, f, mn->inputs[i]);
+				}
+			}
+		}
+	next:
+		if (in != inbuf)
+			free(in);
+		if (out != outbuf)
+			free(out);
+	}
+	return rc;
+}
+
+/* Moves (or copies) the graph outputs of a finished frame into `outputs`. */
+static int take_outputs(oq_exec *e, frame *f, oq_rt *outputs, size_t n_out, oq_diag *d)
+{
+	const oq_graph *g = f->p->g;
+	for (size_t i = 0; i < n_out && i < g->n_outputs; i++) {
+		const oq_value *v = g->outputs[i];
+		oq_rt *t = lookup(f, v);
+		int moved = 0;
+		if (!t)
+			return oq_err(d, OQ_EINVAL, "run: graph output '%s' was not computed", v->name);
+		if (!(v->flags & OQ_V_OUTER) && f->slots[v->index] == t && !t->borrowed) {
+			/* move unless a later output names the same value */
+			moved = 1;
+			for (size_t j = i + 1; j < g->n_outputs; j++)
+				if (g->outputs[j] == v)
+					moved = 0;
+		}
+		if (moved && !t->cap) {
+			outputs[i] = *t;
+			e->live -= t->nbytes;
+			free(t);
+			f->slots[v->index] = NULL;
+		} else if (oq_rt_copy(&outputs[i], t)) {
+			return oq_err(d, OQ_ENOMEM, "run: out of memory");
+		} else if (moved) { /* an arena buffer: the caller gets a copy it owns */
+			e->live -= t->nbytes;
+			oq_arena_release(e, t);
+			free(t);
+			f->slots[v->index] = NULL;
+		}
+	}
+	return OQ_OK;
+}
+
+static int frame_init(oq_exec *e, frame *f, const oq_graph *g, frame *parent, oq_diag *d)
+{
+	plan *p;
+	int rc;
+	memset(f, 0, sizeof *f);
+	if ((rc = oq_plan_get(e, g, &p, d)))
+		return rc;
+	f->p = p;
+	f->parent = parent;
+	f->slots = oq_calloc(g->n_values, sizeof *f->slots);
+	f->remaining = oq_calloc(g->n_values, sizeof *f->remaining);
+	if (!f->slots || !f->remaining)
+		return oq_err(d, OQ_ENOMEM, "run: out of memory");
+	memcpy(f->remaining, p->uses, g->n_values * sizeof *f->remaining);
+	return OQ_OK;
+}
+
+/* Binds a borrowed view of `src` to value v. */
+static int bind(frame *f, const oq_value *v, const oq_rt *src, oq_diag *d)
+{
+	oq_rt *t = malloc(sizeof *t);
+	if (!t)
+		return oq_err(d, OQ_ENOMEM, "run: out of memory");
+	*t = *src;
+	t->borrowed = 1;
+	t->strs = NULL;
+	if (src->strs) { /* strings are not borrowed: copy */
+		if (oq_rt_copy(t, src)) {
+			free(t);
+			return oq_err(d, OQ_ENOMEM, "run: out of memory");
+		}
+	}
+	if (f->slots[v->index]) {
+		oq_rt_release(f->slots[v->index]);
+		free(f->slots[v->index]);
+	}
+	f->slots[v->index] = t;
+	return OQ_OK;
+}
+
+static int check_input(const oq_value *v, const oq_rt *t, oq_diag *d)
+{
+	char got[256], want[256];
+	size_t off = 0;
+	const oq_type *ty = &v->type;
+
+	if (ty->kind != OQ_TYPE_TENSOR)
+		return OQ_OK;
+	if (ty->dtype && ty->dtype != t->dtype)
+		goto bad;
+	if (ty->rank >= 0 && ty->rank != t->rank)
+		goto bad;
+	for (int i = 0; ty->rank >= 0 && i < ty->rank; i++)
+		if (ty->dims[i].value >= 0 && ty->dims[i].value != t->dims[i])
+			goto bad;
+	return OQ_OK;
+bad:
+	off = (size_t)snprintf(want, sizeof want, "%s[", ty->dtype ? oq_dtype_name(ty->dtype) : "?");
+	for (int i = 0; i < ty->rank && off < sizeof want; i++) {
+		int w;
+		if (ty->dims[i].value >= 0)
+			w = snprintf(want + off, sizeof want - off, "%s%lld", i ? ", " : "", (long long)ty->dims[i].value);
+		else
+			w = snprintf(want + off, sizeof want - off, "%s%s", i ? ", " : "",
+				     ty->dims[i].param ? ty->dims[i].param : "?");
+		if (w < 0)
+			break;
+		off += (size_t)w;
+	}
+	if (off < sizeof want)
+		snprintf(want + off, sizeof want - off, "]");
+	return oq_err(d, OQ_EINVAL, "run: input '%s' is %s but the model expects %s", v->name,
+		      oq_rt_describe(t, got, sizeof got), want);
+}
+
+int oq_exec_run(oq_exec *e, const oq_rt *inputs, size_t n_inputs, oq_rt *outputs, size_t n_outputs,
+		oq_diag *d)
+{
+	frame f;
+	int rc;
+
+	for (size_t i = 0; i < n_outputs; i++)
+		memset(&outputs[i], 0, sizeof outputs[i]);
+	if (n_inputs != e->n_in)
+		return oq_err(d, OQ_EINVAL, "run: the model has %zu inputs, %zu given", e->n_in, n_inputs);
+	for (size_t i = 0; i < n_inputs; i++)
+		if ((rc = check_input(e->in[i], &inputs[i], d)))
+			return rc;
+	e->live = e->peak = 0;
+	if ((rc = frame_init(e, &f, e->m->graph, NULL, d)))
+		goto done;
+	for (size_t i = 0; i < n_inputs; i++)
+		if ((rc = bind(&f, e->in[i], &inputs[i], d)))
+			goto done;
+	if (!(rc = run_frame(e, &f, d)))
+		rc = take_outputs(e, &f, outputs, n_outputs, d);
+done:
+	frame_free(e, &f);
+	if (rc)
+		for (size_t i = 0; i < n_outputs; i++)
+			oq_rt_release(&outputs[i]);
+	return rc;
+}
+
+int oq_k_run_subgraph(oq_kctx *k, const oq_graph *g, const oq_rt *inputs, size_t n_in, oq_rt *outputs,
+		      size_t n_out)
+{
+	frame f;
+	int rc;
+
+	if (n_in != g->n_inputs)
+		return oq_k_err(k, OQ_EINVAL, "subgraph '%s' takes %zu inputs, %zu given", g->name,
+				g->n_inputs, n_in);
+	if ((rc = frame_init(k->e, &f, g, k->frame, k->d)))
+		goto done;
+	for (size_t i = 0; i < n_in; i++)
+		if ((rc = bind(&f, g->inputs[i], &inputs[i], k->d)))
+			goto done;
+	if (!(rc = run_frame(k->e, &f, k->d)))
+		rc = take_outputs(k->e, &f, outputs, n_out, k->d);
+done:
+	frame_free(k->e, &f);
+	return rc;
+}
