@@ -1,109 +1,17 @@
 /*
- * histogram.c - histograms and range selection (see histogram.h for the contract).
+ * histogram.c - the calibration histogram and the range selections of
+ * histogram.h: the fill (AVX-512 or plain C, chosen at run time), merging
+ * and regridding, the min/max scan, and the EMA, percentile, entropy and
+ * MSE selections.
  *
- * Histogram: a side's bin of a finite non-zero x is
- *     k = floor(|x| * 2^(L - e)),   L = OQ_HIST_LOG2, 2^e > every |x| so far,
- * a multiplication by a power of two (exact in float while the scale is a
- * normal number, which OQ_HIST_EMIN guarantees; a result below 2^-126
- * rounds but is below 1, so k = 0 either way), hence k < 2^L. e is the
- * strict bound (2^e > |x|, not >=): with 2^e >= |x| the value 2^e itself
- * would need clamping into bin 2^L - 1 at e but fall into bin 2^(L-1) at
- * e + 1, and the counts would depend on the order of arrival. Raising e by
- * s maps bin k to k >> s, which is floor(|x| 2^(L-e-s)): the bin the value
- * has on the new grid. So any sequence of fills and raises gives the
- * histogram of all values at the final e, whatever the order. Sign and
- * magnitude are kept apart (two sides aligned at 0) so that |x| is the sum
- * of the sides and every edge k w is exact.
- *
- * Fill (oq_hist_add_f32): the caller's min/max scan gives the block's
- * largest |x|, which fixes e before any value is counted; then a block of
- * indices is computed branch-free (AVX-512 when the CPU has it, chosen at
- * run time: zeros counted by mask/popcount, the indices of finite non-zero
- * values compacted; plain C otherwise: zeros and NaN/Inf through two
- * scratch slots after the bins), as 16-bit indices read four per 64-bit
- * load, and counted into four interleaved
- * sub-histograms of 16-bit counts (incrementing one bin again and again
- * is a serial dependency; 16-bit counts keep the bins in use within L1),
- * added to the bins every 255 blocks of 1024 values, before they can
- * overflow (widened and added 16 bins a step on AVX-512). Only the bins
- * up to the one holding amax are cleared and added. The AVX-512 kernel also counts a vector of 16 values that share
- * one bin (flat regions) as one +16, testing again only 8 vectors after a
- * vector that does not. All counts are integers, so every path gives the histogram of
- * oq_hist_add_f32_ref, which raises e value by value.
- *
- * Views (oq_hist_view): the selections read equal-width bins over a range.
- * Signed cell g of x on the grid is k for x >= 0 and -1 - k for x < 0
- * (cells [g w, (g+1) w) up to which side an edge value falls on), so the
- * signed view is cells cell(lo)..cell(hi) and the |x| view adds the sides.
- * A tensor whose dominant side reaches max|x| in [2^(e-1), 2^e) has more
- * than 2^(L-1) = 2048 bins over [0, max|x|]; the bin width is at most
- * max|x| / 2048, never coarser than the 2048 bins over [min, max] or over
- * [0, max|x|] of the earlier two-pass histograms.
- *
- * Min/max scan (oq_minmax_f32): per-lane compare-and-select, or masked
- * vector min/max on AVX-512; min and max are exact, so both agree bit for
- * bit with oq_minmax_f32_ref.
- *
- * EMA (PyTorch MovingAverageMinMaxObserver, ONNX Runtime CalibMovingAverage):
- *     min <- min + c * (sample_min - min),  max alike; the first sample sets them.
- *
- * Percentile (ONNX Runtime HistogramCollector, conservative on bin edges):
- *   asymmetric: q = N * (100 - p) / 200; lower end = lo + k*w for the largest
- *     k with count(bins < k) <= q; upper end = hi - k'*w for the largest k'
- *     with count(top k' bins) <= q. p = 100 gives min/max exactly.
- *   symmetric (|x|): t = amax - k'*w, the largest k' with count(top k' bins)
- *     <= N * (100 - p) / 100; range [-t, t] clipped to [min, max].
- *   (lo, hi, amax: the bins' edges; the result is clipped to the data.)
- *
- * Entropy (TensorRT's calibrator; NVIDIA pytorch-quantization
- * _compute_amax_entropy; MXNet _get_optimal_threshold): |x| histogram h of n
- * bins, T target bins. For every candidate i = T..n:
- *     P = h[0:i], with the outlier mass O = sum h[i:] added to P[i-1];
- *     Q: bins 0..i-1 grouped into T groups (bin k -> group floor(k*T/i));
- *        each group's mass from h[0:i] (without the outliers) spread evenly
- *        over the group's bins where P != 0; Q = 0 where P = 0;
- *     KL(P||Q) of the normalised P (total N) and Q (total N - O).
- *   The outliers that clipping moves into P[i-1] but not into Q are what
- *   makes a small threshold expensive. Q is constant over a group, so
- *     KL = (sum_k P_k ln P_k - sum_j (G_j + [j last] O) ln(G_j / n_j)) / N
- *          + ln((N - O) / N)
- *   with G_j the group's mass and n_j its non-empty bins: O(T) per
- *   candidate from prefix sums, not O(i). Smoothing (MXNet's
- *   _smooth_distribution, eps = 1e-4 counts): Q > 0 wherever P > 0 except
- *   when the outliers land in a last group that h leaves empty; there Q
- *   gets KL_EPS counts instead of 0, so the candidate costs a large but
- *   finite KL (without it a sparse tail makes every candidate but i = n
- *   infinite). The eps moved between the other bins changes KL by O(eps/N)
- *   and is left out. Exact zeros are left out of P (pytorch-quantization's
- *   skip_zeros): every grid represents them exactly whatever t is, and
- *   after a ReLU their spike in bin 0 dominates KL (a group of 16 bins
- *   cannot reproduce it, so the search favours t = 128 bins). The
- *   smallest i with the least KL wins; t = i * w and
- *   the range is [-t, t] clipped to [min, max] ([min, t] for min >= 0; the
- *   quantize pass' asymmetric formula then still includes 0).
- *
- * MSE (our model, in the spirit of PyTorch's HistogramObserver and AIMET's
- * tf_enhanced): for a candidate range the quantize pass' own qparams
- * (oq_qparams, asymmetric or symmetric narrow on the activation dtype) give
- * the step s and the grid ends gl = (qmin - zp) s, gh = (qmax - zp) s. The
- * expected squared error, with c the centre of a bin and cnt its count:
- *     c > gh: cnt (c - gh)^2;  c < gl: cnt (gl - c)^2        (clipping)
- *     |c| < s/2: cnt c^2      (rounds to the exact 0 of every grid)
- *     otherwise: cnt s^2/12   (rounding error, uniform over one step)
- *   and exact zeros cost nothing. Each term is O(1) from prefix sums of cnt,
- *   cnt c and cnt c^2. Candidates are the data's own range and the bin
- *   edges inside it: symmetric t = max|x| or k w; asymmetric: the upper end
- *   over the edges above 0 and the lower end over the edges below 0, one at
- *   a time (coordinate descent from [min, max], at most 8 rounds, stop when
- *   neither end moves). Ties keep the wider range.
- *   AIMET's unsigned symmetric grid (zero point 0 on [0, 2^b - 1]) uses the
- *   signed histogram: gl = 0, so everything below 0 costs c^2 (clipped to
- *   0), and the coordinate descent moves the upper end only.
- *   FP8 E4M3FN (|x| histogram, scale s = t / 448): the step is constant in
- *   each binade, 2^(e-3) s on [2^e s, 2^(e+1) s) for e = -6..8, and 2^-9 s
- *   below 2^-6 s (subnormals); a bin costs cnt step^2/12 in range, c^2 when
- *   |c| < 2^-10 s (rounds to 0), (c - t)^2 above t: O(16) per candidate
- *   from the same prefix sums.
+ * Contract: the counts are integers and a function of the multiset of
+ * values alone, so every fill path gives the counts of the one-value-at-a-
+ * time reference (oq_hist_add_f32_ref) in any order, batching or thread
+ * split, and the min/max scan agrees with oq_minmax_f32_ref bit for bit;
+ * the selections are pure functions of their bins. The grid: a side's bin
+ * of a finite non-zero x is floor(|x| * 2^(L - e)), L = OQ_HIST_LOG2 and
+ * 2^e strictly above every |x| so far; a larger |x| raising e by s moves
+ * bin k to k >> s, exactly where its values fall on the new grid.
  */
 #include "calib/histogram.h"
 #include "calib/exec/cpu.h"
@@ -195,7 +103,16 @@ int oq_hist_reserve(oq_hist *h, int e)
 	return OQ_OK;
 }
 
-/* Bin (both sides: index into bin[]) of a finite non-zero x at scale sc = 2^(L - e). */
+/*
+ * Bin (both sides: index into bin[]) of a finite non-zero x at scale sc =
+ * 2^(L - e): a multiplication by a power of two, exact while the scale is a
+ * normal float (OQ_HIST_EMIN sees to it; a product below 2^-126 rounds but
+ * stays below 1, so k = 0 either way), hence k < 2^L. e is a strict bound
+ * (2^e > |x|): with 2^e >= |x|, 2^e itself would be clamped into bin 2^L - 1
+ * at e but fall into bin 2^(L-1) at e + 1, and the counts would depend on
+ * the order of arrival. Sign and magnitude are kept apart (two sides
+ * aligned at 0), so |x| is the sum of the sides and every edge k w is exact.
+ */
 static size_t bin_of(float x, float sc)
 {
 	float u = fabsf(x) * sc;
@@ -382,6 +299,15 @@ static void flush_sub(oq_hist *h, uint16_t (*sub)[NBINS + 2], size_t top)
 /* the fill's bin indices (both sides and the two slots) are 16-bit */
 _Static_assert(NBINS + 2 <= 65536, "histogram bins must fit uint16_t indices");
 
+/*
+ * The caller's min/max scan gives the block's largest |x|, which fixes e
+ * before any value is counted; then the indices of a block are computed
+ * branch-free (AVX-512: zeros counted by mask / popcount, the indices of
+ * finite non-zero values compacted; a vector of 16 values that share one
+ * bin counted as one +16; plain C: zeros and NaN / Inf through two scratch
+ * slots after the bins) and counted into interleaved 16-bit
+ * sub-histograms.
+ */
 int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 {
 	uint16_t idx[FILL_BLOCK + 16];
@@ -647,7 +573,7 @@ void oq_hbins_free(oq_hbins *b)
 	memset(b, 0, sizeof *b);
 }
 
-/* Signed cell of x on h's grid (see the header): k >= 0 for x >= 0, -1 - k for x < 0. */
+/* Signed cell of x on h's grid (see oq_hist_view): k >= 0 for x >= 0, -1 - k for x < 0. */
 static long cell(const oq_hist *h, double x)
 {
 	float f = as_fill(x);
@@ -658,6 +584,13 @@ static long cell(const oq_hist *h, double x)
 	return f < 0 ? -1 - (long)k : (long)k;
 }
 
+/*
+ * Signed cell g of x is k for x >= 0 and -1 - k for x < 0 (cells [g w,
+ * (g+1) w), up to which side an edge value falls on), so the signed view is
+ * cells cell(lo)..cell(hi), and the |x| view adds the sides. A tensor whose
+ * dominant side reaches max|x| in [2^(e-1), 2^e) has more than 2^(L-1)
+ * bins over [0, max|x|].
+ */
 int oq_hist_view(const oq_hist *h, double lo, double hi, int abs, oq_hbins *out)
 {
 	double w = ldexp(1.0, h->e - OQ_HIST_LOG2);
@@ -732,6 +665,7 @@ static double edge(const oq_hbins *h, size_t k)
 
 /* ------------------------------------------------------------ EMA */
 
+/* PyTorch's MovingAverageMinMaxObserver, ONNX Runtime's CalibMovingAverage: min <- min + c (sample_min - min), max alike. */
 void oq_ema_update(double *lo, double *hi, int *init, double blo, double bhi, double c)
 {
 	if (!*init) {
@@ -760,6 +694,14 @@ static size_t top_cut(const oq_hbins *h, double q, size_t zb)
 	return k;
 }
 
+/*
+ * ONNX Runtime's HistogramCollector, conservative on bin edges. Signed:
+ * q = N (100 - p) / 200; lower end lo + k w for the largest k with
+ * count(bins < k) <= q, upper end hi - k' w for the largest k' with
+ * count(top k' bins) <= q (p = 100 gives min / max exactly). |x|: t = amax
+ * - k' w, the largest k' with count(top k' bins) <= N (100 - p) / 100,
+ * range [-t, t]. Both clipped to [lo, hi].
+ */
 void oq_select_percentile(const oq_hbins *h, double lo, double hi, double p, double *out_lo,
 			  double *out_hi)
 {
@@ -800,6 +742,24 @@ static double xlogx(double x)
 	return x > 0 ? x * log(x) : 0;
 }
 
+/*
+ * TensorRT's calibrator (NVIDIA pytorch-quantization _compute_amax_entropy,
+ * MXNet _get_optimal_threshold) on the |x| histogram h of n bins, T target
+ * bins. For every candidate i = T..n:
+ *     P = h[0:i], with the outlier mass O = sum h[i:] added to P[i-1];
+ *     Q: bins 0..i-1 in T groups (bin k -> group floor(k T / i)), each
+ *        group's mass from h[0:i] spread evenly over its bins where P != 0;
+ *     KL(P||Q) of the normalised P (total N) and Q (total N - O).
+ * Q is constant over a group, so
+ *     KL = (sum_k P_k ln P_k - sum_j (G_j + [j last] O) ln(G_j / n_j)) / N + ln((N - O) / N)
+ * with G_j a group's mass and n_j its non-empty bins: O(T) per candidate
+ * from prefix sums. Where the outliers land in a last group h leaves empty,
+ * Q gets KL_EPS counts instead of 0 (MXNet's smoothing), so a sparse tail
+ * costs a large but finite KL. Exact zeros are left out of P
+ * (pytorch-quantization's skip_zeros): every grid holds them exactly, and
+ * after a Relu their spike in bin 0 would dominate KL. The smallest i with
+ * the least KL wins: t = i w, range [-t, t] clipped to [lo, hi].
+ */
 int oq_select_entropy(const oq_hbins *h, double lo, double hi, int target, double *out_lo,
 		      double *out_hi)
 {
@@ -821,7 +781,7 @@ int oq_select_entropy(const oq_hbins *h, double lo, double hi, int target, doubl
 	}
 	C[0] = PL[0] = NZ[0] = 0;
 	for (size_t k = 0; k < n; k++) {
-		double c = (double)h->bin[k]; /* exact zeros left out, see the header */
+		double c = (double)h->bin[k]; /* exact zeros left out (see above) */
 		C[k + 1] = C[k] + c;
 		PL[k + 1] = PL[k] + xlogx(c);
 		NZ[k + 1] = NZ[k] + (c > 0);
@@ -859,6 +819,26 @@ int oq_select_entropy(const oq_hbins *h, double lo, double hi, int target, doubl
 }
 
 /* ------------------------------------------------------------ MSE */
+
+/*
+ * Our model, in the spirit of PyTorch's HistogramObserver and AIMET's
+ * tf_enhanced: a candidate range gets the quantize pass' own qparams
+ * (oq_qparams on the activation dtype), step s and grid ends gl = (qmin -
+ * zp) s, gh = (qmax - zp) s. The expected squared error, c a bin's centre
+ * and cnt its count:
+ *     c > gh: cnt (c - gh)^2;  c < gl: cnt (gl - c)^2      (clipping)
+ *     |c| < s/2: cnt c^2       (rounds to the exact 0 of every grid)
+ *     otherwise: cnt s^2/12    (rounding, uniform over one step)
+ * and exact zeros cost nothing; each term is O(1) from prefix sums of cnt,
+ * cnt c and cnt c^2. Candidates: the data's own range and the bin edges
+ * inside it; symmetric t = max|x| or k w; asymmetric: each end in turn
+ * (coordinate descent from [min, max], at most 8 rounds). Ties keep the
+ * wider range. AIMET's unsigned symmetric grid (zero point 0) reads signed
+ * bins with gl = 0 and moves the upper end only. FP8 E4M3FN (|x| bins,
+ * s = t / 448): the step is 2^(e-3) s on each binade [2^e s, 2^(e+1) s),
+ * e = -6..8, and 2^-9 s below (subnormals); a bin costs cnt step^2 / 12 in
+ * range, c^2 when |c| < 2^-10 s, (c - t)^2 above t.
+ */
 
 /* Prefix sums over the bins: count, count*c, count*c^2 (c = bin centre). */
 typedef struct msectx {

@@ -1,8 +1,9 @@
 /*
  * histogram.h - calibration observers beyond min/max: the per-tensor
- * histogram and the range-selection algorithms of REFERENCE.md section 4
- * (EMA, percentile, entropy/KL, MSE). Every method ends in one [min, max]
- * per tensor (oq_ranges), so the quantize pass does not know which one ran.
+ * histogram and the range-selection algorithms (EMA, percentile,
+ * entropy/KL, MSE; histogram.c describes each). Every method ends in one
+ * [min, max] per tensor (oq_ranges), so the quantize pass does not know
+ * which one ran.
  *
  * The histogram (oq_hist) is filled in the same pass as the min/max scan,
  * on a grid that depends on the data alone: OQ_HIST_SIDE bins per sign,

@@ -10,9 +10,9 @@
  * Memory: each activation is released after its last consumer (uses from
  * subgraphs included) and its buffer returns to the executor's arena
  * (first fit in lazily backed chunks) that later outputs are carved from;
- * outputs handed to the caller are its own copies. Threads: kernels split work into contiguous ranges
- * whose partition never changes the arithmetic, so outputs are identical
- * for any --threads.
+ * outputs handed to the caller are its own copies. Threads: kernels split
+ * work into contiguous ranges whose partition never changes the
+ * arithmetic, so outputs are identical for any --threads.
  */
 #ifndef OQ_EXEC_H
 #define OQ_EXEC_H
@@ -70,13 +70,12 @@ typedef struct oq_exec_opts {
 	int threads;                  /* worker threads incl. the caller; <= 0: number of cores */
 	int fold_dq;                  /* also compute once, in the plan, DequantizeLinear of constants
 				       * (quantized weights): runs skip the dequantization and a Conv /
-				       * MatMul / Gemm reads the weight packed, as in the float model
-				       * (quantized mobilenet_v2: 15.0 -> 11.9 ms a run), at the price of the
-				       * float weights held by the plan (4x the int8 bytes, 8x int4): for
-				       * callers that hold the float model anyway (bias correction). Conv
-				       * outputs are the same bits either way; a MatMul / Gemm may round
-				       * differently, its packed kernel being the float model's, not the
-				       * plain one. Thread-independent either way. */
+				       * MatMul / Gemm reads the weight packed, as in the float model, at
+				       * the price of the float weights held by the plan (4x the int8
+				       * bytes, 8x int4): for callers that hold the float model anyway
+				       * (bias correction). Conv outputs are the same bits either way; a
+				       * MatMul / Gemm may round differently, its packed kernel being the
+				       * float model's, not the plain one. Thread-independent either way. */
 } oq_exec_opts;
 
 /*

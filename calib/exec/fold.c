@@ -302,7 +302,7 @@ static int pack_node(plan *p, size_t ni, const unsigned char *gone)
  * A float32 Conv whose W (input 1) is a plan constant, with at least two
  * output channels per group (depthwise convolutions have their own kernel),
  * gets W packed into 32-channel panels once (oq_packed_w_pack, the layout of the
- * AVX-512 conv GEMM: conv.c) and runs on them (kctx.packed_w), fused or
+ * AVX-512 conv GEMM: conv_gemm.c) and runs on them (kctx.packed_w), fused or
  * not; the packed copy replaces W as for MatMul / Gemm (const_drop), and
  * the engine rebuilds a plain W only where it cannot read the panels (the
  * reference path). One packing per value, shared by convolutions of the

@@ -2,10 +2,10 @@
  * threadpool.h - the executor's thread pool: a parallel-for over [0, n) whose
  * items are handed out in chunks to the caller and n - 1 workers.
  *
- * Kernels reach it through oq_k_parallel (kernel.h); exec.c owns one pool
- * per executor. Which thread runs which chunk is decided at run time (an
- * atomic counter), so a kernel must compute each item the same way
- * whatever range it falls in: then the results do not depend on the
+ * Kernels reach it through oq_k_parallel (kernel.h); each executor makes
+ * one pool (oq_exec_new). Which thread runs which chunk is decided at run
+ * time (an atomic counter), so a kernel must compute each item the same
+ * way whatever range it falls in: then the results do not depend on the
  * thread count or on scheduling.
  */
 #ifndef OQ_POOL_H

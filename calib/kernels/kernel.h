@@ -72,7 +72,7 @@ typedef struct oq_epi_step {
 
 /*
  * A fused Conv [-> BatchNormalization] [-> activation] [-> steps] group,
- * prepared once by the executor's plan (exec.c) and run as one Conv call
+ * prepared once by the executor's plan (plan.c) and run as one Conv call
  * whose epilogue, per output tile while it is in cache, applies the BN as a
  * per-channel affine map in double - the same expression and rounding as
  * the BatchNormalization kernel, y = (float)(y * scale[m] + shift[m]) -
@@ -235,7 +235,7 @@ extern int oq_exec_no_chain;
 
 /* Fused groups in e's plans so far (main graph at oq_exec_new; subgraphs once run). For tests and bench. */
 size_t oq_exec_n_fused(const oq_exec *e);
-/* Nodes computed once at plan time (constant folding, exec.c) in e's plans so far. For tests and bench. */
+/* Nodes computed once at plan time (constant folding, fold.c) in e's plans so far. For tests and bench. */
 size_t oq_exec_n_folded(const oq_exec *e);
 /* Non-zero: plans made from now on fold nothing (every node runs each time). For tests and bench. */
 extern int oq_exec_no_fold;

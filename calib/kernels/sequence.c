@@ -68,7 +68,7 @@ static int seq_out(oq_kctx *k, size_t i, int dtype, size_t n, oq_rt **t)
 	memset(&tmp, 0, sizeof tmp);
 	tmp.kind = OQ_RT_SEQ;
 	tmp.dtype = dtype;
-	/* an empty sequence copied in, then sized: keeps ownership in one place (exec.c) */
+	/* an empty sequence copied in, then sized: keeps ownership in one place (oq_k_output_value, kernel_api.c) */
 	if ((rc = oq_k_output_value(k, i, &tmp, t)))
 		return rc;
 	free((*t)->items);

@@ -6,7 +6,7 @@
  * Why: OpenBLAS repacks B on every call (and on every tile of a split
  * call), which cost as much as a sixth of a transformer's run; a weight
  * does not change between runs, so the executor's plan packs it once
- * (exec.c) and every run reads the panels straight away.
+ * (fold.c) and every run reads the panels straight away.
  *
  * Layout (oq_packed_b): op(B) [kd, n] in panels of OQ_PACKED_B_NR = 64 columns, panel
  * p holding rows k = 0..kd-1 of columns [64p, 64p + 64) contiguously

@@ -30,7 +30,7 @@
 extern int oq_linalg_use_ref;
 /*
  * Non-zero: float32 Conv tiles go to BLAS sgemm even where the own AVX2
- * GEMM (conv.c) could run. For tests and benchmarks.
+ * GEMM (conv_gemm.c) could run. For tests and benchmarks.
  */
 extern int oq_linalg_use_blas;
 /*
@@ -159,7 +159,7 @@ void oq_packed_b_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_packe
 
 /*
  * A float32 Conv weight W [m, c / group, kernel...] packed once (by the
- * executor's plan) for the AVX-512 conv GEMM (conv.c): per group,
+ * executor's plan) for the AVX-512 conv GEMM (conv_gemm.c): per group,
  * panels of OQ_PACKED_W_NR output channels, each [kc][OQ_PACKED_W_NR] (kc = c / group x
  * kernel size; channel j of the panel at lane j, zero past the group's
  * channels). Both register tiles read it: the 12 x 32 one broadcasts 12
@@ -192,7 +192,7 @@ int oq_conv_run_packed(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void
  * Conv A (float32, x -> A's output, weight wa or packed cwa, bias ba,
  * epilogue epa) followed by the depthwise Conv B on A's output (wb, bb,
  * epb) into y, without A's output ever being stored whole where the
- * AVX-512 kernels run (bands of B's rows; see conv.c), else as the
+ * AVX-512 kernels run (bands of B's rows; see conv_chain.c), else as the
  * two calls. Neither epilogue may have tensor operands. Same bits as the
  * two convolutions run one after the other. OQ_EINVAL when B is not a
  * depthwise convolution of A's output.
