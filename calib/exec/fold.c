@@ -115,12 +115,12 @@ static void plan_freed(plan *p, size_t bytes)
 /*
  * Runs node ni once now if all its inputs are plan constants (see
  * fold_op), keeping its outputs as plan constants; the node is then
- * skipped by every run (run_frame still reports its outputs to an
+ * skipped by every run (run_frame, run.c, still reports its outputs to an
  * observer). The same kernel computes the same bits as it would in a run
  * (kernels do not depend on the thread count). A kernel error, a sequence
  * output or an output above twice the inputs' bytes + 64 KiB (e.g. a big
  * ConstantOfShape, better made per run and freed) leave the node to the
- * runs, which report errors as before. Identity / Reshape-like outputs
+ * runs, which report its errors. Identity / Reshape-like outputs
  * share their input's bytes instead of a copy; `pinned` marks such inputs.
  */
 static int fold_node(oq_exec *e, plan *p, size_t ni, unsigned char *pinned, const unsigned char *gone,
@@ -209,16 +209,18 @@ static int fold_node(oq_exec *e, plan *p, size_t ni, unsigned char *pinned, cons
 }
 
 /*
- * Packing: a float32 MatMul / Gemm whose B (input 1) is a plan constant and
- * whose A is not gets B packed once (oq_packed_b_pack, gemm_packed.c) and runs on
- * the packed panels (kctx.packed_b) - MatMul when B's batch dims are all 1, Gemm
- * when alpha is 1 and A is not transposed (the kernel's shape). One packed
- * copy per value and orientation, shared by its products. A constant only
- * packed products (as B) and folded nodes read is then let go
- * (const_drop), its tensor kept as a shell (dims, data NULL) so runs still
- * see its shape; an observer gets folded values rebuilt from the panels
- * (oq_packed_b_unpack), so it sees what it saw before.
+ * Packing: a float32 MatMul / Gemm whose B (input 1) is a plan constant
+ * and whose A is not gets B packed once (oq_packed_b_pack, gemm_packed.c)
+ * and runs on the packed panels (kctx.packed_b) - MatMul when B's batch
+ * dims are all 1, Gemm when alpha is 1 and A is not transposed (the
+ * kernel's shape). One packed copy per value and orientation, shared by its
+ * products. A constant only packed products (as B) and folded nodes read
+ * is then let go (const_drop), its tensor kept as a shell (dims, data
+ * NULL) so runs still see its shape; an observer gets folded values
+ * rebuilt from the panels (oq_packed_b_unpack), the values it would see
+ * without packing.
  */
+
 /*
  * Shape and bytes of plan constant v for packing: its view, or for an
  * initializer not viewed yet the tensor's own bytes (possibly unaligned,

@@ -53,7 +53,7 @@
 /*
  * After this much of the spin, each check also yields the core (sched_yield):
  * free on an idle machine, but when other processes share the cores a
- * spinning thread no longer keeps the thread it waits for off its core.
+ * spinning thread does not keep the thread it waits for off its core.
  */
 #define SPIN_ALONE_NS 5000
 /* Chunks per thread: enough for a thread that finishes early to pick up slack. */

@@ -158,15 +158,15 @@ typedef struct conv_job {
 	void *y;
 	const oq_kfuse *ep;    /* float32 fused epilogue, or NULL */
 	int direct;            /* 1x1, stride 1, no padding: the input is col */
-	int avx2;              /* float32 on an AVX2+FMA CPU: avx2_gemm instead of BLAS */
-	int avx512;            /* float32 on an AVX-512 CPU: gemm_pos / gemm_chan (takes precedence over avx2) */
+	int avx2;              /* float32 on an AVX2+FMA CPU: oq_conv_avx2_gemm instead of BLAS */
+	int avx512;            /* float32 on an AVX-512 CPU: oq_conv_gemm_pos / _chan (takes precedence over avx2) */
 	int64_t cg, mg, kc;    /* channels per group in / out, GEMM depth */
 	int64_t pt, mt;        /* tile sizes: positions, output channels */
 	int64_t np, nm;        /* tiles per (image, group) along positions / channels */
 	float *shared_col;     /* avx512: the packed col of every position tile, shared by its channel tiles, or NULL */
 	int64_t rb;            /* packing into shared_col: rows per work item (whole input channels) */
 	const oq_packed_w *packed_w; /* avx512: the weight in packed panels (channel tiles then start at a panel), or NULL */
-	int chan;              /* avx512 with packed_w: channels in the lanes (gemm_chan) instead of positions (gemm_pos) */
+	int chan;              /* avx512 with packed_w: channels in the lanes (oq_conv_gemm_chan), not positions */
 	atomic_int oom;
 } conv_job;
 
@@ -180,7 +180,7 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 	size_t need = j->direct ? 0 : (size_t)(j->kc * j->pt) * es;
 
 #if defined(HAVE_X86_KERNELS)
-	/* packed col, then one im2col row (gemm_chan reads a 1x1 input in place) */
+	/* packed col, then one im2col row (oq_conv_gemm_chan reads a 1x1 input in place) */
 	if (j->avx512)
 		need = j->shared_col || (j->chan && j->direct) ? 0
 			: (packed_col_floats(j->kc, j->pt) + (size_t)j->pt) * sizeof(float);
@@ -316,7 +316,7 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 
 #if defined(HAVE_X86_KERNELS)
 /*
- * Work items of the shared packing (conv_job.packed): item = position tile
+ * Work items of the shared packing (conv_job.shared_col): item = position tile
  * (image, group, tile) x block of rb rows; every channel tile of that
  * position tile then reads the same packed col instead of packing its own.
  */
@@ -348,24 +348,25 @@ static void shared_pack_range(void *ctx, size_t begin, size_t end)
  * Tiles of one (image, group) GEMM of mg channels x P positions x kc deep:
  * positions per tile so that the col tile is near 1 MiB (128 to 4096
  * columns); then, when images x groups x position tiles are fewer than
- * TILES_MIN and the work is worth sharing (FLOPs above SPLIT_FLOPS: a few
- * microseconds), cut positions further down to SPLIT_MIN_P columns
- * (whole 32-column panels) and then channels down to 12 rows (one register tile;
- * 4 for fewer than 24 channels), so that late layers with 7x7 or 14x14 positions still
- * give every thread work. With packed weights (pk) channel tiles are whole
- * 32-channel panels; with the channels in the lanes (tr) channels are cut
- * first, then positions into multiples of 8 of at least SPLIT_MIN_TR (no
- * col panels to keep whole: a 28x28 plane of 32 channels gives 14 tiles
- * of 56 positions, not 5 of 160). Shape-only: never depends on the thread count.
+ * TILES_MIN and the work is worth sharing (more than SPLIT_FLOPS), cut
+ * positions further down to SPLIT_MIN_P columns (whole 32-column panels)
+ * and then channels down to 12 rows (one register tile; 4 for fewer than
+ * 24 channels), so that late layers with 7x7 or 14x14 positions still give
+ * every thread work. With packed weights (packed) channel tiles are whole
+ * 32-channel panels; with the channels in the lanes (chan) channels are
+ * cut first, then positions into multiples of 8 of at least SPLIT_MIN_CHAN
+ * (no col panels to keep whole: a 28x28 plane of 32 channels gives 14
+ * tiles of 56 positions, not 5 of 160). Shape only: never depends on the
+ * thread count.
  */
-#define TILES_MIN 16
+#define TILES_MIN 16                  /* tiles a call is cut into at least, where the work allows */
 #define SHARED_PACK_FLOATS (4u << 20) /* 16 MiB: larger packed cols are packed per tile */
-#define SPLIT_FLOPS 1e6
-#define SPLIT_MIN_P 64
-#define SPLIT_MIN_TR 16 /* positions per tile at least when gemm_chan cuts a small plane */
+#define SPLIT_FLOPS 1e6               /* a product worth sharing between threads */
+#define SPLIT_MIN_P 64                /* positions per tile at least when a split cuts them */
+#define SPLIT_MIN_CHAN 16             /* the same for oq_conv_gemm_chan on a small plane */
 
-static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int pk, int tr, int64_t *pt, int64_t *np,
-		       int64_t *mt)
+static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int packed, int chan, int64_t *pt,
+		       int64_t *np, int64_t *mt)
 {
 	int64_t P = g->out_size, per, tiles, want;
 
@@ -379,15 +380,15 @@ static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int pk, in
 	if (tiles >= TILES_MIN || 2.0 * (double)mg * (double)P * (double)kc * (double)(g->n * g->group) < SPLIT_FLOPS)
 		return;
 	want = ceil_div(TILES_MIN, tiles);
-	if (tr) {
-		/* whole panels, then positions in multiples of 8 (gemm_chan's rows) down to SPLIT_MIN_TR */
+	if (chan) {
+		/* whole panels, then positions in multiples of 8 (oq_conv_gemm_chan's rows) down to SPLIT_MIN_CHAN */
 		int64_t parts = mg / OQ_PACKED_W_NR < want ? mg / OQ_PACKED_W_NR : want;
 		if (parts > 1) {
 			*mt = round_up(ceil_div(mg, parts), OQ_PACKED_W_NR);
 			want = ceil_div(want, ceil_div(mg, *mt));
 		}
-		if (want > 1 && *pt >= 2 * SPLIT_MIN_TR) {
-			parts = *pt / SPLIT_MIN_TR < want ? *pt / SPLIT_MIN_TR : want;
+		if (want > 1 && *pt >= 2 * SPLIT_MIN_CHAN) {
+			parts = *pt / SPLIT_MIN_CHAN < want ? *pt / SPLIT_MIN_CHAN : want;
 			*pt = round_up(ceil_div(*pt, parts), 8);
 			*np = ceil_div(P, *pt);
 		}
@@ -410,19 +411,21 @@ static void conv_tiles(const oq_conv_geom *g, int64_t kc, int64_t mg, int pk, in
 	}
 	if (want > 1 && mg >= 8) {
 		/* whole panels or 12-row register tiles where there are enough rows, else 4-row tails */
-		int64_t q = pk ? OQ_PACKED_W_NR : mg >= 24 ? 12 : 4, parts = mg / q < want ? mg / q : want;
+		int64_t q = packed ? OQ_PACKED_W_NR : mg >= 24 ? 12 : 4, parts = mg / q < want ? mg / q : want;
 		if (parts > 1)
 			*mt = round_up(ceil_div(mg, parts), q);
 	}
 }
 
+#if defined(HAVE_X86_KERNELS)
 /*
- * Channels in the lanes (gemm_chan) instead of positions (gemm_pos) when that
- * fills more lanes: a plane of 49 positions fills 49 of gemm_pos's 64
- * position lanes, 160 channels all of gemm_chan's; at a depth of 128 and
- * more gemm_chan is also the faster kernel (~110-118 GFLOP/s against ~85-100
- * here: one cache line of weights and one of positions per k), its
- * transposes cheap; at small depth the transposes cost more than they save.
+ * Channels in the lanes (oq_conv_gemm_chan) instead of positions
+ * (oq_conv_gemm_pos) when that fills more lanes: a plane of 49 positions
+ * fills 49 of 64 position lanes, 160 channels all of the channel lanes.
+ * The lane fill of the channels is weighted by depth: at a depth of 128
+ * and more the channel kernel also does more per lane (one cache line of
+ * weights and one of positions per k) and its transposes are cheap; at
+ * small depth the transposes cost more than they save.
  */
 int oq_conv_use_chan_lanes(const oq_conv_geom *g, int64_t kc, int64_t mg)
 {
@@ -431,27 +434,22 @@ int oq_conv_use_chan_lanes(const oq_conv_geom *g, int64_t kc, int64_t mg)
 	return eff_t > eff_n;
 }
 
-#if defined(HAVE_X86_KERNELS)
 /*
- * A stride-1 convolution (group 1, not 1x1) with B read in place (off
- * with oq_linalg_no_in_place): over a copy xp of its input with the pads
- * written out as zeros ([c][Hp][Wp], Hp x Wp the padded plane) the output
- * at positions q = oh * Wp + ow of the padded width reads im2col row k =
- * (c, i, j) at off[k] = c Hp Wp + i dh Wp + j dw of xp: B[k][q] = xp[off[k]
- * + q]. Each tile of whole output rows is one gemm_pos on those rows (the
- * in-place tiles: pos_tile_4x32's FMAs in the same k order, so the same bits as on the
- * packed col) at the padded width into a per-thread buffer, whose rows
- * are copied into y without the Wp - OW extra columns before the epilogue
- * runs over them (epi_tile_avx512, the same bits as in the registers). im2col wrote and read
- * back kc values per output position (8.3 M floats for PaddleOCR det's
- * 96 -> 24 3x3 conv at 80 x 120); here each input value is copied once.
- * That packing costs most where few output channels share it: taken for
- * at most IN_PLACE_MAX_M channels (3x3, 1 thread, im2col -> in place: 96 -> 24
- * at 80 x 120 5.8 -> 4.7 ms, 64 -> 16 at 112 x 112 4.3 -> 2.9 ms, 24 -> 24
- * at 160 x 160 5.9 -> 3.6 ms; at 32 to 64 channels the two are within a
- * few per cent, and 3 -> 64 at 224 x 224 is slower in place, 2.6 -> 3.9
- * ms, its output rows copied out as 64 short runs) and where the extra
- * columns are at most 1 / IN_PLACE_WASTE of the positions.
+ * The in-place path: a stride-1 convolution (group 1, not 1x1) with B read
+ * in place (off with oq_linalg_no_in_place). Over a copy xp of its input
+ * with the pads written out as zeros ([c][Hp][Wp], Hp x Wp the padded
+ * plane) the output at position q = oh * Wp + ow of the padded width reads
+ * im2col row k = (c, i, j) at off[k] = c Hp Wp + i dh Wp + j dw of xp:
+ * B[k][q] = xp[off[k] + q]. Each tile of whole output rows is one
+ * oq_conv_gemm_pos on those rows at the padded width (the in-place tiles:
+ * the same FMAs in the same k order as on a packed col, so the same bits)
+ * into a per-thread buffer, whose rows are copied into y without the Wp -
+ * OW extra columns before the epilogue runs over them. im2col writes and
+ * reads back kc values per output position; here each input value is
+ * copied once. That copy is worth it only where few output channels share
+ * it (at most IN_PLACE_MAX_M; with many channels the output rows are
+ * copied out as many short runs) and where the extra columns are at most
+ * 1 / IN_PLACE_WASTE of the positions.
  */
 #define IN_PLACE_WASTE 8         /* at most 1 / IN_PLACE_WASTE of the positions computed and dropped */
 #define IN_PLACE_MAX_M 24        /* output channels at most */
@@ -463,7 +461,7 @@ typedef struct in_place_job {
 	const float *x, *b;
 	const oq_kfuse *ep;
 	float *y, *xp;         /* output; the padded input of every image */
-	tile_a A;                  /* the weights (group 1) */
+	tile_a A;              /* the weights (group 1) */
 	int64_t hp, wp;        /* padded plane */
 	int64_t kc, rt, nt;    /* depth; output rows per tile, tiles per image */
 	const int64_t *off;    /* [kc] start of row k of B in an image's xp */

@@ -10,9 +10,10 @@
  * the group's channels into a per-thread buffer of at most CHAIN_E_BYTES
  * (the rows two bands share are computed by both), A's epilogue applied,
  * and B runs on that buffer with its own epilogue, straight into B's
- * output. A's output (4.8 MB at 96 x 112 x 112) is never written out and
- * read back; each of its values is the one the separate kernels compute,
- * so B's output keeps its bits.
+ * output. A's output (MobileNet's expanded tensors are its largest) is
+ * never written out and read back; each of its values is the one the
+ * separate kernels compute, so B's output keeps its bits. Without the
+ * AVX-512 kernels the two convolutions run one after the other.
  */
 #include "calib/kernels/linalg/conv_internal.h"
 
@@ -20,9 +21,9 @@
 #include <string.h>
 
 #if defined(HAVE_X86_KERNELS)
-#define CHAIN_E_BYTES (384u << 10)
-#define CHAIN_CH OQ_PACKED_W_NR /* channels per item: one weight panel, two depthwise blocks */
-#define CHAIN_ITEMS 8     /* items a chain is cut into at least, where rows allow */
+#define CHAIN_E_BYTES (384u << 10) /* A's output rows of one item (a thread's buffer), at most */
+#define CHAIN_CH OQ_PACKED_W_NR    /* channels per item: one weight panel, two depthwise blocks */
+#define CHAIN_ITEMS 8              /* items a chain is cut into at least, where rows allow */
 
 typedef struct chain_job {
 	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ------------------------------------------- on a zero-padded copy (SSE) */
+/* ---------------------------------- on a zero-padded copy (dw_pad, SSE) */
 
 /*
  * One output row, vectorised: yr[ow] = b + sum_{i,j} w[i,j] * x0[i*wp + ow*sw + j*dw]
@@ -137,7 +137,7 @@ static void dw_pad_range(void *ctx, size_t begin, size_t end)
 }
 
 #if defined(HAVE_X86_KERNELS)
-/* ------------------------------------------------ AVX-512 rows of 16 outputs */
+/* -------------------------------- AVX-512: rows of 16 outputs (dw_rows) */
 
 /*
  * Depthwise float convolution with horizontal stride 1 or 2 on AVX-512F:
@@ -305,16 +305,19 @@ AVX512 static void dw_rows_range(void *ctx, size_t begin, size_t end)
 	free(own);
 }
 
+/* --------------------- AVX-512: a small plane as one flat row (dw_flat) */
+
 /*
- * Small planes (DW_FLAT_MAX_P outputs at most, rows of at most DW_FLAT_MAX_W) with stride 1
- * and the output the input's size: the plane is one flat row of positions,
+ * Small planes (DW_FLAT_MAX_P outputs at most, rows of at most
+ * DW_FLAT_MAX_W) with stride 1 and the output the input's size: the plane
+ * is one flat row of positions,
  * and tap (i, j) of output p reads input p + (i * dh - pad0) * W + j * dw -
  * pad1, a fixed offset, so 16 positions (several output rows) fill each
  * vector instead of one short row. A mask per (vector, tap), built once per
  * call, zeroes the taps outside the plane (w * 0 is still added, as on the
  * padded copy): the same sums in the same (i, j) order.
  */
-#define DW_FLAT_MAX_P 256
+#define DW_FLAT_MAX_P 256 /* outputs of a plane, at most */
 #define DW_FLAT_VECS (DW_FLAT_MAX_P / 16)
 #define DW_FLAT_MAX_W 10 /* wider rows fill most of a vector already */
 
@@ -374,6 +377,8 @@ AVX512 static void dw_flat_range(void *ctx, size_t begin, size_t end)
 	}
 }
 
+/* -------------------------- AVX-512: 16 channels in the lanes (dw_chan) */
+
 /*
  * Depthwise float convolution with the channels in the vector lanes
  * (any kernel, stride, dilation and padding): 16 channels at a time, each
@@ -386,8 +391,8 @@ AVX512 static void dw_flat_range(void *ctx, size_t begin, size_t end)
  * channels), 8 positions at a time as independent chains; the BN affine
  * and Relu / Clip run on those registers (per-lane scale and shift), and
  * 16 positions are transposed back and stored as 16 channel rows. Every
- * output is the sum dw_rows_block and dw_pad_row form, in the same order, so the
- * bits are theirs; what changes is that no lane is wasted on short rows
+ * output is the sum dw_rows_block and dw_pad_row form, in the same order,
+ * so the bits are theirs; what changes is that no lane is wasted on short rows
  * (7 x 7, 14 x 14 planes), a horizontal stride is a step through the row
  * (no permutes) and there are no per-tap masks or branches. Work items:
  * image x 16-channel block x band of output rows (bands only to give
@@ -620,6 +625,8 @@ AVX512 static void dw_chan_range(void *ctx, size_t begin, size_t end)
 	free(own);
 }
 #endif
+
+/* ----------------------------------------------------------- dispatcher */
 
 int oq_conv_depthwise(oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const float *b,
 		      const oq_kfuse *ep, float *y)

@@ -191,6 +191,7 @@ void oq_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n
 	oq_conv_epi_steps(ep, ep->steps, ep->n_steps, ch, off, y, n);
 }
 
+/* --------------------------------------------- the epilogue in registers */
 
 int oq_conv_late_act(const oq_kfuse *ep)
 {
@@ -207,7 +208,6 @@ int oq_conv_res_steps(const oq_kfuse *ep)
 		return 1;
 	return s[1].kind == OQ_EPI_ACT && s[1].act.kind == OQ_ACT_RELU ? 2 : 0;
 }
-
 
 #if defined(HAVE_X86_KERNELS)
 /* ep's steps can run on the registers: binary ops, Relu, Clip with lo <= hi, gates of those. */
@@ -234,15 +234,13 @@ AVX512 void oq_conv_epi_regs_make(const oq_kfuse *ep, int64_t ch, int late, epi_
 	ev->ch = ch;
 }
 
-
 #define EPI_VECS 8 /* vectors per block of epi_steps_avx512 */
 
 /*
  * Steps [i0, i0 + ns) of ev->ep on EPI_VECS vectors v (128 values from output
  * element o; lanes m[q] of vector q valid), step by step over the block so
- * the dispatch is paid once per 128 values: the expressions of epi_steps,
- * so the same bits. Relu is maxps(0, x) (x < 0 ? 0 : x, NaN and -0 kept),
- * Clip minps(hi, maxps(lo, x)).
+ * the dispatch is paid once per 128 values: the expressions of
+ * oq_conv_epi_steps, so the same bits (Relu and Clip as act_vec).
  */
 AVX512 static void epi_steps_avx512(const epi_regs *ev, int i0, int ns, size_t o, const __mmask16 *m, __m512 *v)
 {
@@ -340,10 +338,8 @@ AVX512 static void epi_apply_avx512(const oq_kfuse *ep, int64_t ch, size_t off, 
 }
 
 /*
- * The epilogue of a GEMM tile: rows of channels ch0 .. ch0 + mm - 1, pp
- * values each, ldc apart, the first at output element off: epi_apply_avx512 row
- * by row, with the BN / Relu / Clip loop inlined for the usual case
- * without steps (no per-row setup beyond two broadcasts).
+ * epi_apply_avx512 row by row, with the BN / Relu / Clip loop inlined for
+ * the usual case without steps (no per-row setup beyond two broadcasts).
  */
 AVX512 void oq_conv_epi_tile(const oq_kfuse *ep, int64_t ch0, int64_t mm, size_t off, float *y, int64_t ldc,
 			      int64_t pp)

@@ -36,15 +36,15 @@
 /*
  * Y[mm, pp] = init + W[mm, kc] * col[kc, pp] for one conv tile, without
  * packing: W rows are read in place (6 at a time, one broadcast each per k)
- * and col rows 16 floats at a time, so neither operand is copied (OpenBLAS
- * packs both on every call: about a fifth of ResNet-50's time). Blocking:
- * KC = 256 deep slices; per slice a 16-column panel of col (16 KiB, stays
- * in L1) meets MC = 96 rows of W (96 KiB, L2). Every output is
- * init + sum_k w*x formed in k order with one FMA per term; the partial sums
- * between slices go through C as float32 (exact), so the result does not
- * depend on the blocking or on which thread runs the tile. Edges: rows past
- * mm reuse row 0 and are not stored; columns past pp use masked loads and
- * stores (nothing outside the arrays is touched).
+ * and col rows 16 floats at a time, so neither operand is copied (BLAS
+ * would pack both on every call). Blocking: KC_DEPTH deep slices; per slice
+ * a 16-column panel of col (16 KiB, stays in L1) meets MC_ROWS rows of W
+ * (96 KiB, L2). Every output is init + sum_k w*x formed in k order with one
+ * FMA per term; the partial sums between slices go through C as float32
+ * (exact), so the result does not depend on the blocking or on which
+ * thread runs the tile. Edges: rows past mm reuse row 0 and are not
+ * stored; columns past pp use masked loads and stores (nothing outside the
+ * arrays is touched).
  */
 
 /*
@@ -161,18 +161,19 @@ int oq_conv_use_avx512(void)
 /* -------------------------------------------- AVX-512 conv GEMM (float) */
 
 /*
- * The same product on AVX-512F CPUs: a 12 x 32 register tile (24 zmm
- * accumulators), W read in place (12 rows, one broadcast each per k, so no
- * copy of the weights is made or kept) and col in 32-column panels
- * [kc][32] (zero past pp), written once per tile by pack_col straight
- * from the input or from each im2col row, so every B load is contiguous
- * and aligned. Blocking as in avx2_gemm: KC_DEPTH slices (a B panel slice,
- * 32 KiB, stays in L1) times MC_ROWS rows of W (L2). Each output is still
- * init + sum_k w*x in k order with one FMA per term (float partial sums
- * through C between slices), so the bits equal the AVX2 kernel's and do not
- * depend on the blocking or on the thread.
+ * The same product on AVX-512F CPUs, positions in the lanes: a 12 x 32
+ * register tile (24 zmm accumulators), W read in place or from its packed
+ * panels (12 rows, one broadcast each per k) and col in 32-column panels
+ * [kc][32] (zero past pp), written once per tile by oq_conv_pack_col
+ * straight from the input or from each im2col row, so every B load is
+ * contiguous and aligned. Blocking as in oq_conv_avx2_gemm: KC_DEPTH
+ * slices (a B panel slice, 32 KiB, stays in L1) times MC_ROWS rows of W
+ * (L2). Each output is still init + sum_k w*x in k order with one FMA per
+ * term (float partial sums through C between slices), so the bits equal
+ * the AVX2 kernel's and do not depend on the blocking or on the thread.
  */
 
+/* The tile epilogue e on vector q (16 columns, lanes m) of row r. */
 AVX512 static inline __m512 tile_epi_vec(const tile_epi *e, int r, int q, __mmask16 m, __m512 v)
 {
 	if (e->scale) {
@@ -189,10 +190,11 @@ AVX512 static inline __m512 tile_epi_vec(const tile_epi *e, int r, int q, __mmas
 }
 
 /*
- * C[mr, nr] (ldc) = init + A[mr, kd] (row r at ar[r], k-stride ks: 1 in place,
- * OQ_PACKED_W_NR in packed panels) * Bp[kd][32]; init: C
- * when load, else bias[r] (bias NULL: 0); then the epilogue e (NULL: none).
- * Rows past mr read row 0 and, like columns past nr, are not stored.
+ * The 12 x 32 positions-in-lanes tile: C[mr, nr] (ldc) = init + A[mr, kd]
+ * (row r at ar[r], k-stride ks: 1 in place, OQ_PACKED_W_NR in packed
+ * panels) * Bp[kd][32]; init: C when load, else bias[r] (bias NULL: 0);
+ * then the epilogue e (NULL: none). Rows past mr read row 0 and, like
+ * columns past nr, are not stored.
  */
 AVX512 static inline void pos_tile_12x32(int64_t kd, const float *const *ar, int64_t ks, const float *bp, float *c,
 				 int64_t ldc, int mr, int nr, int load, const float *bias, const tile_epi *e)
@@ -272,7 +274,8 @@ AVX512 static inline void pos_tile_12x32(int64_t kd, const float *const *ar, int
 }
 
 /*
- * The same product on narrower register tiles, for the tails of a block:
+ * The same product on narrower register tiles, for the tails of a block
+ * (pos_tile_RxC: R output-channel rows x C positions, like pos_tile_12x32):
  * at most R (4, 8 or 12) rows times NV (1 or 2) 16-column vectors, the
  * accumulators in arrays the compiler keeps in registers (R and NV are
  * constants in each function). A 64-row block then costs 5 x 12 + 4 rows of
@@ -456,15 +459,13 @@ static inline const float *tile_a_row(const tile_a *A, int64_t m)
 }
 
 /*
- * Depth slices of the packed col up to this many bytes go through gemm_pos
- * one register tile of rows at a time (every panel for rows m..m+11, then
- * the next 12) instead of every MC_ROWS block per panel: the slice stays
- * in L2 between row tiles, and C is written in 12 long runs instead of up
- * to 96 short ones. That matters when C is not in cache (calibration, where
- * every Conv output is stored and observed, and the 1x1 16 -> 96 layer of
- * mobilenet_v2 writes 4.8 MB): measured with a cold C, 16 -> 96 at 112x112
- * 1.13 -> 0.63 ms, 3 -> 32 3x3/2 at 224x224 0.52 -> 0.34 ms, deep layers
- * unchanged. Each output is the same sum in the same order either way.
+ * Depth slices of the packed col up to this many bytes go through
+ * oq_conv_gemm_pos one register tile of rows at a time (every panel for
+ * rows m..m+11, then the next 12) instead of every MC_ROWS block per
+ * panel: the slice stays in L2 between row tiles, and C is written in 12
+ * long runs instead of up to 96 short ones, which matters when C is not in
+ * cache (calibration stores and observes every Conv output). Each output
+ * is the same sum in the same order either way.
  */
 #define ROWWISE_BYTES (256 * 1024)
 
@@ -530,7 +531,8 @@ AVX512 void oq_conv_gemm_pos(int64_t mm, int64_t pp, int64_t kd, const tile_a *A
 }
 
 /*
- * The product with the channels in the lanes, for tiles where the
+ * The product with the channels in the lanes (chan_tile_RxC: R positions x
+ * C channels), for tiles where the
  * positions are few (a 7 x 7 plane) or the depth large: C[nch channels, rr
  * positions] (ldc) = init + Wp[kd][32] (one packed panel: 32 channels of
  * a k per two aligned loads) x the position rows ar[r] (k-stride ks: the
@@ -595,17 +597,22 @@ typedef void (*chan_tile_fn)(int64_t kd, const float *const *ar, int64_t ks, con
 
 /*
  * C[mm channels, pp positions] (ldc) = init + the packed panels wp (mm
- * channels from a panel start, pstride floats apart) x the positions'
- * rows (row(q) = pos[0] + q for a 1x1 input in place, k-stride ks;
- * pos NULL: the packed col bp, k-stride OQ_PACKED_W_NR), panel by panel, the
- * positions cut into tiles of 4 to 8 as evenly as possible (49 = 7 x 7,
- * 196 = 21 x 8 + 4 x 7); e: the register epilogue (rows = channels from C's first).
+ * channels from a panel start, pstride floats apart) x the positions' rows
+ * (bp NULL: row(q) = x + q, a 1x1 input read in place, k-stride ks; else
+ * the packed col bp, k-stride TILE_NR), panel by panel, the positions cut
+ * into tiles of 4 to 8 as evenly as possible (49 = 7 x 7, 196 = 21 x 8 +
+ * 4 x 7); e: the register epilogue (rows = channels from C's first).
  */
 AVX512 void oq_conv_gemm_chan(int64_t mm, int64_t pp, int64_t kd, const float *wp, int64_t pstride, const float *x,
 			   int64_t ks, const float *bp, float *c, int64_t ldc, const float *bias, const tile_epi *e)
 {
-	static const chan_tile_fn f2[9] = {chan_tile_4x32, chan_tile_4x32, chan_tile_4x32, chan_tile_4x32, chan_tile_4x32, chan_tile_5x32, chan_tile_6x32, chan_tile_7x32, chan_tile_8x32};
-	static const chan_tile_fn f1[9] = {chan_tile_4x16, chan_tile_4x16, chan_tile_4x16, chan_tile_4x16, chan_tile_4x16, chan_tile_5x16, chan_tile_6x16, chan_tile_7x16, chan_tile_8x16};
+	/* by positions per tile: 4..8, fewer only for a plane of fewer than 4 (the 4-tile takes them) */
+	static const chan_tile_fn f2[9] = {chan_tile_4x32, chan_tile_4x32, chan_tile_4x32,
+					   chan_tile_4x32, chan_tile_4x32, chan_tile_5x32,
+					   chan_tile_6x32, chan_tile_7x32, chan_tile_8x32};
+	static const chan_tile_fn f1[9] = {chan_tile_4x16, chan_tile_4x16, chan_tile_4x16,
+					   chan_tile_4x16, chan_tile_4x16, chan_tile_5x16,
+					   chan_tile_6x16, chan_tile_7x16, chan_tile_8x16};
 	int64_t nt = (pp + 7) / 8, base = pp / nt, extra = pp % nt;
 
 	for (int64_t pc = 0; pc < mm; pc += OQ_PACKED_W_NR, wp += pstride) {

@@ -3,23 +3,22 @@
  * (MatMul / Gemm whose weight is an initializer or a folded constant), on
  * an AVX-512 register tile; and its plain-C reference.
  *
- * Why: OpenBLAS repacks B on every call (and on every tile of a split
- * call), which cost as much as a sixth of a transformer's run; a weight
- * does not change between runs, so the executor's plan packs it once
- * (fold.c) and every run reads the panels straight away.
+ * Why: BLAS repacks B on every call (and on every tile of a split call);
+ * a weight does not change between runs, so the executor's plan packs it
+ * once (fold.c) and every run reads the panels straight away.
  *
- * Layout (oq_packed_b): op(B) [kd, n] in panels of OQ_PACKED_B_NR = 64 columns, panel
- * p holding rows k = 0..kd-1 of columns [64p, 64p + 64) contiguously
- * (64 floats = 4 vectors per k, 64-byte aligned), zero past n. The packed
- * copy replaces the weight: the plan lets go of the original when only
- * packed products read it, and rebuilds it (oq_packed_b_unpack) for an observer.
+ * Layout (oq_packed_b): op(B) [kd, n] in panels of OQ_PACKED_B_NR = 64
+ * columns, panel p holding rows k = 0..kd-1 of columns [64p, 64p + 64)
+ * contiguously (64 floats = 4 vectors per k, 64-byte aligned), zero past
+ * n. The packed copy replaces the weight: the plan lets go of the original
+ * when only packed products read it, and rebuilds it (oq_packed_b_unpack)
+ * for an observer.
  *
- * Kernel: C[6 rows, 64 columns] in 24 zmm accumulators; per k, 4 aligned
- * loads of the B panel and 6 broadcasts of A (read in place, row pointers
- * lda apart), 24 FMAs. A 6 x 64 tile needs fewer loads per FMA than 12 x 32
- * (10 vs 14 per 24) and measured ~110 GFLOP/s here against ~95 for
- * OpenBLAS sgemm including its packing (197 x 768 x 2304, one Zen 4 core).
- * Row tails use 4-, 2- and 1-row tiles (1 row: the GEMV of a classifier);
+ * Kernel: C[6 rows, 64 columns] in 24 zmm accumulators (tile_6x64); per k,
+ * 4 aligned loads of the B panel and 6 broadcasts of A (read in place, row
+ * pointers lda apart), 24 FMAs: fewer loads per FMA than a 12 x 32 tile
+ * (10 against 14 per 24). Row tails use 4-, 2- and 1-row tiles (1 row: the
+ * GEMV of a classifier);
  * the last panel's columns past n are masked on load and store of C.
  * Loops: per work unit (a block of rows x one panel) the depth is cut in
  * KC slices (the panel slice, 64 x KC floats, stays in L2; 6 A rows of KC
@@ -29,8 +28,8 @@
  * one fused multiply-add per term, init = C's old value (accumulate) or 0.
  * Storing a float partial sum and loading it back is exact, so neither the
  * depth slices nor the tile shapes nor the split over threads change a bit:
- * outputs are identical for any --threads, and oq_packed_b_gemm_ref (fmaf in the
- * same order) gives the same bits, which the tests check.
+ * outputs are identical for any --threads, and oq_packed_b_gemm_ref (fmaf
+ * in the same order) gives the same bits, which the tests check.
  */
 #include "calib/kernels/linalg/linalg.h"
 #include "calib/exec/cpu.h"
@@ -254,13 +253,9 @@ void oq_packed_b_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const 
 		j.nmb = ceil_div(m, MB_MAX);
 		j.mb = ceil_div(ceil_div(m, j.nmb), 6) * 6;
 		j.nmb = ceil_div(m, j.mb);
-		if (k) /* units of at least ~2 MFLOP per thread: small products stay on the caller
-		        */
-			oq_k_parallel(k, (size_t)(j.nmb * j.np),
-			              (size_t)ceil_div(1 << 20, j.mb * OQ_PACKED_B_NR * pb->kd), gemm_range,
-			              &j);
-		else
-			gemm_range(&j, 0, (size_t)(j.nmb * j.np));
+		/* units of at least ~2 MFLOP per thread: small products stay on the caller */
+		oq_k_parallel(k, (size_t)(j.nmb * j.np), (size_t)ceil_div(1 << 20, j.mb * OQ_PACKED_B_NR * pb->kd),
+		              gemm_range, &j);
 		return;
 	}
 #endif

@@ -33,7 +33,7 @@ typedef struct smjob {
  * A contiguous line on the vector path (vmath.h): max, exp(x - max) with
  * its sum in double (16 stripes), scale by 1 / sum (LogSoftmax: x - max -
  * log(sum)). Returns 0 (nothing written) for a line with NaN or an
- * infinite maximum, which the scalar loop handles as before.
+ * infinite maximum, which the scalar loop then handles.
  */
 static int sm_line_vec(int kind, const float *x, float *y, size_t n)
 {
