@@ -182,3 +182,34 @@ const oq_value *oq_exec_output(const oq_exec *e, size_t i)
 	return i < e->m->graph->n_outputs ? e->m->graph->outputs[i] : NULL;
 }
 size_t oq_exec_peak_bytes(const oq_exec *e) { return e->peak; }
+
+/* What the plans' counters for tests and bench count (exec.h, kernel.h). */
+enum { N_FUSED, N_CHAINED, N_FOLDED, N_PACKED_B, N_PACKED_W };
+
+/* Node np has property what. */
+static int node_has(const node_plan *np, int what)
+{
+	switch (what) {
+	case N_FUSED: return np->fuse != NULL;
+	case N_CHAINED: return np->chain != 0;
+	case N_FOLDED: return np->folded != 0;
+	case N_PACKED_B: return np->packed_b != NULL;
+	default: return np->packed_w != NULL;
+	}
+}
+
+/* Nodes of e's plans so far (main graph at oq_exec_new; subgraphs once run) with property what. */
+static size_t count_nodes(const oq_exec *e, int what)
+{
+	size_t n = 0;
+	for (const plan *p = e->plans; p; p = p->next)
+		for (size_t i = 0; i < p->g->n_nodes; i++)
+			n += (size_t)node_has(&p->nodes[i], what);
+	return n;
+}
+
+size_t oq_exec_n_fused(const oq_exec *e) { return count_nodes(e, N_FUSED); }
+size_t oq_exec_n_chained(const oq_exec *e) { return count_nodes(e, N_CHAINED); }
+size_t oq_exec_n_folded(const oq_exec *e) { return count_nodes(e, N_FOLDED); }
+size_t oq_exec_n_packed(const oq_exec *e) { return count_nodes(e, N_PACKED_B); }
+size_t oq_exec_n_packed_conv(const oq_exec *e) { return count_nodes(e, N_PACKED_W); }

@@ -442,29 +442,3 @@ done:
 	return rc;
 }
 
-size_t oq_exec_n_packed(const oq_exec *e)
-{
-	size_t n = 0;
-	for (const plan *p = e->plans; p; p = p->next)
-		for (size_t i = 0; i < p->g->n_nodes; i++)
-			n += p->nodes[i].packed_b != NULL;
-	return n;
-}
-
-size_t oq_exec_n_packed_conv(const oq_exec *e)
-{
-	size_t n = 0;
-	for (const plan *p = e->plans; p; p = p->next)
-		for (size_t i = 0; i < p->g->n_nodes; i++)
-			n += p->nodes[i].packed_w != NULL;
-	return n;
-}
-
-size_t oq_exec_n_folded(const oq_exec *e)
-{
-	size_t n = 0;
-	for (const plan *p = e->plans; p; p = p->next)
-		for (size_t i = 0; i < p->g->n_nodes; i++)
-			n += p->nodes[i].folded != 0;
-	return n;
-}

@@ -607,24 +607,6 @@ static void plan_chains(plan *p)
 	}
 }
 
-size_t oq_exec_n_chained(const oq_exec *e)
-{
-	size_t n = 0;
-	for (const plan *p = e->plans; p; p = p->next)
-		for (size_t i = 0; i < p->g->n_nodes; i++)
-			n += p->nodes[i].chain != 0;
-	return n;
-}
-
-size_t oq_exec_n_fused(const oq_exec *e)
-{
-	size_t n = 0;
-	for (const plan *p = e->plans; p; p = p->next)
-		for (size_t i = 0; i < p->g->n_nodes; i++)
-			n += p->nodes[i].fuse != NULL;
-	return n;
-}
-
 /* ------------------------------------------------------------ plan */
 
 int oq_plan_get(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)

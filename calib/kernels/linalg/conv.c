@@ -113,25 +113,13 @@ IM2COL_2D(double, im2col_2d_d)
 			 T *col)                                                                        \
 	{                                                                                               \
 		for (int64_t r = r0; r < r0 + nr; r++) {                                                \
-			int64_t c = r / g->k_size, kk = r % g->k_size, koff[OQ_CONV_MAX_SP];            \
-			for (int d = g->nsp - 1; d >= 0; d--) {                                         \
-				koff[d] = kk % g->k[d];                                                 \
-				kk /= g->k[d];                                                          \
-			}                                                                               \
+			int64_t c = r / g->k_size, koff[OQ_CONV_MAX_SP], pos[OQ_CONV_MAX_SP];          \
+			unflat(r % g->k_size, g->nsp, g->k, koff);                                      \
 			for (int64_t q = 0; q < pp; q++) {                                              \
-				int64_t rem = p0 + q, idx = 0, ok = 1;                                  \
-				int64_t pos[OQ_CONV_MAX_SP];                                            \
-				for (int d = g->nsp - 1; d >= 0; d--) {                                 \
-					pos[d] = rem % g->out[d];                                       \
-					rem /= g->out[d];                                               \
-				}                                                                       \
-				for (int d = 0; d < g->nsp; d++) {                                      \
-					int64_t ii = pos[d] * g->stride[d] + koff[d] * g->dil[d] - g->pad[d]; \
-					if (ii < 0 || ii >= g->in[d])                                   \
-						ok = 0;                                                 \
-					idx = idx * g->in[d] + ii;                                      \
-				}                                                                       \
-				col[(r - r0) * pp + q] = ok ? x[c * g->in_size + idx] : (T)0;                  \
+				int64_t idx;                                                            \
+				unflat(p0 + q, g->nsp, g->out, pos);                                    \
+				idx = tap_index(g, pos, koff, g->in);                                   \
+				col[(r - r0) * pp + q] = idx >= 0 ? x[c * g->in_size + idx] : (T)0;     \
 			}                                                                               \
 		}                                                                                       \
 	}
@@ -742,15 +730,9 @@ void oq_conv_ref(oq_ltype t, const oq_conv_geom *g, const void *x, const void *w
 				unflat(p, g->nsp, g->out, op);
 				for (int64_t c = 0; c < cg; c++)
 					for (int64_t q = 0; q < g->k_size; q++) {
-						int64_t idx = 0, ok = 1;
+						int64_t idx;
 						unflat(q, g->nsp, g->k, kp);
-						for (int d = 0; d < g->nsp; d++) {
-							int64_t ii = op[d] * g->stride[d] + kp[d] * g->dil[d] - g->pad[d];
-							if (ii < 0 || ii >= g->in[d])
-								ok = 0;
-							idx = idx * g->in[d] + ii;
-						}
-						if (!ok)
+						if ((idx = tap_index(g, op, kp, g->in)) < 0)
 							continue;
 						acc += getv(t, x, (n * g->c + (m / mg) * cg + c) * g->in_size + idx) *
 						       getv(t, w, (m * cg + c) * g->k_size + q);

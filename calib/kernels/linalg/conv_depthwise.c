@@ -72,20 +72,22 @@ static inline void dw_pad_row(float *yr, int64_t ow_n, const float *x0, int64_t 
 	}
 }
 
-typedef struct dw_pad_job {
+/* A call of the dw_pad, dw_rows or dw_flat kernel: one work item per (image, channel) plane. */
+typedef struct dw_job {
 	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
 	const oq_conv_geom *g;
 	const float *x, *w, *b;
 	float *y;
 	const oq_kfuse *ep;    /* fused epilogue, or NULL */
-	int64_t ow4;           /* output width rounded up to a multiple of 4 */
-	int64_t hp, wp;        /* padded plane: enough for ow4 outputs per row */
+	int64_t ow4;           /* dw_pad: output width rounded up to a multiple of 4 */
+	int64_t hp, wp;        /* dw_pad: padded plane, enough for ow4 outputs per row */
+	int64_t nblk;          /* dw_rows: 16-output blocks per row */
 	atomic_int oom;
-} dw_pad_job;
+} dw_job;
 
 static void dw_pad_range(void *ctx, size_t begin, size_t end)
 {
-	dw_pad_job *j = ctx;
+	dw_job *j = ctx;
 	const oq_conv_geom *g = j->g;
 	int64_t H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1];
 	int64_t kh = g->k[0], kw = g->k[1], sh = g->stride[0], sw = g->stride[1], dw = g->dil[1];
@@ -152,15 +154,6 @@ static void dw_pad_range(void *ctx, size_t begin, size_t end)
  * before the (masked) store: BN affine in double, Relu and Clip as maxps /
  * minps (other activations on the stored row, by oq_act_apply).
  */
-typedef struct dw_rows_job {
-	oq_kctx *k;            /* for oq_k_scratch, or NULL (malloc) */
-	const oq_conv_geom *g;
-	const float *x, *w, *b;
-	float *y;
-	const oq_kfuse *ep;    /* fused epilogue, or NULL */
-	int64_t nblk;          /* 16-output blocks per row */
-	atomic_int oom;
-} dw_rows_job;
 
 /*
  * nr (1..DW_ROWS_AT_ONCE) output rows from oh0 of one channel plane: xc the input
@@ -173,7 +166,7 @@ typedef struct dw_rows_job {
  */
 #define DW_ROWS_AT_ONCE 4
 
-AVX512 static inline void dw_rows_block(const dw_rows_job *j, const epi_regs *ev, const float *xc, float *yc, int64_t oh0,
+AVX512 static inline void dw_rows_block(const dw_job *j, const epi_regs *ev, const float *xc, float *yc, int64_t oh0,
 				   int nr, const __mmask16 *cm, const unsigned char *full, const __m512 *wv, float b,
 				   int64_t kh, int64_t kw, int64_t sw)
 {
@@ -230,7 +223,7 @@ AVX512 static inline void dw_rows_block(const dw_rows_job *j, const epi_regs *ev
 }
 
 /* All rows of one channel, DW_ROWS_AT_ONCE at a time; kh, kw, sw constant where inlined with constants. */
-AVX512 static inline void dw_rows_plane(const dw_rows_job *j, const epi_regs *ev, const float *xc, float *yc,
+AVX512 static inline void dw_rows_plane(const dw_job *j, const epi_regs *ev, const float *xc, float *yc,
 				    const __mmask16 *cm, const unsigned char *full, const float *w, float b, int64_t kh,
 				    int64_t kw, int64_t sw)
 {
@@ -247,7 +240,7 @@ AVX512 static inline void dw_rows_plane(const dw_rows_job *j, const epi_regs *ev
 
 AVX512 static void dw_rows_range(void *ctx, size_t begin, size_t end)
 {
-	dw_rows_job *j = ctx;
+	dw_job *j = ctx;
 	const oq_conv_geom *g = j->g;
 	int64_t W = g->in[1], OH = g->out[0], OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1];
 	size_t nm = (size_t)(j->nblk * kw * sw), need = nm * sizeof(__mmask16) + (size_t)j->nblk;
@@ -292,15 +285,8 @@ AVX512 static void dw_rows_range(void *ctx, size_t begin, size_t end)
 			dw_rows_plane(j, &ev, xc, yc, cm, full, wc, b, 5, 5, 2);
 		else
 			dw_rows_plane(j, &ev, xc, yc, cm, full, wc, b, kh, kw, sw);
-		for (int64_t oh = 0; j->ep && (late || j->ep->n_steps) && oh < OH; oh++) {
-			float *yr = yc + oh * OW;
-			if (late)
-				oq_act_apply(&j->ep->act, yr, (size_t)OW);
-			if (ev.steps)
-				oq_conv_epi_row(&ev, 0, (size_t)(yr - j->y), yr, (size_t)OW);
-			else
-				oq_conv_epi_steps(j->ep, j->ep->steps, j->ep->n_steps, ch, (size_t)(yr - j->y), yr, (size_t)OW);
-		}
+		for (int64_t oh = 0; j->ep && (late || j->ep->n_steps) && oh < OH; oh++)
+			oq_conv_epi_rest(&ev, late, (size_t)(yc + oh * OW - j->y), yc + oh * OW, (size_t)OW);
 	}
 	free(own);
 }
@@ -329,7 +315,7 @@ static int dw_flat_fits(const oq_conv_geom *g)
 
 AVX512 static void dw_flat_range(void *ctx, size_t begin, size_t end)
 {
-	dw_rows_job *j = ctx;
+	dw_job *j = ctx;
 	const oq_conv_geom *g = j->g;
 	int64_t H = g->in[0], W = g->in[1], P = g->out_size, taps = g->k_size, nv = (P + 15) / 16;
 	int64_t offs[DW_MAX_TAPS];
@@ -366,14 +352,8 @@ AVX512 static void dw_flat_range(void *ctx, size_t begin, size_t end)
 		}
 		for (int64_t v = 0; v < nv; v++)
 			_mm512_mask_storeu_ps(yc + v * 16, lane_mask(v * 16, P), epi_regs_vec(acc[v], &ev));
-		if (late)
-			oq_act_apply(&j->ep->act, yc, (size_t)P);
-		if (j->ep && j->ep->n_steps) {
-			if (ev.steps)
-				oq_conv_epi_row(&ev, 0, (size_t)(yc - j->y), yc, (size_t)P);
-			else
-				oq_conv_epi_steps(j->ep, j->ep->steps, j->ep->n_steps, ch, (size_t)(yc - j->y), yc, (size_t)P);
-		}
+		if (j->ep && (late || j->ep->n_steps))
+			oq_conv_epi_rest(&ev, late, (size_t)(yc - j->y), yc, (size_t)P);
 	}
 }
 
@@ -557,13 +537,7 @@ AVX512 void oq_conv_dw_chan_block(const dw_chan_job *j, const float *xc, float *
 		oq_conv_epi_regs_make(j->ep, c0 + l, late, &sev);
 		for (int64_t oh = oh0; oh < oh1; oh++) {
 			float *yr = yc + l * g->out_size + oh * OW;
-			if (late)
-				oq_act_apply(&j->ep->act, yr, (size_t)OW);
-			if (sev.steps)
-				oq_conv_epi_row(&sev, 0, (size_t)(yr - j->y), yr, (size_t)OW);
-			else
-				oq_conv_epi_steps(j->ep, j->ep->steps, j->ep->n_steps, c0 + l, (size_t)(yr - j->y), yr,
-					  (size_t)OW);
+			oq_conv_epi_rest(&sev, late, (size_t)(yr - j->y), yr, (size_t)OW);
 		}
 	}
 }
@@ -631,7 +605,8 @@ AVX512 static void dw_chan_range(void *ctx, size_t begin, size_t end)
 int oq_conv_depthwise(oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const float *b,
 		      const oq_kfuse *ep, float *y)
 {
-	dw_pad_job d;
+	dw_job d;
+	oq_range_fn fn = dw_pad_range;
 
 #if defined(HAVE_X86_KERNELS)
 	if (oq_conv_use_avx512() && oq_conv_dw_chan_fits(g)) {
@@ -642,21 +617,10 @@ int oq_conv_depthwise(oq_kctx *k, const oq_conv_geom *g, const float *x, const f
 		oq_k_parallel(k, (size_t)items, 1, dw_chan_range, &dc);
 		return atomic_load(&dc.oom) ? OQ_ENOMEM : OQ_OK;
 	}
-	if (oq_conv_use_avx512() && (g->stride[1] == 1 || g->stride[1] == 2) && g->k[0] * g->k[1] <= DW_MAX_TAPS) {
-		dw_rows_job dz;
-		dz.k = k;
-		dz.g = g;
-		dz.x = x;
-		dz.w = w;
-		dz.b = b;
-		dz.y = y;
-		dz.ep = ep;
-		dz.nblk = ceil_div(g->out[1], 16);
-		atomic_init(&dz.oom, 0);
-		oq_k_parallel(k, (size_t)(g->n * g->c), 1, dw_flat_fits(g) ? dw_flat_range : dw_rows_range, &dz);
-		return atomic_load(&dz.oom) ? OQ_ENOMEM : OQ_OK;
-	}
+	if (oq_conv_use_avx512() && (g->stride[1] == 1 || g->stride[1] == 2) && g->k[0] * g->k[1] <= DW_MAX_TAPS)
+		fn = dw_flat_fits(g) ? dw_flat_range : dw_rows_range;
 #endif
+	memset(&d, 0, sizeof d);
 	d.k = k;
 	d.g = g;
 	d.x = x;
@@ -664,11 +628,12 @@ int oq_conv_depthwise(oq_kctx *k, const oq_conv_geom *g, const float *x, const f
 	d.b = b;
 	d.y = y;
 	d.ep = ep;
+	d.nblk = ceil_div(g->out[1], 16);
 	d.ow4 = (g->out[1] + 3) / 4 * 4;
 	d.hp = (g->out[0] - 1) * g->stride[0] + (g->k[0] - 1) * g->dil[0] + 1;
 	/* + 2: the stride-2 loads read one float past the last tap */
 	d.wp = (d.ow4 - 1) * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 3;
 	atomic_init(&d.oom, 0);
-	oq_k_parallel(k, (size_t)(g->n * g->c), 1, dw_pad_range, &d);
+	oq_k_parallel(k, (size_t)(g->n * g->c), 1, fn, &d);
 	return atomic_load(&d.oom) ? OQ_ENOMEM : OQ_OK;
 }

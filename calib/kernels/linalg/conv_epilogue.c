@@ -337,6 +337,18 @@ AVX512 static void epi_apply_avx512(const oq_kfuse *ep, int64_t ch, size_t off, 
 		oq_conv_epi_steps(ep, ep->steps, ep->n_steps, ch, off, y, n);
 }
 
+AVX512 void oq_conv_epi_rest(const epi_regs *ev, int late, size_t off, float *y, size_t n)
+{
+	const oq_kfuse *ep = ev->ep;
+
+	if (late)
+		oq_act_apply(&ep->act, y, n);
+	if (ev->steps)
+		oq_conv_epi_row(ev, 0, off, y, n);
+	else
+		oq_conv_epi_steps(ep, ep->steps, ep->n_steps, ev->ch, off, y, n);
+}
+
 /*
  * epi_apply_avx512 row by row, with the BN / Relu / Clip loop inlined for
  * the usual case without steps (no per-row setup beyond two broadcasts).

@@ -54,6 +54,24 @@ static inline void unflat(int64_t p, int n, const int64_t *dims, int64_t *idx)
 	}
 }
 
+/*
+ * Flat index, in a grid of dims lim, of pos * stride + kp * dil - pad in
+ * every spatial dim: tap kp of output position pos of a convolution (lim =
+ * g->in), or where tap kp of input position pos of a transposed one lands
+ * (lim = g->out). -1 when it falls outside the grid.
+ */
+static inline int64_t tap_index(const oq_conv_geom *g, const int64_t *pos, const int64_t *kp, const int64_t *lim)
+{
+	int64_t idx = 0;
+	for (int d = 0; d < g->nsp; d++) {
+		int64_t i = pos[d] * g->stride[d] + kp[d] * g->dil[d] - g->pad[d];
+		if (i < 0 || i >= lim[d])
+			return -1;
+		idx = idx * lim[d] + i;
+	}
+	return idx;
+}
+
 /* 1-D problems run as 2-D ones with a unit leading spatial dim (conv.c). */
 void oq_conv_as_2d(const oq_conv_geom *g, oq_conv_geom *o);
 /*
@@ -245,6 +263,13 @@ typedef struct epi_regs {
 AVX512 void oq_conv_epi_regs_make(const oq_kfuse *ep, int64_t ch, int late, epi_regs *ev);
 /* y[0..n) (output element off on): BN and Relu / Clip when epi, then the steps when ev->steps. conv_epilogue.c. */
 AVX512 void oq_conv_epi_row(const epi_regs *ev, int epi, size_t off, float *y, size_t n);
+
+/*
+ * What the registers left of ev->ep (ev made with late) on a stored row
+ * y[0..n), output element off on: the late activation, then the steps.
+ * conv_epilogue.c.
+ */
+AVX512 void oq_conv_epi_rest(const epi_regs *ev, int late, size_t off, float *y, size_t n);
 
 /* The epilogue on one vector: BN as the BatchNormalization kernel, then Relu / Clip (not the steps). */
 AVX512 static inline __m512 epi_regs_vec(__m512 v, const epi_regs *ev)

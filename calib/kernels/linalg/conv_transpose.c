@@ -52,15 +52,9 @@ typedef struct col2im_job {
 				continue;                                                           \
 			}                                                                           \
 			for (int64_t i = 0; i < g->in_size; i++) {                                  \
-				int64_t idx = 0, ok = 1;                                            \
+				int64_t idx;                                                        \
 				unflat(i, g->nsp, g->in, ip);                                       \
-				for (int d = 0; d < g->nsp; d++) {                                  \
-					int64_t o = ip[d] * g->stride[d] + kp[d] * g->dil[d] - g->pad[d]; \
-					if (o < 0 || o >= g->out[d])                                \
-						ok = 0;                                             \
-					idx = idx * g->out[d] + o;                                  \
-				}                                                                   \
-				if (ok)                                                             \
+				if ((idx = tap_index(g, ip, kp, g->out)) >= 0)                      \
 					y[idx] += col[i];                                           \
 			}                                                                           \
 		}                                                                                   \
@@ -171,15 +165,9 @@ void oq_convt_ref(oq_ltype t, const oq_conv_geom *g, const void *x, const void *
 				unflat(i, g->nsp, g->in, ip);
 				for (int64_t mm = 0; mm < mg; mm++)
 					for (int64_t q = 0; q < g->k_size; q++) {
-						int64_t idx = 0, ok = 1, yi;
+						int64_t idx, yi;
 						unflat(q, g->nsp, g->k, kp);
-						for (int d = 0; d < g->nsp; d++) {
-							int64_t o = ip[d] * g->stride[d] + kp[d] * g->dil[d] - g->pad[d];
-							if (o < 0 || o >= g->out[d])
-								ok = 0;
-							idx = idx * g->out[d] + o;
-						}
-						if (!ok)
+						if ((idx = tap_index(g, ip, kp, g->out)) < 0)
 							continue;
 						yi = (n * g->m + grp * mg + mm) * g->out_size + idx;
 						if (acc)
