@@ -18,7 +18,7 @@
 static const oq_kreg *const families[] = {
 	oq_kernels_elementwise, oq_kernels_linalg, oq_kernels_nn, oq_kernels_shape,
 	oq_kernels_quant, oq_kernels_control, oq_kernels_rnn,
-	oq_kernels_signal, oq_kernels_vision, oq_kernels_seq,
+	oq_kernels_signal, oq_kernels_vision, oq_kernels_sequence,
 };
 
 oq_kernel_fn oq_kernel_find(oq_op op, int64_t opset)

@@ -199,16 +199,16 @@ int oq_broadcast(int ra, const int64_t *a, int rb, const int64_t *b, int *rr, in
 int oq_axis(int64_t axis, int rank);
 
 /* Family tables, one per family under calib/kernels/. */
-extern const oq_kreg oq_kernels_elementwise[];      /* element-wise, activations, Cast, Where, logic */
-extern const oq_kreg oq_kernels_linalg[];  /* Conv, ConvTranspose, Gemm, MatMul, Einsum, *Integer, QLinear* */
-extern const oq_kreg oq_kernels_nn[];      /* pooling, normalisation, softmax, reductions, TopK, CumSum */
-extern const oq_kreg oq_kernels_shape[];   /* reshape/transpose/slice/gather/pad/resize/... */
-extern const oq_kreg oq_kernels_quant[];   /* QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear */
-extern const oq_kreg oq_kernels_control[]; /* If, Loop, Scan */
-extern const oq_kreg oq_kernels_rnn[];     /* LSTM, GRU, RNN */
-extern const oq_kreg oq_kernels_signal[];  /* DFT, STFT, windows, MelWeightMatrix, Det */
-extern const oq_kreg oq_kernels_vision[];  /* NonMaxSuppression, RoiAlign, GridSample, MaxUnpool */
-extern const oq_kreg oq_kernels_seq[];     /* Sequence*, SplitToSequence, ConcatFromSequence, Optional* */
+extern const oq_kreg oq_kernels_elementwise[]; /* element-wise, activations, Cast, Where, logic */
+extern const oq_kreg oq_kernels_linalg[];      /* Conv, ConvTranspose, Gemm, MatMul, Einsum, *Integer, QLinear* */
+extern const oq_kreg oq_kernels_nn[];          /* pooling, normalisation, softmax, reductions, TopK, CumSum */
+extern const oq_kreg oq_kernels_shape[];       /* reshape/transpose/slice/gather/pad/resize/... */
+extern const oq_kreg oq_kernels_quant[];       /* QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear */
+extern const oq_kreg oq_kernels_control[];     /* If, Loop, Scan */
+extern const oq_kreg oq_kernels_rnn[];         /* LSTM, GRU, RNN */
+extern const oq_kreg oq_kernels_signal[];      /* DFT, STFT, windows, MelWeightMatrix, Det */
+extern const oq_kreg oq_kernels_vision[];      /* NonMaxSuppression, RoiAlign, GridSample, MaxUnpool */
+extern const oq_kreg oq_kernels_sequence[];    /* Sequence*, SplitToSequence, ConcatFromSequence, Optional* */
 /* Ops whose kernels accept sequence / empty-optional inputs (sequence.c); others get tensors only. */
 int oq_k_takes_values(oq_op op);
 

@@ -415,7 +415,7 @@ static int opt_get(oq_kctx *k)
 	return oq_k_output_value(k, 0, x, &y);
 }
 
-const oq_kreg oq_kernels_seq[] = {
+const oq_kreg oq_kernels_sequence[] = {
 	{OQ_OP_SequenceEmpty, 0, seq_empty},
 	{OQ_OP_SequenceConstruct, 0, seq_construct},
 	{OQ_OP_SequenceAt, 0, seq_at},

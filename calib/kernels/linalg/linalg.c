@@ -222,12 +222,12 @@ int oq_linalg_conv_geom(oq_kctx *k, const oq_rt *x, const oq_rt *w, int transpos
 
 /* ------------------------------------------------------------ Conv */
 
-/* fz (fused Conv only): the epilogue (BN affine, activation) the engine applies per tile. */
-static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
+/* fuse (fused Conv only): the group's epilogue (BN affine, activation, steps) the engine applies per tile. */
+static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fuse)
 {
 	oq_rt *x = oq_k_in(k, 0), *w = oq_k_in(k, 1), *b = oq_k_in(k, 2), *y;
 	const oq_packed_w *pw = transpose || !w || w->dtype != OQ_DT_FLOAT ? NULL : k->packed_w;
-	oq_kfuse run;       /* fz with this call's tensor operands */
+	oq_kfuse run;       /* fuse with this call's tensor operands */
 	oq_conv_geom g;
 	int64_t dims[OQ_RT_MAX_RANK];
 	void *xb = NULL, *wb = NULL, *bb = NULL, *yb = NULL;
@@ -240,7 +240,7 @@ static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
 		return oq_k_err(k, OQ_EUNSUP, "X, W (and B) must share one float type; got %s, %s%s%s",
 				oq_dtype_name(x->dtype), oq_dtype_name(w->dtype), b ? ", " : "",
 				b ? oq_dtype_name(b->dtype) : "");
-	if (fz && x->dtype != OQ_DT_FLOAT)
+	if (fuse && x->dtype != OQ_DT_FLOAT)
 		return oq_k_err(k, OQ_EUNSUP, "X, W (and B) must share one float type; got %s, %s",
 				oq_dtype_name(x->dtype), oq_dtype_name(w->dtype));
 	if ((rc = oq_linalg_conv_geom(k, x, w, transpose, &g)))
@@ -251,17 +251,17 @@ static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
 	dims[1] = g.m;
 	for (int d = 0; d < g.nsp; d++)
 		dims[d + 2] = g.out[d];
-	if (fz && fz->n_t) {
+	if (fuse && fuse->n_t) {
 		/* tensor operands must be float32 of the output's shape, else the group runs unfused */
-		run = *fz;
-		for (int i = 0; i < fz->n_t; i++) {
+		run = *fuse;
+		for (int i = 0; i < fuse->n_t; i++) {
 			const oq_rt *t = k->fuse_in ? k->fuse_in[i] : NULL;
 			if (!t || t->kind != OQ_RT_TENSOR || t->dtype != OQ_DT_FLOAT || t->rank != x->rank ||
 			    memcmp(t->dims, dims, (size_t)x->rank * sizeof *dims))
 				return OQ_K_UNFUSED;
 			run.t[i] = t->data;
 		}
-		fz = &run;
+		fuse = &run;
 	}
 	/* the engines write every output element (Conv: bias or beta 0; ConvTranspose: bias first) */
 	if ((rc = oq_k_output_raw(k, 0, x->dtype, x->rank, dims, &y)))
@@ -272,7 +272,7 @@ static int conv_common(oq_kctx *k, int transpose, const oq_kfuse *fz)
 	    (!(pw && !w->data) && (rc = oq_linalg_load(k, w, lt, NULL, 0, 1, &wb, &wo))) ||
 	    (b && (rc = oq_linalg_load(k, b, lt, NULL, 0, 1, &bb, &bo))) || (rc = out_buf(k, y, lt, &yb, &yo)))
 		goto done;
-	rc = transpose ? oq_convt_run(k, lt, &g, xb, wb, bb, yb) : oq_conv_run_packed(k, lt, &g, xb, wb, pw, bb, fz, yb);
+	rc = transpose ? oq_convt_run(k, lt, &g, xb, wb, bb, yb) : oq_conv_run_packed(k, lt, &g, xb, wb, pw, bb, fuse, yb);
 	if (rc) {
 		rc = oq_k_err(k, rc, rc == OQ_EINVAL ? "the packed weight does not fit (internal error)"
 					      : "out of memory for the convolution's work buffers");
