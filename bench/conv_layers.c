@@ -203,7 +203,7 @@ static int mobilenet(int reps)
 				y = buf[3 - (x == buf[1] ? 1 : x == buf[2] ? 2 : 0) - (blk == buf[1] ? 1 : blk == buf[2] ? 2 : 0)];
 			t = cpu_ms();
 			if (oq_conv_run_packed(NULL, OQ_LT_F32, &g, x, L[i].w, L[i].cw.p ? &L[i].cw : NULL, L[i].b,
-					   L[i].clip || L[i].res ? &ep : NULL, y))
+					       L[i].clip || L[i].res ? &ep : NULL, y))
 				goto done;
 			t = cpu_ms() - t;
 			if (t < L[i].best)

@@ -202,7 +202,7 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 			tile_a A;
 			if (!j->shared_col && !inplace && rest != last) {
 				oq_conv_pack_col(g, (const float *)j->x + xo, P, j->direct, 0, j->kc, j->kc, p0, pp,
-					   (float *)col + packed_col_floats(j->kc, j->pt), col);
+						 (float *)col + packed_col_floats(j->kc, j->pt), col);
 				last = rest;
 			}
 			/* the epilogue on the registers before the last store, else in a pass over the tile */
@@ -228,11 +228,11 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 			}
 			if (j->chan)
 				oq_conv_gemm_chan(mm, pp, j->kc, A.a, A.pstride, (const float *)j->x + xo + p0, g->in_size,
-					inplace ? NULL : bp, (float *)j->y + yo, P,
-					j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
+						  inplace ? NULL : bp, (float *)j->y + yo, P,
+						  j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
 			else
 				oq_conv_gemm_pos(mm, pp, j->kc, &A, bp, NULL, (float *)j->y + yo, P,
-				       j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
+						 j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, reg ? &ze : NULL);
 			if (j->ep && !reg)
 				oq_conv_epi_tile(j->ep, grp * j->mg + m0, mm, (size_t)yo, (float *)j->y + yo, P, pp);
 			continue;
@@ -327,7 +327,7 @@ static void shared_pack_range(void *ctx, size_t begin, size_t end)
 			return;
 		}
 		oq_conv_pack_col(g, (const float *)j->x + xo, P, j->direct, r0, r1, j->kc, p0, pp, row,
-			   j->shared_col + (size_t)rest * packed_col_floats(j->kc, j->pt));
+				 j->shared_col + (size_t)rest * packed_col_floats(j->kc, j->pt));
 	}
 }
 #endif
@@ -522,7 +522,7 @@ static void in_place_range(void *ctx, size_t begin, size_t end)
  * the padded copy cannot be allocated: the caller then takes the im2col path.
  */
 static int conv_in_place(oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const oq_packed_w *pw,
-		  const float *b, const oq_kfuse *ep, float *y, int64_t kc, int *rc)
+			 const float *b, const oq_kfuse *ep, float *y, int64_t kc, int *rc)
 {
 	in_place_job j;
 	int64_t *off, hr, wr, items;
@@ -599,13 +599,13 @@ int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, c
 }
 
 int oq_conv_run_epilogue(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w,
-		   const void *b, const oq_kfuse *ep, void *y)
+			 const void *b, const oq_kfuse *ep, void *y)
 {
 	return conv_run(k, t, g0, x, w, NULL, b, ep, y);
 }
 
 int oq_conv_run_packed(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *x, const void *w, const oq_packed_w *pw,
-		   const void *b, const oq_kfuse *ep, void *y)
+		       const void *b, const oq_kfuse *ep, void *y)
 {
 	float *tmp = NULL;
 	int rc;

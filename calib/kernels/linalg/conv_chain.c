@@ -108,7 +108,7 @@ AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
 		/* A: rows [ih0, ih1) of its output, channels [m0, m0 + nch), into e ([nch][pp]) */
 		if (!(j->direct && j->chan))
 			oq_conv_pack_col(ga, xa, ga->out_size, j->direct, 0, j->kc, j->kc, p0, pp, col + packed_col_floats(j->kc, j->pmax),
-				   col);
+					 col);
 		if (reg) {
 			memset(&ze, 0, sizeof ze);
 			ze.scale = j->epa->scale ? j->epa->scale + m0 : NULL;
@@ -121,7 +121,7 @@ AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
 		Ag.a = A.pstride ? A.a + m0 / OQ_PACKED_W_NR * A.pstride : A.a + m0 * A.lda;
 		if (j->chan)
 			oq_conv_gemm_chan(nch, pp, j->kc, Ag.a, Ag.pstride, xa + p0, ga->in_size, j->direct ? NULL : col, e, pp,
-				j->ba ? j->ba + m0 : NULL, reg ? &ze : NULL);
+					  j->ba ? j->ba + m0 : NULL, reg ? &ze : NULL);
 		else
 			oq_conv_gemm_pos(nch, pp, j->kc, &Ag, col, NULL, e, pp, j->ba ? j->ba + m0 : NULL, reg ? &ze : NULL);
 		if (j->epa && !reg)
@@ -135,7 +135,7 @@ AVX512 static void chain_range(void *ctx, size_t begin, size_t end)
 		dj.g = &gbb;
 		for (int64_t c0 = m0; c0 < m0 + nch; c0 += 16)
 			oq_conv_dw_chan_block(&dj, e + (c0 - m0) * pp, j->y + (n * gb->c + c0) * gb->out_size, c0, oh0, oh1, ring,
-				  ring + (size_t)j->d.span * (size_t)j->d.wp * 16);
+					      ring + (size_t)j->d.span * (size_t)j->d.wp * 16);
 	}
 	free(own);
 }

@@ -30,7 +30,7 @@
  * constant kh/kw (3, 5) the tap loops unroll and the weights stay in registers.
  */
 static inline void dw_pad_row(float *yr, int64_t ow_n, const float *x0, int64_t wp, int64_t sw, int64_t dw,
-			  const float *w, int64_t kh, int64_t kw, float b)
+			      const float *w, int64_t kh, int64_t kw, float b)
 {
 	int64_t ow = 0;
 #if defined(__SSE2__)
@@ -167,8 +167,8 @@ static void dw_pad_range(void *ctx, size_t begin, size_t end)
 #define DW_ROWS_AT_ONCE 4
 
 AVX512 static inline void dw_rows_block(const dw_job *j, const epi_regs *ev, const float *xc, float *yc, int64_t oh0,
-				   int nr, const __mmask16 *cm, const unsigned char *full, const __m512 *wv, float b,
-				   int64_t kh, int64_t kw, int64_t sw)
+					int nr, const __mmask16 *cm, const unsigned char *full, const __m512 *wv, float b,
+					int64_t kh, int64_t kw, int64_t sw)
 {
 	const oq_conv_geom *g = j->g;
 	int64_t H = g->in[0], W = g->in[1], OW = g->out[1], dh = g->dil[0], dw = g->dil[1];
@@ -224,8 +224,8 @@ AVX512 static inline void dw_rows_block(const dw_job *j, const epi_regs *ev, con
 
 /* All rows of one channel, DW_ROWS_AT_ONCE at a time; kh, kw, sw constant where inlined with constants. */
 AVX512 static inline void dw_rows_plane(const dw_job *j, const epi_regs *ev, const float *xc, float *yc,
-				    const __mmask16 *cm, const unsigned char *full, const float *w, float b, int64_t kh,
-				    int64_t kw, int64_t sw)
+					const __mmask16 *cm, const unsigned char *full, const float *w, float b, int64_t kh,
+					int64_t kw, int64_t sw)
 {
 	int64_t OH = j->g->out[0], oh = 0;
 	__m512 wv[DW_MAX_TAPS];
@@ -410,7 +410,7 @@ AVX512 static void dw_chan_row_in(const oq_conv_geom *g, const float *xc, int nc
  * row of tap row i, wv the tap vectors, out[q] the results.
  */
 AVX512 static inline void dw_chan_8pos(const float *const *rows, const __m512 *wv, __m512 bias, const epi_regs *ev,
-				  int64_t ow0, int64_t kh, int64_t kw, int64_t sw, int64_t dw, __m512 *out)
+				       int64_t ow0, int64_t kh, int64_t kw, int64_t sw, int64_t dw, __m512 *out)
 {
 	__m512 a0 = bias, a1 = bias, a2 = bias, a3 = bias, a4 = bias, a5 = bias, a6 = bias, a7 = bias;
 	for (int64_t i = 0; i < kh; i++) {
@@ -441,8 +441,8 @@ AVX512 static inline void dw_chan_8pos(const float *const *rows, const __m512 *w
 
 /* Output rows [oh0, oh1) of one block: ring slots of span rows (row ih in slot ih % span), yc channel c0's plane. */
 AVX512 static inline void dw_chan_rows(const dw_chan_job *j, const float *xc, float *yc, int nc, const __m512 *wv,
-				   __m512 bias, const epi_regs *ev, float *ring, const float *zero, int64_t oh0,
-				   int64_t oh1, int64_t kh, int64_t kw, int64_t sw)
+				       __m512 bias, const epi_regs *ev, float *ring, const float *zero, int64_t oh0,
+				       int64_t oh1, int64_t kh, int64_t kw, int64_t sw)
 {
 	const oq_conv_geom *g = j->g;
 	int64_t H = g->in[0], OW = g->out[1], OHW = g->out_size, dh = g->dil[0], dw = g->dil[1];
@@ -497,7 +497,7 @@ int oq_conv_dw_chan_fits(const oq_conv_geom *g)
  * channel c0's input plane, yc its output plane; ring and zero as dw_chan_rows.
  */
 AVX512 void oq_conv_dw_chan_block(const dw_chan_job *j, const float *xc, float *yc, int64_t c0, int64_t oh0, int64_t oh1,
-			     float *ring, const float *zero)
+				  float *ring, const float *zero)
 {
 	const oq_conv_geom *g = j->g;
 	int64_t OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1], taps = g->k_size;
@@ -544,7 +544,7 @@ AVX512 void oq_conv_dw_chan_block(const dw_chan_job *j, const float *xc, float *
 
 /* A channel-blocked job for g (depthwise, oq_conv_dw_chan_fits), cut into bands of output rows for the threads. */
 void oq_conv_dw_chan_setup(dw_chan_job *dc, oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const float *b,
-		      const oq_kfuse *ep, float *y)
+			   const oq_kfuse *ep, float *y)
 {
 	dc->k = k;
 	dc->g = g;
@@ -594,7 +594,7 @@ AVX512 static void dw_chan_range(void *ctx, size_t begin, size_t end)
 		int64_t blk = rest % j->nblk, n = rest / j->nblk, c0 = blk * 16;
 		int64_t oh0 = band * j->band, oh1 = oh0 + j->band < g->out[0] ? oh0 + j->band : g->out[0];
 		oq_conv_dw_chan_block(j, j->x + (n * g->c + c0) * g->in_size, j->y + (n * g->c + c0) * g->out_size, c0, oh0, oh1,
-			  ring, ring + (size_t)j->span * (size_t)j->wp * 16);
+				      ring, ring + (size_t)j->span * (size_t)j->wp * 16);
 	}
 	free(own);
 }

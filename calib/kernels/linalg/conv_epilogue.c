@@ -354,7 +354,7 @@ AVX512 void oq_conv_epi_rest(const epi_regs *ev, int late, size_t off, float *y,
  * the usual case without steps (no per-row setup beyond two broadcasts).
  */
 AVX512 void oq_conv_epi_tile(const oq_kfuse *ep, int64_t ch0, int64_t mm, size_t off, float *y, int64_t ldc,
-			      int64_t pp)
+			     int64_t pp)
 {
 	int bn = ep->scale != NULL, act = ep->act.kind;
 

@@ -52,7 +52,7 @@
  * mr <= 6, nr <= 16 (masked loads and stores below 16).
  */
 AVX2_FMA static inline void avx2_tile_6x16(int64_t kd, const float *a, int64_t lda, int mr, const float *b, int64_t ldb,
-				   float *c, int64_t ldc, int load, int nr)
+					   float *c, int64_t ldc, int load, int nr)
 {
 	const float *a0 = a, *a1 = mr > 1 ? a + lda : a, *a2 = mr > 2 ? a + 2 * lda : a;
 	const float *a3 = mr > 3 ? a + 3 * lda : a, *a4 = mr > 4 ? a + 4 * lda : a, *a5 = mr > 5 ? a + 5 * lda : a;
@@ -129,7 +129,7 @@ AVX2_FMA static inline void avx2_tile_6x16(int64_t kd, const float *a, int64_t l
 }
 
 AVX2_FMA void oq_conv_avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *b,
-			      int64_t ldb, float *c, int64_t ldc, int has_init)
+				int64_t ldb, float *c, int64_t ldc, int has_init)
 {
 	int64_t k0 = 0;
 	do {
@@ -141,7 +141,7 @@ AVX2_FMA void oq_conv_avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float 
 				int nr = pp - p < 16 ? (int)(pp - p) : 16;
 				for (int64_t m = mb; m < me; m += 6)
 					avx2_tile_6x16(kb, a + m * lda + k0, lda, me - m < 6 ? (int)(me - m) : 6, b + k0 * ldb + p, ldb,
-					      c + m * ldc + p, ldc, load, nr);
+						       c + m * ldc + p, ldc, load, nr);
 			}
 		}
 		k0 += kb;
@@ -197,7 +197,7 @@ AVX512 static inline __m512 tile_epi_vec(const tile_epi *e, int r, int q, __mmas
  * columns past nr, are not stored.
  */
 AVX512 static inline void pos_tile_12x32(int64_t kd, const float *const *ar, int64_t ks, const float *bp, float *c,
-				 int64_t ldc, int mr, int nr, int load, const float *bias, const tile_epi *e)
+					 int64_t ldc, int mr, int nr, int load, const float *bias, const tile_epi *e)
 {
 #define AR(r) (mr > (r) ? ar[r] : ar[0])
 	const float *a0 = ar[0], *a1 = AR(1), *a2 = AR(2), *a3 = AR(3), *a4 = AR(4), *a5 = AR(5);
@@ -357,7 +357,7 @@ AVX512 static void pack_col_row(const float *src, int64_t pp, int64_t r, int64_t
  * rows outside the plane, give 0) and a masked store.
  */
 AVX512 static void im2col_packed(const oq_conv_geom *g, const float *x, int64_t c0, int64_t c1, int64_t kc, int64_t p0,
-			    int64_t pp, float *bp)
+				 int64_t pp, float *bp)
 {
 	const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
 	int64_t H = g->in[0], W = g->in[1], OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1];
@@ -414,7 +414,7 @@ AVX512 static void im2col_packed(const oq_conv_geom *g, const float *x, int64_t 
 
 /* Rows [r0, r1) of x (ldx apart, pp values each) into the packed col bp of kc rows, panel by panel (sequential stores). */
 AVX512 static void pack_col_direct(const float *x, int64_t ldx, int64_t r0, int64_t r1, int64_t kc, int64_t pp,
-				 float *bp)
+				   float *bp)
 {
 	for (int64_t q0 = 0; q0 < pp; q0 += TILE_NR) {
 		int64_t nq = pp - q0 < TILE_NR ? pp - q0 : TILE_NR;
@@ -436,7 +436,7 @@ AVX512 static void pack_col_direct(const float *x, int64_t ldx, int64_t r0, int6
  * built in row (pp floats) first.
  */
 void oq_conv_pack_col(const oq_conv_geom *g, const float *x, int64_t ldx, int direct, int64_t r0, int64_t r1,
-		       int64_t kc, int64_t p0, int64_t pp, float *row, float *bp)
+		      int64_t kc, int64_t p0, int64_t pp, float *row, float *bp)
 {
 	if (!direct && im2col_packed_fits(g)) {
 		im2col_packed(g, x, r0 / g->k_size, r1 / g->k_size, kc, p0, pp, bp);
@@ -477,7 +477,7 @@ static inline const float *tile_a_row(const tile_a *A, int64_t m)
  * (the in-place tiles; see conv_in_place).
  */
 AVX512 void oq_conv_gemm_pos(int64_t mm, int64_t pp, int64_t kd, const tile_a *A, const float *bp, const float *const *br,
-			  float *c, int64_t ldc, const float *bias, const tile_epi *e)
+			     float *c, int64_t ldc, const float *bias, const tile_epi *e)
 {
 	int64_t k0 = 0, ks = A->pstride ? OQ_PACKED_W_NR : 1;
 
@@ -604,7 +604,7 @@ typedef void (*chan_tile_fn)(int64_t kd, const float *const *ar, int64_t ks, con
  * 4 x 7); e: the register epilogue (rows = channels from C's first).
  */
 AVX512 void oq_conv_gemm_chan(int64_t mm, int64_t pp, int64_t kd, const float *wp, int64_t pstride, const float *x,
-			   int64_t ks, const float *bp, float *c, int64_t ldc, const float *bias, const tile_epi *e)
+			      int64_t ks, const float *bp, float *c, int64_t ldc, const float *bias, const tile_epi *e)
 {
 	/* by positions per tile: 4..8, fewer only for a plane of fewer than 4 (the 4-tile takes them) */
 	static const chan_tile_fn f2[9] = {chan_tile_4x32, chan_tile_4x32, chan_tile_4x32,

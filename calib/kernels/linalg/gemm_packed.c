@@ -105,7 +105,7 @@ static float packed_at(const oq_packed_b *pb, int64_t k, int64_t j)
 }
 
 void oq_packed_b_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_packed_b *pb, float *c, int64_t ldc,
-                    int load)
+			  int load)
 {
 	for (int64_t i = 0; i < m; i++)
 		for (int64_t j = 0; j < pb->n; j++) {
@@ -170,7 +170,7 @@ DEFINE_TILE(1, tile_1x64)
 
 /* Rows [m0, m1) x panel pi of the product (see the file comment). */
 static void gemm_unit(const oq_packed_b *pb, int64_t m0, int64_t m1, int64_t pi, const float *a,
-                    int64_t lda, float *c, int64_t ldc, int load)
+		      int64_t lda, float *c, int64_t ldc, int load)
 {
 	int64_t j0 = pi * OQ_PACKED_B_NR, nr = pb->n - j0 < OQ_PACKED_B_NR ? pb->n - j0 : OQ_PACKED_B_NR;
 	const float *panel = pb->p + (size_t)pi * (size_t)pb->kd * OQ_PACKED_B_NR;
@@ -228,7 +228,7 @@ int oq_packed_b_available(void)
 }
 
 void oq_packed_b_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_packed_b *pb, float *c,
-                int64_t ldc, int load)
+		      int64_t ldc, int load)
 {
 	if (m <= 0 || pb->n <= 0)
 		return;

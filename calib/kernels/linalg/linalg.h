@@ -86,7 +86,7 @@ int oq_conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, co
  * (OQ_EUNSUP for double with an epilogue).
  */
 int oq_conv_run_epilogue(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, const void *w,
-		   const void *b, const oq_kfuse *ep, void *y) OQ_WUR;
+			 const void *b, const oq_kfuse *ep, void *y) OQ_WUR;
 /* Applies act to y[0, n) in place (no-op for NULL / OQ_ACT_NONE). */
 void oq_act_apply(const oq_act *act, float *y, size_t n);
 /*
@@ -154,7 +154,7 @@ int oq_packed_b_available(void);
  * thread pool (NULL: caller only). Uses the reference under oq_linalg_use_ref.
  */
 void oq_packed_b_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_packed_b *pb, float *c, int64_t ldc,
-		int load);
+		      int load);
 void oq_packed_b_gemm_ref(int64_t m, const float *a, int64_t lda, const oq_packed_b *pb, float *c, int64_t ldc, int load);
 
 /*
@@ -186,7 +186,7 @@ int oq_packed_w_available(void);
  * depthwise) it is unpacked into a temporary copy.
  */
 int oq_conv_run_packed(oq_kctx *k, oq_ltype t, const oq_conv_geom *g, const void *x, const void *w, const oq_packed_w *pw,
-		   const void *b, const oq_kfuse *ep, void *y) OQ_WUR;
+		       const void *b, const oq_kfuse *ep, void *y) OQ_WUR;
 
 /*
  * Conv A (float32, x -> A's output, weight wa or packed cwa, bias ba,
