@@ -1,7 +1,7 @@
 /*
  * test_exec_fuse.c - the executor's plan-time fusion of Conv [->
- * BatchNormalization] [-> activation] (calib/exec/exec.c, epilogues in
- * calib/kernels/linalg/conv.c).
+ * BatchNormalization] [-> activation] (calib/exec/plan.c, epilogues in
+ * calib/kernels/linalg/conv_epilogue.c).
  *
  * Each model is built with gen_model.h and run three ways:
  * - fused (no observer): must match a direct double-precision reference
@@ -625,7 +625,7 @@ Test(exec_fuse, observer_without_intermediates_keeps_fusion)
 
 /*
  * A Conv group whose output only a depthwise Conv reads runs with it as
- * one kernel (exec.c plan_chains, conv.c oq_conv_chain_run: bands of
+ * one kernel (plan.c plan_chains, conv_chain.c oq_conv_chain_run: bands of
  * the depthwise rows, the first output never stored whole). Model:
  *   a = Conv(x, Wa [ma, c, ka, ka], Ba), stride sa, pad ka / 2 [-> act_a]
  *   y = Conv(a, Wb [ma, 1, kb, kb], Bb), group ma, stride sb, pad kb / 2 [-> BN] [-> act_b]

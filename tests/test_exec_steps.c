@@ -1,6 +1,6 @@
 /*
- * test_exec_steps.c - the executor's fused epilogue steps (calib/exec/exec.c
- * plan_fusion, applied by calib/kernels/linalg/conv.c): element-wise ops after a
+ * test_exec_steps.c - the executor's fused epilogue steps (calib/exec/plan.c
+ * plan_fusion, applied by calib/kernels/linalg/conv_epilogue.c): element-wise ops after a
  * Conv [-> BN] [-> activation] absorbed into its group - a residual Add
  * (ResNet), Mul / Add / Sub / Div by scalar or per-channel constants and a
  * HardSwish written as Add, Clip, Mul, Div (PP-LCNet), x * Sigmoid(x).

@@ -1070,7 +1070,7 @@ Test(linalg, conv_packed_weights_vs_in_place)
 
 /*
  * Stride-1 convolutions of at most 24 output channels read their input in
- * place (a zero-padded copy, no im2col; conv.c vr_run) where the
+ * place (a zero-padded copy, no im2col; conv.c conv_in_place) where the
  * output rows are wide enough. Same FMAs in the same order as the packed
  * im2col tiles, then the epilogue over the stored rows: the bits must equal
  * the im2col path's (oq_linalg_no_in_place) for weights in place and packed,
