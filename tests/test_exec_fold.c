@@ -1,5 +1,5 @@
 /*
- * test_exec_fold.c - the executor's plan-time constant folding (calib/exec/fold.c
+ * test_exec_fold.c - the executor's plan-time constant folding (calib/exec/plan_fold.c
  * oq_plan_fold): nodes whose inputs are all initializers or folded values run
  * once when the plan is made, and every run reuses their outputs.
  *
@@ -431,7 +431,7 @@ static double *rvals(size_t n, unsigned seed)
 }
 
 /*
- * Conv weights packed at plan time (fold.c pack_conv, conv_gemm.c
+ * Conv weights packed at plan time (plan_fold.c pack_conv, conv_gemm.c
  * oq_packed_w_pack): 32-channel panels read by both AVX-512 register tiles.
  *   Wi = Identity(W1)                W1 [64, 6, 3, 3]: folded, then packed
  *   c1 = Conv(x, Wi, B1), pad 1      x [1, 6, 7, 7]: channels in the lanes (49 positions)

@@ -47,7 +47,7 @@ typedef struct plan {
 	int *uses;             /* per value index: uses by nodes of this graph (subgraph reads included) */
 	oq_packed_b **packed_b; /* per value index i: [2i] the value packed as B, [2i + 1] packed as transposed B */
 	oq_packed_w **packed_w; /* per value index: the value packed as a Conv weight */
-	size_t freed;          /* heap bytes planning freed since the last trim (fold.c) */
+	size_t freed;          /* heap bytes planning freed since the last trim (plan_fold.c) */
 	struct plan *next;
 } plan;
 

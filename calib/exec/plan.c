@@ -3,7 +3,7 @@
  * subgraph) and read by every run: the kernel of each node, the number of
  * uses of each value - a value read inside a node's subgraphs counting as
  * a use by that node, which must keep it alive until the node is done -
- * the fused Conv groups, the Conv -> depthwise chains, and (fold.c) the
+ * the fused Conv groups, the Conv -> depthwise chains, and (plan_fold.c) the
  * folded constants and packed weights.
  *
  * Fusion: groups Conv [-> BatchNormalization] [-> activation] (Relu, Clip,

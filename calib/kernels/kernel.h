@@ -235,7 +235,7 @@ extern int oq_exec_no_chain;
 
 /* Fused groups in e's plans so far (main graph at oq_exec_new; subgraphs once run). For tests and bench. */
 size_t oq_exec_n_fused(const oq_exec *e);
-/* Nodes computed once at plan time (constant folding, fold.c) in e's plans so far. For tests and bench. */
+/* Nodes computed once at plan time (constant folding, plan_fold.c) in e's plans so far. For tests and bench. */
 size_t oq_exec_n_folded(const oq_exec *e);
 /* Non-zero: plans made from now on fold nothing (every node runs each time). For tests and bench. */
 extern int oq_exec_no_fold;

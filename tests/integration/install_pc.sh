@@ -3,7 +3,7 @@
 # build that made ONNXQ into a temporary prefix, then, with nothing but the
 # installed files:
 #   - the header compiles on its own as C11 and as C++ (extern "C");
-#   - examples/library.c builds with
+#   - docs/examples/library.c builds with
 #     `pkg-config --cflags --libs --static onnxq` (PKG_CONFIG_PATH = the
 #     prefix's pkgconfig folder) and links libonnxq.a;
 #   - it quantizes models/tiny_cnn.onnx with models/tiny_cnn_calib, compares
@@ -64,13 +64,13 @@ fi
 
 # the program, linked from the installed files only
 # shellcheck disable=SC2086
-"$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror "${san[@]}" -o "$tmp/library" "$root/examples/library.c" $flags \
-	2>"$tmp/err" || die "examples/library.c does not build: $(head -c 600 "$tmp/err")"
-ok "examples/library.c builds against the installed library"
+"$cc" -std=c11 -Wall -Wextra -Wpedantic -Werror "${san[@]}" -o "$tmp/library" "$root/docs/examples/library.c" $flags \
+	2>"$tmp/err" || die "docs/examples/library.c does not build: $(head -c 600 "$tmp/err")"
+ok "docs/examples/library.c builds against the installed library"
 out=$tmp/q.onnx
 if "$tmp/library" "$root/models/tiny_cnn.onnx" "$root/models/tiny_cnn_calib" "$root/models/tiny_cnn_test" "$out" \
-	>"$tmp/out" 2>"$tmp/err"; then ok "examples/library.c runs"; else
-	bad "examples/library.c: $(head -c 600 "$tmp/err") $(head -c 300 "$tmp/out")"
+	>"$tmp/out" 2>"$tmp/err"; then ok "docs/examples/library.c runs"; else
+	bad "docs/examples/library.c: $(head -c 600 "$tmp/err") $(head -c 300 "$tmp/out")"
 fi
 get() { sed -n "s/^$1 //p" "$tmp/out"; }
 min=$(get sqnr_min_db)

@@ -5,7 +5,7 @@
  *
  * Why: BLAS repacks B on every call (and on every tile of a split call);
  * a weight does not change between runs, so the executor's plan packs it
- * once (fold.c) and every run reads the panels straight away.
+ * once (calib/exec/plan_fold.c) and every run reads the panels straight away.
  *
  * Layout (oq_packed_b): op(B) [kd, n] in panels of OQ_PACKED_B_NR = 64
  * columns, panel p holding rows k = 0..kd-1 of columns [64p, 64p + 64)

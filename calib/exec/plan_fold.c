@@ -1,5 +1,5 @@
 /*
- * fold.c - what a plan computes once: constant folding and weight packing.
+ * plan_fold.c - what a plan computes once: constant folding and weight packing.
  *
  * Folding: the plan computes the nodes whose inputs are all constants and
  * whose op is cheap and deterministic (fold_op: Identity, Transpose,
