@@ -859,12 +859,16 @@ static void report(FILE *f, const oq_run_opts *o, const oq_sample *x, size_t si,
 	}
 	if (o->output_dir)
 		return;
-	if (x->name[0])
-		fprintf(f, "sample %s\n", x->name);
+	if (x->name[0]) {
+		fputs("sample ", f);
+		oq_text_str(f, x->name);
+		fputc('\n', f);
+	}
 	for (size_t i = 0; i < n; i++) {
 		stats s = summarize(&outs[i]);
-		fprintf(f, "  %s  %s", oq_exec_output(e, i)->name,
-		        oq_rt_describe(&outs[i], desc, sizeof desc));
+		fputs("  ", f);
+		oq_text_str(f, oq_exec_output(e, i)->name);
+		fprintf(f, "  %s", oq_rt_describe(&outs[i], desc, sizeof desc));
 		if (s.n)
 			fprintf(f, "  min %.6g  max %.6g  mean %.6g", s.min, s.max, s.mean);
 		if (s.nan)

@@ -142,6 +142,10 @@ int oq_passes_run(oq_model *m, const oq_pass_run *r, const oq_opts *o, oq_diag *
 		return rc;
 	if (!m->graph)
 		return OQ_OK;
+	if ((rc = oq_graph_rebuild_uses(m->graph)))
+		return oq_err(d, rc, "passes: out of memory");
+	if ((rc = oq_graph_check_producers(m->graph, d)))
+		return rc;
 	if (r->verify && (rc = count_problems(m, &base, NULL, 0)))
 		return oq_err(d, rc, "passes: out of memory");
 

@@ -128,6 +128,14 @@ long long oq_parse_count(const char *s, long long lo, long long hi)
 	return (*end || v < lo || v > hi) ? -1 : v;
 }
 
+void oq_text_str(FILE *f, const char *s)
+{
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		fputc(c < 0x20 || c == 0x7f ? '?' : c, f);
+	}
+}
+
 void oq_json_str(FILE *f, const char *s)
 {
 	fputc('"', f);

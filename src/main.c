@@ -2,7 +2,9 @@
  * main.c - the onnxq command line: parse arguments, call the library, map
  * the status to an exit code. No logic lives here.
  */
+#include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +40,8 @@ static const char usage_main[] =
 	"  -V, --version   show the version\n"
 	"\n"
 	"Exit codes: 0 ok, 1 usage, 2 invalid model or data, 3 unsupported construct,\n"
-	"            4 I/O error, 5 out of memory, 6 check found problems.\n";
+	"            4 I/O error (also when stdout cannot be written: full disk, closed\n"
+	"            pipe), 5 out of memory, 6 check found problems.\n";
 
 static const char usage_inspect[] =
 	"usage: onnxq inspect MODEL [--json]\n"
@@ -118,7 +121,8 @@ static const char usage_compare[] =
 	"\n"
 	"  --data DIR      samples (required)\n"
 	"  --json          one JSON object on stdout\n"
-	"  --min-sqnr DB   exit 6 when an output's minimum SQNR is below DB (CI gate)\n"
+	"  --min-sqnr DB   exit 6 when an output's minimum SQNR is below DB (CI gate; a\n"
+	"                  finite number: nan or inf is a usage error, exit 1)\n"
 	"  --per-tensor    also compare intermediate tensors matched by name; list the worst\n"
 	"  --top N         how many tensors --per-tensor lists (default 10)\n"
 	"  --threads N     executor threads (default: all cores)\n";
@@ -230,26 +234,9 @@ static int cmd_check(int argc, char **argv)
 		oq_problems_free(&p);
 		return fail(&d, rc);
 	}
-	if (json) {
-		printf("{\"valid\": %s, \"loaded\": true, \"problems\": [", p.n ? "false" : "true");
-		for (size_t i = 0; i < p.n; i++) {
-			printf("%s{\"where\": ", i ? ", " : "");
-			oq_json_str(stdout, p.v[i].where);
-			printf(", \"rule\": ");
-			oq_json_str(stdout, p.v[i].rule);
-			printf(", \"message\": ");
-			oq_json_str(stdout, p.v[i].msg);
-			printf("}");
-		}
-		printf("]}\n");
-	} else {
-		for (size_t i = 0; i < p.n; i++)
-			printf("%s: %s: %s [%s]\n", path, p.v[i].where, p.v[i].msg, p.v[i].rule);
-		if (p.n)
-			fprintf(stderr, "onnxq: check: %s: %zu problem%s\n", path, p.n, p.n == 1 ? "" : "s");
-		else
-			printf("%s: valid\n", path);
-	}
+	oq_problems_print(&p, path, json, stdout);
+	if (!json && p.n)
+		fprintf(stderr, "onnxq: check: %s: %zu problem%s\n", path, p.n, p.n == 1 ? "" : "s");
 	rc = p.n ? OQ_EXIT_CHECK : OQ_EXIT_OK;
 	oq_problems_free(&p);
 	return rc;
@@ -421,8 +408,8 @@ static int cmd_compare(int argc, char **argv)
 		case 'm': {
 			char *end;
 			co.min_sqnr = strtod(optarg, &end);
-			if (end == optarg || *end)
-				return usage_error("compare", "--min-sqnr needs a number of dB");
+			if (end == optarg || *end || !isfinite(co.min_sqnr))
+				return usage_error("compare", "--min-sqnr needs a finite number of dB");
 			co.has_min_sqnr = 1;
 			break;
 		}
@@ -537,7 +524,7 @@ static const struct {
 	{"compare", cmd_compare},
 };
 
-int main(int argc, char **argv)
+static int dispatch(int argc, char **argv)
 {
 	if (argc < 2) {
 		fputs(usage_main, stderr);
@@ -561,4 +548,28 @@ int main(int argc, char **argv)
 		return cmd_quantize(argc, argv);
 	fprintf(stderr, "onnxq: unknown command '%s' (see `onnxq --help`)\n", argv[1]);
 	return OQ_EXIT_USAGE;
+}
+
+/*
+ * Reports and returns a failure to write stdout (full disk, closed pipe):
+ * exit 4 with the reason, whatever the command printed, unless it failed
+ * otherwise already (a `check` that found problems still gets 4: its report
+ * is lost).
+ */
+static int close_stdout(int rc)
+{
+	int e = 0;
+	if (fflush(stdout) != 0)
+		e = errno;
+	if (ferror(stdout) || e || (fclose(stdout) != 0 && (e = errno))) {
+		fprintf(stderr, "onnxq: cannot write the output to stdout: %s\n",
+			e ? strerror(e) : "write error");
+		return rc && rc != OQ_EXIT_CHECK ? rc : OQ_EXIT_IO;
+	}
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	return close_stdout(dispatch(argc, argv));
 }

@@ -93,5 +93,11 @@ long long oq_parse_count(const char *s, long long lo, long long hi);
 
 /* Writes s as a JSON string literal (quotes and escapes included). */
 void oq_json_str(FILE *f, const char *s);
+/*
+ * Writes s (NULL: nothing) with control characters shown as '?', as oq_err
+ * does: names come from files and must not forge lines or drive the
+ * terminal in text output.
+ */
+void oq_text_str(FILE *f, const char *s);
 
 #endif

@@ -293,6 +293,9 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 		bs = run.sqnr;
 		kept++;
 	}
+	if (log && b.n_nonfinite)
+		fprintf(log, "bias correction: %zu samples with NaN/Inf outputs left out of the measurement\n",
+			b.n_nonfinite);
 	if (log)
 		fprintf(log, "bias correction: %zu layers, %d forward groups + the last layer, %d rounds kept; calibration "
 			"SQNR min %.2f mean %.2f dB\n", b.n, rounds, kept, oq_bc_sqnr_min(&bs, all),

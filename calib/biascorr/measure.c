@@ -272,12 +272,19 @@ static int commit(pass *P, lane *ln, size_t i)
 {
 	int f = (int)(i % OQ_BC_FOLDS);
 	const stage *st = &ln->st;
+	oq_bc_targets *b = P->b;
 
+	/* a float side with NaN/Inf sums (a non-finite sample): the sample is left out on both sides */
+	for (size_t c = 0; P->sf_on && i < b->n_samples && !b->nonfinite[i] && c < P->n_ch; c++)
+		if (!isfinite(st->s[0][c])) {
+			b->nonfinite[i] = 1;
+			b->n_nonfinite++;
+		}
 	for (size_t l = 0; l < P->b->n; l++) {
 		oq_bc_target *L = &P->b->v[l];
 		for (int q = 0; q < 2; q++) {
 			double *S;
-			if (L->failed || !(q ? P->sq_on : P->sf_on))
+			if (L->failed || !(q ? P->sq_on : P->sf_on) || (i < b->n_samples && b->nonfinite[i]))
 				continue;
 			if (st->bad[q][l]) {
 				L->failed = 1;
@@ -584,6 +591,15 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 		P.cached = cached;
 		/* the float sums once: in a float-only call or alongside the quantized sums */
 		P.sf_on = fonly || (!fsums && r == sums);
+		if (P.sf_on) {
+			free(b->nonfinite);
+			b->n_samples = b->n_nonfinite = 0;
+			if (!(b->nonfinite = oq_calloc(n ? n : 1, 1))) {
+				rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+				goto out;
+			}
+			b->n_samples = n;
+		}
 		P.sq_on = !fonly && r == sums;
 		P.q = fonly ? NULL : &runs[r].sqnr;
 		P.cache = cache;

@@ -26,8 +26,11 @@ void oq_bc_targets_free(oq_bc_targets *b)
 		free(b->v[i].sum_q);
 	}
 	free(b->v);
+	free(b->nonfinite);
 	b->v = NULL;
 	b->n = 0;
+	b->nonfinite = NULL;
+	b->n_samples = b->n_nonfinite = 0;
 }
 
 double oq_bc_sqnr_min(const oq_bc_sqnr *s, unsigned folds)

@@ -73,6 +73,11 @@ typedef struct oq_bc_target {
 typedef struct oq_bc_targets {
 	oq_bc_target *v;
 	size_t n;
+	uint8_t *nonfinite;  /* per sample: a measured float output held NaN/Inf (from a non-finite
+			      * input element): the sample is left out of every layer's sums on both
+			      * sides, as the observers leave such values out of the ranges */
+	size_t n_samples;    /* entries of nonfinite (set when the float sums are taken) */
+	size_t n_nonfinite;  /* samples marked in nonfinite */
 } oq_bc_targets;
 
 /*

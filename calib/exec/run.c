@@ -168,6 +168,15 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		for (size_t i = 0; i < n->n_inputs; i++) {
 			in[i] = NULL;
 			if (n->inputs[i] && !(in[i] = lookup(f, n->inputs[i]))) {
+				const oq_graph *vg = n->inputs[i]->graph;
+				for (size_t j = 0; j < vg->n_sparse; j++)
+					if (vg->sparse_names[j] && !strcmp(vg->sparse_names[j], n->inputs[i]->name)) {
+						rc = oq_k_err(&k, OQ_EUNSUP,
+							      "input '%s' is a sparse initializer, which the "
+							      "executor does not densify; store it dense",
+							      n->inputs[i]->name);
+						goto next;
+					}
 				rc = oq_k_err(&k, OQ_EINVAL,
 					      "input '%s' has no value here (not produced before this node, "
 					      "not an input or initializer); run `onnxq check`",

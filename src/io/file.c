@@ -10,6 +10,27 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+int oq_file_open(const char *path, const char *what, int not_regular, struct stat *st, oq_diag *d)
+{
+	int fd, rc;
+
+	/* O_NONBLOCK: opening a FIFO must not wait for a writer before we can refuse it. */
+	if ((fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) < 0)
+		return oq_err(d, OQ_EIO, "%s: cannot open '%s': %s", what, path, strerror(errno));
+	if (fstat(fd, st)) {
+		rc = oq_err(d, OQ_EIO, "%s: cannot read '%s': %s", what, path, strerror(errno));
+		close(fd);
+		return rc;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		rc = oq_err(d, not_regular, "%s: '%s' is not a regular file (%s); give a file", what, path,
+			    S_ISDIR(st->st_mode) ? "a folder" : S_ISFIFO(st->st_mode) ? "a FIFO" : "a device or socket");
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
 int oq_file_read(const char *path, size_t max, const char *what, const char *hint, char **buf,
 		 size_t *len, oq_diag *d)
 {
@@ -20,18 +41,8 @@ int oq_file_read(const char *path, size_t max, const char *what, const char *hin
 
 	*buf = NULL;
 	*len = 0;
-	/* O_NONBLOCK: opening a FIFO must not wait for a writer before we can refuse it. */
-	if ((fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) < 0)
-		return oq_err(d, OQ_EIO, "%s: cannot open '%s': %s", what, path, strerror(errno));
-	if (fstat(fd, &st)) {
-		rc = oq_err(d, OQ_EIO, "%s: cannot read '%s': %s", what, path, strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = oq_err(d, OQ_EINVAL, "%s: '%s' is not a regular file (%s); give a file", what, path,
-			    S_ISDIR(st.st_mode) ? "a folder" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket");
-		goto out;
-	}
+	if ((fd = oq_file_open(path, what, OQ_EINVAL, &st, d)) < 0)
+		return fd;
 	if ((uintmax_t)st.st_size > max) {
 		rc = oq_err(d, OQ_EUSAGE, "%s: '%s' is larger than %zu MiB%s%s", what, path, max >> 20,
 			    hint ? "; " : "", hint ? hint : "");

@@ -12,6 +12,16 @@
 
 #include "src/oq.h"
 
+struct stat;
+
+/*
+ * Opens `path` read-only and returns the descriptor, or a negative status:
+ * OQ_EIO when it cannot be opened, `not_regular` when it is not a regular
+ * file (a FIFO is refused, never waited on: it is opened O_NONBLOCK, and a
+ * regular file ignores that flag). *st receives its fstat.
+ */
+int oq_file_open(const char *path, const char *what, int not_regular, struct stat *st, oq_diag *d) OQ_WUR;
+
 /*
  * Reads the regular file `path` into a new buffer (*buf, caller frees) of
  * *len bytes plus a terminating NUL, so text can be parsed in place.

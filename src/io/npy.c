@@ -16,6 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "src/io/file.h"
+
 /* Largest header we accept; numpy's own limit for reading is 10000 bytes by default. */
 #define NPY_MAX_HEADER ((size_t)1 << 20)
 
@@ -341,12 +343,8 @@ int oq_npy_read(const char *path, int header_only, oq_npy *out, oq_diag *d)
 	int fd, swap, rc;
 
 	memset(out, 0, sizeof *out);
-	if ((fd = open(path, O_RDONLY)) < 0)
-		return oq_err(d, OQ_EIO, "npy: cannot open '%s': %s", path, strerror(errno));
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		rc = oq_err(d, OQ_EIO, "npy: '%s' is not a regular file", path);
-		goto fail;
-	}
+	if ((fd = oq_file_open(path, "npy", OQ_EIO, &st, d)) < 0)
+		return fd;
 	size = (size_t)st.st_size;
 	got = size < sizeof pre ? size : sizeof pre;
 	if (read_all(fd, pre, got)) {

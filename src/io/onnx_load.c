@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "onnx.pb-c.h"
+#include "src/io/file.h"
 
 /* Field number used for raw_data references; the largest legal number. */
 #define OQ_REF_FIELD 536870911u
@@ -336,6 +337,13 @@ static int map_external(ctx *c, const char *tname, const char *location, oq_mapp
 		}
 	}
 	dl = strlen(realdir);
+	if (strcmp(real, realdir) == 0) {
+		rc = oq_err(c->d, OQ_EINVAL,
+			    "load: %s: tensor '%s': external data location '%s' names the model's folder, "
+			    "not a file; give the data file's name",
+			    c->file, tname, location);
+		goto done;
+	}
 	if (strncmp(real, realdir, dl) != 0 || (real[dl] != '/' && !(dl == 1 && realdir[0] == '/'))) {
 		rc = oq_err(c->d, OQ_EINVAL,
 			    "load: %s: tensor '%s': external data file '%s' resolves to '%s', outside "
@@ -1142,13 +1150,8 @@ int oq_model_load(const char *path, oq_model **out, oq_diag *d)
 	char *slash;
 
 	*out = NULL;
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO must not block us */
-	if (fd < 0)
-		return oq_err(d, OQ_EIO, "load: cannot open '%s': %s", path, strerror(errno));
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return oq_err(d, OQ_EIO, "load: '%s' is not a regular file", path);
-	}
+	if ((fd = oq_file_open(path, "load", OQ_EIO, &st, d)) < 0)
+		return fd;
 	if (st.st_size > 0) {
 		base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
 		if (base == MAP_FAILED) {

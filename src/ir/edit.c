@@ -290,7 +290,8 @@ int oq_graph_toposort(oq_graph *g, oq_diag *d)
 				}
 		}
 	}
-	memcpy(g->nodes, order, nn * sizeof *order);
+	if (nn)
+		memcpy(g->nodes, order, nn * sizeof *order);
 	rc = oq_graph_rebuild_uses(g);
 	if (rc)
 		rc = oq_err(d, rc, "passes: out of memory");
@@ -303,6 +304,40 @@ out:
 	free(need);
 	free(order);
 	return rc;
+}
+
+/* ------------------------------------------------------------ single definitions */
+
+static int producers_sub(oq_graph *sub, oq_node *owner, void *ctx)
+{
+	(void)owner;
+	return oq_graph_check_producers(sub, ctx);
+}
+
+int oq_graph_check_producers(oq_graph *g, oq_diag *d)
+{
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		const oq_node *n = g->nodes[i];
+		for (size_t k = 0; k < n->n_outputs; k++) {
+			const oq_value *v = n->outputs[k];
+			const oq_node *p;
+			if (!v)
+				continue;
+			p = v->producer;
+			if (p && (p != n || (int)k != v->producer_index))
+				return oq_err(d, OQ_EINVAL,
+					      "passes: value '%s' is written by node '%s' (%s) and node '%s' "
+					      "(%s); every value needs one producer (see onnxq check)",
+					      v->name, p->name, p->op_type, n->name, n->op_type);
+			if (v->init || (v->flags & OQ_V_INPUT))
+				return oq_err(d, OQ_EINVAL,
+					      "passes: value '%s' is written by node '%s' (%s) and is also %s; "
+					      "every value needs one producer (see onnxq check)",
+					      v->name, n->name, n->op_type,
+					      v->init ? "an initializer" : "a graph input");
+		}
+	}
+	return oq_graph_each_subgraph(g, producers_sub, d);
 }
 
 /* ------------------------------------------------------------ types */

@@ -337,6 +337,14 @@ int oq_graph_sweep(oq_graph *g) OQ_WUR;
  * their owner). OQ_EINVAL naming a node on a cycle. Uses are rebuilt.
  */
 int oq_graph_toposort(oq_graph *g, oq_diag *d) OQ_WUR;
+/*
+ * OQ_EINVAL naming the value and its writers when a node output of g or of
+ * a subgraph is also written by another node, is an initializer or a graph
+ * input: passes rewire a value through its one producer and would leave
+ * the other writer's readers dangling (`onnxq check`: multiple-def). Uses
+ * must be current.
+ */
+int oq_graph_check_producers(oq_graph *g, oq_diag *d) OQ_WUR;
 /* Sets the declared tensor type of v (marks it edited so the saver rewrites it). */
 int oq_value_set_type(oq_value *v, int dtype, int rank, const int64_t *dims) OQ_WUR;
 

@@ -22,6 +22,8 @@
  *                   attribute types against a table of common ops
  *   init-dtype, init-dims, init-size
  *                   initializer element type, dims and payload size
+ *   sparse-index    a sparse initializer whose indices are not int64 [NNZ] or
+ *                   [NNZ, rank], or point outside its dense shape
  *   value-dtype     a declared element type that is not an ONNX type
  *   dtype-ir-version element types newer than the model's IR version
  *   qdq-*           QuantizeLinear/DequantizeLinear legality, versioned by
@@ -1081,11 +1083,56 @@ static void check_node_names(ck *c, const oq_graph *g)
 	free(v);
 }
 
+/*
+ * Sparse initializers (COO): values [NNZ]; indices int64, [NNZ] linear
+ * positions in the dense shape or [NNZ, rank] coordinates, each in range
+ * (the ONNX SparseTensorProto rules a runtime densifies by).
+ */
+static void check_sparse(ck *c, const oq_graph *g)
+{
+	char where[600], gs[160];
+
+	graph_suffix(g, gs, sizeof gs);
+	for (size_t i = 0; i < g->n_sparse && !c->rc; i++) {
+		const oq_sparse *sp = g->sparse_inits[i];
+		const oq_tensor *v = sp->values, *x = sp->indices;
+		size_t nnz, dense = 1;
+		int64_t bad = -1;
+		snprintf(where, sizeof where, "sparse initializer '%s'%s",
+			 g->sparse_names[i] ? g->sparse_names[i] : "", gs);
+		if (!v || !x || v->rank != 1) {
+			report(c, where, "sparse-index", "needs values of rank 1 and indices");
+			continue;
+		}
+		nnz = (size_t)v->dims[0];
+		for (int k = 0; k < sp->rank; k++)
+			if (sp->dims[k] < 0 || !oq_mul_size(dense, (size_t)sp->dims[k], &dense))
+				dense = SIZE_MAX;
+		if (x->dtype != OQ_DT_INT64 || !(x->rank == 1 || x->rank == 2) || (size_t)x->dims[0] != nnz ||
+		    (x->rank == 2 && x->dims[1] != sp->rank)) {
+			report(c, where, "sparse-index", "indices must be int64 [%zu] or [%zu, %d]", nnz, nnz,
+			       sp->rank);
+			continue;
+		}
+		for (size_t j = 0; j < x->nelem && bad < 0; j++) {
+			int64_t ix = oq_tensor_get_int(x, j);
+			int64_t hi = x->rank == 1 ? (int64_t)(dense > INT64_MAX ? INT64_MAX : dense)
+						  : sp->dims[j % (size_t)sp->rank];
+			if (ix < 0 || ix >= hi)
+				bad = (int64_t)j;
+		}
+		if (bad >= 0)
+			report(c, where, "sparse-index", "index %lld (entry %lld) is outside the dense shape",
+			       (long long)oq_tensor_get_int(x, (size_t)bad), (long long)bad);
+	}
+}
+
 static void check_graph(ck *c, const oq_graph *g)
 {
 	char where[600];
 
 	check_values(c, g);
+	check_sparse(c, g);
 	check_node_names(c, g);
 	for (size_t i = 0; i < g->n_inputs && !c->rc; i++)
 		for (size_t j = 0; j < i; j++)
@@ -1131,4 +1178,34 @@ int oq_check_model(const oq_model *m, oq_problems *out)
 		free(c.domains[i]);
 	free(c.domains);
 	return c.rc;
+}
+
+void oq_problems_print(const oq_problems *p, const char *path, int json, FILE *f)
+{
+	if (json) {
+		fprintf(f, "{\"valid\": %s, \"loaded\": true, \"problems\": [", p->n ? "false" : "true");
+		for (size_t i = 0; i < p->n; i++) {
+			fprintf(f, "%s{\"where\": ", i ? ", " : "");
+			oq_json_str(f, p->v[i].where);
+			fputs(", \"rule\": ", f);
+			oq_json_str(f, p->v[i].rule);
+			fputs(", \"message\": ", f);
+			oq_json_str(f, p->v[i].msg);
+			fputs("}", f);
+		}
+		fputs("]}\n", f);
+		return;
+	}
+	for (size_t i = 0; i < p->n; i++) {
+		oq_text_str(f, path);
+		fputs(": ", f);
+		oq_text_str(f, p->v[i].where);
+		fputs(": ", f);
+		oq_text_str(f, p->v[i].msg);
+		fprintf(f, " [%s]\n", p->v[i].rule);
+	}
+	if (!p->n) {
+		oq_text_str(f, path);
+		fputs(": valid\n", f);
+	}
 }

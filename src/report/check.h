@@ -30,5 +30,12 @@ int oq_check_model(const oq_model *m, oq_problems *out) OQ_WUR;
 int oq_problems_add(oq_problems *p, const char *where, const char *rule, const char *fmt, ...)
 	OQ_PRINTF(4, 5) OQ_WUR;
 void oq_problems_free(oq_problems *p);
+/*
+ * Prints the problems of the model at `path` to f: as JSON
+ * ({"valid", "loaded": true, "problems": [{where, rule, message}]}), or as
+ * text, one "PATH: WHERE: MESSAGE [RULE]" line each ("PATH: valid" when
+ * there are none), names escaped (oq_text_str) so that none forges a line.
+ */
+void oq_problems_print(const oq_problems *p, const char *path, int json, FILE *f);
 
 #endif

