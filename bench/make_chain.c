@@ -3,6 +3,8 @@
  *
  *   conv N OUT   N Convs in a chain: t(i+1) = Conv(t(i), W), W a shared
  *                [4, 4, 1, 1] initializer of 0.25, input t0 float [N, 4, 2, 2]
+ *   convw N OUT  the same with a weight of its own per Conv, W<i> (as LLM
+ *                exports have: one initializer per layer)
  *   relu N OUT   N Relus in a chain, written in reverse order (the last node
  *                first), so a topological sort has to reorder every node
  *
@@ -10,7 +12,7 @@
  * needs no Python. Graphs of 10k-100k nodes are what LLM exports have; the
  * benchmark checks that the passes and the saver stay near-linear in them.
  *
- * usage: make_chain conv|relu N OUT
+ * usage: make_chain conv|convw|relu N OUT
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +36,22 @@ static int set_type(oq_value *v, int rank, const int64_t *dims)
 	return OQ_OK;
 }
 
-static int build(oq_model *m, int conv, long n)
+/* A new [4, 4, 1, 1] initializer `name` of g, every element v. */
+static oq_value *weight(oq_graph *g, const char *name, float v)
+{
+	static const int64_t wd[4] = {4, 4, 1, 1};
+	oq_value *w = oq_graph_value(g, name);
+	oq_value **ni = realloc(g->inits, (g->n_inits + 1) * sizeof *ni);
+	if (!w || !ni || !(w->init = oq_tensor_new(OQ_DT_FLOAT, 4, wd)))
+		return NULL;
+	g->inits = ni;
+	for (size_t i = 0; i < w->init->nelem; i++)
+		((float *)w->init->data)[i] = v;
+	g->inits[g->n_inits++] = w;
+	return w;
+}
+
+static int build(oq_model *m, int conv, int own, long n)
 {
 	static const int64_t xd[4] = {-1, 4, 2, 2}, wd[4] = {4, 4, 1, 1};
 	char name[64];
@@ -54,11 +71,10 @@ static int build(oq_model *m, int conv, long n)
 	m->opsets[0].version = 13;
 	if (!(g = m->graph = oq_graph_new(m, NULL)))
 		return OQ_ENOMEM;
-	g->inits = calloc(1, sizeof *g->inits);
 	g->inputs = calloc(1, sizeof *g->inputs);
 	g->outputs = calloc(1, sizeof *g->outputs);
 	t = calloc((size_t)n + 1, sizeof *t);
-	if (!g->inits || !g->inputs || !g->outputs || !t)
+	if (!g->inputs || !g->outputs || !t)
 		return OQ_ENOMEM;
 	for (long i = 0; i <= n; i++) {
 		snprintf(name, sizeof name, "t%ld", i);
@@ -71,17 +87,16 @@ static int build(oq_model *m, int conv, long n)
 	g->inputs[g->n_inputs++] = t[0];
 	t[n]->flags |= OQ_V_OUTPUT;
 	g->outputs[g->n_outputs++] = t[n];
-	if (conv) {
-		oq_tensor *wt;
-		if (!(w = oq_graph_value(g, "W")) || !(wt = w->init = oq_tensor_new(OQ_DT_FLOAT, 4, wd)))
-			return OQ_ENOMEM;
-		for (size_t i = 0; i < wt->nelem; i++)
-			((float *)wt->data)[i] = 0.25f;
-		g->inits[g->n_inits++] = w;
-	}
+	if (conv && !own && !(w = weight(g, "W", 0.25f)))
+		return OQ_ENOMEM;
 	for (long i = 0; i < n; i++) {
 		oq_value *in[2] = {t[i], w};
 		oq_node *nd;
+		if (own) {
+			snprintf(name, sizeof name, "W%ld", i);
+			if (!(in[1] = weight(g, name, 0.25f + 0.001f * (float)(i % 7))))
+				return OQ_ENOMEM;
+		}
 		snprintf(name, sizeof name, "%s%ld", conv ? "conv" : "relu", i);
 		if (!(nd = oq_graph_add_node(g, conv ? "Conv" : "Relu", "", name)) ||
 		    oq_node_set_inputs(nd, in, conv ? 2 : 1) || oq_node_set_outputs(nd, &t[i + 1], 1))
@@ -106,12 +121,13 @@ int main(int argc, char **argv)
 	long n;
 	int rc;
 
-	if (argc != 4 || (strcmp(argv[1], "conv") && strcmp(argv[1], "relu")) || (n = atol(argv[2])) < 1) {
-		fprintf(stderr, "usage: make_chain conv|relu N OUT\n");
+	if (argc != 4 || (strcmp(argv[1], "conv") && strcmp(argv[1], "convw") && strcmp(argv[1], "relu")) ||
+	    (n = atol(argv[2])) < 1) {
+		fprintf(stderr, "usage: make_chain conv|convw|relu N OUT\n");
 		return 1;
 	}
 	oq_diag_init(&d);
-	if (!(m = oq_model_new()) || build(m, argv[1][0] == 'c', n)) {
+	if (!(m = oq_model_new()) || build(m, argv[1][0] == 'c', !strcmp(argv[1], "convw"), n)) {
 		fprintf(stderr, "make_chain: out of memory\n");
 		return 1;
 	}

@@ -370,7 +370,8 @@ static void const_drop(plan *p, const oq_value *v, size_t ni, const unsigned cha
 	/* a view with data, or an initializer packed from its own bytes (no view yet) */
 	if (t ? !t->data : !(packed && v->init))
 		return;
-	for (size_t u = 0; u < v->n_uses; u++) {
+	/* from the last use (uses are in node order): a weight shared by many nodes is refused at once */
+	for (size_t u = v->n_uses; u-- > 0;) {
 		const oq_node *c = v->uses[u].node;
 		const node_plan *np;
 		if (c->graph != g || c->index > ni || g->nodes[c->index] != c)

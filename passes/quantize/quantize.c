@@ -121,6 +121,7 @@ typedef struct qctx {
 	int inc_nodes;     /* --include names nodes or op types */
 	int inc_tensors;   /* --include names tensors */
 	size_t n_pairs, n_weights, n_acts, n_norange;
+	oq_nameset node_names; /* every node name of g (filled on the first node_name call) */
 } qctx;
 
 static const opinfo *find_op(const oq_node *n)
@@ -555,21 +556,28 @@ out:
 }
 
 /* A node name "<base>" or "<base>_K" no node of g uses yet (ONNX Runtime rejects duplicates). */
-static char *node_name(const oq_graph *g, const char *base)
+static char *node_name(qctx *c, const char *base)
 {
 	size_t n = strlen(base) + 24;
-	char *buf = malloc(n);
-	if (!buf)
+	char *buf;
+
+	if (!c->node_names.cap)
+		for (size_t i = 0; i < c->g->n_nodes; i++)
+			if (oq_nameset_add(&c->node_names, c->g->nodes[i]->name))
+				return NULL;
+	if (!(buf = malloc(n)))
 		return NULL;
 	snprintf(buf, n, "%s", base);
-	for (unsigned long k = 1;; k++) {
-		size_t i = 0;
-		while (i < g->n_nodes && strcmp(g->nodes[i]->name, buf) != 0)
-			i++;
-		if (i == g->n_nodes)
-			return buf;
+	for (unsigned long k = 1; oq_nameset_has(&c->node_names, buf); k++)
 		snprintf(buf, n, "%s_%lu", base, k);
-	}
+	return buf;
+}
+
+/* Appends a node named un (see node_name) and records its name. */
+static oq_node *add_named(qctx *c, const char *op, const char *un)
+{
+	oq_node *n = oq_graph_add_node(c->g, op, "", un);
+	return n && !oq_nameset_add(&c->node_names, n->name) ? n : NULL;
 }
 
 /* Adds src -> Q -> DQ -> dst (dst NULL: a fresh "<v>_DequantizeLinear_Output"); returns dst. */
@@ -585,11 +593,11 @@ static oq_value *add_pair(qctx *c, oq_value *v, oq_value *src, oq_value *dst)
 		goto out;
 	if (!(qv = oq_graph_new_value(c->g, qo)) || (!dst && !(dst = oq_graph_new_value(c->g, dqo))))
 		goto out;
-	if (!(un = node_name(c->g, qn)) || !(q = oq_graph_add_node(c->g, "QuantizeLinear", "", un)))
+	if (!(un = node_name(c, qn)) || !(q = add_named(c, "QuantizeLinear", un)))
 		goto out;
 	free(un);
 	un = NULL;
-	if (!(un = node_name(c->g, dqn)) || !(dq = oq_graph_add_node(c->g, "DequantizeLinear", "", un)))
+	if (!(un = node_name(c, dqn)) || !(dq = add_named(c, "DequantizeLinear", un)))
 		goto out;
 	in[0] = src;
 	in[1] = c->s_init[v->index];
@@ -1028,6 +1036,7 @@ static void ctx_free(qctx *c)
 	free(c->s_init);
 	free(c->z_init);
 	free(c->in_scale);
+	oq_nameset_free(&c->node_names);
 }
 
 int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)

@@ -502,34 +502,52 @@ static int64_t need_opset(const oq_wspec *s)
 	return s->axis >= 0 ? 13 : 10;
 }
 
-/* Does DQ node m produce exactly (q, scale, zp, axis, block_size) from an initializer of w? */
+/* m's output when m is a live DQ reading x as its input 0 that produces exactly (q, scale, zp,
+ * axis, block_size), else NULL. */
+static oq_value *same_dq(oq_node *m, const oq_value *x, const oq_tensor *q, const oq_tensor *sc,
+                         const oq_tensor *zp, const oq_wspec *s)
+{
+	if (m->dead || m->op != OQ_OP_DequantizeLinear || m->n_inputs != 3 || m->n_outputs < 1 ||
+	    !m->outputs[0] || m->inputs[0] != x)
+		return NULL;
+	if (!m->inputs[1] || !m->inputs[1]->init || !m->inputs[2] || !m->inputs[2]->init)
+		return NULL;
+	if (!oq_tensor_equal(x->init, q) || !oq_tensor_equal(m->inputs[1]->init, sc) ||
+	    !oq_tensor_equal(m->inputs[2]->init, zp))
+		return NULL;
+	if (s->axis >= 0 && oq_node_attr_int(m, "axis", 1) != s->axis)
+		return NULL;
+	if (oq_node_attr_int(m, "block_size", 0) != (s->block_size > 0 ? s->block_size : 0))
+		return NULL;
+	return m->outputs[0];
+}
+
+/*
+ * The output of a DQ node that produces exactly (q, scale, zp, axis,
+ * block_size) from an initializer "<w>_quantized" or "<w>_quantized_K"
+ * (the names add_dq gives; K counts up from 1 while the names exist), or
+ * NULL. Readers are found through the initializers' use lists, so the cost
+ * does not grow with the graph.
+ */
 static oq_value *find_same_dq(oq_graph *g, const char *wname, const oq_tensor *q,
                               const oq_tensor *sc, const oq_tensor *zp, const oq_wspec *s)
 {
-	size_t len = strlen(wname);
+	size_t len = strlen(wname) + 40;
+	char *nm = malloc(len);
+	oq_value *x, *found = NULL;
 
-	for (size_t k = 0; k < g->n_nodes; k++) {
-		oq_node *m = g->nodes[k];
-		oq_value *x;
-		if (m->dead || m->op != OQ_OP_DequantizeLinear || m->n_inputs != 3 ||
-		    m->n_outputs < 1 || !m->outputs[0])
+	if (!nm)
+		return NULL;
+	snprintf(nm, len, "%s_quantized", wname);
+	for (unsigned long k = 1; !found && (x = oq_graph_find(g, nm)); k++) {
+		snprintf(nm, len, "%s_quantized_%lu", wname, k);
+		if (!x->init)
 			continue;
-		x = m->inputs[0];
-		if (!x || !x->init || strncmp(x->name, wname, len) ||
-		    strncmp(x->name + len, "_quantized", 10))
-			continue;
-		if (!m->inputs[1] || !m->inputs[1]->init || !m->inputs[2] || !m->inputs[2]->init)
-			continue;
-		if (!oq_tensor_equal(x->init, q) || !oq_tensor_equal(m->inputs[1]->init, sc) ||
-		    !oq_tensor_equal(m->inputs[2]->init, zp))
-			continue;
-		if (s->axis >= 0 && oq_node_attr_int(m, "axis", 1) != s->axis)
-			continue;
-		if (oq_node_attr_int(m, "block_size", 0) != (s->block_size > 0 ? s->block_size : 0))
-			continue;
-		return m->outputs[0];
+		for (size_t u = 0; u < x->n_uses && !found; u++)
+			found = same_dq(x->uses[u].node, x, q, sc, zp, s);
 	}
-	return NULL;
+	free(nm);
+	return found;
 }
 
 /*
@@ -570,6 +588,12 @@ static int add_dq(oq_graph *g, const char *base, oq_tensor *x, oq_tensor *sc, oq
 		goto fail;
 	if (oq_node_set_inputs(n, in, zp ? 3 : 2) || oq_node_set_outputs(n, &o, 1))
 		goto fail;
+	/* the new node's uses and output, without a rebuild of the whole graph */
+	for (int i = 0; i < (zp ? 3 : 2); i++)
+		if (oq_value_add_use(in[i], n, i))
+			goto fail;
+	o->producer = n;
+	o->producer_index = 0;
 	if (axis >= 0 && oq_node_set_attr_int(n, "axis", axis))
 		goto fail;
 	if (block > 0 && oq_node_set_attr_int(n, "block_size", block))
@@ -588,15 +612,6 @@ fail:
 		n->dead = 1;
 	return oq_err(d, rc, "quantize: weight '%s': out of memory adding its DequantizeLinear",
 	              base);
-}
-
-/* Removes a float initializer nothing reads any more (so the file shrinks). */
-static void drop_if_unused(oq_graph *g, oq_value *v)
-{
-	if (!v || !v->init || v->n_uses || (v->flags & (OQ_V_INPUT | OQ_V_OUTPUT)) ||
-	    oq_value_n_captures(v))
-		return;
-	oq_graph_remove_init(g, v);
 }
 
 /* Bias state: int32 values and scales, computed against the weight's per-group scales. */
@@ -792,14 +807,13 @@ int oq_weight_insert_dq(oq_graph *g, oq_node *n, int w_idx, int b_idx, float in_
 		if (rc)
 			goto fail;
 		n->inputs[b_idx] = bout;
+		if ((rc = oq_value_add_use(bout, n, b_idx)))
+			goto fail;
 	}
 	n->inputs[w_idx] = wout;
-	oq_weight_release_pages(g->model, wt);
-	if ((rc = oq_graph_rebuild_uses(g)))
+	if ((rc = oq_value_add_use(wout, n, w_idx)))
 		goto fail;
-	drop_if_unused(g, wv);
-	if (bv)
-		drop_if_unused(g, bv);
+	oq_weight_release_pages(g->model, wt);
 	wq_free(&st);
 	free(bias.bs);
 	return OQ_OK;

@@ -63,7 +63,8 @@ int oq_weight_fake_quantize(const oq_tensor *w, const oq_wspec *s, float *out, o
  * when a bias would overflow int32 the weight scale of that channel is
  * enlarged until it fits. A weight or bias that other nodes also read is
  * copied, never changed under them; one that nothing reads any more is
- * removed (so the file shrinks). Names: <w>_quantized, <w>_scale,
+ * left for oq_graph_drop_unused_inits (the pass driver runs it after every
+ * pass, so the file shrinks; one batch keeps the cost linear). Names: <w>_quantized, <w>_scale,
  * <w>_zero_point, <w>_DequantizeLinear_Output (made unique).
  * A weight already quantized to identical tensors by an earlier call (a
  * shared weight) reuses that DequantizeLinear. Blocked weights leave the
@@ -72,7 +73,10 @@ int oq_weight_fake_quantize(const oq_tensor *w, const oq_wspec *s, float *out, o
  * FP8 layers add a float bias). The weight must satisfy
  * oq_weight_quantizable (else OQ_EUNSUP); the model's opset must be >= 13
  * for an axis, >= 19 for float8e4m3fn, >= 21 for block_size or 16/4-bit types (else OQ_EUNSUP
- * naming the node). Uses are rebuilt; the DQ is appended (toposort after).
+ * naming the node). Uses stay usable without a rebuild: the new DQ, its
+ * inputs and output and the rewired inputs of n are entered; the replaced
+ * weight and bias keep stale entries for n until the next rebuild. The DQ is
+ * appended (toposort after).
  */
 int oq_weight_insert_dq(oq_graph *g, oq_node *n, int w_idx, int b_idx, float in_scale, float beta,
 			const oq_wspec *s, oq_diag *d) OQ_WUR;

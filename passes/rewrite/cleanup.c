@@ -553,8 +553,8 @@ static int drop_passthrough(oq_graph *g, oq_node *n, int *done)
 	if (!p || p->dead || x->graph != g || !oq_value_is_private(x) || x->init)
 		return OQ_OK;
 	p->outputs[x->producer_index] = y;
-	if ((rc = oq_value_replace_uses(g, x, y)))
-		return rc;
+	if ((rc = oq_value_replace_uses(g, x, y)) || (rc = oq_graph_rebuild_uses(g)))
+		return rc; /* producers changed: x has none now, y is p's */
 	n->dead = 1;
 	*done = 1;
 	return OQ_OK;

@@ -102,15 +102,38 @@ void oq_graph_remove_init(oq_graph *g, oq_value *v)
 	v->init = NULL;
 }
 
+/* Drops the entries of a[0..*n) whose value has `flag` in its flags, keeping the order. */
+static void drop_flagged(oq_value **a, size_t *n, unsigned flag)
+{
+	size_t j = 0;
+	for (size_t i = 0; i < *n; i++)
+		if (!(a[i]->flags & flag))
+			a[j++] = a[i];
+	*n = j;
+}
+
 size_t oq_graph_drop_unused_inits(oq_graph *g)
 {
 	size_t n = 0;
-	for (size_t i = g->n_inits; i-- > 0;) {
+	/* one compaction of each list for all of them (oq_graph_remove_init each would be quadratic) */
+	for (size_t i = 0; i < g->n_inits; i++) {
 		oq_value *v = g->inits[i];
 		if (v->n_uses == 0 && !(v->flags & (OQ_V_INPUT | OQ_V_OUTPUT)) && oq_value_n_captures(v) == 0) {
-			oq_graph_remove_init(g, v);
+			v->flags |= OQ_V_DROPPING;
 			n++;
 		}
+	}
+	if (!n)
+		return 0;
+	drop_flagged(g->inits, &g->n_inits, OQ_V_DROPPING);
+	drop_flagged(g->vinfos, &g->n_vinfos, OQ_V_DROPPING);
+	for (size_t i = 0; i < g->n_values; i++) {
+		oq_value *v = g->values[i];
+		if (!(v->flags & OQ_V_DROPPING))
+			continue;
+		v->flags &= ~(unsigned)(OQ_V_DROPPING | OQ_V_VINFO);
+		oq_tensor_free(v->init);
+		v->init = NULL;
 	}
 	return n;
 }
@@ -125,13 +148,25 @@ void oq_graph_remove_vinfo(oq_graph *g, oq_value *v)
 
 int oq_value_replace_uses(oq_graph *g, oq_value *from, oq_value *to)
 {
-	for (size_t i = 0; i < g->n_nodes; i++) {
-		oq_node *n = g->nodes[i];
-		for (size_t k = 0; k < n->n_inputs; k++)
-			if (n->inputs[k] == from)
-				n->inputs[k] = to;
+	size_t keep = 0;
+
+	if (from == to)
+		return OQ_OK;
+	if (oq_grow(&to->uses, &to->cap_uses, to->n_uses + from->n_uses, sizeof *to->uses))
+		return OQ_ENOMEM;
+	for (size_t i = 0; i < from->n_uses; i++) {
+		oq_use u = from->uses[i];
+		if (u.node->graph != g) {
+			from->uses[keep++] = u;
+			continue;
+		}
+		if (u.node->inputs[u.index] != from)
+			continue; /* stale: that input was rewired without a rebuild */
+		u.node->inputs[u.index] = to;
+		to->uses[to->n_uses++] = u;
 	}
-	return oq_graph_rebuild_uses(g);
+	from->n_uses = keep;
+	return OQ_OK;
 }
 
 typedef struct capctx {
@@ -215,94 +250,185 @@ static int mark_caps(oq_graph *sub, oq_node *owner, void *ctx)
 	return oq_graph_each_subgraph(sub, mark_caps, ctx);
 }
 
+/* A binary min-heap of node indices. */
+typedef struct heap {
+	size_t *v;
+	size_t n;
+} heap;
+
+static void heap_push(heap *h, size_t x)
+{
+	size_t i = h->n++;
+	while (i && h->v[(i - 1) / 2] > x) {
+		h->v[i] = h->v[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	h->v[i] = x;
+}
+
+static size_t heap_pop(heap *h)
+{
+	size_t top = h->v[0], x = h->v[--h->n], i = 0;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= h->n)
+			break;
+		if (c + 1 < h->n && h->v[c + 1] < h->v[c])
+			c++;
+		if (h->v[c] >= x)
+			break;
+		h->v[i] = h->v[c];
+		i = c;
+	}
+	if (h->n)
+		h->v[i] = x;
+	return top;
+}
+
+/*
+ * The order of the repeated file-order sweeps (each sweep places, in file
+ * order, every node whose inputs are ready when the sweep reaches it, so a
+ * valid order is kept as it is), computed in O((N + E) log N): Kahn's
+ * algorithm with two heaps. `cur` holds the ready nodes the current sweep
+ * has still to reach (index above its position), `next` those it has
+ * passed; a node becoming ready joins one or the other, and a sweep ends
+ * when `cur` is empty.
+ */
 int oq_graph_toposort(oq_graph *g, oq_diag *d)
 {
-	size_t nn = g->n_nodes, nv = g->n_values;
-	unsigned char *ready = NULL, *placed = NULL, *need = NULL;
+	size_t nn = g->n_nodes, nv = g->n_values, n_order = 0, pos = 0;
+	size_t *indeg = NULL, *cap_start = NULL, *cap_owner = NULL, n_caps = 0;
+	unsigned char *ready = NULL, *need = NULL;
 	oq_node **order = NULL;
-	size_t n_order = 0;
+	heap cur = {0}, next = {0};
 	int rc;
 
 	if ((rc = oq_graph_rebuild_uses(g)))
 		return oq_err(d, rc, "passes: out of memory");
 	ready = oq_calloc(nv, 1);
-	placed = oq_calloc(nn, 1);
-	need = oq_calloc(nv, 1);
+	indeg = oq_calloc(nn, sizeof *indeg);
 	order = oq_calloc(nn, sizeof *order);
-	if (!ready || !placed || !need || !order) {
-		rc = oq_err(d, OQ_ENOMEM, "passes: out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < nv; i++) {
-		oq_value *v = g->values[i];
-		if (!v->producer)
-			ready[i] = 1; /* inputs, initializers, outer names, orphans */
+	cur.v = oq_calloc(nn, sizeof *cur.v);
+	next.v = oq_calloc(nn, sizeof *next.v);
+	cap_start = oq_calloc(nv + 1, sizeof *cap_start);
+	if (!ready || !indeg || !order || !cur.v || !next.v || !cap_start)
+		goto nomem;
+	for (size_t i = 0; i < nv; i++)
+		ready[i] = !g->values[i]->producer; /* inputs, initializers, outer names, orphans */
+	for (size_t i = 0; i < nn; i++) {
+		const oq_node *n = g->nodes[i];
+		for (size_t k = 0; k < n->n_inputs; k++)
+			if (n->inputs[k] && n->inputs[k]->graph == g && !ready[n->inputs[k]->index])
+				indeg[i]++;
 	}
 	/*
-	 * Repeated sweeps in file order: each sweep places every node whose
-	 * inputs are ready. Valid orders stay as they are in one sweep.
+	 * Captures of a node's subgraphs count as its inputs (each value once
+	 * per node): cap_owner lists, per value (CSR, cap_start), the nodes
+	 * whose subgraphs capture it.
 	 */
-	while (n_order < nn) {
-		size_t before = n_order;
-		for (size_t i = 0; i < nn; i++) {
-			oq_node *n = g->nodes[i];
-			int ok = 1;
-			if (placed[i])
-				continue;
-			for (size_t k = 0; k < n->n_inputs && ok; k++)
-				if (n->inputs[k] && n->inputs[k]->graph == g && !ready[n->inputs[k]->index])
-					ok = 0;
-			if (ok) {
-				/* captures of this node's subgraphs must be ready too */
-				needctx c = {g, need};
+	if (g->n_subgraphs) {
+		needctx c = {g, NULL};
+		if (!(need = oq_calloc(nv, 1)))
+			goto nomem;
+		c.need = need;
+		for (int fill = 0; fill < 2; fill++) {
+			if (fill) {
+				for (size_t v = 0; v < nv; v++)
+					cap_start[v + 1] += cap_start[v];
+				if (!(cap_owner = oq_calloc(n_caps, sizeof *cap_owner)))
+					goto nomem;
+			}
+			for (size_t i = 0; i < nn; i++) {
+				oq_node *n = g->nodes[i];
 				int has_sub = 0;
 				for (size_t a = 0; a < n->n_attrs; a++)
 					has_sub |= n->attrs[a].g != NULL || n->attrs[a].graphs != NULL;
-				if (has_sub) {
-					memset(need, 0, nv);
-					for (size_t a = 0; a < n->n_attrs; a++) {
-						if (n->attrs[a].g && mark_caps(n->attrs[a].g, n, &c))
+				if (!has_sub)
+					continue;
+				memset(need, 0, nv);
+				for (size_t a = 0; a < n->n_attrs; a++) {
+					if (n->attrs[a].g && mark_caps(n->attrs[a].g, n, &c))
+						goto nomem;
+					for (size_t j = 0; n->attrs[a].graphs && j < n->attrs[a].n; j++)
+						if (mark_caps(n->attrs[a].graphs[j], n, &c))
 							goto nomem;
-						for (size_t j = 0; n->attrs[a].graphs && j < n->attrs[a].n; j++)
-							if (mark_caps(n->attrs[a].graphs[j], n, &c))
-								goto nomem;
+				}
+				for (size_t v = 0; v < nv; v++) {
+					if (!need[v] || ready[v])
+						continue;
+					if (fill) {
+						cap_owner[cap_start[v]++] = i;
+					} else {
+						cap_start[v + 1]++;
+						n_caps++;
+						indeg[i]++;
 					}
-					for (size_t v = 0; v < nv && ok; v++)
-						if (need[v] && !ready[v])
-							ok = 0;
 				}
 			}
-			if (!ok)
+		}
+		/* the fill advanced each start to the next value's: shift back */
+		for (size_t v = nv; v > 0; v--)
+			cap_start[v] = cap_start[v - 1];
+		cap_start[0] = 0;
+	}
+	for (size_t i = 0; i < nn; i++)
+		if (!indeg[i])
+			heap_push(&cur, i);
+	while (cur.n || next.n) {
+		size_t i;
+		oq_node *n;
+		if (!cur.n) { /* a new sweep from the start */
+			heap t = cur;
+			cur = next;
+			next = t;
+		}
+		i = heap_pop(&cur);
+		n = g->nodes[i];
+		pos = i;
+		order[n_order++] = n;
+		for (size_t k = 0; k < n->n_outputs; k++) {
+			oq_value *v = n->outputs[k];
+			if (!v || ready[v->index])
 				continue;
-			placed[i] = 1;
-			order[n_order++] = n;
-			for (size_t k = 0; k < n->n_outputs; k++)
-				if (n->outputs[k])
-					ready[n->outputs[k]->index] = 1;
+			ready[v->index] = 1;
+			for (size_t u = 0; u < v->n_uses; u++) {
+				size_t j = v->uses[u].node->index;
+				if (v->uses[u].node->graph == g && --indeg[j] == 0)
+					heap_push(j > pos ? &cur : &next, j);
+			}
+			for (size_t u = cap_owner ? cap_start[v->index] : 0; cap_owner && u < cap_start[v->index + 1];
+			     u++) {
+				size_t j = cap_owner[u];
+				if (--indeg[j] == 0)
+					heap_push(j > pos ? &cur : &next, j);
+			}
 		}
-		if (n_order == before) {
-			for (size_t i = 0; i < nn; i++)
-				if (!placed[i]) {
-					rc = oq_err(d, OQ_EINVAL,
-						    "passes: node '%s' (%s) is on a cycle or reads a value nothing produces",
-						    g->nodes[i]->name, g->nodes[i]->op_type);
-					goto out;
-				}
-		}
+	}
+	if (n_order < nn) {
+		for (size_t i = 0; i < nn; i++)
+			if (indeg[i]) {
+				rc = oq_err(d, OQ_EINVAL,
+					    "passes: node '%s' (%s) is on a cycle or reads a value nothing produces",
+					    g->nodes[i]->name, g->nodes[i]->op_type);
+				goto out;
+			}
 	}
 	if (nn)
 		memcpy(g->nodes, order, nn * sizeof *order);
-	rc = oq_graph_rebuild_uses(g);
-	if (rc)
+	if ((rc = oq_graph_rebuild_uses(g)))
 		rc = oq_err(d, rc, "passes: out of memory");
 	goto out;
 nomem:
 	rc = oq_err(d, OQ_ENOMEM, "passes: out of memory");
 out:
 	free(ready);
-	free(placed);
-	free(need);
+	free(indeg);
 	free(order);
+	free(cur.v);
+	free(next.v);
+	free(cap_start);
+	free(cap_owner);
+	free(need);
 	return rc;
 }
 

@@ -97,6 +97,8 @@ void oq_graph_free(oq_graph *g)
 {
 	if (!g)
 		return;
+	if (g->parent)
+		g->parent->n_subgraphs--;
 	for (size_t i = 0; i < g->n_nodes; i++)
 		oq_node_free(g->nodes[i]);
 	for (size_t i = 0; i < g->n_values; i++)
@@ -155,6 +157,8 @@ oq_graph *oq_graph_new(oq_model *m, oq_graph *parent)
 		free(g);
 		return NULL;
 	}
+	if (parent)
+		parent->n_subgraphs++;
 	return g;
 }
 
@@ -300,7 +304,7 @@ int oq_node_set_outputs(oq_node *n, oq_value *const *v, size_t count)
 
 int oq_graph_each_subgraph(oq_graph *g, oq_subgraph_fn fn, void *ctx)
 {
-	for (size_t i = 0; i < g->n_nodes; i++) {
+	for (size_t i = 0; g->n_subgraphs && i < g->n_nodes; i++) {
 		oq_node *n = g->nodes[i];
 		for (size_t k = 0; k < n->n_attrs; k++) {
 			oq_attr *a = &n->attrs[k];
@@ -316,7 +320,7 @@ int oq_graph_each_subgraph(oq_graph *g, oq_subgraph_fn fn, void *ctx)
 	return OQ_OK;
 }
 
-static int add_use(oq_value *v, oq_node *n, int index)
+int oq_value_add_use(oq_value *v, oq_node *n, int index)
 {
 	if (oq_grow(&v->uses, &v->cap_uses, v->n_uses + 1, sizeof *v->uses))
 		return OQ_ENOMEM;
@@ -353,10 +357,56 @@ int oq_graph_rebuild_uses(oq_graph *g)
 			}
 		}
 		for (size_t k = 0; k < n->n_inputs; k++)
-			if (n->inputs[k] && add_use(n->inputs[k], n, (int)k))
+			if (n->inputs[k] && oq_value_add_use(n->inputs[k], n, (int)k))
 				return OQ_ENOMEM;
 	}
 	return oq_graph_each_subgraph(g, rebuild_sub, NULL);
+}
+
+int oq_nameset_has(const oq_nameset *s, const char *name)
+{
+	if (!s->cap)
+		return 0;
+	for (size_t i = (size_t)hash_name(name) & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
+		if (!s->slot[i])
+			return 0;
+		if (strcmp(s->slot[i], name) == 0)
+			return 1;
+	}
+}
+
+int oq_nameset_add(oq_nameset *s, const char *name)
+{
+	size_t i;
+	if (oq_nameset_has(s, name))
+		return OQ_OK;
+	if ((s->n + 1) * 2 > s->cap) {
+		size_t ncap = s->cap ? s->cap * 2 : 64;
+		const char **ns = calloc(ncap, sizeof *ns);
+		if (!ns)
+			return OQ_ENOMEM;
+		for (size_t k = 0; k < s->cap; k++) {
+			if (!s->slot[k])
+				continue;
+			for (i = (size_t)hash_name(s->slot[k]) & (ncap - 1); ns[i]; i = (i + 1) & (ncap - 1))
+				;
+			ns[i] = s->slot[k];
+		}
+		free(s->slot);
+		s->slot = ns;
+		s->cap = ncap;
+	}
+	for (i = (size_t)hash_name(name) & (s->cap - 1); s->slot[i]; i = (i + 1) & (s->cap - 1))
+		;
+	s->slot[i] = name;
+	s->n++;
+	return OQ_OK;
+}
+
+void oq_nameset_free(oq_nameset *s)
+{
+	free(s->slot);
+	memset(s, 0, sizeof *s);
 }
 
 const oq_attr *oq_node_attr(const oq_node *n, const char *name)

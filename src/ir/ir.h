@@ -143,6 +143,7 @@ enum {
 	OQ_V_VINFO = 4,      /* listed in the graph's value_info */
 	OQ_V_OUTER = 8,      /* defined by an enclosing graph; see `outer` */
 	OQ_V_TYPE_EDITED = 16, /* type changed since load: rebuild its TypeProto */
+	OQ_V_DROPPING = 32,  /* scratch mark of oq_graph_drop_unused_inits, clear between calls */
 };
 
 struct oq_value {
@@ -202,6 +203,7 @@ struct oq_graph {
 	/* name -> value hash (open addressing, power-of-two size) */
 	oq_value **hash;
 	size_t hash_cap;
+	size_t n_subgraphs;  /* live graphs whose parent is this one: 0 lets subgraph walks end at once */
 	const void *src;     /* Onnx__GraphProto, or NULL */
 };
 
@@ -264,8 +266,23 @@ oq_node *oq_graph_add_node(oq_graph *g, const char *op_type, const char *domain,
 /* Sets node inputs/outputs arrays (n entries, copied). */
 int oq_node_set_inputs(oq_node *n, oq_value *const *v, size_t count) OQ_WUR;
 int oq_node_set_outputs(oq_node *n, oq_value *const *v, size_t count) OQ_WUR;
+/* Appends the use (n, index) to v's use list (for edits that keep uses current themselves). */
+int oq_value_add_use(oq_value *v, oq_node *n, int index) OQ_WUR;
 /* Rebuilds producers and use lists of g and all its subgraphs. */
 int oq_graph_rebuild_uses(oq_graph *g) OQ_WUR;
+
+/*
+ * A set of borrowed strings (open addressing): for passes that test many
+ * fresh names against all node names in constant time. The strings must
+ * outlive the set.
+ */
+typedef struct oq_nameset {
+	const char **slot;   /* cap entries, NULL when free */
+	size_t cap, n;
+} oq_nameset;
+int oq_nameset_add(oq_nameset *s, const char *name) OQ_WUR;
+int oq_nameset_has(const oq_nameset *s, const char *name);
+void oq_nameset_free(oq_nameset *s);
 
 /* Attribute lookup by name, or NULL. */
 const oq_attr *oq_node_attr(const oq_node *n, const char *name);
@@ -314,7 +331,11 @@ void oq_graph_remove_init(oq_graph *g, oq_value *v);
 size_t oq_graph_drop_unused_inits(oq_graph *g);
 /* Drops v from value_info (e.g. after its type changed or its producer went away). */
 void oq_graph_remove_vinfo(oq_graph *g, oq_value *v);
-/* Makes every consumer of `from` in g (not in subgraphs) read `to`; uses are rebuilt. */
+/*
+ * Makes every consumer of `from` in g (not in subgraphs) read `to`, in
+ * time linear in from's uses, which must be current; their entries move to
+ * the end of to's use list (producers are untouched).
+ */
 int oq_value_replace_uses(oq_graph *g, oq_value *from, oq_value *to) OQ_WUR;
 /* Number of subgraph values (at any depth below v's graph) that capture v as an outer name. */
 size_t oq_value_n_captures(const oq_value *v);

@@ -94,6 +94,15 @@ expect() {
 	fi
 }
 
+# ---- 6. long graphs: passes and save near-linear (the quadratic versions took minutes here)
+"$chain" conv 20000 "$t/c20k.onnx" && "$chain" relu 20000 "$t/r20k.onnx"
+run "$bin" quantize "$t/c20k.onnx" -o "$t/c20k_q.onnx" --calib random:1 --method minmax --quiet
+expect "quantize a chain of 20k Convs within 60 s" 0 ""
+run "$bin" convert --passes cleanup "$t/r20k.onnx" -o "$t/r20k_c.onnx"
+expect "cleanup (toposort) of a reversed chain of 20k Relus within 60 s" 0 ""
+run "$bin" check "$t/r20k_c.onnx"
+expect "the sorted chain checks" 0 ""
+
 # ---- 8. FIFOs as samples and models are refused, never waited on
 mkfifo "$t/f.npy" "$t/f.onnx"
 mkdir -p "$t/fifo_calib"
