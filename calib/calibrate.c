@@ -1124,7 +1124,7 @@ static int check_batch(const oq_exec *e, oq_diag *d)
  */
 static int prepare(oq_model *m, const oq_calib_opts *o, job *j, calib *c, oq_diag *d)
 {
-	oq_exec_opts eo = {.threads = 0};
+	oq_exec_opts eo = {.threads = 0, .max_loop_iterations = o->max_loop_iterations};
 	uint64_t n_random = 0, b, e;
 	uint32_t ns = o->n_shards ? o->n_shards : 1;
 	int rc;

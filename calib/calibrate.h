@@ -43,6 +43,7 @@ typedef int (*oq_calib_grid_fn)(void *ctx, const oq_value *v, int *dtype, int *a
 
 typedef struct oq_calib_opts {
 	const char *source;  /* --calib DIR or "random:N[:SEED]" */
+	int64_t max_loop_iterations; /* --max-loop-iterations (oq_exec_opts); <= 0: the default */
 	size_t limit;        /* --calib-limit N: first N samples in lexical order; 0 = all */
 	int threads;         /* executor threads; <= 0: all cores */
 	FILE *progress;      /* progress / summary / warnings (stderr), or NULL for quiet */

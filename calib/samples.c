@@ -937,7 +937,7 @@ done:
 
 int oq_run(oq_model *m, const oq_run_opts *o, FILE *out, oq_diag *d)
 {
-	oq_exec_opts eo = {.threads = 0};
+	oq_exec_opts eo = {.threads = 0, .max_loop_iterations = o->max_loop_iterations};
 	oq_exec *e = NULL;
 	oq_samples s;
 	oq_rt *in = NULL, *outs = NULL;

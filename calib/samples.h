@@ -106,6 +106,7 @@ typedef struct oq_run_opts {
 	const char *output_dir; /* --output-dir, or NULL: print a summary instead */
 	int threads;            /* --threads; <= 0: all cores */
 	int json;               /* --json: report as one JSON object */
+	int64_t max_loop_iterations; /* --max-loop-iterations (oq_exec_opts); <= 0: the default */
 } oq_run_opts;
 
 /*

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,7 +126,9 @@ static const char usage_compare[] =
 	"                  finite number: nan or inf is a usage error, exit 1)\n"
 	"  --per-tensor    also compare intermediate tensors matched by name; list the worst\n"
 	"  --top N         how many tensors --per-tensor lists (default 10)\n"
-	"  --threads N     executor threads (default: all cores)\n";
+	"  --threads N     executor threads (default: all cores)\n"
+	"  --max-loop-iterations N  iterations one Loop node may run (default 10000000;\n"
+	"                  past it: exit 2 naming the node)\n";
 
 static const char usage_run[] =
 	"usage: onnxq run MODEL (--data DIR | --input NAME=FILE ...)\n"
@@ -145,7 +148,12 @@ static const char usage_run[] =
 	"  --output-dir DIR    write each output to DIR/NNN/<output name>.npy (DIR/<output\n"
 	"                      name>.npy with --input); without it, print a summary\n"
 	"  --threads N         worker threads (default: all cores); results do not depend on N\n"
-	"  --json              report (dtype, shape, min/max/mean per output) as JSON\n";
+	"  --json              report (dtype, shape, min/max/mean per output) as JSON\n"
+	"  --max-loop-iterations N  iterations one Loop node may run (default 10000000);\n"
+	"                      past it the run fails naming the node (exit 2)\n"
+	"\n"
+	"MODEL and sample files must be regular files: a FIFO or a device is refused\n"
+	"(exit 4 for the model, 4 for a .npy, 2 for a .pb), never waited on.\n";
 
 static int fail(const oq_diag *d, int status)
 {
@@ -390,6 +398,7 @@ static int cmd_compare(int argc, char **argv)
 		{"per-tensor", no_argument, NULL, 'p'},
 		{"top", required_argument, NULL, 'n'},
 		{"threads", required_argument, NULL, 't'},
+		{"max-loop-iterations", required_argument, NULL, 'L'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -423,6 +432,11 @@ static int cmd_compare(int argc, char **argv)
 				return usage_error("compare", "--threads needs a number from 1 to 1024");
 			co.threads = (int)v;
 			break;
+		case 'L':
+			if ((v = oq_parse_count(optarg, 1, LLONG_MAX)) < 0)
+				return usage_error("compare", "--max-loop-iterations needs a positive number");
+			co.max_loop_iterations = v;
+			break;
 		case 'h': fputs(usage_compare, stdout); return 0;
 		default: return usage_error("compare", "unknown option");
 		}
@@ -454,6 +468,7 @@ static int cmd_run(int argc, char **argv)
 		{"output-dir", required_argument, NULL, 'o'},
 		{"threads", required_argument, NULL, 't'},
 		{"json", no_argument, NULL, 'j'},
+		{"max-loop-iterations", required_argument, NULL, 'L'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -483,6 +498,12 @@ static int cmd_run(int argc, char **argv)
 			ro.threads = (int)v;
 			break;
 		}
+		case 'L':
+			if ((ro.max_loop_iterations = oq_parse_count(optarg, 1, LLONG_MAX)) < 0) {
+				free(specs);
+				return usage_error("run", "--max-loop-iterations needs a positive number");
+			}
+			break;
 		case 'h': free(specs); fputs(usage_run, stdout); return 0;
 		default: free(specs); return usage_error("run", "unknown option");
 		}

@@ -48,6 +48,7 @@ int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	e->m = m;
 	e->fold_dq = o ? o->fold_dq : 0;
+	e->max_loop = o && o->max_loop_iterations > 0 ? o->max_loop_iterations : OQ_MAX_LOOP_ITERATIONS;
 	/* the pool and scratch first: the plan runs kernels to fold constants */
 	if ((rc = oq_pool_new(threads, &e->pool))) {
 		rc = oq_err(d, rc, "run: cannot start %d threads", threads);
@@ -123,6 +124,7 @@ int oq_exec_clone(const oq_exec *src, const oq_exec_opts *o, oq_exec **out, oq_d
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	e->m = src->m;
 	e->fold_dq = src->fold_dq;
+	e->max_loop = src->max_loop;
 	e->plans = src->plans;
 	e->borrowed = src->plans;
 	if ((rc = oq_pool_new(threads, &e->pool))) {
@@ -144,6 +146,11 @@ int oq_exec_clone(const oq_exec *src, const oq_exec_opts *o, oq_exec **out, oq_d
 	e->want = src->want;
 	*out = e;
 	return OQ_OK;
+}
+
+int64_t oq_exec_max_loop(const oq_exec *e)
+{
+	return e ? e->max_loop : OQ_MAX_LOOP_ITERATIONS;
 }
 
 void oq_exec_set_observer(oq_exec *e, oq_observe_fn fn, void *ctx)

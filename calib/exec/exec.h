@@ -76,7 +76,16 @@ typedef struct oq_exec_opts {
 				       * (bias correction). Conv outputs are the same bits either way; a
 				       * MatMul / Gemm may round differently, its packed kernel being the
 				       * float model's, not the plain one. Thread-independent either way. */
+	int64_t max_loop_iterations;  /* iterations one Loop node may run before it fails naming the
+				       * node (a trip count of 2^62 with cond true never ends);
+				       * <= 0: OQ_MAX_LOOP_ITERATIONS. Clones keep their source's. */
 } oq_exec_opts;
+
+/* The default of oq_exec_opts.max_loop_iterations (--max-loop-iterations). */
+#define OQ_MAX_LOOP_ITERATIONS 10000000
+
+/* The iteration limit of a Loop node run by e (for the Loop kernel). */
+int64_t oq_exec_max_loop(const oq_exec *e);
 
 /*
  * Observer: called for every node output (main graph and subgraphs) right

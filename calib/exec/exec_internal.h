@@ -73,6 +73,7 @@ struct oq_exec {
 	size_t n_chunks, cap_chunks;
 	int planning;          /* making a plan: outputs (folded constants) outside the arena */
 	int fold_dq;           /* oq_exec_opts.fold_dq */
+	int64_t max_loop;      /* oq_exec_opts.max_loop_iterations (resolved) */
 	struct buf *scratch;   /* per pool thread: oq_k_scratch's buffer */
 	int n_scratch;         /* scratch entries: threads, or for a clone (which may run inside its
 				* source's pool, on a thread of that pool's index) also the source's */

@@ -294,6 +294,13 @@ static int k_loop(oq_kctx *k)
 		goto fail;
 	}
 	for (it = 0; it < M && cond; it++) {
+		if (it >= oq_exec_max_loop(k->e)) {
+			rc = oq_k_err(k, OQ_EINVAL,
+			              "ran %lld iterations without ending (trip count %lld%s); "
+			              "raise --max-loop-iterations if the model needs more",
+			              (long long)it, (long long)M, ct ? ", cond still true" : "");
+			goto fail;
+		}
 		*(int64_t *)itv.data = it;
 		*(unsigned char *)cv.data = (unsigned char)cond;
 		bin[0] = itv;

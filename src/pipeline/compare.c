@@ -484,7 +484,7 @@ static void summarize(const ostat *os, size_t nout, size_t ns, oq_compare_summar
 int oq_compare(oq_model *ref, oq_model *test, const oq_compare_opts *o, FILE *out, oq_compare_summary *sum,
 	       oq_diag *d)
 {
-	oq_exec_opts eo = {.threads = 0};
+	oq_exec_opts eo = {.threads = 0, .max_loop_iterations = o->max_loop_iterations};
 	oq_exec *er = NULL, *et = NULL;
 	oq_samples s, st;
 	ostat *os = NULL;

@@ -21,6 +21,7 @@ typedef struct oq_compare_opts {
 	size_t top;             /* worst layers listed with --per-tensor (default 10 when 0) */
 	int has_min_sqnr;       /* --min-sqnr given */
 	double min_sqnr;        /* fail (OQ_ECHECK) when an output's min SQNR over samples is below */
+	int64_t max_loop_iterations; /* --max-loop-iterations (oq_exec_opts); <= 0: the default */
 } oq_compare_opts;
 
 /* The worst output of a comparison. */

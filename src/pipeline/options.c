@@ -129,6 +129,7 @@ static const struct number {
 	{"block-size", 2, (long long)1 << 30, 'l', "--block-size needs a number >= 2"},
 	{"opset", 10, 1000, 'l', "--opset needs a number >= 10"},
 	{"external-threshold", 1, LLONG_MAX, 's', "--external-threshold needs a positive number of bytes"},
+	{"max-loop-iterations", 1, LLONG_MAX, 'l', "--max-loop-iterations needs a positive number"},
 };
 
 static int set_number(oq_pipeline_args *a, const oq_option *o, const char *v, oq_diag *d)
@@ -447,6 +448,10 @@ const oq_option oq_pipeline_options[] = {
 	 "  --quiet                 no summary\n"},
 	{"verbose", OQ_ARG_NONE, ALL, set_flag, F(verbose),
 	 "  --verbose               what each pass did and per-stage timings\n"},
+	{NULL, 0, 0, NULL, 0, "Limits:\n"},
+	{"max-loop-iterations", OQ_ARG_REQUIRED, QC, set_number, F(calib.max_loop_iterations),
+	 "  --max-loop-iterations N iterations one Loop node may run while calibrating\n"
+	 "                          (default 10000000; past it: exit 2 naming the node)\n"},
 
 };
 const size_t oq_pipeline_n_options = sizeof oq_pipeline_options / sizeof oq_pipeline_options[0];

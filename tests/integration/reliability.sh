@@ -103,6 +103,19 @@ expect "cleanup (toposort) of a reversed chain of 20k Relus within 60 s" 0 ""
 run "$bin" check "$t/r20k_c.onnx"
 expect "the sorted chain checks" 0 ""
 
+# ---- 7. a Loop that never ends is stopped at --max-loop-iterations, naming the node
+run "$bin" run "$m/loop.onnx" --input x=random:1 --max-loop-iterations 1000
+expect "run: Loop bounded by --max-loop-iterations" 2 "node 'forever' \(Loop.*ran 1000 iterations without ending"
+run "$bin" quantize "$m/loop.onnx" -o "$t/loop_q.onnx" --calib random:1 --max-loop-iterations 500
+expect "quantize: Loop bounded by --max-loop-iterations" 2 "node 'forever' \(Loop.*ran 500 iterations"
+run "$bin" compare "$m/loop.onnx" "$m/loop.onnx" --data "$t" --max-loop-iterations 0
+expect "compare --max-loop-iterations 0 is a usage error" 1 "positive number"
+if "$bin" run --help | grep -q "max-loop-iterations N.*default 10000000"; then
+	ok "run --help documents the default"
+else
+	bad "run --help lacks --max-loop-iterations and its default"
+fi
+
 # ---- 8. FIFOs as samples and models are refused, never waited on
 mkfifo "$t/f.npy" "$t/f.onnx"
 mkdir -p "$t/fifo_calib"
