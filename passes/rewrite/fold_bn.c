@@ -129,7 +129,7 @@ static int bn_params(const oq_graph *g, const oq_node *bn, size_t *C, double **a
 	for (size_t k = 1; k < bn->n_outputs; k++)
 		if (bn->outputs[k] && (live_uses(bn->outputs[k]) || !oq_value_is_private(bn->outputs[k])))
 			return OQ_OK;
-	if (!bn->outputs[0] || s->nelem == 0 || b->nelem != s->nelem || m->nelem != s->nelem ||
+	if (!bn->n_outputs || !bn->outputs[0] || s->nelem == 0 || b->nelem != s->nelem || m->nelem != s->nelem ||
 	    v->nelem != s->nelem || oq_dtype_kind(s->dtype) != 'f' || oq_dtype_kind(b->dtype) != 'f' ||
 	    oq_dtype_kind(m->dtype) != 'f' || oq_dtype_kind(v->dtype) != 'f')
 		return OQ_OK;
@@ -230,7 +230,7 @@ static int channel_bias(const oq_tensor *t, size_t C, int orank)
 /* Folds BN into its producer p (which writes x); *done = 1 when it did. */
 static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 {
-	oq_value *x = bn->inputs[0], *y = bn->outputs[0];
+	oq_value *x = bn->n_inputs ? bn->inputs[0] : NULL, *y = bn->n_outputs ? bn->outputs[0] : NULL;
 	oq_node *p = x ? x->producer : NULL, *lin = p, *mm = NULL, *addn = NULL;
 	double *a = NULL, *sh = NULL;
 	float *nw = NULL, *nb = NULL;
@@ -241,7 +241,7 @@ static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 
 	*done = 0;
 	if (!p || p->dead || x->graph != g || !oq_value_is_private(x) || only_user(x) != bn ||
-	    p->outputs[0] != x)
+	    !p->n_outputs || p->outputs[0] != x)
 		return OQ_OK;
 	/* Linear op + Add(constant bias): the Add is the producer, the op before it holds W */
 	if (oq_node_is(p, OQ_OP_Add) && p->n_inputs == 2) {
@@ -398,7 +398,7 @@ out:
 /* Conv/ConvTranspose -> Mul(c) or Add(c): folds the constant into W / B; *done = 1 when it did. */
 static int fold_affine(oq_graph *g, oq_node *n, oq_diag *d, int *done)
 {
-	oq_value *x = NULL, *y = n->outputs[0];
+	oq_value *x = NULL, *y = n->n_outputs ? n->outputs[0] : NULL;
 	const oq_tensor *c = NULL, *W, *B = NULL;
 	oq_node *p;
 	float *nw = NULL, *nb = NULL;
@@ -415,7 +415,7 @@ static int fold_affine(oq_graph *g, oq_node *n, oq_diag *d, int *done)
 			x = n->inputs[1 - k];
 		}
 	if (!c || c->dtype != OQ_DT_FLOAT || !(p = x->producer) || p->dead || x->graph != g ||
-	    !oq_value_is_private(x) || only_user(x) != n || p->outputs[0] != x ||
+	    !oq_value_is_private(x) || only_user(x) != n || !p->n_outputs || p->outputs[0] != x ||
 	    !(oq_node_is(p, OQ_OP_Conv) || oq_node_is(p, OQ_OP_ConvTranspose)) || p->n_inputs < 2 ||
 	    !(W = oq_value_const(g, p->inputs[1])) || W->dtype != OQ_DT_FLOAT || W->rank < 3)
 		return OQ_OK;

@@ -1,0 +1,115 @@
+/*
+ * fuzz_quantize.c - libFuzzer target over the whole quantize pipeline:
+ * every input is untrusted model bytes.
+ *
+ * Per input: load from memory (no external data), the rewrites (cleanup,
+ * upgrade-opset, fold-bn, fuse), calibration on one random sample (minmax,
+ * one thread, Loop nodes bounded at 1000 iterations), the quantize pass,
+ * and a save to a temporary file that must load again. Any status is fine
+ * as long as a failure carries a message; crashes, sanitizer reports,
+ * leaks and timeouts are findings. With OQ_FUZZ_PASSES_ONLY=1 in the
+ * environment it stops after the rewrites (load + passes: many more runs a
+ * second, for long campaigns).
+ *
+ * Build: cmake -DONNXQ_FUZZ=ON -DCMAKE_C_COMPILER=clang (tests/fuzz/CMakeLists.txt).
+ * Run:   tests/integration/fuzz.sh, or fuzz_quantize CORPUS_DIR -dict=tests/fuzz/onnx.dict
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "calib/calibrate.h"
+#include "passes/pass.h"
+#include "src/io/onnx_io.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static char out_path[64];
+static int passes_only; /* OQ_FUZZ_PASSES_ONLY set: stop after the rewrites */
+
+static void cleanup(void)
+{
+	unlink(out_path);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	int fd;
+	(void)argc;
+	(void)argv;
+	snprintf(out_path, sizeof out_path, "/tmp/oq-fuzzq.XXXXXX");
+	if ((fd = mkstemp(out_path)) < 0) {
+		perror("fuzz_quantize: mkstemp");
+		abort();
+	}
+	close(fd);
+	passes_only = getenv("OQ_FUZZ_PASSES_ONLY") && strcmp(getenv("OQ_FUZZ_PASSES_ONLY"), "0");
+	atexit(cleanup);
+	return 0;
+}
+
+/* A failing stage must say why. */
+static void expect_message(int rc, const oq_diag *d, const char *stage)
+{
+	if (rc && (d->count == 0 || !d->msg[0])) {
+		fprintf(stderr, "fuzz_quantize: %s failed (%d) without a message\n", stage, rc);
+		abort();
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	oq_model *m = NULL, *m2 = NULL;
+	oq_ranges ranges = {0};
+	oq_calib_opts co = {0};
+	oq_pass_run run = {0};
+	oq_opts q;
+	oq_diag d;
+	int rc;
+
+	oq_diag_init(&d);
+	if (oq_model_load_buffer(data, size, NULL, &m, &d))
+		return 0;
+	oq_opts_init(&q);
+	run.stop_before_quantize = 1;
+	oq_diag_init(&d);
+	rc = oq_passes_run(m, &run, &q, &d);
+	expect_message(rc, &d, "the rewrites");
+	if (rc || !m->graph || passes_only)
+		goto out;
+	co.source = "random:1";
+	co.threads = 1;
+	co.method = OQ_CALIB_MINMAX;
+	co.max_loop_iterations = 1000;
+	oq_diag_init(&d);
+	rc = oq_calibrate(m, &co, &ranges, &d);
+	expect_message(rc, &d, "calibration");
+	if (rc)
+		goto out;
+	q.ranges = &ranges;
+	memset(&run, 0, sizeof run);
+	run.only_quantize = 1;
+	oq_diag_init(&d);
+	rc = oq_passes_run(m, &run, &q, &d);
+	expect_message(rc, &d, "quantize");
+	if (rc)
+		goto out;
+	oq_diag_init(&d);
+	rc = oq_model_save(m, out_path, NULL, NULL, &d);
+	expect_message(rc, &d, "save");
+	if (rc == OQ_OK) {
+		oq_diag_init(&d);
+		if (oq_model_load(out_path, &m2, &d)) {
+			fprintf(stderr, "fuzz_quantize: the quantized model does not load again: %s\n", d.msg);
+			abort();
+		}
+		oq_model_free(m2);
+	}
+out:
+	oq_ranges_free(&ranges);
+	oq_model_free(m);
+	return 0;
+}
