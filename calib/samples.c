@@ -21,6 +21,7 @@
 #include "src/io/file.h"
 #include "src/io/npy.h"
 #include "src/io/onnx_io.h"
+#include "src/io/outfile.h"
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -926,6 +927,11 @@ static int write_outputs(const oq_run_opts *o, const oq_sample *x, const oq_exec
 			            oq_exec_output(e, i)->name, oq_dtype_name(t->dtype));
 			goto done;
 		}
+		/* never over one of the sample's own input files */
+		for (size_t k = 0; k < oq_exec_n_inputs(e); k++)
+			if (x->in[k].kind != OQ_SRC_RANDOM &&
+			    (rc = oq_out_not_input(files[i], "run: output", (const char *const *)&x->in[k].path, 1, d)))
+				goto done;
 		if ((rc =
 		         oq_npy_write(files[i], t->dtype, t->rank, t->dims, t->data, t->nbytes, d)))
 			goto done;
@@ -961,6 +967,9 @@ int oq_run(oq_model *m, const oq_run_opts *o, FILE *out, oq_diag *d)
 			goto fail;
 		}
 	}
+	if (o->output_dir && o->data_dir &&
+	    (rc = oq_out_not_input(o->output_dir, "run: --output-dir", &o->data_dir, 1, d)))
+		goto fail;
 	if (o->output_dir && (rc = check_outputs(e, d)))
 		goto fail;
 	rc = o->data_dir ? oq_samples_scan(o->data_dir, e, &s, d)

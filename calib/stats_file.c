@@ -25,6 +25,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "src/io/outfile.h"
+
 static const char magic[8] = {'O', 'N', 'N', 'X', 'Q', 'S', 'T', 'A'};
 
 #define HDR_FIXED (8 + 4 * 4 + 8 * 3 + 4) /* magic .. N */
@@ -427,71 +429,25 @@ int oq_stats_decode(const uint8_t *buf, size_t len, const char *what, oq_stats *
 	return OQ_OK;
 }
 
-/* ------------------------------------------------------------ files */
-
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-	while (n) {
-		ssize_t k = write(fd, p, n);
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		p += k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
 int oq_stats_write(const char *path, oq_stats *s, oq_diag *d)
 {
 	uint8_t *buf = NULL;
-	char *tmp = NULL;
-	size_t len, l = strlen(path);
-	int fd = -1, rc;
+	size_t len;
+	oq_outfile f;
+	int rc, e;
 
 	if ((rc = oq_stats_encode(s, &buf, &len, d)))
 		return rc;
-	if (!(tmp = oq_malloc(l + 16))) {
-		free(buf);
-		return oq_err(d, OQ_ENOMEM, "stats: out of memory");
-	}
-	memcpy(tmp, path, l);
-	memcpy(tmp + l, ".tmp.XXXXXX", 12);
-	if ((fd = mkstemp(tmp)) < 0) {
-		rc = oq_err(d, OQ_EIO, "stats: cannot create a temporary file beside '%s': %s", path,
-			    strerror(errno));
-		free(tmp);
+	if ((rc = oq_out_open(&f, path, "stats", 0, d))) {
 		free(buf);
 		return rc;
 	}
-	{
-		/* mkstemp makes 0600; outputs are ordinary files */
-		mode_t um = umask(0);
-		umask(um);
-		(void)fchmod(fd, 0666 & ~um);
+	if ((e = oq_out_write_all(f.fd, buf, len))) {
+		rc = oq_err(d, OQ_EIO, "stats: cannot write '%s': %s", path, strerror(e));
+		oq_out_abort(&f);
+	} else {
+		rc = oq_out_commit(&f, "stats", d);
 	}
-	if (write_all(fd, buf, len)) {
-		rc = oq_err(d, OQ_EIO, "stats: cannot write '%s': %s", tmp, strerror(errno));
-		close(fd);
-		goto fail;
-	}
-	if (close(fd)) {
-		rc = oq_err(d, OQ_EIO, "stats: cannot write '%s': %s", tmp, strerror(errno));
-		goto fail;
-	}
-	if (rename(tmp, path)) {
-		rc = oq_err(d, OQ_EIO, "stats: cannot rename the temporary file to '%s': %s", path,
-			    strerror(errno));
-		goto fail;
-	}
-	free(tmp);
-	free(buf);
-	return OQ_OK;
-fail:
-	unlink(tmp);
-	free(tmp);
 	free(buf);
 	return rc;
 }

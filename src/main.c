@@ -72,6 +72,13 @@ static const char usage_convert[] =
 	"renamed, so it is untouched on failure. Models over 2 GB are written with\n"
 	"external data automatically.\n"
 	"\n"
+	"OUT may be a new or regular file (its permissions are kept), a symlink to a\n"
+	"regular file (the target is replaced, the link stays), or - (or /dev/stdout)\n"
+	"to stream the model to standard output. A device, FIFO, socket or folder is\n"
+	"refused (exit 4), and so is an OUT that is another input of the command,\n"
+	"such as MODEL's external data (exit 1); OUT = MODEL is fine. SIGINT and\n"
+	"SIGTERM remove the temporary files.\n"
+	"\n"
 	"  -o, --output OUT            output model path (required)\n"
 	"  --passes LIST               comma-separated rewrites: cleanup, upgrade-opset,\n"
 	"                              fold-bn, fuse (run in that order)\n"
@@ -79,7 +86,10 @@ static const char usage_convert[] =
 	"  --dump-after PASS           print the graph after PASS to stderr\n"
 	"  --opset N                   target opset for upgrade-opset\n"
 	"  --verify                    check the model after every pass\n"
-	"  --external-data             store tensors of at least BYTES in OUT.data\n"
+	"  --external-data             store tensors of at least BYTES in OUT.<hash>.data,\n"
+	"                              named by its content (the model is written last, so\n"
+	"                              it never meets another save's data; data files of\n"
+	"                              earlier saves of OUT are removed)\n"
 	"  --external-threshold BYTES  size threshold for --external-data (default 1024)\n";
 
 /* The head of `quantize --help`; the option lines come from the option table. */

@@ -796,7 +796,7 @@ Test(save, external_data_aligned_and_bitwise_equal, .init = make_tmpdir, .fini =
 	uint8_t payload[N_DT][96];
 	char names[N_DT][16];
 	size_t n, mlen, dlen, n_ext = 0;
-	char path[128], dpath[140];
+	char path[128], dpath[440];
 	uint8_t *b = pack_every_dtype(ts, tps, dims, payload, names, &n), *mb, *db;
 	oq_model *m = load_ok(b, n), *r;
 	oq_save_opts o = {0};
@@ -807,9 +807,9 @@ Test(save, external_data_aligned_and_bitwise_equal, .init = make_tmpdir, .fini =
 	o.external_data = 1;
 	o.external_threshold = 8;
 	snprintf(path, sizeof path, "%s/e.onnx", tmpdir);
-	snprintf(dpath, sizeof dpath, "%s/e.onnx.data", tmpdir);
 	save_ok(m, path, &o, &info);
 	cr_assert(info.went_external);
+	snprintf(dpath, sizeof dpath, "%s/%s", tmpdir, info.data_name);
 	/* inspect the file the saver wrote with protobuf-c directly */
 	mb = read_file(path, &mlen);
 	db = read_file(dpath, &dlen);
@@ -842,7 +842,7 @@ Test(save, external_data_aligned_and_bitwise_equal, .init = make_tmpdir, .fini =
 				len = (size_t)strtoull(e->value, NULL, 10);
 		}
 		cr_assert_not_null(loc);
-		cr_assert_str_eq(loc, "e.onnx.data", "location must be relative to the model");
+		cr_assert_str_eq(loc, info.data_name, "location must be relative to the model");
 		cr_assert_eq(off % 64, 0, "dtype %d at offset %zu: not 64-byte aligned", all_dtypes[i], off);
 		cr_assert_eq(len, nb);
 		cr_assert(off + len <= dlen);

@@ -35,10 +35,13 @@ Test(save, auto_external_past_limit)
 
 	cr_assert(mkdtemp(dir));
 	snprintf(out, sizeof out, "%s/m.onnx", dir);
-	snprintf(data, sizeof data, "%s.data", out);
 	o.auto_limit = 1000; /* tiny_cnn holds 6512 bytes of float weights */
 	oq_diag_init(&d);
 	cr_assert_eq(oq_model_save(m, out, &o, &info, &d), OQ_OK, "%s", d.msg);
+	/* the data file is named by its content: m.onnx.<16 hex digits>.data */
+	cr_expect_eq(strlen(info.data_name), strlen("m.onnx.") + 16 + strlen(".data"), "%s", info.data_name);
+	cr_expect_eq(strncmp(info.data_name, "m.onnx.", 7), 0, "%s", info.data_name);
+	snprintf(data, sizeof data, "%s/%s", dir, info.data_name);
 	cr_expect(info.auto_external);
 	cr_expect(info.went_external);
 	cr_expect_gt(info.n_external, 0);

@@ -22,9 +22,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "passes/quantize/overrides.h"
 #include "src/io/file.h"
+#include "src/io/outfile.h"
 #include "src/quant/qparams.h"
 
 /* Per-channel encodings of a large model are big, but not this big. */
@@ -339,22 +341,32 @@ int oq_encodings_write(const oq_encodings *e, FILE *f)
 int oq_encodings_export(const oq_model *m, const char *path, oq_diag *d)
 {
 	oq_encodings e;
-	FILE *f;
-	int rc;
+	oq_outfile out;
+	FILE *f = NULL;
+	int rc, fd;
 
 	if ((rc = oq_encodings_collect(m, &e, d)))
 		return rc;
-	if (!(f = fopen(path, "w"))) {
+	/* a temporary file renamed over path: an old file stays whole until the new one is */
+	if ((rc = oq_out_open(&out, path, "encodings", OQ_OUT_STDOUT, d))) {
 		oq_encodings_free(&e);
-		return oq_err(d, OQ_EIO, "encodings: cannot create %s: %s", path, strerror(errno));
+		return rc;
 	}
-	rc = oq_encodings_write(&e, f);
-	if (fclose(f) && !rc)
+	if ((fd = dup(out.fd)) < 0 || !(f = fdopen(fd, "w"))) {
+		if (fd >= 0)
+			close(fd);
 		rc = OQ_EIO;
+	} else {
+		rc = oq_encodings_write(&e, f);
+		if (fclose(f) && !rc)
+			rc = OQ_EIO;
+	}
 	oq_encodings_free(&e);
-	if (rc)
+	if (rc) {
+		oq_out_abort(&out);
 		return oq_err(d, rc, "encodings: cannot write %s: %s", path, strerror(errno));
-	return OQ_OK;
+	}
+	return oq_out_commit(&out, "encodings", d);
 }
 
 /* Context of one tensor entry for messages. */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "src/io/file.h"
+#include "src/io/outfile.h"
 
 /* Largest header we accept; numpy's own limit for reading is 10000 bytes by default. */
 #define NPY_MAX_HEADER ((size_t)1 << 20)
@@ -456,27 +457,13 @@ int oq_npy_header(int dtype, int rank, const int64_t *dims, char *buf, size_t ca
 	return OQ_OK;
 }
 
-static int write_all(int fd, const void *p, size_t n)
-{
-	const unsigned char *q = p;
-	while (n) {
-		ssize_t r = write(fd, q, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		q += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
 int oq_npy_write(const char *path, int dtype, int rank, const int64_t *dims, const void *data,
                  size_t nbytes, oq_diag *d)
 {
-	char *head = NULL, *tmp = NULL;
-	size_t hcap, hlen, nelem, want, l = strlen(path);
-	int fd = -1, made = 0, rc;
+	char *head = NULL;
+	size_t hcap, hlen, nelem, want;
+	oq_outfile f;
+	int rc, e;
 
 	if (!oq_npy_descr(dtype))
 		return oq_err(d, OQ_EUNSUP, "npy: %s: element type %s has no .npy equivalent", path,
@@ -485,52 +472,22 @@ int oq_npy_write(const char *path, int dtype, int rank, const int64_t *dims, con
 	    want != nbytes)
 		return oq_err(d, OQ_EINVAL, "npy: %s: data size does not match the shape", path);
 	hcap = 256 + 24 * (size_t)rank;
-	if (!(head = malloc(hcap)) || !(tmp = malloc(l + 16))) {
-		rc = oq_err(d, OQ_ENOMEM, "npy: out of memory");
-		goto fail;
-	}
+	if (!(head = malloc(hcap)))
+		return oq_err(d, OQ_ENOMEM, "npy: out of memory");
 	if ((rc = oq_npy_header(dtype, rank, dims, head, hcap, &hlen))) {
-		rc = oq_err(d, rc, "npy: %s: cannot format the header", path);
-		goto fail;
+		free(head);
+		return oq_err(d, rc, "npy: %s: cannot format the header", path);
 	}
-	memcpy(tmp, path, l);
-	memcpy(tmp + l, ".tmp.XXXXXX", 12);
-	if ((fd = mkstemp(tmp)) < 0) {
-		rc = oq_err(d, OQ_EIO, "npy: cannot create a temporary file beside '%s': %s", path,
-		            strerror(errno));
-		goto fail;
+	if ((rc = oq_out_open(&f, path, "npy", 0, d))) {
+		free(head);
+		return rc;
 	}
-	made = 1;
-	{
-		/* mkstemp makes 0600; outputs are ordinary files */
-		mode_t um = umask(0);
-		umask(um);
-		(void)fchmod(fd, 0666 & ~um);
+	if ((e = oq_out_write_all(f.fd, head, hlen)) || (nbytes && (e = oq_out_write_all(f.fd, data, nbytes)))) {
+		rc = oq_err(d, OQ_EIO, "npy: cannot write '%s': %s", path, strerror(e));
+		oq_out_abort(&f);
+	} else {
+		rc = oq_out_commit(&f, "npy", d);
 	}
-	if (write_all(fd, head, hlen) || (nbytes && write_all(fd, data, nbytes))) {
-		rc = oq_err(d, OQ_EIO, "npy: cannot write '%s': %s", tmp, strerror(errno));
-		goto fail;
-	}
-	if (close(fd)) {
-		fd = -1;
-		rc = oq_err(d, OQ_EIO, "npy: cannot write '%s': %s", tmp, strerror(errno));
-		goto fail;
-	}
-	fd = -1;
-	if (rename(tmp, path)) {
-		rc = oq_err(d, OQ_EIO, "npy: cannot rename the temporary file to '%s': %s", path,
-		            strerror(errno));
-		goto fail;
-	}
-	free(tmp);
-	free(head);
-	return OQ_OK;
-fail:
-	if (fd >= 0)
-		close(fd);
-	if (made)
-		unlink(tmp);
-	free(tmp);
 	free(head);
 	return rc;
 }

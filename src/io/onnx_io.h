@@ -6,7 +6,10 @@
  * the rest with protobuf-c and builds the IR. External data is mapped the
  * same way after a path-traversal check. Saving streams the protobuf to a
  * temporary file beside the output and renames it into place, so the output
- * path is untouched on any failure.
+ * path is untouched on any failure (src/io/outfile.h: what an output path
+ * may name; "-" streams to standard output). External data goes to
+ * "<out>.<16 hex digits>.data", named by its content: the model is renamed
+ * last, so a model never meets data another save wrote.
  */
 #ifndef OQ_ONNX_IO_H
 #define OQ_ONNX_IO_H
@@ -24,7 +27,7 @@ int oq_model_load_buffer(const void *buf, size_t len, const char *dir, oq_model 
 			 oq_diag *d) OQ_WUR;
 
 typedef struct oq_save_opts {
-	int external_data;         /* 1: write tensors >= external_threshold to <out>.data */
+	int external_data;         /* 1: write tensors >= external_threshold to <out>.<hash>.data */
 	size_t external_threshold; /* bytes; 0 means the default (1024) */
 	int no_auto_external;      /* 1: fail instead of switching to external data past 2 GB */
 	size_t auto_limit;         /* serialized size that triggers automatic external data;
@@ -37,6 +40,7 @@ typedef struct oq_save_info {
 	size_t model_bytes;        /* bytes written to the .onnx file */
 	size_t data_bytes;         /* bytes written to the .data file */
 	size_t n_external;         /* tensors moved to the .data file */
+	char data_name[288];       /* the data file's name (beside the model), "" without one */
 } oq_save_info;
 
 /* Saves atomically; `o` and `info` may be NULL. */

@@ -11,8 +11,9 @@
  *
  * The output goes to a temporary file in the output's folder, renamed over
  * the output only when everything was written: any failure leaves the
- * output path untouched. With external data, tensors of at least
- * `external_threshold` bytes go to `<out>.data` at 64-byte aligned offsets
+ * output path untouched (src/io/outfile.c). With external data, tensors of
+ * at least `external_threshold` bytes go to `<out>.<hash>.data`, named by a
+ * hash of its content (place_pair), at 64-byte aligned offsets
  * (4096 for tensors of 1 MiB and more, so they can be mapped page-aligned);
  * this is switched on automatically when the model would pass protobuf's
  * 2 GiB limit.
@@ -26,8 +27,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <dirent.h>
+#include <sys/file.h>
 
 #include "onnx.pb-c.h"
+#include "src/io/outfile.h"
 
 #define OQ_REF_FIELD 536870911u
 
@@ -80,16 +84,33 @@ static int write_all(int fd, const uint8_t *p, size_t n)
 {
 	while (n) {
 		size_t chunk = n > (1u << 20) ? (1u << 20) : n;
-		ssize_t w = write(fd, p, chunk);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return errno;
-		}
-		p += w;
-		n -= (size_t)w;
+		int e = oq_out_write_all(fd, p, chunk);
+		if (e)
+			return e;
+		p += chunk;
+		n -= chunk;
 	}
 	return 0;
+}
+
+/*
+ * The data file's content hash, fed in write order: 8-byte words
+ * multiplied into the state, the tail bytewise, the length last. It names
+ * the data file, so a model and the data it was written with always go
+ * together (see oq_model_save).
+ */
+static uint64_t hash_bytes(uint64_t h, const uint8_t *p, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t w;
+		memcpy(&w, p + i, 8);
+		h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+		h ^= h >> 29;
+	}
+	for (; i < n; i++)
+		h = (h ^ p[i]) * 0x100000001B3ull;
+	return h;
 }
 
 static void wflush(writer *w)
@@ -126,8 +147,9 @@ typedef struct sctx {
 	int external;         /* write large tensors to the data file */
 	size_t threshold;
 	int data_fd;
-	const char *data_name; /* location recorded in the model */
+	const char *data_name; /* location recorded in the model (filled in before packing) */
 	size_t data_off;
+	uint64_t data_hash;    /* hash_bytes of everything written to the data file */
 	oq_save_info *info;
 	int err;              /* first status */
 } sctx;
@@ -151,6 +173,7 @@ static int write_external(sctx *s, const oq_tensor *t, size_t *off)
 
 	if ((e = write_all(s->data_fd, zeros, pad)) || (e = write_all(s->data_fd, t->data, t->nbytes)))
 		return e;
+	s->data_hash = hash_bytes(hash_bytes(s->data_hash, zeros, pad), t->data, t->nbytes);
 	*off = s->data_off + pad;
 	s->data_off += pad + t->nbytes;
 	return 0;
@@ -576,41 +599,86 @@ static size_t tensor_bytes(const oq_tensor *t)
 
 /* ------------------------------------------------------------------- save */
 
-static int open_temp(const char *path, char **tmp, oq_diag *d)
+/* The folder of file path p ("." when it has none), malloc'd. */
+static char *dir_of(const char *p)
 {
-	size_t l = strlen(path);
-	int fd;
-	*tmp = malloc(l + 16);
-	if (!*tmp)
-		return oq_err(d, OQ_ENOMEM, "save: out of memory");
-	memcpy(*tmp, path, l);
-	memcpy(*tmp + l, ".tmp.XXXXXX", 12);
-	fd = mkstemp(*tmp);
-	if (fd < 0) {
-		int e = errno;
-		free(*tmp);
-		*tmp = NULL;
-		return oq_err(d, OQ_EIO, "save: cannot create a temporary file beside '%s': %s", path,
-			      strerror(e));
-	}
-	/* mkstemp makes 0600; models are ordinary files */
-	{
-		mode_t um = umask(0);
-		umask(um);
-		(void)fchmod(fd, 0666 & ~um);
-	}
-	return fd;
+	const char *slash = strrchr(p, '/');
+	char *d;
+	if (!slash)
+		return oq_strdup(".");
+	if (slash == p)
+		return oq_strdup("/");
+	if (!(d = malloc((size_t)(slash - p) + 1)))
+		return NULL;
+	memcpy(d, p, (size_t)(slash - p));
+	d[slash - p] = 0;
+	return d;
 }
 
-/* A free name beside `path` for a backup hard link. */
-static int backup_name(const char *path, char **out, oq_diag *d)
+/* Is `name` "<base>.<16 hex digits>.data": a data file this saver names for model file base? */
+static int our_data_name(const char *name, const char *base)
 {
-	size_t l = strlen(path);
-	*out = malloc(l + 32);
-	if (!*out)
-		return oq_err(d, OQ_ENOMEM, "save: out of memory");
-	snprintf(*out, l + 32, "%s.bak.%ld", path, (long)getpid());
-	return OQ_OK;
+	size_t bl = strlen(base);
+	if (strncmp(name, base, bl) || name[bl] != '.' || strlen(name) != bl + 22 || strcmp(name + bl + 17, ".data"))
+		return 0;
+	for (size_t i = bl + 1; i < bl + 17; i++)
+		if (!strchr("0123456789abcdef", name[i]))
+			return 0;
+	return 1;
+}
+
+/*
+ * Puts a model and its data file (dout, NULL without one) in place: with
+ * the model's folder locked against other onnxq saves (flock), renames the
+ * data file to its content-named final name `dname`, then the model over
+ * its target, then removes the other data files named for this model
+ * (earlier saves' data, which nothing written by us references any more).
+ * A crash between the renames leaves the old model with its own, untouched
+ * data file; concurrent saves end as the last one's model and data.
+ */
+static int place_pair(oq_outfile *out, oq_outfile *dout, const char *dir, const char *base, const char *dname,
+		      oq_diag *d)
+{
+	char *dpath = malloc(strlen(dir) + strlen(dname) + 2);
+	int lock = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = OQ_OK;
+
+	if (!dpath) {
+		rc = oq_err(d, OQ_ENOMEM, "save: out of memory");
+		goto out;
+	}
+	sprintf(dpath, "%s/%s", dir, dname);
+	if (lock >= 0)
+		while (flock(lock, LOCK_EX) != 0 && errno == EINTR)
+			;
+	if (dout) {
+		free(dout->target);
+		dout->target = dpath;
+		dpath = NULL;
+		if ((rc = oq_out_commit(dout, "save", d)))
+			goto out;
+	}
+	if ((rc = oq_out_commit(out, "save", d)))
+		goto out;
+	{
+		DIR *dh = opendir(dir);
+		struct dirent *e;
+		while (dh && (e = readdir(dh)))
+			if (our_data_name(e->d_name, base) && strcmp(e->d_name, dname)) {
+				char *old = malloc(strlen(dir) + strlen(e->d_name) + 2);
+				if (old) {
+					sprintf(old, "%s/%s", dir, e->d_name);
+					unlink(old);
+					free(old);
+				}
+			}
+		if (dh)
+			closedir(dh);
+	}
+out:
+	if (lock >= 0)
+		close(lock); /* releases the lock */
+	free(dpath);
+	return rc;
 }
 
 int oq_model_save(const oq_model *m, const char *path, const oq_save_opts *o, oq_save_info *info,
@@ -621,11 +689,13 @@ int oq_model_save(const oq_model *m, const char *path, const oq_save_opts *o, oq
 	sctx s = {0};
 	writer w = {0};
 	Onnx__ModelProto *mp;
-	char *tmp = NULL, *dtmp = NULL, *dpath = NULL, *dbak = NULL;
-	int data_placed = 0;
-	const char *slash;
-	int fd = -1, rc = OQ_OK;
+	oq_outfile out, dout;
+	char *dir = NULL, *dpath = NULL, *bname = NULL, dname[288] = "";
+	const char *base = "";
+	int rc = OQ_OK;
 
+	memset(&dout, 0, sizeof dout);
+	dout.fd = dout.slot = -1;
 	if (!o)
 		o = &none;
 	if (!info)
@@ -647,37 +717,54 @@ int oq_model_save(const oq_model *m, const char *path, const oq_save_opts *o, oq
 		s.external = 1;
 		info->auto_external = 1;
 	}
+	if ((rc = oq_out_open(&out, path, "save", OQ_OUT_STDOUT, d)))
+		return rc;
 	if (s.external) {
-		size_t l = strlen(path);
-		dpath = malloc(l + 6);
-		if (!dpath)
-			return oq_err(d, OQ_ENOMEM, "save: out of memory");
-		memcpy(dpath, path, l);
-		memcpy(dpath + l, ".data", 6);
-		slash = strrchr(dpath, '/');
-		s.data_name = slash ? slash + 1 : dpath;
-		if ((s.data_fd = open_temp(dpath, &dtmp, d)) < 0) {
-			rc = s.data_fd;
+		size_t l = strlen(out.target);
+		if (out.streaming) {
+			rc = oq_err(d, OQ_EUSAGE, "save: external data needs a model file beside it, not "
+				    "standard output; give -o FILE");
 			goto done;
 		}
+		/* the data goes beside the file written (a symlink's target), under a name of its content */
+		if (!(dir = dir_of(out.target)) || !(dpath = malloc(l + 6))) {
+			rc = oq_err(d, OQ_ENOMEM, "save: out of memory");
+			goto done;
+		}
+		memcpy(dpath, out.target, l);
+		memcpy(dpath + l, ".data", 6);
+		base = strrchr(out.target, '/') ? strrchr(out.target, '/') + 1 : out.target;
+		if (strlen(base) + 23 > sizeof dname) {
+			rc = oq_err(d, OQ_EUSAGE, "save: '%s': the file name is too long for a data file beside it",
+				    path);
+			goto done;
+		}
+		if (!(base = bname = oq_strdup(base))) { /* out.target goes at the commit */
+			rc = oq_err(d, OQ_ENOMEM, "save: out of memory");
+			goto done;
+		}
+		if ((rc = oq_out_open(&dout, dpath, "save", 0, d)))
+			goto done;
+		s.data_fd = dout.fd;
+		s.data_name = dname;
+		s.data_hash = 0xcbf29ce484222325ull;
 		info->went_external = 1;
-	}
-	if ((fd = open_temp(path, &tmp, d)) < 0) {
-		rc = fd;
-		goto done;
 	}
 	mp = mk_model(&s, m);
 	if (!mp) {
 		rc = s.err ? s.err : oq_err(d, OQ_ENOMEM, "save: out of memory");
 		goto done;
 	}
+	if (s.external)
+		snprintf(dname, sizeof dname, "%s.%016llx.data", base,
+			 (unsigned long long)hash_bytes(s.data_hash, (const uint8_t *)&s.data_off, sizeof s.data_off));
 	if (!s.external && protobuf_c_message_get_packed_size(&mp->base) > OQ_PROTOBUF_LIMIT) {
 		rc = oq_err(d, OQ_EUNSUP, "save: '%s': the model is over the 2 GB protobuf limit; use --external-data",
 			    path);
 		goto done;
 	}
 	w.base.append = wappend;
-	w.fd = fd;
+	w.fd = out.fd;
 	w.cap = 1u << 20;
 	w.buf = malloc(w.cap);
 	if (!w.buf) {
@@ -691,71 +778,37 @@ int oq_model_save(const oq_model *m, const char *path, const oq_save_opts *o, oq
 		goto done;
 	}
 	info->model_bytes = w.total;
-	if (close(fd) != 0) {
-		fd = -1;
-		rc = oq_err(d, OQ_EIO, "save: cannot write '%s': %s", path, strerror(errno));
-		goto done;
-	}
-	fd = -1;
-	if (s.data_fd >= 0 && info->n_external == 0) {
-		/* nothing was large enough: no data file (the temp is removed below) */
-		close(s.data_fd);
-		s.data_fd = -1;
+	if (s.external && info->n_external == 0) {
+		/* nothing was large enough: no data file */
+		oq_out_abort(&dout);
 		info->went_external = 0;
-	} else if (s.data_fd >= 0) {
-		int e = close(s.data_fd);
-		s.data_fd = -1;
-		if (e != 0) {
-			rc = oq_err(d, OQ_EIO, "save: cannot write '%s': %s", dpath, strerror(errno));
-			goto done;
-		}
-		/* Two renames cannot be one atomic step: keep the old data file under a
-		 * hard link until the model is in place, and put it back on failure. */
-		if ((rc = backup_name(dpath, &dbak, d)))
-			goto done;
-		if (link(dpath, dbak) != 0) {
-			free(dbak);
-			dbak = NULL;
-		}
-		if (rename(dtmp, dpath) != 0) {
-			rc = oq_err(d, OQ_EIO, "save: cannot write '%s': %s", dpath, strerror(errno));
-			goto done;
-		}
-		free(dtmp);
-		dtmp = NULL;
-		data_placed = 1;
 	}
-	if (rename(tmp, path) != 0) {
-		rc = oq_err(d, OQ_EIO, "save: cannot rename the temporary file to '%s': %s", path,
-			    strerror(errno));
-		if (data_placed) { /* restore the previous data file, or remove ours */
-			if (dbak ? rename(dbak, dpath) == 0 : unlink(dpath) == 0) {
-				free(dbak);
-				dbak = NULL;
-			}
-		}
+	if (out.streaming) {
+		rc = oq_out_commit(&out, "save", d);
 		goto done;
 	}
-	free(tmp);
-	tmp = NULL;
+	if (s.external && info->n_external)
+		snprintf(info->data_name, sizeof info->data_name, "%s", dname);
+	else
+		dname[0] = 0; /* no data file: earlier saves' data files go */
+	if (!dir && !(dir = dir_of(out.target))) {
+		rc = oq_err(d, OQ_ENOMEM, "save: out of memory");
+		goto done;
+	}
+	if (!bname) {
+		base = strrchr(out.target, '/') ? strrchr(out.target, '/') + 1 : out.target;
+		if (!(base = bname = oq_strdup(base))) {
+			rc = oq_err(d, OQ_ENOMEM, "save: out of memory");
+			goto done;
+		}
+	}
+	rc = place_pair(&out, dname[0] ? &dout : NULL, dir, base, dname, d);
 done:
-	if (fd >= 0)
-		close(fd);
-	if (s.data_fd >= 0)
-		close(s.data_fd);
-	if (tmp) {
-		unlink(tmp);
-		free(tmp);
-	}
-	if (dtmp) {
-		unlink(dtmp);
-		free(dtmp);
-	}
-	if (dbak) {
-		unlink(dbak);
-		free(dbak);
-	}
+	oq_out_abort(&out);
+	oq_out_abort(&dout);
+	free(dir);
 	free(dpath);
+	free(bname);
 	free(w.buf);
 	afree(&s.a);
 	return rc;

@@ -33,6 +33,7 @@
 
 #include "passes/quantize/encodings.h"
 #include "passes/quantize/overrides.h"
+#include "src/io/outfile.h"
 
 /* One run: the options it uses and what the stages hand on. */
 typedef struct job {
@@ -81,6 +82,43 @@ static size_t count_op(const oq_graph *g, const char *op)
 	for (size_t i = 0; i < g->n_nodes; i++)
 		n += strcmp(g->nodes[i]->op_type, op) == 0 && g->nodes[i]->domain[0] == 0;
 	return n;
+}
+
+/*
+ * OQ_EUSAGE when an output of the command is one of its inputs (the model,
+ * its external data, the settings and statistics files) or another output:
+ * writing it would destroy what the command reads. -o equal to MODEL is
+ * allowed: the model is replaced atomically.
+ */
+static int outputs_not_inputs(const oq_pipeline_opts *o, const oq_model *m, oq_diag *d)
+{
+	const char *in[8], **all;
+	size_t n = 0, na = 0;
+	int rc = OQ_OK;
+
+	in[n++] = o->overrides_path;
+	in[n++] = o->import_encodings;
+	in[n++] = o->stats_in;
+	if (!(all = oq_calloc(m->n_maps + n + 2, sizeof *all)))
+		return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+	for (size_t i = 0; i < n; i++)
+		all[na++] = in[i];
+	for (size_t i = 1; i < m->n_maps; i++) /* external data files */
+		all[na++] = m->maps[i].path;
+	if (o->job != OQ_JOB_CALIBRATE)
+		rc = oq_out_not_input(o->out_path, "-o", all, na, d);
+	all[na++] = o->in_path;
+	if (!rc && o->job == OQ_JOB_CALIBRATE)
+		rc = oq_out_not_input(o->out_path, "-o", all, na, d);
+	if (!rc && o->export_encodings) {
+		all[na++] = o->out_path;
+		rc = oq_out_not_input(o->export_encodings, "--export-encodings", all, na, d);
+		if (!rc && !strcmp(o->export_encodings, o->out_path))
+			rc = oq_err(d, OQ_EUSAGE, "--export-encodings '%s' is also -o; refused: give another "
+				    "file", o->export_encodings);
+	}
+	free(all);
+	return rc;
 }
 
 /* oq_calib_grid_fn: the quantize pass' grid for v (ctx: the pass options). */
@@ -167,7 +205,7 @@ static int load(job *j, oq_diag *d)
 
 	if (j->o.stats_in && (rc = oq_stats_read(j->o.stats_in, &j->stats, d)))
 		return rc;
-	if ((rc = oq_model_load(j->o.in_path, &j->m, d)))
+	if ((rc = oq_model_load(j->o.in_path, &j->m, d)) || (rc = outputs_not_inputs(&j->o, j->m, d)))
 		return rc;
 	if (!j->m->graph)
 		return oq_err(d, OQ_EINVAL, "quantize: %s has no graph", j->o.in_path);
@@ -305,7 +343,13 @@ static int encodings(job *j, oq_diag *d)
 		if (unused && j->log)
 			fprintf(j->log, "quantize: %zu imported encodings had no Q/DQ to apply to\n", unused);
 	}
-	return j->o.export_encodings ? oq_encodings_export(j->m, j->o.export_encodings, d) : OQ_OK;
+	return OQ_OK;
+}
+
+/* After the model: a failed save leaves an old encodings file as it was. */
+static int export_encodings(job *j, oq_diag *d)
+{
+	return j->quantize && j->o.export_encodings ? oq_encodings_export(j->m, j->o.export_encodings, d) : OQ_OK;
 }
 
 static int save(job *j, oq_diag *d)
@@ -336,8 +380,8 @@ static void summary(const job *j)
 	else if (j->o.verbose)
 		fprintf(log, "convert: wrote %s (%zu nodes)\n", j->o.out_path, g->n_nodes);
 	if (j->info.auto_external)
-		fprintf(log, "onnxq: %s: model is over 2 GB: wrote %zu tensors to %s.data\n",
-			j->o.job == OQ_JOB_CONVERT ? "convert" : "quantize", j->info.n_external, j->o.out_path);
+		fprintf(log, "onnxq: %s: model is over 2 GB: wrote %zu tensors to %s\n",
+			j->o.job == OQ_JOB_CONVERT ? "convert" : "quantize", j->info.n_external, j->info.data_name);
 	if (j->quantize && j->o.bias_correction == OQ_BC_EMPIRICAL && j->o.stats_in)
 		fprintf(log, "quantize: no bias correction with --stats (no samples to measure on): the model "
 			"of --calib DIR --no-bias-correction\n");
@@ -362,7 +406,7 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		goto out;
 	}
 	if ((rc = calibrate(&j, d)) || (rc = correct_bias(&j, d)) || (rc = quantize(&j, d)) ||
-	    (rc = encodings(&j, d)) || (rc = save(&j, d)))
+	    (rc = encodings(&j, d)) || (rc = save(&j, d)) || (rc = export_encodings(&j, d)))
 		goto out;
 	summary(&j);
 out:

@@ -14,6 +14,7 @@
  * Build: cmake -DONNXQ_FUZZ=ON -DCMAKE_C_COMPILER=clang (tests/fuzz/CMakeLists.txt).
  * Run:   tests/integration/fuzz.sh, or fuzz_load CORPUS_DIR -dict=tests/fuzz/onnx.dict
  */
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,9 +42,18 @@ static void cleanup(void)
 	char p[160];
 	snprintf(p, sizeof p, "%s/w.data", scratch);
 	unlink(p);
-	snprintf(p, sizeof p, "%s/out.onnx.data", out_dir);
-	unlink(p);
 	unlink(out_path);
+	{ /* the data file of the last save, named by its content */
+		DIR *dh = opendir(out_dir);
+		struct dirent *e;
+		while (dh && (e = readdir(dh)))
+			if (e->d_name[0] != '.') {
+				snprintf(p, sizeof p, "%s/%s", out_dir, e->d_name);
+				unlink(p);
+			}
+		if (dh)
+			closedir(dh);
+	}
 	rmdir(out_dir);
 	rmdir(scratch);
 }

@@ -37,7 +37,7 @@ for dir in "$nodes"/*/; do
 		bad "$c: onnxq convert --external-data failed: $err"
 		continue
 	fi
-	if [ ! -s "$copy.data" ]; then
+	if ! ls "$tmp/$c"/model.onnx.*.data >/dev/null 2>&1; then
 		rm -rf "${tmp:?}/$c"
 		continue # no tensor went external: nothing to test here
 	fi

@@ -177,25 +177,39 @@ typedef struct opts {
 	int verbose;       /* also print one line per passing model */
 } opts;
 
+/* Removes the files of folder dir (the model and its content-named data file). */
+static void clean_dir(const char *dir)
+{
+	DIR *dh = opendir(dir);
+	struct dirent *e;
+	char f[1400];
+	while (dh && (e = readdir(dh)))
+		if (e->d_name[0] != '.') {
+			snprintf(f, sizeof f, "%s/%s", dir, e->d_name);
+			unlink(f);
+		}
+	if (dh)
+		closedir(dh);
+}
+
 /* Round-trips one model; 0 ok, 1 failure (why filled). */
 static int one(const char *path, const opts *o, const char *work, char *why, size_t n)
 {
-	char out1[1100], out2[1100], d1[1200], d2[1200];
+	char out1[1100], out2[1100], d1[1500], d2[1500];
 	oq_model *a = NULL, *b = NULL;
+	oq_save_info i1, i2;
 	oq_diag d;
 	int r = 1;
 
 	/* Same file name in two folders: external data locations then match. */
 	snprintf(out1, sizeof out1, "%s/1/model.onnx", work);
 	snprintf(out2, sizeof out2, "%s/2/model.onnx", work);
-	snprintf(d1, sizeof d1, "%s.data", out1);
-	snprintf(d2, sizeof d2, "%s.data", out2);
 	oq_diag_init(&d);
 	if (oq_model_load(path, &a, &d)) {
 		snprintf(why, n, "load: %s", d.msg);
 		goto out;
 	}
-	if (oq_model_save(a, out1, &o->save, NULL, &d)) {
+	if (oq_model_save(a, out1, &o->save, &i1, &d)) {
 		snprintf(why, n, "save: %s", d.msg);
 		goto out;
 	}
@@ -205,20 +219,22 @@ static int one(const char *path, const opts *o, const char *work, char *why, siz
 	}
 	if (oq_test_model_diff(a, b, why, n))
 		goto out;
-	if (oq_model_save(b, out2, &o->save, NULL, &d)) {
+	if (oq_model_save(b, out2, &o->save, &i2, &d)) {
 		snprintf(why, n, "second save: %s", d.msg);
 		goto out;
 	}
+	snprintf(d1, sizeof d1, "%s/1/%s", work, i1.data_name[0] ? i1.data_name : "none.data");
+	snprintf(d2, sizeof d2, "%s/2/%s", work, i2.data_name[0] ? i2.data_name : "none.data");
 	if (same_file(out1, out2, why, n) || same_file(d1, d2, why, n))
 		goto out;
 	r = 0;
 out:
 	oq_model_free(a);
 	oq_model_free(b);
-	unlink(out1);
-	unlink(out2);
-	unlink(d1);
-	unlink(d2);
+	snprintf(d1, sizeof d1, "%s/1", work);
+	snprintf(d2, sizeof d2, "%s/2", work);
+	clean_dir(d1);
+	clean_dir(d2);
 	return r;
 }
 
@@ -378,10 +394,8 @@ static int isolated(const char *path, const opts *o, const char *work)
 	/* The child may have died before cleaning up. */
 	for (int k = 1; k <= 2; k++) {
 		char f[1200];
-		snprintf(f, sizeof f, "%s/%d/model.onnx", work, k);
-		unlink(f);
-		snprintf(f, sizeof f, "%s/%d/model.onnx.data", work, k);
-		unlink(f);
+		snprintf(f, sizeof f, "%s/%d", work, k);
+		clean_dir(f);
 	}
 	return 1;
 }
