@@ -49,6 +49,12 @@
 /* Values a pattern's nodes may read as their private intermediates. */
 #define MAXP 8
 
+/* Input k of n, or NULL when n has fewer inputs (a file may give any node any count). */
+static oq_value *in_k(const oq_node *n, size_t k)
+{
+	return k < n->n_inputs ? n->inputs[k] : NULL;
+}
+
 /* A constant whose every element is `want` (within tolerance). */
 static int const_is(const oq_graph *g, const oq_value *v, double want)
 {
@@ -88,7 +94,7 @@ static oq_value *other(const oq_node *n, const oq_value *v)
 {
 	if (n->n_inputs != 2)
 		return NULL;
-	return n->inputs[0] == v ? n->inputs[1] : n->inputs[1] == v ? n->inputs[0] : NULL;
+	return in_k(n, 0) == v ? in_k(n, 1) : in_k(n, 1) == v ? in_k(n, 0) : NULL;
 }
 
 /* Node n is binary op `op` reading v and a constant equal to `c`. */
@@ -107,7 +113,7 @@ static int is_clip06(const oq_graph *g, const oq_node *n)
 		return lo && hi && lo->type == OQ_ATTR_FLOAT && hi->type == OQ_ATTR_FLOAT &&
 		       fabs(lo->f) <= 1e-3 && fabs(hi->f - 6) <= 6e-3;
 	}
-	return n->n_inputs == 3 && const_is(g, n->inputs[1], 0) && const_is(g, n->inputs[2], 6);
+	return n->n_inputs == 3 && const_is(g, in_k(n, 1), 0) && const_is(g, n->inputs[2], 6);
 }
 
 /* Marks ts[0..k) internal and y the unit output. */
@@ -133,20 +139,20 @@ static void layernorm(const oq_graph *g, oq_node *sub, size_t *units)
 	oq_node *rm1, *sq = NULL, *dv = NULL, *rm2, *ad, *rt, *n1, *n2;
 	size_t k = 0;
 
-	if (!oq_node_is(sub, OQ_OP_Sub) || sub->n_inputs != 2 || !(x = sub->inputs[0]) || !(m = sub->inputs[1]))
+	if (!oq_node_is(sub, OQ_OP_Sub) || sub->n_inputs != 2 || !(x = in_k(sub, 0)) || !(m = in_k(sub, 1)))
 		return;
 	rm1 = m->producer;
-	if (!oq_node_is(rm1, OQ_OP_ReduceMean) || rm1->inputs[0] != x || sole(m) != sub || !(d = out0(sub)) ||
+	if (!oq_node_is(rm1, OQ_OP_ReduceMean) || in_k(rm1, 0) != x || sole(m) != sub || !(d = out0(sub)) ||
 	    !can_hide(d))
 		return;
 	/* d feeds exactly the squaring node and the Div */
 	for (size_t i = 0; i < d->n_uses; i++) {
 		oq_node *u = d->uses[i].node;
-		if (oq_node_is(u, OQ_OP_Div) && u->inputs[0] == d && !dv)
+		if (oq_node_is(u, OQ_OP_Div) && in_k(u, 0) == d && !dv)
 			dv = u;
 		else if (u != dv && (!sq || sq == u) &&
-			 ((oq_node_is(u, OQ_OP_Pow) && u->inputs[0] == d && const_is(g, u->inputs[1], 2)) ||
-			  (oq_node_is(u, OQ_OP_Mul) && u->inputs[0] == d && u->inputs[1] == d)))
+			 ((oq_node_is(u, OQ_OP_Pow) && in_k(u, 0) == d && const_is(g, in_k(u, 1), 2)) ||
+			  (oq_node_is(u, OQ_OP_Mul) && in_k(u, 0) == d && in_k(u, 1) == d)))
 			sq = u;
 		else
 			return;
@@ -157,7 +163,7 @@ static void layernorm(const oq_graph *g, oq_node *sub, size_t *units)
 	if (!oq_node_is(ad, OQ_OP_Add) || !oq_value_const(g, other(ad, v)) || !(e = out0(ad)))
 		return;
 	rt = sole(e);
-	if (!oq_node_is(rt, OQ_OP_Sqrt) || !(s = out0(rt)) || sole(s) != dv || dv->inputs[1] != s || !(nv = out0(dv)))
+	if (!oq_node_is(rt, OQ_OP_Sqrt) || !(s = out0(rt)) || sole(s) != dv || in_k(dv, 1) != s || !(nv = out0(dv)))
 		return;
 	ts[k++] = m, ts[k++] = d, ts[k++] = q, ts[k++] = v, ts[k++] = e, ts[k++] = s;
 	n1 = sole(nv);
@@ -180,13 +186,13 @@ static void gelu(const oq_graph *g, oq_node *erf, size_t *units)
 	oq_node *p, *a1, *m1, *m2;
 	size_t k = 0;
 
-	if (!oq_node_is(erf, OQ_OP_Erf) || !(t1 = erf->inputs[0]) || !(t2 = out0(erf)) || !sole(t1))
+	if (!oq_node_is(erf, OQ_OP_Erf) || !(t1 = in_k(erf, 0)) || !(t2 = out0(erf)) || !sole(t1))
 		return;
 	p = t1->producer;
-	if (!p || p->n_inputs != 2 || !p->inputs[0] || !p->inputs[1])
+	if (!p || p->n_inputs != 2 || !in_k(p, 0) || !in_k(p, 1))
 		return;
-	x = oq_value_const(g, p->inputs[0]) ? p->inputs[1] : p->inputs[0]; /* Mul(c, x) too */
-	if (oq_value_const(g, x) || (!(bin_const(g, p, OQ_OP_Div, x, sqrt(2.0)) && p->inputs[0] == x) &&
+	x = oq_value_const(g, in_k(p, 0)) ? in_k(p, 1) : in_k(p, 0); /* Mul(c, x) too */
+	if (oq_value_const(g, x) || (!(bin_const(g, p, OQ_OP_Div, x, sqrt(2.0)) && in_k(p, 0) == x) &&
 			   !bin_const(g, p, OQ_OP_Mul, x, sqrt(0.5))))
 		return;
 	a1 = sole(t2);
@@ -247,19 +253,19 @@ static void hardswish(const oq_graph *g, oq_node *clip, size_t *units)
 	oq_node *ad, *dv, *mu;
 	size_t k = 0;
 
-	if (!is_clip06(g, clip) || !(a = clip->inputs[0]) || !(c = out0(clip)) || sole(a) != clip)
+	if (!is_clip06(g, clip) || !(a = in_k(clip, 0)) || !(c = out0(clip)) || sole(a) != clip)
 		return;
 	ad = a->producer;
 	if (!oq_node_is(ad, OQ_OP_Add) || ad->n_inputs != 2)
 		return;
-	x = const_is(g, ad->inputs[1], 3) ? ad->inputs[0] : const_is(g, ad->inputs[0], 3) ? ad->inputs[1] : NULL;
+	x = const_is(g, in_k(ad, 1), 3) ? in_k(ad, 0) : const_is(g, in_k(ad, 0), 3) ? in_k(ad, 1) : NULL;
 	if (!x || oq_value_const(g, x))
 		return;
 	dv = sole(c);
 	/* PaddlePaddle's order: m = Mul(x, c); y = Div(m, 6) | Mul(m, 1/6) */
 	if (oq_node_is(dv, OQ_OP_Mul) && other(dv, c) == x && (h = out0(dv))) {
 		oq_node *d6 = sole(h);
-		if (d6 && ((oq_node_is(d6, OQ_OP_Div) && d6->inputs[0] == h && const_is(g, d6->inputs[1], 6)) ||
+		if (d6 && ((oq_node_is(d6, OQ_OP_Div) && in_k(d6, 0) == h && const_is(g, in_k(d6, 1), 6)) ||
 			   bin_const(g, d6, OQ_OP_Mul, h, 1.0 / 6)) &&
 		    out0(d6)) {
 			ts[k++] = a, ts[k++] = c, ts[k++] = h;
@@ -268,7 +274,7 @@ static void hardswish(const oq_graph *g, oq_node *clip, size_t *units)
 		}
 		return;
 	}
-	if (!(dv && ((oq_node_is(dv, OQ_OP_Div) && dv->inputs[0] == c && const_is(g, dv->inputs[1], 6)) ||
+	if (!(dv && ((oq_node_is(dv, OQ_OP_Div) && in_k(dv, 0) == c && const_is(g, in_k(dv, 1), 6)) ||
 		     bin_const(g, dv, OQ_OP_Mul, c, 1.0 / 6))) ||
 	    !(h = out0(dv)))
 		return;
@@ -285,7 +291,7 @@ static void hardswish(const oq_graph *g, oq_node *clip, size_t *units)
 /* Swish / SiLU at its Sigmoid: s = Sigmoid(x) | Sigmoid(Mul(x, const)); y = Mul(x, s). */
 static void swish(const oq_graph *g, oq_node *sg, size_t *units)
 {
-	oq_value *m = sg->n_inputs >= 1 ? sg->inputs[0] : NULL, *x = m, *sv = out0(sg), *ts[MAXP];
+	oq_value *m = sg->n_inputs >= 1 ? in_k(sg, 0) : NULL, *x = m, *sv = out0(sg), *ts[MAXP];
 	oq_node *first = sg, *mu, *pm;
 	size_t k = 0;
 
@@ -293,7 +299,7 @@ static void swish(const oq_graph *g, oq_node *sg, size_t *units)
 		return;
 	pm = m->producer;
 	if (oq_node_is(pm, OQ_OP_Mul) && pm->n_inputs == 2 && sole(m) == sg) {
-		oq_value *c = oq_value_const(g, pm->inputs[1]) ? pm->inputs[1] : oq_value_const(g, pm->inputs[0]) ? pm->inputs[0] : NULL;
+		oq_value *c = oq_value_const(g, in_k(pm, 1)) ? in_k(pm, 1) : oq_value_const(g, in_k(pm, 0)) ? in_k(pm, 0) : NULL;
 		if (c && oq_value_const(g, c)->nelem == 1) {
 			x = other(pm, c);
 			first = pm;
@@ -375,7 +381,7 @@ int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 	for (size_t i = 0; i < g->n_nodes; i++) {
 		oq_node *a = g->nodes[i], *p;
 		oq_value *t, *y;
-		if (!is_act(g, a) || !(t = a->inputs[0]) || !(y = out0(a)) || (y->qmark & OQ_QM_INTERNAL))
+		if (!is_act(g, a) || !(t = in_k(a, 0)) || !(y = out0(a)) || (y->qmark & OQ_QM_INTERNAL))
 			continue;
 		p = t->producer;
 		if (!is_unit_producer(p) || out0(p) != t || sole(t) != a || (t->qmark & OQ_QM_INTERNAL))
@@ -391,7 +397,7 @@ int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 		oq_value *t, *y;
 		if (!(oq_node_is(a, OQ_OP_HardSigmoid) || oq_node_is(a, OQ_OP_HardSwish) || oq_node_is(a, OQ_OP_Sigmoid) ||
 		      oq_node_is(a, OQ_OP_Tanh)) ||
-		    !(t = a->inputs[0]) || !(y = out0(a)) || (y->qmark & OQ_QM_INTERNAL))
+		    !(t = in_k(a, 0)) || !(y = out0(a)) || (y->qmark & OQ_QM_INTERNAL))
 			continue;
 		p = t->producer;
 		if (!(oq_node_is(p, OQ_OP_Conv) || oq_node_is(p, OQ_OP_ConvTranspose) || oq_node_is(p, OQ_OP_Gemm) ||
@@ -409,10 +415,10 @@ int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 		if (!(oq_node_is(n, OQ_OP_Mul) || oq_node_is(n, OQ_OP_Add)) || n->n_inputs != 2 || !(y = out0(n)) ||
 		    (y->qmark & OQ_QM_INTERNAL))
 			continue;
-		if (oq_value_const(g, n->inputs[1]) && !oq_value_const(g, n->inputs[0]))
-			t = n->inputs[0];
-		else if (oq_value_const(g, n->inputs[0]) && !oq_value_const(g, n->inputs[1]))
-			t = n->inputs[1];
+		if (oq_value_const(g, in_k(n, 1)) && !oq_value_const(g, in_k(n, 0)))
+			t = in_k(n, 0);
+		else if (oq_value_const(g, in_k(n, 0)) && !oq_value_const(g, in_k(n, 1)))
+			t = in_k(n, 1);
 		if (!t || !t->producer || sole(t) != n || (t->qmark & OQ_QM_INTERNAL) ||
 		    oq_dtype_kind(oq_value_const(g, other(n, t))->dtype) != 'f')
 			continue;

@@ -304,13 +304,15 @@ expect "convert --passes cleanup on a graph without nodes" 0 ""
 run "$bin" run "$m/slice9.onnx" --input x=random:1
 expect "Slice-1 without starts/ends refused" 2 "required attributes starts and ends are missing"
 
-# ---- fuzz finding: fold-bn read the output of a Mul that has none
-run "$bin" convert --passes fold-bn "$src/tests/fuzz/corpus/seed_regress_fold_affine.onnx" -o "$t/fz.onnx"
-if [ "$rc" -ne 124 ] && [ "$rc" -lt 128 ] && ! grep -qE 'Sanitizer|runtime error:' "$t/err"; then
-	ok "fold-bn on a node without outputs (fuzz finding)"
-else
-	bad "fold-bn fuzz regression: exit $rc: $(head -c 300 "$t/err")"
-fi
+# ---- fuzz findings: fold-bn and fuse read output/input 0 of nodes that have none
+for f in "$src"/tests/fuzz/corpus/seed_regress_*.onnx; do
+	run "$bin" convert --passes cleanup,upgrade-opset,fold-bn,fuse "$f" -o "$t/fz.onnx"
+	if [ "$rc" -ne 124 ] && [ "$rc" -lt 128 ] && ! grep -qE 'Sanitizer|runtime error:' "$t/err"; then
+		ok "rewrites on fuzz finding $(basename "$f")"
+	else
+		bad "fuzz regression $(basename "$f"): exit $rc: $(head -c 300 "$t/err")"
+	fi
+done
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
