@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_model.h"
 #include "src/io/onnx_io.h"
 
 /* xorshift64*: deterministic, fast, good enough to fill weights. */
@@ -69,18 +70,9 @@ static int build(oq_model *m, int64_t D, int L)
 	oq_graph *g;
 	oq_value *cur;
 
-	m->ir_version = 8;
-	m->producer_name = oq_strdup("onnxq-bench make_big");
-	m->producer_version = oq_strdup(oq_version());
-	m->opsets = calloc(1, sizeof *m->opsets);
-	if (!m->producer_name || !m->producer_version || !m->opsets)
+	if (bench_model_init(m, "onnxq-bench make_big"))
 		return OQ_ENOMEM;
-	m->n_opsets = 1;
-	if (!(m->opsets[0].domain = oq_strdup("")))
-		return OQ_ENOMEM;
-	m->opsets[0].version = 13;
-	if (!(g = m->graph = oq_graph_new(m, NULL)))
-		return OQ_ENOMEM;
+	g = m->graph;
 	free(g->name);
 	if (!(g->name = oq_strdup("big_chain")))
 		return OQ_ENOMEM;

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_model.h"
 #include "src/io/onnx_io.h"
 
 /* Declares v as a float tensor of rank `rank` with the given dims (-1: symbolic "N"). */
@@ -59,18 +60,9 @@ static int build(oq_model *m, int conv, int own, long n)
 	oq_value *w = NULL, **t;
 	oq_node **nodes;
 
-	m->ir_version = 8;
-	m->producer_name = oq_strdup("onnxq-bench make_chain");
-	m->producer_version = oq_strdup(oq_version());
-	m->opsets = calloc(1, sizeof *m->opsets);
-	if (!m->producer_name || !m->producer_version || !m->opsets)
+	if (bench_model_init(m, "onnxq-bench make_chain"))
 		return OQ_ENOMEM;
-	m->n_opsets = 1;
-	if (!(m->opsets[0].domain = oq_strdup("")))
-		return OQ_ENOMEM;
-	m->opsets[0].version = 13;
-	if (!(g = m->graph = oq_graph_new(m, NULL)))
-		return OQ_ENOMEM;
+	g = m->graph;
 	g->inputs = calloc(1, sizeof *g->inputs);
 	g->outputs = calloc(1, sizeof *g->outputs);
 	t = calloc((size_t)n + 1, sizeof *t);

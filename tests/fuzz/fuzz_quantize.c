@@ -23,6 +23,7 @@
 #include "calib/calibrate.h"
 #include "passes/pass.h"
 #include "src/io/onnx_io.h"
+#include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -51,15 +52,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
-/* A failing stage must say why. */
-static void expect_message(int rc, const oq_diag *d, const char *stage)
-{
-	if (rc && (d->count == 0 || !d->msg[0])) {
-		fprintf(stderr, "fuzz_quantize: %s failed (%d) without a message\n", stage, rc);
-		abort();
-	}
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	oq_model *m = NULL, *m2 = NULL;
@@ -77,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	run.stop_before_quantize = 1;
 	oq_diag_init(&d);
 	rc = oq_passes_run(m, &run, &q, &d);
-	expect_message(rc, &d, "the rewrites");
+	fuzz_expect_message(rc, &d, "fuzz_quantize: the rewrites");
 	if (rc || !m->graph || passes_only)
 		goto out;
 	co.source = "random:1";
@@ -86,7 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	co.max_loop_iterations = 1000;
 	oq_diag_init(&d);
 	rc = oq_calibrate(m, &co, &ranges, &d);
-	expect_message(rc, &d, "calibration");
+	fuzz_expect_message(rc, &d, "fuzz_quantize: calibration");
 	if (rc)
 		goto out;
 	q.ranges = &ranges;
@@ -94,12 +86,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	run.only_quantize = 1;
 	oq_diag_init(&d);
 	rc = oq_passes_run(m, &run, &q, &d);
-	expect_message(rc, &d, "quantize");
+	fuzz_expect_message(rc, &d, "fuzz_quantize: quantize");
 	if (rc)
 		goto out;
 	oq_diag_init(&d);
 	rc = oq_model_save(m, out_path, NULL, NULL, &d);
-	expect_message(rc, &d, "save");
+	fuzz_expect_message(rc, &d, "fuzz_quantize: save");
 	if (rc == OQ_OK) {
 		oq_diag_init(&d);
 		if (oq_model_load(out_path, &m2, &d)) {
