@@ -439,7 +439,9 @@ const oq_option oq_pipeline_options[] = {
 	 "  --dump-after PASS       print the graph after PASS to stderr\n"},
 	{"verify", OQ_ARG_NONE, ALL, set_flag, F(run.verify),
 	 "  --verify                check the model after every pass\n"},
-	{NULL, 0, 0, NULL, 0, "Output:\n"},
+	{NULL, 0, 0, NULL, 0, "Output:\n"
+			       "  -o OUT                  as for convert: a file, a symlink to one, or - for stdout;\n"
+			       "                          never a device or FIFO, nor an input of the command\n"},
 	{"external-data", OQ_ARG_NONE, ALL, set_flag, F(save.external_data),
 	 "  --external-data, --external-threshold BYTES   as for convert\n"},
 	{"external-threshold", OQ_ARG_REQUIRED, ALL, set_number, F(save.external_threshold),
