@@ -79,20 +79,16 @@ int main(int argc, char **argv)
 
 	g = start(13, &mg);
 	{
-		Onnx__SparseTensorProto *sp = calloc(1, sizeof *sp);
+		static Onnx__SparseTensorProto sp;
+		static Onnx__SparseTensorProto *sps[1] = {&sp};
 		static int64_t dense[2] = {2, 2};
-		if (!sp)
-			return 1;
-		onnx__sparse_tensor_proto__init(sp);
-		sp->values = gen_tensor(g, "s", OQ_DT_FLOAT, GEN_SHAPE(1), GEN_VALS(5));
-		sp->indices = gen_tensor(g, "", OQ_DT_INT64, GEN_SHAPE(1), GEN_VALS(100));
-		sp->n_dims = 2;
-		sp->dims = dense;
+		onnx__sparse_tensor_proto__init(&sp);
+		sp.values = gen_tensor(g, "s", OQ_DT_FLOAT, GEN_SHAPE(1), GEN_VALS(5));
+		sp.indices = gen_tensor(g, "", OQ_DT_INT64, GEN_SHAPE(1), GEN_VALS(100));
+		sp.n_dims = 2;
+		sp.dims = dense;
 		mg->n_sparse_initializer = 1;
-		mg->sparse_initializer = calloc(1, sizeof *mg->sparse_initializer);
-		if (!mg->sparse_initializer)
-			return 1;
-		mg->sparse_initializer[0] = sp;
+		mg->sparse_initializer = sps;
 	}
 	gen_node(g, mg, "Add", "add", "x,s", "y");
 	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(2, 2));
