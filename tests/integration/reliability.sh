@@ -20,47 +20,29 @@
 # onnxq, or compiled here).
 #
 # usage: tests/integration/reliability.sh BUILD/onnxq
-# Ends with `N passed, N failed`; exits 1 on any failure.
+# Ends with `N passed, N failed, N skipped` (lib.sh); exits 1 on any failure.
 set -u
+. "$(dirname "$0")/lib.sh"
 
-if [ $# -ne 1 ] || [ ! -x "$1" ]; then
-	echo "usage: $0 BUILD/onnxq" >&2
-	exit 1
-fi
+[ $# -eq 1 ] && [ -x "$1" ] || die "usage: $0 BUILD/onnxq"
 bin=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 bdir=$(dirname "$bin")
-src=$(cd "$(dirname "$0")/../.." && pwd)
+src=$root
 t=$(mktemp -d "${TMPDIR:-/tmp}/oq-rel.XXXXXX")
 trap 'rm -rf "$t"' EXIT
-pass=0
-fail=0
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}print_stacktrace=1:halt_on_error=1
 M=$src/models/tiny_cnn.onnx
 CAL=$src/models/tiny_cnn_calib
-
-ok() { pass=$((pass + 1)); echo "ok    $1"; }
-bad() {
-	fail=$((fail + 1))
-	echo "FAIL  $*"
-}
 
 # ---- the generators
 mkrel=$bdir/tests/mkrel
 if [ ! -x "$mkrel" ] && [ -f "$bdir/Makefile" ]; then
 	make -C "$bdir" mkrel >/dev/null 2>&1
 fi
-if [ ! -x "$mkrel" ]; then
-	echo "reliability.sh: tests/mkrel is not built beside $bin"
-	echo "0 passed, 1 failed"
-	exit 1
-fi
+[ -x "$mkrel" ] || die "tests/mkrel is not built beside $bin"
 m=$t/models
 mkdir -p "$m"
-if ! "$mkrel" "$m"; then
-	echo "reliability.sh: mkrel failed"
-	echo "0 passed, 1 failed"
-	exit 1
-fi
+"$mkrel" "$m" || die "mkrel failed"
 chain=$t/make_chain
 if ! cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -I"$src" -I"$bdir/gen" \
 	"$src/bench/make_chain.c" "$bdir/libonnxq.a" \
@@ -69,7 +51,7 @@ if ! cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -I"$src" -I"$bd
 	cc -std=c11 -O1 -fsanitize=address,undefined -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
 		-I"$src" -I"$bdir/gen" "$src/bench/make_chain.c" "$bdir/libonnxq.a" \
 		$(pkg-config --libs libprotobuf-c openblas libcjson) -lpthread -lm -o "$chain" 2>>"$t/cc.err" ||
-		{ echo "reliability.sh: cannot build make_chain: $(head -c 300 "$t/cc.err")"; echo "0 passed, 1 failed"; exit 1; }
+		die "cannot build make_chain: $(head -c 300 "$t/cc.err")"
 fi
 
 # run CMD... : runs with a timeout; sets rc, leaves $t/out and $t/err.
@@ -102,7 +84,7 @@ if mknod "$o/dev" c 1 7 2>/dev/null; then
 	expect "convert -o DEVICE refused" 4 "is a device, not a regular file"
 	[ -c "$o/dev" ] && ok "the device node is still a device" || bad "the device node was replaced"
 else
-	ok "mknod unavailable (not root): device case skipped"
+	skip "mknod unavailable (not root): device case"
 fi
 mkfifo "$o/ff"
 run "$bin" convert "$M" -o "$o/ff"
@@ -314,5 +296,4 @@ for f in "$src"/tests/fuzz/corpus/seed_regress_*.onnx; do
 	fi
 done
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish
