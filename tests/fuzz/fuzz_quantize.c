@@ -66,7 +66,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (oq_model_load_buffer(data, size, NULL, &m, &d))
 		return 0;
 	oq_opts_init(&q);
-	run.stop_before_quantize = 1;
+	run.stage = oq_passes_rewrite;
 	oq_diag_init(&d);
 	rc = oq_passes_run(m, &run, &q, &d);
 	fuzz_expect_message(rc, &d, "fuzz_quantize: the rewrites");
@@ -83,7 +83,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		goto out;
 	q.ranges = &ranges;
 	memset(&run, 0, sizeof run);
-	run.only_quantize = 1;
+	run.stage = oq_passes_quantize;
 	oq_diag_init(&d);
 	rc = oq_passes_run(m, &run, &q, &d);
 	fuzz_expect_message(rc, &d, "fuzz_quantize: quantize");
