@@ -24,6 +24,7 @@ static const struct {
 	{"weight-method", "mse"}, {"op-types", "Conv,Gemm"}, {"include", "conv1"}, {"exclude", "fc"},
 	{"overrides", "ov.json"}, {"export-encodings", "e.json"}, {"import-encodings", "i.json"},
 	{"opset", "17"}, {"passes", "cleanup,fuse"}, {"ranges", "s.bin"}, {"dump-after", "fuse"}, {"external-threshold", "4096"},
+	{"max-loop-iterations", "1000"},
 };
 
 static const char *sample(const char *name)
