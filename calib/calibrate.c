@@ -61,6 +61,7 @@
 #include <unistd.h>
 
 #include "calib/exec/threadpool.h"
+#include "calib/folds.h"
 #include "src/quant/qparams.h"
 #include "calib/samples.h"
 
@@ -91,6 +92,12 @@ typedef struct calib {
 	oq_hist *h;        /* g->n_values entries (histogram methods); bin NULL: no non-zero value yet */
 	uint8_t *track;    /* g->n_values entries (histogram methods): 1 = h[i] is kept (filled, or
 			    * read from a statistics file) */
+	size_t nf;         /* folds (calib/folds.h; --method auto), 1: none */
+	size_t fold;       /* the fold of the samples being observed */
+	tstat *fst;        /* nf x g->n_values entries, fold f of value i at f * n_values + i: what
+			    * the observer fills; st itself when nf is 1, else st is their total
+			    * (fold_totals) */
+	oq_hist *fh;       /* the same for h (histogram methods; h itself when nf is 1) */
 	unsigned skip;     /* oq_calib_opts.skip_qmark */
 	const oq_value *oom; /* the value whose histogram could not be allocated, or NULL */
 	oq_pool *pool;     /* the executor's threads: large float32 tensors are scanned in parallel */
@@ -266,7 +273,7 @@ static int fold(calib *c, tstat *s, ema *em, oq_hist *h, double ema_c, const oq_
 static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 {
 	calib *c = ctx;
-	size_t i;
+	size_t i, q;
 	int rc;
 
 	if (c->extra && (rc = c->extra(c->extra_ctx, v, t)))
@@ -275,7 +282,8 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 	    !is_observed_dtype(t->dtype))
 		return 0;
 	i = v->index;
-	if ((rc = fold(c, &c->st[i], c->em ? &c->em[i] : NULL, c->h && c->track[i] ? &c->h[i] : NULL,
+	q = c->fold * c->g->n_values + i;
+	if ((rc = fold(c, &c->fst[q], c->em ? &c->em[i] : NULL, c->h && c->track[i] ? &c->fh[q] : NULL,
 	               c->ema_c, t)))
 		c->oom = v;
 	return rc;
@@ -421,9 +429,12 @@ static float up_f(double x)
 	return -down_f(-x);
 }
 
-/* Largest target bin count entropy accepts: 8 groups of bins at least, as TensorRT's 128 targets
- * over 2048 bins (a view has more than OQ_HIST_SIDE / 2 bins). */
-#define ENTROPY_MAX_TARGET (OQ_HIST_SIDE / 2 / 8)
+/* Entropy's target bins on a grid of `bits` bits, 0 when there are more than it accepts. */
+static int entropy_target(int bits)
+{
+	return bits >= 2 && bits <= 16 && 1 << (bits - 1) <= OQ_ENTROPY_MAX_TARGET ? 1 << (bits - 1)
+	                                                                           : 0;
+}
 
 /* The activation grid of value i: o->grid's answer, else the global --act-type / --act-symmetric. */
 static int grid_of(const calib *c, const oq_calib_opts *o, size_t i, int *dtype, int *sym, oq_diag *d)
@@ -437,11 +448,11 @@ static int grid_of(const calib *c, const oq_calib_opts *o, size_t i, int *dtype,
 typedef struct sel {
 	size_t i;              /* the value */
 	int need;              /* a histogram selection runs (pick_sel); 0: lo, hi are final */
-	int dtype, form, abs;  /* its activation grid, and whether the view is of |x| */
-	int bits;
+	int dtype, form, bits; /* its activation grid */
 	double lo, hi;         /* the exact range (or the method's, without a selection); out: the
 				* method's */
 	int rc;                /* pick_sel's status (OQ_OK, OQ_ENOMEM, OQ_EINVAL) */
+	oq_auto pick;          /* --method auto with folds: its choice (pick.folds 0: unmeasured) */
 } sel;
 
 /*
@@ -485,40 +496,54 @@ static int pick_prep(const calib *c, const oq_calib_opts *o, size_t i, sel *x, o
 		return rc;
 	form = oq_act_form(sym, s->lo);
 	bits = oq_dtype_bits(dtype);
-	if (c->method == OQ_CALIB_ENTROPY && (bits < 2 || bits > 16 ||
-	                                      1 << (bits - 1) > ENTROPY_MAX_TARGET))
+	if (c->method == OQ_CALIB_ENTROPY && !entropy_target(bits))
 		return oq_err(d, OQ_EUSAGE,
 		              "calibrate: tensor '%s': --method entropy needs at most %d target bins; "
 		              "its %s grid has 2^%d: use --method mse or percentile for it",
-		              name, ENTROPY_MAX_TARGET, oq_dtype_name(dtype), bits - 1);
+		              name, OQ_ENTROPY_MAX_TARGET, oq_dtype_name(dtype), bits - 1);
 	x->need = 1;
 	x->dtype = dtype;
 	x->form = form;
 	x->bits = bits;
-	x->abs = c->method == OQ_CALIB_ENTROPY || oq_qform_mirrored(dtype, form);
 	return OQ_OK;
 }
 
-/* Runs selection x (reads only c's histogram of x->i and o's settings: safe in parallel). */
+/* --method auto on value x->i's folds (at most OQ_FOLDS_MAX). */
+static int pick_auto(const calib *c, sel *x)
+{
+	oq_fold f[OQ_FOLDS_MAX];
+	size_t n = c->g->n_values;
+
+	for (size_t k = 0; k < c->nf; k++) {
+		f[k].lo = c->fst[k * n + x->i].lo;
+		f[k].hi = c->fst[k * n + x->i].hi;
+		f[k].h = &c->fh[k * n + x->i];
+	}
+	return oq_auto_select(f, c->nf, x->dtype, x->form, entropy_target(x->bits), &x->pick);
+}
+
+/* Runs selection x (reads only c's histograms of x->i and o's settings: safe in parallel). */
 static void pick_sel(const calib *c, const oq_calib_opts *o, sel *x)
 {
 	const tstat *s = &c->st[x->i];
-	oq_hbins b;
-	double lo = x->lo, hi = x->hi;
+	double lo, hi;
+	int method = c->method;
 
-	if ((x->rc = oq_hist_view(&c->h[x->i], s->lo, s->hi, x->abs, &b)))
+	if (method == OQ_CALIB_AUTO && c->nf > 1) {
+		if (!(x->rc = pick_auto(c, x))) {
+			x->lo = x->pick.lo;
+			x->hi = x->pick.hi;
+		}
 		return;
-	if (c->method == OQ_CALIB_PERCENTILE)
-		oq_select_percentile(&b, s->lo, s->hi,
-		                     o->percentile > 0 ? o->percentile : OQ_PERCENTILE, &lo, &hi);
-	else if (c->method == OQ_CALIB_ENTROPY && b.n >= (size_t)1 << (x->bits - 1))
-		x->rc = oq_select_entropy(&b, s->lo, s->hi, 1 << (x->bits - 1), &lo, &hi);
-	else if (c->method == OQ_CALIB_MSE)
-		x->rc = oq_select_mse(&b, s->lo, s->hi, x->dtype, x->form, &lo, &hi);
-	/* entropy with fewer bins than targets: only when OQ_HIST_EMIN clamped the grid (max|x| <
-	 * 2^(OQ_HIST_EMIN - 5), values that round to 0 on any grid anyway) or in an edited statistics
-	 * file; min/max stays */
-	oq_hbins_free(&b);
+	}
+	if (method == OQ_CALIB_AUTO) /* one sample: no held-out fold (folds.h) */
+		method = OQ_CALIB_MSE;
+	/* entropy with fewer bins than targets (only when OQ_HIST_EMIN clamped the grid, max|x| <
+	 * 2^(OQ_HIST_EMIN - 5), values that round to 0 on any grid anyway, or in an edited
+	 * statistics file) keeps min/max */
+	x->rc = oq_select_range(&c->h[x->i], s->lo, s->hi, method, x->dtype, x->form,
+	                        o->percentile > 0 ? o->percentile : OQ_PERCENTILE,
+	                        1 << (x->bits - 1), &lo, &hi);
 	if (!x->rc) {
 		x->lo = lo;
 		x->hi = hi;
@@ -538,6 +563,45 @@ static void sel_range(void *ctx, size_t begin, size_t end)
 	for (size_t k = begin; k < end; k++)
 		if (j->v[k].need)
 			pick_sel(j->c, j->o, &j->v[k]);
+}
+
+/* --method auto's report on f: one line of counts; with o->verbose, each tensor's pick. */
+static void auto_report(const calib *c, const oq_calib_opts *o, const sel *sv, size_t k, FILE *f)
+{
+	size_t nb[OQ_AUTO_BASES] = {0}, wide = 0, over = 0, unmeasured = 0, measured = 0;
+	const char *sep = "";
+
+	for (size_t q = 0; q < k; q++) {
+		const oq_auto *p = &sv[q].pick;
+		if (!sv[q].need)
+			continue;
+		if (!p->folds) {
+			unmeasured++;
+			continue;
+		}
+		measured++;
+		nb[p->base]++;
+		wide += p->widen > 0;
+		over += p->exceed > 0.1;
+		if (o->verbose)
+			fprintf(f,
+			        "calibrate: auto: '%s': %s x%g, range [%.6g, %.6g]; held-out values "
+			        "beyond the other folds' min/max by %.1f %%\n",
+			        c->g->values[sv[q].i]->name, oq_auto_base_name(p->base),
+			        oq_auto_widen[p->widen], sv[q].lo, sv[q].hi, 100 * p->exceed);
+	}
+	fprintf(f, "calibrate: auto (%zu folds): ", c->nf);
+	for (int b = 0; b < OQ_AUTO_BASES; b++)
+		if (nb[b]) {
+			fprintf(f, "%s%zu %s", sep, nb[b], oq_auto_base_name(b));
+			sep = ", ";
+		}
+	if (!measured)
+		fputs("no tensor measured", f);
+	fprintf(f, "; %zu widened", wide);
+	if (unmeasured)
+		fprintf(f, "; %zu mse without a fold to measure on", unmeasured);
+	fprintf(f, "; %zu exceeded the other folds' range by > 10 %% on a held-out fold\n", over);
 }
 
 /*
@@ -581,6 +645,8 @@ static int collect(const calib *c, const oq_calib_opts *o, oq_ranges *out, oq_di
 			            sv[q].rc == OQ_ENOMEM ? "out of memory" : "bad histogram");
 			goto done;
 		}
+	if (c->method == OQ_CALIB_AUTO && c->nf > 1 && o->progress)
+		auto_report(c, o, sv, k, o->progress);
 	k = 0;
 	for (size_t i = 0, q = 0; i < g->n_values; i++) {
 		const tstat *s = &c->st[i];
@@ -642,6 +708,12 @@ static int load(const job *j, oq_samples *s, const oq_exec *e, size_t i, oq_rt *
 		for (size_t k = 0; k < j->nin; k++)
 			s->v[0].in[k].seed = mix64(j->seed ^ mix64((uint64_t)i));
 	return oq_sample_load(s, j->is_random ? 0 : i, e, in, d);
+}
+
+/* The fold of sample i (absolute index): what c->fold is while it runs. */
+static size_t fold_of(const job *j, const calib *c, size_t i)
+{
+	return c->nf > 1 ? oq_folds_of(i, j->total, c->nf) : 0;
 }
 
 /* Observes in[nin] (into c), runs it on e and releases inputs and outputs. */
@@ -719,34 +791,88 @@ static void progress(job *j, const char *what, size_t done)
 	}
 }
 
-/* c->st ("nothing seen") and, with hist, c->h (empty) for the values of c->g. */
-static int stats_new(calib *c, int hist)
+/* n entries "nothing seen" into *st and, with hist, n empty histograms into *h. */
+static int stats_alloc(size_t n, int hist, tstat **st, oq_hist **h)
 {
-	size_t n = c->g->n_values;
-
-	c->st = oq_calloc(n, sizeof *c->st);
-	c->h = hist ? oq_calloc(n, sizeof *c->h) : NULL;
-	if (!c->st || (hist && !c->h))
+	*st = oq_calloc(n, sizeof **st);
+	*h = hist ? oq_calloc(n, sizeof **h) : NULL;
+	if (!*st || (hist && !*h))
 		return OQ_ENOMEM;
 	for (size_t i = 0; i < n; i++) {
-		c->st[i].lo = INFINITY;
-		c->st[i].hi = -INFINITY;
-		if (c->h)
-			oq_hist_init(&c->h[i]);
+		(*st)[i].lo = INFINITY;
+		(*st)[i].hi = -INFINITY;
+		if (*h)
+			oq_hist_init(&(*h)[i]);
 	}
 	return OQ_OK;
 }
 
-/* Frees what stats_new made (c->h's bins too). */
+/* c->st and, with hist, c->h for the values of c->g, and their c->nf folds (c->fst, c->fh). */
+static int stats_new(calib *c, int hist)
+{
+	size_t n = c->g->n_values, nf;
+
+	c->fst = NULL;
+	c->fh = NULL;
+	if (stats_alloc(n, hist, &c->st, &c->h))
+		return OQ_ENOMEM;
+	if (c->nf <= 1) {
+		c->fst = c->st;
+		c->fh = c->h;
+		return OQ_OK;
+	}
+	if (!oq_mul_size(n, c->nf, &nf))
+		return OQ_ENOMEM;
+	return stats_alloc(nf, hist, &c->fst, &c->fh);
+}
+
+static void hists_free(oq_hist *h, size_t n)
+{
+	for (size_t i = 0; h && i < n; i++)
+		oq_hist_free(&h[i]);
+	free(h);
+}
+
+/* Frees what stats_new made (the histograms' bins too). */
 static void stats_free(calib *c)
 {
-	if (c->h)
-		for (size_t i = 0; i < c->g->n_values; i++)
-			oq_hist_free(&c->h[i]);
-	free(c->h);
+	size_t n = c->g ? c->g->n_values : 0;
+
+	if (c->fst != c->st) {
+		free(c->fst);
+		hists_free(c->fh, c->nf * n);
+	}
+	hists_free(c->h, n);
 	free(c->st);
-	c->h = NULL;
-	c->st = NULL;
+	c->h = c->fh = NULL;
+	c->st = c->fst = NULL;
+}
+
+/* Folds b into a: min, max, counts (exact). */
+static void tstat_add(tstat *a, const tstat *b)
+{
+	a->lo = b->lo < a->lo ? b->lo : a->lo;
+	a->hi = b->hi > a->hi ? b->hi : a->hi;
+	a->n_bad += b->n_bad;
+	a->seen |= b->seen;
+}
+
+/* With folds: c->st and c->h (the tracked ones), empty so far, become the totals of the folds
+ * (exact merges: what one fold would have held). OQ_ENOMEM, OQ_EINVAL on a count overflow. */
+static int fold_totals(calib *c)
+{
+	size_t n = c->g->n_values;
+	int rc;
+
+	if (c->nf <= 1)
+		return OQ_OK;
+	for (size_t i = 0; i < n; i++)
+		for (size_t f = 0; f < c->nf; f++) {
+			tstat_add(&c->st[i], &c->fst[f * n + i]);
+			if (c->h && c->track[i] && (rc = oq_hist_merge(&c->h[i], &c->fh[f * n + i])))
+				return rc;
+		}
+	return OQ_OK;
 }
 
 /*
@@ -806,6 +932,7 @@ static void lane_run(void *ctx, size_t begin, size_t end)
 			size_t i = atomic_fetch_add(&L->next, 1), stop, done;
 			if (i >= j->end || i > atomic_load(&L->stop))
 				break;
+			ln->c->fold = fold_of(j, ln->c, i);
 			if ((ln->rc = load(j, &ln->s, ln->e, i, ln->in, &ln->d)) ||
 			    (ln->rc = run_one(j, ln->e, ln->c, ln->in, ln->outs, &ln->d))) {
 				ln->err_at = i;
@@ -821,18 +948,15 @@ static void lane_run(void *ctx, size_t begin, size_t end)
 	}
 }
 
-/* Folds lane state l into c (same graph and tracked values). */
+/* Folds lane state l into c (same graph, folds and tracked values), fold by fold. */
 static int lane_merge(calib *c, const calib *l)
 {
-	for (size_t i = 0; i < c->g->n_values; i++) {
-		tstat *s = &c->st[i];
-		const tstat *t = &l->st[i];
+	size_t n = c->g->n_values;
+
+	for (size_t q = 0; q < c->nf * n; q++) {
 		int rc;
-		s->lo = t->lo < s->lo ? t->lo : s->lo;
-		s->hi = t->hi > s->hi ? t->hi : s->hi;
-		s->n_bad += t->n_bad;
-		s->seen |= t->seen;
-		if (c->h && c->track[i] && (rc = oq_hist_merge(&c->h[i], &l->h[i])))
+		tstat_add(&c->fst[q], &l->fst[q]);
+		if (c->fh && c->track[q % n] && (rc = oq_hist_merge(&c->fh[q], &l->fh[q])))
 			return rc;
 	}
 	return OQ_OK;
@@ -915,7 +1039,7 @@ static size_t lane_count(const job *j, const calib *c)
 	if (c->em || c->extra || j->batch > 1)
 		return 0;
 	for (size_t i = 0; c->h && i < c->g->n_values; i++)
-		hist += c->track[i];
+		hist += c->track[i] * c->nf;
 	/* a clone: the activations of the first run, its histograms, scratch */
 	return oq_calib_lane_count(oq_pool_threads(c->pool),
 	                           oq_exec_peak_bytes(j->e) +
@@ -973,8 +1097,8 @@ static int sweep_lanes(job *j, calib *c, const char *what, size_t *i, oq_diag *d
 	return rc;
 }
 
-/* Runs samples [begin, end) once with c observing. */
-static int sweep(job *j, calib *c, const char *what, oq_diag *d)
+/* Runs samples [begin, end) once with c observing (each into its fold). */
+static int sweep_samples(job *j, calib *c, const char *what, oq_diag *d)
 {
 	size_t np = 0;
 	int rc;
@@ -985,6 +1109,7 @@ static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 		/* the first sample on the executor's own threads: it sets the plan's lazy state
 		 * and measures the activation memory a lane needs */
 		if (i < j->end) {
+			c->fold = fold_of(j, c, i);
 			if ((rc = load(j, &j->s, j->e, i, j->in, d)) ||
 			    (rc = run_one(j, j->e, c, j->in, j->outs, d)))
 				return rc;
@@ -993,6 +1118,7 @@ static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 		if ((rc = sweep_lanes(j, c, what, &i, d)))
 			return rc;
 		for (; i < j->end; i++) {
+			c->fold = fold_of(j, c, i);
 			if ((rc = load(j, &j->s, j->e, i, j->in, d)) ||
 			    (rc = run_one(j, j->e, c, j->in, j->outs, d)))
 				return rc;
@@ -1000,12 +1126,12 @@ static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 		}
 		return OQ_OK;
 	}
-	/* batches: consecutive samples of one shape, at most j->batch */
+	/* batches: consecutive samples of one shape and one fold (c->fold), at most j->batch */
 	for (size_t i = j->begin; i < j->end; i++) {
 		oq_rt *cur = &j->pend[np * j->nin];
 		if ((rc = load(j, &j->s, j->e, i, cur, d)))
 			return rc;
-		if (np && !same_shape(j->pend, cur, j->nin)) {
+		if (np && (!same_shape(j->pend, cur, j->nin) || fold_of(j, c, i) != c->fold)) {
 			/* run what is pending, then start a new batch with this sample */
 			oq_rt *first = j->pend;
 			if ((rc = concat(j, np, d)) || (rc = run_one(j, j->e, c, j->in, j->outs, d)))
@@ -1016,6 +1142,8 @@ static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 			}
 			np = 0;
 		}
+		if (!np)
+			c->fold = fold_of(j, c, i);
 		np++;
 		if (np == j->batch || i + 1 == j->end) {
 			if ((rc = concat(j, np, d)) || (rc = run_one(j, j->e, c, j->in, j->outs, d)))
@@ -1027,13 +1155,29 @@ static int sweep(job *j, calib *c, const char *what, oq_diag *d)
 	return OQ_OK;
 }
 
+/* Runs samples [begin, end) once with c observing, then c's totals from its folds. */
+static int sweep(job *j, calib *c, const char *what, oq_diag *d)
+{
+	int rc;
+
+	if ((rc = sweep_samples(j, c, what, d)))
+		return rc;
+	if ((rc = fold_totals(c)))
+		return oq_err(d, rc, "calibrate: %s adding the folds' statistics",
+		              rc == OQ_ENOMEM ? "out of memory" : "count overflow");
+	return OQ_OK;
+}
+
 /* OQ_EUSAGE for settings the method cannot use. */
 static int check_opts(const oq_calib_opts *o, oq_diag *d)
 {
 	int act = o->act_type ? o->act_type : OQ_DT_UINT8, bits = oq_dtype_bits(act);
 
-	if (o->method < OQ_CALIB_MINMAX || o->method > OQ_CALIB_MSE)
+	if (o->method < OQ_CALIB_MINMAX || o->method > OQ_CALIB_AUTO)
 		return oq_err(d, OQ_EUSAGE, "calibrate: unknown method %d", o->method);
+	if (o->folds == 1 || o->folds > OQ_FOLDS_MAX)
+		return oq_err(d, OQ_EUSAGE, "calibrate: --calib-folds must be in 2..%d (default %d)",
+		              OQ_FOLDS_MAX, OQ_FOLDS_DEFAULT);
 	if (o->ema_constant < 0 || o->ema_constant > 1 || o->ema_constant != o->ema_constant)
 		return oq_err(d, OQ_EUSAGE, "calibrate: --ema-constant must be in (0, 1] (default %g)",
 		              OQ_EMA_CONSTANT);
@@ -1043,7 +1187,7 @@ static int check_opts(const oq_calib_opts *o, oq_diag *d)
 	if (bits < 2 || bits > 16)
 		return oq_err(d, OQ_EUSAGE, "calibrate: activation type %s has no integer grid",
 		              oq_dtype_name(act));
-	if (o->method == OQ_CALIB_ENTROPY && 1 << (bits - 1) > ENTROPY_MAX_TARGET)
+	if (o->method == OQ_CALIB_ENTROPY && 1 << (bits - 1) > OQ_ENTROPY_MAX_TARGET)
 		return oq_err(d, OQ_EUSAGE,
 		              "calibrate: --method entropy compares histograms of more than %d bins with "
 		              "2^(b-1) target bins; %s needs %d, too many for a meaningful search: use "
@@ -1055,7 +1199,8 @@ static int check_opts(const oq_calib_opts *o, oq_diag *d)
 /* Does the method read histograms? */
 static int is_hist(int method)
 {
-	return method == OQ_CALIB_PERCENTILE || method == OQ_CALIB_ENTROPY || method == OQ_CALIB_MSE;
+	return method == OQ_CALIB_PERCENTILE || method == OQ_CALIB_ENTROPY || method == OQ_CALIB_MSE ||
+	       method == OQ_CALIB_AUTO;
 }
 
 static void release(job *j, calib *c)
@@ -1077,10 +1222,11 @@ static void release(job *j, calib *c)
 	oq_exec_free(j->e);
 }
 
-/* The observer state for m (st reset to "nothing seen"). */
-static int calib_init(oq_model *m, const oq_calib_opts *o, calib *c, oq_diag *d)
+/* The observer state for m with nf folds (st reset to "nothing seen"). */
+static int calib_init(oq_model *m, const oq_calib_opts *o, size_t nf, calib *c, oq_diag *d)
 {
 	c->g = m->graph;
+	c->nf = nf;
 	c->method = o->method;
 	c->extra = o->extra;
 	c->extra_ctx = o->extra_ctx;
@@ -1116,6 +1262,22 @@ static int check_batch(const oq_exec *e, oq_diag *d)
 			              v->name, oq_dtype_name(t->dtype));
 	}
 	return OQ_OK;
+}
+
+/* --method auto with fewer folds than asked for (too few samples): says so on f. */
+static void folds_note(FILE *f, const oq_calib_opts *o, size_t total, size_t nf)
+{
+	size_t want = o->folds ? o->folds : OQ_FOLDS_DEFAULT;
+
+	if (nf >= want)
+		return;
+	if (nf < 2)
+		fprintf(f, "calibrate: auto: %zu sample: no held-out fold, ranges as --method mse\n",
+		        total);
+	else
+		fprintf(f, "calibrate: auto: %zu samples: %zu folds of at least 2 samples instead of "
+		           "%zu (--calib-folds)\n",
+		        total, nf, want);
 }
 
 /*
@@ -1184,8 +1346,11 @@ static int prepare(oq_model *m, const oq_calib_opts *o, job *j, calib *c, oq_dia
 	if (j->is_random && o->progress)
 		fprintf(o->progress, "calibrate: warning: random calibration data is not "
 		                     "representative; ranges will not match real inputs\n");
-	if ((rc = calib_init(m, o, c, d)))
+	if ((rc = calib_init(m, o, o->method == OQ_CALIB_AUTO ? oq_folds_count(o->folds, j->total) : 1,
+	                     c, d)))
 		return rc;
+	if (o->method == OQ_CALIB_AUTO && o->progress)
+		folds_note(o->progress, o, j->total, c->nf);
 	c->pool = oq_exec_pool(j->e);
 	if (oq_pool_threads(c->pool) > 1) {
 		if (!(c->ph = oq_calloc((size_t)oq_pool_threads(c->pool), sizeof *c->ph)))
@@ -1287,16 +1452,26 @@ static int load_file(calib *c, const oq_stats *s, const char *what, oq_diag *d)
 			if (oq_hist_copy(&c->h[v->index], &r->h))
 				return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 		}
+		for (size_t f = 0; c->nf > 1 && f < c->nf; f++) {
+			size_t q = f * g->n_values + v->index;
+			c->fst[q].seen = r->seen;
+			c->fst[q].lo = r->fold[f].lo;
+			c->fst[q].hi = r->fold[f].hi;
+			c->fst[q].n_bad = r->fold[f].n_bad;
+			if (r->hist && oq_hist_copy(&c->fh[q], &r->fold[f].h))
+				return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+		}
 	}
 	return OQ_OK;
 }
 
-/* out's records from c (every value seen, with its histogram when c has them). */
+/* out's records from c (every value seen, with its histogram when c has them, and its folds). */
 static int save_file(const calib *c, oq_stats *out, oq_diag *d)
 {
 	const oq_graph *g = c->g;
 	size_t n = 0, k = 0;
 
+	out->n_folds = c->nf > 1 ? (uint32_t)c->nf : 0;
 	for (size_t i = 0; i < g->n_values; i++)
 		n += (size_t)c->st[i].seen;
 	if (!(out->v = oq_calloc(n, sizeof *out->v)))
@@ -1315,8 +1490,18 @@ static int save_file(const calib *c, oq_stats *out, oq_diag *d)
 		r->hi = t->hi;
 		r->n_bad = t->n_bad;
 		r->hist = c->h && c->track[i];
-		if (!(r->name = oq_strdup(g->values[i]->name)) || (r->hist && oq_hist_copy(&r->h, &c->h[i])))
+		if (!(r->name = oq_strdup(g->values[i]->name)) || (r->hist && oq_hist_copy(&r->h, &c->h[i])) ||
+		    (out->n_folds && !(r->fold = oq_calloc(out->n_folds, sizeof *r->fold))))
 			return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+		for (size_t f = 0; f < out->n_folds; f++) {
+			const tstat *x = &c->fst[f * g->n_values + i];
+			r->fold[f].lo = x->lo;
+			r->fold[f].hi = x->hi;
+			r->fold[f].n_bad = x->n_bad;
+			oq_hist_init(&r->fold[f].h);
+			if (r->hist && oq_hist_copy(&r->fold[f].h, &c->fh[f * g->n_values + i]))
+				return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+		}
 	}
 	for (size_t i = 1; i < out->n; i++) /* values are few: insertion sort by name */
 		for (size_t x = i; x > 0 && strcmp(out->v[x - 1].name, out->v[x].name) > 0; x--) {
@@ -1376,6 +1561,7 @@ static int calibrate_from_stats(oq_model *m, const oq_calib_opts *o, oq_ranges *
 	const oq_stats *s = o->stats;
 	const char *what = o->stats_name ? o->stats_name : "the statistics file";
 	calib c;
+	size_t nf = 1;
 	int rc;
 
 	memset(&c, 0, sizeof c);
@@ -1392,7 +1578,19 @@ static int calibrate_from_stats(oq_model *m, const oq_calib_opts *o, oq_ranges *
 		              "--method %s needs histograms: run calibrate with --method %s on every "
 		              "shard, then merge-stats",
 		              what, oq_calib_method_name(o->method), oq_calib_method_name(o->method));
-	if ((rc = calib_init(m, o, &c, d)) || (rc = load_file(&c, s, what, d)))
+	if (o->method == OQ_CALIB_AUTO) {
+		nf = oq_folds_count(o->folds, s->n_total > SIZE_MAX ? SIZE_MAX : (size_t)s->n_total);
+		if (nf != (s->n_folds ? s->n_folds : 1))
+			return oq_err(d, OQ_EINVAL,
+			              "quantize --stats: %s holds %u folds per tensor; --method auto with "
+			              "--calib-folds %zu on %llu samples needs %zu: run calibrate with "
+			              "--method auto and the same --calib-folds on every shard",
+			              what, s->n_folds, o->folds ? o->folds : OQ_FOLDS_DEFAULT,
+			              (unsigned long long)s->n_total, nf);
+		if (o->progress)
+			folds_note(o->progress, o, (size_t)s->n_total, nf);
+	}
+	if ((rc = calib_init(m, o, nf, &c, d)) || (rc = load_file(&c, s, what, d)))
 		goto fail;
 	if ((rc = collect(&c, o, out, d)))
 		goto fail;

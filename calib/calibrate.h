@@ -9,7 +9,9 @@
  * power-of-two grid set by the data alone, 2 x OQ_HIST_SIDE bins) in the
  * same single pass as the exact min/max, and turn it into a range on the
  * tensor's own activation grid at the end. Memory is O(tensors x bins) for
- * any number of samples.
+ * any number of samples. auto (calib/folds.h) keeps one histogram and exact
+ * min/max per fold of the samples instead (memory x folds; the totals are
+ * their exact merge) and picks each tensor's method by its held-out error.
  *
  * Sources: a sample folder (samples.h layouts) or "random:N[:SEED]" (N random
  * samples from the declared input types, only when asked: a warning says it
@@ -60,6 +62,9 @@ typedef struct oq_calib_opts {
 			      * reads its range (oq_quantize_range_needs): the histogram methods
 			      * keep histograms for these only (the others get min/max); NULL: all */
 	size_t batch;        /* --calib-batch N: samples run together along axis 0 (symbolic batch dim); 0/1 = one */
+	size_t folds;        /* --calib-folds K for --method auto (calib/folds.h), 2..OQ_FOLDS_MAX;
+			      * 0 = OQ_FOLDS_DEFAULT */
+	int verbose;         /* --verbose: --method auto reports each tensor's pick on progress */
 	uint32_t shard, n_shards; /* --shard I/N (0-based I) for oq_calibrate_stats; n_shards 0 = 1 */
 	const oq_stats *stats;    /* quantize --stats: merged statistics instead of samples, or NULL */
 	const char *stats_name;   /* its file name, for messages */
@@ -102,13 +107,15 @@ int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d
 /*
  * One shard's mergeable statistics (`onnxq calibrate`, calib/stats_file.h), one
  * pass over the shard's samples: the exact min/max of every tensor, and for
- * percentile/entropy/mse its histogram. ema is OQ_EUSAGE: its moving
+ * percentile/entropy/mse its histogram (auto: per fold, samples assigned to
+ * folds by their index in the whole set). ema is OQ_EUSAGE: its moving
  * average depends on the sample order.
  *
  * oq_calibrate with o->stats set runs no sample: it checks the file against
  * the model and the method (complete, histograms for a histogram method)
  * and picks the ranges from it, exactly as a one-machine run on the same
- * samples would (any histogram method and grid can use a histogram file).
+ * samples would (any histogram method and grid can use a histogram file;
+ * auto needs one with folds, and o->folds, when set, must give its fold count).
  */
 int oq_calibrate_stats(oq_model *m, const oq_calib_opts *o, oq_stats *out, oq_diag *d) OQ_WUR;
 

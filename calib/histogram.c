@@ -24,7 +24,7 @@
 
 #include "src/quant/qparams.h"
 
-static const char *const method_names[] = {"minmax", "ema", "percentile", "entropy", "mse"};
+static const char *const method_names[] = {"minmax", "ema", "percentile", "entropy", "mse", "auto"};
 
 int oq_calib_method_parse(const char *s)
 {
@@ -1231,4 +1231,34 @@ int oq_select_mse(const oq_hbins *h, double lo, double hi, int dtype, int form, 
 	clip_to(lo, hi, out_lo, out_hi);
 	mse_free(&m);
 	return OQ_OK;
+}
+
+/* ------------------------------------------------------------ by method */
+
+int oq_select_range(const oq_hist *h, double lo, double hi, int method, int dtype, int form,
+		    double p, int target, double *out_lo, double *out_hi)
+{
+	oq_hbins b;
+	int abs = method == OQ_CALIB_ENTROPY || oq_qform_mirrored(dtype, form), rc = OQ_OK;
+
+	*out_lo = lo;
+	*out_hi = hi;
+	if (method == OQ_CALIB_MINMAX)
+		return OQ_OK;
+	if (method != OQ_CALIB_PERCENTILE && method != OQ_CALIB_ENTROPY && method != OQ_CALIB_MSE)
+		return OQ_EINVAL;
+	if ((rc = oq_hist_view(h, lo, hi, abs, &b)))
+		return rc;
+	if (method == OQ_CALIB_PERCENTILE)
+		oq_select_percentile(&b, lo, hi, p, out_lo, out_hi);
+	else if (method == OQ_CALIB_ENTROPY && target > 0 && b.n >= (size_t)target)
+		rc = oq_select_entropy(&b, lo, hi, target, out_lo, out_hi);
+	else if (method == OQ_CALIB_MSE)
+		rc = oq_select_mse(&b, lo, hi, dtype, form, out_lo, out_hi);
+	oq_hbins_free(&b);
+	if (rc) {
+		*out_lo = lo;
+		*out_hi = hi;
+	}
+	return rc;
 }

@@ -40,6 +40,8 @@ enum {
 	OQ_CALIB_PERCENTILE, /* cut (100-P)% of the mass (P/2 each side, or |x| when symmetric) */
 	OQ_CALIB_ENTROPY,    /* TensorRT KL-divergence threshold search over |x| */
 	OQ_CALIB_MSE,        /* least expected squared error (rounding + clipping) on the target grid */
+	OQ_CALIB_AUTO,       /* per tensor, the method (and headroom) with the least error on
+			      * held-out folds of the samples (calib/folds.h) */
 };
 
 #define OQ_HIST_LOG2 12                   /* log2 of the bins per side */
@@ -49,6 +51,9 @@ enum {
 #define OQ_HIST_EMAX 128                  /* every finite float is below 2^128 */
 #define OQ_EMA_CONSTANT 0.01        /* --ema-constant default (PyTorch, ONNX Runtime) */
 #define OQ_PERCENTILE 99.999        /* --percentile default (ONNX Runtime) */
+#define OQ_ENTROPY_MAX_TARGET (OQ_HIST_SIDE / 2 / 8) /* the most target bins entropy accepts: 8
+					   * groups of bins at least, as TensorRT's 128 targets over
+					   * 2048 bins (a view has more than OQ_HIST_SIDE / 2 bins) */
 
 /* "minmax", "ema", ... -> OQ_CALIB_*, or -1. */
 int oq_calib_method_parse(const char *s);
@@ -150,6 +155,16 @@ int oq_select_entropy(const oq_hbins *h, double lo, double hi, int target, doubl
 		      double *out_hi) OQ_WUR;
 int oq_select_mse(const oq_hbins *h, double lo, double hi, int dtype, int form, double *out_lo,
 		  double *out_hi) OQ_WUR;
+
+/*
+ * The range `method` picks from h for a tensor whose finite values (those h holds) span [lo, hi],
+ * on the grid (dtype, form), as --method does: OQ_CALIB_MINMAX gives [lo, hi]; percentile (p)
+ * and mse read the |x| view exactly when oq_qform_mirrored(dtype, form), entropy always, with
+ * `target` bins (a view with fewer bins keeps [lo, hi]). OQ_EINVAL for a method without a
+ * selection, h without bins or a view that does not describe the grid; OQ_ENOMEM.
+ */
+int oq_select_range(const oq_hist *h, double lo, double hi, int method, int dtype, int form,
+		    double p, int target, double *out_lo, double *out_hi) OQ_WUR;
 
 /* 0 (default): oq_select_mse walks the grid levels without data-dependent branches; 1: one level
  * at a time with them, the reference (tests check both give the same bits). */

@@ -16,6 +16,7 @@
  * cryptographic signature.
  */
 #include "calib/stats_file.h"
+#include "calib/folds.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -100,14 +101,22 @@ uint64_t oq_stats_fingerprint(const oq_model *m)
 
 /* ------------------------------------------------------------ basics */
 
+/* Frees record r's name, histogram and nf folds. */
+static void stat_free(oq_stat *r, uint32_t nf)
+{
+	free(r->name);
+	free(r->h.bin);
+	for (uint32_t f = 0; r->fold && f < nf; f++)
+		free(r->fold[f].h.bin);
+	free(r->fold);
+}
+
 void oq_stats_free(oq_stats *s)
 {
 	if (!s)
 		return;
-	for (size_t i = 0; i < s->n; i++) {
-		free(s->v[i].name);
-		free(s->v[i].h.bin);
-	}
+	for (size_t i = 0; i < s->n; i++)
+		stat_free(&s->v[i], s->n_folds);
 	free(s->v);
 	free(s->covered);
 	memset(s, 0, sizeof *s);
@@ -170,6 +179,31 @@ static void put_f64(wbuf *w, double x)
 	put_u64(w, v);
 }
 
+/* The part of a record after its flags (of one fold in a folds file). */
+static void put_body(wbuf *w, double lo, double hi, uint64_t n_bad, const oq_hist *h, int hist)
+{
+	uint32_t used[2] = {0, 0};
+
+	put_f64(w, lo);
+	put_f64(w, hi);
+	put_u64(w, n_bad);
+	if (!hist)
+		return;
+	for (size_t side = 0; side < 2 && h->bin; side++) {
+		const uint64_t *b = h->bin + side * OQ_HIST_SIDE;
+		used[side] = OQ_HIST_SIDE;
+		while (used[side] && !b[used[side] - 1])
+			used[side]--;
+	}
+	put_u64(w, h->n_zero);
+	put_u32(w, used[0] || used[1] ? (uint32_t)(h->e - OQ_HIST_EMIN) : 0);
+	for (size_t side = 0; side < 2; side++) {
+		put_u32(w, used[side]);
+		for (uint32_t k = 0; k < used[side]; k++)
+			put_u64(w, h->bin[side * OQ_HIST_SIDE + k]);
+	}
+}
+
 int oq_stats_encode(oq_stats *s, uint8_t **buf, size_t *len, oq_diag *d)
 {
 	wbuf w = {0};
@@ -178,10 +212,10 @@ int oq_stats_encode(oq_stats *s, uint8_t **buf, size_t *len, oq_diag *d)
 	*buf = NULL;
 	*len = 0;
 	put(&w, magic, 8);
-	put_u32(&w, OQ_STATS_VERSION);
+	put_u32(&w, s->n_folds ? OQ_STATS_VERSION_FOLDS : OQ_STATS_VERSION);
 	put_u32(&w, (uint32_t)s->kind);
 	put_u32(&w, s->kind == OQ_STATS_HIST ? OQ_HIST_SIDE : 0);
-	put_u32(&w, 0);
+	put_u32(&w, s->n_folds);
 	put_u64(&w, s->model_fp);
 	put_u64(&w, s->n_total);
 	put_u64(&w, s->n_samples);
@@ -199,26 +233,11 @@ int oq_stats_encode(oq_stats *s, uint8_t **buf, size_t *len, oq_diag *d)
 		put_u32(&w, (uint32_t)l);
 		put(&w, r->name, l);
 		int hist = s->kind == OQ_STATS_HIST && r->hist;
-		uint32_t used[2] = {0, 0};
 		put_u32(&w, (uint32_t)(r->seen ? 1 : 0) | (hist ? 2u : 0u));
-		put_f64(&w, r->lo);
-		put_f64(&w, r->hi);
-		put_u64(&w, r->n_bad);
-		if (!hist)
-			continue;
-		for (size_t side = 0; side < 2 && r->h.bin; side++) {
-			const uint64_t *b = r->h.bin + side * OQ_HIST_SIDE;
-			used[side] = OQ_HIST_SIDE;
-			while (used[side] && !b[used[side] - 1])
-				used[side]--;
-		}
-		put_u64(&w, r->h.n_zero);
-		put_u32(&w, used[0] || used[1] ? (uint32_t)(r->h.e - OQ_HIST_EMIN) : 0);
-		for (size_t side = 0; side < 2; side++) {
-			put_u32(&w, used[side]);
-			for (uint32_t k = 0; k < used[side]; k++)
-				put_u64(&w, r->h.bin[side * OQ_HIST_SIDE + k]);
-		}
+		if (!s->n_folds)
+			put_body(&w, r->lo, r->hi, r->n_bad, &r->h, hist);
+		for (uint32_t f = 0; f < s->n_folds; f++)
+			put_body(&w, r->fold[f].lo, r->fold[f].hi, r->fold[f].n_bad, &r->fold[f].h, hist);
 	}
 	if (!w.bad)
 		s->sum = oq_stats_hash(w.p, w.len, 0);
@@ -284,12 +303,87 @@ static int corrupt(oq_diag *d, const char *what, const char *why)
 		      what, why);
 }
 
-/* One record of a file of `kind`; `prev` is the previous name (NULL for the first). */
-static int get_record(rbuf *r, int kind, oq_stat *st, const char *prev, const char *what,
-		      oq_diag *d)
+/*
+ * The part of a record after its flags (one fold's in a folds file) into *lo, *hi, *n_bad and, with
+ * flag 2, *h (initialised by the caller). *total: the counts read so far in the record, which
+ * every count must keep below 2^64.
+ */
+static int get_body(rbuf *r, int kind, uint32_t flags, double *lo, double *hi, uint64_t *n_bad,
+		    oq_hist *h, uint64_t *total, const char *what, oq_diag *d)
 {
-	uint32_t l, flags, e;
-	uint64_t total;
+	uint32_t e;
+
+	if (!get_f64(r, lo) || !get_f64(r, hi) || !get_u64(r, n_bad))
+		return corrupt(d, what, "truncated record");
+	if (isnan(*lo) || isnan(*hi) || (*lo <= *hi && (!isfinite(*lo) || !isfinite(*hi))))
+		return corrupt(d, what, "bad range");
+	if (!(flags & 2))
+		return OQ_OK;
+	if (kind != OQ_STATS_HIST)
+		return corrupt(d, what, "histogram in a ranges file");
+	if (!get_u64(r, &h->n_zero) || !get_u32(r, &e))
+		return corrupt(d, what, "truncated histogram");
+	if (e > (uint32_t)(OQ_HIST_EMAX - OQ_HIST_EMIN))
+		return corrupt(d, what, "bad histogram exponent");
+	if (h->n_zero > UINT64_MAX - *total)
+		return corrupt(d, what, "histogram counts overflow");
+	*total += h->n_zero;
+	for (size_t side = 0; side < 2; side++) {
+		uint32_t used;
+		if (!get_u32(r, &used))
+			return corrupt(d, what, "truncated histogram");
+		if (used > OQ_HIST_SIDE)
+			return corrupt(d, what, "bad histogram bin count");
+		if ((size_t)used > (r->len - r->at) / 8)
+			return corrupt(d, what, "truncated histogram");
+		if (!used)
+			continue;
+		/* bins hold finite non-zero values, so the record has a finite range */
+		if (!(*lo <= *hi) || !(flags & 1))
+			return corrupt(d, what, "histogram without a range");
+		if (oq_hist_reserve(h, (int)e + OQ_HIST_EMIN))
+			return oq_err(d, OQ_ENOMEM, "stats: out of memory");
+		for (size_t k = 0; k < used; k++) {
+			uint64_t *c = &h->bin[side * OQ_HIST_SIDE + k];
+			(void)get_u64(r, c);
+			/* the total bounds every sum the histogram code forms (merged bins, |x| views) */
+			if (*c > UINT64_MAX - *total)
+				return corrupt(d, what, "histogram counts overflow");
+			*total += *c;
+		}
+	}
+	if (!h->bin && e)
+		return corrupt(d, what, "bad histogram exponent"); /* no bins: written as 0 */
+	return OQ_OK;
+}
+
+/* A folds record's totals: the merge of its nf folds (counts bounded by the record's total). */
+static int fold_totals(oq_stat *st, uint32_t nf, const char *what, oq_diag *d)
+{
+	st->lo = INFINITY;
+	st->hi = -INFINITY;
+	st->n_bad = 0;
+	for (uint32_t f = 0; f < nf; f++) {
+		const oq_stat_fold *x = &st->fold[f];
+		st->lo = x->lo < st->lo ? x->lo : st->lo;
+		st->hi = x->hi > st->hi ? x->hi : st->hi;
+		if (x->n_bad > UINT64_MAX - st->n_bad)
+			return corrupt(d, what, "NaN/Inf counts overflow");
+		st->n_bad += x->n_bad;
+		if (st->hist && oq_hist_merge(&st->h, &x->h))
+			return oq_err(d, OQ_ENOMEM, "stats: out of memory");
+	}
+	return OQ_OK;
+}
+
+/* One record of a file of `kind` with nf folds (0: none); `prev` is the previous name (NULL for
+ * the first). */
+static int get_record(rbuf *r, int kind, uint32_t nf, oq_stat *st, const char *prev,
+		      const char *what, oq_diag *d)
+{
+	uint32_t l, flags;
+	uint64_t total = 0;
+	int rc;
 
 	oq_hist_init(&st->h);
 	if (!get_u32(r, &l))
@@ -304,57 +398,29 @@ static int get_record(rbuf *r, int kind, oq_stat *st, const char *prev, const ch
 		return corrupt(d, what, "NUL in a tensor name");
 	if (prev && strcmp(prev, st->name) >= 0)
 		return corrupt(d, what, "tensor records not sorted or repeated");
-	if (!get_u32(r, &flags) || !get_f64(r, &st->lo) || !get_f64(r, &st->hi) ||
-	    !get_u64(r, &st->n_bad))
+	if (!get_u32(r, &flags))
 		return corrupt(d, what, "truncated record");
 	if (flags & ~3u)
 		return corrupt(d, what, "unknown record flags");
 	st->seen = (int)(flags & 1);
-	if (isnan(st->lo) || isnan(st->hi) || (st->lo <= st->hi && (!isfinite(st->lo) || !isfinite(st->hi))))
-		return corrupt(d, what, "bad range");
-	if (!(flags & 2))
-		return OQ_OK;
-	if (kind != OQ_STATS_HIST)
-		return corrupt(d, what, "histogram in a ranges file");
-	st->hist = 1;
-	if (!get_u64(r, &st->h.n_zero) || !get_u32(r, &e))
-		return corrupt(d, what, "truncated histogram");
-	if (e > (uint32_t)(OQ_HIST_EMAX - OQ_HIST_EMIN))
-		return corrupt(d, what, "bad histogram exponent");
-	total = st->h.n_zero;
-	for (size_t side = 0; side < 2; side++) {
-		uint32_t used;
-		if (!get_u32(r, &used))
-			return corrupt(d, what, "truncated histogram");
-		if (used > OQ_HIST_SIDE)
-			return corrupt(d, what, "bad histogram bin count");
-		if ((size_t)used > (r->len - r->at) / 8)
-			return corrupt(d, what, "truncated histogram");
-		if (!used)
-			continue;
-		/* bins hold finite non-zero values, so the record has a finite range */
-		if (!(st->lo <= st->hi) || !st->seen)
-			return corrupt(d, what, "histogram without a range");
-		if (oq_hist_reserve(&st->h, (int)e + OQ_HIST_EMIN))
-			return oq_err(d, OQ_ENOMEM, "stats: out of memory");
-		for (size_t k = 0; k < used; k++) {
-			uint64_t *c = &st->h.bin[side * OQ_HIST_SIDE + k];
-			(void)get_u64(r, c);
-			/* the total bounds every sum the histogram code forms (merged bins, |x| views) */
-			if (*c > UINT64_MAX - total)
-				return corrupt(d, what, "histogram counts overflow");
-			total += *c;
-		}
+	st->hist = (flags & 2) != 0;
+	if (!nf)
+		return get_body(r, kind, flags, &st->lo, &st->hi, &st->n_bad, &st->h, &total, what, d);
+	if (!(st->fold = oq_calloc(nf, sizeof *st->fold)))
+		return oq_err(d, OQ_ENOMEM, "stats: out of memory");
+	for (uint32_t f = 0; f < nf; f++) {
+		oq_stat_fold *x = &st->fold[f];
+		oq_hist_init(&x->h);
+		if ((rc = get_body(r, kind, flags, &x->lo, &x->hi, &x->n_bad, &x->h, &total, what, d)))
+			return rc;
 	}
-	if (!st->h.bin && e)
-		return corrupt(d, what, "bad histogram exponent"); /* no bins: written as 0 */
-	return OQ_OK;
+	return fold_totals(st, nf, what, d);
 }
 
 int oq_stats_decode(const uint8_t *buf, size_t len, const char *what, oq_stats *s, oq_diag *d)
 {
 	rbuf r = {buf, 0, 0};
-	uint32_t version, kind, side, reserved;
+	uint32_t version, kind, side, folds;
 	uint64_t sum, nrec;
 	size_t nb;
 	int rc;
@@ -369,11 +435,11 @@ int oq_stats_decode(const uint8_t *buf, size_t len, const char *what, oq_stats *
 		return corrupt(d, what, "truncated header");
 	r.at = 8;
 	(void)get_u32(&r, &version);
-	if (version != OQ_STATS_VERSION)
+	if (version != OQ_STATS_VERSION && version != OQ_STATS_VERSION_FOLDS)
 		return oq_err(d, OQ_EINVAL,
-			      "stats: %s has format version %u; this onnxq reads version %d: run "
-			      "calibrate again with this onnxq",
-			      what, version, OQ_STATS_VERSION);
+			      "stats: %s has format version %u; this onnxq reads version %d (%d with "
+			      "folds): run calibrate again with this onnxq",
+			      what, version, OQ_STATS_VERSION, OQ_STATS_VERSION_FOLDS);
 	if (len < HDR_FIXED + 8 + 8)
 		return corrupt(d, what, "truncated header");
 	r.len = len - 8;
@@ -386,15 +452,18 @@ int oq_stats_decode(const uint8_t *buf, size_t len, const char *what, oq_stats *
 	s->sum = sum;
 	(void)get_u32(&r, &kind);
 	(void)get_u32(&r, &side);
-	(void)get_u32(&r, &reserved);
+	(void)get_u32(&r, &folds);
 	(void)get_u64(&r, &s->model_fp);
 	(void)get_u64(&r, &s->n_total);
 	(void)get_u64(&r, &s->n_samples);
 	(void)get_u32(&r, &s->n_shards);
-	if ((kind != OQ_STATS_RANGES && kind != OQ_STATS_HIST) || reserved ||
-	    side != (kind == OQ_STATS_HIST ? OQ_HIST_SIDE : 0))
+	if ((kind != OQ_STATS_RANGES && kind != OQ_STATS_HIST) ||
+	    side != (kind == OQ_STATS_HIST ? OQ_HIST_SIDE : 0) ||
+	    (version == OQ_STATS_VERSION ? folds != 0
+	                                 : folds < 2 || folds > OQ_FOLDS_MAX || kind != OQ_STATS_HIST))
 		return corrupt(d, what, "bad header fields");
 	s->kind = (int)kind;
+	s->n_folds = folds;
 	if (s->n_shards == 0 || s->n_shards > OQ_STATS_MAX_SHARDS || s->n_samples > s->n_total)
 		return corrupt(d, what, "bad shard count");
 	nb = ((size_t)s->n_shards + 7) / 8;
@@ -421,7 +490,8 @@ int oq_stats_decode(const uint8_t *buf, size_t len, const char *what, oq_stats *
 		return oq_err(d, OQ_ENOMEM, "stats: out of memory");
 	for (size_t i = 0; i < nrec; i++) {
 		s->n = i + 1;
-		if ((rc = get_record(&r, s->kind, &s->v[i], i ? s->v[i - 1].name : NULL, what, d)))
+		if ((rc = get_record(&r, s->kind, s->n_folds, &s->v[i], i ? s->v[i - 1].name : NULL,
+				     what, d)))
 			return rc;
 	}
 	if (r.at != r.len)
@@ -539,12 +609,22 @@ static int add_u64(uint64_t *a, uint64_t b)
 	return 1;
 }
 
-static int copy_stat(oq_stat *dst, const oq_stat *src)
+/* dst = a copy of src and its nf folds (on failure, what was copied is in dst for stat_free). */
+static int copy_stat(oq_stat *dst, const oq_stat *src, uint32_t nf)
 {
 	*dst = *src;
 	oq_hist_init(&dst->h);
+	dst->name = NULL;
+	dst->fold = NULL;
 	if (!(dst->name = oq_strdup(src->name)) || oq_hist_copy(&dst->h, &src->h))
 		return OQ_ENOMEM;
+	if (nf && !(dst->fold = oq_calloc(nf, sizeof *dst->fold)))
+		return OQ_ENOMEM;
+	for (uint32_t f = 0; f < nf; f++) {
+		dst->fold[f] = src->fold[f];
+		if (oq_hist_copy(&dst->fold[f].h, &src->fold[f].h))
+			return OQ_ENOMEM;
+	}
 	return OQ_OK;
 }
 
@@ -558,8 +638,8 @@ static uint64_t hist_total(const oq_hist *h, int *ok)
 	return t;
 }
 
-/* Folds record b into a (same name). */
-static int merge_stat(oq_stat *a, const oq_stat *b, const char *bname, oq_diag *d)
+/* Folds record b into a (same name, nf folds each). */
+static int merge_stat(oq_stat *a, const oq_stat *b, uint32_t nf, const char *bname, oq_diag *d)
 {
 	int ok = 1, rc;
 	uint64_t t;
@@ -583,6 +663,17 @@ static int merge_stat(oq_stat *a, const oq_stat *b, const char *bname, oq_diag *
 	if ((rc = oq_hist_merge(&a->h, &b->h)))
 		return oq_err(d, rc, "stats: %s: tensor '%s': %s", bname, a->name,
 			      rc == OQ_ENOMEM ? "out of memory" : "histogram count overflows");
+	/* the folds add up to the totals, whose sums fit */
+	for (uint32_t f = 0; f < nf; f++) {
+		oq_stat_fold *x = &a->fold[f];
+		const oq_stat_fold *y = &b->fold[f];
+		x->lo = y->lo < x->lo ? y->lo : x->lo;
+		x->hi = y->hi > x->hi ? y->hi : x->hi;
+		x->n_bad += y->n_bad;
+		if ((rc = oq_hist_merge(&x->h, &y->h)))
+			return oq_err(d, rc, "stats: %s: tensor '%s': %s", bname, a->name,
+				      rc == OQ_ENOMEM ? "out of memory" : "histogram count overflows");
+	}
 	return OQ_OK;
 }
 
@@ -602,6 +693,11 @@ int oq_stats_merge(oq_stats *acc, const oq_stats *b, const char *bname, oq_diag 
 			      "stats: %s holds %s, the files before it %s; calibrate every shard with the "
 			      "same --method",
 			      bname, kind_name(b->kind), kind_name(acc->kind));
+	if (acc->n_folds != b->n_folds)
+		return oq_err(d, OQ_EINVAL,
+			      "stats: %s holds %u folds per tensor, the files before it %u; calibrate "
+			      "every shard with the same --method and --calib-folds",
+			      bname, b->n_folds, acc->n_folds);
 	if (acc->n_shards != b->n_shards || acc->n_total != b->n_total)
 		return oq_err(d, OQ_EINVAL,
 			      "stats: %s splits %llu samples into %u shards, the files before it %llu "
@@ -622,9 +718,8 @@ int oq_stats_merge(oq_stats *acc, const oq_stats *b, const char *bname, oq_diag 
 		if (c < 0) {
 			v[k++] = acc->v[i++];
 		} else if (c > 0) {
-			if (copy_stat(&v[k], &b->v[j])) {
-				free(v[k].name);
-				free(v[k].h.bin);
+			if (copy_stat(&v[k], &b->v[j], b->n_folds)) {
+				stat_free(&v[k], b->n_folds);
 				rc = oq_err(d, OQ_ENOMEM, "stats: out of memory");
 				goto fail;
 			}
@@ -632,7 +727,7 @@ int oq_stats_merge(oq_stats *acc, const oq_stats *b, const char *bname, oq_diag 
 			j++;
 		} else {
 			v[k] = acc->v[i++];
-			if ((rc = merge_stat(&v[k++], &b->v[j++], bname, d)))
+			if ((rc = merge_stat(&v[k++], &b->v[j++], b->n_folds, bname, d)))
 				goto fail;
 		}
 	}
@@ -649,10 +744,8 @@ fail:
 		int from_acc = 0;
 		for (size_t y = 0; y < acc->n && !from_acc; y++)
 			from_acc = v[x].name == acc->v[y].name;
-		if (!from_acc) {
-			free(v[x].name);
-			free(v[x].h.bin);
-		}
+		if (!from_acc)
+			stat_free(&v[x], b->n_folds);
 	}
 	free(v);
 	return rc;

@@ -14,8 +14,14 @@
  *               its exact-zero count (percentile, entropy, mse). Merging
  *               brings both histograms to the larger grid and adds the
  *               integer counts: exact, in any order.
- * A histogram file serves every histogram method and grid (and minmax);
- * ema depends on the sample order and is refused.
+ *   folds:      (--method auto) a histograms file whose records hold the
+ *               min/max, NaN/Inf count and histogram of each fold of the
+ *               samples (calib/folds.h: fold of sample i by its index in
+ *               the whole set, so every shard files its samples under the
+ *               same folds); the tensor's totals are their exact merge.
+ *               Merging adds fold by fold.
+ * A histogram file serves every histogram method and grid (and minmax), a
+ * folds file also auto; ema depends on the sample order and is refused.
  *
  * Shards: the samples (lexical order, after --calib-limit) are split into N
  * contiguous blocks; shard I (0-based, I < N) gets samples
@@ -23,10 +29,12 @@
  * A file records N, the total and which shards it covers; merge refuses
  * overlaps and mismatches, quantize refuses an incomplete set.
  *
- * File format (version 2, all integers little-endian, doubles as their
- * IEEE-754 bit pattern; version 1 was the two-round format and is refused):
+ * File format (version 2, or 3 for a folds file; all integers little-endian,
+ * doubles as their IEEE-754 bit pattern; version 1 was the two-round format
+ * and is refused):
  *   magic "ONNXQSTA" | u32 version | u32 kind (1 ranges, 2 histograms)
- *   | u32 bins per side (histograms: OQ_HIST_SIDE; ranges: 0) | u32 reserved (0)
+ *   | u32 bins per side (histograms: OQ_HIST_SIDE; ranges: 0)
+ *   | u32 folds K (version 3: 2..OQ_FOLDS_MAX, kind 2; version 2: 0)
  *   | u64 model fingerprint | u64 total samples | u64 covered samples | u32 N
  *   | ceil(N/8) bytes of coverage bitmap (shard I: bit I%8 of byte I/8)
  *   | u64 record count | records | u64 checksum of everything before it.
@@ -36,6 +44,9 @@
  *   zeros | u32 e - OQ_HIST_EMIN | u32 P | P x u64 (bins 0..P-1 of x > 0)
  *   | u32 M | M x u64 (bins of x < 0); the bins past P, M are empty
  *   (trailing empty bins are left out; P = M = 0: no bins, and e - EMIN 0).
+ *   Version 3: u32 name length | name bytes | u32 flags, then K times (fold
+ *   0 first) what follows the flags in version 2: the fold's f64 min | f64
+ *   max | u64 NaN/Inf count [| its histogram with flag 2].
  * Records are sorted by name (strcmp) and unique.
  */
 #ifndef OQ_STATS_H
@@ -48,13 +59,21 @@
 #include "src/ir/ir.h"
 #include "calib/histogram.h"
 
-#define OQ_STATS_VERSION 2
+#define OQ_STATS_VERSION 2       /* files without folds */
+#define OQ_STATS_VERSION_FOLDS 3 /* files with folds */
 #define OQ_STATS_MAX_SHARDS 65536
 
 enum {
 	OQ_STATS_RANGES = 1, /* exact min/max (minmax) */
 	OQ_STATS_HIST = 2,   /* exact min/max and histograms (percentile, entropy, mse) */
 };
+
+/* Statistics of one fold of one tensor. */
+typedef struct oq_stat_fold {
+	double lo, hi;  /* finite min/max; lo > hi when no finite value was seen */
+	uint64_t n_bad; /* NaN/Inf elements skipped */
+	oq_hist h;      /* histogram (with the tensor's `hist`) */
+} oq_stat_fold;
 
 /* Statistics of one tensor (a main-graph value). */
 typedef struct oq_stat {
@@ -64,6 +83,7 @@ typedef struct oq_stat {
 	uint64_t n_bad; /* NaN/Inf elements skipped */
 	int hist;       /* histogram files: the histogram was kept (the tensor's range is needed) */
 	oq_hist h;      /* that histogram (h.bin NULL: no non-zero finite value) */
+	oq_stat_fold *fold; /* folds files: n_folds entries, whose merge lo, hi, n_bad and h are */
 } oq_stat;
 
 /* A statistics file in memory. */
@@ -74,6 +94,7 @@ typedef struct oq_stats {
 	uint64_t n_samples; /* samples these statistics cover */
 	uint32_t n_shards;  /* N of --shard I/N (1 without sharding) */
 	uint8_t *covered;   /* n_shards flags: 1 = shard included */
+	uint32_t n_folds;   /* folds of each record (--method auto), 0: none */
 	oq_stat *v;         /* records, sorted by name */
 	size_t n;
 	uint64_t sum;       /* checksum of the file it was read from / last written to */
@@ -98,8 +119,8 @@ int oq_stats_decode(const uint8_t *buf, size_t len, const char *what, oq_stats *
 int oq_stats_write(const char *path, oq_stats *s, oq_diag *d) OQ_WUR;
 int oq_stats_read(const char *path, oq_stats *s, oq_diag *d) OQ_WUR;
 
-/* Folds b (read from `bname`) into acc. Different model, kind, N or total,
- * a shard in both, or a count that overflows, is OQ_EINVAL. */
+/* Folds b (read from `bname`) into acc. Different model, kind, folds, N or
+ * total, a shard in both, or a count that overflows, is OQ_EINVAL. */
 int oq_stats_merge(oq_stats *acc, const oq_stats *b, const char *bname, oq_diag *d) OQ_WUR;
 
 /* Reads and merges n files into out (`onnxq merge-stats`). */

@@ -16,7 +16,7 @@
 static const struct {
 	const char *name, *value;
 } samples[] = {
-	{"output", "out.onnx"}, {"calib", "calib"}, {"calib-limit", "4"}, {"calib-batch", "2"},
+	{"output", "out.onnx"}, {"calib", "calib"}, {"calib-limit", "4"}, {"calib-batch", "2"}, {"calib-folds", "3"},
 	{"stats", "s.bin"}, {"shard", "1/3"}, {"threads", "2"}, {"method", "entropy"},
 	{"ema-constant", "0.5"}, {"percentile", "99.9"}, {"bias-correction", "analytic"},
 	{"bias-correction-rounds", "3"}, {"profile", "trt"}, {"weight-type", "int4"}, {"act-type", "int16"},
@@ -231,6 +231,8 @@ Test(options, rules)
 		{OQ_JOB_QUANTIZE, KV("calib", "c", "ema-constant", "0.1"), "--ema-constant applies to --method ema"},
 		{OQ_JOB_QUANTIZE, KV("calib", "c", "ema-constant", "0.1", "method", "ema"), NULL},
 		{OQ_JOB_QUANTIZE, KV("calib", "c", "percentile", "99"), "--percentile applies to --method percentile"},
+		{OQ_JOB_QUANTIZE, KV("calib", "c", "calib-folds", "3"), "--calib-folds applies to --method auto"},
+		{OQ_JOB_QUANTIZE, KV("calib", "c", "calib-folds", "3", "method", "auto"), NULL},
 		/* the default method named explicitly still asks for calibration */
 		{OQ_JOB_QUANTIZE, KV("weight-only", NULL, "method", "mse"), "--method needs activation calibration"},
 		{OQ_JOB_QUANTIZE, KV("weight-only", NULL, "bias-correction", NULL), "drop --weight-only"},

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calib/folds.h"
 #include "src/quant/qparams.h"
 
 /* ------------------------------------------------------------ values */
@@ -124,6 +125,7 @@ static const struct number {
 } numbers[] = {
 	{"calib-limit", 1, (long long)1 << 40, 's', "--calib-limit needs a positive number"},
 	{"calib-batch", 1, 65536, 's', "--calib-batch needs a number from 1 to 65536"},
+	{"calib-folds", 2, OQ_FOLDS_MAX, 's', "--calib-folds needs a number from 2 to 64"},
 	{"threads", 1, 1024, 'i', "--threads needs a number from 1 to 1024"},
 	{"bias-correction-rounds", 0, 100, 'i', "--bias-correction-rounds needs a number in 0..100"},
 	{"block-size", 2, (long long)1 << 30, 'l', "--block-size needs a number >= 2"},
@@ -230,7 +232,7 @@ static int set_method(oq_pipeline_args *a, const oq_option *o, const char *v, oq
 	int m = oq_calib_method_parse(v);
 	(void)o;
 	if (m < 0)
-		return oq_err(d, OQ_EUSAGE, "--method is minmax, ema, percentile, entropy or mse");
+		return oq_err(d, OQ_EUSAGE, "--method is minmax, ema, percentile, entropy, mse or auto");
 	a->p.calib.method = m;
 	return OQ_OK;
 }
@@ -369,7 +371,12 @@ const oq_option oq_pipeline_options[] = {
 	 "                          sample order by definition), percentile or entropy\n"
 	 "                          (TensorRT KL search); mse, percentile and entropy fill a\n"
 	 "                          histogram on a power-of-two grid in the same single pass,\n"
-	 "                          so their ranges do not depend on sample order or threads\n"},
+	 "                          so their ranges do not depend on sample order or threads;\n"
+	 "                          auto: per tensor, the method and headroom (x1..x2) with\n"
+	 "                          the least error on held-out folds of the samples\n"},
+	{"calib-folds", OQ_ARG_REQUIRED, QC, set_number, F(calib.folds),
+	 "  --calib-folds K         auto: K contiguous folds of the samples (default 4; fewer\n"
+	 "                          when there are fewer than 2K samples)\n"},
 	{"ema-constant", OQ_ARG_REQUIRED, QC, set_ema_constant, 0,
 	 "  --ema-constant C        ema smoothing constant in (0, 1] (default 0.01)\n"},
 	{"percentile", OQ_ARG_REQUIRED, QC, set_percentile, 0,
@@ -565,6 +572,8 @@ static const char *broken_rule(const oq_pipeline_opts *o)
 		return "--ema-constant applies to --method ema";
 	if (c->percentile > 0 && c->method != OQ_CALIB_PERCENTILE)
 		return "--percentile applies to --method percentile";
+	if (c->folds && c->method != OQ_CALIB_AUTO)
+		return "--calib-folds applies to --method auto";
 	if (c->method != OQ_PIPELINE_METHOD_DEFAULT && q->weight_only)
 		return "--method needs activation calibration; drop --weight-only";
 	if (bc_given && q->weight_only)

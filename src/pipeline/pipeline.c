@@ -288,6 +288,7 @@ static int calibrate(job *j, oq_diag *d)
 	co.grid_ctx = &j->q;
 	co.stats = j->o.stats_in ? &j->stats : NULL;
 	co.stats_name = j->o.stats_in;
+	co.verbose = j->o.verbose;
 	if (j->o.bias_correction == OQ_BC_ANALYTIC &&
 	    (rc = oq_biascorr_analytic_plan(j->m->graph, &j->q, &co, &j->analytic, d)))
 		return rc;

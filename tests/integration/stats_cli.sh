@@ -12,11 +12,15 @@
 #     int16 overrides (a tensor entry, and a node entry on a Conv whose Relu
 #     quantize folds); --calib-batch; merging in another order gives a
 #     byte-identical statistics file;
+#   - --method auto (per-fold histograms, statistics format 3): N = 1, 3, 5,
+#     --calib-folds 3 with int16 activations, --calib-batch 3; an auto file
+#     also serves mse; a file without folds or of other folds is refused;
 #   - one histogram file serves every histogram method and grid: mse shards,
 #     then quantize --stats --method percentile / entropy / mse --act-type
 #     int8 / minmax == quantize --calib with those options;
 #   - --threads 1 and 2, sample order (the samples under reversed names) and
-#     --calib-batch 3 give byte-identical models for every method but ema;
+#     --calib-batch 3 give byte-identical models for every method but ema
+#     (auto: threads and batches; its folds follow the sample order);
 #   - control: fewer samples give a different model, so cmp can fail;
 #   - refusals (documented exit codes, one line naming the file): incomplete
 #     set, shard given twice, different N, corrupted and truncated files,
@@ -99,6 +103,24 @@ same "entropy" 3 --method entropy
 same "percentile --act-symmetric" 2 --method percentile --act-symmetric --percentile 99.9
 same "mse --calib-limit 11" 4 --calib-limit 11
 same "minmax int8 per-tensor" 3 --method minmax --act-type int8 --granularity tensor
+for n in 1 3 5; do same "auto" "$n" --method auto; done
+same "auto int16 --calib-folds 3" 2 --method auto --calib-folds 3 --act-type int16
+same "auto --calib-batch 3" 3 --method auto --calib-batch 3
+if shards 3 --method auto >/dev/null; then
+	run "auto file for mse" "$onnxq" quantize "$model" --stats "$tmp/final.bin" -o "$tmp/am.onnx" --quiet &&
+		run "mse ref" "$onnxq" quantize "$model" --calib "$calib" -o "$tmp/mr.onnx" --quiet --no-bias-correction &&
+		if cmp -s "$tmp/am.onnx" "$tmp/mr.onnx"; then ok "an auto file serves --method mse: byte-identical"; else
+			bad "an auto file with --method mse differs from quantize --calib"; fi
+	run "auto ref" "$onnxq" quantize "$model" --calib "$calib" -o "$tmp/ar.onnx" --quiet --no-bias-correction --method auto &&
+		if cmp -s "$tmp/ar.onnx" "$tmp/mr.onnx"; then bad "control: auto gives the mse model"; else
+			ok "control: auto and mse give different models"; fi
+	expect_exit 2 "auto with other folds" "$onnxq" quantize "$model" --stats "$tmp/final.bin" -o "$tmp/keep.onnx" --method auto --calib-folds 2
+	expect_msg "auto with other folds" "final\.bin holds 4 folds.*needs 2"
+else bad "auto file: calibrate failed"; fi
+if shards 2 --method mse >/dev/null; then
+	expect_exit 2 "auto without folds" "$onnxq" quantize "$model" --stats "$tmp/final.bin" -o "$tmp/keep.onnx" --method auto
+	expect_msg "auto without folds" "final\.bin holds 0 folds.*--method auto"
+else bad "mse file for auto: calibrate failed"; fi
 # per-tensor grids: r2 (a tensor entry) and r3 (the output of relu3, which quantize folds into
 # conv3: conv3's node entry) get int16 mse searches, in both paths (the unit tests pin the search
 # itself: test_observers per_tensor_grid_from_overrides)
@@ -141,6 +163,12 @@ for m in minmax mse percentile entropy; do
 			ok "--method $m: threads 1/2, reversed sample order, --calib-batch 3: byte-identical"
 		else bad "--method $m: threads, order or batching changed the model"; fi
 done
+run "auto t1" "$onnxq" quantize "$model" --calib "$calib" --method auto --threads 1 -o "$tmp/t1.onnx" --quiet &&
+	run "auto t2" "$onnxq" quantize "$model" --calib "$calib" --method auto --threads 2 -o "$tmp/t2.onnx" --quiet &&
+	run "auto b3" "$onnxq" quantize "$model" --calib "$calib" --method auto --calib-batch 3 -o "$tmp/b3.onnx" --quiet &&
+	if cmp -s "$tmp/t1.onnx" "$tmp/t2.onnx" && cmp -s "$tmp/t1.onnx" "$tmp/b3.onnx"; then
+		ok "--method auto: threads 1/2, --calib-batch 3: byte-identical"
+	else bad "--method auto: threads or batching changed the model"; fi
 
 # control: the data matters, so the cmp above can fail
 run "control" "$onnxq" quantize "$model" --calib "$calib" --calib-limit 5 -o "$tmp/few.onnx" --quiet &&
