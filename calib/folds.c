@@ -96,14 +96,30 @@ static int base_range(const oq_hist *h, double lo, double hi, int b, int dtype, 
 	return oq_select_range(h, lo, hi, m, dtype, form, p, target, a, z);
 }
 
-/* Held-out error of [a, b] on the bins v of a fold (|x| bins: the range [-t, t] it stands for). */
-static int held_err(const oq_hbins *v, double a, double b, int dtype, int form, double *e)
+
+/*
+ * Candidate [*a, *b] as the held-out bins v (of a fold whose values span [lo, hi]) are charged
+ * for it: on |x| bins, [-t, t]. The error model spreads each bin's count over the whole bin, so
+ * the end bins reach past the fold's extremes, and a range ending exactly at the fold's max
+ * would be charged for clipping values that do not exist (heavily when many values sit at the
+ * max: a saturated activation, a white background). An end that covers the fold's extreme is
+ * moved to the bins' edge: such a range clips nothing, and its step grows by less than one bin
+ * width over its span.
+ */
+static void cover(const oq_hbins *v, double lo, double hi, double *a, double *b)
 {
 	if (v->abs) {
-		double t = fmax(-a, b);
-		return oq_mse_error(v, -t, t, dtype, form, e);
+		double t = fmax(-*a, *b), amax = fmax(-lo, hi);
+		if (t >= amax)
+			t += v->hi - amax;
+		*a = -t;
+		*b = t;
+		return;
 	}
-	return oq_mse_error(v, a, b, dtype, form, e);
+	if (*b >= hi)
+		*b += v->hi - hi;
+	if (*a <= lo)
+		*a -= lo - v->lo;
 }
 
 /* Fold f of k held out: the candidates' ranges from the others, their errors on f added to
@@ -114,6 +130,10 @@ static int one_fold(const oq_fold *f, size_t k, size_t fi, int dtype, int form, 
 	oq_hist tr;
 	oq_hbins v;
 	double lo = INFINITY, hi = -INFINITY, amax;
+	double ca[OQ_AUTO_BASES * OQ_AUTO_WIDEN], cb[OQ_AUTO_BASES * OQ_AUTO_WIDEN]; /* candidates */
+	double e[OQ_AUTO_BASES * OQ_AUTO_WIDEN], cl[OQ_AUTO_BASES * OQ_AUTO_WIDEN];
+	int slot[OQ_AUTO_BASES * OQ_AUTO_WIDEN]; /* base x OQ_AUTO_WIDEN + widening */
+	size_t nc = 0;
 	int mirrored = oq_qform_mirrored(dtype, form), rc = OQ_OK;
 
 	*measured = 0;
@@ -149,13 +169,16 @@ static int one_fold(const oq_fold *f, size_t k, size_t fi, int dtype, int form, 
 			continue;
 		}
 		for (int w = 0; w < OQ_AUTO_WIDEN; w++) {
-			double wa, wb, e;
-			widen(a, z, oq_auto_widen[w], &wa, &wb);
-			if ((rc = held_err(&v, wa, wb, dtype, form, &e)))
-				goto done;
-			out->err[b][w] += e;
+			widen(a, z, oq_auto_widen[w], &ca[nc], &cb[nc]);
+			cover(&v, f[fi].lo, f[fi].hi, &ca[nc], &cb[nc]);
+			slot[nc++] = b * OQ_AUTO_WIDEN + w;
 		}
 	}
+	if ((rc = oq_mse_errors(&v, nc, ca, cb, dtype, form, e, cl)))
+		goto done;
+	for (size_t q = 0; q < nc; q++)
+		out->err[slot[q] / OQ_AUTO_WIDEN][slot[q] % OQ_AUTO_WIDEN] +=
+		    e[q] + (OQ_AUTO_CLIP_WEIGHT - 1) * cl[q];
 done:
 	oq_hbins_free(&v);
 	oq_hist_free(&tr);

@@ -16,10 +16,14 @@
  * ends moved away from 0). For every fold f that can measure (values other
  * than 0 in f and in the rest), each candidate's range is computed from the
  * merged statistics of the other folds and its error is the expected
- * squared error of mse's model (histogram.h oq_mse_error: rounding inside
+ * squared error of mse's model (histogram.h oq_mse_errors: rounding inside
  * the range, clipping outside it) on fold f's histogram, on the tensor's
- * own grid; the errors are summed over the folds (so weighted by the
- * values each fold holds). The least sum wins (ties: the least widening,
+ * own grid, with the clipping part counted OQ_AUTO_CLIP_WEIGHT times: a
+ * clipped value's error is systematic (all clipped values move toward the
+ * range, the same way), so it adds up in the layers downstream, where the
+ * independent zero-mean rounding errors partly cancel (the weight is
+ * measured: README "Calibration methods"). The errors are summed over the
+ * folds (so weighted by the values each fold holds). The least sum wins (ties: the least widening,
  * then minmax, mse, percentile 99.999, 99.99, entropy); its range is then
  * computed from all folds. Without a fold that measures, the pick is mse.
  * The inputs are integer counts and exact extremes, so the pick depends
@@ -55,6 +59,7 @@ enum {
 	OQ_AUTO_BASES
 };
 #define OQ_AUTO_WIDEN 5
+#define OQ_AUTO_CLIP_WEIGHT 4 /* held-out clipping error counts this many times its square */
 extern const double oq_auto_widen[OQ_AUTO_WIDEN]; /* 1 (as picked), 1.1, 1.25, 1.5, 2 */
 const char *oq_auto_base_name(int base);
 

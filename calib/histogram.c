@@ -1185,11 +1185,48 @@ static int mse_init(msectx *m, const oq_hbins *h, int dtype, int form)
 
 int oq_mse_error(const oq_hbins *h, double a, double b, int dtype, int form, double *err)
 {
+	return oq_mse_errors(h, 1, &a, &b, dtype, form, err, NULL);
+}
+
+/* The clipping part of [a, b]'s error: bins whose centre lies beyond a grid end g cost
+ * cnt ((c - g)^2 + w^2 / 12) (centre model; |x| bins: the upper end only). */
+static double clip_err(const msectx *m, double a, double b)
+{
+	double n = (double)m->h->n, w2 = m->w * m->w / 12, gl, gh, k, c0, c1, c2, e;
+	float sf;
+	int64_t zp;
+
+	if (m->fp8) {
+		gh = b;
+		gl = -b;
+	} else {
+		if (oq_qparams(a, b, m->dtype, m->form, 0, &sf, &zp) || !(sf > 0))
+			return INFINITY;
+		gl = (double)(m->qmin - zp) * sf;
+		gh = (double)(m->qmax - zp) * sf;
+	}
+	k = first_above(m, gh);
+	sums(m, k, n, &c0, &c1, &c2);
+	e = c2 - 2 * gh * c1 + gh * gh * c0 + c0 * w2;
+	if (!m->h->abs) {
+		k = first_at_or_above(m, gl);
+		sums(m, 0, k, &c0, &c1, &c2);
+		e += c2 - 2 * gl * c1 + gl * gl * c0 + c0 * w2;
+	}
+	return e > 0 ? e : 0;
+}
+
+int oq_mse_errors(const oq_hbins *h, size_t n, const double *a, const double *b, int dtype,
+		  int form, double *err, double *clip)
+{
 	msectx m;
 	int rc = mse_init(&m, h, dtype, form);
 
-	if (!rc)
-		*err = m.fp8 ? mse_err_fp8(&m, b) : mse_err(&m, a, b);
+	for (size_t i = 0; !rc && i < n; i++) {
+		err[i] = m.fp8 ? mse_err_fp8(&m, b[i]) : mse_err(&m, a[i], b[i]);
+		if (clip)
+			clip[i] = clip_err(&m, a[i], b[i]);
+	}
 	mse_free(&m);
 	return rc;
 }

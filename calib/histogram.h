@@ -173,5 +173,10 @@ extern int oq_mse_ref;
  * ([-b, b] for float8e4m3fn) into *err (+inf when the range has no qparams): what the search
  * compares, for tests. OQ_EINVAL / OQ_ENOMEM as oq_select_mse. */
 int oq_mse_error(const oq_hbins *h, double a, double b, int dtype, int form, double *err) OQ_WUR;
+/* The same for the n ranges [a[i], b[i]] into err[i] (one set of prefix sums for all), and
+ * when clip is not NULL, the part of each error that values beyond the grid ends cause into
+ * clip[i] (bin centres: a bin counts when its centre is beyond an end). */
+int oq_mse_errors(const oq_hbins *h, size_t n, const double *a, const double *b, int dtype,
+		  int form, double *err, double *clip) OQ_WUR;
 
 #endif

@@ -119,8 +119,10 @@ static const char usage_calibrate[] =
 	"\n"
 	"One round for every method: calibrate each shard, merge-stats, quantize --stats.\n"
 	"minmax writes exact ranges; percentile/entropy/mse (mse is the default) also\n"
-	"histograms, which serve any of the three at quantize time. ema cannot be\n"
-	"sharded (its average depends on sample order).\n";
+	"histograms, which serve any of the three at quantize time; auto writes them per\n"
+	"fold (--calib-folds: folds of the whole set, whatever the shard), which serve\n"
+	"auto and the other three. ema cannot be sharded (its average depends on\n"
+	"sample order).\n";
 
 static const char usage_compare[] =
 	"usage: onnxq compare REF TEST --data DIR [--json] [--min-sqnr DB] [--per-tensor]\n"

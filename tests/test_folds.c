@@ -78,8 +78,8 @@ static void two_values(oq_hist *h, float a, size_t n1, float b, size_t n2)
  * no candidate on 16 bits). Fold 3 held out: the others' range is [0.5, 1] and widening by w
  * clips the 100 values at 1.8 to w. The error model spreads them evenly over their bin (e = 1,
  * width 1/2048, bin floor(1.8 * 2048) = 3686, centre c = 3686.5 / 2048), so clipping costs
- * 100 ((c - w)^2 + (1/2048)^2 / 12): about 64, 49, 30.25, 9 for w = 1, 1.1, 1.25, 1.5, and 0
- * for w = 2. Folds 0..2 held out: the others reach 1.8, nothing is clipped, and the rounding
+ * 100 ((c - w)^2 + (1/2048)^2 / 12), counted OQ_AUTO_CLIP_WEIGHT times: 4 x about 64, 49,
+ * 30.25, 9 for w = 1, 1.1, 1.25, 1.5, and 0 for w = 2. Folds 0..2 held out: the others reach 1.8, nothing is clipped, and the rounding
  * error of a step of 3.6 / 65535 is below 1e-6 in all. So x2 wins, with minmax (the first of
  * the tied bases), and its range from all folds is [0.5, 3.6]. Fold 3 exceeded the others' max
  * by (1.8 - 1) / 1 = 80 %.
@@ -106,7 +106,8 @@ Test(folds, auto_widens_where_a_held_out_fold_exceeds)
 	{
 		double c = 3686.5 / 2048, bw = 1.0 / 2048;
 		for (int w = 0; w < 4; w++) {
-			double g = oq_auto_widen[w], want = 100 * ((c - g) * (c - g) + bw * bw / 12);
+			double g = oq_auto_widen[w];
+			double want = OQ_AUTO_CLIP_WEIGHT * 100 * ((c - g) * (c - g) + bw * bw / 12);
 			cr_expect(fabs(a.err[OQ_AUTO_MINMAX][w] - want) < 1e-3, "x%g: %.9g, by hand %.9g",
 			          g, a.err[OQ_AUTO_MINMAX][w], want);
 		}
@@ -121,31 +122,56 @@ Test(folds, auto_widens_where_a_held_out_fold_exceeds)
 		oq_hist_free(&h[k]);
 }
 
-/* Four equal folds of 1025 evenly spread values i / 1024 on a uint8 grid: no held-out fold
- * exceeds the others, so widening only adds rounding error (about n s^2 / 12, growing with the
- * step s): x1, exceed 0, and each wider candidate costs more than the one before. */
+/* k folds f[k] holding the same n values v (histograms h[k], filled by the reference fill). */
+static void equal_folds(oq_hist *h, oq_fold *f, int k, const float *v, size_t n, double lo,
+                        double hi)
+{
+	for (int q = 0; q < k; q++) {
+		oq_hist_init(&h[q]);
+		cr_assert_eq(oq_hist_add_f32_ref(&h[q], v, n), OQ_OK);
+		f[q].lo = lo;
+		f[q].hi = hi;
+		f[q].h = &h[q];
+	}
+}
+
+/*
+ * Equal folds: no held-out fold exceeds the others, so widening only adds rounding error (about
+ * n s^2 / 12, growing with the step s): x1, exceed 0, and each wider candidate costs more than
+ * the one before. (a) 1025 evenly spread values i / 1024 on a uint8 grid. (b) 100 values 0.5 and
+ * 1000 values 1.0 on a uint16 grid, the max a point mass (a saturated activation): the bins the
+ * error model reads reach past 1.0, and a range ending at 1.0 must not be charged for clipping
+ * them (it would be, 1000 (w/2)^2 / 3 with w = 1/2048, far more than the rounding that widening
+ * adds at 16 bits); all bases agree on [0.5, 1], so minmax keeps it.
+ */
 Test(folds, auto_keeps_the_range_when_the_folds_agree)
 {
 	oq_hist h[4];
 	oq_fold f[4];
 	oq_auto a;
-	float v[1025];
+	float v[1100];
 
 	for (int i = 0; i <= 1024; i++)
 		v[i] = (float)i / 1024;
-	for (int k = 0; k < 4; k++) {
-		oq_hist_init(&h[k]);
-		cr_assert_eq(oq_hist_add_f32_ref(&h[k], v, 1025), OQ_OK);
-		f[k].lo = 0;
-		f[k].hi = 1.0;
-		f[k].h = &h[k];
-	}
+	equal_folds(h, f, 4, v, 1025, 0, 1);
 	cr_assert_eq(oq_auto_select(f, 4, OQ_DT_UINT8, OQ_QP_ASYM, 128, &a), OQ_OK);
 	cr_expect(a.folds == 4 && a.widen == 0 && a.exceed == 0, "x%g exceed %g",
 	          oq_auto_widen[a.widen], a.exceed);
 	cr_expect(a.lo >= 0 && a.hi <= 1.0, "[%g, %g]", a.lo, a.hi);
 	for (int w = 1; w < OQ_AUTO_WIDEN; w++)
 		cr_expect_gt(a.err[a.base][w], a.err[a.base][w - 1], "wider rounds coarser");
+	for (int k = 0; k < 4; k++)
+		oq_hist_free(&h[k]);
+
+	for (int i = 0; i < 1100; i++)
+		v[i] = i < 100 ? 0.5f : 1.0f;
+	equal_folds(h, f, 4, v, 1100, 0.5, 1);
+	cr_assert_eq(oq_auto_select(f, 4, OQ_DT_UINT16, OQ_QP_ASYM, 0, &a), OQ_OK);
+	cr_expect(a.widen == 0 && a.base == OQ_AUTO_MINMAX && a.lo == 0.5 && a.hi == 1.0,
+	          "%s x%g [%g, %g]", oq_auto_base_name(a.base), oq_auto_widen[a.widen], a.lo, a.hi);
+	for (int w = 1; w < OQ_AUTO_WIDEN; w++)
+		cr_expect_gt(a.err[OQ_AUTO_MINMAX][w], a.err[OQ_AUTO_MINMAX][w - 1], "x%g",
+		             oq_auto_widen[w]);
 	for (int k = 0; k < 4; k++)
 		oq_hist_free(&h[k]);
 }
