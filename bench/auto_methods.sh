@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # auto_methods.sh - held-out SQNR of each --method, --method auto included, at 8 and 16 bits: the
-# table that decides the default method (README "Calibration methods").
+# table that decides the default method (docs/accuracy.md "--method auto").
 #
 # Per model, bit width and method: `onnxq quantize MODEL --calib CALIB --method M
 # --no-bias-correction` (16 bits: --act-type int16 --weight-type int16), then `onnxq compare MODEL Q

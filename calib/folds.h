@@ -22,7 +22,7 @@
  * clipped value's error is systematic (all clipped values move toward the
  * range, the same way), so it adds up in the layers downstream, where the
  * independent zero-mean rounding errors partly cancel (the weight is
- * measured: README "Calibration methods"). The errors are summed over the
+ * measured: docs/accuracy.md "--method auto"). The errors are summed over the
  * folds (so weighted by the values each fold holds). The least sum wins (ties: the least widening,
  * then minmax, mse, percentile 99.999, 99.99, entropy); its range is then
  * computed from all folds. Without a fold that measures, the pick is mse.

@@ -98,9 +98,9 @@ static const char usage_quantize[] =
 	"       onnxq MODEL -o OUT ...          (the same)\n"
 	"\n"
 	"Rewrites (cleanup, upgrade-opset, fold-bn, fuse), calibrates activation\n"
-	"ranges (--method, default mse) by running the samples through onnxq's\n"
-	"executor, inserts QuantizeLinear/DequantizeLinear and stores weights as\n"
-	"integers. OUT is untouched on failure.\n"
+	"ranges (--method, default mse; auto with 16-bit activations) by running the\n"
+	"samples through onnxq's executor, inserts QuantizeLinear/DequantizeLinear\n"
+	"and stores weights as integers. OUT is untouched on failure.\n"
 	"\n";
 
 static const char usage_calibrate[] =

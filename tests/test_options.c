@@ -233,6 +233,7 @@ Test(options, rules)
 		{OQ_JOB_QUANTIZE, KV("calib", "c", "percentile", "99"), "--percentile applies to --method percentile"},
 		{OQ_JOB_QUANTIZE, KV("calib", "c", "calib-folds", "3"), "--calib-folds applies to --method auto"},
 		{OQ_JOB_QUANTIZE, KV("calib", "c", "calib-folds", "3", "method", "auto"), NULL},
+		{OQ_JOB_QUANTIZE, KV("calib", "c", "calib-folds", "3", "act-type", "int16"), NULL},
 		/* the default method named explicitly still asks for calibration */
 		{OQ_JOB_QUANTIZE, KV("weight-only", NULL, "method", "mse"), "--method needs activation calibration"},
 		{OQ_JOB_QUANTIZE, KV("weight-only", NULL, "bias-correction", NULL), "drop --weight-only"},
@@ -309,6 +310,17 @@ Test(options, resolve)
 	o.q.act_type = OQ_DT_FLOAT8E4M3FN;
 	oq_pipeline_opts_resolve(&o, &r);
 	cr_expect_eq(r.q.act_sym, 1);
+	cr_expect_eq(r.calib.method, OQ_CALIB_MSE);
+	/* 16-bit activations: auto, unless a method is named */
+	for (int t = 0; t < 2; t++) {
+		oq_pipeline_opts_init(&o, OQ_JOB_QUANTIZE);
+		o.q.act_type = t ? OQ_DT_UINT16 : OQ_DT_INT16;
+		oq_pipeline_opts_resolve(&o, &r);
+		cr_expect_eq(r.calib.method, OQ_CALIB_AUTO);
+		o.calib.method = OQ_CALIB_MSE;
+		oq_pipeline_opts_resolve(&o, &r);
+		cr_expect_eq(r.calib.method, OQ_CALIB_MSE);
+	}
 }
 
 /* Every option a user may give is on `quantize --help` (-o, --shard, --ranges are elsewhere). */

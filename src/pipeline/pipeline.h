@@ -31,7 +31,8 @@ enum {
 	OQ_JOB_CONVERT,      /* `onnxq convert`: the model after the selected rewrites */
 };
 
-/* calib.method of oq_pipeline_opts_init: none named; calibration uses mse (oq_pipeline_opts_resolve). */
+/* calib.method of oq_pipeline_opts_init: none named; calibration uses mse, or auto with 16-bit
+ * activations (oq_pipeline_opts_resolve). */
 #define OQ_PIPELINE_METHOD_DEFAULT (-1)
 
 typedef struct oq_pipeline_opts {

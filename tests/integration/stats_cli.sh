@@ -13,7 +13,8 @@
 #     quantize folds); --calib-batch; merging in another order gives a
 #     byte-identical statistics file;
 #   - --method auto (per-fold histograms, statistics format 3): N = 1, 3, 5,
-#     --calib-folds 3 with int16 activations, --calib-batch 3; an auto file
+#     --calib-folds 3 with int16 activations, --calib-batch 3, the int16 default
+#     (auto without --method); an auto file
 #     also serves mse; a file without folds or of other folds is refused;
 #   - one histogram file serves every histogram method and grid: mse shards,
 #     then quantize --stats --method percentile / entropy / mse --act-type
@@ -106,6 +107,7 @@ same "minmax int8 per-tensor" 3 --method minmax --act-type int8 --granularity te
 for n in 1 3 5; do same "auto" "$n" --method auto; done
 same "auto int16 --calib-folds 3" 2 --method auto --calib-folds 3 --act-type int16
 same "auto --calib-batch 3" 3 --method auto --calib-batch 3
+same "int16 default (auto)" 2 --act-type int16
 if shards 3 --method auto >/dev/null; then
 	run "auto file for mse" "$onnxq" quantize "$model" --stats "$tmp/final.bin" -o "$tmp/am.onnx" --quiet &&
 		run "mse ref" "$onnxq" quantize "$model" --calib "$calib" -o "$tmp/mr.onnx" --quiet --no-bias-correction &&
