@@ -87,7 +87,7 @@ while IFS='|' read -r name model dir held; do
 	done
 	same "$name analytic bc" "${q[@]}" --bias-correction=analytic
 	same "$name trt" "${q[@]}" --no-bias-correction --profile trt
-	same "$name int16" "${q[@]}" --no-bias-correction --act-type int16 --weight-type int16
+	same "$name int16" "${q[@]}" --no-bias-correction --act-type int16 --weight-type int16 --method mse
 	same "$name tensor" "${q[@]}" --no-bias-correction --granularity tensor --act-symmetric
 	same "$name int4 block" "${q[@]}" --no-bias-correction --weight-type int4 --granularity block --block-size 16
 	same "$name weight mse" "${q[@]}" --no-bias-correction --weight-method mse
