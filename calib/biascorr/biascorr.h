@@ -1,6 +1,6 @@
 /*
- * biascorr.h - bias correction, as the pipeline calls it (README "Bias
- * correction"): quantization moves the mean of each output channel of a
+ * biascorr.h - bias correction, as the pipeline calls it (docs/design.md
+ * "Bias correction"): quantization moves the mean of each output channel of a
  * Conv, ConvTranspose, Gemm or MatMul; folding the opposite shift into the
  * layer's bias (fold.h) puts the mean back. Two ways to know the shift:
  *

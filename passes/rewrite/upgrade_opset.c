@@ -4,7 +4,7 @@
  * meaning changed on the way, so the upgraded model computes the same.
  *
  * Why: QuantizeLinear/DequantizeLinear need opset 10, per-axis scales 13,
- * block_size and int4/int16 types 21 (REFERENCE.md section 1); PaddleOCR
+ * block_size and int4/int16 types 21 (the ONNX operator changelog); PaddleOCR
  * exports are opset 9 and 11.
  *
  * Target: o->opset when given (never lower than the model: OQ_EUSAGE),

@@ -1,6 +1,7 @@
 /*
  * qparams.h - scale and zero point from a range, for every grid onnxq
- * offers (REFERENCE.md section 2), and the Q arithmetic itself.
+ * offers (docs/design.md "Grids and data types"), and the Q arithmetic
+ * itself.
  *
  * Asymmetric (ONNX Runtime compute_scale_zp): rmin = min(min, 0),
  *   rmax = max(max, 0), scale = (rmax - rmin) / (qmax - qmin) in double,
