@@ -5,7 +5,7 @@
  *
  *   exec.c        the kernel table, oq_exec_new / free / clone, observers
  *   plan.c        a graph's plan: kernels, uses, fused Conv groups, chains
- *   fold.c        the plan's constant folding and weight packing
+ *   plan_fold.c   the plan's constant folding and weight packing
  *   run.c         frames and the node loop (oq_exec_run, subgraphs)
  *   arena.c       the activation arena outputs are carved from
  *   kernel_api.c  what kernels call (kernel.h: outputs, scratch, errors,
@@ -43,6 +43,9 @@ typedef struct node_plan {
 typedef struct plan {
 	const oq_graph *g;
 	node_plan *nodes;      /* per node index */
+	size_t *order;         /* the node indices in the order runs take them: topological, the file's
+				* own order where that is one (plan_order) */
+	size_t *pos;           /* per node index: its place in order */
 	oq_rt **inits;         /* per value index: initializer view or folded constant, or NULL */
 	int *uses;             /* per value index: uses by nodes of this graph (subgraph reads included) */
 	oq_packed_b **packed_b; /* per value index i: [2i] the value packed as B, [2i + 1] packed as transposed B */
@@ -100,7 +103,7 @@ int oq_plan_check(oq_exec *e, const oq_graph *g, oq_diag *d) OQ_WUR;
 int oq_plan_get(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d) OQ_WUR;
 void oq_plan_free(plan *p);
 
-/* fold.c */
+/* plan_fold.c */
 /*
  * Folds the constant nodes of p and packs the constant weights its
  * products read, node by node; then makes the views of the initializers

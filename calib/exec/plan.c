@@ -35,6 +35,13 @@
  * Chains: a Conv group whose output only a depthwise Conv (group) reads
  * runs with it as one kernel over bands of rows (plan_chains), again
  * only without an observer.
+ *
+ * Order: runs take the nodes in a topological order of the plan's own
+ * (plan_order), as ONNX Runtime sorts a graph itself: exporters and
+ * float16 converters leave nodes out of order (boundary Casts appended
+ * at the end), which is the file's problem (`onnxq check` reports it),
+ * not a reason to refuse running it. The file's order is kept where it is
+ * valid; "before" below means earlier in that order.
  */
 #include "calib/exec/exec_internal.h"
 #include "calib/kernels/linalg/linalg.h"
@@ -77,6 +84,8 @@ void oq_plan_free(plan *p)
 			free(p->packed_w[i]);
 		}
 	free(p->nodes);
+	free(p->order);
+	free(p->pos);
 	free(p->inits);
 	free(p->uses);
 	free(p->packed_b);
@@ -367,11 +376,14 @@ typedef struct grow_grp {
 } grow_grp;
 
 /* v can be read when the head (node index head) runs: computed before it, or a graph input / initializer. */
-static int ready_before(const oq_value *v, const oq_graph *g, size_t head)
+static int ready_before(const oq_value *v, const plan *p, size_t head)
 {
+	const oq_graph *g = p->g;
+
 	if (!v || (v->flags & OQ_V_OUTER) || v->graph != g)
 		return 0;
-	return !v->producer || (v->producer->index < head && g->nodes[v->producer->index] == v->producer);
+	return !v->producer ||
+	       (g->nodes[v->producer->index] == v->producer && p->pos[v->producer->index] < p->pos[head]);
 }
 
 /*
@@ -398,7 +410,7 @@ static int add_step(const plan *p, size_t head, const oq_node *n, const oq_value
 		if (rc < 0)
 			return rc;
 		if (!rc) {
-			if (gate || G->n_t >= OQ_FUSE_MAX_T || !ready_before(other, p->g, head))
+			if (gate || G->n_t >= OQ_FUSE_MAX_T || !ready_before(other, p, head))
 				return 0;
 			st->kind = OQ_EPI_TENSOR;
 			st->t = G->n_t;
@@ -501,7 +513,8 @@ static int plan_fusion(plan *p)
 {
 	const oq_graph *g = p->g;
 
-	for (size_t i = 0; i < g->n_nodes; i++) {
+	for (size_t oi = 0; oi < g->n_nodes; oi++) {
+		size_t i = p->order[oi];
 		const oq_node *n = g->nodes[i], *bn = NULL, *act = NULL, *next, *tail;
 		int64_t m;
 		int r, rc;
@@ -580,7 +593,8 @@ static void plan_chains(plan *p)
 {
 	const oq_graph *g = p->g;
 
-	for (size_t i = 0; i < g->n_nodes && !oq_exec_no_chain; i++) {
+	for (size_t oi = 0; oi < g->n_nodes && !oq_exec_no_chain; oi++) {
+		size_t i = p->order[oi];
 		const oq_node *a = g->nodes[i], *t, *b;
 		node_plan *np = &p->nodes[i], *bp;
 		const oq_tensor *wb;
@@ -594,17 +608,85 @@ static void plan_chains(plan *p)
 		t = np->fuse ? g->nodes[np->tail] : a;
 		b = sole_consumer(t->outputs[0]);
 		if (!b || b->op != OQ_OP_Conv || b->n_inputs < 2 || b->n_inputs > 3 || b->n_outputs != 1 ||
-		    !b->outputs[0] || g->nodes[b->index] != b || b->index <= t->index)
+		    !b->outputs[0] || g->nodes[b->index] != b || p->pos[b->index] <= p->pos[t->index])
 			continue;
 		bp = &p->nodes[b->index];
 		wb = f32_init(b->inputs[1]);
 		if (bp->absorbed || bp->chain || (bp->fuse && bp->fuse->n_t) || !wb || wb->rank < 3 || wb->dims[1] != 1 ||
-		    wb->dims[0] != m || node_int(b, "group", 1) != m || !ready_before(b->inputs[1], g, i) ||
-		    (b->n_inputs > 2 && b->inputs[2] && !ready_before(b->inputs[2], g, i)))
+		    wb->dims[0] != m || node_int(b, "group", 1) != m || !ready_before(b->inputs[1], p, i) ||
+		    (b->n_inputs > 2 && b->inputs[2] && !ready_before(b->inputs[2], p, i)))
 			continue;
 		np->chain = b->index;
 		bp->chained = 1;
 	}
+}
+
+/* ------------------------------------------------------------ order */
+
+/* Dependency k of node i (its inputs, then the values its subgraphs read): the node of g producing
+ * it, or NULL (graph input, initializer, outer value, nothing). */
+static const oq_node *dep(const plan *p, size_t i, size_t k)
+{
+	const oq_node *n = p->g->nodes[i];
+	const oq_value *v = k < n->n_inputs ? n->inputs[k] : p->nodes[i].extra[k - n->n_inputs];
+	const oq_node *pr = v && !(v->flags & OQ_V_OUTER) && v->graph == p->g ? v->producer : NULL;
+	return pr && p->g->nodes[pr->index] == pr ? pr : NULL;
+}
+
+/*
+ * p->order and p->pos: a depth-first walk from each node in file order
+ * that places a node once the producers of its inputs (and of the values
+ * its subgraphs read) are placed. A valid file order comes out unchanged;
+ * a node out of order lands right before its first reader. Iterative (the
+ * stack holds at most every node once). OQ_EINVAL naming a node on a cycle.
+ */
+static int plan_order(plan *p, oq_diag *d)
+{
+	const oq_graph *g = p->g;
+	size_t nn = g->n_nodes, placed = 0, top = 0;
+	size_t *stack = oq_calloc(nn ? nn : 1, sizeof *stack), *next = oq_calloc(nn ? nn : 1, sizeof *next);
+	unsigned char *state = oq_calloc(nn ? nn : 1, 1); /* 0 unseen, 1 on the stack, 2 placed */
+	int rc = OQ_OK;
+
+	p->order = oq_calloc(nn ? nn : 1, sizeof *p->order);
+	p->pos = oq_calloc(nn ? nn : 1, sizeof *p->pos);
+	if (!stack || !next || !state || !p->order || !p->pos) {
+		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+		goto done;
+	}
+	for (size_t root = 0; root < nn; root++) {
+		if (state[root])
+			continue;
+		stack[top++] = root;
+		state[root] = 1;
+		while (top) {
+			size_t i = stack[top - 1];
+			const oq_node *n = g->nodes[i];
+			if (next[i] < n->n_inputs + p->nodes[i].n_extra) {
+				const oq_node *pr = dep(p, i, next[i]++);
+				if (!pr || state[pr->index] == 2)
+					continue;
+				if (state[pr->index] == 1) {
+					rc = oq_err(d, OQ_EINVAL,
+						    "run: node '%s' (%s) is on a cycle: it needs its own output; run `onnxq "
+						    "check`", n->name, n->op_type);
+					goto done;
+				}
+				state[pr->index] = 1;
+				stack[top++] = pr->index;
+				continue;
+			}
+			top--;
+			state[i] = 2;
+			p->pos[i] = placed;
+			p->order[placed++] = i;
+		}
+	}
+done:
+	free(stack);
+	free(next);
+	free(state);
+	return rc;
 }
 
 /* ------------------------------------------------------------ plan */
@@ -651,6 +733,10 @@ int oq_plan_get(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)
 			oq_plan_free(p);
 			return oq_err(d, OQ_ENOMEM, "run: out of memory");
 		}
+	}
+	if ((rc = plan_order(p, d))) {
+		oq_plan_free(p);
+		return rc;
 	}
 	if (plan_fusion(p)) {
 		oq_plan_free(p);

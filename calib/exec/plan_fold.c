@@ -344,7 +344,7 @@ static int pack_conv(plan *p, size_t ni, const unsigned char *gone)
 
 /*
  * After node ni: lets go of constant v when every reader of v is a node up
- * to ni that no run executes for it - folded, or a packed product reading v
+ * to ni (in the plan's order) that no run executes for it - folded, or a packed product reading v
  * as B (a packed Conv as W) - and no folded output shares v's bytes (pinned). An initializer
  * read by folded nodes only loses its view (`gone`: its copy freed, its
  * file pages released, read again from the file if ever touched); a
@@ -374,7 +374,7 @@ static void const_drop(plan *p, const oq_value *v, size_t ni, const unsigned cha
 	for (size_t u = v->n_uses; u-- > 0;) {
 		const oq_node *c = v->uses[u].node;
 		const node_plan *np;
-		if (c->graph != g || c->index > ni || g->nodes[c->index] != c)
+		if (c->graph != g || g->nodes[c->index] != c || p->pos[c->index] > p->pos[ni])
 			return;
 		np = &p->nodes[c->index];
 		if (!np->folded && !((np->packed_b || np->packed_w) && v->uses[u].index == 1 && c->inputs[0] != v))
@@ -409,7 +409,7 @@ static void const_drop(plan *p, const oq_value *v, size_t ni, const unsigned cha
 }
 
 /*
- * Folds and packs what it can, node by node in graph order (so chains
+ * Folds and packs what it can, node by node in the plan's order (so chains
  * fold, and a product packs its B right after B was folded), making
  * initializer views on demand and dropping constants nothing reads any more
  * (const_drop); then makes the views of the initializers that are left.
@@ -425,7 +425,8 @@ int oq_plan_fold(oq_exec *e, plan *p, oq_diag *d)
 		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
 		goto done;
 	}
-	for (size_t i = 0; i < g->n_nodes && !rc; i++) {
+	for (size_t oi = 0; oi < g->n_nodes && !rc; oi++) {
+		size_t i = p->order[oi];
 		const oq_node *n = g->nodes[i];
 		if (!oq_exec_no_fold && (rc = fold_node(e, p, i, pinned, gone, d)) == OQ_ENOMEM && d->count == 0)
 			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");

@@ -6,7 +6,8 @@
  * counter per value (from the plan's uses), and a link to the calling
  * frame for outer-scope names. After each node, inputs whose counter
  * reaches zero are released to the arena, so the live set is what the
- * remaining nodes still need. A fused group runs at its head's position
+ * remaining nodes still need. Nodes run in the plan's order (topological,
+ * plan.c). A fused group runs at its head's position
  * (its other members are skipped), a chain at its first Conv's; folded
  * nodes are skipped but reported to the observer at their place.
  */
@@ -110,7 +111,8 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 	oq_rt *inbuf[16], *outbuf[16];
 	int rc = OQ_OK;
 
-	for (size_t ni = 0; ni < g->n_nodes && !rc; ni++) {
+	for (size_t oi = 0; oi < g->n_nodes && !rc; oi++) {
+		size_t ni = f->p->order[oi];
 		const oq_node *n = g->nodes[ni];
 		const node_plan *np = &f->p->nodes[ni];
 		oq_kctx k;
