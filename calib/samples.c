@@ -17,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
+#include "calib/profile.h"
 #include "src/io/file.h"
 #include "src/io/npy.h"
 #include "src/io/onnx_io.h"
@@ -941,6 +943,13 @@ done:
 	return rc;
 }
 
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
 int oq_run(oq_model *m, const oq_run_opts *o, FILE *out, oq_diag *d)
 {
 	oq_exec_opts eo = {.threads = 0, .max_loop_iterations = o->max_loop_iterations};
@@ -949,6 +958,7 @@ int oq_run(oq_model *m, const oq_run_opts *o, FILE *out, oq_diag *d)
 	oq_rt *in = NULL, *outs = NULL;
 	char **files = NULL;
 	size_t nin = 0, nout = 0;
+	double run_ms = 0;
 	int rc;
 
 	memset(&s, 0, sizeof s);
@@ -990,10 +1000,14 @@ int oq_run(oq_model *m, const oq_run_opts *o, FILE *out, oq_diag *d)
 		oq_json_str(out, o->model_path ? o->model_path : "");
 		fputs(", \"samples\": [", out);
 	}
+	oq_exec_profile(e, o->profile);
 	for (size_t i = 0; i < s.n; i++) {
+		double t0;
 		if ((rc = oq_sample_load(&s, i, e, in, d)))
 			goto fail;
+		t0 = now_ms();
 		rc = oq_exec_run(e, in, nin, outs, nout, d);
+		run_ms += now_ms() - t0;
 		for (size_t k = 0; k < nin; k++)
 			oq_rt_release(&in[k]);
 		for (size_t k = 0; !rc && k < nout; k++)
@@ -1012,7 +1026,15 @@ int oq_run(oq_model *m, const oq_run_opts *o, FILE *out, oq_diag *d)
 		}
 	}
 	if (o->json)
-		fputs("]}\n", out);
+		fputs("]", out);
+	if (o->profile) {
+		if (o->json)
+			fputs(", \"profile\": ", out);
+		if ((rc = oq_profile_report(out, e, s.n, run_ms, o->json, d)))
+			goto fail;
+	}
+	if (o->json)
+		fputs("}\n", out);
 	rc = OQ_OK;
 fail:
 	for (size_t k = 0; outs && k < nout; k++)

@@ -107,6 +107,7 @@ typedef struct oq_run_opts {
 	int threads;            /* --threads; <= 0: all cores */
 	int json;               /* --json: report as one JSON object */
 	int64_t max_loop_iterations; /* --max-loop-iterations (oq_exec_opts); <= 0: the default */
+	int profile;            /* --profile: time every node; the report follows the outputs' */
 } oq_run_opts;
 
 /*
@@ -114,7 +115,9 @@ typedef struct oq_run_opts {
  * runs them in order. Outputs go to OUT/NNN/<output name>.npy (OUT/<output
  * name>.npy for explicit inputs), each written atomically; the report
  * (per output: dtype, shape, min/max/mean over non-NaN elements and the NaN
- * count) goes to `out` as text, or JSON with o->json.
+ * count) goes to `out` as text, or JSON with o->json. With o->profile the
+ * profile (calib/profile.h) follows: text after the samples' report, or
+ * the JSON object's "profile" member.
  */
 int oq_run(oq_model *m, const oq_run_opts *o, FILE *out, oq_diag *d) OQ_WUR;
 

@@ -34,6 +34,7 @@ static const char usage_main[] =
 	"  convert MODEL -o OUT [--passes LIST] [--external-data] [--external-threshold BYTES]\n"
 	"                                      load, optionally rewrite, and save a model\n"
 	"  run MODEL (--data DIR | --input NAME=FILE ...) [--output-dir DIR] [--threads N] [--json]\n"
+	"      [--profile]\n"
 	"                                      run a model on sample inputs with the CPU executor\n"
 	"\n"
 	"Options:\n"
@@ -144,7 +145,7 @@ static const char usage_compare[] =
 
 static const char usage_run[] =
 	"usage: onnxq run MODEL (--data DIR | --input NAME=FILE ...)\n"
-	"                 [--output-dir DIR] [--threads N] [--json]\n"
+	"                 [--output-dir DIR] [--threads N] [--json] [--profile]\n"
 	"\n"
 	"Runs MODEL on sample inputs with onnxq's CPU executor. Every sample file is\n"
 	"checked against the model's inputs (element type, rank, fixed dims) before\n"
@@ -163,6 +164,9 @@ static const char usage_run[] =
 	"  --json              report (dtype, shape, min/max/mean per output) as JSON\n"
 	"  --max-loop-iterations N  iterations one Loop node may run (default 10000000);\n"
 	"                      past it the run fails naming the node (exit 2)\n"
+	"  --profile           time every node; after the run, print the time per op type\n"
+	"                      and of the 10 slowest nodes (calls, ms, share); outputs are\n"
+	"                      the same bits with and without\n"
 	"\n"
 	"MODEL and sample files must be regular files: a FIFO or a device is refused\n"
 	"(exit 4 for the model, 4 for a .npy, 2 for a .pb), never waited on.\n";
@@ -481,6 +485,7 @@ static int cmd_run(int argc, char **argv)
 		{"threads", required_argument, NULL, 't'},
 		{"json", no_argument, NULL, 'j'},
 		{"max-loop-iterations", required_argument, NULL, 'L'},
+		{"profile", no_argument, NULL, 'p'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -501,6 +506,7 @@ static int cmd_run(int argc, char **argv)
 		case 'i': specs[ro.n_inputs++] = optarg; break;
 		case 'o': ro.output_dir = optarg; break;
 		case 'j': ro.json = 1; break;
+		case 'p': ro.profile = 1; break;
 		case 't': {
 			long long v = oq_parse_count(optarg, 1, 1024);
 			if (v < 0) {

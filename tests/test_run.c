@@ -786,3 +786,83 @@ Test(run, run_validates_everything_first, .init = setup, .fini = teardown)
 	cr_expect_str_eq(d.msg, "run: give either --data DIR or --input NAME=FILE");
 	unbuild(&f);
 }
+
+/*
+ * --profile: two samples through two Relu nodes. The op type table has one
+ * row, Relu with 4 calls and the whole share; the node table r1 and r2
+ * with 2 calls each; the JSON report carries the same counts under
+ * "profile". The outputs written are the same bytes as without profiling.
+ */
+/* The bytes of file path (owned, NUL-terminated) and their count; NULL when unreadable. */
+static char *slurp(const char *path, size_t *n)
+{
+	FILE *fp = fopen(path, "rb");
+	char *b = NULL;
+	long len;
+
+	if (!fp)
+		return NULL;
+	if (fseek(fp, 0, SEEK_END) == 0 && (len = ftell(fp)) >= 0 && fseek(fp, 0, SEEK_SET) == 0 &&
+	    (b = malloc((size_t)len + 1)) && fread(b, 1, (size_t)len, fp) == (size_t)len) {
+		b[len] = 0;
+		*n = (size_t)len;
+	} else {
+		free(b);
+		b = NULL;
+	}
+	fclose(fp);
+	return b;
+}
+
+Test(run, run_profile_counts_calls, .init = setup, .fini = teardown)
+{
+	fixture f;
+	oq_run_opts o = {0};
+	oq_diag d;
+	char *text, *plain, *timed, out[600];
+	size_t np = 0, nt = 0;
+
+	build(&f, 1, "x");
+	mkdirs("in/000");
+	mkdirs("in/001");
+	npy_f32("in/000/x.npy", "(2, 3)", 6);
+	npy_f32("in/000/z.npy", "(2, 2)", 4);
+	npy_f32("in/001/x.npy", "(2, 3)", 6);
+	npy_f32("in/001/z.npy", "(2, 2)", 4);
+	o.data_dir = at("in");
+	o.threads = 2;
+	o.profile = 1;
+	cr_assert_eq(run_to(&f, &o, &text, &d), OQ_OK, "%s", d.msg);
+	cr_expect(strstr(text, "\nprofile: 2 runs, 2 threads: "), "%s", text);
+	cr_expect(strstr(text, "100.0%") && strstr(text, "  Relu\n"), "%s", text);
+	cr_expect(strstr(text, "\n        4 "), "Relu's 4 calls: %s", text);
+	cr_expect(strstr(text, "  r1 (Relu)\n") && strstr(text, "  r2 (Relu)\n"), "%s", text);
+	cr_expect(strstr(text, "\n        2 "), "a node's 2 calls: %s", text);
+	free(text);
+
+	o.json = 1;
+	cr_assert_eq(run_to(&f, &o, &text, &d), OQ_OK, "%s", d.msg);
+	cr_expect(strstr(text, "\"nan\": 0}]}], \"profile\": {\"runs\": 2, \"threads\": 2, \"run_ms\": "), "%s", text);
+	cr_expect(strstr(text, "\"op_types\": [{\"op_type\": \"Relu\", \"calls\": 4, "), "%s", text);
+	cr_expect(strstr(text, "{\"name\": \"r1\", \"ops\": \"Relu\", \"calls\": 2, "), "%s", text);
+	cr_expect(strlen(text) > 2 && !strcmp(text + strlen(text) - 2, "}\n"), "%s", text);
+	free(text);
+
+	/* same output bytes with and without */
+	o.json = 0;
+	snprintf(out, sizeof out, "%s/timed", tmpdir_path());
+	o.output_dir = out;
+	cr_assert_eq(run_to(&f, &o, &text, &d), OQ_OK, "%s", d.msg);
+	free(text);
+	o.profile = 0;
+	snprintf(out, sizeof out, "%s/plain", tmpdir_path());
+	cr_assert_eq(run_to(&f, &o, &text, &d), OQ_OK, "%s", d.msg);
+	free(text);
+	plain = slurp(at("plain/001/y.npy"), &np);
+	timed = slurp(at("timed/001/y.npy"), &nt);
+	cr_assert(plain && timed && np == nt && np > 0);
+	cr_expect_eq(memcmp(plain, timed, np), 0);
+	free(plain);
+	free(timed);
+	unbuild(&f);
+}

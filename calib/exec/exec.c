@@ -102,6 +102,14 @@ void oq_exec_free(oq_exec *e)
 	free(e->scratch);
 	free(e->shared.p);
 	free(e->in);
+	while (e->profs) {
+		prof *n = e->profs->next;
+		free(e->profs->ns);
+		free(e->profs->calls);
+		free(e->profs->grouped);
+		free(e->profs);
+		e->profs = n;
+	}
 	free(e);
 #if defined(__GLIBC__)
 	malloc_trim(0); /* the arena and the weights went back to the heap: give them to the system */
@@ -220,3 +228,70 @@ size_t oq_exec_n_chained(const oq_exec *e) { return count_nodes(e, N_CHAINED); }
 size_t oq_exec_n_folded(const oq_exec *e) { return count_nodes(e, N_FOLDED); }
 size_t oq_exec_n_packed(const oq_exec *e) { return count_nodes(e, N_PACKED_B); }
 size_t oq_exec_n_packed_conv(const oq_exec *e) { return count_nodes(e, N_PACKED_W); }
+
+/* ------------------------------------------------------------ profile */
+
+void oq_exec_profile(oq_exec *e, int on)
+{
+	e->profiling = on != 0;
+}
+
+/* Appends s to the label (prefixed by sep unless it is the first), "..." when it does not fit. */
+static void label_add(char *l, size_t n, const char *sep, const char *s)
+{
+	size_t len = strlen(l);
+	int w = snprintf(l + len, n - len, "%s%s", len ? sep : "", s);
+	if (w < 0 || (size_t)w >= n - len)
+		memcpy(l + n - 4, "...", 4);
+}
+
+/* What node ni's call ran: its op, the group members' ops, and with a chain the chained group's. */
+static void label_of(const plan *p, size_t ni, int grouped, char *l, size_t n)
+{
+	const node_plan *np = &p->nodes[ni];
+
+	l[0] = 0;
+	label_add(l, n, "+", p->g->nodes[ni]->op_type);
+	for (int j = 0; grouped && np->fuse && j < np->n_members; j++)
+		label_add(l, n, "+", p->g->nodes[np->members[j]]->op_type);
+	if (grouped == 2 && np->chain) {
+		const node_plan *bp = &p->nodes[np->chain];
+		label_add(l, n, ">", p->g->nodes[np->chain]->op_type);
+		for (int j = 0; bp->fuse && j < bp->n_members; j++)
+			label_add(l, n, "+", p->g->nodes[bp->members[j]]->op_type);
+	}
+}
+
+int oq_exec_profile_get(const oq_exec *e, oq_exec_prof **out, size_t *n)
+{
+	size_t total = 0, k = 0;
+	const prof *r;
+
+	*out = NULL;
+	*n = 0;
+	for (r = e->profs; r; r = r->next)
+		for (size_t i = 0; i < r->p->g->n_nodes; i++)
+			total += r->calls[i] > 0;
+	if (!total)
+		return OQ_OK;
+	if (!(*out = oq_calloc(total, sizeof **out)))
+		return OQ_ENOMEM;
+	/* e->profs is newest first: walk it backwards, the main graph's plan first */
+	for (const prof *last = NULL; last != e->profs; last = r) {
+		for (r = e->profs; r->next != last; r = r->next)
+			;
+		for (size_t oi = 0; oi < r->p->g->n_nodes; oi++) {
+			size_t i = r->p->order[oi];
+			oq_exec_prof *x = &(*out)[k];
+			if (!r->calls[i])
+				continue;
+			x->node = r->p->g->nodes[i];
+			x->ns = r->ns[i];
+			x->calls = r->calls[i];
+			label_of(r->p, i, r->grouped[i], x->label, sizeof x->label);
+			k++;
+		}
+	}
+	*n = k;
+	return OQ_OK;
+}

@@ -144,4 +144,31 @@ int oq_exec_run(oq_exec *e, const oq_rt *inputs, size_t n_inputs, oq_rt *outputs
 /* Peak bytes of activations held at once during the last run. */
 size_t oq_exec_peak_bytes(const oq_exec *e);
 
+/*
+ * Profiling (`onnxq run --profile`). With on, every later run adds each
+ * kernel call's wall time to its node; off stops (what was measured stays
+ * until oq_exec_free). Timing reads a clock around each kernel call and
+ * changes nothing else: outputs are the same bits either way. A node's
+ * time is its self time: a node running subgraphs (If, Loop, Scan) is
+ * charged what its subgraphs' nodes were not, so the times of all nodes
+ * add up to the time spent in kernels. A fused group or chain is one call,
+ * charged to its first node (its label names the others).
+ */
+void oq_exec_profile(oq_exec *e, int on);
+
+/* One node's measurement. */
+typedef struct oq_exec_prof {
+	const oq_node *node;          /* main graph or a subgraph */
+	char label[80];               /* op types of what the call ran: "Conv", "Conv+Relu", "Conv+Relu>Conv" */
+	uint64_t ns;                  /* self time over all calls */
+	uint64_t calls;
+} oq_exec_prof;
+
+/*
+ * The nodes that ran while profiling (calls > 0): *out (free it) holds *n
+ * entries, graph by graph in the order plans were made, nodes in run
+ * order. OQ_ENOMEM.
+ */
+int oq_exec_profile_get(const oq_exec *e, oq_exec_prof **out, size_t *n) OQ_WUR;
+
 #endif

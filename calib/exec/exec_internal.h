@@ -54,6 +54,15 @@ typedef struct plan {
 	struct plan *next;
 } plan;
 
+/* Profile of one plan's nodes in an executor (oq_exec_profile): what its runs measured. */
+typedef struct prof {
+	const plan *p;
+	uint64_t *ns;          /* per node index: self time in ns (its kernel's wall time less nested nodes') */
+	uint64_t *calls;       /* per node index: kernel calls */
+	unsigned char *grouped; /* per node index: 1 when its last call ran a fused group, 2 also a chain */
+	struct prof *next;
+} prof;
+
 /* A buffer kept across kernel calls (64-byte aligned). */
 struct buf {
 	void *p;
@@ -81,6 +90,9 @@ struct oq_exec {
 	int n_scratch;         /* scratch entries: threads, or for a clone (which may run inside its
 				* source's pool, on a thread of that pool's index) also the source's */
 	struct buf shared;     /* oq_k_shared's buffer */
+	int profiling;         /* oq_exec_profile on: runs time every kernel call */
+	prof *profs;           /* per plan run so far while profiling */
+	uint64_t nested;       /* profiling: ns spent in nodes nested in the node running now (subgraphs) */
 };
 
 /* An attribute of n of that type, or dflt. */
@@ -110,6 +122,10 @@ void oq_plan_free(plan *p);
  * that are left. Runs with e->planning set.
  */
 int oq_plan_fold(oq_exec *e, plan *p, oq_diag *d) OQ_WUR;
+
+/* run.c */
+/* e's profile of plan p, made now when there is none; NULL when out of memory. */
+prof *oq_prof_get(oq_exec *e, const plan *p);
 
 /* arena.c */
 /*

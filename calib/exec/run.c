@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* One execution of a graph. */
 typedef struct frame {
@@ -25,7 +26,70 @@ typedef struct frame {
 	int *remaining;        /* per value index: uses still to come */
 	struct frame *parent;  /* the frame of the node running this subgraph, or NULL */
 	unsigned char *unfused; /* per node: absorbed, but its group ran node by node (OQ_K_UNFUSED); NULL: none */
+	prof *pr;              /* profiling: the plan's profile in the executor, else NULL */
 } frame;
+
+/* ------------------------------------------------------------ profiling */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+prof *oq_prof_get(oq_exec *e, const plan *p)
+{
+	size_t n = p->g->n_nodes ? p->g->n_nodes : 1;
+	prof *r;
+
+	for (r = e->profs; r; r = r->next)
+		if (r->p == p)
+			return r;
+	if (!(r = calloc(1, sizeof *r)))
+		return NULL;
+	r->p = p;
+	r->ns = oq_calloc(n, sizeof *r->ns);
+	r->calls = oq_calloc(n, sizeof *r->calls);
+	r->grouped = oq_calloc(n, 1);
+	if (!r->ns || !r->calls || !r->grouped) {
+		free(r->ns);
+		free(r->calls);
+		free(r->grouped);
+		free(r);
+		return NULL;
+	}
+	r->next = e->profs;
+	e->profs = r;
+	return r;
+}
+
+/* Starts timing a kernel call (profiling): the nested time so far is set aside. */
+static uint64_t prof_start(oq_exec *e, const frame *f, uint64_t *saved)
+{
+	if (!f->pr)
+		return 0;
+	*saved = e->nested;
+	e->nested = 0;
+	return now_ns();
+}
+
+/* Ends it: node ni is charged the call's time less what nested nodes were charged; the caller's
+ * nested time grows by the whole call. grouped: what the call ran (prof.grouped). */
+static void prof_stop(oq_exec *e, const frame *f, size_t ni, uint64_t t0, uint64_t saved, int grouped)
+{
+	uint64_t el;
+
+	if (!f->pr)
+		return;
+	el = now_ns() - t0;
+	f->pr->ns[ni] += el - (e->nested < el ? e->nested : el);
+	f->pr->calls[ni]++;
+	f->pr->grouped[ni] = (unsigned char)grouped;
+	e->nested = saved + el;
+}
+
+/* ------------------------------------------------------------ frames */
 
 /* The tensor currently bound to v in frame f (outer names via parents). */
 static oq_rt *lookup(frame *f, const oq_value *v)
@@ -123,6 +187,8 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		int fused = !e->observe || np->obs_fused;
 		const node_plan *bp = np->chain && !e->observe ? &f->p->nodes[np->chain] : NULL; /* chained group */
 		oq_kchain kc;
+		uint64_t t0 = 0, saved = 0;
+		int grouped;
 
 		if (fused && np->absorbed && !(f->unfused && f->unfused[ni]))
 			continue; /* computed by its group's head */
@@ -207,7 +273,9 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 				kc.in[i] = b->inputs[i] ? lookup(f, b->inputs[i]) : NULL;
 			k.chain = &kc;
 		}
+		t0 = prof_start(e, f, &saved);
 		rc = bp ? oq_k_conv_chain(&k) : k.fuse ? oq_k_conv_fused(&k) : np->fn(&k);
+		grouped = bp ? 2 : k.fuse ? 1 : 0;
 		if (rc == OQ_K_UNFUSED) {
 			/* a tensor operand does not fit the output at run time: the group runs node by node */
 			if (!f->unfused && !(f->unfused = oq_calloc(g->n_nodes, 1))) {
@@ -223,7 +291,9 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 			for (size_t i = 0; i < n_out; i++)
 				out[i] = NULL;
 			rc = np->fn(&k);
+			grouped = 0;
 		}
+		prof_stop(e, f, ni, t0, saved, grouped);
 		for (size_t i = 0; !rc && i < n_out; i++)
 			if (!out[i] && ovals[i])
 				rc = oq_k_err(&k, OQ_EINVAL, "kernel produced no output #%zu (internal error)", i);
@@ -325,6 +395,8 @@ static int frame_init(oq_exec *e, frame *f, const oq_graph *g, frame *parent, oq
 	if (!f->slots || !f->remaining)
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	memcpy(f->remaining, p->uses, g->n_values * sizeof *f->remaining);
+	if (e->profiling && !(f->pr = oq_prof_get(e, p)))
+		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	return OQ_OK;
 }
 
