@@ -5,7 +5,7 @@
 
 #include <stdatomic.h>
 
-enum { F_AVX512 = 1, F_FMA = 2, F_AVX2 = 4, F_KNOWN = 8 };
+enum { F_AVX512 = 1, F_FMA = 2, F_AVX2 = 4, F_F16C = 8, F_KNOWN = 16 };
 
 /* The feature bits, F_KNOWN once asked. */
 static int features(void)
@@ -17,7 +17,8 @@ static int features(void)
 #if defined(__GNUC__) && defined(__x86_64__)
 		__builtin_cpu_init();
 		v = (__builtin_cpu_supports("avx512f") ? F_AVX512 : 0) |
-		    (__builtin_cpu_supports("fma") ? F_FMA : 0) | (__builtin_cpu_supports("avx2") ? F_AVX2 : 0);
+		    (__builtin_cpu_supports("fma") ? F_FMA : 0) | (__builtin_cpu_supports("avx2") ? F_AVX2 : 0) |
+		    (__builtin_cpu_supports("f16c") ? F_F16C : 0);
 #endif
 		v |= F_KNOWN;
 		atomic_store_explicit(&f, v, memory_order_relaxed);
@@ -38,4 +39,9 @@ int oq_cpu_avx512_fma(void)
 int oq_cpu_avx2_fma(void)
 {
 	return (features() & (F_AVX2 | F_FMA)) == (F_AVX2 | F_FMA);
+}
+
+int oq_cpu_f16c(void)
+{
+	return (features() & F_F16C) != 0;
 }

@@ -9,5 +9,6 @@
 int oq_cpu_avx512(void);     /* AVX-512F */
 int oq_cpu_avx512_fma(void); /* AVX-512F and FMA */
 int oq_cpu_avx2_fma(void);   /* AVX2 and FMA */
+int oq_cpu_f16c(void);       /* F16C (float16 <-> float32 conversions) */
 
 #endif

@@ -12,7 +12,9 @@
  * (first fit in lazily backed chunks) that later outputs are carved from;
  * outputs handed to the caller are its own copies. Threads: kernels split
  * work into contiguous ranges whose partition never changes the
- * arithmetic, so outputs are identical for any --threads.
+ * arithmetic, so outputs are identical for any --threads. float16 and
+ * bfloat16 values are held and computed as float32 (as ONNX Runtime's CPU
+ * provider computes them); outputs come back in their 16-bit type.
  */
 #ifndef OQ_EXEC_H
 #define OQ_EXEC_H
@@ -42,6 +44,8 @@ typedef struct oq_rt {
 	oq_bytes *strs;               /* STRING tensors: nelem entries (owned) */
 	int borrowed;                 /* data belongs to someone else (initializer, caller) */
 	size_t cap;                   /* bytes allocated for data by the executor's buffer pool, 0 otherwise */
+	int wide;                     /* float32 data of a float16 / bfloat16 value: that type, else 0
+				       * (the executor computes 16-bit floats in float32: widen.c) */
 } oq_rt;
 
 /* Allocates an owned, zeroed tensor. OQ_EINVAL on bad dims, OQ_ENOMEM. */

@@ -8,6 +8,7 @@
  *   plan_fold.c   the plan's constant folding and weight packing
  *   run.c         frames and the node loop (oq_exec_run, subgraphs)
  *   arena.c       the activation arena outputs are carved from
+ *   widen.c       float16 / bfloat16 values held as float32
  *   kernel_api.c  what kernels call (kernel.h: outputs, scratch, errors,
  *                 attributes, parallel-for)
  */
@@ -126,6 +127,25 @@ int oq_plan_fold(oq_exec *e, plan *p, oq_diag *d) OQ_WUR;
 /* run.c */
 /* e's profile of plan p, made now when there is none; NULL when out of memory. */
 prof *oq_prof_get(oq_exec *e, const plan *p);
+
+/* widen.c */
+/* dtype is held as float32 while running (float16, bfloat16). */
+int oq_exec_wide(int dtype);
+/*
+ * t (a tensor or a sequence) with float16 / bfloat16 elements converted
+ * to float32 in place; others unchanged. A tensor's new buffer comes from
+ * the arena (the plan's heap while planning) and the old one goes back to
+ * it (a borrowed one is left alone); e->live follows. OQ_ENOMEM.
+ */
+int oq_exec_widen(oq_exec *e, oq_rt *t) OQ_WUR;
+/*
+ * The 16-bit type a float32 output of n computed from inputs in stands
+ * for (oq_rt.wide): its first input's, input 1's for CastLike and
+ * DequantizeLinear (their type comes from there), none for Cast.
+ */
+int oq_exec_wide_of(const oq_node *n, const oq_rt *const *in, size_t n_in);
+/* dst (owned, dtype float16 or bfloat16): float32 tensor src rounded to dtype. OQ_ENOMEM. */
+int oq_exec_narrow(const oq_rt *src, int dtype, oq_rt *dst) OQ_WUR;
 
 /* arena.c */
 /*

@@ -161,11 +161,18 @@ static const oq_tensor *const_tensor(const oq_value *v)
 	return NULL;
 }
 
-/* A float32 constant (see const_tensor) with its data. */
+/* The element types a run holds as float32: float32 itself and float16 / bfloat16 (widen.c). */
+static int runs_f32(int dtype)
+{
+	return dtype == OQ_DT_FLOAT || oq_exec_wide(dtype);
+}
+
+/* A constant (see const_tensor) with its data that runs see as float32 (its own dtype may be
+ * float16 / bfloat16: read it with oq_tensor_to_floats / oq_tensor_get). */
 static const oq_tensor *f32_init(const oq_value *v)
 {
 	const oq_tensor *t = const_tensor(v);
-	return t && t->dtype == OQ_DT_FLOAT && (t->data || !t->nelem) ? t : NULL;
+	return t && runs_f32(t->dtype) && (t->data || !t->nelem) ? t : NULL;
 }
 
 /* A constant float32 scalar: a constant tensor or a Constant node's `value_float`. */
@@ -178,9 +185,9 @@ static int const_scalar(const oq_value *v, float *out)
 		*out = v->producer->attrs[0].f;
 		return 1;
 	}
-	if (!t || t->nelem != 1 || t->nbytes != sizeof *out)
+	if (!t || t->nelem != 1)
 		return 0;
-	memcpy(out, t->data, sizeof *out);
+	*out = (float)oq_tensor_get(t, 0); /* exact: float32, or a 16-bit float widened */
 	return 1;
 }
 
@@ -282,7 +289,8 @@ static int bn_affine(const oq_node *bn, size_t m, oq_kfuse *f)
 
 /*
  * W known to be float32 before the run: a float32 initializer, a value
- * declared float32, or a DequantizeLinear output with a float32 scale.
+ * declared float32, or a DequantizeLinear output with a float32 scale
+ * (float16 / bfloat16 count as float32: runs hold them so).
  * *m its output channels and *r its rank (the output's) when known, else -1 and 0.
  */
 static int w_is_f32(const oq_value *w, int64_t *m, int *r)
@@ -299,7 +307,7 @@ static int w_is_f32(const oq_value *w, int64_t *m, int *r)
 	}
 	if (!w || (w->flags & OQ_V_OUTER))
 		return 0;
-	if (w->type.kind == OQ_TYPE_TENSOR && w->type.dtype == OQ_DT_FLOAT) {
+	if (w->type.kind == OQ_TYPE_TENSOR && runs_f32(w->type.dtype)) {
 		if (w->type.rank >= 3) {
 			*m = w->type.dims[0].value;
 			*r = w->type.rank;

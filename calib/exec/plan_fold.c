@@ -76,13 +76,15 @@ static int plan_const(const plan *p, const oq_value *v)
 	return !(p->g->parent && (v->flags & OQ_V_INPUT));
 }
 
-/* p->inits[i]: a view of value i's initializer (borrowed, or an aligned copy). */
-static int init_view(plan *p, size_t i, oq_diag *d)
+/* p->inits[i]: a view of value i's initializer (borrowed, or an aligned copy; float16 / bfloat16
+ * converted to float32: widen.c). */
+static int init_view(oq_exec *e, plan *p, size_t i, oq_diag *d)
 {
 	const oq_value *v = p->g->values[i];
 	int rc = OQ_ENOMEM;
 
-	if (!(p->inits[i] = calloc(1, sizeof(oq_rt))) || (rc = oq_rt_from_tensor(p->inits[i], v->init)))
+	if (!(p->inits[i] = calloc(1, sizeof(oq_rt))) || (rc = oq_rt_from_tensor(p->inits[i], v->init)) ||
+	    (rc = oq_exec_widen(e, p->inits[i])))
 		return oq_err(d, rc == OQ_EUNSUP ? OQ_EUNSUP : OQ_ENOMEM,
 			      "run: initializer '%s': cannot prepare (rank above %d or out of memory)", v->name,
 			      OQ_RT_MAX_RANK);
@@ -144,7 +146,7 @@ static int fold_node(oq_exec *e, plan *p, size_t ni, unsigned char *pinned, cons
 		if (!v)
 			continue;
 		if (v->init && !(v->flags & OQ_V_OUTER) && v->graph == p->g && !p->inits[v->index] && !gone[v->index] &&
-		    (rc = init_view(p, v->index, pd)))
+		    (rc = init_view(e, p, v->index, pd)))
 			return rc;
 		if (!plan_const(p, v))
 			return OQ_OK;
@@ -170,6 +172,9 @@ static int fold_node(oq_exec *e, plan *p, size_t ni, unsigned char *pinned, cons
 	k.out = out;
 	k.n_out = n->n_outputs;
 	rc = p->nodes[ni].fn(&k);
+	for (size_t i = 0; !rc && i < n->n_outputs; i++)
+		if (out[i])
+			rc = oq_exec_widen(e, out[i]);
 	if (rc == OQ_ENOMEM)
 		keep = 0;
 	for (size_t i = 0; i < n->n_outputs; i++) {
@@ -252,7 +257,7 @@ static int const_src(const plan *p, const oq_value *v, const unsigned char *gone
 
 static int pack_conv(plan *p, size_t ni, const unsigned char *gone);
 
-static int pack_node(plan *p, size_t ni, const unsigned char *gone)
+static int pack_node(oq_exec *e, plan *p, size_t ni, const unsigned char *gone, oq_diag *d)
 {
 	const oq_node *n = p->g->nodes[ni];
 	const oq_value *a, *b;
@@ -264,6 +269,12 @@ static int pack_node(plan *p, size_t ni, const unsigned char *gone)
 
 	if (p->nodes[ni].folded || n->n_inputs < 2 || n->n_outputs != 1)
 		return OQ_OK;
+	/* a float16 / bfloat16 weight packs from its float32 view (const_src reads file bytes as they are) */
+	b = n->inputs[1];
+	if (b && b->init && oq_exec_wide(b->init->dtype) && !(b->flags & OQ_V_OUTER) && b->graph == p->g &&
+	    !p->inits[b->index] && !gone[b->index] && !(p->g->parent && (b->flags & OQ_V_INPUT)) &&
+	    (rc = init_view(e, p, b->index, d)))
+		return rc;
 	if (n->op == OQ_OP_Conv)
 		return pack_conv(p, ni, gone);
 	if (n->op == OQ_OP_Gemm) {
@@ -430,14 +441,14 @@ int oq_plan_fold(oq_exec *e, plan *p, oq_diag *d)
 		const oq_node *n = g->nodes[i];
 		if (!oq_exec_no_fold && (rc = fold_node(e, p, i, pinned, gone, d)) == OQ_ENOMEM && d->count == 0)
 			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
-		if (!rc && pack && (rc = pack_node(p, i, gone)) == OQ_ENOMEM && d->count == 0)
+		if (!rc && pack && (rc = pack_node(e, p, i, gone, d)) == OQ_ENOMEM && d->count == 0)
 			rc = oq_err(d, rc, "run: out of memory packing the weight of node '%s'", n->name);
 		for (size_t j = 0; !rc && (p->nodes[i].folded || p->nodes[i].packed_b || p->nodes[i].packed_w) && j < n->n_inputs; j++)
 			const_drop(p, n->inputs[j], i, pinned, gone);
 	}
 	for (size_t i = 0; i < g->n_values && !rc; i++)
 		if (g->values[i]->init && !p->inits[i] && !gone[i])
-			rc = init_view(p, i, d);
+			rc = init_view(e, p, i, d);
 done:
 	free(pinned);
 	free(gone);

@@ -297,6 +297,10 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		for (size_t i = 0; !rc && i < n_out; i++)
 			if (!out[i] && ovals[i])
 				rc = oq_k_err(&k, OQ_EINVAL, "kernel produced no output #%zu (internal error)", i);
+			else if (out[i] && oq_exec_widen(e, out[i]))
+				rc = oq_k_err(&k, OQ_ENOMEM, "out of memory widening output #%zu to float32", i);
+			else if (out[i] && out[i]->kind == OQ_RT_TENSOR && out[i]->dtype == OQ_DT_FLOAT && !out[i]->wide)
+				out[i]->wide = oq_exec_wide_of(n, (const oq_rt *const *)in, n->n_inputs);
 		for (size_t i = 0; i < n_out; i++) {
 			oq_value *v = ovals[i];
 			if (!out[i])
@@ -347,8 +351,13 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 	return rc;
 }
 
-/* Moves (or copies) the graph outputs of a finished frame into `outputs`. */
-static int take_outputs(oq_exec *e, frame *f, oq_rt *outputs, size_t n_out, oq_diag *d)
+/*
+ * Moves (or copies) the graph outputs of a finished frame into `outputs`.
+ * narrow (the main graph): an output declared float16 / bfloat16 (or of no
+ * declared type and standing for one: oq_rt.wide) and held as float32 is
+ * rounded to that type.
+ */
+static int take_outputs(oq_exec *e, frame *f, oq_rt *outputs, size_t n_out, int narrow, oq_diag *d)
 {
 	const oq_graph *g = f->p->g;
 	for (size_t i = 0; i < n_out && i < g->n_outputs; i++) {
@@ -357,6 +366,12 @@ static int take_outputs(oq_exec *e, frame *f, oq_rt *outputs, size_t n_out, oq_d
 		int moved = 0;
 		if (!t)
 			return oq_err(d, OQ_EINVAL, "run: graph output '%s' was not computed", v->name);
+		int want = v->type.kind == OQ_TYPE_TENSOR && v->type.dtype ? v->type.dtype : t->wide;
+		if (narrow && oq_exec_wide(want) && t->kind == OQ_RT_TENSOR && t->dtype == OQ_DT_FLOAT) {
+			if (oq_exec_narrow(t, want, &outputs[i]))
+				return oq_err(d, OQ_ENOMEM, "run: out of memory");
+			continue;
+		}
 		if (!(v->flags & OQ_V_OUTER) && f->slots[v->index] == t && !t->borrowed) {
 			/* move unless a later output names the same value */
 			moved = 1;
@@ -474,11 +489,16 @@ int oq_exec_run(oq_exec *e, const oq_rt *inputs, size_t n_inputs, oq_rt *outputs
 	e->live = e->peak = 0;
 	if ((rc = frame_init(e, &f, e->m->graph, NULL, d)))
 		goto done;
-	for (size_t i = 0; i < n_inputs; i++)
+	for (size_t i = 0; i < n_inputs; i++) {
 		if ((rc = bind(&f, e->in[i], &inputs[i], d)))
 			goto done;
+		if (oq_exec_widen(e, f.slots[e->in[i]->index])) {
+			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+			goto done;
+		}
+	}
 	if (!(rc = run_frame(e, &f, d)))
-		rc = take_outputs(e, &f, outputs, n_outputs, d);
+		rc = take_outputs(e, &f, outputs, n_outputs, 1, d);
 done:
 	frame_free(e, &f);
 	if (rc)
@@ -502,7 +522,7 @@ int oq_k_run_subgraph(oq_kctx *k, const oq_graph *g, const oq_rt *inputs, size_t
 		if ((rc = bind(&f, g->inputs[i], &inputs[i], k->d)))
 			goto done;
 	if (!(rc = run_frame(k->e, &f, k->d)))
-		rc = take_outputs(k->e, &f, outputs, n_out, k->d);
+		rc = take_outputs(k->e, &f, outputs, n_out, 0, k->d);
 done:
 	frame_free(k->e, &f);
 	return rc;

@@ -191,6 +191,15 @@ static void put_elem(uint8_t *p, int dt, size_t i, double v)
 		p[2 * i + 1] = (uint8_t)(h >> 8);
 		return;
 	}
+	case OQ_DT_BFLOAT16: { /* the float's top half, rounded to nearest even */
+		float f = (float)v;
+		uint32_t u;
+		memcpy(&u, &f, 4);
+		u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+		p[2 * i] = (uint8_t)u;
+		p[2 * i + 1] = (uint8_t)(u >> 8);
+		return;
+	}
 	default: break;
 	}
 	/* integers (and bool): little-endian two's complement of round(v) */

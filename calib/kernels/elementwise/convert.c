@@ -14,9 +14,12 @@
  * their sign, without it NaN (or Inf for float8e5m2, which has one).
  * Strings parse with strtod ("INF", "-INF", "NaN" in any case) and numbers
  * print in the shortest form that reads back to the same value.
- * float4e2m1 and float8e8m0 are refused with an error.
+ * float4e2m1 and float8e8m0 are refused with an error. float32 to and from
+ * float16 / bfloat16 run the vector conversions of half.h (same rounding;
+ * a NaN keeps the top of its payload, as the hardware converts it).
  */
 #include "calib/kernels/elementwise/elementwise.h"
+#include "calib/kernels/half.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -372,12 +375,33 @@ typedef struct cast_job {
 	int sat;
 } cast_job;
 
+/* float32 <-> float16 / bfloat16: the vector conversions (half.h); 0 for other pairs. */
+static int cast_half(const oq_rt *x, oq_rt *y, size_t b, size_t e)
+{
+	const void *src = (const char *)x->data + b * (size_t)(oq_dtype_bits(x->dtype) / 8);
+	void *dst = (char *)y->data + b * (size_t)(oq_dtype_bits(y->dtype) / 8);
+
+	if (x->dtype == OQ_DT_FLOAT && y->dtype == OQ_DT_FLOAT16)
+		oq_float_to_half(src, dst, e - b);
+	else if (x->dtype == OQ_DT_FLOAT && y->dtype == OQ_DT_BFLOAT16)
+		oq_float_to_bf16(src, dst, e - b);
+	else if (x->dtype == OQ_DT_FLOAT16 && y->dtype == OQ_DT_FLOAT)
+		oq_half_to_float(src, dst, e - b);
+	else if (x->dtype == OQ_DT_BFLOAT16 && y->dtype == OQ_DT_FLOAT)
+		oq_bf16_to_float(src, dst, e - b);
+	else
+		return 0;
+	return 1;
+}
+
 static void cast_range(void *ctx, size_t b, size_t e)
 {
 	cast_job *j = ctx;
 	char sk = oq_dtype_kind(j->x->dtype);
 	int from_int = sk != 'f';
 
+	if (cast_half(j->x, j->y, b, e))
+		return;
 	for (size_t o = b; o < e; o += OQ_ELEMENTWISE_CHUNK) {
 		size_t n = e - o < OQ_ELEMENTWISE_CHUNK ? e - o : OQ_ELEMENTWISE_CHUNK;
 		if (from_int && j->y->dtype == OQ_DT_FLOAT) {
