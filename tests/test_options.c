@@ -21,7 +21,7 @@ static const struct {
 	{"ema-constant", "0.5"}, {"percentile", "99.9"}, {"bias-correction", "analytic"},
 	{"bias-correction-rounds", "3"}, {"profile", "trt"}, {"weight-type", "int4"}, {"act-type", "int16"},
 	{"granularity", "block"}, {"block-size", "16"}, {"sym-grid", "full"}, {"act-symmetric", "unsigned"},
-	{"weight-method", "mse"}, {"op-types", "Conv,Gemm"}, {"include", "conv1"}, {"exclude", "fc"},
+	{"weight-method", "mse"}, {"high-precision", "float16"}, {"op-types", "Conv,Gemm"}, {"include", "conv1"}, {"exclude", "fc"},
 	{"overrides", "ov.json"}, {"export-encodings", "e.json"}, {"import-encodings", "i.json"},
 	{"opset", "17"}, {"passes", "cleanup,fuse"}, {"ranges", "s.bin"}, {"dump-after", "fuse"}, {"external-threshold", "4096"},
 	{"max-loop-iterations", "1000"},

@@ -163,6 +163,9 @@ static const choice granularities[] = {
 };
 static const choice grids[] = {{"narrow", OQ_GRID_NARROW}, {"full", OQ_GRID_FULL}, {NULL, 0}};
 static const choice wmethods[] = {{"minmax", OQ_WMETHOD_MINMAX}, {"mse", OQ_WMETHOD_MSE}, {NULL, 0}};
+static const choice precisions[] = {
+	{"float32", OQ_DT_FLOAT}, {"float16", OQ_DT_FLOAT16}, {"bfloat16", OQ_DT_BFLOAT16}, {NULL, 0},
+};
 static const struct choices {
 	const char *name;
 	const choice *c;
@@ -172,6 +175,7 @@ static const struct choices {
 	{"granularity", granularities, "--granularity is tensor, channel or block"},
 	{"sym-grid", grids, "--sym-grid is narrow or full"},
 	{"weight-method", wmethods, "--weight-method is minmax or mse"},
+	{"high-precision", precisions, "--high-precision is float32, float16 or bfloat16"},
 };
 
 static int set_choice(oq_pipeline_args *a, const oq_option *o, const char *v, oq_diag *d)
@@ -437,6 +441,11 @@ const oq_option oq_pipeline_options[] = {
 	 "  --export-encodings F    write AIMET-style encodings (scales, offsets) of the result to F\n"},
 	{"import-encodings", OQ_ARG_REQUIRED, QC, set_path, F(import_encodings),
 	 "  --import-encodings F    use F's AIMET-style encodings instead of calibrating those tensors\n"},
+	{"high-precision", OQ_ARG_REQUIRED, ALL, set_choice, F(high_precision),
+	 "  --high-precision T      type of the float tensors, scales and DequantizeLinear\n"
+	 "                          outputs: float32, float16 or bfloat16 (default: the\n"
+	 "                          model's own; a 16-bit model is quantized in float32 and\n"
+	 "                          written back, its Q/DQ at opset >= 19)\n"},
 	{"opset", OQ_ARG_REQUIRED, ALL, set_number, F(q.opset),
 	 "  --opset N               target opset (default: the lowest the options need, >= 13)\n"},
 	{NULL, 0, 0, NULL, 0, "Passes:\n"},

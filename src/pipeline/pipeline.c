@@ -3,6 +3,9 @@
  * function each, in the order oq_pipeline_run calls them.
  *
  *   load       --stats (its errors first), the model, --overrides
+ *   widen      a float16 / bfloat16 model computed in float32 from here on
+ *              (passes/rewrite/precision.h), so every later stage works on
+ *              float32; its high-precision type is what `narrow` gives back
  *   rewrite    cleanup, upgrade-opset, fold-bn, fuse (oq_passes_rewrite);
  *              then --import-encodings, whose names are those an export of
  *              this pipeline writes
@@ -17,6 +20,9 @@
  *   quantize   the quantize pass (oq_passes_quantize: Q/DQ, weights,
  *              biases); with empirical bias correction, the best of the
  *              corrected candidates (calib/biascorr/biascorr.h)
+ *   narrow     the float32 model in the high-precision type asked for
+ *              (--high-precision, the model's own by default): float16
+ *              tensors and scales, Casts at float32 graph inputs / outputs
  *   encodings  --import-encodings verified, --export-encodings written
  *   save       temporary file + rename: OUT is untouched on failure
  *
@@ -33,6 +39,7 @@
 
 #include "passes/quantize/encodings.h"
 #include "passes/quantize/overrides.h"
+#include "passes/rewrite/precision.h"
 #include "src/io/outfile.h"
 
 /* One run: the options it uses and what the stages hand on. */
@@ -41,6 +48,8 @@ typedef struct job {
 	oq_opts q;                /* pass options: o.q with the overrides, ranges and verbose log */
 	FILE *log;                /* summary and notes; NULL with --quiet */
 	int quantize;             /* the quantize pass runs */
+	int hp_model;             /* the model's high-precision type (oq_precision_of) */
+	int hp;                   /* the one written: --high-precision, else hp_model */
 	oq_model *m;
 	oq_stats stats;           /* --stats FILE, or what `calibrate` writes */
 	oq_override *ov;          /* imported encodings first, then --overrides (first match wins) */
@@ -142,7 +151,11 @@ static int float_copy(void *ctx, oq_model **out, oq_diag *d)
 	job *j = ctx;
 	int rc;
 
-	if ((rc = oq_model_load(j->o.in_path, out, d)) || (rc = run_passes(j, *out, oq_passes_rewrite, d))) {
+	int changed;
+
+	if ((rc = oq_model_load(j->o.in_path, out, d)) ||
+	    (j->hp_model != OQ_DT_FLOAT && (rc = oq_precision_widen(*out, &changed, d))) ||
+	    (rc = run_passes(j, *out, oq_passes_rewrite, d))) {
 		oq_model_free(*out);
 		*out = NULL;
 	}
@@ -244,6 +257,36 @@ static int import_encodings(job *j, oq_diag *d)
 	return OQ_OK;
 }
 
+/* `convert` leaves the precision alone unless --high-precision asks for another one. */
+static int keeps_precision(const job *j)
+{
+	return j->o.job == OQ_JOB_CONVERT && j->hp == j->hp_model;
+}
+
+static int widen(job *j, oq_diag *d)
+{
+	const char *why;
+	int64_t need;
+	int rc, changed;
+
+	if ((rc = oq_precision_of(j->m, &j->hp_model, d)))
+		return rc;
+	j->hp = j->o.high_precision ? j->o.high_precision : j->hp_model;
+	if (keeps_precision(j))
+		return OQ_OK;
+	/* 16-bit scales on QuantizeLinear / DequantizeLinear need opset 19 */
+	if (j->quantize && j->hp != OQ_DT_FLOAT && oq_model_opset(j->m, "") < 19) {
+		if (j->q.opset && j->q.opset < 19)
+			return oq_err(d, OQ_EUSAGE,
+				      "quantize: --opset %lld: %s scales need opset 19; give --opset 19 or more, or "
+				      "--high-precision float32", (long long)j->q.opset, oq_dtype_name(j->hp));
+		need = oq_quantize_opset_need(&j->q, &why);
+		if (!j->q.opset)
+			j->q.opset = need > 19 ? need : 19;
+	}
+	return j->hp_model == OQ_DT_FLOAT ? OQ_OK : oq_precision_widen(j->m, &changed, d);
+}
+
 static int rewrite(job *j, oq_diag *d)
 {
 	int rc;
@@ -331,6 +374,13 @@ static int quantize(job *j, oq_diag *d)
 	return OQ_OK;
 }
 
+static int narrow(job *j, oq_diag *d)
+{
+	if (keeps_precision(j) || (j->hp == OQ_DT_FLOAT && j->hp_model == OQ_DT_FLOAT))
+		return OQ_OK;
+	return oq_precision_narrow(j->m, j->hp, d);
+}
+
 static int encodings(job *j, oq_diag *d)
 {
 	size_t unused = 0;
@@ -380,6 +430,10 @@ static void summary(const job *j)
 			j->in0 / 1e6, fl1 / 1e6, in1 / 1e6);
 	else if (j->o.verbose)
 		fprintf(log, "convert: wrote %s (%zu nodes)\n", j->o.out_path, g->n_nodes);
+	if (j->hp != OQ_DT_FLOAT && !keeps_precision(j))
+		fprintf(log, "%s: a %s model, computed in float32 and written in %s%s\n",
+			j->o.job == OQ_JOB_CONVERT ? "convert" : "quantize", oq_dtype_name(j->hp_model),
+			oq_dtype_name(j->hp), j->quantize ? " (Q/DQ scales too, opset >= 19)" : "");
 	if (j->info.auto_external)
 		fprintf(log, "onnxq: %s: model is over 2 GB: wrote %zu tensors to %s\n",
 			j->o.job == OQ_JOB_CONVERT ? "convert" : "quantize", j->info.n_external, j->info.data_name);
@@ -400,14 +454,15 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	if ((rc = oq_pipeline_opts_check(o, d)))
 		return rc;
 	job_init(&j, o);
-	if ((rc = load(&j, d)) || (rc = rewrite(&j, d)))
+	if ((rc = load(&j, d)) || (rc = widen(&j, d)) || (rc = rewrite(&j, d)))
 		goto out;
 	if (j.o.job == OQ_JOB_CALIBRATE) {
 		rc = write_statistics(&j, d); /* `onnxq calibrate` ends here */
 		goto out;
 	}
 	if ((rc = calibrate(&j, d)) || (rc = correct_bias(&j, d)) || (rc = quantize(&j, d)) ||
-	    (rc = encodings(&j, d)) || (rc = save(&j, d)) || (rc = export_encodings(&j, d)))
+	    (rc = narrow(&j, d)) || (rc = encodings(&j, d)) || (rc = save(&j, d)) ||
+	    (rc = export_encodings(&j, d)))
 		goto out;
 	summary(&j);
 out:

@@ -49,6 +49,7 @@ typedef struct oq_pipeline_opts {
 	const char *stats_in;    /* quantize --stats FILE: merged statistics instead of --calib, or NULL */
 	int bias_correction;     /* OQ_BC_* (calib/biascorr/biascorr.h) */
 	int bias_rounds;         /* --bias-correction-rounds N (empirical forward groups); -1 = OQ_BC_ROUNDS */
+	int high_precision;      /* --high-precision: OQ_DT_FLOAT, OQ_DT_FLOAT16, OQ_DT_BFLOAT16; 0 = the model's */
 	int quiet, verbose;
 	FILE *log;               /* summary / warnings / timings (stderr) */
 } oq_pipeline_opts;

@@ -1,0 +1,89 @@
+#!/usr/bin/env node
+// float16_ort.js - ONNX Runtime's side of float16_ort.sh.
+//
+//   node float16_ort.js sqnr REF TEST INPUT DIR [OUT.txt]
+//       runs models REF and TEST in onnxruntime-node (graphOptimizationLevel 'disabled', one
+//       thread) on every DIR/NNN.npy (float32, fed to input INPUT) and prints
+//       "sqnr S min M samples N": the SQNR in dB of TEST's first output against REF's,
+//       10 log10(sum ref^2 / sum (test - ref)^2) over all samples (S), and the lowest of the
+//       per-sample values (M).
+//   node float16_ort.js npy REF TEST
+//       the SQNR in dB of .npy file TEST (float32) against REF: prints "sqnr S".
+//   node float16_ort.js load MODEL
+//       creates a session for MODEL: prints "ok" or "reject <ORT's first line>".
+//
+// ORT is found in $OQ_CACHE/ort/node_modules (default <repo>/.cache).
+'use strict';
+const fs = require('fs');
+const path = require('path');
+
+const cache = process.env.OQ_CACHE || path.join(__dirname, '..', '..', '.cache');
+const ort = require(path.join(cache, 'ort', 'node_modules', 'onnxruntime-node'));
+
+function readF32Npy(file) {
+  const b = fs.readFileSync(file);
+  const v = b[6];
+  const hlen = v === 1 ? b.readUInt16LE(8) : b.readUInt32LE(8);
+  const off = (v === 1 ? 10 : 12) + hlen;
+  const h = b.subarray(v === 1 ? 10 : 12, off).toString('latin1');
+  if (!/'descr':\s*'<f4'/.test(h)) throw new Error(file + ': not float32');
+  const shape = /'shape':\s*\(([^)]*)\)/.exec(h)[1].split(',').map((s) => s.trim()).filter(Boolean).map(Number);
+  const ab = b.buffer.slice(b.byteOffset + off, b.byteOffset + b.length);
+  return new ort.Tensor('float32', new Float32Array(ab), shape);
+}
+
+function toNumbers(t) {
+  if (t.type === 'float32' || t.type === 'float64') return Array.from(t.data);
+  throw new Error('output type ' + t.type + ' (float32 expected)');
+}
+
+async function session(model) {
+  return ort.InferenceSession.create(model, {graphOptimizationLevel: 'disabled', intraOpNumThreads: 1});
+}
+
+async function sqnr(ref, test, input, dir) {
+  const a = await session(ref), b = await session(test);
+  const files = fs.readdirSync(dir).filter((f) => /\.npy$/.test(f)).sort();
+  let sig = 0, err = 0, worst = Infinity;
+  for (const f of files) {
+    const x = readF32Npy(path.join(dir, f));
+    const ra = toNumbers((await a.run({[input]: x}))[a.outputNames[0]]);
+    const rb = toNumbers((await b.run({[input]: x}))[b.outputNames[0]]);
+    let s = 0, e = 0;
+    for (let i = 0; i < ra.length; i++) {
+      s += ra[i] * ra[i];
+      e += (rb[i] - ra[i]) * (rb[i] - ra[i]);
+    }
+    sig += s;
+    err += e;
+    worst = Math.min(worst, 10 * Math.log10(s / Math.max(e, 1e-30)));
+  }
+  const total = 10 * Math.log10(sig / Math.max(err, 1e-30));
+  console.log(`sqnr ${total.toFixed(3)} min ${worst.toFixed(3)} samples ${files.length}`);
+}
+
+function npy(ref, test) {
+  const a = readF32Npy(ref).data, b = readF32Npy(test).data;
+  if (a.length !== b.length) throw new Error(`${test}: ${b.length} elements, ${ref} has ${a.length}`);
+  let s = 0, e = 0;
+  for (let i = 0; i < a.length; i++) {
+    s += a[i] * a[i];
+    e += (b[i] - a[i]) * (b[i] - a[i]);
+  }
+  console.log(`sqnr ${(10 * Math.log10(s / Math.max(e, 1e-30))).toFixed(3)}`);
+  return Promise.resolve();
+}
+
+async function load(model) {
+  try {
+    await session(model);
+    console.log('ok');
+  } catch (e) {
+    console.log('reject ' + String(e.message || e).split('\n')[0]);
+  }
+}
+
+const [cmd, ...args] = process.argv.slice(2);
+const cmds = {sqnr, npy, load};
+(cmds[cmd] ? cmds[cmd](...args) : Promise.reject(new Error('usage: see the header')))
+  .catch((e) => { console.error('float16_ort: ' + (e.message || e)); process.exit(2); });
