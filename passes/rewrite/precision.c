@@ -770,7 +770,8 @@ static int fold_biases(nctx *c, size_t k)
 	return OQ_OK;
 }
 
-/* y = Cast(x, to) where x already has type `to` (and y is no main graph output): readers read x. */
+/* y = Cast(x, to) where x already has type `to`: readers read x (a graph output y: x's producer
+ * writes y, when x has no other reader and is no graph input / output). */
 static int drop_noop_casts(nctx *c, size_t k)
 {
 	oq_graph *g = c->ty.gs.g[k];
@@ -783,7 +784,7 @@ static int drop_noop_casts(nctx *c, size_t k)
 		oq_value *x, *y;
 		int to, xt;
 		if (n->op != OQ_OP_Cast || n->n_inputs != 1 || n->n_outputs != 1 || !(x = n->inputs[0]) ||
-		    !(y = n->outputs[0]) || (y->flags & (OQ_V_OUTPUT | OQ_V_INPUT)) || oq_value_n_captures(y))
+		    !(y = n->outputs[0]) || (y->flags & OQ_V_INPUT) || oq_value_n_captures(y))
 			continue;
 		to = (int)oq_node_attr_int(n, "to", 0);
 		/* x's type now: its target where it has one, else what it was */
@@ -792,6 +793,16 @@ static int drop_noop_casts(nctx *c, size_t k)
 			xt = x->type.kind == OQ_TYPE_TENSOR && x->type.dtype ? x->type.dtype : dt_of(&c->ty, x);
 		if (!xt || xt != to)
 			continue;
+		if (y->flags & OQ_V_OUTPUT) {
+			/* a graph output keeps its name: x's producer writes y when x has no other use */
+			oq_node *p = x->producer;
+			if (!p || p->graph != g || x->n_uses != 1 || (x->flags & (OQ_V_OUTPUT | OQ_V_INPUT | OQ_V_OUTER)) ||
+			    oq_value_n_captures(x))
+				continue;
+			p->outputs[x->producer_index] = y;
+			n->dead = 1;
+			continue;
+		}
 		for (size_t u = 0; u < y->n_uses; u++)
 			y->uses[u].node->inputs[y->uses[u].index] = x;
 		n->dead = 1;
