@@ -10,10 +10,11 @@
 #         its BatchNormalization folded first (`onnxq convert --passes
 #         cleanup,fold-bn`): its running variances reach 1e8, beyond float16,
 #         so a float16 form of the raw file computes nothing like it;
-#         8 calibration and 4 test samples are text images (ImageMagick, as
-#         run_ort.sh draws them), else random pixels
+#         8 calibration and 4 test samples are text images drawn with
+#         ImageMagick (skipped without it: on random pixels det finds no text,
+#         its output is ~0 everywhere and SQNRs say nothing)
 # Checks per model:
-#   twin      (det) ORT runs M32 like the raw file (max relative error <= 1e-4)
+#   twin      (det) ORT runs M32 like the raw file (max relative error <= 1e-3)
 #   run       `onnxq run M16` (float32 inside) against ORT's run of M32: SQNR
 #             within 1 dB of ORT's own run of M16 against M32 (ORT computes some
 #             ops in float16), and >= 30 dB against ORT's run of M16
@@ -179,35 +180,36 @@ fi
 
 # --- PaddleOCR det, BatchNormalization folded
 det=$cache/ocr/ch_PP-OCRv4_det_infer.onnx
+d=$tmp/det
+mkdir -p "$d/calib" "$d/test" "$d/raw"
+# (the tool's output is read whole: `| grep -q` under pipefail fails when grep exits first)
+magick=0
+if [ -x /usr/bin/convert ] && [[ $(/usr/bin/convert -version 2> /dev/null) == *ImageMagick* ]] &&
+	/usr/bin/convert -list font 2> /dev/null > "$d/fonts.txt" && grep -q 'Font: DejaVu-Sans$' "$d/fonts.txt"; then
+	magick=1
+fi
 if ! [ -f "$det" ]; then
-	skip "det: $det missing" 5
+	skip "det: $det missing" 6
+elif [ "$magick" = 0 ]; then
+	# on random pixels det finds no text: its output is ~0 everywhere and SQNRs say nothing
+	skip "det: no ImageMagick with the DejaVu-Sans font to draw text images" 6
 else
-	d=$tmp/det
-	mkdir -p "$d/calib" "$d/test" "$d/raw"
-	magick=0
-	if [ -x /usr/bin/convert ] && /usr/bin/convert -version 2> /dev/null | grep -q ImageMagick &&
-		/usr/bin/convert -list font 2> /dev/null | grep -q 'Font: DejaVu-Sans$'; then
-		magick=1
-	fi
+	# 8 calibration and 4 test images: lines of text, shifted and sized per image
 	for i in 0 1 2 3 4 5 6 7 8 9 10 11; do
 		out=$d/calib/$(printf %03d "$i").npy
 		[ "$i" -ge 8 ] && out=$d/test/$(printf %03d $((i - 8))).npy
-		if [ "$magick" = 1 ]; then
-			args=() y=$((30 + i * 3))
-			while [ "$y" -lt "$det_size" ]; do
-				args+=(-annotate "+$((5 + i * 4))+$y" "Invoice $((2020 + i))-$y total $((i * 37 + y)).50")
-				y=$((y + 40 + i % 3 * 8))
-			done
-			/usr/bin/convert -size "${det_size}x${det_size}" xc:white -font DejaVu-Sans -pointsize $((20 + i % 4 * 2)) \
-				-fill black "${args[@]}" -depth 8 "rgb:$d/raw/$i.rgb" &&
-				node "$js" image "$d/raw/$i.rgb" "$det_size" "$det_size" det "$out"
-		else
-			node "$js" noise "$det_size" "$det_size" det "$((i + 1))" "$out"
-		fi || die "cannot make det inputs"
+		args=() y=$((30 + i * 3))
+		while [ "$y" -lt "$det_size" ]; do
+			args+=(-annotate "+$((5 + i * 4))+$y" "Invoice $((2020 + i))-$y total $((i * 37 + y)).50")
+			y=$((y + 40 + i % 3 * 8))
+		done
+		/usr/bin/convert -size "${det_size}x${det_size}" xc:white -font DejaVu-Sans -pointsize $((20 + i % 4 * 2)) \
+			-fill black "${args[@]}" -depth 8 "rgb:$d/raw/$i.rgb" &&
+			node "$js" image "$d/raw/$i.rgb" "$det_size" "$det_size" det "$out" || die "cannot make det inputs"
 	done
 	"$onnxq" convert "$det" -o "$d/det32.onnx" --passes cleanup,fold-bn 2> "$d/conv.err" || die "convert: $(head -n 1 "$d/conv.err")"
 	if node "$js" run "$det" "$d/ort_raw" "x=$d/test/000.npy" && node "$js" run "$d/det32.onnx" "$d/ort32" "x=$d/test/000.npy" &&
-		node "$js" compare "$d/ort32" "$d/ort_raw" 1e-4 > "$d/cmp.txt" 2>&1; then
+		node "$js" compare "$d/ort32" "$d/ort_raw" 1e-3 > "$d/cmp.txt" 2>&1; then
 		ok "det: twin (BatchNormalization folded) runs in ORT like the raw file"
 	else
 		bad "det: twin differs from the raw file in ORT"
