@@ -16,6 +16,7 @@
 
 #include "gen_model.h"
 #include "passes/rewrite/precision.h"
+#include "runmodel.h"
 
 static oq_model *load(gen_model *g)
 {
@@ -32,14 +33,6 @@ static const oq_node *producer(const oq_graph *g, const char *name)
 {
 	const oq_value *v = oq_graph_find(g, name);
 	return v ? v->producer : NULL;
-}
-
-static size_t count_op(const oq_graph *g, const char *op)
-{
-	size_t n = 0;
-	for (size_t i = 0; i < g->n_nodes; i++)
-		n += !g->nodes[i]->dead && !strcmp(g->nodes[i]->op_type, op);
-	return n;
 }
 
 /* y = Mul(x, c): x, y, c of dtype dt; c = [1.5, -2]. */
@@ -190,7 +183,7 @@ Test(precision, narrow_quantized_model_to_float16)
 	cr_expect_eq(v->init->dtype, OQ_DT_FLOAT16);
 	cr_expect_eq(oq_tensor_get(v->init, 0), 3 * 0x1p-20);
 	cr_expect_eq(oq_tensor_get(v->init, 1), -5 * 0x1p-20);
-	cr_expect_eq(count_op(g, "DequantizeLinear"), 1, "the activation DQ only");
+	cr_expect_eq(runmodel_count_op(g, "DequantizeLinear"), 1, "the activation DQ only");
 	/* QuantizeLinear reads x through a Cast to float16; x and y keep float32 */
 	cr_expect_eq(oq_graph_find(g, "x")->type.dtype, OQ_DT_FLOAT);
 	cr_expect_eq(oq_graph_find(g, "y")->type.dtype, OQ_DT_FLOAT);
@@ -239,7 +232,7 @@ Test(precision, widen_then_narrow_to_float32_leaves_no_cast)
 	oq_diag_init(&d);
 	cr_assert_eq(oq_precision_widen(m, &changed, &d), OQ_OK, "%s", d.msg);
 	cr_assert_eq(oq_precision_narrow(m, OQ_DT_FLOAT, &d), OQ_OK, "%s", d.msg);
-	cr_expect_eq(count_op(m->graph, "Cast"), 0);
+	cr_expect_eq(runmodel_count_op(m->graph, "Cast"), 0);
 	cr_expect_eq(producer(m->graph, "y")->op, OQ_OP_Mul);
 	oq_model_free(m);
 }

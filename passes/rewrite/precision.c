@@ -236,6 +236,27 @@ static oq_value *add_cast(oq_graph *g, oq_value *x, int to, const char *base)
 	return y;
 }
 
+/*
+ * Graph output y of g (uses up to date) behind a Cast: its producer writes a
+ * new value w, y = Cast(w, to), and g's readers of y read w. OQ_ENOMEM.
+ */
+static int cast_to_output(oq_graph *g, oq_value *y, int to)
+{
+	oq_node *p = y->producer, *c;
+	oq_value *w;
+
+	if (!(w = oq_graph_new_value(g, y->name)))
+		return OQ_ENOMEM;
+	p->outputs[y->producer_index] = w;
+	if (!(c = oq_graph_add_node(g, "Cast", "", y->name)) || oq_node_set_inputs(c, &w, 1) ||
+	    oq_node_set_outputs(c, &y, 1) || oq_node_set_attr_int(c, "to", to))
+		return OQ_ENOMEM;
+	for (size_t u = 0; u < y->n_uses; u++)
+		if (y->uses[u].node->graph == g)
+			y->uses[u].node->inputs[y->uses[u].index] = w;
+	return OQ_OK;
+}
+
 /* ------------------------------------------------------------ widen */
 
 static int is_float32(int dt)
@@ -258,22 +279,13 @@ static int widen_io(oq_graph *g)
 				x->uses[u].node->inputs[x->uses[u].index] = y;
 	}
 	for (size_t i = 0; i < g->n_outputs; i++) {
-		oq_value *y = g->outputs[i], *w;
-		oq_node *p;
-		oq_node *c;
-		int dt = y->type.dtype;
-		if (y->type.kind != OQ_TYPE_TENSOR || !low(dt) || oq_graph_rebuild_uses(g) || !(p = y->producer))
-			continue;
-		/* the producer writes w (float32); y = Cast(w) */
-		if (!(w = oq_graph_new_value(g, y->name)))
+		oq_value *y = g->outputs[i];
+		if (oq_graph_rebuild_uses(g))
 			return OQ_ENOMEM;
-		p->outputs[y->producer_index] = w;
-		if (!(c = oq_graph_add_node(g, "Cast", "", y->name)) || oq_node_set_inputs(c, &w, 1) ||
-		    oq_node_set_outputs(c, &y, 1) || oq_node_set_attr_int(c, "to", dt))
+		/* the producer writes float32; y = Cast(it) */
+		if (y->type.kind == OQ_TYPE_TENSOR && low(y->type.dtype) && y->producer &&
+		    cast_to_output(g, y, y->type.dtype))
 			return OQ_ENOMEM;
-		for (size_t u = 0; u < y->n_uses; u++)
-			if (y->uses[u].node->graph == g)
-				y->uses[u].node->inputs[y->uses[u].index] = w;
 	}
 	return oq_graph_rebuild_uses(g);
 }
@@ -557,20 +569,12 @@ static int split_outputs(nctx *c)
 	if ((rc = oq_graph_rebuild_uses(g)))
 		return rc;
 	for (size_t i = 0; i < g->n_outputs; i++) {
-		oq_value *y = g->outputs[i], *w;
-		oq_node *p = y->producer, *cast;
-		int dt = dt_of(&c->ty, y);
-		if (!p || dt != OQ_DT_FLOAT || blocked(p) || p->op == OQ_OP_Cast || p->op == OQ_OP_CastLike)
+		oq_value *y = g->outputs[i];
+		oq_node *p = y->producer;
+		if (!p || dt_of(&c->ty, y) != OQ_DT_FLOAT || blocked(p) || p->op == OQ_OP_Cast || p->op == OQ_OP_CastLike)
 			continue;
-		if (!(w = oq_graph_new_value(g, y->name)))
-			return OQ_ENOMEM;
-		p->outputs[y->producer_index] = w;
-		if (!(cast = oq_graph_add_node(g, "Cast", "", y->name)) || oq_node_set_inputs(cast, &w, 1) ||
-		    oq_node_set_outputs(cast, &y, 1) || oq_node_set_attr_int(cast, "to", OQ_DT_FLOAT))
-			return OQ_ENOMEM;
-		for (size_t u = 0; u < y->n_uses; u++)
-			if (y->uses[u].node->graph == g)
-				y->uses[u].node->inputs[y->uses[u].index] = w;
+		if ((rc = cast_to_output(g, y, OQ_DT_FLOAT)) || (rc = oq_graph_rebuild_uses(g)))
+			return rc;
 	}
 	return oq_graph_rebuild_uses(g);
 }
