@@ -274,12 +274,14 @@ static int widen(job *j, oq_diag *d)
 	j->hp = j->o.high_precision ? j->o.high_precision : j->hp_model;
 	if (keeps_precision(j))
 		return OQ_OK;
-	/* 16-bit scales on QuantizeLinear / DequantizeLinear need opset 19 */
-	if (j->quantize && j->hp != OQ_DT_FLOAT && oq_model_opset(j->m, "") < 19) {
+	/* 16-bit scales on QuantizeLinear / DequantizeLinear need opset 19; `calibrate` upgrades the
+	 * same way, so that `quantize --stats` finds the model its statistics were made on */
+	if ((j->quantize || j->o.job == OQ_JOB_CALIBRATE) && j->hp != OQ_DT_FLOAT && oq_model_opset(j->m, "") < 19) {
 		if (j->q.opset && j->q.opset < 19)
 			return oq_err(d, OQ_EUSAGE,
-				      "quantize: --opset %lld: %s scales need opset 19; give --opset 19 or more, or "
-				      "--high-precision float32", (long long)j->q.opset, oq_dtype_name(j->hp));
+				      "%s: --opset %lld: %s scales need opset 19; give --opset 19 or more, or "
+				      "--high-precision float32", j->quantize ? "quantize" : "calibrate",
+				      (long long)j->q.opset, oq_dtype_name(j->hp));
 		need = oq_quantize_opset_need(&j->q, &why);
 		if (!j->q.opset)
 			j->q.opset = need > 19 ? need : 19;

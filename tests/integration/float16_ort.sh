@@ -27,6 +27,8 @@
 #             loads it, SQNR within 1 dB of Q32's
 #   hp16      `--high-precision float16` on M32: float16 like Q16, ORT loads
 #             it, SQNR within 1 dB of Q32's
+#   stats     (tiny) `calibrate --shard` x 2 + `merge-stats` + `quantize --stats`
+#             on M16 writes the bytes of `quantize --no-bias-correction`
 # bfloat16 (tiny): ONNX Runtime has no bfloat16 Conv, so it cannot judge;
 # `onnxq run` of the bfloat16 form must stay within 2^-7 relative of ORT's
 # float32 twin output, and `quantize` must write a model `check` accepts.
@@ -162,6 +164,20 @@ model_case() { # NAME M32 CALIB TEST
 
 # --- tiny_cnn
 model_case tiny "$root/models/tiny_cnn.onnx" "$root/models/tiny_cnn_calib" "$root/models/tiny_cnn_test"
+
+# --- sharded calibration of the float16 tiny_cnn: the bytes of one quantize --no-bias-correction
+st=$tmp/stats
+mkdir -p "$st"
+if "$onnxq" calibrate "$tmp/tiny/m16.onnx" --calib "$root/models/tiny_cnn_calib" --shard 0/2 -o "$st/a.bin" --quiet 2> "$st/err" &&
+	"$onnxq" calibrate "$tmp/tiny/m16.onnx" --calib "$root/models/tiny_cnn_calib" --shard 1/2 -o "$st/b.bin" --quiet 2>> "$st/err" &&
+	"$onnxq" merge-stats "$st/a.bin" "$st/b.bin" -o "$st/m.bin" > /dev/null 2>> "$st/err" &&
+	"$onnxq" quantize "$tmp/tiny/m16.onnx" --stats "$st/m.bin" -o "$st/s.onnx" --quiet 2>> "$st/err" &&
+	"$onnxq" quantize "$tmp/tiny/m16.onnx" --calib "$root/models/tiny_cnn_calib" --no-bias-correction -o "$st/c.onnx" \
+		--quiet 2>> "$st/err" && cmp -s "$st/s.onnx" "$st/c.onnx"; then
+	ok "tiny: calibrate --shard 0/2, 1/2 + merge-stats + quantize --stats = quantize --no-bias-correction"
+else
+	bad "tiny: sharded calibration of the float16 model: $(head -n 1 "$st/err")"
+fi
 
 # --- tiny_cnn in bfloat16 (ONNX Runtime has no bfloat16 Conv: its float32 twin is the judge)
 bf=$tmp/bf16
