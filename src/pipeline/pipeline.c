@@ -59,7 +59,8 @@ typedef struct job {
 	oq_ranges ranges;
 	oq_biascorr_analytic *analytic;
 	oq_save_info info;
-	size_t fl0, in0;          /* initializer bytes after the rewrites: float, integer */
+	size_t fl0, in0;          /* initializer bytes after the rewrites: float (a 16-bit model's at 16 bits,
+				   * as its file holds them), integer */
 	double t0, t_calibrate, t_quantize, t_save, t_end; /* when the timed stages began */
 } job;
 
@@ -299,6 +300,8 @@ static int rewrite(job *j, oq_diag *d)
 		return rc;
 	/* after cleanup, which turns Constant-node weights (PaddleOCR) into initializers */
 	init_bytes(j->m->graph, &j->fl0, &j->in0);
+	if (j->hp_model != OQ_DT_FLOAT && !keeps_precision(j))
+		j->fl0 /= 2; /* widened to float32 (precision.h) */
 	return OQ_OK;
 }
 

@@ -17,7 +17,8 @@
 #   twin      (det) ORT runs M32 like the raw file (max relative error <= 1e-3)
 #   run       `onnxq run M16` (float32 inside) against ORT's run of M32: SQNR
 #             within 1 dB of ORT's own run of M16 against M32 (ORT computes some
-#             ops in float16), and >= 30 dB against ORT's run of M16
+#             ops in float16), and >= 30 dB against ORT's run of M16; the same
+#             bits at --threads 1 and 2
 #   quantize  M16 -> Q16: `onnxq check` valid; the file keeps float16 (no
 #             float32 initializer but Resize's roi / scales; Q/DQ scales float16; opset >= 19; inputs
 #             and outputs of M16's types); ORT loads it
@@ -114,6 +115,12 @@ model_case() { # NAME M32 CALIB TEST
 			ok "$name: run: float16 model vs float32 twin $s_oq dB (ORT's float16 run $s_ort dB), vs ORT $s_x dB"
 		else
 			bad "$name: run: float16 model vs float32 twin '$s_oq' dB (ORT's float16 run $s_ort dB), vs ORT '$s_x' dB (>= 30 wanted)"
+		fi
+		if "$onnxq" run "$m16" --data "$w/one" --output-dir "$w/q16t1" --threads 1 > /dev/null 2>&1 &&
+			cmp -s "$w/q16/000/$out" "$w/q16t1/000/$out"; then
+			ok "$name: run --threads 1 and 2: same bits"
+		else
+			bad "$name: run --threads 1 and 2 differ"
 		fi
 	fi
 	# quantize both twins with the same options
