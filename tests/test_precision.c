@@ -18,14 +18,24 @@
 #include "passes/rewrite/precision.h"
 #include "runmodel.h"
 
+/* The generator of the model loaded last: the model may borrow its bytes until release(). */
+static gen_model *held;
+
 static oq_model *load(gen_model *g)
 {
 	oq_model *m = NULL;
 	oq_diag d;
 	oq_diag_init(&d);
+	held = g;
 	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "load: %s", d.msg);
-	gen_free(g);
 	return m;
+}
+
+static void release(oq_model *m)
+{
+	oq_model_free(m);
+	gen_free(held);
+	held = NULL;
 }
 
 /* The live node of g writing value `name`, or NULL. */
@@ -61,7 +71,7 @@ Test(precision, of_finds_the_16_bit_type)
 		int dt = -1;
 		cr_assert_eq(oq_precision_of(m, &dt, &d), OQ_OK, "%s", d.msg);
 		cr_expect_eq(dt, dts[i], "model of dtype %d: %d", dts[i], dt);
-		oq_model_free(m);
+		release(m);
 	}
 }
 
@@ -82,7 +92,7 @@ Test(precision, of_refuses_float16_with_bfloat16)
 	oq_diag_init(&d);
 	cr_expect_eq(oq_precision_of(m, &dt, &d), OQ_EUNSUP);
 	cr_expect(strstr(d.msg, "both float16 and bfloat16") != NULL, "%s", d.msg);
-	oq_model_free(m);
+	release(m);
 }
 
 /* Widen: c float32 with the same values; x and y keep float16, with Casts at the boundary. */
@@ -118,7 +128,7 @@ Test(precision, widen_float16_model)
 	cr_expect_eq(oq_node_attr_int(cast_in, "to", 0), OQ_DT_FLOAT);
 	cr_expect_eq(cast_in->inputs[0], x);
 	cr_expect_eq(mul->inputs[1], c);
-	oq_model_free(m);
+	release(m);
 }
 
 /*
@@ -197,7 +207,7 @@ Test(precision, narrow_quantized_model_to_float16)
 	cr_assert(n->inputs[0]->producer && !strcmp(n->inputs[0]->producer->op_type, "Cast"));
 	cr_expect_eq(oq_node_attr_int(n->inputs[0]->producer, "to", 0), OQ_DT_FLOAT);
 	cr_expect_eq(n->inputs[2]->init->dtype, OQ_DT_FLOAT);
-	oq_model_free(m);
+	release(m);
 }
 
 Test(precision, narrow_refuses_qdq_below_opset_19)
@@ -208,7 +218,7 @@ Test(precision, narrow_refuses_qdq_below_opset_19)
 	oq_diag_init(&d);
 	cr_expect_eq(oq_precision_narrow(m, OQ_DT_FLOAT16, &d), OQ_EUNSUP);
 	cr_expect(strstr(d.msg, "opset 19") != NULL, "%s", d.msg);
-	oq_model_free(m);
+	release(m);
 }
 
 /* Narrowing to float32 only drops Casts that convert nothing: the widened model's output Cast too. */
@@ -234,5 +244,5 @@ Test(precision, widen_then_narrow_to_float32_leaves_no_cast)
 	cr_assert_eq(oq_precision_narrow(m, OQ_DT_FLOAT, &d), OQ_OK, "%s", d.msg);
 	cr_expect_eq(runmodel_count_op(m->graph, "Cast"), 0);
 	cr_expect_eq(producer(m->graph, "y")->op, OQ_OP_Mul);
-	oq_model_free(m);
+	release(m);
 }
