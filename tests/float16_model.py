@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """float16_model.py - a float32 ONNX model as float16 (or bfloat16) converters leave it.
 
-    /usr/bin/python3 tests/float16_model.py IN.onnx OUT.onnx [--dtype float16|bfloat16] [--sorted]
+    /usr/bin/python3 tests/float16_model.py IN.onnx OUT.onnx [--dtype float16|bfloat16] [--sorted] [--io16]
 
 Does what onnxconverter-common's convert_float_to_float16(keep_io_types=True)
 does to a model, written here with the onnx package only:
@@ -18,7 +18,9 @@ does to a model, written here with the onnx package only:
   - every added Cast goes at the END of the node list, so the graph is not
     topologically sorted (unless --sorted), as the converter leaves it.
 --dtype bfloat16 makes the same conversion to bfloat16 (no clamping; the
-values are rounded to nearest even).
+values are rounded to nearest even). --io16 converts the graph inputs and
+outputs too, with no boundary Casts (the converter's default,
+keep_io_types=False).
 """
 import argparse
 
@@ -89,11 +91,19 @@ def convert_graph(g, dtype, low_names, blocked, top):
                 convert_graph(sg, dtype, low_names, blocked, False)
 
 
-def convert(m, dtype, sort):
+def convert(m, dtype, sort, io16=False):
     m = onnx.shape_inference.infer_shapes(m)
     g = m.graph
     appended = []
     rename = {}
+    if io16:
+        low_names = set()
+        blocked = []
+        convert_graph(g, dtype, low_names, blocked, False)
+        cast_blocked(blocked, low_names, dtype)
+        if sort:
+            onnx_sort(g)
+        return m
     for k, vi in enumerate(g.input):
         if float_type(vi) and vi.name not in {t.name for t in g.initializer}:
             rename[vi.name] = "graph_input_cast_%d" % k
@@ -119,7 +129,15 @@ def convert(m, dtype, sort):
     low_names = set(rename.values()) | set(out_rename.values())
     blocked = []
     convert_graph(g, dtype, low_names, blocked, True)
-    # blocked ops run in float32: Casts around their low-precision inputs and outputs
+    cast_blocked(blocked, low_names, dtype)
+    g.node.extend(appended)
+    if sort:
+        onnx_sort(g)
+    return m
+
+
+def cast_blocked(blocked, low_names, dtype):
+    """Blocked ops run in float32: Casts around their low-precision inputs and outputs."""
     for owner, n in blocked:
         for i, x in enumerate(n.input):
             if x in low_names:
@@ -131,10 +149,6 @@ def convert(m, dtype, sort):
                 c = "%s_output_cast_%d" % (n.name, i)
                 owner.node.append(helper.make_node("Cast", [c], [y], to=dtype, name=c))
                 n.output[i] = c
-    g.node.extend(appended)
-    if sort:
-        onnx_sort(g)
-    return m
 
 
 def onnx_sort(g):
@@ -162,9 +176,10 @@ def main():
     ap.add_argument("output")
     ap.add_argument("--dtype", choices=["float16", "bfloat16"], default="float16")
     ap.add_argument("--sorted", action="store_true", help="sort the nodes (the converter does not)")
+    ap.add_argument("--io16", action="store_true", help="graph inputs and outputs in dtype too (no boundary Casts)")
     a = ap.parse_args()
     dtype = TensorProto.FLOAT16 if a.dtype == "float16" else TensorProto.BFLOAT16
-    m = convert(onnx.load(a.input), dtype, a.sorted)
+    m = convert(onnx.load(a.input), dtype, a.sorted, a.io16)
     onnx.save(m, a.output)
 
 

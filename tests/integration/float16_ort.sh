@@ -30,6 +30,9 @@
 #             it, SQNR within 1 dB of Q32's
 #   stats     (tiny) `calibrate --shard` x 2 + `merge-stats` + `quantize --stats`
 #             on M16 writes the bytes of `quantize --no-bias-correction`
+# io16 (tiny): float16 inputs and outputs too (the converter's default,
+# keep_io_types=False), float16 samples: run (float16 outputs, >= 30 dB against
+# ORT), quantize (float16 interface kept, check valid, SQNR within 1 dB of Q32's).
 # bfloat16 (tiny): ONNX Runtime has no bfloat16 Conv, so it cannot judge;
 # `onnxq run` of the bfloat16 form must stay within 2^-7 relative of ORT's
 # float32 twin output, and `quantize` must write a model `check` accepts.
@@ -171,6 +174,40 @@ model_case() { # NAME M32 CALIB TEST
 
 # --- tiny_cnn
 model_case tiny "$root/models/tiny_cnn.onnx" "$root/models/tiny_cnn_calib" "$root/models/tiny_cnn_test"
+
+# --- tiny_cnn with float16 inputs and outputs (the converter's default, keep_io_types=False):
+# float16 samples, run against ORT, quantize keeps the float16 interface
+io=$tmp/io16
+mkdir -p "$io/calib" "$io/test" "$io/one"
+if ! "$py" "$root/tests/float16_model.py" "$root/models/tiny_cnn.onnx" "$io/m.onnx" --io16 2> "$io/err" ||
+	! "$py" -c 'import sys, glob, os, numpy as np
+for src, dst in ((sys.argv[1], sys.argv[3]), (sys.argv[2], sys.argv[4])):
+    for f in sorted(glob.glob(src + "/*.npy")):
+        np.save(os.path.join(dst, os.path.basename(f)), np.load(f).astype(np.float16))' \
+		"$root/models/tiny_cnn_calib" "$root/models/tiny_cnn_test" "$io/calib" "$io/test" 2>> "$io/err"; then
+	bad "io16: cannot make the model or samples: $(tail -n 1 "$io/err")" && bad "io16: quantize"
+else
+	cp "$io/test/000.npy" "$io/one/000.npy"
+	if node "$js" run "$io/m.onnx" "$io/ort" "image=$io/one/000.npy" 2> "$io/err" &&
+		"$onnxq" run "$io/m.onnx" --data "$io/one" --output-dir "$io/q" > /dev/null 2>> "$io/err" &&
+		head -c 64 "$io/q/000/probs.npy" | grep -q "'<f2'" &&
+		s=$(node "$fjs" npy "$io/ort/probs.npy" "$io/q/000/probs.npy" | awk '{ print $2 }') &&
+		awk -v x="$s" 'BEGIN { exit !(x >= 30) }'; then
+		ok "io16: run gives float16 outputs, $s dB against ORT"
+	else
+		bad "io16: run: $(head -n 1 "$io/err") sqnr against ORT '${s:-}' dB"
+	fi
+	s32=$(sqnr "$root/models/tiny_cnn.onnx" "$tmp/tiny/q32.onnx" image "$root/models/tiny_cnn_test")
+	if "$onnxq" quantize "$io/m.onnx" --calib "$io/calib" -o "$io/q.onnx" --quiet 2> "$io/err" &&
+		"$onnxq" check "$io/q.onnx" > /dev/null 2>> "$io/err" &&
+		[[ $(describe "$io/q.onnx") =~ ^opset\ (19|2[0-9])\ f32\ 0\ .*scales\ 10\ io\ 10,10$ ]] &&
+		[ "$(node "$fjs" load "$io/q.onnx")" = ok ] &&
+		s=$(sqnr "$io/m.onnx" "$io/q.onnx" image "$io/test") && [ -n "$s" ] && within "$s" "$s32"; then
+		ok "io16: quantize keeps float16 inputs / outputs, check valid, sqnr $s dB (float32 twin $s32 dB)"
+	else
+		bad "io16: quantize: $(head -n 1 "$io/err") $(describe "$io/q.onnx" 2> /dev/null) sqnr '${s:-}' dB (float32 twin $s32)"
+	fi
+fi
 
 # --- sharded calibration of the float16 tiny_cnn: the bytes of one quantize --no-bias-correction
 st=$tmp/stats
