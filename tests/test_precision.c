@@ -246,3 +246,45 @@ Test(precision, widen_then_narrow_to_float32_leaves_no_cast)
 	cr_expect_eq(producer(m->graph, "y")->op, OQ_OP_Mul);
 	release(m);
 }
+
+/*
+ * c = Concat(DequantizeLinear(q1), DequantizeLinear(q2)) narrowed to float16: the Concat reads
+ * Casts to float and its output is cast back, so ONNX Runtime cannot fuse the three into a
+ * QLinearConcat (float32 scales only) and refuse the model.
+ */
+Test(precision, narrow_keeps_dequantized_concat_float32)
+{
+	gen_model *g = gen_new(9);
+	Onnx__GraphProto *gp;
+	oq_model *m;
+	const oq_node *cat;
+	oq_diag d;
+
+	gen_opset(g, "", 19);
+	gp = gen_graph(g);
+	gen_input(g, gp, "x", OQ_DT_FLOAT, GEN_SHAPE(2));
+	gen_init(g, gp, "s", OQ_DT_FLOAT, 0, NULL, (const double[]){0.5});
+	gen_init(g, gp, "z", OQ_DT_UINT8, 0, NULL, (const double[]){0});
+	gen_node(g, gp, "QuantizeLinear", "q", "x,s,z", "xq");
+	gen_node(g, gp, "DequantizeLinear", "dq1", "xq,s,z", "a");
+	gen_node(g, gp, "DequantizeLinear", "dq2", "xq,s,z", "b");
+	gen_attr_int(g, gen_node(g, gp, "Concat", "cat", "a,b", "c"), "axis", 0);
+	gen_node(g, gp, "QuantizeLinear", "qc", "c,s,z", "cq");
+	gen_node(g, gp, "DequantizeLinear", "dqc", "cq,s,z", "y");
+	gen_output(g, gp, "y", OQ_DT_FLOAT, GEN_SHAPE(4));
+	m = load(g);
+	oq_diag_init(&d);
+	cr_assert_eq(oq_precision_narrow(m, OQ_DT_FLOAT16, &d), OQ_OK, "%s", d.msg);
+	cat = producer(m->graph, "c");
+	if (cat && cat->op == OQ_OP_Cast) /* c itself may be the cast back */
+		cat = cat->inputs[0]->producer;
+	cr_assert(cat && cat->op == OQ_OP_Concat);
+	for (size_t i = 0; i < 2; i++) {
+		const oq_node *p = cat->inputs[i]->producer;
+		cr_assert(p && p->op == OQ_OP_Cast, "Concat input %zu not a Cast", i);
+		cr_expect_eq(oq_node_attr_int(p, "to", 0), OQ_DT_FLOAT);
+		cr_expect_eq(p->inputs[0]->producer->op, OQ_OP_DequantizeLinear);
+	}
+	cr_expect_eq(oq_graph_find(m->graph, "s")->init->dtype, OQ_DT_FLOAT16);
+	release(m);
+}

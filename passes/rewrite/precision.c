@@ -15,7 +15,8 @@
  * (infer: declared, initializer, or from the op's rule): every
  * float32 value becomes L except main graph inputs and outputs (they keep
  * their declared types) and what the ops float16 converters block read and
- * write (blocked(): they run in float32); a constant (initializer or
+ * write, and a Concat reading a DequantizeLinear output (blocked(): they
+ * run in float32); a constant (initializer or
  * Constant) becomes L when some reader wants it so. A reader wanting the
  * other type gets a Cast (one per value and type):
  *   blocked op    its float inputs float32
@@ -503,10 +504,31 @@ static void types_free(types *ty)
 
 /* ------------------------------------------------------------ narrow */
 
-/* Ops float16 converters keep in float32 (onnxconverter-common's block list and the integer-
- * arithmetic ops, whose scales are float32 only), and ops of other domains (types unknown). */
-static int blocked(const oq_node *n)
+/* A narrowing under way. */
+typedef struct nctx {
+	oq_model *m;
+	int L;          /* the target type */
+	types ty;
+	int **tgt;      /* per graph of ty.gs, per value index: type it gets (0: left alone) */
+	size_t *nv;     /* per graph: its values when tgt was made (later ones have no target) */
+	const oq_node **qcat; /* quantized Concats (see blocked), found before any edit */
+	size_t n_qcat;
+	oq_diag *d;
+} nctx;
+
+/*
+ * Ops float16 converters keep in float32 (onnxconverter-common's block list and the integer-
+ * arithmetic ops, whose scales are float32 only), ops of other domains (types unknown), and a
+ * Concat reading a DequantizeLinear output: ONNX Runtime (1.30, optimization level `extended` and
+ * above) fuses DequantizeLinear -> Concat -> QuantizeLinear into com.microsoft::QLinearConcat
+ * without checking the scales' type and then refuses the model, as QLinearConcat takes float32
+ * scales only; the Casts around a float32 Concat keep the pattern from matching.
+ */
+static int blocked(const nctx *c, const oq_node *n)
 {
+	for (size_t i = 0; n->op == OQ_OP_Concat && i < c->n_qcat; i++)
+		if (c->qcat[i] == n)
+			return 1;
 	if (n->op == OQ_OP_UNKNOWN || (n->domain[0] && strcmp(n->domain, "ai.onnx") != 0))
 		return 1;
 	switch (n->op) {
@@ -520,9 +542,9 @@ static int blocked(const oq_node *n)
 }
 
 /* The type input k of n wants when it is a float (0: any). */
-static int slot_need(const oq_node *n, size_t k, int L)
+static int slot_need(const nctx *c, const oq_node *n, size_t k, int L)
 {
-	if (blocked(n))
+	if (blocked(c, n))
 		return OQ_DT_FLOAT;
 	switch (n->op) {
 	case OQ_OP_Cast: case OQ_OP_Shape: case OQ_OP_Size: case OQ_OP_CastLike:
@@ -538,16 +560,6 @@ static int is_float(int dt)
 {
 	return dt == OQ_DT_FLOAT || low(dt);
 }
-
-/* A narrowing under way. */
-typedef struct nctx {
-	oq_model *m;
-	int L;          /* the target type */
-	types ty;
-	int **tgt;      /* per graph of ty.gs, per value index: type it gets (0: left alone) */
-	size_t *nv;     /* per graph: its values when tgt was made (later ones have no target) */
-	oq_diag *d;
-} nctx;
 
 static int tgt_of(const nctx *c, const oq_value *v)
 {
@@ -571,7 +583,7 @@ static int split_outputs(nctx *c)
 	for (size_t i = 0; i < g->n_outputs; i++) {
 		oq_value *y = g->outputs[i];
 		oq_node *p = y->producer;
-		if (!p || dt_of(&c->ty, y) != OQ_DT_FLOAT || blocked(p) || p->op == OQ_OP_Cast || p->op == OQ_OP_CastLike)
+		if (!p || dt_of(&c->ty, y) != OQ_DT_FLOAT || blocked(c, p) || p->op == OQ_OP_Cast || p->op == OQ_OP_CastLike)
 			continue;
 		if ((rc = cast_to_output(g, y, OQ_DT_FLOAT)) || (rc = oq_graph_rebuild_uses(g)))
 			return rc;
@@ -599,13 +611,13 @@ static int targets(nctx *c)
 				t = dt;
 			else if (k == 0 && ((v->flags & OQ_V_INPUT && !v->init) || (v->flags & OQ_V_OUTPUT)))
 				t = dt; /* the main graph's inputs and outputs keep their declared types */
-			else if (p && blocked(p))
+			else if (p && blocked(c, p))
 				t = OQ_DT_FLOAT;
 			else if (v->init || (p && p->op == OQ_OP_Constant)) {
 				/* a constant: L when some reader wants L (or none reads it) */
 				t = v->n_uses ? OQ_DT_FLOAT : c->L;
 				for (size_t u = 0; u < v->n_uses; u++)
-					if (slot_need(v->uses[u].node, (size_t)v->uses[u].index, c->L) == c->L)
+					if (slot_need(c, v->uses[u].node, (size_t)v->uses[u].index, c->L) == c->L)
 						t = c->L;
 			}
 			c->tgt[k][i] = t;
@@ -633,7 +645,7 @@ static int insert_casts(nctx *c, size_t k)
 		oq_node *n = g->nodes[i];
 		for (size_t s = 0; s < n->n_inputs && !rc; s++) {
 			oq_value *v = n->inputs[s];
-			int need = v ? slot_need(n, s, c->L) : 0, cur = tgt_of(c, v);
+			int need = v ? slot_need(c, n, s, c->L) : 0, cur = tgt_of(c, v);
 			size_t j;
 			if (!need || !cur || need == cur || !is_float(dt_of(&c->ty, v)))
 				continue;
@@ -817,6 +829,7 @@ static int drop_noop_casts(nctx *c, size_t k)
 int oq_precision_narrow(oq_model *m, int dtype, oq_diag *d)
 {
 	nctx c;
+	size_t cap_qcat = 0;
 	int rc;
 
 	memset(&c, 0, sizeof c);
@@ -830,6 +843,16 @@ int oq_precision_narrow(oq_model *m, int dtype, oq_diag *d)
 		for (size_t k = 0; k < c.ty.gs.n; k++)
 			for (size_t i = 0; i < c.ty.gs.g[k]->n_nodes; i++) {
 				const oq_node *n = c.ty.gs.g[k]->nodes[i];
+				int qin = 0;
+				for (size_t j = 0; n->op == OQ_OP_Concat && j < n->n_inputs; j++)
+					qin |= n->inputs[j] && n->inputs[j]->producer &&
+					       n->inputs[j]->producer->op == OQ_OP_DequantizeLinear;
+				if (qin && oq_grow(&c.qcat, &cap_qcat, c.n_qcat + 1, sizeof *c.qcat)) {
+					rc = oq_err(d, OQ_ENOMEM, "precision: out of memory");
+					goto done;
+				}
+				if (qin)
+					c.qcat[c.n_qcat++] = n;
 				if ((n->op == OQ_OP_QuantizeLinear || n->op == OQ_OP_DequantizeLinear) && opset < 19) {
 					rc = oq_err(d, OQ_EUNSUP,
 						    "precision: node '%s' (%s): %s scales need opset 19 (the model has %lld); "
@@ -865,6 +888,7 @@ done:
 		free(c.tgt[k]);
 	free(c.tgt);
 	free(c.nv);
+	free(c.qcat);
 	types_free(&c.ty);
 	return rc == OQ_ENOMEM && !d->count ? oq_err(d, rc, "precision: out of memory") : rc;
 }

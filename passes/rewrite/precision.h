@@ -37,7 +37,9 @@ int oq_precision_widen(oq_model *m, int *changed, oq_diag *d) OQ_WUR;
  * inputs and outputs keep their declared types (Casts at the boundary);
  * ops float16 converters keep in float32 (Resize, Upsample, Range, TopK,
  * NonMaxSuppression, RoiAlign, CumSum, Min, Max, the integer-arithmetic
- * ops) stay float32 with Casts around them; QuantizeLinear /
+ * ops), and a Concat reading a DequantizeLinear output (ONNX Runtime would
+ * fuse it into a QLinearConcat, which takes float32 scales only), stay
+ * float32 with Casts around them; QuantizeLinear /
  * DequantizeLinear take scales of dtype (the model must be at opset >= 19:
  * OQ_EUNSUP otherwise) and an int32 bias DequantizeLinear becomes a dtype
  * initializer (a bias scale below dtype's range would flush to zero).

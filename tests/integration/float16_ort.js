@@ -10,7 +10,8 @@
 //   node float16_ort.js npy REF TEST
 //       the SQNR in dB of .npy file TEST against REF (float32 or float16): prints "sqnr S".
 //   node float16_ort.js load MODEL
-//       creates a session for MODEL: prints "ok" or "reject <ORT's first line>".
+//       creates sessions for MODEL at graphOptimizationLevel 'disabled' and 'all' (ORT's
+//       default, where its QDQ fusions run): prints "ok" or "reject (level L) <ORT's first line>".
 //
 // ORT is found in $OQ_CACHE/ort/node_modules (default <repo>/.cache).
 'use strict';
@@ -86,12 +87,15 @@ function npy(ref, test) {
 }
 
 async function load(model) {
-  try {
-    await session(model);
-    console.log('ok');
-  } catch (e) {
-    console.log('reject ' + String(e.message || e).split('\n')[0]);
+  for (const level of ['disabled', 'all']) {
+    try {
+      await ort.InferenceSession.create(model, {graphOptimizationLevel: level, intraOpNumThreads: 1, logSeverityLevel: 3});
+    } catch (e) {
+      console.log(`reject (level ${level}) ` + String(e.message || e).split('\n')[0]);
+      return;
+    }
   }
+  console.log('ok');
 }
 
 const [cmd, ...args] = process.argv.slice(2);

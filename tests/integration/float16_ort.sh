@@ -21,7 +21,8 @@
 #             bits at --threads 1 and 2
 #   quantize  M16 -> Q16: `onnxq check` valid; the file keeps float16 (no
 #             float32 initializer but Resize's roi / scales; Q/DQ scales float16; opset >= 19; inputs
-#             and outputs of M16's types); ORT loads it
+#             and outputs of M16's types); ORT loads it at optimization level
+#             'disabled' and at 'all', its default, where its QDQ fusions run
 #   sqnr      SQNR (ORT, test samples) of Q16 against M16 within 1 dB of that
 #             of Q32 (`quantize` of M32, same options) against M32
 #   hp32      `--high-precision float32` on M16: no float16 initializer, ORT
