@@ -41,7 +41,7 @@ if [ "${OQ_RUN_ORT_KEEP:-0}" = 1 ]; then echo "run_ort: work folder $tmp"; else 
 
 # --- inputs
 magick=0
-if [ "${OQ_NO_MAGICK:-0}" != 1 ] && [ -x /usr/bin/convert ] && /usr/bin/convert -version 2>/dev/null | grep -q ImageMagick &&
+if [ "${OQ_NO_MAGICK:-0}" != 1 ] && [ -x /usr/bin/convert ] && [[ $(/usr/bin/convert -version 2>/dev/null) == *ImageMagick* ]] &&
    /usr/bin/convert -list font 2>/dev/null | grep -q 'Font: DejaVu-Sans$'; then
   magick=1
 fi
