@@ -105,6 +105,7 @@ typedef struct oq_opts {
 	const oq_override *overrides; /* --overrides FILE.json, parsed */
 	size_t n_overrides;
 	const oq_ranges *ranges;     /* calibrated activation ranges (quantize); NULL in weight-only */
+	int cle;             /* --cle: run the cle pass (cross-layer equalization) */
 	FILE *log;           /* verbose notes (what a pass did), or NULL */
 } oq_opts;
 
@@ -118,6 +119,8 @@ typedef struct oq_pass {
 	const char *name;    /* as on the command line: "fold-bn" */
 	oq_pass_fn fn;
 	const char *help;    /* one line for --help and the README */
+	int (*wanted)(const oq_opts *o); /* opt-in passes: runs without --passes only when this
+					  * says so (NULL: always) */
 } oq_pass;
 
 /* The passes, in the order the pipeline runs them. */
@@ -129,6 +132,7 @@ const oq_pass *oq_pass_find(const char *name);
 int oq_pass_cleanup(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
 int oq_pass_upgrade_opset(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
 int oq_pass_fold_bn(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
+int oq_pass_cle(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
 int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
 int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
 /* The lowest opset the quantization o asks for needs (options and overrides); *why names the

@@ -4,7 +4,8 @@
  * The table order is the pipeline order: cleanup makes PyTorch and Paddle
  * exports look alike (no Identity, weights as initializers), upgrade-opset
  * brings old models to an opset that has the Q/DQ features asked for,
- * fold-bn removes inference BatchNormalization, fuse marks the quantization
+ * fold-bn removes inference BatchNormalization, cle (opt-in: --cle or
+ * --passes) equalizes the weight ranges of Conv pairs, fuse marks the quantization
  * units and quantize inserts Q/DQ from the calibrated ranges. Calibration
  * runs between fuse and quantize: the pipeline (src/pipeline/pipeline.c)
  * runs the stage oq_passes_rewrite, calibrates, then oq_passes_quantize.
@@ -21,22 +22,30 @@
 
 #include "src/report/check.h"
 
+static int want_cle(const oq_opts *o)
+{
+	return o->cle;
+}
+
 const oq_pass oq_passes[] = {
 	{"cleanup", oq_pass_cleanup,
-	 "remove Identity/Dropout, fold constants (Constant nodes become initializers), drop dead code"},
+	 "remove Identity/Dropout, fold constants (Constant nodes become initializers), drop dead code", NULL},
 	{"upgrade-opset", oq_pass_upgrade_opset,
-	 "convert nodes to the opset quantization needs (--opset N; default the lowest needed, >= 13)"},
+	 "convert nodes to the opset quantization needs (--opset N; default the lowest needed, >= 13)", NULL},
 	{"fold-bn", oq_pass_fold_bn,
-	 "fold inference BatchNormalization into the Conv/ConvTranspose/Gemm/MatMul before it"},
+	 "fold inference BatchNormalization into the Conv/ConvTranspose/Gemm/MatMul before it", NULL},
+	{"cle", oq_pass_cle,
+	 "cross-layer equalization of Conv -> [Relu] -> Conv weight ranges (--cle; float model unchanged)",
+	 want_cle},
 	{"fuse", oq_pass_fuse,
 	 "mark quantization units: Conv/Gemm/MatMul/Add + Relu/Clip/LeakyRelu, MatMul + bias Add, "
-	 "decomposed LayerNorm/GELU/HardSwish"},
+	 "decomposed LayerNorm/GELU/HardSwish", NULL},
 	{"quantize", oq_pass_quantize,
-	 "insert QuantizeLinear/DequantizeLinear, quantize weights and biases"},
+	 "insert QuantizeLinear/DequantizeLinear, quantize weights and biases", NULL},
 };
 const size_t oq_n_passes = sizeof oq_passes / sizeof oq_passes[0];
 
-const char oq_passes_rewrite[] = "cleanup,upgrade-opset,fold-bn,fuse";
+const char oq_passes_rewrite[] = "cleanup,upgrade-opset,fold-bn,cle,fuse";
 const char oq_passes_quantize[] = "quantize";
 
 const oq_pass *oq_pass_find(const char *name)
@@ -153,7 +162,8 @@ int oq_passes_run(oq_model *m, const oq_pass_run *r, const oq_opts *o, oq_diag *
 		const oq_pass *p = &oq_passes[i];
 		int changed = 0;
 
-		if (!oq_pass_selected(r, p->name) || (r->stage && !in_list(r->stage, p->name)))
+		if (!oq_pass_selected(r, p->name) || (r->stage && !in_list(r->stage, p->name)) ||
+		    (!r->list && p->wanted && !p->wanted(o)))
 			continue;
 		if ((rc = oq_graph_rebuild_uses(m->graph)))
 			return oq_err(d, rc, "passes: out of memory");

@@ -1,5 +1,5 @@
 /*
- * test_pass_rewrite.c - the graph rewrites: cleanup, fold-bn, fuse.
+ * test_pass_rewrite.c - the graph rewrites: cleanup, fold-bn, cle, fuse.
  *
  * Every case builds a small model in C (tests/util/gen_model), runs the
  * executor on fixed pseudo-random inputs, runs the passes through the
@@ -866,4 +866,135 @@ Test(fuse, swish_silu_and_activation_ops)
 		cr_assert_eq(val(f.m, "y")->producer->qmark, 0, "only Relu/Clip are removable");
 		done(&f);
 	}
+}
+
+/* ------------------------------------------------------------ cle */
+
+/* Element i of the initializer input k of the node writing `out`. */
+static double wat(const fx *f, const char *out, size_t k, size_t i)
+{
+	const oq_node *n = val(f->m, out)->producer;
+	cr_assert_gt(n->n_inputs, k);
+	cr_assert_not_null(n->inputs[k]->init, "%s input %zu is not an initializer", out, k);
+	return oq_tensor_get(n->inputs[k]->init, i);
+}
+
+/*
+ * x[1,1,4,4] -> Conv c1 (W1 [2,1,3,3], b1) -> Relu -> Conv c2 (W2 [2,2,3,3], pads 1) -> y.
+ * W1 row 0 holds -4 (r1_0 = 4), row 1 max |.| = 1; W2 input channel 0 max |.| = 1, channel 1
+ * holds 9: s = sqrt(r1 / r2) = (sqrt(4/1), sqrt(1/9)) = (2, 1/3), both ranges become
+ * sqrt(r1 r2) = (2, 3); W1[i] /= s_i, b1[i] /= s_i, W2[:, i] *= s_i.
+ */
+static const double cle_w1[18] = {1, -4, 2, 0.5, 3, -1, 2, 0, 1, 0.25, -1, 0.5, 0.5, 1, -0.5, 0, 0.75, 1};
+static const double cle_w2[36] = {
+	1, -0.5, 0.25, 0.5, 1, 0, -1, 0.5, 0.75, /* out 0, in 0 */
+	9, 1, 2, -3, 4, 0, 1, 2, -5,             /* out 0, in 1 */
+	0.5, 0.5, -1, 0, 0.25, 1, 0.5, -0.75, 1, /* out 1, in 0 */
+	-9, 3, 1, 2, 0, 1, -2, 3, 4,             /* out 1, in 1 */
+};
+
+static gen_model *cle_chain(const char *act)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(1, 1, 4, 4));
+	gen_init(gm, g, "W1", F, GEN_SHAPE(2, 1, 3, 3), cle_w1);
+	gen_init(gm, g, "B1", F, GEN_SHAPE(2), GEN_VALS(0.5, -0.3));
+	gen_init(gm, g, "W2", F, GEN_SHAPE(2, 2, 3, 3), cle_w2);
+	gen_init(gm, g, "B2", F, GEN_SHAPE(2), GEN_VALS(0.1, 0.2));
+	Onnx__NodeProto *c1 = gen_node(gm, g, "Conv", "c1", "x,W1,B1", "t");
+	gen_attr_ints(gm, c1, "pads", 4, (const int64_t[]){1, 1, 1, 1});
+	if (!strcmp(act, "Relu6")) {
+		gen_init(gm, g, "lo", F, 0, NULL, GEN_VALS(0));
+		gen_init(gm, g, "hi", F, 0, NULL, GEN_VALS(6));
+		gen_node(gm, g, "Clip", "a", "t,lo,hi", "r");
+	} else if (*act) {
+		gen_node(gm, g, act, "a", "t", "r");
+	}
+	Onnx__NodeProto *c2 = gen_node(gm, g, "Conv", "c2", *act ? "r,W2,B2" : "t,W2,B2", "y");
+	gen_attr_ints(gm, c2, "pads", 4, (const int64_t[]){1, 1, 1, 1});
+	gen_output(gm, g, "y", F, -1, NULL);
+	return gm;
+}
+
+Test(cle, conv_relu_conv_hand_scales)
+{
+	const char *acts[] = {"Relu", "", "LeakyRelu"};
+	for (int v = 0; v < 3; v++) {
+		fx f = rewrite(cle_chain(acts[v]), "cle");
+		const double s[2] = {2, 1.0 / 3};
+		cr_assert_lt(f.err, TOL, "%s: relative error %g", acts[v], f.err);
+		for (size_t e = 0; e < 18; e++)
+			cr_assert_float_eq(wat(&f, "t", 1, e), cle_w1[e] / s[e / 9], 1e-6, "W1[%zu]", e);
+		cr_assert_float_eq(wat(&f, "t", 2, 0), 0.5 / 2, 1e-7);
+		cr_assert_float_eq(wat(&f, "t", 2, 1), -0.3 * 3, 1e-6);
+		for (size_t e = 0; e < 36; e++)
+			cr_assert_float_eq(wat(&f, "y", 1, e), cle_w2[e] * s[(e / 9) % 2], 1e-6, "W2[%zu]", e);
+		/* the second conv's bias is not touched */
+		cr_assert_float_eq(wat(&f, "y", 2, 0), 0.1, 1e-7);
+		/* ranges now equal: channel 0 max 2 = sqrt(4 * 1), channel 1 max 3 = sqrt(1 * 9) */
+		double r1[2] = {0, 0}, r2[2] = {0, 0};
+		for (size_t e = 0; e < 18; e++)
+			r1[e / 9] = fmax(r1[e / 9], fabs(wat(&f, "t", 1, e)));
+		for (size_t e = 0; e < 36; e++)
+			r2[(e / 9) % 2] = fmax(r2[(e / 9) % 2], fabs(wat(&f, "y", 1, e)));
+		cr_assert_float_eq(r1[0], 2, 1e-6);
+		cr_assert_float_eq(r2[0], 2, 1e-6);
+		cr_assert_float_eq(r1[1], 3, 1e-6);
+		cr_assert_float_eq(r2[1], 3, 1e-6);
+		done(&f);
+	}
+}
+
+Test(cle, relu6_pair_is_skipped)
+{
+	fx f = rewrite(cle_chain("Relu6"), "cle");
+	for (size_t e = 0; e < 18; e++)
+		cr_assert_eq(wat(&f, "t", 1, e), cle_w1[e]);
+	for (size_t e = 0; e < 36; e++)
+		cr_assert_eq(wat(&f, "y", 1, e), cle_w2[e]);
+	cr_assert_lt(f.err, 1e-7);
+	done(&f);
+}
+
+/* pointwise -> depthwise -> Relu -> pointwise, a shared first weight: the chain converges to
+ * equal ranges on both boundaries, the other reader keeps the original weight. */
+Test(cle, chain_depthwise_and_shared_weight)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(1, 3, 5, 5));
+	rand_init(gm, g, "Wa", GEN_SHAPE(4, 3, 1, 1));
+	rand_init(gm, g, "Wb", GEN_SHAPE(4, 1, 3, 3));
+	rand_init(gm, g, "Bb", GEN_SHAPE(4));
+	rand_init(gm, g, "Wc", GEN_SHAPE(6, 4, 1, 1));
+	gen_node(gm, g, "Conv", "a", "x,Wa", "ta");
+	Onnx__NodeProto *b = gen_node(gm, g, "Conv", "b", "ta,Wb,Bb", "tb");
+	gen_attr_int(gm, b, "group", 4);
+	gen_attr_ints(gm, b, "pads", 4, (const int64_t[]){1, 1, 1, 1});
+	gen_node(gm, g, "Relu", "r", "tb", "rb");
+	gen_node(gm, g, "Conv", "c", "rb,Wc", "y");
+	gen_node(gm, g, "Conv", "other", "x,Wa", "z");
+	gen_output(gm, g, "y", F, -1, NULL);
+	gen_output(gm, g, "z", F, -1, NULL);
+	/* spread the ranges so equalization has work to do */
+	fx f = rewrite(gm, "cle");
+	cr_assert_lt(f.err, TOL, "relative error %g", f.err);
+	oq_value *wa = val(f.m, "Wa");
+	cr_assert_eq(val(f.m, "z")->producer->inputs[1], wa, "the other reader keeps Wa");
+	cr_assert_neq(val(f.m, "ta")->producer->inputs[1], wa, "a's weight is a copy");
+	/* boundary a|b: a's row i vs b's channel i; boundary b|c: b's channel i vs c's column i */
+	for (size_t i = 0; i < 4; i++) {
+		double ra = 0, rb = 0, rc = 0;
+		for (size_t k = 0; k < 3; k++)
+			ra = fmax(ra, fabs(wat(&f, "ta", 1, i * 3 + k)));
+		for (size_t k = 0; k < 9; k++)
+			rb = fmax(rb, fabs(wat(&f, "tb", 1, i * 9 + k)));
+		for (size_t m = 0; m < 6; m++)
+			rc = fmax(rc, fabs(wat(&f, "y", 1, m * 4 + i)));
+		/* b is both: its channel range equals a's row range and c's column range */
+		cr_assert_float_eq(ra, rb, 1e-5 * rb, "channel %zu: %g vs %g", i, ra, rb);
+		cr_assert_float_eq(rb, rc, 1e-5 * rb, "channel %zu: %g vs %g", i, rb, rc);
+	}
+	done(&f);
 }

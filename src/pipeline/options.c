@@ -425,6 +425,9 @@ const oq_option oq_pipeline_options[] = {
 	 "                          clipping range with the least squared error on its grid\n"},
 	{"reduce-range", OQ_ARG_NONE, QC, set_flag, F(q.reduce_range),
 	 "  --reduce-range          7-bit weights (older x86 integer kernels)\n"},
+	{"cle", OQ_ARG_NONE, QC, set_flag, F(q.cle),
+	 "  --cle                   cross-layer equalization: rescale Conv -> [Relu] -> Conv\n"
+	 "                          channel pairs to equal weight ranges (float model unchanged)\n"},
 	{"keep-activations", OQ_ARG_NONE, QC, set_flag, F(q.keep_activations),
 	 "  --keep-activations      keep Relu/Clip after Conv/Gemm instead of folding them into Q\n"},
 	{"weight-only", OQ_ARG_NONE, QC, set_flag, F(q.weight_only),
@@ -450,7 +453,8 @@ const oq_option oq_pipeline_options[] = {
 	 "  --opset N               target opset (default: the lowest the options need, >= 13)\n"},
 	{NULL, 0, 0, NULL, 0, "Passes:\n"},
 	{"passes", OQ_ARG_REQUIRED, ALL, set_path, F(run.list),
-	 "  --passes LIST           run only these passes (cleanup,upgrade-opset,fold-bn,fuse,quantize)\n"},
+	 "  --passes LIST           run only these passes (cleanup,upgrade-opset,fold-bn,cle,fuse,\n"
+	 "                          quantize)\n"},
 	{NULL, 0, 0, NULL, 0, "  --no-PASS               leave one pass out (e.g. --no-fold-bn)\n"},
 	{"dump-after", OQ_ARG_REQUIRED, ALL, set_path, F(run.dump_after),
 	 "  --dump-after PASS       print the graph after PASS to stderr\n"},
@@ -514,7 +518,7 @@ int oq_pipeline_args_set(oq_pipeline_args *a, const char *name, const char *valu
 		if (strncmp(name, "no-", 3) != 0 || !oq_pass_find(name + 3))
 			return oq_err(d, OQ_EUSAGE, strncmp(name, "no-", 3) == 0
 							    ? "unknown --no-PASS option (passes: cleanup, upgrade-opset, "
-							      "fold-bn, fuse, quantize)"
+							      "fold-bn, cle, fuse, quantize)"
 							    : "unknown option --%s", name);
 		return append(a, OQ_ARGS_DISABLED, name + 3, d);
 	}

@@ -1,5 +1,5 @@
 /*
- * passes_real.c - the rewrite passes cleanup, fold-bn and fuse on real
+ * passes_real.c - the rewrite passes cleanup, fold-bn, cle and fuse on real
  * models: the PaddleOCR cls/det/rec exports (fetch.sh) and the torchvision
  * exports of torchvision_export.py (BatchNormalization kept, weights wrapped
  * in Identity), all in $OQ_CACHE (default $OQ_SOURCE_DIR/.cache). A model
@@ -33,7 +33,7 @@ static void cache_path(char *buf, size_t cap, const char *rel)
 		snprintf(buf, cap, "%s/.cache/%s", s ? s : ".", rel);
 }
 
-/* Runs cleanup,fold-bn,fuse on the model at `rel`; the outputs must match the original's.
+/* Runs cleanup,fold-bn,cle,fuse on the model at `rel`; the outputs must match the original's.
  * Input: the .npy at `npy`, or pseudo-random values with symbolic dims `sym` when NULL. */
 static void real_model(const char *rel, const char *npy, int64_t sym)
 {
@@ -69,7 +69,7 @@ static void real_model(const char *rel, const char *npy, int64_t sym)
 	size_t bn0 = runmodel_count_op(m->graph, "BatchNormalization");
 	size_t id0 = runmodel_count_op(m->graph, "Identity");
 	oq_opts_init(&o);
-	r.list = "cleanup,fold-bn,fuse";
+	r.list = "cleanup,fold-bn,cle,fuse";
 	r.verify = 1;
 	cr_assert_eq(oq_passes_run(m, &r, &o, &d), OQ_OK, "passes: %s", d.msg);
 	size_t bn1 = runmodel_count_op(m->graph, "BatchNormalization");
