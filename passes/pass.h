@@ -55,6 +55,13 @@ enum {
 	OQ_WMETHOD_MSE,        /* the clipped range with the least squared error on the weight's grid */
 };
 
+/* How weights are rounded onto their grid (--weight-rounding; calib/rounding/rounding.h). */
+enum {
+	OQ_WROUND_NEAREST = 0, /* round to nearest, ties to even (default) */
+	OQ_WROUND_ADAROUND,    /* per element up/down learned on calibration inputs (AdaRound) */
+	OQ_WROUND_SEQMSE,      /* per channel/block scale searched on calibration inputs (sequential MSE) */
+};
+
 /* Per-tensor / per-node settings from --overrides FILE.json (quantize pass). */
 typedef struct oq_override {
 	char *name;          /* tensor (value) name or node name */
@@ -106,6 +113,9 @@ typedef struct oq_opts {
 	size_t n_overrides;
 	const oq_ranges *ranges;     /* calibrated activation ranges (quantize); NULL in weight-only */
 	int cle;             /* --cle: run the cle pass (cross-layer equalization) */
+	int weight_rounding; /* OQ_WROUND_*: --weight-rounding (learned before quantize, calib/rounding) */
+	const struct oq_wlearned_set *learned; /* its result: weights with learned scales / rounding
+			      * (passes/quantize/qweight.h), or NULL: round to nearest */
 	FILE *log;           /* verbose notes (what a pass did), or NULL */
 } oq_opts;
 

@@ -1100,3 +1100,78 @@ Test(qweight, mse_asymmetric_clips_fp8_keeps_minmax)
 	}
 	free(w);
 }
+
+/* ------------------------------------------------------------------ learned rounding */
+
+/*
+ * Rounding directions (oq_wspec.round_up) on fixed scales 0.1 (channel 0) and 0.25 (channel 1):
+ * q = floor(x / s) + up, saturated; where nearest would give the opposite; and a channel whose
+ * scale the spec does not fix at the learned value keeps nearest.
+ */
+Test(qweight, learned_rounding_directions)
+{
+	const float w[6] = {0.26f, -0.26f, 0.04f, 0.6f, -0.6f, 31.9f};
+	const float fs[2] = {0.1f, 0.25f};
+	const int64_t fz[2] = {0, 0};
+	const uint8_t up[6] = {0, 1, 1, 1, 0, 1};
+	/* x/s: 2.6 -2.6 0.4 | 2.4 -2.4 127.6 ; floor + up: 2 -2 1 | 3 -3 128 -> saturated 127 */
+	const int8_t want[6] = {2, -2, 1, 3, -3, 127};
+	oq_tensor *t = ftensor(2, (const int64_t[]){2, 3}, w), *q, *sc, *zp;
+	oq_wspec s = spec(OQ_DT_INT8, 0, 0, 1, OQ_GRID_NARROW);
+	oq_diag d;
+	float fq[6];
+
+	oq_diag_init(&d);
+	s.fixed_scale = fs;
+	s.fixed_zp = fz;
+	s.n_fixed = 2;
+	s.round_up = up;
+	s.n_round_up = 6;
+	cr_assert_eq(oq_weight_quantize(t, &s, &q, &sc, &zp, &d), OQ_OK, "%s", d.msg);
+	for (int i = 0; i < 6; i++)
+		cr_assert_eq(((const int8_t *)q->data)[i], want[i], "element %d: %d", i, ((const int8_t *)q->data)[i]);
+	cr_assert_eq(oq_weight_fake_quantize(t, &s, fq, &d), OQ_OK);
+	for (int i = 0; i < 6; i++)
+		cr_assert_float_eq(fq[i], (float)want[i] * fs[i / 3], 1e-6);
+	oq_tensor_free(q);
+	oq_tensor_free(sc);
+	oq_tensor_free(zp);
+	/* without fixed scales the directions do not apply: nearest on absmax / 127 */
+	s.n_fixed = 0;
+	s.fixed_scale = NULL;
+	s.fixed_zp = NULL;
+	cr_assert_eq(oq_weight_quantize(t, &s, &q, &sc, &zp, &d), OQ_OK);
+	cr_assert_eq(((const int8_t *)q->data)[0], 127); /* 0.26 / (0.26 / 127) */
+	oq_tensor_free(q);
+	oq_tensor_free(sc);
+	oq_tensor_free(zp);
+	oq_tensor_free(t);
+}
+
+/* oq_weight_grid: per group range / scale and each element's group, blocked on axis 1. */
+Test(qweight, grid_groups_blocked)
+{
+	float w[2 * 5];
+	oq_tensor *t;
+	oq_wspec s = spec(OQ_DT_INT4, 1, 2, 1, OQ_GRID_NARROW);
+	oq_wgrid g;
+	oq_diag d;
+	/* blocks of 2 along axis 1 (5 = 2 + 2 + 1): groups 0,0,1,1,2 | 3,3,4,4,5 */
+	const size_t want[10] = {0, 0, 1, 1, 2, 3, 3, 4, 4, 5};
+	for (int i = 0; i < 10; i++)
+		w[i] = (float)(i + 1) * (i % 2 ? -0.5f : 0.5f);
+	t = ftensor(2, (const int64_t[]){2, 5}, w);
+	oq_diag_init(&d);
+	cr_assert_eq(oq_weight_grid(t, &s, &g, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(g.ngroups, 6);
+	cr_assert_eq(g.qmin, -7);
+	cr_assert_eq(g.qmax, 7);
+	for (int i = 0; i < 10; i++)
+		cr_assert_eq(g.group[i], want[i], "element %d", i);
+	/* group 1: w[2] = 1.5, w[3] = -2: absmax 2, scale 2/7 */
+	cr_assert_float_eq(g.scale[1], 2.0f / 7, 1e-7);
+	cr_assert_float_eq(g.mn[1], -2.0f, 0);
+	cr_assert_float_eq(g.mx[1], 1.5f, 0);
+	oq_wgrid_free(&g);
+	oq_tensor_free(t);
+}

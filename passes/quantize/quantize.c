@@ -835,6 +835,7 @@ static int weight_spec(const qctx *c, const oq_node *n, const oq_value *w, oq_ws
 	} else {
 		s->axis = axis != INT32_MIN ? axis : chan;
 	}
+	oq_wlearned_apply(c->o->learned, w->name, s);
 	return OQ_OK;
 }
 

@@ -76,6 +76,8 @@ typedef struct wq {
 	int fp8;            /* float8e4m3fn (qmin/qmax unused) */
 	int mse;            /* --weight-method mse */
 	int64_t qmin, qmax; /* grid */
+	const uint8_t *up;  /* learned rounding directions (oq_wspec.round_up), or NULL */
+	const float *up_scale; /* the per-group scales they were learned on */
 	float *mn, *mx;     /* per group observed range */
 	float *scale;       /* per group scale */
 	int64_t *zp;        /* per group zero point */
@@ -323,6 +325,17 @@ static int ranges(const oq_tensor *w, wq *st, int dtype, int reduce_range, oq_di
 	return OQ_OK;
 }
 
+/* The integer of element idx (group g): learned direction when it holds for g's scale, else nearest. */
+static inline int64_t qval(const wq *st, const oq_tensor *w, size_t idx, size_t g)
+{
+	float x = ld(w, idx);
+	if (st->up && st->scale[g] == st->up_scale[g]) {
+		float v = floorf(x / st->scale[g]) + (float)st->up[idx] + (float)st->zp[g];
+		return v <= (float)st->qmin ? st->qmin : v >= (float)st->qmax ? st->qmax : (int64_t)v;
+	}
+	return oq_quantize_value(x, st->scale[g], st->zp[g], st->qmin, st->qmax);
+}
+
 /* Quantizes every element of w (only group `only` when only != SIZE_MAX). */
 static void quantize_elems(const oq_tensor *w, wq *st, int dtype, size_t only)
 {
@@ -341,9 +354,7 @@ static void quantize_elems(const oq_tensor *w, wq *st, int dtype, size_t only)
 					put(out, dtype, idx,
 					    oq_smallfloat_from_f32(dtype, ld(w, idx) / st->scale[g] + 0.0f, 1));
 				else
-					put(out, dtype, idx,
-					    oq_quantize_value(ld(w, idx), st->scale[g], st->zp[g], st->qmin,
-					                      st->qmax));
+					put(out, dtype, idx, qval(st, w, idx, g));
 			}
 		}
 }
@@ -384,7 +395,7 @@ static int wq_run(const oq_tensor *w, const oq_wspec *s, wq *st, oq_diag *d)
 	st->form = !s->symmetric                 ? OQ_QP_ASYM
 	           : s->sym_grid == OQ_GRID_FULL ? OQ_QP_SYM_FULL
 	                                         : OQ_QP_SYM_NARROW;
-	st->mse = s->mse;
+	st->mse = s->mse && !s->n_fixed; /* fixed scales replace the search's result anyway */
 	if (oq_qtype_is_fp8(s->dtype)) {
 		st->fp8 = 1;
 		if (!s->symmetric || s->reduce_range || s->block_size > 0)
@@ -418,6 +429,10 @@ static int wq_run(const oq_tensor *w, const oq_wspec *s, wq *st, oq_diag *d)
 	if (s->n_fixed && (rc = fixed_params(w, s, st, d))) {
 		wq_free(st);
 		return rc;
+	}
+	if (s->round_up && !st->fp8 && s->n_fixed && s->n_round_up == w->nelem) {
+		st->up = s->round_up;
+		st->up_scale = s->fixed_scale;
 	}
 	quantize_elems(w, st, s->dtype, SIZE_MAX);
 	return OQ_OK;
@@ -477,13 +492,92 @@ int oq_weight_fake_quantize(const oq_tensor *w, const oq_wspec *s, float *out, o
 			size_t gb = o * L->so + (a / L->blk) * L->sa;
 			for (size_t i = 0; i < L->inner; i++, idx++) {
 				size_t g = gb + i * L->si;
-				int64_t q = oq_quantize_value(ld(w, idx), st.scale[g], st.zp[g], st.qmin, st.qmax);
+				int64_t q = qval(&st, w, idx, g);
 				/* DequantizeLinear: (q - zp) * scale in float32 */
 				out[idx] = (float)(q - st.zp[g]) * st.scale[g];
 			}
 		}
 	wq_free(&st);
 	return OQ_OK;
+}
+
+int oq_weight_grid(const oq_tensor *w, const oq_wspec *s, oq_wgrid *g, oq_diag *d)
+{
+	wq st;
+	wlayout L;
+	size_t idx = 0;
+	int rc;
+
+	memset(g, 0, sizeof *g);
+	if (oq_qtype_is_fp8(s->dtype))
+		return oq_err(d, OQ_EUNSUP, "quantize: weight '%s': float8e4m3fn has no integer grid to round on",
+		              tname(w));
+	if ((rc = wq_run(w, s, &st, d)))
+		return rc;
+	L = st.L;
+	g->ngroups = L.ngroups;
+	g->qmin = st.qmin;
+	g->qmax = st.qmax;
+	g->form = st.form;
+	g->mn = st.mn;
+	g->mx = st.mx;
+	g->scale = st.scale;
+	g->zp = st.zp;
+	st.mn = st.mx = st.scale = NULL;
+	st.zp = NULL;
+	wq_free(&st);
+	if (!(g->group = oq_calloc(w->nelem + 1, sizeof *g->group))) {
+		oq_wgrid_free(g);
+		return oq_err(d, OQ_ENOMEM, "quantize: weight '%s': out of memory", tname(w));
+	}
+	for (size_t o = 0; o < L.outer; o++)
+		for (size_t a = 0; a < L.alen; a++) {
+			size_t gb = o * L.so + (a / L.blk) * L.sa;
+			for (size_t i = 0; i < L.inner; i++, idx++)
+				g->group[idx] = gb + i * L.si;
+		}
+	return OQ_OK;
+}
+
+void oq_wgrid_free(oq_wgrid *g)
+{
+	free(g->mn);
+	free(g->mx);
+	free(g->scale);
+	free(g->zp);
+	free(g->group);
+	memset(g, 0, sizeof *g);
+}
+
+void oq_wlearned_free(oq_wlearned_set *set)
+{
+	for (size_t i = 0; i < set->n; i++) {
+		free(set->v[i].name);
+		free(set->v[i].scale);
+		free(set->v[i].zp);
+		free(set->v[i].up);
+	}
+	free(set->v);
+	memset(set, 0, sizeof *set);
+}
+
+void oq_wlearned_apply(const oq_wlearned_set *set, const char *name, oq_wspec *s)
+{
+	for (size_t i = 0; set && i < set->n; i++) {
+		const oq_wlearned *l = &set->v[i];
+		const oq_wspec *t = &l->spec;
+		if (strcmp(l->name, name) || t->dtype != s->dtype || t->axis != s->axis ||
+		    t->block_size != s->block_size || t->symmetric != s->symmetric || t->sym_grid != s->sym_grid ||
+		    t->reduce_range != s->reduce_range || t->mse != s->mse || t->n_fixed != s->n_fixed ||
+		    t->fixed_scale != s->fixed_scale || t->fixed_zp != s->fixed_zp)
+			continue;
+		s->fixed_scale = l->scale;
+		s->fixed_zp = l->zp;
+		s->n_fixed = l->ngroups;
+		s->round_up = l->up;
+		s->n_round_up = l->up ? l->nelem : 0;
+		return;
+	}
 }
 
 void oq_weight_release_pages(const oq_model *m, const oq_tensor *t)

@@ -25,6 +25,11 @@ typedef struct oq_wspec {
 				   * order) instead of computed ones, e.g. imported encodings */
 	const int64_t *fixed_zp;  /* their zero points */
 	size_t n_fixed;           /* 0: compute the parameters */
+	const uint8_t *round_up;  /* learned rounding (calib/rounding): per element, 1 rounds x / scale
+				   * up, 0 down (q = floor(x / scale) + round_up + zp, saturated);
+				   * valid with the fixed scales it was learned on: a group whose scale
+				   * the int32-bias rule enlarges rounds to nearest. NULL: nearest */
+	size_t n_round_up;        /* its length: the weight's element count */
 } oq_wspec;
 
 /*
@@ -81,6 +86,49 @@ int oq_weight_fake_quantize(const oq_tensor *w, const oq_wspec *s, float *out, o
 int oq_weight_insert_dq(oq_graph *g, oq_node *n, int w_idx, int b_idx, float in_scale, float beta,
 			const oq_wspec *s, oq_diag *d) OQ_WUR;
 
+/*
+ * The grid spec s gives w, for learned rounding: per group the range, scale and zero point
+ * oq_weight_quantize starts from (--weight-method mse and fixed scales applied; before the
+ * int32-bias rule), each element's group and [qmin, qmax]. OQ_EUNSUP for float8e4m3fn (no
+ * integer grid to round on). Free with oq_wgrid_free.
+ */
+typedef struct oq_wgrid {
+	size_t ngroups;
+	float *mn, *mx;      /* per group: the range the scale came from */
+	float *scale;        /* per group */
+	int64_t *zp;         /* per group */
+	size_t *group;       /* per element of w: its group */
+	int64_t qmin, qmax;  /* the grid */
+	int form;            /* OQ_QP_* (src/quant/qparams.h): how a range becomes a scale */
+} oq_wgrid;
+int oq_weight_grid(const oq_tensor *w, const oq_wspec *s, oq_wgrid *g, oq_diag *d) OQ_WUR;
+void oq_wgrid_free(oq_wgrid *g);
+
+/* A weight's learned quantization (calib/rounding), applied by oq_wlearned_apply. */
+typedef struct oq_wlearned {
+	char *name;          /* the weight initializer */
+	oq_wspec spec;       /* the spec it was learned for (its pointers are not owned) */
+	float *scale;        /* per group of that spec: the scale chosen (seq-mse) or the grid's */
+	int64_t *zp;         /* per group */
+	size_t ngroups;
+	uint8_t *up;         /* per element: the rounding direction (adaround), or NULL: nearest */
+	size_t nelem;
+} oq_wlearned;
+
+/* Learned weights of one model, by weight name (oq_opts.learned). */
+typedef struct oq_wlearned_set {
+	oq_wlearned *v;
+	size_t n;
+} oq_wlearned_set;
+
+void oq_wlearned_free(oq_wlearned_set *set);
+/*
+ * When set (may be NULL) holds weight `name` learned with a spec equal to *s (type, axis,
+ * blocks, grid, method, fixed scales), makes *s use it: fixed scales and zero points, and the
+ * rounding directions when learned. Otherwise *s is left as it is (round to nearest).
+ */
+void oq_wlearned_apply(const oq_wlearned_set *set, const char *name, oq_wspec *s);
+
 /* 1 when v is a float32 initializer of its own graph (not a graph input, not captured from an
  * enclosing graph): what oq_weight_insert_dq accepts. float16/bfloat16 weights are not: their
  * consumer computes in that type while DQ would output float32. Callers log and skip. */
@@ -105,6 +153,10 @@ typedef struct oq_wplan {
  * are OQ_EUSAGE as in the pass.
  */
 int oq_quantize_weight_plans(oq_graph *g, const oq_opts *o, oq_wplan **out, size_t *n_out, oq_diag *d) OQ_WUR;
+
+/* The weights weight-only mode (the options of o; not the quantize pass') quantizes in g, as
+ * oq_quantize_weight_plans lists them (b_idx -1: weight-only leaves biases float). */
+int oq_weight_only_plans(oq_graph *g, const oq_opts *o, oq_wplan **out, size_t *n_out, oq_diag *d) OQ_WUR;
 
 /* Weight-only mode (--weight-only): DQ on the weights of the selected op types, nothing else. */
 int oq_quantize_weight_only(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;

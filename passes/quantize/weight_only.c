@@ -87,41 +87,37 @@ static int is_pow2(int64_t v)
 	return v > 0 && (v & (v - 1)) == 0;
 }
 
-int oq_quantize_weight_only(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
+/*
+ * The weights weight-only mode quantizes in g, in node order, and how (*out, free()); with a
+ * log, the op types without a rule and the weights that stay float are noted there.
+ */
+static int collect(oq_graph *g, const oq_opts *o, FILE *log, oq_wplan **out, size_t *n_out, oq_diag *d)
 {
 	const char *const *ops = o->op_types ? o->op_types : default_ops;
 	size_t n_ops = o->op_types ? o->n_op_types : sizeof default_ops / sizeof *default_ops;
 	int64_t block = o->block_size > 0 ? o->block_size : 32;
-	oq_node **todo = NULL;
-	size_t n_todo = 0;
-	int rc = OQ_OK, noted_nbits = 0;
+	oq_wplan *p;
+	size_t np = 0;
 
-	*changed = 0;
-	for (size_t i = 0; i < n_ops; i++) {
+	*out = NULL;
+	*n_out = 0;
+	for (size_t i = 0; i < n_ops && log; i++) {
 		oq_node probe;
 		wrule r;
 		memset(&probe, 0, sizeof probe);
 		probe.op = oq_op_lookup(oq_domain_of(""), ops[i]);
-		if (!rule_for(&probe, 2, &r) && o->log)
-			fprintf(
-			    o->log,
-			    "weight-only: op type '%s' has no weight rule; its nodes stay float\n",
-			    ops[i]);
+		if (!rule_for(&probe, 2, &r))
+			fprintf(log, "weight-only: op type '%s' has no weight rule; its nodes stay float\n", ops[i]);
 	}
-	/* collect first, then mutate */
-	todo = oq_calloc(g->n_nodes, sizeof *todo);
-	if (!todo)
+	if (!(p = oq_calloc(g->n_nodes + 1, sizeof *p)))
 		return oq_err(d, OQ_ENOMEM, "weight-only: out of memory");
 	for (size_t k = 0; k < g->n_nodes; k++) {
 		oq_node *n = g->nodes[k];
-		if (!n->dead && in_names(ops, n_ops, n->op_type) && *n->domain == '\0')
-			todo[n_todo++] = n;
-	}
-	for (size_t k = 0; k < n_todo && !rc; k++) {
-		oq_node *n = todo[k];
 		oq_value *w;
 		wrule r;
-		oq_wspec s;
+		oq_wspec *s = &p[np].spec;
+		if (n->dead || !in_names(ops, n_ops, n->op_type) || *n->domain != '\0')
+			continue;
 		if (!rule_for(n,
 		              n->n_inputs > 1 && n->inputs[1] && n->inputs[1]->init
 		                  ? n->inputs[1]->init->rank
@@ -139,8 +135,8 @@ int oq_quantize_weight_only(oq_graph *g, const oq_opts *o, oq_diag *d, int *chan
 		if (!w->init)
 			continue; /* an activation, not a weight */
 		if (!oq_weight_quantizable(w)) {
-			if (o->log)
-				fprintf(o->log,
+			if (log)
+				fprintf(log,
 				        "weight-only: node '%s' (%s): weight '%s' (%s%s) stays "
 				        "float: %s\n",
 				        n->name, n->op_type, w->name, oq_dtype_name(w->init->dtype),
@@ -151,49 +147,79 @@ int oq_quantize_weight_only(oq_graph *g, const oq_opts *o, oq_diag *d, int *chan
 				            : "an overridable graph input is not a constant");
 			continue;
 		}
-		memset(&s, 0, sizeof s);
-		s.dtype = o->weight_type;
-		s.symmetric = !o->weight_asym;
-		s.sym_grid = o->sym_grid;
-		s.reduce_range = o->reduce_range;
-		s.mse = o->weight_method == OQ_WMETHOD_MSE;
+		memset(s, 0, sizeof *s);
+		s->dtype = o->weight_type;
+		s->symmetric = !o->weight_asym;
+		s->sym_grid = o->sym_grid;
+		s->reduce_range = o->reduce_range;
+		s->mse = o->weight_method == OQ_WMETHOD_MSE;
 		if (o->granularity == OQ_GRAN_BLOCK) {
-			s.axis = r.block_axis;
-			s.block_size = block;
+			s->axis = r.block_axis;
+			s->block_size = block;
 		} else if (o->granularity == OQ_GRAN_CHANNEL) {
-			s.axis = r.chan_axis;
+			s->axis = r.chan_axis;
 		} else {
-			s.axis = -1;
+			s->axis = -1;
 		}
-		if (s.axis >= w->init->rank)
-			s.axis = -1, s.block_size = 0;
+		if (s->axis >= w->init->rank)
+			s->axis = -1, s->block_size = 0;
+		oq_wlearned_apply(o->learned, w->name, s);
+		p[np].node = n;
+		p[np].w_idx = r.w_idx;
+		p[np].b_idx = -1;
+		np++;
+	}
+	*out = p;
+	*n_out = np;
+	return OQ_OK;
+}
+
+int oq_weight_only_plans(oq_graph *g, const oq_opts *o, oq_wplan **out, size_t *n_out, oq_diag *d)
+{
+	return collect(g, o, NULL, out, n_out, d);
+}
+
+int oq_quantize_weight_only(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
+{
+	oq_wplan *todo = NULL;
+	size_t n_todo = 0;
+	int rc, noted_nbits = 0;
+
+	*changed = 0;
+	/* collect first, then mutate */
+	if ((rc = collect(g, o, o->log, &todo, &n_todo, d)))
+		return rc;
+	for (size_t k = 0; k < n_todo && !rc; k++) {
+		oq_node *n = todo[k].node;
+		const oq_wspec *sp = &todo[k].spec;
 		if (n->op == OQ_OP_MatMul && o->log && !noted_nbits &&
-		    (s.block_size <= 0 || !is_pow2(s.block_size) || s.block_size < 16 ||
-		     (s.dtype != OQ_DT_INT4 && s.dtype != OQ_DT_UINT4) || s.axis != 0)) {
+		    (sp->block_size <= 0 || !is_pow2(sp->block_size) || sp->block_size < 16 ||
+		     (sp->dtype != OQ_DT_INT4 && sp->dtype != OQ_DT_UINT4) || sp->axis != 0)) {
 			fprintf(o->log,
 			        "weight-only: note: ONNX Runtime fuses DequantizeLinear -> MatMul "
 			        "into MatMulNBits "
 			        "only for int4/uint4 weights blocked on axis 0 with a power-of-two "
 			        "block size >= 16; "
 			        "with %s %s weights it runs DequantizeLinear + a float MatMul\n",
-			        oq_dtype_name(s.dtype),
-			        s.block_size > 0 ? "blocked"
-			        : s.axis >= 0    ? "per-channel"
-			                         : "per-tensor");
+			        oq_dtype_name(sp->dtype),
+			        sp->block_size > 0 ? "blocked"
+			        : sp->axis >= 0    ? "per-channel"
+			                           : "per-tensor");
 			noted_nbits = 1;
 		}
 		if (o->log) {
 			fprintf(o->log, "weight-only: node '%s' (%s): weight '%s' -> %s", n->name,
-			        n->op_type, w->name, oq_dtype_name(s.dtype));
-			if (s.block_size > 0)
-				fprintf(o->log, " blocked axis %d block %lld\n", s.axis,
-				        (long long)s.block_size);
-			else if (s.axis >= 0)
-				fprintf(o->log, " per-channel axis %d\n", s.axis);
+			        n->op_type, n->inputs[todo[k].w_idx]->name, oq_dtype_name(sp->dtype));
+			if (sp->block_size > 0)
+				fprintf(o->log, " blocked axis %d block %lld", sp->axis,
+				        (long long)sp->block_size);
+			else if (sp->axis >= 0)
+				fprintf(o->log, " per-channel axis %d", sp->axis);
 			else
-				fprintf(o->log, " per-tensor\n");
+				fprintf(o->log, " per-tensor");
+			fprintf(o->log, "%s\n", sp->round_up ? ", learned rounding" : sp->n_fixed ? ", learned scales" : "");
 		}
-		rc = oq_weight_insert_dq(g, n, r.w_idx, -1, 0.0f, 1.0f, &s, d);
+		rc = oq_weight_insert_dq(g, n, todo[k].w_idx, -1, 0.0f, 1.0f, sp, d);
 		if (!rc)
 			*changed = 1;
 	}

@@ -166,6 +166,9 @@ static const choice wmethods[] = {{"minmax", OQ_WMETHOD_MINMAX}, {"mse", OQ_WMET
 static const choice precisions[] = {
 	{"float32", OQ_DT_FLOAT}, {"float16", OQ_DT_FLOAT16}, {"bfloat16", OQ_DT_BFLOAT16}, {NULL, 0},
 };
+static const choice wroundings[] = {
+	{"nearest", OQ_WROUND_NEAREST}, {"adaround", OQ_WROUND_ADAROUND}, {"seq-mse", OQ_WROUND_SEQMSE}, {NULL, 0},
+};
 static const struct choices {
 	const char *name;
 	const choice *c;
@@ -176,6 +179,7 @@ static const struct choices {
 	{"sym-grid", grids, "--sym-grid is narrow or full"},
 	{"weight-method", wmethods, "--weight-method is minmax or mse"},
 	{"high-precision", precisions, "--high-precision is float32, float16 or bfloat16"},
+	{"weight-rounding", wroundings, "--weight-rounding is nearest, adaround or seq-mse"},
 };
 
 static int set_choice(oq_pipeline_args *a, const oq_option *o, const char *v, oq_diag *d)
@@ -428,6 +432,11 @@ const oq_option oq_pipeline_options[] = {
 	{"cle", OQ_ARG_NONE, QC, set_flag, F(q.cle),
 	 "  --cle                   cross-layer equalization: rescale Conv -> [Relu] -> Conv\n"
 	 "                          channel pairs to equal weight ranges (float model unchanged)\n"},
+	{"weight-rounding", OQ_ARG_REQUIRED, QC, set_choice, F(q.weight_rounding),
+	 "  --weight-rounding R     nearest (default), adaround (learned up/down per weight) or\n"
+	 "                          seq-mse (searched scale per channel/block): least layer output\n"
+	 "                          error on the --calib samples (also with --weight-only, where\n"
+	 "                          --bias-correction then folds each layer's mean error into its bias)\n"},
 	{"keep-activations", OQ_ARG_NONE, QC, set_flag, F(q.keep_activations),
 	 "  --keep-activations      keep Relu/Clip after Conv/Gemm instead of folding them into Q\n"},
 	{"weight-only", OQ_ARG_NONE, QC, set_flag, F(q.weight_only),
@@ -594,8 +603,12 @@ static const char *broken_rule(const oq_pipeline_opts *o)
 		return "--weight-only needs no --stats (weights are not calibrated)";
 	if (q->block_size && q->granularity != OQ_GRAN_BLOCK)
 		return "--block-size needs --granularity block";
-	if (q->weight_only && c->source)
-		return "--weight-only needs no --calib (weights are not calibrated)";
+	if (q->weight_only && c->source && !q->weight_rounding && !bc_given)
+		return "--weight-only needs no --calib unless --weight-rounding adaround|seq-mse or "
+		       "--bias-correction learns on it (weights are not calibrated)";
+	if (q->weight_only && (q->weight_rounding || bc_given) && !c->source)
+		return "--weight-rounding / --bias-correction with --weight-only learn on calibration samples: "
+		       "give --calib DIR";
 	if (c->ema_constant > 0 && c->method != OQ_CALIB_EMA)
 		return "--ema-constant applies to --method ema";
 	if (c->percentile > 0 && c->method != OQ_CALIB_PERCENTILE)
@@ -604,11 +617,19 @@ static const char *broken_rule(const oq_pipeline_opts *o)
 		return "--calib-folds applies to --method auto";
 	if (c->method != OQ_PIPELINE_METHOD_DEFAULT && q->weight_only)
 		return "--method needs activation calibration; drop --weight-only";
-	if (bc_given && q->weight_only)
-		return "--bias-correction measures the shift on calibration data; drop --weight-only";
+	if (bc_given && q->weight_only && o->bias_correction != OQ_BC_EMPIRICAL)
+		return "--weight-only corrects biases empirically only (the layers' measured mean shift): drop "
+		       "=analytic";
 	if (bc_given && (o->stats_in || o->job == OQ_JOB_CALIBRATE))
 		return "--bias-correction needs the samples (--calib DIR): statistics files carry no "
 		       "bias-correction sums";
+	if (q->weight_rounding && (o->stats_in || o->job == OQ_JOB_CALIBRATE))
+		return "--weight-rounding learns on the samples (--calib DIR): statistics files carry no layer "
+		       "inputs";
+	if ((q->weight_rounding || (bc_given && q->weight_only)) && c->source &&
+	    strncmp(c->source, "random:", 7) == 0)
+		return "--weight-rounding / weight-only --bias-correction learn on calibration samples: give "
+		       "--calib DIR (a folder of samples, not random:N)";
 	if (q->op_types && !q->weight_only)
 		return "--op-types applies to --weight-only";
 	if (q->profile == OQ_PROFILE_TRT && (q->act_type != OQ_DT_UINT8 || q->act_sym))

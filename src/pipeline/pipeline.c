@@ -6,9 +6,13 @@
  *   widen      a float16 / bfloat16 model computed in float32 from here on
  *              (passes/rewrite/precision.h), so every later stage works on
  *              float32; its high-precision type is what `narrow` gives back
- *   rewrite    cleanup, upgrade-opset, fold-bn, fuse (oq_passes_rewrite);
- *              then --import-encodings, whose names are those an export of
- *              this pipeline writes
+ *   rewrite    cleanup, upgrade-opset, fold-bn, [cle,] fuse
+ *              (oq_passes_rewrite); then --import-encodings, whose names are
+ *              those an export of this pipeline writes
+ *   learn      --weight-rounding adaround|seq-mse, and weight-only
+ *              --bias-correction: each weight's rounding (and, weight-only,
+ *              its layer's bias) learned on the calibration samples
+ *              (calib/rounding/rounding.h); the quantize pass applies it
  *   calibrate  a range for every float activation the quantize pass reads,
  *              aimed at the grid the pass gives it (calib_grid), from the
  *              samples or a merged --stats file, on the rewritten float
@@ -37,6 +41,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "calib/rounding/rounding.h"
 #include "passes/quantize/encodings.h"
 #include "passes/quantize/overrides.h"
 #include "passes/rewrite/precision.h"
@@ -58,10 +63,11 @@ typedef struct job {
 	uint8_t *need;            /* per value: the quantize pass reads its range */
 	oq_ranges ranges;
 	oq_biascorr_analytic *analytic;
+	oq_wlearned_set learned;  /* learned rounding (q.learned points here once learned) */
 	oq_save_info info;
 	size_t fl0, in0;          /* initializer bytes after the rewrites: float (a 16-bit model's at 16 bits,
 				   * as its file holds them), integer */
-	double t0, t_calibrate, t_quantize, t_save, t_end; /* when the timed stages began */
+	double t0, t_learn, t_calibrate, t_quantize, t_save, t_end; /* when the timed stages began */
 } job;
 
 static double now(void)
@@ -205,6 +211,7 @@ static void job_init(job *j, const oq_pipeline_opts *o)
 static void job_free(job *j)
 {
 	oq_biascorr_analytic_free(j->analytic);
+	oq_wlearned_free(&j->learned);
 	oq_ranges_free(&j->ranges);
 	free(j->need);
 	oq_encodings_free(&j->enc);
@@ -305,6 +312,25 @@ static int rewrite(job *j, oq_diag *d)
 	return OQ_OK;
 }
 
+/*
+ * Learned weight rounding (--weight-rounding) and, with --weight-only, the bias correction of
+ * each layer's mean error: on the rewritten float model, before calibration (which then sees
+ * the weight-only biases it corrected; W8A8 biases are not touched here).
+ */
+static int learn_rounding(job *j, oq_diag *d)
+{
+	int bias = j->q.weight_only && j->o.bias_correction == OQ_BC_EMPIRICAL;
+	int rc;
+
+	j->t_learn = now();
+	if (!j->quantize || (j->q.weight_rounding == OQ_WROUND_NEAREST && !bias))
+		return OQ_OK;
+	if ((rc = oq_wround_learn(j->m, &j->q, &j->o.calib, bias, &j->learned, j->log, d)))
+		return rc;
+	j->q.learned = &j->learned;
+	return OQ_OK;
+}
+
 /* `onnxq calibrate`: one shard's statistics, the ranges `quantize --calib` would compute. */
 static int write_statistics(job *j, oq_diag *d)
 {
@@ -362,7 +388,8 @@ static int quantize(job *j, oq_diag *d)
 {
 	oq_biascorr_models mk = {float_copy, quantize_pass, j};
 	oq_model *qm = NULL;
-	int rc, empirical = j->o.bias_correction == OQ_BC_EMPIRICAL;
+	/* weight-only's correction was made while learning (learn_rounding) */
+	int rc, empirical = j->o.bias_correction == OQ_BC_EMPIRICAL && !j->q.weight_only;
 
 	j->t_quantize = now();
 	if (!j->quantize)
@@ -446,9 +473,11 @@ static void summary(const job *j)
 		fprintf(log, "quantize: no bias correction with --stats (no samples to measure on): the model "
 			"of --calib DIR --no-bias-correction\n");
 	if (j->o.verbose)
-		fprintf(log, "timings: load+rewrite %.3f s, calibrate %.3f s, quantize %.3f s, save %.3f s\n",
-			j->t_calibrate - j->t0, j->t_quantize - j->t_calibrate, j->t_save - j->t_quantize,
-			j->t_end - j->t_save);
+		fprintf(log,
+			"timings: load+rewrite %.3f s, learn rounding %.3f s, calibrate %.3f s, quantize %.3f s, "
+			"save %.3f s\n",
+			j->t_learn - j->t0, j->t_calibrate - j->t_learn, j->t_quantize - j->t_calibrate,
+			j->t_save - j->t_quantize, j->t_end - j->t_save);
 }
 
 int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
@@ -465,8 +494,8 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		rc = write_statistics(&j, d); /* `onnxq calibrate` ends here */
 		goto out;
 	}
-	if ((rc = calibrate(&j, d)) || (rc = correct_bias(&j, d)) || (rc = quantize(&j, d)) ||
-	    (rc = narrow(&j, d)) || (rc = encodings(&j, d)) || (rc = save(&j, d)) ||
+	if ((rc = learn_rounding(&j, d)) || (rc = calibrate(&j, d)) || (rc = correct_bias(&j, d)) ||
+	    (rc = quantize(&j, d)) || (rc = narrow(&j, d)) || (rc = encodings(&j, d)) || (rc = save(&j, d)) ||
 	    (rc = export_encodings(&j, d)))
 		goto out;
 	summary(&j);

@@ -10,6 +10,9 @@
 #     SQNR -> exit 6 (the documented check-failed code);
 #   - convert --passes cleanup,fold-bn removes BatchNormalization and keeps
 #     the outputs (compare SQNR >= 100 dB, i.e. relative error ~1e-5);
+#   - --weight-rounding adaround|seq-mse with --bias-correction, weight-only (--calib accepted) and
+#     W8A8 with --cle: byte-identical for --threads 1 and 2, not worse than nearest on held-out
+#     samples; convert --passes ...,cle keeps the float outputs (100 dB);
 #   - errors: missing --calib, bad option values, unknown pass, a sample with
 #     the wrong shape, a missing or corrupt model: documented exit code, one
 #     line naming the problem, and a pre-existing output file untouched.
@@ -39,6 +42,12 @@ expect_msg() {
 	if [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -qE -- "$2" "$tmp/err"; then ok "$1 message"; else
 		bad "$1 message: $(head -c 300 "$tmp/err")"
 	fi
+}
+
+# expect_usage NAME PATTERN: the last command's stderr starts with a line matching PATTERN (usage
+# errors add a line pointing at --help)
+expect_usage() {
+	if head -n 1 "$tmp/err" | grep -qE -- "$2"; then ok "$1 message"; else bad "$1 message: $(head -c 300 "$tmp/err")"; fi
 }
 
 [ -x "$onnxq" ] || die "$onnxq not found"
@@ -108,6 +117,32 @@ if grep -q "^# after fuse" "$tmp/err" && grep -q "Conv" "$tmp/err"; then ok "--d
 expect_exit 0 "weight-only" "$onnxq" quantize "$model" -o "$tmp/w.onnx" --weight-only --op-types Conv,Gemm --quiet
 expect_exit 0 "check weight-only" "$onnxq" check "$tmp/w.onnx"
 
+# --- learned weight rounding and bias correction on the calibration samples (weight-only and
+# W8A8), and cross-layer equalization: deterministic for any --threads; the float model kept by cle;
+# not worse than round-to-nearest on held-out samples beyond 0.2 dB (tiny_cnn: random weights)
+sqnr_of() { "$onnxq" compare "$model" "$1" --data "$held" --json 2>/dev/null | sed -n 's/.*"sqnr_mean_db": *\([-0-9.e+]*\).*/\1/p' | head -1; }
+near=$(sqnr_of "$tmp/w.onnx")
+for alg in adaround seq-mse; do
+	expect_exit 0 "weight-only --weight-rounding $alg --bias-correction" "$onnxq" quantize "$model" -o "$tmp/wr_$alg.onnx" \
+		--weight-only --op-types Conv,Gemm --weight-rounding $alg --bias-correction --calib "$calib" --threads 1 --quiet
+	expect_exit 0 "check weight-only $alg" "$onnxq" check "$tmp/wr_$alg.onnx"
+	"$onnxq" quantize "$model" -o "$tmp/wr2_$alg.onnx" --weight-only --op-types Conv,Gemm --weight-rounding $alg \
+		--bias-correction --calib "$calib" --threads 2 --quiet 2>/dev/null
+	if cmp -s "$tmp/wr_$alg.onnx" "$tmp/wr2_$alg.onnx"; then ok "$alg: threads 1 vs 2 byte-identical"; else
+		bad "$alg: threads 1 vs 2 byte-identical"; fi
+	got=$(sqnr_of "$tmp/wr_$alg.onnx")
+	echo "      tiny_cnn weight-only int8 mean SQNR: nearest ${near:-?} dB, $alg + bias correction ${got:-?} dB"
+	if [ -n "$got" ] && [ -n "$near" ] && awk -v a="$got" -v b="$near" 'BEGIN { exit !(a >= b - 0.2) }'; then
+		ok "$alg not worse than nearest on held-out samples"; else bad "$alg not worse than nearest (${got:-?} vs ${near:-?} dB)"; fi
+done
+expect_exit 0 "W8A8 --weight-rounding adaround --cle" "$onnxq" quantize "$model" -o "$tmp/wa.onnx" --calib "$calib" \
+	--weight-rounding adaround --cle --threads 1 --quiet
+"$onnxq" quantize "$model" -o "$tmp/wa2.onnx" --calib "$calib" --weight-rounding adaround --cle --threads 2 --quiet 2>/dev/null
+if cmp -s "$tmp/wa.onnx" "$tmp/wa2.onnx"; then ok "W8A8 adaround + cle: threads 1 vs 2 byte-identical"; else
+	bad "W8A8 adaround + cle: threads 1 vs 2 byte-identical"; fi
+expect_exit 0 "convert --passes cleanup,fold-bn,cle" "$onnxq" convert "$model" -o "$tmp/cle.onnx" --passes cleanup,fold-bn,cle
+expect_exit 0 "cle keeps the float model (100 dB)" "$onnxq" compare "$model" "$tmp/cle.onnx" --data "$held" --min-sqnr 100
+
 # --- errors: exit code, one line, output untouched
 keep=$tmp/keep.onnx
 echo "previous content" >"$keep"
@@ -138,5 +173,13 @@ expect_exit 2 "truncated model" "$onnxq" quantize "$tmp/trunc.onnx" -o "$keep" -
 expect_msg "truncated model" "trunc.onnx"
 untouched "truncated model"
 expect_exit 1 "compare without --data" "$onnxq" compare "$model" "$q"
+expect_exit 1 "weight-only --calib alone" "$onnxq" quantize "$model" -o "$keep" --weight-only --calib "$calib"
+expect_usage "weight-only --calib alone" "weight-rounding"
+expect_exit 1 "bad --weight-rounding" "$onnxq" quantize "$model" -o "$keep" --calib "$calib" --weight-rounding up
+expect_usage "bad --weight-rounding" "nearest, adaround or seq-mse"
+expect_exit 1 "weight-only --weight-rounding without --calib" "$onnxq" quantize "$model" -o "$keep" --weight-only \
+	--weight-rounding adaround
+expect_usage "weight-only --weight-rounding without --calib" "calib"
+untouched "learned rounding errors"
 
 finish

@@ -1,0 +1,116 @@
+/*
+ * rounding.h - learned weight rounding (--weight-rounding adaround|seq-mse): each quantized
+ * layer's weights are rounded so that the layer's output on its real calibration inputs moves
+ * least, instead of each weight to its nearest grid point.
+ *
+ * The problem of one layer, per output channel m (w_m: its K weights in im2col order; x: an
+ * input patch of the float model, x~: the same patch in the model whose earlier layers are
+ * already quantized, AdaRound's asymmetric reconstruction):
+ *
+ *   minimise  E || w_m . x - w~_m . x~ ||^2
+ *          =  w~_m^T A w~_m - 2 w~_m^T t_m + const,   A = E[x~ x~^T],  t_m = E[x~ x^T] w_m,
+ *
+ * expectations over every output position of every calibration sample (see learn.c for the
+ * sampling and the stages). With a bias that absorbs the mean error (weight-only bias
+ * correction) A and E[x~ x^T] are centred (covariances) and the bias moves by
+ * w_m . E[x] - w~_m . E[x~]. Only A and t enter, so a layer's inputs are reduced to K x K
+ * moments while the samples run, and its channels are solved from those alone.
+ *
+ * AdaRound (Nagel et al. 2020): w~ = s * (clip(floor(w/s) + h(V) + zp, qmin, qmax) - zp),
+ * h(V) = clip(sigmoid(V) (zeta - gamma) + gamma, 0, 1), zeta 1.1, gamma -0.1, V set so that
+ * h(V) = frac(w/s); minimises the loss above + lambda * sum(1 - |2 h(V) - 1|^beta) with Adam
+ * (full-batch gradients from A and t: no mini-batch noise), beta annealed linearly 20 -> 2
+ * after a warm start of 20 % of the iterations without the regulariser, lambda 0.01. At the
+ * end each weight rounds up where h(V) >= 0.5 (V >= 0).
+ *
+ * Sequential MSE (AIMET): per scale group (output channel, or block), the scale of the range
+ * f * [min, max], f = 1 - c/100 for c < OQ_SEQMSE_CANDIDATES, with the least loss above at
+ * nearest rounding; groups of one row (blocks) are searched one after the other, each with
+ * the others at their current choice, over two sweeps.
+ *
+ * Both are guarded per output channel: the result is kept only when its loss is below round
+ * to nearest's on the same moments (else the channel rounds to nearest).
+ */
+#ifndef OQ_ROUNDING_H
+#define OQ_ROUNDING_H
+
+#include <stdio.h>
+
+#include "calib/calibrate.h"
+#include "passes/quantize/qweight.h"
+
+/* AdaRound's constants (Nagel et al. 2020; AIMET's defaults but the iteration count). */
+#define OQ_ADAROUND_ZETA 1.1f
+#define OQ_ADAROUND_GAMMA (-0.1f)
+
+/* Candidates of sequential MSE: range fractions 1, 0.99, ... */
+#define OQ_SEQMSE_CANDIDATES 50
+
+/* AdaRound settings. */
+typedef struct oq_adaround_opts {
+	int iters;           /* Adam steps (full batch) */
+	float lr;            /* Adam learning rate */
+	float lambda;        /* regulariser weight (0.01) */
+	float beta_hi, beta_lo; /* regulariser exponent, annealed from hi to lo (20 -> 2) */
+	float warm;          /* fraction of the steps without the regulariser (0.2) */
+} oq_adaround_opts;
+
+/* The defaults onnxq uses. */
+void oq_adaround_defaults(oq_adaround_opts *o);
+
+/*
+ * One reconstruction problem: `rows` output channels of K weights reading the same inputs.
+ * Row-major arrays; per element its grid scale S and zero point Z (as floats), grid
+ * [qmin, qmax]. Per row m the loss is w~^T A w~ - 2 w~^T T[m] (A symmetric, positive
+ * semi-definite).
+ */
+typedef struct oq_wr_problem {
+	size_t K, rows;
+	const float *A;      /* K x K */
+	const float *T;      /* rows x K */
+	const float *W;      /* rows x K: the float weights */
+	const float *S;      /* rows x K */
+	const float *Z;      /* rows x K */
+	float qmin, qmax;
+} oq_wr_problem;
+
+/* Per row: 1 when up[] is nearest rounding (the guard kept it), for counts. */
+
+/*
+ * AdaRound on p: up[rows * K] receives each weight's direction (1: floor(w/s) + 1, 0: floor);
+ * rows whose learned loss is not below nearest's get nearest's directions. *l_near and *l_out
+ * (may be NULL) receive the summed losses of nearest and of the result, *n_kept the rows
+ * that kept their learned rounding. Rows are solved in fixed chunks (one per pool item), so
+ * the result does not depend on the thread count. OQ_ENOMEM.
+ */
+int oq_adaround(const oq_wr_problem *p, const oq_adaround_opts *o, struct oq_pool *pool, uint8_t *up,
+		double *l_near, double *l_out, size_t *n_kept) OQ_WUR;
+
+/*
+ * Sequential MSE on p (S and Z unused): element e of the rows belongs to scale group grp[e]
+ * (< ngroups; a group lies inside one row), whose candidate c (< ncand) has scale
+ * cs[g * ncand + c] and zero point cz[g * ncand + c]; candidate 0 is nearest's grid. choice[g]
+ * receives each group's candidate (0 when no candidate lowers the row's loss). Losses as
+ * oq_adaround. OQ_ENOMEM.
+ */
+int oq_seqmse(const oq_wr_problem *p, const size_t *grp, size_t ngroups, size_t ncand, const float *cs,
+	      const float *cz, struct oq_pool *pool, size_t *choice, double *l_near, double *l_out,
+	      size_t *n_kept) OQ_WUR;
+
+/* The per-row loss of p at weights Wq (rows x K, e.g. dequantized), summed over rows (double). */
+double oq_wr_loss(const oq_wr_problem *p, const float *Wq);
+
+/*
+ * Learns the rounding (o->weight_rounding) of every weight the quantize pass, or weight-only
+ * mode, will quantize in m (after the rewrites), on the calibration samples of co (a folder:
+ * source, limit, threads; progress to log). *out receives one entry per learned weight, for
+ * oq_opts.learned. With bias (weight-only only: its biases stay float) every layer's bias
+ * also absorbs its measured mean output error (float model vs the model quantized so far,
+ * activations float), changing m: Conv/Gemm without a bias get one; a MatMul's bias is the
+ * Add of a per-channel constant right after it, if any. With o->weight_rounding
+ * OQ_WROUND_NEAREST only that correction is made. OQ_EUSAGE without a sample folder.
+ */
+int oq_wround_learn(oq_model *m, const oq_opts *o, const oq_calib_opts *co, int bias, oq_wlearned_set *out,
+		    FILE *log, oq_diag *d) OQ_WUR;
+
+#endif

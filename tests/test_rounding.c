@@ -1,0 +1,293 @@
+/*
+ * test_rounding.c - learned weight rounding (calib/rounding): the solvers on problems whose
+ * best answer is known by enumeration or by hand, the input moments against a direct
+ * computation, and the whole step on a small model (determinism across thread counts,
+ * never worse than nearest on its own calibration data).
+ *
+ * Losses in these tests are computed directly from the inputs, sum_i (w . x_i - w~ . x_i)^2,
+ * never through the solver's A and T.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calib/rounding/moments.h"
+#include "calib/rounding/rounding.h"
+#include "gen_model.h"
+#include "src/io/npy.h"
+#include "src/io/onnx_io.h"
+#include "tmpdir.h"
+
+/* A and T = A w of inputs x[n][K] (second moments, the solver's form). */
+static void moments_of(const double *x, size_t n, size_t K, const float *w, size_t rows, float *A, float *T)
+{
+	for (size_t a = 0; a < K; a++)
+		for (size_t b = 0; b < K; b++) {
+			double s = 0;
+			for (size_t i = 0; i < n; i++)
+				s += x[i * K + a] * x[i * K + b];
+			A[a * K + b] = (float)(s / (double)n);
+		}
+	for (size_t m = 0; m < rows; m++)
+		for (size_t k = 0; k < K; k++) {
+			double s = 0;
+			for (size_t j = 0; j < K; j++)
+				s += (double)A[k * K + j] * w[m * K + j];
+			T[m * K + k] = (float)s;
+		}
+}
+
+/* sum over inputs of (w . x - wq . x)^2 */
+static double direct_loss(const double *x, size_t n, size_t K, const float *w, const float *wq)
+{
+	double l = 0;
+	for (size_t i = 0; i < n; i++) {
+		double e = 0;
+		for (size_t k = 0; k < K; k++)
+			e += ((double)w[k] - (double)wq[k]) * x[i * K + k];
+		l += e * e;
+	}
+	return l;
+}
+
+/* Best of the 2^K floor / floor + 1 choices on scale 0.1, by enumeration; its loss. */
+static double enumerate(const double *x, size_t n, size_t K, const float *w, int *mask)
+{
+	double best = INFINITY;
+	float wq[8];
+	for (int m = 0; m < 1 << K; m++) {
+		double l;
+		for (size_t k = 0; k < K; k++)
+			wq[k] = (floorf(w[k] / 0.1f) + (float)((m >> k) & 1)) * 0.1f;
+		l = direct_loss(x, n, K, w, wq);
+		if (l < best) {
+			best = l;
+			*mask = m;
+		}
+	}
+	return best;
+}
+
+/* AdaRound's directions as weights (scale 0.1, zero point 0) and their loss. */
+static double ada_loss(const double *x, size_t n, size_t K, const float *w, size_t *kept)
+{
+	float A[64], T[8], S[8], Z[8], wq[8];
+	uint8_t up[8];
+	oq_adaround_opts o;
+	oq_wr_problem p;
+
+	moments_of(x, n, K, w, 1, A, T);
+	for (size_t k = 0; k < K; k++) {
+		S[k] = 0.1f;
+		Z[k] = 0;
+	}
+	oq_adaround_defaults(&o);
+	p = (oq_wr_problem){K, 1, A, T, w, S, Z, -127, 127};
+	cr_assert_eq(oq_adaround(&p, &o, NULL, up, NULL, NULL, kept), OQ_OK);
+	for (size_t k = 0; k < K; k++)
+		wq[k] = (floorf(w[k] / 0.1f) + (float)up[k]) * 0.1f;
+	return direct_loss(x, n, K, w, wq);
+}
+
+static double near_loss(const double *x, size_t n, size_t K, const float *w)
+{
+	float wq[8];
+	for (size_t k = 0; k < K; k++)
+		wq[k] = rintf(w[k] / 0.1f) * 0.1f;
+	return direct_loss(x, n, K, w, wq);
+}
+
+/*
+ * One output channel, 3 weights on scale 0.1 (w / s = 0.97, 3.52, -2.24), 4 positive inputs:
+ * nearest (1, 4, -2) leaves errors that add up; the best of the 8 up/down choices, found by
+ * enumeration, rounds 3.52 down, and AdaRound must reach its loss.
+ */
+Test(adaround, reaches_the_enumerated_optimum)
+{
+	const double x[4 * 3] = {0.92, 0.56, 1.08, 1.36, 0.79, 1.49, 0.94, 0.54, 0.90, 1.15, 0.79, 1.33};
+	const float w[3] = {0.097f, 0.352f, -0.224f};
+	int mask = -1;
+	size_t kept = 0;
+	double best = enumerate(x, 4, 3, w, &mask), got = ada_loss(x, 4, 3, w, &kept);
+
+	cr_assert_gt(near_loss(x, 4, 3, w), 3 * best, "nearest %g, best %g", near_loss(x, 4, 3, w), best);
+	cr_assert_eq((mask >> 1) & 1, 0, "the best rounds 3.52 down (mask %d)", mask);
+	cr_assert_float_eq(got, best, 1e-9 * (1 + best), "adaround loss %g, optimum %g (mask %d)", got, best, mask);
+	cr_assert_eq(kept, 1);
+}
+
+/*
+ * 40 pseudo-random 4-weight problems (w in [-0.4, 0.4), inputs in [0.5, 1.5)): AdaRound is a
+ * heuristic, so not every one reaches the enumerated optimum; it must never be worse than
+ * nearest (the guard), reach the optimum in at least half, and close on average at least 60 %
+ * of nearest's gap to it (nearest itself closes none of it).
+ */
+Test(adaround, random_problems_against_enumeration)
+{
+	uint32_t r = 12345;
+	double gap = 0;
+	int exact = 0;
+
+	for (int trial = 0; trial < 40; trial++) {
+		float w[4];
+		double x[6 * 4], best, got, nl;
+		int mask;
+		for (int k = 0; k < 4; k++) {
+			r = r * 1664525u + 1013904223u;
+			w[k] = ((float)(r >> 8) / 16777216.0f - 0.5f) * 0.8f;
+		}
+		for (int i = 0; i < 24; i++) {
+			r = r * 1664525u + 1013904223u;
+			x[i] = 1.0 + ((double)(r >> 8) / 16777216.0 - 0.5);
+		}
+		best = enumerate(x, 6, 4, w, &mask);
+		got = ada_loss(x, 6, 4, w, NULL);
+		nl = near_loss(x, 6, 4, w);
+		cr_assert_leq(got, nl * (1 + 1e-9), "trial %d: adaround %g, nearest %g", trial, got, nl);
+		exact += got <= best * (1 + 1e-9);
+		gap += nl > best ? (got - best) / (nl - best) : 0;
+	}
+	cr_expect_geq(exact, 20, "optimum reached in %d of 40", exact);
+	cr_expect_leq(gap / 40, 0.4, "mean remaining gap %.3f", gap / 40);
+}
+
+/* A row where nearest is already optimal: the guard keeps nearest's directions. */
+Test(adaround, keeps_nearest_when_it_is_best)
+{
+	const size_t K = 2;
+	/* orthogonal unit inputs: the loss is the plain sum of squared weight errors */
+	const double x[2 * 2] = {1, 0, 0, 1};
+	const float w[2] = {0.12f, -0.33f};
+	float A[4], T[2], S[2] = {0.1f, 0.1f}, Z[2] = {0, 0};
+	uint8_t up[2];
+	oq_adaround_opts o;
+	oq_wr_problem p;
+
+	moments_of(x, 2, K, w, 1, A, T);
+	oq_adaround_defaults(&o);
+	p = (oq_wr_problem){K, 1, A, T, w, S, Z, -127, 127};
+	cr_assert_eq(oq_adaround(&p, &o, NULL, up, NULL, NULL, NULL), OQ_OK);
+	/* 1.2 -> 1 (down), -3.3 -> -3 (up from floor -4) */
+	cr_assert_eq(up[0], 0);
+	cr_assert_eq(up[1], 1);
+}
+
+/*
+ * Sequential MSE with three candidate scales for w = (1, 0.75, 0.75) on int4 [-7, 7] and
+ * inputs that weigh the first weight 0.01 and the others 1 (A = diag(0.01, 1, 1)):
+ *   s = 1/7:  q = (7, 5, 5):  errors (0, -0.0357, -0.0357): loss 0.0025510
+ *   s = 1/8:  q = (7, 6, 6):  errors (-0.125, 0, 0):         loss 0.01 * 0.015625 = 0.00015625
+ *   s = 0.15: q = (7, 5, 5):  errors (0.05, 0, 0):           loss 0.01 * 0.0025 = 0.000025
+ * so candidate 2. The same row split into two scale groups ({0}, {1, 2}) with the same
+ * candidates: group 0 keeps 1/7 (1 = 7/7 exactly), group 1 takes 1/8 (0.75 = 6/8 exactly; 0.15
+ * ties with it and a tie keeps the earlier candidate): no error left, the loss drops by 0.0025510.
+ */
+Test(seqmse, picks_the_hand_computed_scale)
+{
+	const size_t K = 3;
+	const double x[3 * 3] = {0.1 * sqrt(3.0), 0, 0, 0, sqrt(3.0), 0, 0, 0, sqrt(3.0)};
+	const float w[3] = {1.0f, 0.75f, 0.75f};
+	const float cs[2 * 3] = {1.0f / 7, 0.125f, 0.15f, 1.0f / 7, 0.125f, 0.15f};
+	const float cz[2 * 3] = {0};
+	float A[9], T[3];
+	size_t grp1[3] = {0, 0, 0}, grp2[3] = {0, 1, 1}, choice[2];
+	double ln, lo;
+	size_t kept;
+	oq_wr_problem p;
+
+	moments_of(x, 3, K, w, 1, A, T);
+	cr_assert_float_eq(A[0], 0.01, 1e-7);
+	cr_assert_float_eq(A[4], 1.0, 1e-7);
+	p = (oq_wr_problem){K, 1, A, T, w, NULL, NULL, -7, 7};
+	cr_assert_eq(oq_seqmse(&p, grp1, 1, 3, cs, cz, NULL, choice, &ln, &lo, &kept), OQ_OK);
+	cr_assert_eq(choice[0], 2);
+	/* the solver's losses drop the constant w A w: differences are the hand numbers */
+	cr_assert_float_eq(ln - lo, 0.0025510 - 0.000025, 2e-6);
+	cr_assert_eq(kept, 1);
+
+	cr_assert_eq(oq_seqmse(&p, grp2, 2, 3, cs, cz, NULL, choice, &ln, &lo, &kept), OQ_OK);
+	cr_assert_eq(choice[0], 0);
+	cr_assert_eq(choice[1], 1);
+	cr_assert_float_eq(ln - lo, 0.0025510, 2e-6);
+}
+
+/* ------------------------------------------------------------ moments */
+
+/*
+ * Moments of a grouped, strided, padded, dilated 2-D conv against a direct loop over the
+ * patches: x [1, 4, 5, 6], 2 groups, kernel 2x3, strides (2, 1), dilations (1, 2), pads
+ * (1, 0, 0, 2). Paired with a second input: qf = sum x~ x^T.
+ */
+Test(moments, conv_patches_direct)
+{
+	oq_wr_geom g;
+	oq_rt xq, xf;
+	oq_wr_moments mo[2];
+	const int64_t dims[4] = {1, 4, 5, 6};
+	size_t K = 2 * 2 * 3;
+
+	memset(&g, 0, sizeof g);
+	memset(&xq, 0, sizeof xq);
+	memset(&xf, 0, sizeof xf);
+	g.kind = OQ_WR_CONV;
+	g.nsp = 2;
+	g.groups = 2;
+	g.cin_g = 2;
+	g.K = K;
+	g.kernel[0] = 2;
+	g.kernel[1] = 3;
+	g.stride[0] = 2;
+	g.stride[1] = 1;
+	g.dil[0] = 1;
+	g.dil[1] = 2;
+	g.pads[0] = 1; /* top */
+	g.pads[1] = 0; /* left */
+	g.pads[2] = 0; /* bottom */
+	g.pads[3] = 2; /* right */
+	cr_assert_eq(oq_rt_alloc(&xq, OQ_DT_FLOAT, 4, dims), OQ_OK);
+	cr_assert_eq(oq_rt_alloc(&xf, OQ_DT_FLOAT, 4, dims), OQ_OK);
+	for (size_t i = 0; i < xq.nelem; i++) {
+		((float *)xq.data)[i] = (float)sin(0.7 * (double)i) + 0.25f;
+		((float *)xf.data)[i] = (float)cos(0.3 * (double)i);
+	}
+	for (int gi = 0; gi < 2; gi++)
+		cr_assert_eq(oq_wr_moments_init(&mo[gi], K, 1), OQ_OK);
+	cr_assert_eq(oq_wr_accumulate(&g, &xq, &xf, mo, NULL), OQ_OK);
+	/* output: H (5 + 1 - 2) / 2 + 1 = 3, W (6 + 2 - 5) / 1 + 1 = 4 */
+	for (int gi = 0; gi < 2; gi++) {
+		double qq[144] = {0}, qf[144] = {0}, sq[12] = {0};
+		cr_assert_eq(mo[gi].n, 12);
+		for (int oy = 0; oy < 3; oy++)
+			for (int ox = 0; ox < 4; ox++) {
+				double pq[12], pf[12];
+				int k = 0;
+				for (int c = 0; c < 2; c++)
+					for (int i = 0; i < 2; i++)
+						for (int j = 0; j < 3; j++, k++) {
+							int y = oy * 2 - 1 + i, xx = ox - 0 + j * 2;
+							int in = y >= 0 && y < 5 && xx >= 0 && xx < 6;
+							size_t at = ((size_t)(gi * 2 + c) * 5 + (size_t)(in ? y : 0)) * 6 + (size_t)(in ? xx : 0);
+							pq[k] = in ? ((float *)xq.data)[at] : 0;
+							pf[k] = in ? ((float *)xf.data)[at] : 0;
+						}
+				for (int a = 0; a < 12; a++) {
+					sq[a] += pq[a];
+					for (int b = 0; b < 12; b++) {
+						qq[a * 12 + b] += pq[a] * pq[b];
+						qf[a * 12 + b] += pq[a] * pf[b];
+					}
+				}
+			}
+		for (int a = 0; a < 144; a++) {
+			cr_assert_float_eq(mo[gi].qq[a], qq[a], 1e-5, "group %d qq[%d]: %g vs %g", gi, a, mo[gi].qq[a], qq[a]);
+			cr_assert_float_eq(mo[gi].qf[a], qf[a], 1e-5, "group %d qf[%d]", gi, a);
+		}
+		for (int a = 0; a < 12; a++)
+			cr_assert_float_eq(mo[gi].sq[a], sq[a], 1e-5);
+		oq_wr_moments_free(&mo[gi]);
+	}
+	oq_rt_release(&xq);
+	oq_rt_release(&xf);
+}
