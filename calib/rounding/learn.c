@@ -38,7 +38,7 @@
 #include "src/io/onnx_io.h"
 #include "src/quant/qparams.h"
 
-#define OQ_WR_STAGES 4
+#define OQ_WR_STAGES 3
 #define OQ_WR_STAGE_BYTES ((size_t)768 << 20)
 
 /* A layer being learned. */
@@ -81,13 +81,6 @@ typedef struct learn {
 } learn;
 
 enum { M_SELF = 0, M_STORE, M_PAIR };
-
-static double cpu(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double now(void)
 {
@@ -167,20 +160,6 @@ static int geometry(wl *l)
 	return 1;
 }
 
-/* The single live reader of v, or NULL. */
-static oq_node *only_user(const oq_value *v)
-{
-	oq_node *u = NULL;
-	for (size_t i = 0; i < v->n_uses; i++) {
-		if (v->uses[i].node->dead)
-			continue;
-		if (u)
-			return NULL;
-		u = v->uses[i].node;
-	}
-	return u;
-}
-
 /*
  * Weight-only bias correction: where layer l's bias lives, adding a zero bias to a Conv or Gemm
  * without one (the model computes the same). A MatMul needs an Add of a constant with one value
@@ -194,7 +173,7 @@ static int bias_target(oq_graph *g, wl *l)
 	l->bscale = 1;
 	if (n->op == OQ_OP_MatMul) {
 		oq_value *y = n->outputs[0];
-		oq_node *a = y && oq_value_is_private(y) ? only_user(y) : NULL;
+		oq_node *a = y && oq_value_is_private(y) ? oq_value_only_user(y) : NULL;
 		if (!a || !oq_node_is(a, OQ_OP_Add) || a->n_inputs != 2)
 			return OQ_OK;
 		for (size_t k = 0; k < 2; k++) {
@@ -324,7 +303,7 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 static void moments_to(const oq_wr_moments *mo, int cent, float *A, float *C, double *mu_q, double *mu_f)
 {
 	size_t K = mo->K;
-	double n = mo->n ? (double)mo->n : 1;
+	double n = mo->n ? (double)mo->n : 1, al = OQ_WR_SHRINK;
 	const double *qf = mo->paired ? mo->qf : mo->qq, *sf = mo->paired ? mo->sf : mo->sq;
 
 	for (size_t k = 0; k < K; k++) {
@@ -333,9 +312,10 @@ static void moments_to(const oq_wr_moments *mo, int cent, float *A, float *C, do
 	}
 	for (size_t a = 0; a < K; a++)
 		for (size_t b = 0; b < K; b++) {
-			/* A symmetric from the lower triangle's sums (both were summed alike) */
-			A[a * K + b] = (float)(mo->qq[a * K + b] / n - (cent ? mu_q[a] * mu_q[b] : 0));
-			C[a * K + b] = (float)(qf[a * K + b] / n - (cent ? mu_q[a] * mu_f[b] : 0));
+			/* shrunk towards the diagonal (rounding.h) */
+			double f = a == b ? 1 : 1 - al;
+			A[a * K + b] = (float)(f * (mo->qq[a * K + b] / n - (cent ? mu_q[a] * mu_q[b] : 0)));
+			C[a * K + b] = (float)(f * (qf[a * K + b] / n - (cent ? mu_q[a] * mu_f[b] : 0)));
 		}
 }
 
@@ -364,7 +344,7 @@ static int solve_layer(learn *c, wl *l, oq_wlearned_set *out, FILE *vlog)
 	size_t K = l->g.K, R = l->Mg, nrk = R * K, ncand = OQ_SEQMSE_CANDIDATES, kept = 0;
 	int cent = c->bias && l->bn, rc = OQ_ENOMEM, alg = o->weight_rounding;
 	float *A = NULL, *C = NULL, *W = NULL, *S = NULL, *Z = NULL, *T = NULL, *Wq = NULL, *D = NULL, *zeros = NULL;
-	float *cs = NULL, *cz = NULL;
+	float *cs = NULL, *cz = NULL, *X = NULL;
 	double *mq = NULL, *mf = NULL, sig = 0, e_near = 0, e_out = 0, dummy = 0;
 	size_t *grp = NULL, *choice = NULL;
 	oq_wlearned e;
@@ -373,9 +353,6 @@ static int solve_layer(learn *c, wl *l, oq_wlearned_set *out, FILE *vlog)
 
 	memset(&e, 0, sizeof e);
 	oq_adaround_defaults(&ao);
-	if (getenv("OQ_WR_TUNE_ITERS")) ao.iters = atoi(getenv("OQ_WR_TUNE_ITERS"));
-	if (getenv("OQ_WR_TUNE_LR")) ao.lr = (float)atof(getenv("OQ_WR_TUNE_LR"));
-	if (getenv("OQ_WR_TUNE_LAMBDA")) ao.lambda = (float)atof(getenv("OQ_WR_TUNE_LAMBDA"));
 	/* seq-mse needs every scale group inside one row: not per tensor */
 	if (alg == OQ_WROUND_SEQMSE && l->spec.axis < 0)
 		alg = OQ_WROUND_NEAREST;
@@ -426,7 +403,18 @@ static int solve_layer(learn *c, wl *l, oq_wlearned_set *out, FILE *vlog)
 		/* T[m] = C w_m */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)K, (int)K, 1.0f, W, (int)K, C, (int)K,
 			    0.0f, T, (int)K);
-		p = (oq_wr_problem){K, R, A, T, W, S, Z, (float)l->grid.qmin, (float)l->grid.qmax};
+		p = (oq_wr_problem){K, R, A, T, W, S, Z, (float)l->grid.qmin, (float)l->grid.qmax, NULL, 0, 0};
+		/* few positions (fully connected layers): the solvers' products through the patches */
+		free(X);
+		X = NULL;
+		if (mo->rq && mo->cap_rows && mo->n * 2 <= K && (X = malloc(mo->n * K * sizeof *X + 1))) {
+			for (size_t i = 0; i < mo->n; i++)
+				for (size_t k = 0; k < K; k++)
+					X[i * K + k] = (float)((double)mo->rq[i * K + k] - (cent ? mq[k] : 0));
+			p.X = X;
+			p.N = (size_t)mo->n;
+			p.alpha = (float)OQ_WR_SHRINK;
+		}
 		if (alg == OQ_WROUND_ADAROUND) {
 			uint8_t *up = (uint8_t *)D; /* nrk bytes of scratch */
 			if ((rc = oq_adaround(&p, &ao, c->pool, up, NULL, NULL, &nk)))
@@ -476,7 +464,7 @@ static int solve_layer(learn *c, wl *l, oq_wlearned_set *out, FILE *vlog)
 				l->db[gi * R + m] += dy * (double)l->alpha / (double)l->bscale;
 		}
 		if (vlog) {
-			oq_wr_problem p = {K, R, A, zeros, W, NULL, NULL, 0, 0};
+			oq_wr_problem p = {K, R, A, zeros, W, NULL, NULL, 0, 0, NULL, 0, 0};
 			for (size_t e2 = 0; e2 < nrk; e2++)
 				D[e2] = 0;
 			for (size_t m = 0; m < R; m++)
@@ -531,6 +519,7 @@ out:
 	free(cs);
 	free(cz);
 	free(choice);
+	free(X);
 	return rc;
 }
 
@@ -675,7 +664,7 @@ static int find_layers(learn *c, oq_exec *ef, FILE *vlog, size_t *n_skipped, oq_
 		l->alpha = 1;
 		l->gin = -1;
 		oq_diag_init(&d2);
-		if (plans[i].w_idx != 1 || !l->x || l->x->init || !l->wv || !l->wv->init || only_user(l->wv) != l->node ||
+		if (plans[i].w_idx != 1 || !l->x || l->x->init || !l->wv || !l->wv->init || oq_value_only_user(l->wv) != l->node ||
 		    !geometry(l) || oq_weight_grid(l->wv->init, &l->spec, &l->grid, &d2)) {
 			if (vlog)
 				fprintf(vlog, "weight rounding: node '%s' (%s): rounds to nearest (%s)\n", l->node->name,
@@ -725,10 +714,11 @@ int oq_wround_learn(oq_model *m, const oq_opts *o, const oq_calib_opts *co, int 
 		goto out;
 	if ((rc = find_layers(&c, ef, vlog, &n_skipped, d)))
 		goto out;
-	c.pool = oq_exec_pool(ef);
+	/* a plan indexes the graph's values: gone before the bias targets add any */
+	oq_exec_free(ef);
+	ef = NULL;
 	/* stages: about equal counts, moments within the budget */
-	{ const char *e = getenv("OQ_WR_TUNE_STAGES"); size_t S = e ? (size_t)atoi(e) : OQ_WR_STAGES;
-	per = (c.nl + S - 1) / S; }
+	per = (c.nl + OQ_WR_STAGES - 1) / OQ_WR_STAGES;
 	for (size_t i = 0; i < c.nl; i++) {
 		size_t b = layer_bytes(&c.L[i]);
 		if (cnt && (cnt >= per || bytes + b > OQ_WR_STAGE_BYTES)) {
@@ -761,9 +751,7 @@ int oq_wround_learn(oq_model *m, const oq_opts *o, const oq_calib_opts *co, int 
 		}
 	if (rc)
 		goto out;
-	/* the float executor again: the zero biases are part of the model now */
-	oq_exec_free(ef);
-	ef = NULL;
+	/* the float executor, zero biases included */
 	if ((rc = oq_exec_new(m, &eo, &ef, d)))
 		goto out;
 	c.pool = oq_exec_pool(ef);
@@ -838,19 +826,14 @@ int oq_wround_learn(oq_model *m, const oq_opts *o, const oq_calib_opts *co, int 
 		}
 		if ((rc = run_stage(&c, ef, eq, &smp, n, d)))
 			goto out;
-		if (getenv("OQ_WR_TUNE_TIME"))
-			fprintf(stderr, "TIME stage %zu runs+moments %.2f s wall, cpu %.2f\n", s, now() - ts, cpu());
 		oq_exec_free(eq);
 		eq = NULL;
 		for (size_t i = 0; i < c.nl && !rc; i++) {
 			wl *l = &c.L[i];
 			if (l->stage != (int)s)
 				continue;
-			{ double tl = cpu();
 			if ((rc = solve_layer(&c, l, out, vlog)))
 				goto out;
-			if (getenv("OQ_WR_TUNE_TIME"))
-				fprintf(stderr, "TIME solve %s K %zu M %zu groups %zu: %.2f s\n", l->node->name, l->g.K, l->M, l->g.groups, cpu() - tl); }
 			for (size_t gi = 0; gi < l->g.groups; gi++)
 				oq_wr_moments_free(&l->mo[gi]);
 			free(l->mo);

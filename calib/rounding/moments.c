@@ -13,7 +13,9 @@
  * Budget: at most OQ_WR_POSITIONS positions of a sample per layer, evenly spread (position
  * floor(j P / cap) of P), and at most OQ_WR_PATCH_FLOATS patch values at once; a sample's
  * products are summed in float32 by cblas_sgemm over its patches, then added to the double
- * accumulators (2 K^2 + 2 K doubles per group).
+ * accumulators (2 K^2 + 2 K doubles per group). Layers with few positions (fully connected
+ * ones: one per sample) also keep their patches while there are at most K / 2 of them (at most
+ * K^2 floats): their solvers then work on the patches, N K per product instead of K^2.
  *
  * Parallel work splits a layer over its groups, or a single group's products into fixed tiles
  * of OQ_WR_TILE rows of the K x K result, each one sgemm: the same bits for any thread count.
@@ -31,6 +33,8 @@
 
 void oq_wr_moments_free(oq_wr_moments *mo)
 {
+	free(mo->rq);
+	free(mo->rf);
 	free(mo->qq);
 	free(mo->qf);
 	free(mo->sq);
@@ -43,6 +47,7 @@ int oq_wr_moments_init(oq_wr_moments *mo, size_t K, int paired)
 	memset(mo, 0, sizeof *mo);
 	mo->K = K;
 	mo->paired = paired;
+	mo->cap_rows = K / 2;
 	mo->qq = oq_calloc(K * K, sizeof *mo->qq);
 	mo->sq = oq_calloc(K, sizeof *mo->sq);
 	if (paired) {
@@ -180,6 +185,32 @@ static void gram_rows(const float *X, const float *Y, size_t cap, size_t K, size
 			acc[r * K + c] += (double)tmp[(r - r0) * K + c];
 }
 
+/* Keeps the patches X (and Y, paired) of one sample while the rows stay within cap_rows. */
+static void keep_rows(oq_wr_moments *mo, const float *X, const float *Y, size_t cap)
+{
+	size_t K = mo->K;
+	if (mo->n + cap > mo->cap_rows || (mo->n && !mo->rq)) {
+		free(mo->rq);
+		free(mo->rf);
+		mo->rq = mo->rf = NULL;
+		mo->cap_rows = 0;
+		return;
+	}
+	if (!mo->rq && !(mo->rq = malloc(mo->cap_rows * K * sizeof *mo->rq))) {
+		mo->cap_rows = 0;
+		return;
+	}
+	if (mo->paired && Y && !mo->rf && !(mo->rf = malloc(mo->cap_rows * K * sizeof *mo->rf))) {
+		free(mo->rq);
+		mo->rq = NULL;
+		mo->cap_rows = 0;
+		return;
+	}
+	memcpy(mo->rq + mo->n * K, X, cap * K * sizeof *X);
+	if (mo->rf)
+		memcpy(mo->rf + mo->n * K, Y, cap * K * sizeof *Y);
+}
+
 static void sums(const float *X, size_t cap, size_t K, double *s)
 {
 	for (size_t j = 0; j < cap; j++)
@@ -212,6 +243,8 @@ static void by_group(void *ctx, size_t b, size_t e)
 			gram_rows(Xq, Xf, cap, K, 0, K, tmp, mo->qf);
 			sums(Xf, cap, K, mo->sf);
 		}
+		if (mo->cap_rows)
+			keep_rows(mo, Xq, Xf, cap);
 		mo->n += cap;
 	}
 out:
@@ -291,6 +324,8 @@ int oq_wr_accumulate(const oq_wr_geom *g, const oq_rt *xq, const oq_rt *xf, oq_w
 		sums(J.Xq, cap, K, mo[0].sq);
 		if (J.Xf && mo[0].paired)
 			sums(J.Xf, cap, K, mo[0].sf);
+		if (mo[0].cap_rows)
+			keep_rows(&mo[0], J.Xq, J.Xf, cap);
 		mo[0].n += cap;
 		free(J.Xq);
 		free(J.Xf);

@@ -40,6 +40,9 @@ typedef struct oq_wr_moments {
 	double *qf;          /* K x K: sum of x~ x^T (paired) */
 	double *sq, *sf;     /* K: sums of x~ and (paired) x */
 	uint64_t n;          /* patches summed */
+	float *rq, *rf;      /* the patches themselves (rows of K), while n <= cap_rows: a layer
+			      * with fewer positions than K / 2 works on them instead of K x K */
+	size_t cap_rows;     /* K / 2; the rows are dropped once n passes it */
 } oq_wr_moments;
 
 int oq_wr_moments_init(oq_wr_moments *mo, size_t K, int paired) OQ_WUR;

@@ -26,7 +26,7 @@ static size_t chunk_rows(size_t K)
 
 void oq_adaround_defaults(oq_adaround_opts *o)
 {
-	o->iters = 1000;
+	o->iters = 200;
 	o->lr = 0.01f;
 	o->lambda = 0.01f;
 	o->beta_hi = 20;
@@ -89,6 +89,26 @@ static float dir_dq(float w, float s, float z, float qmin, float qmax, int up)
 	float q = floorf(w / s) + (float)up + z;
 	q = q < qmin ? qmin : q > qmax ? qmax : q;
 	return (q - z) * s;
+}
+
+/*
+ * P = Wq A for nr rows; through X (N x K) when the problem has it: (1 - alpha) (Wq X^T) X / N
+ * + alpha Wq diag(A) (A's diagonal is X's, unshrunk); U: nr x N scratch.
+ */
+static void times_a(const oq_wr_problem *p, size_t nr, const float *Wq, float *U, float *P)
+{
+	int K = (int)p->K, N = (int)p->N;
+	if (!p->X) {
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, K, K, 1.0f, Wq, K, p->A, K, 0.0f, P, K);
+		return;
+	}
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, N, K, 1.0f, Wq, K, p->X, K, 0.0f, U, N);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, K, N, (1 - p->alpha) / (float)p->N, U, N, p->X,
+		    K, 0.0f, P, K);
+	if (p->alpha > 0)
+		for (size_t m = 0; m < nr; m++)
+			for (size_t k = 0; k < p->K; k++)
+				P[m * p->K + k] += p->alpha * p->A[k * p->K + k] * Wq[m * p->K + k];
 }
 
 /* Per row m of a chunk: loss[m] = Wq[m] . (Wq[m] A - 2 T[m]); P: rows x K scratch. */
@@ -184,13 +204,18 @@ static void adam(float *restrict V, float *restrict m1, float *restrict m2, cons
 	}
 }
 
+/* A solver's per-row results, summed in row order once every chunk is done. */
+typedef struct rows_out {
+	double *ln, *lo;     /* per row: nearest's and the result's loss */
+	uint8_t *kept;       /* per row: the learned result kept */
+	int failed;          /* an allocation failed (only ever set to 1) */
+} rows_out;
+
 typedef struct ada_job {
+	rows_out r;
 	const oq_wr_problem *p;
 	const oq_adaround_opts *o;
 	uint8_t *up;
-	double *ln, *lo;     /* per row: nearest's and the result's loss */
-	uint8_t *kept;       /* per row: learned rounding kept */
-	int failed;          /* an allocation failed (atomic enough: only ever set to 1) */
 } ada_job;
 
 static void ada_chunk(ada_job *j, size_t r0, size_t nr)
@@ -198,7 +223,15 @@ static void ada_chunk(ada_job *j, size_t r0, size_t nr)
 	const oq_wr_problem *p = j->p;
 	const oq_adaround_opts *o = j->o;
 	const float b1 = ADAM_B1, b2 = ADAM_B2, zg = OQ_ADAROUND_ZETA - OQ_ADAROUND_GAMMA;
-	size_t K = p->K, n = nr * K, warm = (size_t)((float)o->iters * o->warm);
+	size_t K = p->K, n = nr * K;
+	/* the steps of this problem: o->iters, fewer (not below OQ_ADAROUND_MIN_ITERS) where one
+	 * step's products would make the layer cost more than OQ_ADAROUND_WORK operations */
+	double step = 2.0 * (double)p->rows * (double)K * (p->X ? 2.0 * (double)p->N : (double)K);
+	int iters = step * o->iters > OQ_ADAROUND_WORK ? (int)(OQ_ADAROUND_WORK / step) : o->iters;
+	size_t warm;
+	if (iters < OQ_ADAROUND_MIN_ITERS)
+		iters = o->iters < OQ_ADAROUND_MIN_ITERS ? o->iters : OQ_ADAROUND_MIN_ITERS;
+	warm = (size_t)((float)iters * o->warm);
 	const float *W = p->W + r0 * K, *S = p->S + r0 * K, *Z = p->Z + r0 * K, *T = p->T + r0 * K;
 	float *V = malloc(n * sizeof *V), *m1 = calloc(n, sizeof *m1), *m2 = calloc(n, sizeof *m2);
 	float *fl = malloc(n * sizeof *fl), *Wq = calloc(n, sizeof *Wq), *G = calloc(n, sizeof *G);
@@ -206,10 +239,12 @@ static void ada_chunk(ada_job *j, size_t r0, size_t nr)
 	float *free_ = malloc(n * sizeof *free_);
 	uint8_t *clip = malloc(n), *near = malloc(n);
 	double *lnear = malloc(nr * sizeof *lnear), *llearn = malloc(nr * sizeof *llearn);
+	float *U = p->X ? malloc(nr * p->N * sizeof *U + 1) : NULL;
 	float p1 = 1, p2 = 1, qmin = p->qmin, qmax = p->qmax;
 
-	if (!V || !m1 || !m2 || !fl || !Wq || !G || !sig || !free_ || !clip || !near || !lnear || !llearn) {
-		j->failed = 1;
+	if (!V || !m1 || !m2 || !fl || !Wq || !G || !sig || !free_ || !clip || !near || !lnear || !llearn ||
+	    (p->X && !U)) {
+		j->r.failed = 1;
 		goto out;
 	}
 	for (size_t e = 0; e < n; e++) {
@@ -221,17 +256,16 @@ static void ada_chunk(ada_job *j, size_t r0, size_t nr)
 		q = q < 1e-4f ? 1e-4f : q > 1 - 1e-4f ? 1 - 1e-4f : q;
 		V[e] = logf(q / (1 - q));
 	}
-	for (int it = 0; it < o->iters; it++) {
+	for (int it = 0; it < iters; it++) {
 		float beta = 0, lam = 0, c1, c2;
 		if ((size_t)it >= warm) {
-			float rel = (float)((size_t)it - warm) / (float)((size_t)o->iters - warm);
+			float rel = (float)((size_t)it - warm) / (float)((size_t)iters - warm);
 			beta = o->beta_lo + (o->beta_hi - o->beta_lo) * (1 - rel);
 			lam = o->lambda;
 		}
 		soft_weights(V, fl, S, Z, qmin, qmax, n, sig, free_, Wq);
 		/* G = Wq A - T: half the gradient of the reconstruction loss */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, (int)K, (int)K, 1.0f, Wq, (int)K, p->A,
-			    (int)K, 0.0f, G, (int)K);
+		times_a(p, nr, Wq, U, G);
 		p1 *= b1;
 		p2 *= b2;
 		c1 = 1 / (1 - p1);
@@ -255,7 +289,7 @@ static void ada_chunk(ada_job *j, size_t r0, size_t nr)
 		cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)K, (int)K, 1.0f, p->A, (int)K, wq, 1, 0.0f, g, 1);
 		for (size_t k = 0; k < K; k++)
 			g[k] -= T[m * K + k];
-		for (int sweep = 0, any = 1; sweep < (getenv("OQ_WR_TUNE_POLISH") ? atoi(getenv("OQ_WR_TUNE_POLISH")) : 8) && any; sweep++) {
+		for (int sweep = 0, any = 1; sweep < OQ_ADAROUND_POLISH && any; sweep++) {
 			any = 0;
 			for (size_t k = 0; k < K; k++) {
 				float nw = dir_dq(wm[k], sm[k], zm[k], p->qmin, p->qmax, !u[k]), dw = nw - wq[k];
@@ -283,9 +317,9 @@ static void ada_chunk(ada_job *j, size_t r0, size_t nr)
 		int keep = llearn[m] < lnear[m];
 		for (size_t k = 0; k < K; k++)
 			j->up[(r0 + m) * K + k] = keep ? V[m * K + k] >= 0 : near[m * K + k];
-		j->ln[r0 + m] = lnear[m];
-		j->lo[r0 + m] = keep ? llearn[m] : lnear[m];
-		j->kept[r0 + m] = (uint8_t)keep;
+		j->r.ln[r0 + m] = lnear[m];
+		j->r.lo[r0 + m] = keep ? llearn[m] : lnear[m];
+		j->r.kept[r0 + m] = (uint8_t)keep;
 	}
 out:
 	free(V);
@@ -300,6 +334,7 @@ out:
 	free(near);
 	free(lnear);
 	free(llearn);
+	free(U);
 }
 
 static void ada_range(void *ctx, size_t b, size_t e)
@@ -330,45 +365,54 @@ static void totals(const double *ln, const double *lo, const uint8_t *kept, size
 		*n_kept = k;
 }
 
-int oq_adaround(const oq_wr_problem *p, const oq_adaround_opts *o, oq_pool *pool, uint8_t *up, double *l_near,
-		double *l_out, size_t *n_kept)
+/*
+ * Runs fn over p's row chunks (one pool item each; job starts with its rows_out r) and sums the
+ * per-row results into *l_near, *l_out, *n_kept (each may be NULL).
+ */
+static int run_rows(const oq_wr_problem *p, oq_pool *pool, oq_range_fn fn, void *job, rows_out *r, double *l_near,
+		    double *l_out, size_t *n_kept)
 {
-	ada_job j = {p, o, up, NULL, NULL, NULL, 0};
 	size_t nchunks = (p->rows + chunk_rows(p->K) - 1) / chunk_rows(p->K);
 	int rc = OQ_ENOMEM;
 
-	j.ln = oq_calloc(p->rows + 1, sizeof *j.ln);
-	j.lo = oq_calloc(p->rows + 1, sizeof *j.lo);
-	j.kept = oq_calloc(p->rows + 1, 1);
-	if (!j.ln || !j.lo || !j.kept)
+	r->ln = oq_calloc(p->rows + 1, sizeof *r->ln);
+	r->lo = oq_calloc(p->rows + 1, sizeof *r->lo);
+	r->kept = oq_calloc(p->rows + 1, 1);
+	if (!r->ln || !r->lo || !r->kept)
 		goto out;
 	if (pool)
-		oq_pool_run(pool, nchunks, 1, ada_range, &j);
+		oq_pool_run(pool, nchunks, 1, fn, job);
 	else
-		ada_range(&j, 0, nchunks);
-	if (j.failed)
+		fn(job, 0, nchunks);
+	if (r->failed)
 		goto out;
-	totals(j.ln, j.lo, j.kept, p->rows, l_near, l_out, n_kept);
+	totals(r->ln, r->lo, r->kept, p->rows, l_near, l_out, n_kept);
 	rc = OQ_OK;
 out:
-	free(j.ln);
-	free(j.lo);
-	free(j.kept);
+	free(r->ln);
+	free(r->lo);
+	free(r->kept);
+	memset(r, 0, sizeof *r);
 	return rc;
+}
+
+int oq_adaround(const oq_wr_problem *p, const oq_adaround_opts *o, oq_pool *pool, uint8_t *up, double *l_near,
+		double *l_out, size_t *n_kept)
+{
+	ada_job j = {{NULL, NULL, NULL, 0}, p, o, up};
+	return run_rows(p, pool, ada_range, &j, &j.r, l_near, l_out, n_kept);
 }
 
 /* ------------------------------------------------------------ sequential MSE */
 
 typedef struct seq_job {
+	rows_out r;
 	const oq_wr_problem *p;
 	const size_t *grp;
 	size_t ngroups;
 	size_t ncand;
 	const float *cs, *cz;
 	size_t *choice;
-	double *ln, *lo;
-	uint8_t *kept;
-	int failed;
 } seq_job;
 
 /* One row whose elements form one group: all candidates at once, Wc [ncand x K] times A. */
@@ -381,20 +425,34 @@ static void seq_row_whole(seq_job *j, size_t m, float *Wc, float *P, double *lc)
 	for (size_t c = 0; c < j->ncand; c++)
 		for (size_t k = 0; k < K; k++)
 			Wc[c * K + k] = near_dq(w[k], j->cs[g * j->ncand + c], j->cz[g * j->ncand + c], p->qmin, p->qmax);
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->ncand, (int)K, (int)K, 1.0f, Wc, (int)K, p->A,
-		    (int)K, 0.0f, P, (int)K);
+	if (p->X) /* loss = (1 - alpha) |X w~|^2 / N + alpha w~ diag(A) w~ - 2 w~ . t */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->ncand, (int)p->N, (int)K, 1.0f, Wc, (int)K,
+			    p->X, (int)K, 0.0f, P, (int)p->N);
+	else
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)j->ncand, (int)K, (int)K, 1.0f, Wc, (int)K,
+			    p->A, (int)K, 0.0f, P, (int)K);
 	for (size_t c = 0; c < j->ncand; c++) {
 		double l = 0;
-		for (size_t k = 0; k < K; k++)
-			l += (double)Wc[c * K + k] * ((double)P[c * K + k] - 2.0 * (double)p->T[m * K + k]);
+		if (p->X) {
+			double q = 0;
+			for (size_t i = 0; i < p->N; i++)
+				q += (double)P[c * p->N + i] * (double)P[c * p->N + i];
+			l = (1 - (double)p->alpha) * q / (double)p->N;
+			for (size_t k = 0; k < K; k++)
+				l += (double)Wc[c * K + k] * ((double)p->alpha * (double)p->A[k * K + k] * (double)Wc[c * K + k] -
+							       2.0 * (double)p->T[m * K + k]);
+		} else {
+			for (size_t k = 0; k < K; k++)
+				l += (double)Wc[c * K + k] * ((double)P[c * K + k] - 2.0 * (double)p->T[m * K + k]);
+		}
 		lc[c] = l;
 		if (l < lc[best])
 			best = c;
 	}
 	j->choice[g] = best;
-	j->ln[m] = lc[0];
-	j->lo[m] = lc[best];
-	j->kept[m] = best != 0;
+	j->r.ln[m] = lc[0];
+	j->r.lo[m] = lc[best];
+	j->r.kept[m] = best != 0;
 }
 
 /*
@@ -472,9 +530,9 @@ static void seq_row_groups(seq_job *j, size_t m, float *wq, float *gv, float *dv
 			j->choice[gr[k]] = 0;
 		l = l0;
 	}
-	j->ln[m] = l0;
-	j->lo[m] = l;
-	j->kept[m] = l < l0;
+	j->r.ln[m] = l0;
+	j->r.lo[m] = l;
+	j->r.kept[m] = l < l0;
 }
 
 static void seq_range(void *ctx, size_t b, size_t e)
@@ -488,7 +546,7 @@ static void seq_range(void *ctx, size_t b, size_t e)
 	uint8_t *seen = calloc(j->ngroups + 1, 1);
 
 	if (!Wc || !P || !lc || !idx || !seen) {
-		j->failed = 1;
+		j->r.failed = 1;
 		goto out;
 	}
 	for (size_t c = b; c < e; c++) {
@@ -514,28 +572,11 @@ out:
 int oq_seqmse(const oq_wr_problem *p, const size_t *grp, size_t ngroups, size_t ncand, const float *cs,
 	      const float *cz, oq_pool *pool, size_t *choice, double *l_near, double *l_out, size_t *n_kept)
 {
-	seq_job j = {p, grp, ngroups, ncand, cs, cz, choice, NULL, NULL, NULL, 0};
-	size_t nchunks = (p->rows + chunk_rows(p->K) - 1) / chunk_rows(p->K);
-	int rc = OQ_ENOMEM;
+	seq_job j = {{NULL, NULL, NULL, 0}, p, grp, ngroups, ncand, cs, cz, choice};
 
 	for (size_t g = 0; g < ngroups; g++)
 		choice[g] = 0;
-	j.ln = oq_calloc(p->rows + 1, sizeof *j.ln);
-	j.lo = oq_calloc(p->rows + 1, sizeof *j.lo);
-	j.kept = oq_calloc(p->rows + 1, 1);
-	if (!j.ln || !j.lo || !j.kept || ncand == 0)
-		goto out;
-	if (pool)
-		oq_pool_run(pool, nchunks, 1, seq_range, &j);
-	else
-		seq_range(&j, 0, nchunks);
-	if (j.failed)
-		goto out;
-	totals(j.ln, j.lo, j.kept, p->rows, l_near, l_out, n_kept);
-	rc = OQ_OK;
-out:
-	free(j.ln);
-	free(j.lo);
-	free(j.kept);
-	return rc;
+	if (ncand == 0)
+		return OQ_EINVAL;
+	return run_rows(p, pool, seq_range, &j, &j.r, l_near, l_out, n_kept);
 }

@@ -92,20 +92,6 @@ static size_t in_chan(const layer *l, size_t e)
 	return (a / (l->d0 / l->group)) * l->d1 + b;
 }
 
-/* The single live consumer of v, or NULL. */
-static oq_node *only_user(const oq_value *v)
-{
-	oq_node *u = NULL;
-	for (size_t i = 0; i < v->n_uses; i++) {
-		if (v->uses[i].node->dead)
-			continue;
-		if (u)
-			return NULL;
-		u = v->uses[i].node;
-	}
-	return u;
-}
-
 /* Constant scalar c (absent: the op's default, i.e. no bound) equals `want`? */
 static int const_is(const oq_graph *g, const oq_node *n, size_t idx, double want)
 {
@@ -209,7 +195,7 @@ static int try_pair(cle *c, oq_node *n)
 	if (!v || n->n_outputs != 1 || v->graph != c->g)
 		return OQ_OK;
 	/* walk the homogeneous chain to the value the consumers read */
-	while (oq_value_is_private(v) && (u = only_user(v)) && u->n_outputs >= 1 && u->outputs[0] &&
+	while (oq_value_is_private(v) && (u = oq_value_only_user(v)) && u->n_outputs >= 1 && u->outputs[0] &&
 	       u->inputs[0] == v) {
 		int cl;
 		/* a bounded Clip ends the pattern; walking on only tells the log it was one */

@@ -52,20 +52,6 @@ static size_t live_uses(const oq_value *v)
 	return k;
 }
 
-/* The single live consumer of v, or NULL. */
-static oq_node *only_user(const oq_value *v)
-{
-	oq_node *u = NULL;
-	for (size_t i = 0; i < v->n_uses; i++) {
-		if (v->uses[i].node->dead)
-			continue;
-		if (u)
-			return NULL;
-		u = v->uses[i].node;
-	}
-	return u;
-}
-
 /*
  * Stores `data` (nelem floats, shape of `like` or dims) as the new content of
  * input `idx` of n: in place when n is the value's only reader, else in a
@@ -240,7 +226,7 @@ static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 	int rc = OQ_OK;
 
 	*done = 0;
-	if (!p || p->dead || x->graph != g || !oq_value_is_private(x) || only_user(x) != bn ||
+	if (!p || p->dead || x->graph != g || !oq_value_is_private(x) || oq_value_only_user(x) != bn ||
 	    !p->n_outputs || p->outputs[0] != x)
 		return OQ_OK;
 	/* Linear op + Add(constant bias): the Add is the producer, the op before it holds W */
@@ -248,7 +234,7 @@ static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 		for (int k = 0; k < 2 && !addn; k++) {
 			oq_value *o = p->inputs[k], *c = p->inputs[1 - k];
 			if (o && c && is_linear(o->producer) && oq_value_const(g, c) && !oq_value_const(g, o) &&
-			    only_user(o) == p && oq_value_is_private(o) && o->producer->outputs[0] == o &&
+			    oq_value_only_user(o) == p && oq_value_is_private(o) && o->producer->outputs[0] == o &&
 			    !has_bias(o->producer)) {
 				lin = o->producer;
 				addn = p;
@@ -415,7 +401,7 @@ static int fold_affine(oq_graph *g, oq_node *n, oq_diag *d, int *done)
 			x = n->inputs[1 - k];
 		}
 	if (!c || c->dtype != OQ_DT_FLOAT || !(p = x->producer) || p->dead || x->graph != g ||
-	    !oq_value_is_private(x) || only_user(x) != n || !p->n_outputs || p->outputs[0] != x ||
+	    !oq_value_is_private(x) || oq_value_only_user(x) != n || !p->n_outputs || p->outputs[0] != x ||
 	    !(oq_node_is(p, OQ_OP_Conv) || oq_node_is(p, OQ_OP_ConvTranspose)) || p->n_inputs < 2 ||
 	    !(W = oq_value_const(g, p->inputs[1])) || W->dtype != OQ_DT_FLOAT || W->rank < 3)
 		return OQ_OK;

@@ -195,6 +195,19 @@ size_t oq_value_n_captures(const oq_value *v)
 	return c.n;
 }
 
+oq_node *oq_value_only_user(const oq_value *v)
+{
+	oq_node *u = NULL;
+	for (size_t i = 0; i < v->n_uses; i++) {
+		if (v->uses[i].node->dead)
+			continue;
+		if (u)
+			return NULL;
+		u = v->uses[i].node;
+	}
+	return u;
+}
+
 /* ------------------------------------------------------------ removal and order */
 
 static int sweep_sub(oq_graph *sub, oq_node *owner, void *ctx);

@@ -339,6 +339,8 @@ void oq_graph_remove_vinfo(oq_graph *g, oq_value *v);
 int oq_value_replace_uses(oq_graph *g, oq_value *from, oq_value *to) OQ_WUR;
 /* Number of subgraph values (at any depth below v's graph) that capture v as an outer name. */
 size_t oq_value_n_captures(const oq_value *v);
+/* The one live (not dead) node reading v, or NULL when none or several do (uses must be current). */
+oq_node *oq_value_only_user(const oq_value *v);
 /*
  * The tensor of v when v is a constant of g: an initializer of g that is not
  * also a graph input from IR version 4 on (such an input may be fed at run

@@ -17,6 +17,12 @@
 #            --block-size 32 (rec, vit_b_16; --weight-only takes no --calib)
 #   convert  onnxq convert MODEL -o Q --passes cleanup,fold-bn,fuse (not vit_b_16: no BatchNorm,
 #            and each of its runs costs ~20 s)
+#   wo8      onnxq quantize MODEL -o Q --weight-only --op-types Conv,MatMul,Gemm,ConvTranspose
+#            --weight-rounding adaround --bias-correction --calib CALIB (cls, rec, det: the trained
+#            models, where int8 weights alone cost the most)
+#   int4l    onnxq quantize MODEL -o Q --weight-only --weight-type int4 --granularity block
+#            --block-size 32 --op-types Conv,MatMul,Gemm,ConvTranspose --weight-rounding adaround
+#            --bias-correction --calib CALIB (rec)
 # vit_b_16 uses the first 8 calibration and 4 held-out images (8 s per onnxq run otherwise).
 #   check    `onnxq check Q` exits 0                                     (every setting)
 #   ort      ONNX Runtime (graphOptimizationLevel 'basic') loads and runs Q (every setting)
@@ -42,10 +48,15 @@
 #            must instead be within 0.01 dB of the SQNR quant_accuracy_eval.py measures on
 #            onnxq's own outputs (onnxq(MODEL) vs onnxq(Q)): compare's arithmetic, checked
 #   task     on ORT's outputs of Q: cls argmax equal to the float model's on >= 95% of lines;
-#            rec character error rate vs the true strings <= 2% (int8 and int4; the float
+#            rec character error rate vs the true strings <= 2% (int8, int4, wo8; int4l <= 1%; the float
 #            model's CER is printed too); det text masks (prob > 0.3) IoU >= 0.85 on every page
-#   size     int4: bytes of the weights that got a DequantizeLinear (+ scales, zero points)
+#   size     int4, int4l: bytes of the weights that got a DequantizeLinear (+ scales, zero points)
 #            <= 0.2 x their float32 bytes (python3-onnx reads Q)
+#   near     wo8, int4l: the learned rounding and bias correction against round-to-nearest (the
+#            same quantize without --weight-rounding/--bias-correction/--calib), `onnxq compare`
+#            on the same held-out samples: the mean SQNR (lowest output) must not be lower by more
+#            than 0.2 dB (the guard: never worse), and must gain at least near_gain MODEL SETTING
+#            dB where a gain is claimed (set from measurements; nearest fails it by construction)
 #   bc       int8 (unless OQ_ACC_QOPTS names a bias-correction option): the default empirical
 #            bias correction never makes the held-out output SQNR worse: the same quantize with
 #            --no-bias-correction, `onnxq compare` on the same samples; the corrected model's
@@ -75,7 +86,7 @@
 #   to the int8 and int4 settings (to measure an option on the corpus); OQ_ACC_KEEP=1 keeps the work
 #   folder; OQ_ACC_FAKE=1 copies MODEL as Q instead of running quantize/convert and skips
 #   `onnxq compare` (to debug the harness itself: every number must then be perfect, and only
-#   the int4 size items fail: a copy has no DequantizeLinear).
+#   the int4 / int4l size items fail: a copy has no DequantizeLinear; near is not judged).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 onnxq=${1:-$root/build/onnxq}
@@ -106,7 +117,7 @@ if [ "$sanitize" = 1 ]; then
   echo "quant_accuracy: sanitizer build: reduced set ($models; $settings)"
 else
   models=${OQ_ACC_MODELS:-cls rec det mobilenet_v2 efficientnet_b0 resnet18 resnet50 vit_b_16}
-  settings=${OQ_ACC_SETTINGS:-int8 int4 convert}
+  settings=${OQ_ACC_SETTINGS:-int8 int4 convert wo8 int4l}
 fi
 
 # Data and models. The data folder is keyed by the data script's hash: editing the script
@@ -148,10 +159,10 @@ if [ -f "$known_file" ] || [ "$known_file" = /dev/null ]; then
   while IFS= read -r line || [ -n "$line" ]; do
     ln=$((ln + 1))
     [[ $line =~ ^[[:space:]]*(#|$) ]] && continue
-    if [[ $line =~ ^[[:space:]]*([A-Za-z0-9_]+)[[:space:]]+(int8|int4|convert)[[:space:]]+(check|ort|qdq|xcheck|sqnr|float|task|size|bc)[[:space:]]+#[[:space:]]*(.*[^[:space:]])[[:space:]]*$ ]]; then
+    if [[ $line =~ ^[[:space:]]*([A-Za-z0-9_]+)[[:space:]]+(int8|int4|convert|wo8|int4l)[[:space:]]+(check|ort|qdq|xcheck|sqnr|float|task|size|bc|near)[[:space:]]+#[[:space:]]*(.*[^[:space:]])[[:space:]]*$ ]]; then
       known["${BASH_REMATCH[1]} ${BASH_REMATCH[2]} ${BASH_REMATCH[3]}"]=${BASH_REMATCH[4]}
     else
-      bad "$known_file:$ln: want 'model int8|int4|convert item  # reason' (items: check ort qdq xcheck sqnr float task size bc): $line"
+      bad "$known_file:$ln: want 'model int8|int4|convert|wo8|int4l item  # reason' (items: check ort qdq xcheck sqnr float task size bc near): $line"
     fi
   done < "$known_file"
 else
@@ -190,8 +201,24 @@ model_path() {
 }
 data_kind() { case $1 in cls | rec | det) echo "$1" ;; *) echo img ;; esac; }
 sqnr_floor() { # MODEL SETTING -> floor in dB, empty when only reported
-  [ "$2" = int8 ] || return 0
-  case $1 in mobilenet_v2 | efficientnet_b0) echo 35 ;; resnet18) echo 20 ;; esac
+  case $2 in
+    int8) case $1 in mobilenet_v2 | efficientnet_b0) echo 35 ;; resnet18) echo 20 ;; esac ;;
+    wo8) case $1 in rec) echo WO8_REC_FLOOR ;; det) echo WO8_DET_FLOOR ;; esac ;;
+    int4l) case $1 in rec) echo INT4L_REC_FLOOR ;; esac ;;
+  esac
+}
+# MODEL SETTING -> mean SQNR gain over round-to-nearest the learned setting must show (dB)
+near_gain() {
+  case $1:$2 in
+    rec:wo8) echo WO8_REC_GAIN ;; det:wo8) echo WO8_DET_GAIN ;; rec:int4l) echo INT4L_REC_GAIN ;; *) echo -0.2 ;;
+  esac
+}
+# the weight-only options of a learned setting without what is learned (round to nearest)
+near_opts() {
+  case $1 in
+    wo8) echo "--weight-only --op-types Conv,MatMul,Gemm,ConvTranspose" ;;
+    int4l) echo "--weight-only --weight-type int4 --granularity block --block-size 32 --op-types Conv,MatMul,Gemm,ConvTranspose" ;;
+  esac
 }
 has_setting() { case " $settings " in *" $1 "*) return 0 ;; esac; return 1; }
 
@@ -246,8 +273,9 @@ judge() { # NAME SETTING
     convert) items+=" float" ;;
     *) items+=" qdq xcheck" ; [ -n "$floor" ] && items+=" sqnr" ;;
   esac
-  case $kind:$set in cls:int8 | rec:int8 | rec:int4 | det:int8) items+=" task" ;; esac
-  [ "$set" = int4 ] && items+=" size"
+  case $kind:$set in cls:int8 | rec:int8 | rec:int4 | det:int8 | *:wo8 | rec:int4l) items+=" task" ;; esac
+  case $set in int4 | int4l) items+=" size" ;; esac
+  case $set in wo8 | int4l) [ "$fake" != 1 ] && items+=" near" ;; esac
   local bc=0
   [ "$set" = int8 ] && [[ $qopts != *bias-correction* ]] && [ "$fake" != 1 ] && bc=1 && items+=" bc"
 
@@ -264,6 +292,9 @@ judge() { # NAME SETTING
       int4) "$onnxq" quantize "$model" -o "$q" --weight-only --weight-type int4 \
         --granularity block --block-size 32 $qopts > "$w/make.out" 2> "$w/make.err" ;;
       convert) "$onnxq" convert "$model" -o "$q" --passes cleanup,fold-bn,fuse > "$w/make.out" 2> "$w/make.err" ;;
+      # shellcheck disable=SC2046
+      wo8 | int4l) "$onnxq" quantize "$model" -o "$q" $(near_opts "$set") --weight-rounding adaround --bias-correction \
+        --calib "$calib" > "$w/make.out" 2> "$w/make.err" ;;
     esac
     rc=$?
   fi
@@ -372,6 +403,26 @@ judge() { # NAME SETTING
     fi
   fi
 
+  # near: the same weight-only quantize at round-to-nearest, judged on the same samples
+  if [[ $items == *near* ]]; then
+    local nq=$w/near.onnx nmin=nan nmean=nan gain
+    gain=$(near_gain "$name" "$set")
+    # shellcheck disable=SC2046
+    if "$onnxq" quantize "$model" -o "$nq" $(near_opts "$set") > /dev/null 2> "$w/near.err" &&
+      "$onnxq" compare "$model" "$nq" --data "$held" --json > "$w/near.json" 2>> "$w/near.err" &&
+      ev compare "$w/near.json" > "$w/near.txt"; then
+      read -r nmin nmean <<< "$(head -n 1 "$w/near.txt")"
+    fi
+    if awk -v b="$cmean" -v d="$nmean" -v g="$gain" 'BEGIN {
+        if (b == "nan" || d == "nan" || b == "" || d == "") exit 1
+        if (b == "inf") exit 0
+        exit !(b + 0 >= d + g) }'; then
+      item_ok "$tag: near (learned $cmin/$cmean dB, nearest $nmin/$nmean dB: mean gain >= $gain dB)"
+    else
+      item_ko "$tag: near (learned $cmin/$cmean dB, nearest $nmin/$nmean dB; want the mean >= nearest's + $gain dB)"
+    fi
+  fi
+
   # bc: the same quantize without bias correction, judged on the same samples
   if [ "$bc" = 1 ]; then
     local nq=$w/nobc.onnx nmin=nan nmean=nan tn0 tn1
@@ -415,8 +466,10 @@ judge() { # NAME SETTING
         tm=$(head -n 1 "$w/task.txt"); task="CER $(pct "$tm") (float $(pct "$fc"))"
         sed -n '2,$p' "$w/task.txt"
         if [[ $items == *task* ]]; then
-          if awk -v a="$tm" 'BEGIN { exit !(a != "nan" && a <= 0.02) }'; then item_ok "$tag: task (CER $(pct "$tm") <= 2%; float $(pct "$fc"))"; else
-            item_ko "$tag: task (CER $(pct "$tm") > 2%; float $(pct "$fc"))"; fi
+          local cmax=0.02
+          [ "$set" = int4l ] && cmax=0.01
+          if awk -v a="$tm" -v c="$cmax" 'BEGIN { exit !(a != "nan" && a <= c) }'; then item_ok "$tag: task (CER $(pct "$tm") <= $(pct "$cmax"); float $(pct "$fc"))"; else
+            item_ko "$tag: task (CER $(pct "$tm") > $(pct "$cmax"); float $(pct "$fc"))"; fi
         fi
       elif [[ $items == *task* ]]; then item_ko "$tag: task (no outputs)"; fi
       ;;
@@ -437,7 +490,7 @@ judge() { # NAME SETTING
   esac
 
   # size ratio of the quantized weights
-  if [ "$set" = int4 ]; then
+  if [ "$set" = int4 ] || [ "$set" = int4l ]; then
     if ev size "$q" "$model" > "$w/size.txt"; then
       local r qb fb nw
       read -r r qb fb nw <<< "$(head -n 1 "$w/size.txt")"
@@ -462,9 +515,11 @@ for i in 000 001 002 003 004 005 006 007; do ln -s "$data/img/calib/$i.npy" "$tm
 start=$(date +%s)
 for m in $models; do
   if [ ! -f "$(model_path "$m")" ]; then item_ko "$m: model $(model_path "$m") missing"; continue; fi
-  for s in int8 int4 convert; do
+  for s in int8 int4 convert wo8 int4l; do
     has_setting "$s" || continue
     if [ "$s" = int4 ]; then case $m in rec | vit_b_16) ;; *) continue ;; esac; fi
+    if [ "$s" = wo8 ]; then case $m in cls | rec | det) ;; *) continue ;; esac; fi
+    if [ "$s" = int4l ]; then case $m in rec) ;; *) continue ;; esac; fi
     [ "$m:$s" = vit_b_16:convert ] && continue
     judge "$m" "$s"
   done
