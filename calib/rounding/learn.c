@@ -6,15 +6,20 @@
  * 2-D), MatMul (a [K, N] weight) and Gemm, whose weight has no other reader and an integer
  * grid. Others (ConvTranspose, Gather, 3-D convs, float8) keep round-to-nearest.
  *
- * Stages (asymmetric reconstruction): the layers, in graph order, are cut into at most
- * OQ_WR_STAGES stages of about equal count whose moments fit OQ_WR_STAGE_BYTES. Stage 0's
- * inputs come from one run of the float model over the samples (x~ = x). For stage s > 0 a
- * second copy of the model (saved and loaded back once) holds the weights of every earlier
- * stage as they will be quantized (and, weight-only, their corrected biases), plus every
- * planned weight that is not learned at nearest rounding; each sample runs through the float
- * model, whose stage-s layer inputs are kept, then through that copy, whose inputs are paired
- * with them. Within a stage layers see the float weights of the layers before them in it.
- * Activations stay float throughout (the shift the weights cause, whatever the mode).
+ * Stages (asymmetric reconstruction): the layers, in graph order, are cut into OQ_WR_STAGES
+ * stages of about equal count, more where a stage's moments would pass OQ_WR_STAGE_BYTES.
+ * Stage 0's inputs come from one run of the float model over the samples (x~ = x). For stage
+ * s > 0 a second copy of the model (saved and loaded back once) holds the weights of every
+ * earlier stage as they will be quantized (and, weight-only, their corrected biases), plus
+ * every planned weight that is not learned at nearest rounding; each sample runs through the
+ * float model, whose stage-s layer inputs are kept, then through that copy, whose inputs are
+ * paired with them. A stage's frontier layers (no layer of the stage upstream of them) target
+ * the float output W x from the quantized-so-far input x~: they also make up for the error
+ * upstream. The others see x~ with float layers of their own stage before them, which the
+ * frontier layers' correction will change: they reconstruct W x~ (their own rounding error
+ * only), so that no upstream error is made up for twice. More stages: more frontier layers,
+ * two more model runs each. Activations stay float throughout (the shift the weights cause,
+ * whatever the mode).
  *
  * Memory: per layer of a stage 2 K^2 + 2 K doubles per conv group (one K^2 at stage 0); a
  * stage's float layer inputs of one sample; the model copy; the solver's per-chunk state.

@@ -19,11 +19,11 @@
  * AdaRound (Nagel et al. 2020): w~ = s * (clip(floor(w/s) + h(V) + zp, qmin, qmax) - zp),
  * h(V) = clip(sigmoid(V) (zeta - gamma) + gamma, 0, 1), zeta 1.1, gamma -0.1, V set so that
  * h(V) = frac(w/s); minimises the loss above + lambda * sum(1 - |2 h(V) - 1|^beta) with Adam
- * (full-batch gradients from A and t: no mini-batch noise; learning rate 0.01, 200 steps:
- * measured on PaddleOCR rec, more steps did not help), beta annealed linearly 20 -> 2 after a
- * warm start of 20 % of the steps without the regulariser, lambda 0.01. At the end each weight
- * rounds up where h(V) >= 0.5 (V >= 0), then single weights flip while a flip lowers their
- * output channel's loss (a greedy polish: AdaRound's relaxation leaves such flips behind).
+ * (full-batch gradients from A and t: no mini-batch noise; learning rate 0.01, 200 steps),
+ * beta annealed linearly 20 -> 2 after a warm start of 20 % of the steps without the
+ * regulariser, lambda 0.01. At the end each weight rounds up where h(V) >= 0.5 (V >= 0),
+ * then single weights flip while a flip lowers their output channel's loss (a greedy polish:
+ * AdaRound's relaxation leaves such flips behind).
  *
  * Sequential MSE (AIMET): per scale group (output channel, or block), the scale of the range
  * f * [min, max], f = 1 - c/100 for c < OQ_SEQMSE_CANDIDATES, with the least loss above at
@@ -31,8 +31,8 @@
  * the others at their current choice, over two sweeps.
  *
  * The moments are shrunk towards their diagonals first (OQ_WR_SHRINK). Both are guarded per
- * output channel: the result is kept only when its loss is below round
- * to nearest's on the same moments (else the channel rounds to nearest).
+ * output channel: the result is kept only when its loss is below round to nearest's on the
+ * same moments (else the channel rounds to nearest).
  */
 #ifndef OQ_ROUNDING_H
 #define OQ_ROUNDING_H
@@ -54,9 +54,8 @@
 #define OQ_ADAROUND_MIN_ITERS 50
 
 /* The layer moments A and E[x~ x^T] are shrunk this much towards their diagonals: a layer's
- * calibration positions are few and correlated (16 text lines), and the raw moments let the
- * rounding fit directions held-out inputs do not share (PaddleOCR rec / det, weight-only int8:
- * 0.1 beat 0, 0.3 and K / (N + K) on held-out SQNR). */
+ * calibration positions are few and strongly correlated, and the raw moments let the rounding
+ * fit directions that held-out inputs do not share. */
 #define OQ_WR_SHRINK 0.1
 
 /* Candidates of sequential MSE: range fractions 1, 0.99, ... */
@@ -93,8 +92,6 @@ typedef struct oq_wr_problem {
 	size_t N;
 	float alpha;
 } oq_wr_problem;
-
-/* Per row: 1 when up[] is nearest rounding (the guard kept it), for counts. */
 
 /*
  * AdaRound on p: up[rows * K] receives each weight's direction (1: floor(w/s) + 1, 0: floor);
