@@ -84,7 +84,7 @@ static double ada_loss(const double *x, size_t n, size_t K, const float *w, size
 		Z[k] = 0;
 	}
 	oq_adaround_defaults(&o);
-	p = (oq_wr_problem){K, 1, A, T, w, S, Z, -127, 127, NULL, 0, 0};
+	p = (oq_wr_problem){K, 1, A, T, w, S, Z, -127, 127, NULL, 0, 0, NULL};
 	cr_assert_eq(oq_adaround(&p, &o, NULL, up, NULL, NULL, kept), OQ_OK);
 	for (size_t k = 0; k < K; k++)
 		wq[k] = (floorf(w[k] / 0.1f) + (float)up[k]) * 0.1f;
@@ -167,7 +167,7 @@ Test(adaround, keeps_nearest_when_it_is_best)
 
 	moments_of(x, 2, K, w, 1, A, T);
 	oq_adaround_defaults(&o);
-	p = (oq_wr_problem){K, 1, A, T, w, S, Z, -127, 127, NULL, 0, 0};
+	p = (oq_wr_problem){K, 1, A, T, w, S, Z, -127, 127, NULL, 0, 0, NULL};
 	cr_assert_eq(oq_adaround(&p, &o, NULL, up, NULL, NULL, NULL), OQ_OK);
 	/* 1.2 -> 1 (down), -3.3 -> -3 (up from floor -4) */
 	cr_assert_eq(up[0], 0);
@@ -200,7 +200,7 @@ Test(seqmse, picks_the_hand_computed_scale)
 	moments_of(x, 3, K, w, 1, A, T);
 	cr_assert_float_eq(A[0], 0.01, 1e-7);
 	cr_assert_float_eq(A[4], 1.0, 1e-7);
-	p = (oq_wr_problem){K, 1, A, T, w, NULL, NULL, -7, 7, NULL, 0, 0};
+	p = (oq_wr_problem){K, 1, A, T, w, NULL, NULL, -7, 7, NULL, 0, 0, NULL};
 	cr_assert_eq(oq_seqmse(&p, grp1, 1, 3, cs, cz, NULL, choice, &ln, &lo, &kept), OQ_OK);
 	cr_assert_eq(choice[0], 2);
 	/* the solver's losses drop the constant w A w: differences are the hand numbers */
@@ -214,15 +214,16 @@ Test(seqmse, picks_the_hand_computed_scale)
 }
 
 /*
- * Few positions (N = 5 < K / 2 = 8): the solvers' products through the patches X instead of
- * A = 0.9 X^T X / N + 0.1 diag(X^T X / N) give the same choices (seq-mse) and the same losses
- * (AdaRound, float rounding apart), computed directly from the inputs.
+ * Few positions (N = 5 < K / 2 = 8): the solvers' products through the centred patches X and
+ * their mean instead of A = 0.9 Cov + 0.1 diag(Cov) + mu mu^T give the same choices (seq-mse)
+ * and the same losses (AdaRound, float rounding apart), computed directly from the inputs.
  */
 Test(solvers, patches_match_moments)
 {
 	const size_t K = 16, N = 5, R = 3;
-	double x[5 * 16];
-	float X[5 * 16], A[16 * 16], T[3 * 16], W[3 * 16], S[3 * 16], Z[3 * 16] = {0}, cs[3 * 6], cz[3 * 6] = {0};
+	double x[5 * 16], mu[16] = {0};
+	float X[5 * 16], muf[16], A[16 * 16], T[3 * 16], W[3 * 16], S[3 * 16], Z[3 * 16] = {0}, cs[3 * 6],
+		cz[3 * 6] = {0};
 	size_t grp[3 * 16], c1[3], c2[3];
 	uint8_t u1[3 * 16], u2[3 * 16];
 	uint32_t r = 777;
@@ -232,8 +233,12 @@ Test(solvers, patches_match_moments)
 	for (size_t i = 0; i < N * K; i++) {
 		r = r * 1664525u + 1013904223u;
 		x[i] = (double)(r >> 8) / 16777216.0 * 2 - 0.5;
-		X[i] = (float)x[i];
+		mu[i % K] += x[i] / (double)N;
 	}
+	for (size_t i = 0; i < N * K; i++)
+		X[i] = (float)(x[i] - mu[i % K]);
+	for (size_t k = 0; k < K; k++)
+		muf[k] = (float)mu[k];
 	for (size_t i = 0; i < R * K; i++) {
 		r = r * 1664525u + 1013904223u;
 		W[i] = ((float)(r >> 8) / 16777216.0f - 0.5f) * 0.6f;
@@ -244,15 +249,18 @@ Test(solvers, patches_match_moments)
 		for (size_t c = 0; c < 6; c++)
 			cs[g * 6 + c] = 0.05f * (1.0f - 0.07f * (float)c);
 	moments_of(x, N, K, W, R, A, T);
-	/* shrunk 10 % towards the diagonal, as the patches' alpha says */
+	/* the covariance (second moment - mu mu^T) shrunk 10 % towards its diagonal, the mean kept */
 	for (size_t a = 0; a < K; a++)
-		for (size_t b = 0; b < K; b++)
-			A[a * K + b] *= a == b ? 1.0f : 0.9f;
-	pa = (oq_wr_problem){K, R, A, T, W, S, Z, -127, 127, NULL, 0, 0};
+		for (size_t b = 0; b < K; b++) {
+			double cov = A[a * K + b] - mu[a] * mu[b];
+			A[a * K + b] = (float)((a == b ? 1.0 : 0.9) * cov + mu[a] * mu[b]);
+		}
+	pa = (oq_wr_problem){K, R, A, T, W, S, Z, -127, 127, NULL, 0, 0, NULL};
 	px = pa;
 	px.X = X;
 	px.N = N;
 	px.alpha = 0.1f;
+	px.mu = muf;
 	cr_assert_eq(oq_seqmse(&pa, grp, R, 6, cs, cz, NULL, c1, NULL, NULL, NULL), OQ_OK);
 	cr_assert_eq(oq_seqmse(&px, grp, R, 6, cs, cz, NULL, c2, NULL, NULL, NULL), OQ_OK);
 	for (size_t g = 0; g < R; g++)

@@ -302,8 +302,9 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 /* ------------------------------------------------------------ solving */
 
 /*
- * A and C = E[x~ x^T] of group gi as floats (centred when cent): from the moments' sums.
- * mu_q, mu_f: the means (K doubles each).
+ * A and C = E[x~ x^T] of a group as floats, from the moments' sums: the covariances shrunk
+ * towards their diagonals (rounding.h), plus the means' products unless cent (a bias absorbs
+ * the mean error). mu_q, mu_f: the means (K doubles each).
  */
 static void moments_to(const oq_wr_moments *mo, int cent, float *A, float *C, double *mu_q, double *mu_f)
 {
@@ -317,10 +318,9 @@ static void moments_to(const oq_wr_moments *mo, int cent, float *A, float *C, do
 	}
 	for (size_t a = 0; a < K; a++)
 		for (size_t b = 0; b < K; b++) {
-			/* shrunk towards the diagonal (rounding.h) */
-			double f = a == b ? 1 : 1 - al;
-			A[a * K + b] = (float)(f * (mo->qq[a * K + b] / n - (cent ? mu_q[a] * mu_q[b] : 0)));
-			C[a * K + b] = (float)(f * (qf[a * K + b] / n - (cent ? mu_q[a] * mu_f[b] : 0)));
+			double f = a == b ? 1 : 1 - al, mqq = mu_q[a] * mu_q[b], mqf = mu_q[a] * mu_f[b];
+			A[a * K + b] = (float)(f * (mo->qq[a * K + b] / n - mqq) + (cent ? 0 : mqq));
+			C[a * K + b] = (float)(f * (qf[a * K + b] / n - mqf) + (cent ? 0 : mqf));
 		}
 }
 
@@ -408,17 +408,21 @@ static int solve_layer(learn *c, wl *l, oq_wlearned_set *out, FILE *vlog)
 		/* T[m] = C w_m */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)K, (int)K, 1.0f, W, (int)K, C, (int)K,
 			    0.0f, T, (int)K);
-		p = (oq_wr_problem){K, R, A, T, W, S, Z, (float)l->grid.qmin, (float)l->grid.qmax, NULL, 0, 0};
+		p = (oq_wr_problem){K, R, A, T, W, S, Z, (float)l->grid.qmin, (float)l->grid.qmax, NULL, 0, 0, NULL};
 		/* few positions (fully connected layers): the solvers' products through the patches */
 		free(X);
 		X = NULL;
-		if (mo->rq && mo->cap_rows && mo->n * 2 <= K && (X = malloc(mo->n * K * sizeof *X + 1))) {
+		if (mo->rq && mo->cap_rows && mo->n * 2 <= K && (X = malloc((mo->n + 1) * K * sizeof *X))) {
+			float *mu = X + mo->n * K;
+			for (size_t k = 0; k < K; k++)
+				mu[k] = (float)mq[k];
 			for (size_t i = 0; i < mo->n; i++)
 				for (size_t k = 0; k < K; k++)
-					X[i * K + k] = (float)((double)mo->rq[i * K + k] - (cent ? mq[k] : 0));
+					X[i * K + k] = (float)((double)mo->rq[i * K + k] - mq[k]);
 			p.X = X;
 			p.N = (size_t)mo->n;
 			p.alpha = (float)OQ_WR_SHRINK;
+			p.mu = cent ? NULL : mu;
 		}
 		if (alg == OQ_WROUND_ADAROUND) {
 			uint8_t *up = (uint8_t *)D; /* nrk bytes of scratch */
@@ -469,7 +473,7 @@ static int solve_layer(learn *c, wl *l, oq_wlearned_set *out, FILE *vlog)
 				l->db[gi * R + m] += dy * (double)l->alpha / (double)l->bscale;
 		}
 		if (vlog) {
-			oq_wr_problem p = {K, R, A, zeros, W, NULL, NULL, 0, 0, NULL, 0, 0};
+			oq_wr_problem p = {K, R, A, zeros, W, NULL, NULL, 0, 0, NULL, 0, 0, NULL};
 			for (size_t e2 = 0; e2 < nrk; e2++)
 				D[e2] = 0;
 			for (size_t m = 0; m < R; m++)

@@ -30,7 +30,8 @@
  * nearest rounding; groups of one row (blocks) are searched one after the other, each with
  * the others at their current choice, over two sweeps.
  *
- * The moments are shrunk towards their diagonals first (OQ_WR_SHRINK). Both are guarded per
+ * The covariances are shrunk towards their diagonals first (OQ_WR_SHRINK; the means' products
+ * are kept). Both are guarded per
  * output channel: the result is kept only when its loss is below round to nearest's on the
  * same moments (else the channel rounds to nearest).
  */
@@ -53,7 +54,7 @@
 #define OQ_ADAROUND_WORK 2e11
 #define OQ_ADAROUND_MIN_ITERS 50
 
-/* The layer moments A and E[x~ x^T] are shrunk this much towards their diagonals: a layer's
+/* The covariances in A and E[x~ x^T] are shrunk this much towards their diagonals: a layer's
  * calibration positions are few and strongly correlated, and the raw moments let the rounding
  * fit directions that held-out inputs do not share. */
 #define OQ_WR_SHRINK 0.1
@@ -87,10 +88,12 @@ typedef struct oq_wr_problem {
 	const float *S;      /* rows x K */
 	const float *Z;      /* rows x K */
 	float qmin, qmax;
-	const float *X;      /* N x K with A = (1 - alpha) X^T X / N + alpha diag(X^T X / N), or
-			      * NULL: the solvers' repeated products use X when N < K (cheaper) */
+	const float *X;      /* N x K centred patches with A = (1 - alpha) X^T X / N + alpha
+			      * diag(X^T X / N) + mu mu^T, or NULL: the solvers' repeated products
+			      * use X when N < K (cheaper) */
 	size_t N;
 	float alpha;
+	const float *mu;     /* K: the patches' mean, or NULL (a zero mean) */
 } oq_wr_problem;
 
 /*

@@ -93,7 +93,8 @@ static float dir_dq(float w, float s, float z, float qmin, float qmax, int up)
 
 /*
  * P = Wq A for nr rows; through X (N x K) when the problem has it: (1 - alpha) (Wq X^T) X / N
- * + alpha Wq diag(A) (A's diagonal is X's, unshrunk); U: nr x N scratch.
+ * + alpha Wq diag(X^T X / N) + (Wq mu) mu^T (diag(X^T X / N) = diag(A) - mu^2); U: nr x N
+ * scratch.
  */
 static void times_a(const oq_wr_problem *p, size_t nr, const float *Wq, float *U, float *P)
 {
@@ -105,10 +106,15 @@ static void times_a(const oq_wr_problem *p, size_t nr, const float *Wq, float *U
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, N, K, 1.0f, Wq, K, p->X, K, 0.0f, U, N);
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, K, N, (1 - p->alpha) / (float)p->N, U, N, p->X,
 		    K, 0.0f, P, K);
-	if (p->alpha > 0)
-		for (size_t m = 0; m < nr; m++)
-			for (size_t k = 0; k < p->K; k++)
-				P[m * p->K + k] += p->alpha * p->A[k * p->K + k] * Wq[m * p->K + k];
+	for (size_t m = 0; m < nr; m++) {
+		float wm = 0;
+		for (size_t k = 0; p->mu && k < p->K; k++)
+			wm += Wq[m * p->K + k] * p->mu[k];
+		for (size_t k = 0; k < p->K; k++) {
+			float mk = p->mu ? p->mu[k] : 0;
+			P[m * p->K + k] += p->alpha * (p->A[k * p->K + k] - mk * mk) * Wq[m * p->K + k] + wm * mk;
+		}
+	}
 }
 
 /* Per row m of a chunk: loss[m] = Wq[m] . (Wq[m] A - 2 T[m]); P: rows x K scratch. */
@@ -425,7 +431,7 @@ static void seq_row_whole(seq_job *j, size_t m, float *Wc, float *P, double *lc)
 	for (size_t c = 0; c < j->ncand; c++)
 		for (size_t k = 0; k < K; k++)
 			Wc[c * K + k] = near_dq(w[k], j->cs[g * j->ncand + c], j->cz[g * j->ncand + c], p->qmin, p->qmax);
-	if (p->X) /* loss = (1 - alpha) |X w~|^2 / N + alpha w~ diag(A) w~ - 2 w~ . t */
+	if (p->X) /* loss = (1 - alpha) |X w~|^2 / N + alpha w~ diag(X^T X / N) w~ + (w~ . mu)^2 - 2 w~ . t */
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->ncand, (int)p->N, (int)K, 1.0f, Wc, (int)K,
 			    p->X, (int)K, 0.0f, P, (int)p->N);
 	else
@@ -437,10 +443,15 @@ static void seq_row_whole(seq_job *j, size_t m, float *Wc, float *P, double *lc)
 			double q = 0;
 			for (size_t i = 0; i < p->N; i++)
 				q += (double)P[c * p->N + i] * (double)P[c * p->N + i];
+			double wm = 0;
 			l = (1 - (double)p->alpha) * q / (double)p->N;
-			for (size_t k = 0; k < K; k++)
-				l += (double)Wc[c * K + k] * ((double)p->alpha * (double)p->A[k * K + k] * (double)Wc[c * K + k] -
-							       2.0 * (double)p->T[m * K + k]);
+			for (size_t k = 0; k < K; k++) {
+				double mk = p->mu ? (double)p->mu[k] : 0;
+				wm += (double)Wc[c * K + k] * mk;
+				l += (double)Wc[c * K + k] * ((double)p->alpha * ((double)p->A[k * K + k] - mk * mk) *
+								(double)Wc[c * K + k] - 2.0 * (double)p->T[m * K + k]);
+			}
+			l += wm * wm;
 		} else {
 			for (size_t k = 0; k < K; k++)
 				l += (double)Wc[c * K + k] * ((double)P[c * K + k] - 2.0 * (double)p->T[m * K + k]);
