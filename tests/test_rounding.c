@@ -1,8 +1,7 @@
 /*
  * test_rounding.c - learned weight rounding (calib/rounding): the solvers on problems whose
  * best answer is known by enumeration or by hand, the input moments against a direct
- * computation, and the whole step on a small model (determinism across thread counts,
- * never worse than nearest on its own calibration data).
+ * computation, and the whole step on a small model (the held-out guard).
  *
  * Losses in these tests are computed directly from the inputs, sum_i (w . x_i - w~ . x_i)^2,
  * never through the solver's A and T.
@@ -12,12 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "calib/rounding/moments.h"
 #include "calib/rounding/rounding.h"
 #include "gen_model.h"
 #include "src/io/npy.h"
 #include "src/io/onnx_io.h"
+#include "src/pipeline/pipeline.h"
 #include "tmpdir.h"
 
 /* A and T = A w of inputs x[n][K] (second moments, the solver's form). */
@@ -356,4 +357,79 @@ Test(moments, conv_patches_direct)
 	}
 	oq_rt_release(&xq);
 	oq_rt_release(&xf);
+}
+
+/* ------------------------------------------------------------ the held-out guard */
+
+/*
+ * y = x W, W = (10.4, 20.4, 127) / 127: per channel int8 scale 1/127, nearest (10, 20, 127),
+ * errors d = (-0.4, -0.4, 0) steps. Samples 0-2 (learned from) have x1 = x2, x3 = 0, where
+ * rounding one of the first two up (d = (0.6, -0.4) or (-0.4, 0.6)) leaves an output error of
+ * 0.2 steps instead of 0.8: AdaRound takes it (with the shrunk covariances the loss is 0.088
+ * vs 0.608 steps^2 per unit input). Sample 3 is held out: with x = (1, -1, 0) nearest's error is
+ * 0 and the learned one's 1 step, so the layer keeps nearest; with x = (3, 3, 0) the learned
+ * rounding is kept (q1 + q2 = 31).
+ */
+static void guard_case(const float *held, int want_sum)
+{
+	static const double w[3] = {10.4 / 127, 20.4 / 127, 1.0};
+	const int64_t dims[2] = {1, 3};
+	const float train[3][3] = {{1, 1, 0}, {2, 2, 0}, {-1, -1, 0}};
+	gen_model *g = gen_matmul(1, 3, 1, w);
+	char in[256], out[256], cal[256], smp[300];
+	oq_pipeline_opts po;
+	oq_model *m = NULL;
+	const oq_tensor *q = NULL;
+	oq_diag d;
+
+	oq_diag_init(&d);
+	cr_assert_not_null(tmpdir_make("oq_wround"));
+	snprintf(in, sizeof in, "%s", tmpdir_at("m.onnx"));
+	snprintf(out, sizeof out, "%s", tmpdir_at("q.onnx"));
+	snprintf(cal, sizeof cal, "%s", tmpdir_at("calib"));
+	cr_assert_eq(mkdir(cal, 0755), 0);
+	cr_assert_eq(gen_write(g, in), 0);
+	for (int i = 0; i < 4; i++) {
+		snprintf(smp, sizeof smp, "%s/%03d.npy", cal, i);
+		cr_assert_eq(oq_npy_write(smp, OQ_DT_FLOAT, 2, dims, i < 3 ? train[i] : held, 3 * sizeof(float), &d),
+			     OQ_OK, "%s", d.msg);
+	}
+	oq_pipeline_opts_init(&po, OQ_JOB_QUANTIZE);
+	po.in_path = in;
+	po.out_path = out;
+	po.calib.source = cal;
+	po.calib.threads = 1;
+	po.q.weight_only = 1;
+	po.q.weight_rounding = OQ_WROUND_ADAROUND;
+	po.quiet = 1;
+	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_model_load(out, &m, &d), OQ_OK, "%s", d.msg);
+	for (size_t i = 0; i < m->graph->n_nodes; i++) {
+		const oq_node *n = m->graph->nodes[i];
+		if (!n->dead && n->op == OQ_OP_DequantizeLinear && n->inputs[0]->init)
+			q = n->inputs[0]->init;
+	}
+	cr_assert(q && q->dtype == OQ_DT_INT8 && q->nelem == 3, "no int8 weight behind a DequantizeLinear");
+	{
+		const int8_t *v = q->data;
+		cr_expect_eq(v[2], 127);
+		cr_expect_eq(v[0] + v[1], want_sum, "weights %d %d, want a sum of %d", v[0], v[1], want_sum);
+		if (want_sum == 30)
+			cr_expect(v[0] == 10 && v[1] == 20, "nearest: %d %d", v[0], v[1]);
+	}
+	oq_model_free(m);
+	gen_free(g);
+	tmpdir_remove();
+}
+
+Test(guard, held_out_sample_rejects_the_learned_rounding)
+{
+	static const float held[3] = {1, -1, 0};
+	guard_case(held, 30);
+}
+
+Test(guard, held_out_sample_confirms_the_learned_rounding)
+{
+	static const float held[3] = {3, 3, 0};
+	guard_case(held, 31);
 }

@@ -21,9 +21,13 @@
  * two more model runs each. Activations stay float throughout (the shift the weights cause,
  * whatever the mode).
  *
- * Memory: per layer of a stage 2 K^2 + 2 K doubles per conv group (one K^2 at stage 0); a
- * stage's float layer inputs of one sample; the model copy; the solver's per-chunk state.
- * Positions per sample and layer are capped (moments.h).
+ * Held out (the guard, rounding.h): sample i of n when i % OQ_WR_HOLD == OQ_WR_HOLD - 1, or the
+ * last one when 2 <= n < OQ_WR_HOLD; its patches go to a second set of moments per layer, which
+ * judges the layer's result and then joins the first for the bias and the report.
+ *
+ * Memory: per layer of a stage 2 K^2 + 2 K doubles per conv group (one K^2 at stage 0), twice
+ * with held-out samples; a stage's float layer inputs of one sample; the model copy; the
+ * solver's per-chunk state. Positions per sample and layer are capped (moments.h).
  *
  * Deterministic: samples in order, fixed stage cuts, moments and solvers whose partitions
  * depend on shapes only.
@@ -45,6 +49,8 @@
 
 #define OQ_WR_STAGES 3
 #define OQ_WR_STAGE_BYTES ((size_t)768 << 20)
+/* One sample in OQ_WR_HOLD is held out: the guard judges each layer's result on those. */
+#define OQ_WR_HOLD 4
 
 /* A layer being learned. */
 typedef struct wl {
@@ -63,7 +69,8 @@ typedef struct wl {
 	int frontier;        /* no other layer of its stage is upstream: its x~ is the quantized
 			      * model's (asymmetric target); others see x~ with float layers of
 			      * their own stage before them and only reconstruct W x~ */
-	oq_wr_moments *mo;   /* g.groups entries, during its stage */
+	oq_wr_moments *mo;   /* g.groups entries, during its stage: the samples it learns on */
+	oq_wr_moments *ho;   /* the same of the held-out samples (the guard), or NULL */
 	oq_rt keep;          /* its float input of the sample being run (paired stages) */
 	oq_node *bn;         /* bias correction: the node holding the bias, or NULL */
 	size_t bi;           /* its input index */
@@ -79,6 +86,9 @@ typedef struct learn {
 	wl *L;
 	size_t nl;
 	int stage;
+	int guard;           /* some samples are held out (held_out()): each layer's result is
+			      * judged on them */
+	int held;            /* the sample being run is held out */
 	int mode;            /* what the observer does: */
 	oq_pool *pool;
 	int rc;
@@ -285,12 +295,13 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 		wl *l = &c->L[i];
 		if (l->stage != c->stage || l->gin >= 0)
 			continue;
+		oq_wr_moments *mo = c->held ? l->ho : l->mo;
 		if (c->mode == M_SELF && l->x == v)
-			rc = oq_wr_accumulate(&l->g, t, NULL, l->mo, c->pool);
+			rc = oq_wr_accumulate(&l->g, t, NULL, mo, c->pool);
 		else if (c->mode == M_STORE && l->x == v && l->frontier)
 			rc = oq_rt_copy(&l->keep, t);
 		else if (c->mode == M_PAIR && l->xq == v)
-			rc = oq_wr_accumulate(&l->g, t, l->frontier ? &l->keep : NULL, l->mo, c->pool);
+			rc = oq_wr_accumulate(&l->g, t, l->frontier ? &l->keep : NULL, mo, c->pool);
 		if (rc)
 			rc = oq_err(c->d, rc, "weight rounding: node '%s' (%s): input '%s' (%s): %s", l->node->name,
 				    l->node->op_type, v->name, oq_rt_describe(t, (char[96]){0}, 96),
@@ -341,16 +352,59 @@ static double db(double sig, double err)
 	return err > 0 ? 10 * log10(sig / err) : INFINITY;
 }
 
+/* Row m, element k of group gi of the weight tensor t (float32). */
+static float wat(const wl *l, const oq_tensor *t, size_t gi, size_t m, size_t k)
+{
+	float v;
+	memcpy(&v, (const char *)t->data + elem(l, gi * l->Mg + m, k) * 4, 4);
+	return v;
+}
+
+/*
+ * The loss (rounding.h) of weights wq (the whole tensor) on the held-out moments of group gi,
+ * up to a constant that does not depend on wq. A, C: K x K scratch; W, Wq, T: rows x K; mq, mf:
+ * K.
+ */
+static double held_loss(const wl *l, size_t gi, int cent, const float *wq, float *A, float *C, float *W, float *Wq,
+			float *T, double *mq, double *mf)
+{
+	size_t K = l->g.K, R = l->Mg;
+	oq_wr_problem p;
+
+	moments_to(&l->ho[gi], cent, A, C, mq, mf);
+	for (size_t m = 0; m < R; m++)
+		for (size_t k = 0; k < K; k++) {
+			W[m * K + k] = wat(l, l->wv->init, gi, m, k);
+			Wq[m * K + k] = wq[elem(l, gi * R + m, k)];
+		}
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)K, (int)K, 1.0f, W, (int)K, C, (int)K, 0.0f, T,
+		    (int)K);
+	p = (oq_wr_problem){K, R, A, T, W, NULL, NULL, 0, 0, NULL, 0, 0, NULL};
+	return oq_wr_loss(&p, Wq);
+}
+
+/* dy[m] = w_m . mu_f - wq_m . mu_q over the rows of group gi: its mean output error. */
+static void mean_error(const wl *l, size_t gi, const float *wq, const double *mq, const double *mf, double *dy)
+{
+	for (size_t m = 0; m < l->Mg; m++) {
+		double e = 0;
+		for (size_t k = 0; k < l->g.K; k++)
+			e += (double)wat(l, l->wv->init, gi, m, k) * mf[k] -
+			     (double)wq[elem(l, gi * l->Mg + m, k)] * mq[k];
+		dy[m] = e;
+	}
+}
+
 /* Learns layer l from its moments; appends its entry to out; fills l->wq and the bias correction. */
 static int solve_layer(learn *c, wl *l, oq_wlearned_set *out, FILE *vlog)
 {
 	const oq_opts *o = c->o;
 	const oq_tensor *Wt = l->wv->init;
 	size_t K = l->g.K, R = l->Mg, nrk = R * K, ncand = OQ_SEQMSE_CANDIDATES, kept = 0;
-	int cent = c->bias && l->bn, rc = OQ_ENOMEM, alg = o->weight_rounding;
+	int cent = c->bias && l->bn, rc = OQ_ENOMEM, alg = o->weight_rounding, reverted = 0, bias_kept = 1;
 	float *A = NULL, *C = NULL, *W = NULL, *S = NULL, *Z = NULL, *T = NULL, *Wq = NULL, *D = NULL, *zeros = NULL;
-	float *cs = NULL, *cz = NULL, *X = NULL;
-	double *mq = NULL, *mf = NULL, sig = 0, e_near = 0, e_out = 0, dummy = 0;
+	float *cs = NULL, *cz = NULL, *X = NULL, *wn = NULL;
+	double *mq = NULL, *mf = NULL, *dyl = NULL, *dyh = NULL, sig = 0, e_near = 0, e_out = 0, dummy = 0;
 	size_t *grp = NULL, *choice = NULL;
 	oq_wlearned e;
 	oq_wspec sp = l->spec;
@@ -451,47 +505,78 @@ static int solve_layer(learn *c, wl *l, oq_wlearned_set *out, FILE *vlog)
 		sp.round_up = e.up;
 		sp.n_round_up = e.up ? e.nelem : 0;
 	}
-	if (!(l->wq = malloc(Wt->nelem * sizeof *l->wq)))
+	if (!(l->wq = malloc(Wt->nelem * sizeof *l->wq)) || !(wn = malloc(Wt->nelem * sizeof *wn)))
 		goto fail;
-	if ((rc = oq_weight_fake_quantize(Wt, &sp, l->wq, c->d)))
+	if ((rc = oq_weight_fake_quantize(Wt, &sp, l->wq, c->d)) || (rc = oq_weight_fake_quantize(Wt, &l->spec, wn, c->d)))
 		goto out;
-	/* bias correction and the per-layer report, group by group */
-	for (size_t gi = 0; gi < l->g.groups && (cent || vlog); gi++) {
-		oq_wr_moments *mo = &l->mo[gi];
-		moments_to(mo, cent, A, C, mq, mf);
-		for (size_t m = 0; m < R; m++) {
-			double dy = 0;
+	/* the guard: the learned rounding stays only if it lowers the layer's loss on the held-out samples */
+	if (alg != OQ_WROUND_NEAREST && l->ho) {
+		double h_near = 0, h_out = 0;
+		for (size_t gi = 0; gi < l->g.groups; gi++) {
+			h_near += held_loss(l, gi, cent, wn, A, C, W, Wq, T, mq, mf);
+			h_out += held_loss(l, gi, cent, l->wq, A, C, W, Wq, T, mq, mf);
+		}
+		if (!(h_out < h_near)) {
+			memcpy(l->wq, wn, Wt->nelem * sizeof *wn);
+			alg = OQ_WROUND_NEAREST;
+			kept = 0;
+			reverted = 1;
+		}
+	}
+	/*
+	 * Weight-only bias correction: each channel's mean error on the learning samples; kept for
+	 * the layer only if it brings the held-out samples' mean errors closer to 0 (summed squares),
+	 * then measured on all samples.
+	 */
+	if (cent && l->ho) {
+		double before = 0, after = 0;
+		if (!(dyl = malloc(R * sizeof *dyl)) || !(dyh = malloc(R * sizeof *dyh)))
+			goto fail;
+		for (size_t gi = 0; gi < l->g.groups; gi++) {
+			moments_to(&l->mo[gi], cent, A, C, mq, mf);
+			mean_error(l, gi, l->wq, mq, mf, dyl);
+			moments_to(&l->ho[gi], cent, A, C, mq, mf);
+			mean_error(l, gi, l->wq, mq, mf, dyh);
+			for (size_t m = 0; m < R; m++) {
+				before += dyh[m] * dyh[m];
+				after += (dyh[m] - dyl[m]) * (dyh[m] - dyl[m]);
+			}
+		}
+		bias_kept = after < before;
+	}
+	/* from here on: all samples */
+	for (size_t gi = 0; gi < l->g.groups && l->ho; gi++)
+		oq_wr_moments_add(&l->mo[gi], &l->ho[gi]);
+	if (cent && bias_kept) {
+		if (!dyl && !(dyl = malloc(R * sizeof *dyl)))
+			goto fail;
+		for (size_t gi = 0; gi < l->g.groups; gi++) {
+			moments_to(&l->mo[gi], cent, A, C, mq, mf);
+			mean_error(l, gi, l->wq, mq, mf, dyl);
+			for (size_t m = 0; m < R; m++)
+				l->db[gi * R + m] += dyl[m] * (double)l->alpha / (double)l->bscale;
+		}
+	}
+	/* the per-layer report */
+	for (size_t gi = 0; gi < l->g.groups && vlog; gi++) {
+		oq_wr_problem p = {K, R, A, zeros, W, NULL, NULL, 0, 0, NULL, 0, 0, NULL};
+		moments_to(&l->mo[gi], cent, A, C, mq, mf);
+		for (size_t m = 0; m < R; m++)
 			for (size_t k = 0; k < K; k++) {
 				size_t i = elem(l, gi * R + m, k);
-				float wv;
-				memcpy(&wv, (const char *)Wt->data + i * 4, 4);
-				W[m * K + k] = wv;
+				W[m * K + k] = wat(l, Wt, gi, m, k);
 				Wq[m * K + k] = l->wq[i];
-				dy += (double)wv * mf[k] - (double)l->wq[i] * mq[k];
+				T[m * K + k] = wn[i];
 			}
-			if (cent)
-				l->db[gi * R + m] += dy * (double)l->alpha / (double)l->bscale;
-		}
-		if (vlog) {
-			oq_wr_problem p = {K, R, A, zeros, W, NULL, NULL, 0, 0, NULL, 0, 0, NULL};
-			for (size_t e2 = 0; e2 < nrk; e2++)
-				D[e2] = 0;
-			for (size_t m = 0; m < R; m++)
-				for (size_t k = 0; k < K; k++) {
-					size_t i = elem(l, gi * R + m, k), gq = l->grid.group[i];
-					float wv = W[m * K + k];
-					float q = rintf(wv / l->grid.scale[gq]) + (float)l->grid.zp[gq];
-					q = q < (float)l->grid.qmin ? (float)l->grid.qmin : q > (float)l->grid.qmax ? (float)l->grid.qmax : q;
-					T[m * K + k] = (q - (float)l->grid.zp[gq]) * l->grid.scale[gq];
-				}
-			rounding_error(&p, T, D, zeros, &sig, &e_near);
-			rounding_error(&p, Wq, D, zeros, &dummy, &e_out);
-		}
+		rounding_error(&p, T, D, zeros, &sig, &e_near);
+		rounding_error(&p, Wq, D, zeros, &dummy, &e_out);
 	}
 	if (vlog)
 		fprintf(vlog, "weight rounding: node '%s' (%s): %zu x %zu weights%s: layer SQNR of the rounding %.2f -> "
-			"%.2f dB; %zu of %zu channels learned\n", l->node->name, l->node->op_type, l->M, K,
-			l->g.groups > 1 ? " (grouped)" : "", db(sig, e_near), db(sig, e_out), kept, l->M);
+			"%.2f dB; %zu of %zu channels learned%s%s\n", l->node->name, l->node->op_type, l->M, K,
+			l->g.groups > 1 ? " (grouped)" : "", db(sig, e_near), db(sig, e_out), kept, l->M,
+			reverted ? "; nearest kept (worse on the held-out samples)" : "",
+			!cent ? "" : bias_kept ? "; bias corrected" : "; bias kept (no gain on the held-out samples)");
 	if (alg != OQ_WROUND_NEAREST) {
 		if (out->n % 16 == 0) {
 			oq_wlearned *v = realloc(out->v, (out->n + 16) * sizeof *v);
@@ -529,6 +614,9 @@ out:
 	free(cz);
 	free(choice);
 	free(X);
+	free(wn);
+	free(dyl);
+	free(dyh);
 	return rc;
 }
 
@@ -582,10 +670,16 @@ static int is_frontier(const learn *c, const wl *l, uint8_t *seen, oq_node **sta
 	return front;
 }
 
-/* Moment bytes of layer l in a paired stage. */
+/* Moment bytes of layer l in a paired stage: the learning and the held-out sets. */
 static size_t layer_bytes(const wl *l)
 {
-	return l->g.groups * (2 * l->g.K * l->g.K + 2 * l->g.K) * sizeof(double);
+	return 2 * l->g.groups * (2 * l->g.K * l->g.K + 2 * l->g.K) * sizeof(double);
+}
+
+/* Is sample i of n held out (see the top of the file)? None of a single sample: no guard then. */
+static int held_out(size_t i, size_t n)
+{
+	return n >= OQ_WR_HOLD ? i % OQ_WR_HOLD == OQ_WR_HOLD - 1 : n >= 2 && i == n - 1;
 }
 
 /* Runs the samples for stage s (ef: float model, eq: quantized copy or NULL at stage 0). */
@@ -602,10 +696,11 @@ static int run_stage(learn *c, oq_exec *ef, oq_exec *eq, const oq_samples *smp, 
 	for (size_t i = 0; i < n && !rc; i++) {
 		if ((rc = oq_sample_load(smp, i, ef, in, d)))
 			break;
+		c->held = c->guard && held_out(i, n);
 		/* layers reading a graph input: x~ = x */
 		for (size_t k = 0; k < c->nl && !rc; k++)
 			if (c->L[k].stage == c->stage && c->L[k].gin >= 0 && (rc = oq_wr_accumulate(
-				&c->L[k].g, &in[c->L[k].gin], NULL, c->L[k].mo, c->pool)))
+				&c->L[k].g, &in[c->L[k].gin], NULL, c->held ? c->L[k].ho : c->L[k].mo, c->pool)))
 				rc = oq_err(d, rc, "weight rounding: node '%s': graph input does not fit its weight",
 					    c->L[k].node->name);
 		c->mode = eq ? M_STORE : M_SELF;
@@ -636,7 +731,10 @@ static void free_layers(learn *c)
 		wl *l = &c->L[i];
 		for (size_t gi = 0; l->mo && gi < l->g.groups; gi++)
 			oq_wr_moments_free(&l->mo[gi]);
+		for (size_t gi = 0; l->ho && gi < l->g.groups; gi++)
+			oq_wr_moments_free(&l->ho[gi]);
 		free(l->mo);
+		free(l->ho);
 		oq_wgrid_free(&l->grid);
 		oq_rt_release(&l->keep);
 		free(l->db);
@@ -769,6 +867,7 @@ int oq_wround_learn(oq_model *m, const oq_opts *o, const oq_calib_opts *co, int 
 	if ((rc = oq_samples_scan(co->source, ef, &smp, d)) || (rc = oq_samples_check(&smp, ef, d)))
 		goto out;
 	n = co->limit && co->limit < smp.n ? co->limit : smp.n;
+	c.guard = n >= 2;
 	if (nst > 1) {
 		if ((rc = copy_model(m, &c.qm, d)))
 			goto out;
@@ -816,12 +915,15 @@ int oq_wround_learn(oq_model *m, const oq_opts *o, const oq_calib_opts *co, int 
 			if (l->stage != (int)s)
 				continue;
 			nls++;
-			if (!(l->mo = oq_calloc(l->g.groups, sizeof *l->mo))) {
+			if (!(l->mo = oq_calloc(l->g.groups, sizeof *l->mo)) ||
+			    (c.guard && !(l->ho = oq_calloc(l->g.groups, sizeof *l->ho)))) {
 				rc = oq_err(d, OQ_ENOMEM, "weight rounding: out of memory");
 				goto out;
 			}
 			for (size_t gi = 0; gi < l->g.groups; gi++)
-				if ((rc = oq_wr_moments_init(&l->mo[gi], l->g.K, s > 0 && l->gin < 0 && l->frontier))) {
+				if ((rc = oq_wr_moments_init(&l->mo[gi], l->g.K, s > 0 && l->gin < 0 && l->frontier)) ||
+				    (l->ho && (rc = oq_wr_moments_init(&l->ho[gi], l->g.K,
+								       s > 0 && l->gin < 0 && l->frontier)))) {
 					rc = oq_err(d, rc, "weight rounding: node '%s': out of memory for its input moments",
 						    l->node->name);
 					goto out;
@@ -843,10 +945,14 @@ int oq_wround_learn(oq_model *m, const oq_opts *o, const oq_calib_opts *co, int 
 				continue;
 			if ((rc = solve_layer(&c, l, out, vlog)))
 				goto out;
-			for (size_t gi = 0; gi < l->g.groups; gi++)
+			for (size_t gi = 0; gi < l->g.groups; gi++) {
 				oq_wr_moments_free(&l->mo[gi]);
+				if (l->ho)
+					oq_wr_moments_free(&l->ho[gi]);
+			}
 			free(l->mo);
-			l->mo = NULL;
+			free(l->ho);
+			l->mo = l->ho = NULL;
 			if (c.qm && (rc = update_copy(&c, l))) {
 				rc = oq_err(d, rc, "weight rounding: out of memory");
 				goto out;

@@ -61,6 +61,26 @@ int oq_wr_moments_init(oq_wr_moments *mo, size_t K, int paired)
 	return OQ_OK;
 }
 
+void oq_wr_moments_add(oq_wr_moments *dst, const oq_wr_moments *src)
+{
+	size_t K = dst->K;
+	for (size_t i = 0; i < K * K; i++) {
+		dst->qq[i] += src->qq[i];
+		if (dst->paired)
+			dst->qf[i] += src->qf[i];
+	}
+	for (size_t k = 0; k < K; k++) {
+		dst->sq[k] += src->sq[k];
+		if (dst->paired)
+			dst->sf[k] += src->sf[k];
+	}
+	dst->n += src->n;
+	free(dst->rq);
+	free(dst->rf);
+	dst->rq = dst->rf = NULL;
+	dst->cap_rows = 0;
+}
+
 /* Output size and leading pad of one spatial axis (ONNX Conv, auto_pad included). */
 static int64_t out_size(const oq_wr_geom *g, int a, int64_t in, int64_t *pad0)
 {

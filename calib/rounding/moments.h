@@ -47,6 +47,8 @@ typedef struct oq_wr_moments {
 
 int oq_wr_moments_init(oq_wr_moments *mo, size_t K, int paired) OQ_WUR;
 void oq_wr_moments_free(oq_wr_moments *mo);
+/* Adds src's sums to dst (the same K and pairing); dst's patches are dropped. */
+void oq_wr_moments_add(oq_wr_moments *dst, const oq_wr_moments *src);
 
 /*
  * Adds one sample's patches to mo (g->groups entries): x~ from xq, x from xf (NULL:

@@ -31,9 +31,16 @@
  * the others at their current choice, over two sweeps.
  *
  * The covariances are shrunk towards their diagonals first (OQ_WR_SHRINK; the means' products
- * are kept). Both are guarded per
- * output channel: the result is kept only when its loss is below round to nearest's on the
- * same moments (else the channel rounds to nearest).
+ * are kept). Both are guarded twice:
+ *   - per output channel, on the moments learned from: the result is kept only when its loss
+ *     is below round to nearest's (else the channel rounds to nearest);
+ *   - per layer, on held-out samples (learn.c: one calibration sample in four is not learned
+ *     from, with at least two samples): the layer keeps what it learned only when its loss on
+ *     the held-out samples' moments is below round to nearest's there, else the whole layer
+ *     rounds to nearest. Weight-only bias correction likewise: a layer's correction (its
+ *     channels' mean errors on the learning samples) is kept only when it brings the held-out
+ *     samples' mean errors closer to zero (sum of squares over channels); it is then measured
+ *     on all samples.
  */
 #ifndef OQ_ROUNDING_H
 #define OQ_ROUNDING_H
