@@ -23,7 +23,8 @@
  *
  * Held out (the guard, rounding.h): sample i of n when i % OQ_WR_HOLD == OQ_WR_HOLD - 1, or the
  * last one when 2 <= n < OQ_WR_HOLD; its patches go to a second set of moments per layer, which
- * judges the layer's result and then joins the first for the bias and the report.
+ * judges the layer's result and then joins the first for the final learning, the bias and the
+ * report.
  *
  * Memory: per layer of a stage 2 K^2 + 2 K doubles per conv group (one K^2 at stage 0), twice
  * with held-out samples; a stage's float layer inputs of one sample; the model copy; the
@@ -395,6 +396,89 @@ static void mean_error(const wl *l, size_t gi, const float *wq, const double *mq
 	}
 }
 
+/* Scratch of one layer's solve (solve_layer). */
+typedef struct solve_ws {
+	float *A, *C;        /* K x K */
+	float *W, *S, *Z, *T, *D; /* rows x K */
+	size_t *grp;         /* rows x K: each element's scale group */
+	double *mq, *mf;     /* K */
+	float *cs, *cz;      /* seq-mse: each group's candidate scales and zero points */
+	size_t *choice;      /* seq-mse: each group's pick */
+} solve_ws;
+
+/*
+ * Learns layer l's rounding (alg) from its moments l->mo, group by group, into e (up, or
+ * scale and zp); *kept counts the rows that kept what they learned.
+ */
+static int learn_groups(learn *c, wl *l, int cent, int alg, solve_ws *w, oq_wlearned *e, size_t *kept)
+{
+	const oq_tensor *Wt = l->wv->init;
+	size_t K = l->g.K, R = l->Mg, ncand = OQ_SEQMSE_CANDIDATES;
+	float *X = NULL;
+	int rc = OQ_OK;
+	oq_adaround_opts ao;
+
+	oq_adaround_defaults(&ao);
+	*kept = 0;
+	for (size_t gi = 0; gi < l->g.groups; gi++) {
+		oq_wr_moments *mo = &l->mo[gi];
+		oq_wr_problem p;
+		size_t nk = 0;
+		moments_to(mo, cent, w->A, w->C, w->mq, w->mf);
+		for (size_t m = 0; m < R; m++)
+			for (size_t k = 0; k < K; k++) {
+				size_t i = elem(l, gi * R + m, k), gq = l->grid.group[i];
+				float wv;
+				memcpy(&wv, (const char *)Wt->data + i * 4, 4);
+				w->W[m * K + k] = wv;
+				w->S[m * K + k] = l->grid.scale[gq];
+				w->Z[m * K + k] = (float)l->grid.zp[gq];
+				w->grp[m * K + k] = gq;
+			}
+		/* T[m] = C w_m */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)K, (int)K, 1.0f, w->W, (int)K, w->C,
+			    (int)K, 0.0f, w->T, (int)K);
+		p = (oq_wr_problem){K,    R, w->A, w->T, w->W, w->S, w->Z, (float)l->grid.qmin, (float)l->grid.qmax,
+				    NULL, 0, 0,    NULL};
+		/* few positions (fully connected layers): the solvers' products through the patches */
+		free(X);
+		X = NULL;
+		if (mo->rq && mo->cap_rows && mo->n * 2 <= K && (X = malloc((mo->n + 1) * K * sizeof *X))) {
+			float *mu = X + mo->n * K;
+			for (size_t k = 0; k < K; k++)
+				mu[k] = (float)w->mq[k];
+			for (size_t i = 0; i < mo->n; i++)
+				for (size_t k = 0; k < K; k++)
+					X[i * K + k] = (float)((double)mo->rq[i * K + k] - w->mq[k]);
+			p.X = X;
+			p.N = (size_t)mo->n;
+			p.alpha = (float)OQ_WR_SHRINK;
+			p.mu = cent ? NULL : mu;
+		}
+		if (alg == OQ_WROUND_ADAROUND) {
+			uint8_t *up = (uint8_t *)w->D; /* rows x K bytes of scratch */
+			if ((rc = oq_adaround(&p, &ao, c->pool, up, NULL, NULL, &nk)))
+				goto out;
+			for (size_t m = 0; m < R; m++)
+				for (size_t k = 0; k < K; k++)
+					e->up[elem(l, gi * R + m, k)] = up[m * K + k];
+		} else if (alg == OQ_WROUND_SEQMSE) {
+			if ((rc = oq_seqmse(&p, w->grp, e->ngroups, ncand, w->cs, w->cz, c->pool, w->choice, NULL, NULL, &nk)))
+				goto out;
+			for (size_t m = 0; m < R; m++)
+				for (size_t k = 0; k < K; k++) {
+					size_t gq = w->grp[m * K + k];
+					e->scale[gq] = w->cs[gq * ncand + w->choice[gq]];
+					e->zp[gq] = (int64_t)w->cz[gq * ncand + w->choice[gq]];
+				}
+		}
+		*kept += nk;
+	}
+out:
+	free(X);
+	return rc;
+}
+
 /* Learns layer l from its moments; appends its entry to out; fills l->wq and the bias correction. */
 static int solve_layer(learn *c, wl *l, oq_wlearned_set *out, FILE *vlog)
 {
@@ -403,15 +487,14 @@ static int solve_layer(learn *c, wl *l, oq_wlearned_set *out, FILE *vlog)
 	size_t K = l->g.K, R = l->Mg, nrk = R * K, ncand = OQ_SEQMSE_CANDIDATES, kept = 0;
 	int cent = c->bias && l->bn, rc = OQ_ENOMEM, alg = o->weight_rounding, reverted = 0, bias_kept = 1;
 	float *A = NULL, *C = NULL, *W = NULL, *S = NULL, *Z = NULL, *T = NULL, *Wq = NULL, *D = NULL, *zeros = NULL;
-	float *cs = NULL, *cz = NULL, *X = NULL, *wn = NULL;
+	float *cs = NULL, *cz = NULL, *wn = NULL;
 	double *mq = NULL, *mf = NULL, *dyl = NULL, *dyh = NULL, sig = 0, e_near = 0, e_out = 0, dummy = 0;
 	size_t *grp = NULL, *choice = NULL;
 	oq_wlearned e;
 	oq_wspec sp = l->spec;
-	oq_adaround_opts ao;
+	solve_ws w;
 
 	memset(&e, 0, sizeof e);
-	oq_adaround_defaults(&ao);
 	/* seq-mse needs every scale group inside one row: not per tensor */
 	if (alg == OQ_WROUND_SEQMSE && l->spec.axis < 0)
 		alg = OQ_WROUND_NEAREST;
@@ -444,59 +527,9 @@ static int solve_layer(learn *c, wl *l, oq_wlearned_set *out, FILE *vlog)
 				}
 			}
 	}
-	for (size_t gi = 0; gi < l->g.groups; gi++) {
-		oq_wr_moments *mo = &l->mo[gi];
-		oq_wr_problem p;
-		size_t nk = 0;
-		moments_to(mo, cent, A, C, mq, mf);
-		for (size_t m = 0; m < R; m++)
-			for (size_t k = 0; k < K; k++) {
-				size_t i = elem(l, gi * R + m, k), gq = l->grid.group[i];
-				float wv;
-				memcpy(&wv, (const char *)Wt->data + i * 4, 4);
-				W[m * K + k] = wv;
-				S[m * K + k] = l->grid.scale[gq];
-				Z[m * K + k] = (float)l->grid.zp[gq];
-				grp[m * K + k] = gq;
-			}
-		/* T[m] = C w_m */
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)R, (int)K, (int)K, 1.0f, W, (int)K, C, (int)K,
-			    0.0f, T, (int)K);
-		p = (oq_wr_problem){K, R, A, T, W, S, Z, (float)l->grid.qmin, (float)l->grid.qmax, NULL, 0, 0, NULL};
-		/* few positions (fully connected layers): the solvers' products through the patches */
-		free(X);
-		X = NULL;
-		if (mo->rq && mo->cap_rows && mo->n * 2 <= K && (X = malloc((mo->n + 1) * K * sizeof *X))) {
-			float *mu = X + mo->n * K;
-			for (size_t k = 0; k < K; k++)
-				mu[k] = (float)mq[k];
-			for (size_t i = 0; i < mo->n; i++)
-				for (size_t k = 0; k < K; k++)
-					X[i * K + k] = (float)((double)mo->rq[i * K + k] - mq[k]);
-			p.X = X;
-			p.N = (size_t)mo->n;
-			p.alpha = (float)OQ_WR_SHRINK;
-			p.mu = cent ? NULL : mu;
-		}
-		if (alg == OQ_WROUND_ADAROUND) {
-			uint8_t *up = (uint8_t *)D; /* nrk bytes of scratch */
-			if ((rc = oq_adaround(&p, &ao, c->pool, up, NULL, NULL, &nk)))
-				goto fail;
-			for (size_t m = 0; m < R; m++)
-				for (size_t k = 0; k < K; k++)
-					e.up[elem(l, gi * R + m, k)] = up[m * K + k];
-		} else if (alg == OQ_WROUND_SEQMSE) {
-			if ((rc = oq_seqmse(&p, grp, e.ngroups, ncand, cs, cz, c->pool, choice, NULL, NULL, &nk)))
-				goto fail;
-			for (size_t m = 0; m < R; m++)
-				for (size_t k = 0; k < K; k++) {
-					size_t gq = grp[m * K + k];
-					e.scale[gq] = cs[gq * ncand + choice[gq]];
-					e.zp[gq] = (int64_t)cz[gq * ncand + choice[gq]];
-				}
-		}
-		kept += nk;
-	}
+	w = (solve_ws){A, C, W, S, Z, T, D, grp, mq, mf, cs, cz, choice};
+	if ((rc = learn_groups(c, l, cent, alg, &w, &e, &kept)))
+		goto fail;
 	/* the weight as it will be quantized: the spec with the result applied */
 	if (alg != OQ_WROUND_NEAREST) {
 		sp.fixed_scale = e.scale;
@@ -544,9 +577,15 @@ static int solve_layer(learn *c, wl *l, oq_wlearned_set *out, FILE *vlog)
 		}
 		bias_kept = after < before;
 	}
-	/* from here on: all samples */
+	/* from here on: all samples; a rounding the held-out samples confirmed is learned again on all */
 	for (size_t gi = 0; gi < l->g.groups && l->ho; gi++)
 		oq_wr_moments_add(&l->mo[gi], &l->ho[gi]);
+	if (l->ho && alg != OQ_WROUND_NEAREST) {
+		if ((rc = learn_groups(c, l, cent, alg, &w, &e, &kept)))
+			goto fail;
+		if ((rc = oq_weight_fake_quantize(Wt, &sp, l->wq, c->d)))
+			goto out;
+	}
 	if (cent && bias_kept) {
 		if (!dyl && !(dyl = malloc(R * sizeof *dyl)))
 			goto fail;
@@ -613,7 +652,6 @@ out:
 	free(cs);
 	free(cz);
 	free(choice);
-	free(X);
 	free(wn);
 	free(dyl);
 	free(dyh);

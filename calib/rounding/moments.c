@@ -74,11 +74,18 @@ void oq_wr_moments_add(oq_wr_moments *dst, const oq_wr_moments *src)
 		if (dst->paired)
 			dst->sf[k] += src->sf[k];
 	}
+	/* the patches, while both sets still have theirs and they fit together */
+	if (dst->rq && src->rq && dst->n + src->n <= dst->cap_rows && (!dst->paired || (dst->rf && src->rf))) {
+		memcpy(dst->rq + dst->n * K, src->rq, src->n * K * sizeof *src->rq);
+		if (dst->paired)
+			memcpy(dst->rf + dst->n * K, src->rf, src->n * K * sizeof *src->rf);
+	} else {
+		free(dst->rq);
+		free(dst->rf);
+		dst->rq = dst->rf = NULL;
+		dst->cap_rows = 0;
+	}
 	dst->n += src->n;
-	free(dst->rq);
-	free(dst->rf);
-	dst->rq = dst->rf = NULL;
-	dst->cap_rows = 0;
 }
 
 /* Output size and leading pad of one spatial axis (ONNX Conv, auto_pad included). */

@@ -47,7 +47,8 @@ typedef struct oq_wr_moments {
 
 int oq_wr_moments_init(oq_wr_moments *mo, size_t K, int paired) OQ_WUR;
 void oq_wr_moments_free(oq_wr_moments *mo);
-/* Adds src's sums to dst (the same K and pairing); dst's patches are dropped. */
+/* Adds src's sums to dst (the same K and pairing), and its patches while both have theirs and they
+ * fit in dst's cap_rows (else dst's are dropped). */
 void oq_wr_moments_add(oq_wr_moments *dst, const oq_wr_moments *src);
 
 /*

@@ -37,7 +37,9 @@
  *   - per layer, on held-out samples (learn.c: one calibration sample in four is not learned
  *     from, with at least two samples): the layer keeps what it learned only when its loss on
  *     the held-out samples' moments is below round to nearest's there, else the whole layer
- *     rounds to nearest. Weight-only bias correction likewise: a layer's correction (its
+ *     rounds to nearest; a layer that keeps it learns again on all samples (the check judges
+ *     the method on the layer, the final rounding uses every sample). Weight-only bias
+ *     correction likewise: a layer's correction (its
  *     channels' mean errors on the learning samples) is kept only when it brings the held-out
  *     samples' mean errors closer to zero (sum of squares over channels); it is then measured
  *     on all samples.
