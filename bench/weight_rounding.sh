@@ -21,6 +21,8 @@
 #                                                           correction)
 #   w8a8+cle       @C --cle
 #   w8a8 adaround  @C --weight-rounding adaround
+#   w8a8 tensor    @C --granularity tensor                  (per-tensor weights, where CLE is meant
+#   w8a8 tensor+cle @C --granularity tensor --cle            to help)
 #   int4 nearest   WO --weight-type int4 --granularity block --block-size 32   (rec only)
 #   int4 adaround  ... --weight-rounding adaround @C
 #   int4 ada+bc    ... --weight-rounding adaround --bias-correction @C
@@ -58,6 +60,8 @@ wo8 ada+bc|$WO --weight-rounding adaround --bias-correction @C
 w8a8|@C
 w8a8+cle|@C --cle
 w8a8 adaround|@C --weight-rounding adaround
+w8a8 tensor|@C --granularity tensor
+w8a8 tensor+cle|@C --granularity tensor --cle
 EOF
 	if [ "$1" = rec ]; then
 		cat <<EOF
