@@ -431,11 +431,13 @@ const oq_option oq_pipeline_options[] = {
 	 "  --reduce-range          7-bit weights (older x86 integer kernels)\n"},
 	{"cle", OQ_ARG_NONE, QC, set_flag, F(q.cle),
 	 "  --cle                   cross-layer equalization: rescale Conv -> [Relu] -> Conv\n"
-	 "                          channel pairs to equal weight ranges (float model unchanged)\n"},
+	 "                          channel pairs to equal weight ranges (float model unchanged;\n"
+	 "                          meant for --granularity tensor)\n"},
 	{"weight-rounding", OQ_ARG_REQUIRED, QC, set_choice, F(q.weight_rounding),
 	 "  --weight-rounding R     nearest (default), adaround (learned up/down per weight) or\n"
 	 "                          seq-mse (searched scale per channel/block): least layer output\n"
-	 "                          error on the --calib samples (also with --weight-only, where\n"
+	 "                          error on the --calib samples, kept per layer where held-out\n"
+	 "                          samples confirm it (also with --weight-only, where\n"
 	 "                          --bias-correction then folds each layer's mean error into its bias)\n"},
 	{"keep-activations", OQ_ARG_NONE, QC, set_flag, F(q.keep_activations),
 	 "  --keep-activations      keep Relu/Clip after Conv/Gemm instead of folding them into Q\n"},
