@@ -1,7 +1,8 @@
 /*
  * test_rounding.c - learned weight rounding (calib/rounding): the solvers on problems whose
  * best answer is known by enumeration or by hand, the input moments against a direct
- * computation, and the whole step on a small model (the held-out guard).
+ * computation, and the whole step on small models (the held-out guard of the rounding and of
+ * weight-only bias correction).
  *
  * Losses in these tests are computed directly from the inputs, sum_i (w . x_i - w~ . x_i)^2,
  * never through the solver's A and T.
@@ -362,6 +363,56 @@ Test(moments, conv_patches_direct)
 /* ------------------------------------------------------------ the held-out guard */
 
 /*
+ * Writes g and n samples x[i] (shape [1, K]) to a fresh folder and returns the model of
+ * `onnxq quantize --weight-only --calib` with --weight-rounding `rounding` (and
+ * --bias-correction when bias), loaded.
+ */
+static oq_model *quantize_samples(gen_model *g, const float *x, int n, int64_t K, int rounding, int bias)
+{
+	const int64_t dims[2] = {1, K};
+	char in[256], out[256], cal[256], smp[300];
+	oq_pipeline_opts po;
+	oq_model *m = NULL;
+	oq_diag d;
+
+	oq_diag_init(&d);
+	cr_assert_not_null(tmpdir_make("oq_wround"));
+	snprintf(in, sizeof in, "%s", tmpdir_at("m.onnx"));
+	snprintf(out, sizeof out, "%s", tmpdir_at("q.onnx"));
+	snprintf(cal, sizeof cal, "%s", tmpdir_at("calib"));
+	cr_assert_eq(mkdir(cal, 0755), 0);
+	cr_assert_eq(gen_write(g, in), 0);
+	for (int i = 0; i < n; i++) {
+		snprintf(smp, sizeof smp, "%s/%03d.npy", cal, i);
+		cr_assert_eq(oq_npy_write(smp, OQ_DT_FLOAT, 2, dims, x + i * K, (size_t)K * sizeof(float), &d), OQ_OK,
+			     "%s", d.msg);
+	}
+	oq_pipeline_opts_init(&po, OQ_JOB_QUANTIZE);
+	po.in_path = in;
+	po.out_path = out;
+	po.calib.source = cal;
+	po.calib.threads = 1;
+	po.q.weight_only = 1;
+	po.q.weight_rounding = rounding;
+	if (bias)
+		po.bias_correction = OQ_BC_EMPIRICAL;
+	po.quiet = 1;
+	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_model_load(out, &m, &d), OQ_OK, "%s", d.msg);
+	tmpdir_remove();
+	return m;
+}
+
+/* The first live node of m with op `op`. */
+static const oq_node *node_of(const oq_model *m, oq_op op)
+{
+	for (size_t i = 0; i < m->graph->n_nodes; i++)
+		if (!m->graph->nodes[i]->dead && m->graph->nodes[i]->op == op)
+			return m->graph->nodes[i];
+	return NULL;
+}
+
+/*
  * y = x W, W = (10.4, 20.4, 127) / 127: per channel int8 scale 1/127, nearest (10, 20, 127),
  * errors d = (-0.4, -0.4, 0) steps. Samples 0-2 (learned from) have x1 = x2, x3 = 0, where
  * rounding one of the first two up (d = (0.6, -0.4) or (-0.4, 0.6)) leaves an output error of
@@ -373,53 +424,24 @@ Test(moments, conv_patches_direct)
 static void guard_case(const float *held, int want_sum)
 {
 	static const double w[3] = {10.4 / 127, 20.4 / 127, 1.0};
-	const int64_t dims[2] = {1, 3};
-	const float train[3][3] = {{1, 1, 0}, {2, 2, 0}, {-1, -1, 0}};
+	float x[12] = {1, 1, 0, 2, 2, 0, -1, -1, 0};
 	gen_model *g = gen_matmul(1, 3, 1, w);
-	char in[256], out[256], cal[256], smp[300];
-	oq_pipeline_opts po;
-	oq_model *m = NULL;
-	const oq_tensor *q = NULL;
-	oq_diag d;
+	oq_model *m;
+	const oq_node *dq;
+	const int8_t *v;
 
-	oq_diag_init(&d);
-	cr_assert_not_null(tmpdir_make("oq_wround"));
-	snprintf(in, sizeof in, "%s", tmpdir_at("m.onnx"));
-	snprintf(out, sizeof out, "%s", tmpdir_at("q.onnx"));
-	snprintf(cal, sizeof cal, "%s", tmpdir_at("calib"));
-	cr_assert_eq(mkdir(cal, 0755), 0);
-	cr_assert_eq(gen_write(g, in), 0);
-	for (int i = 0; i < 4; i++) {
-		snprintf(smp, sizeof smp, "%s/%03d.npy", cal, i);
-		cr_assert_eq(oq_npy_write(smp, OQ_DT_FLOAT, 2, dims, i < 3 ? train[i] : held, 3 * sizeof(float), &d),
-			     OQ_OK, "%s", d.msg);
-	}
-	oq_pipeline_opts_init(&po, OQ_JOB_QUANTIZE);
-	po.in_path = in;
-	po.out_path = out;
-	po.calib.source = cal;
-	po.calib.threads = 1;
-	po.q.weight_only = 1;
-	po.q.weight_rounding = OQ_WROUND_ADAROUND;
-	po.quiet = 1;
-	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
-	cr_assert_eq(oq_model_load(out, &m, &d), OQ_OK, "%s", d.msg);
-	for (size_t i = 0; i < m->graph->n_nodes; i++) {
-		const oq_node *n = m->graph->nodes[i];
-		if (!n->dead && n->op == OQ_OP_DequantizeLinear && n->inputs[0]->init)
-			q = n->inputs[0]->init;
-	}
-	cr_assert(q && q->dtype == OQ_DT_INT8 && q->nelem == 3, "no int8 weight behind a DequantizeLinear");
-	{
-		const int8_t *v = q->data;
-		cr_expect_eq(v[2], 127);
-		cr_expect_eq(v[0] + v[1], want_sum, "weights %d %d, want a sum of %d", v[0], v[1], want_sum);
-		if (want_sum == 30)
-			cr_expect(v[0] == 10 && v[1] == 20, "nearest: %d %d", v[0], v[1]);
-	}
+	memcpy(x + 9, held, 3 * sizeof *x);
+	m = quantize_samples(g, x, 4, 3, OQ_WROUND_ADAROUND, 0);
+	dq = node_of(m, OQ_OP_DequantizeLinear);
+	cr_assert(dq && dq->inputs[0]->init && dq->inputs[0]->init->dtype == OQ_DT_INT8 && dq->inputs[0]->init->nelem == 3,
+		  "no int8 weight behind a DequantizeLinear");
+	v = dq->inputs[0]->init->data;
+	cr_expect_eq(v[2], 127);
+	cr_expect_eq(v[0] + v[1], want_sum, "weights %d %d, want a sum of %d", v[0], v[1], want_sum);
+	if (want_sum == 30)
+		cr_expect(v[0] == 10 && v[1] == 20, "nearest: %d %d", v[0], v[1]);
 	oq_model_free(m);
 	gen_free(g);
-	tmpdir_remove();
 }
 
 Test(guard, held_out_sample_rejects_the_learned_rounding)
@@ -432,4 +454,47 @@ Test(guard, held_out_sample_confirms_the_learned_rounding)
 {
 	static const float held[3] = {3, 3, 0};
 	guard_case(held, 31);
+}
+
+/*
+ * Weight-only bias correction at nearest rounding: y = Gemm(x, W, B), W = (127, 10.4) / 127
+ * ([2, 1]), B = 0.25; x = (0, x2). Nearest rounds W2 to 10 / 127: the output's mean error is
+ * 0.4 / 127 E[x2]. Samples 0-2 have x2 = 1: the correction +0.4/127. Held-out sample 3 with
+ * x2 = 1 has the same error (the correction takes it to 0: kept, measured on all samples:
+ * B = 0.25 + 0.4 / 127); with x2 = -1 its error is -0.4 / 127 and the correction would double it:
+ * B stays 0.25.
+ */
+static void bias_case(float held_x2, double want_b)
+{
+	const float x[8] = {0, 1, 0, 1, 0, 1, 0, held_x2};
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg;
+	const oq_node *gemm;
+	const oq_tensor *b;
+	oq_model *m;
+
+	gen_opset(g, "", 13);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 2));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(2, 1), GEN_VALS(1.0, 10.4 / 127));
+	gen_init(g, mg, "B", OQ_DT_FLOAT, GEN_SHAPE(1), GEN_VALS(0.25));
+	gen_node(g, mg, "Gemm", "fc", "x,W,B", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1));
+	m = quantize_samples(g, x, 4, 2, OQ_WROUND_NEAREST, 1);
+	gemm = node_of(m, OQ_OP_Gemm);
+	cr_assert(gemm && gemm->n_inputs == 3 && gemm->inputs[2] && (b = gemm->inputs[2]->init), "Gemm lost its bias");
+	cr_assert_eq(b->dtype, OQ_DT_FLOAT);
+	cr_expect_float_eq(oq_tensor_get(b, 0), want_b, 1e-6, "bias %.7f, want %.7f", oq_tensor_get(b, 0), want_b);
+	oq_model_free(m);
+	gen_free(g);
+}
+
+Test(guard, held_out_sample_confirms_the_bias_correction)
+{
+	bias_case(1, 0.25 + 0.4 / 127);
+}
+
+Test(guard, held_out_sample_rejects_the_bias_correction)
+{
+	bias_case(-1, 0.25);
 }
