@@ -28,6 +28,10 @@ enum {
 	OQ_QM_ACT = 2,       /* node: Relu/Clip/LeakyRelu fused onto its producer; quantize
 			      * may remove it when the output Q reproduces it (asymmetric acts) */
 	OQ_QM_UNIT_OUT = 4,  /* value: output of a fused unit (gets the unit's one Q/DQ) */
+	OQ_QM_SPLIT = 8,     /* value: input x of an activation unit (HardSwish, SiLU, ...) that a
+			      * Conv/Gemm/MatMul writes, not fused with it (runtime-aware placement):
+			      * x gets its own Q so ONNX Runtime runs the producer as an integer
+			      * kernel, and the activation's ops run on their own */
 };
 
 /* Quantization profiles: where Q/DQ pairs go (REFERENCE.md section 3). */
@@ -35,6 +39,26 @@ enum {
 	OQ_PROFILE_ORT = 0,  /* ONNX Runtime's QDQ layout (default) */
 	OQ_PROFILE_TRT,      /* TensorRT/ModelOpt: symmetric int8, Q/DQ on inputs of fusible ops */
 };
+
+/*
+ * Placement preference (--prefer), profile ORT. Accuracy-first: an activation
+ * unit after a Conv/Gemm/MatMul (a decomposed HardSwish, SiLU, a HardSigmoid
+ * gate, ...) stays float with the Conv between one DQ and one Q, as one
+ * runtime kernel would run it, and every op of the table is quantized
+ * (onnxq's placement before runtime awareness). Runtime-aware (speed,
+ * balanced): a Q after the producer, which ONNX Runtime then runs as its
+ * integer kernel (QLinearConv), the activation's ops each in their integer
+ * kernel, Q/DQ only where ONNX Runtime fuses them; the placement
+ * (src/pipeline/placement.h) leaves whole units float (o->float_nodes) where
+ * its cost model finds float faster (speed and balanced) or where integer
+ * costs measured fidelity (balanced).
+ */
+enum {
+	OQ_PREFER_BALANCED = 0, /* default */
+	OQ_PREFER_SPEED,
+	OQ_PREFER_ACCURACY,
+};
+
 
 /* Weight granularity. */
 enum {
@@ -91,6 +115,10 @@ typedef struct oq_opts {
 	/* fuse / quantize */
 	int profile;         /* OQ_PROFILE_* */
 	int keep_activations;/* --keep-activations: never remove a fused Relu/Clip */
+	int prefer;          /* OQ_PREFER_* (--prefer), profile ORT only */
+	const char *const *float_nodes; /* runtime-aware placement: names of nodes left float (their
+			      * weights too), sorted by strcmp; set by src/pipeline/placement.c */
+	size_t n_float_nodes;
 	int weight_type;     /* oq_dtype of weights: INT8 (default), UINT8, INT4, UINT4, INT16,
 			      * FLOAT8E4M3FN */
 	int act_type;        /* oq_dtype of activations: UINT8 (default), INT8, UINT16, INT16,
@@ -122,6 +150,15 @@ typedef struct oq_opts {
 /* Fills the defaults listed above. */
 void oq_opts_init(oq_opts *o);
 
+/*
+ * Does o ask for the runtime-aware placement? Profile ORT, --prefer speed or balanced, and types
+ * ONNX Runtime has integer kernels for: 8-bit activations and per-channel or per-tensor 8-bit
+ * weights (16-bit, 4-bit, float8 and blocked weights form no integer unit: those keep the
+ * accuracy-first placement), not --weight-only.
+ */
+int oq_runtime_aware(const oq_opts *o);
+
+
 typedef int (*oq_pass_fn)(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed);
 
 /* One entry of the pass table. */
@@ -144,7 +181,26 @@ int oq_pass_upgrade_opset(oq_graph *g, const oq_opts *o, oq_diag *d, int *change
 int oq_pass_fold_bn(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
 int oq_pass_cle(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
 int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
+/*
+ * The interval [*lo, *hi] outside which changing x changes no output of x's consumers: all its
+ * readers form one activation unit that is flat there (HardSwish and x * HardSigmoid(x): below
+ * -3 / -beta/alpha; a HardSigmoid gate: outside [-beta/alpha, (1-beta)/alpha]; SiLU: below the
+ * point where |x * sigmoid(x)| < y_step / 2, y_step = (range of the unit's output in r) / levels,
+ * levels = qmax - qmin of its grid: a bound within half a step of that grid, not exact). -inf / +inf
+ * when unbounded; 0 when x's readers are no such unit. The quantize pass clamps x's calibrated
+ * range to it when the unit is split: saturating x there costs nothing and the grid is finer.
+ */
+int oq_fuse_input_bounds(const oq_graph *g, const oq_value *x, const oq_ranges *r, double levels, double *lo,
+			 double *hi);
 int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed) OQ_WUR;
+/*
+ * Decision-safe placement (passes/quantize/decision.c): keep[v->index] = 1 (g->n_values entries,
+ * zeroed by the caller) for every main-graph value whose quantization could change a discrete
+ * decision: the compared inputs of comparisons and selections, what they read through
+ * order-preserving ops, a Cast of a boolean. Returns how many; each is named on log when given.
+ */
+size_t oq_decision_safe_values(const oq_graph *g, uint8_t *keep, FILE *log);
+
 /* The lowest opset the quantization o asks for needs (options and overrides); *why names the
  * feature that needs it. upgrade-opset targets it (at least 13), quantize checks it. */
 int64_t oq_quantize_opset_need(const oq_opts *o, const char **why);

@@ -66,6 +66,13 @@ void oq_opts_init(oq_opts *o)
 	o->sym_grid = OQ_GRID_NARROW;
 }
 
+int oq_runtime_aware(const oq_opts *o)
+{
+	return o && o->profile == OQ_PROFILE_ORT && o->prefer != OQ_PREFER_ACCURACY && !o->weight_only &&
+	       (o->act_type == OQ_DT_UINT8 || o->act_type == OQ_DT_INT8) &&
+	       (o->weight_type == OQ_DT_INT8 || o->weight_type == OQ_DT_UINT8) && o->granularity != OQ_GRAN_BLOCK;
+}
+
 /* Is `name` in the comma-separated list? */
 static int in_list(const char *list, const char *name)
 {

@@ -65,6 +65,7 @@ static void correct(oq_model *m, const oq_rt *xs, size_t n, size_t want_layers)
 
 	oq_diag_init(&d);
 	oq_opts_init(&o);
+	o.prefer = OQ_PREFER_ACCURACY;
 	cr_assert_eq(oq_bc_analytic_plan(m->graph, &o, &s, &d), OQ_OK, "%s", d.msg);
 	cr_assert_eq(s.n, want_layers);
 	cr_assert_eq(oq_bc_collector_new(m->graph, &s, &c, &d), OQ_OK, "%s", d.msg);
@@ -427,6 +428,7 @@ Test(biascorr, empirical_measure_and_apply_hand)
 
 	oq_diag_init(&d);
 	oq_opts_init(&o);
+	o.prefer = OQ_PREFER_ACCURACY;
 	cr_assert_not_null(mkdtemp(dir));
 	write_samples(dir, 2, GEN_SHAPE(1, 1, 1, 4), xs, 4);
 
@@ -515,6 +517,7 @@ Test(biascorr, empirical_measure_cache)
 
 	oq_diag_init(&d);
 	oq_opts_init(&o);
+	o.prefer = OQ_PREFER_ACCURACY;
 	cr_assert_not_null(mkdtemp(dir));
 	write_samples(dir, 2, GEN_SHAPE(1, 1, 1, 4), xs, 4);
 	cr_assert_eq(oq_bc_targets_find(mf->graph, &o, &b, &d), OQ_OK, "%s", d.msg);
@@ -710,6 +713,7 @@ static void pipeline_case(const float *xs, int want_bias, int64_t want)
 	cr_assert_eq(fclose(f), 0);
 
 	oq_pipeline_opts_init(&po, OQ_JOB_QUANTIZE);
+	po.q.prefer = OQ_PREFER_ACCURACY;
 	po.in_path = in;
 	po.out_path = out;
 	po.calib.source = cal;
@@ -785,6 +789,7 @@ Test(biascorr, empirical_measure_lanes_match_one_at_a_time)
 			                               (k % 3 ? 1 : -1) / (i + 3));
 	oq_diag_init(&d);
 	oq_opts_init(&o);
+	o.prefer = OQ_PREFER_ACCURACY;
 	cr_assert_not_null(mkdtemp(dir));
 	write_samples(dir, NS, GEN_SHAPE(1, 1, 1, W), xs, W);
 	rn[0] = oq_bc_node_writing(mf->graph, "y");

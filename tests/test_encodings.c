@@ -238,6 +238,7 @@ static char *round_trip(gen_model *(*build)(void), const rng *r, size_t nr,
 
 	cr_assert(ny <= 16);
 	oq_opts_init(&o1);
+	o1.prefer = OQ_PREFER_ACCURACY;
 	o1.ranges = &rr;
 	if (tweak)
 		tweak(&o1);
@@ -249,6 +250,7 @@ static char *round_trip(gen_model *(*build)(void), const rng *r, size_t nr,
 	cr_assert_eq(oq_encodings_import(path, m2, &ov, &nov, &d), OQ_OK, "%s", d.msg);
 	cr_assert_gt(nov, 0);
 	oq_opts_init(&o2);
+	o2.prefer = OQ_PREFER_ACCURACY;
 	if (tweak)
 		tweak(&o2);
 	o2.ranges = NULL; /* nothing calibrated: everything comes from the file */
@@ -476,6 +478,7 @@ Test(encodings, import_aimet_file)
 
 	/* quantize with them: x and r use the file's scale/zp exactly */
 	oq_opts_init(&o);
+	o.prefer = OQ_PREFER_ACCURACY;
 	o.overrides = ov;
 	o.n_overrides = n;
 	cr_assert_eq(quantize(m, &o, &d), OQ_OK, "%s", d.msg);

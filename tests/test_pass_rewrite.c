@@ -62,6 +62,7 @@ static int run_passes(oq_model *m, const char *list)
 	oq_opts o;
 	oq_diag d;
 	oq_opts_init(&o);
+	o.prefer = OQ_PREFER_ACCURACY; /* fuse's accuracy-first units */
 	oq_diag_init(&d);
 	r.list = list;
 	r.verify = 1;

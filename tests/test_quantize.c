@@ -43,6 +43,7 @@ static void fx_load(fx *f, const rng *r, size_t nr)
 	f->r = mk_ranges(r, nr);
 	cr_assert_not_null(f->r.v);
 	oq_opts_init(&f->o);
+	f->o.prefer = OQ_PREFER_ACCURACY; /* the accuracy-first layout; runtime-aware tests set it */
 	f->o.ranges = &f->r;
 }
 

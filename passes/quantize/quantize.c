@@ -18,7 +18,28 @@
  *   input's s, z so ORT can drop the pair around them: q(x) = round(x/s) + z
  *   commutes with any op that only moves or selects elements.
  *
- * Profile TRT (TensorRT / ModelOpt): symmetric int8 (narrow grid), a
+ * Runtime-aware (profile ORT, --prefer speed|balanced, 8-bit types;
+ * oq_runtime_aware): the pairs go where ONNX Runtime's QDQ selectors form
+ * integer node units (src/report/coverage.h), and nowhere else:
+ *   - only ops ORT runs on 8-bit data take part (opinfo.ort); an op whose
+ *     data inputs all come from float stays float (float regions);
+ *   - the output of every ORT-integer op gets its Q, and all readers of an
+ *     integer producer take the DQ (the selector wants the Q as the only
+ *     reader);
+ *   - t -> Mul | Div(t, k > 0 scalar) -> y  ==>  y = DQ(Q(t), s_t * k | s_t / k, z_t)
+ *     (the node goes: the same integers read with a scaled scale);
+ *   - Add | Mul(t, float constant k) ==> Add | Mul(t, DQ(k_q)), k_q on the
+ *     activation type (a scalar exactly: k_q = 1 or 0, scale |k|);
+ *   - the input of a unit that is flat beyond a bound (HardSwish below -3,
+ *     ...: oq_fuse_input_bounds) gets its range clamped there;
+ *   - nodes o->float_nodes names (the placement's float units) stay float.
+ * Float8 units ORT would still fuse into 8-bit-only kernels read their
+ * input in float (ort_float8_units), so the model loads.
+ *
+ * Decision-safe placement (all profiles): values a comparison or selection
+ * decides on get no pair (decision.c).
+ *
+ * Profile TRT (TensorRT / ModelOpt): symmetric int8 (narrow grid) or FP8, a
  * dedicated pair per (consumer, input) on the inputs of Conv, ConvTranspose,
  * Gemm, MatMul, pooling and Add only; nothing on outputs; float biases.
  *
@@ -44,6 +65,7 @@
 #include "passes/quantize/overrides.h"
 #include "src/quant/qparams.h"
 #include "passes/quantize/qweight.h"
+#include "src/report/coverage.h"
 
 /* What a quantized op does with its activations. */
 enum {
@@ -62,40 +84,45 @@ typedef struct opinfo {
 	int w;             /* input index of the weight, -1 for none */
 	int b;             /* input index of the bias, -1 for none */
 	int trt;           /* TRT profile: its inputs get Q/DQ */
+	int ort;           /* ONNX Runtime (CPU) runs it on 8-bit data: a QLinear* kernel or a data
+			    * movement op with DQ in, Q out of equal parameters (qdq_selector_action_
+			    * transformer.cc); runtime-aware placement quantizes only these */
+	int rt_only;       /* only in runtime-aware placement (a Div by a constant: folded) */
 } opinfo;
 
 static const opinfo ops[] = {
-	{OQ_OP_Conv, K_OWN, 1, 1, 2, 1},
-	{OQ_OP_ConvTranspose, K_OWN, 1, 1, 2, 1},
-	{OQ_OP_Gemm, K_OWN, 3, 1, 2, 1},
-	{OQ_OP_MatMul, K_OWN, 3, 1, -1, 1},
-	{OQ_OP_Add, K_OWN, 3, -1, -1, 1},
-	{OQ_OP_Mul, K_OWN, 3, -1, -1, 0},
-	{OQ_OP_Concat, K_OWN, ALL_INPUTS, -1, -1, 0},
-	{OQ_OP_Relu, K_OWN, 1, -1, -1, 0},
-	{OQ_OP_Clip, K_OWN, 1, -1, -1, 0},
-	{OQ_OP_LeakyRelu, K_OWN, 1, -1, -1, 0},
-	{OQ_OP_Sigmoid, K_OWN, 1, -1, -1, 0},
-	{OQ_OP_Tanh, K_OWN, 1, -1, -1, 0},
-	{OQ_OP_HardSigmoid, K_OWN, 1, -1, -1, 0},
-	{OQ_OP_HardSwish, K_OWN, 1, -1, -1, 0},
-	{OQ_OP_GlobalAveragePool, K_OWN, 1, -1, -1, 1},
-	{OQ_OP_Softmax, K_SOFTMAX, 1, -1, -1, 0},
-	{OQ_OP_AveragePool, K_SHARE, 1, -1, -1, 1},
-	{OQ_OP_MaxPool, K_SHARE, 1, -1, -1, 1},
-	{OQ_OP_GlobalMaxPool, K_SHARE, 1, -1, -1, 1},
-	{OQ_OP_Reshape, K_SHARE, 1, -1, -1, 0},
-	{OQ_OP_Transpose, K_SHARE, 1, -1, -1, 0},
-	{OQ_OP_Squeeze, K_SHARE, 1, -1, -1, 0},
-	{OQ_OP_Unsqueeze, K_SHARE, 1, -1, -1, 0},
-	{OQ_OP_Flatten, K_SHARE, 1, -1, -1, 0},
-	{OQ_OP_Resize, K_SHARE, 1, -1, -1, 0},
-	{OQ_OP_Slice, K_SHARE, 1, -1, -1, 0},
-	{OQ_OP_Split, K_SHARE, 1, -1, -1, 0},
-	{OQ_OP_Gather, K_SHARE, 1, -1, -1, 0},
-	{OQ_OP_Pad, K_SHARE, 1, -1, -1, 0},
-	{OQ_OP_DepthToSpace, K_SHARE, 1, -1, -1, 0},
-	{OQ_OP_SpaceToDepth, K_SHARE, 1, -1, -1, 0},
+	{OQ_OP_Conv, K_OWN, 1, 1, 2, 1, 1, 0},
+	{OQ_OP_ConvTranspose, K_OWN, 1, 1, 2, 1, 0, 0},
+	{OQ_OP_Gemm, K_OWN, 3, 1, 2, 1, 1, 0},
+	{OQ_OP_MatMul, K_OWN, 3, 1, -1, 1, 1, 0},
+	{OQ_OP_Add, K_OWN, 3, -1, -1, 1, 1, 0},
+	{OQ_OP_Mul, K_OWN, 3, -1, -1, 0, 1, 0},
+	{OQ_OP_Div, K_OWN, 1, -1, -1, 0, 0, 1},
+	{OQ_OP_Concat, K_OWN, ALL_INPUTS, -1, -1, 0, 1, 0},
+	{OQ_OP_Relu, K_OWN, 1, -1, -1, 0, 0, 0},
+	{OQ_OP_Clip, K_OWN, 1, -1, -1, 0, 0, 0},
+	{OQ_OP_LeakyRelu, K_OWN, 1, -1, -1, 0, 1, 0},
+	{OQ_OP_Sigmoid, K_OWN, 1, -1, -1, 0, 1, 0},
+	{OQ_OP_Tanh, K_OWN, 1, -1, -1, 0, 0, 0},
+	{OQ_OP_HardSigmoid, K_OWN, 1, -1, -1, 0, 0, 0},
+	{OQ_OP_HardSwish, K_OWN, 1, -1, -1, 0, 0, 0},
+	{OQ_OP_GlobalAveragePool, K_OWN, 1, -1, -1, 1, 1, 0},
+	{OQ_OP_Softmax, K_SOFTMAX, 1, -1, -1, 0, 1, 0},
+	{OQ_OP_AveragePool, K_SHARE, 1, -1, -1, 1, 1, 0},
+	{OQ_OP_MaxPool, K_SHARE, 1, -1, -1, 1, 1, 0},
+	{OQ_OP_GlobalMaxPool, K_SHARE, 1, -1, -1, 1, 0, 0},
+	{OQ_OP_Reshape, K_SHARE, 1, -1, -1, 0, 1, 0},
+	{OQ_OP_Transpose, K_SHARE, 1, -1, -1, 0, 1, 0},
+	{OQ_OP_Squeeze, K_SHARE, 1, -1, -1, 0, 1, 0},
+	{OQ_OP_Unsqueeze, K_SHARE, 1, -1, -1, 0, 1, 0},
+	{OQ_OP_Flatten, K_SHARE, 1, -1, -1, 0, 1, 0},
+	{OQ_OP_Resize, K_SHARE, 1, -1, -1, 0, 0, 0}, /* ORT: 8-bit but slower than its float kernel */
+	{OQ_OP_Slice, K_SHARE, 1, -1, -1, 0, 1, 0},
+	{OQ_OP_Split, K_SHARE, 1, -1, -1, 0, 1, 0},
+	{OQ_OP_Gather, K_SHARE, 1, -1, -1, 0, 1, 0},
+	{OQ_OP_Pad, K_SHARE, 1, -1, -1, 0, 0, 0},
+	{OQ_OP_DepthToSpace, K_SHARE, 1, -1, -1, 0, 0, 0},
+	{OQ_OP_SpaceToDepth, K_SHARE, 1, -1, -1, 0, 0, 0},
 };
 
 /* Quantization parameters of one activation tensor. */
@@ -112,15 +139,26 @@ typedef struct qctx {
 	const oq_opts *o;
 	oq_diag *d;
 	int trt;           /* profile TRT */
+	int rt;            /* runtime-aware placement (profile ORT, --prefer other than accuracy) */
 	size_t nv, nn;     /* value and node counts before the pass added any */
 	const opinfo **info; /* per node: its table entry when selected, else NULL */
 	char *need;        /* per value: wanted a Q/DQ (before ranges were looked up) */
+	uint8_t *keep;     /* per value: decision-safe placement keeps it float (decision.c) */
 	qp *q;             /* per value: its quantization parameters */
 	oq_value **s_init, **z_init; /* per value: scale / zero-point initializers (TRT shares them) */
 	float *in_scale;   /* per node: scale of input 0 when it reads one of our DQs, else 0 */
+	unsigned *qin;     /* per node: bit k set when its input k (k < 32) reads one of our DQs */
+	double *fold;      /* rt, per node: a Mul / Div by a positive scalar constant folded into a
+			    * DequantizeLinear scale: the factor its output's scale is its input's times;
+			    * 0: not folded */
+	oq_value **qout;   /* per value: the output of its QuantizeLinear (a folded output: its
+			    * input's), once inserted */
+	oq_value **cdq;    /* rt, per value: a constant operand of Add/Mul quantized, its DQ output */
+	double *bound_lo, *bound_hi; /* rt, per value: oq_fuse_input_bounds (+-inf: none), found
+			    * before drop_activations removes a unit's Clip, on the value's grid */
 	int inc_nodes;     /* --include names nodes or op types */
 	int inc_tensors;   /* --include names tensors */
-	size_t n_pairs, n_weights, n_acts, n_norange;
+	size_t n_pairs, n_weights, n_acts, n_norange, n_folded, n_consts, n_kept;
 	oq_nameset node_names; /* every node name of g (filled on the first node_name call) */
 } qctx;
 
@@ -132,6 +170,23 @@ static const opinfo *find_op(const oq_node *n)
 		if (ops[i].op == n->op)
 			return &ops[i];
 	return NULL;
+}
+
+/* Is s in the strcmp-sorted list l of n names? */
+static int in_sorted(const char *const *l, size_t n, const char *s)
+{
+	size_t lo = 0, hi = n;
+	while (l && lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int r = strcmp(l[mid], s);
+		if (r == 0)
+			return 1;
+		if (r < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return 0;
 }
 
 static int listed(const char *const *l, size_t n, const char *s)
@@ -147,6 +202,12 @@ static int is_data(const opinfo *i, size_t k)
 	return i->data == ALL_INPUTS || (k < 32 && (i->data >> k) & 1u);
 }
 
+/* Does input k of a node with entry f get a Q/DQ? Runtime-aware: only on ops ORT runs on 8 bits. */
+static int qdata(const qctx *c, const opinfo *f, size_t k)
+{
+	return is_data(f, k) && (!c->rt || f->ort);
+}
+
 static const oq_override *tovr(const qctx *c, const char *name)
 {
 	return oq_override_find(c->o->overrides, c->o->n_overrides, name, 0);
@@ -159,11 +220,35 @@ static const oq_override *novr(const qctx *c, const oq_node *n)
 	return oq_override_find(c->o->overrides, c->o->n_overrides, n->name, 1);
 }
 
+/* A Mul / Div of n by a positive finite scalar float constant: its factor on the scale (Div: 1 / k)
+ * and *t the other input; 0 otherwise. */
+static double scale_factor(const qctx *c, const oq_node *n, oq_value **t)
+{
+	const oq_tensor *k;
+	double v;
+	int ki;
+
+	if (n->dead || n->n_inputs != 2 || n->n_outputs < 1 || !n->outputs[0] ||
+	    !(n->op == OQ_OP_Mul || n->op == OQ_OP_Div))
+		return 0;
+	ki = n->op == OQ_OP_Div ? 1 : oq_value_const(c->g, n->inputs[1]) ? 1 : 0;
+	k = oq_value_const(c->g, n->inputs[ki]);
+	if (!k || k->nelem != 1 || oq_dtype_kind(k->dtype) != 'f' || oq_value_const(c->g, n->inputs[1 - ki]))
+		return 0;
+	v = oq_tensor_get(k, 0);
+	if (!(v > 0) || !isfinite(v) || !isfinite(1 / v))
+		return 0;
+	*t = n->inputs[1 - ki];
+	return n->op == OQ_OP_Div ? 1 / v : v;
+}
+
 /* Can activation v get a Q/DQ at all? */
 static int eligible(const qctx *c, const oq_value *v)
 {
 	const oq_override *t;
 	if (!v || v->graph != c->g || v->init || (v->flags & OQ_V_OUTER) || (v->qmark & OQ_QM_INTERNAL))
+		return 0;
+	if (c->keep && v->index < c->nv && c->keep[v->index])
 		return 0;
 	if (v->type.kind == OQ_TYPE_TENSOR && v->type.dtype && v->type.dtype != OQ_DT_FLOAT)
 		return 0;
@@ -236,13 +321,65 @@ static const opinfo *select_one(const qctx *c, const oq_node *n)
 		f = NULL;
 	if (f && c->trt && !f->trt)
 		f = NULL; /* TRT: only fusible ops take part */
+	if (f && f->rt_only && !c->rt)
+		f = NULL;
+	if (f && c->rt && n->name[0] && in_sorted(c->o->float_nodes, c->o->n_float_nodes, n->name))
+		f = NULL; /* a unit the placement leaves float */
 	return f;
+}
+
+/*
+ * Does node n run in float (runtime-aware): not selected, or an op ORT has no 8-bit kernel for?
+ * A Mul / Div by a positive scalar is folded into a DequantizeLinear and a Relu / Clip fused onto
+ * its producer goes into the producer's Q: they run as their input does.
+ */
+static int runs_float(const qctx *c, const oq_node *n)
+{
+	oq_value *t = NULL;
+	if (!n || n->index >= c->nn || c->g->nodes[n->index] != n || !c->info[n->index])
+		return 1;
+	if (scale_factor(c, n, &t))
+		return runs_float(c, t->producer);
+	/* a Relu / Clip fused onto its producer goes into that producer's Q (drop_activations) */
+	if ((n->qmark & OQ_QM_ACT) && n->n_inputs && n->inputs[0])
+		return runs_float(c, n->inputs[0]->producer);
+	return !c->info[n->index]->ort;
+}
+
+/*
+ * Runtime-aware: an elementwise or data-movement op whose data inputs all
+ * come from float (graph inputs, float units, ops without an 8-bit kernel)
+ * stays float too: Q/DQ around it would cost time and fidelity and buy no
+ * integer kernel. Compute nodes keep their selection. Graph order, so a
+ * float region grows through chains.
+ */
+static void float_regions(qctx *c)
+{
+	for (size_t i = 0; i < c->nn; i++) {
+		oq_node *n = c->g->nodes[i];
+		const opinfo *f = c->info[i];
+		int any = 0, all = 1;
+		if (!f || f->w >= 0 || (f->kind == K_OWN && !f->ort))
+			continue;
+		for (size_t k = 0; k < n->n_inputs; k++) {
+			oq_value *v = n->inputs[k];
+			if (!is_data(f, k) || !v || oq_value_const(c->g, v))
+				continue;
+			any = 1;
+			if (!runs_float(c, v->producer))
+				all = 0;
+		}
+		if (any && all)
+			c->info[i] = NULL;
+	}
 }
 
 static void select_nodes(qctx *c)
 {
 	for (size_t i = 0; i < c->nn; i++)
 		c->info[i] = select_one(c, c->g->nodes[i]);
+	if (c->rt)
+		float_regions(c);
 }
 
 /* ------------------------------------------------------------ parameters */
@@ -254,7 +391,9 @@ int oq_quantize_act_grid(const oq_opts *o, const oq_value *v, const oq_node *pro
 	const oq_override *n = prod && prod->name[0]
 				       ? oq_override_find(o->overrides, o->n_overrides, prod->name, 1)
 				       : NULL;
-	int trt = o->profile == OQ_PROFILE_TRT, dt = trt ? OQ_DT_INT8 : o->act_type;
+	int trt = o->profile == OQ_PROFILE_TRT;
+	/* TRT: symmetric int8, or FP8 (amax / 448, per tensor) */
+	int dt = trt && !oq_qtype_is_fp8(o->act_type) ? OQ_DT_INT8 : o->act_type;
 	int sym = trt ? OQ_ACT_SYM : o->act_sym;
 	int64_t qmin = 0, qmax = 0;
 
@@ -353,17 +492,47 @@ static int own_qp(qctx *c, const oq_value *v, const oq_node *prod, qp *out, int 
 		lo = 0;
 		hi = 1;
 	} else {
+		double blo, bhi;
 		r = c->o->ranges ? oq_ranges_find(c->o->ranges, v->name) : NULL;
 		if (!r || !(r->min <= r->max) || !isfinite(r->min) || !isfinite(r->max))
 			return OQ_OK;
 		lo = r->min;
 		hi = r->max;
+		/* a split unit's input: what its flat ends saturate costs nothing (pass.h); looked at
+		 * before drop_activations removed the unit's Clip */
+		blo = c->bound_lo ? c->bound_lo[v->index] : -INFINITY;
+		bhi = c->bound_hi ? c->bound_hi[v->index] : INFINITY;
+		if (!oq_qtype_is_fp8(dtype) && fmax(lo, blo) < fmin(hi, bhi)) {
+			lo = fmax(lo, blo);
+			hi = fmin(hi, bhi);
+		}
 	}
 	rc = oq_qparams(lo, hi, dtype, oq_act_form(sym, lo), 0, &out->scale, &out->zp);
 	if (rc)
 		return oq_err(c->d, rc, "quantize: tensor '%s': no quantization parameters for range "
 			      "[%g, %g] on %s", v->name, lo, hi, oq_dtype_name(dtype));
 	out->set = *ok = 1;
+	return OQ_OK;
+}
+
+/* c->bound_lo / bound_hi of every value (before drop_activations changes the units' look). */
+static int input_bounds(qctx *c)
+{
+	for (size_t i = 0; i < c->nv; i++) {
+		oq_value *v = c->g->values[i];
+		int64_t qmin = 0, qmax = 255;
+		int dt, sym;
+		oq_diag scratch;
+
+		c->bound_lo[i] = -INFINITY;
+		c->bound_hi[i] = INFINITY;
+		oq_diag_init(&scratch);
+		if (!v->n_uses || oq_quantize_act_grid(c->o, v, v->producer, &dt, &sym, &scratch) ||
+		    oq_qtype_is_fp8(dt) || !oq_qrange(dt, 0, &qmin, &qmax))
+			continue;
+		(void)oq_fuse_input_bounds(c->g, v, c->o->ranges, (double)(qmax - qmin), &c->bound_lo[i],
+					   &c->bound_hi[i]);
+	}
 	return OQ_OK;
 }
 
@@ -381,6 +550,16 @@ static int value_qp(qctx *c, oq_value *v)
 	const opinfo *f = p && p->index < c->nn ? c->info[p->index] : NULL;
 	int ok, rc;
 
+	if (p && p->index < c->nn && c->g->nodes[p->index] == p && c->fold[p->index]) {
+		oq_value *t = NULL;
+		(void)scale_factor(c, p, &t);
+		if (c->q[t->index].set) {
+			c->q[v->index] = c->q[t->index];
+			c->q[v->index].scale = (float)(c->q[t->index].scale * c->fold[p->index]);
+			return OQ_OK;
+		}
+		c->fold[p->index] = 0; /* no parameters to derive from: y gets its own */
+	}
 	if (f && f->kind == K_SHARE && p->n_inputs && p->inputs[0] && p->inputs[0]->index < c->nv &&
 	    c->q[p->inputs[0]->index].set && !overridden(c, v) && !novr(c, p)) {
 		c->q[v->index] = c->q[p->inputs[0]->index];
@@ -458,6 +637,10 @@ static int drop_activations(qctx *c)
 		p = t ? t->producer : NULL;
 		if (!p || p->index >= c->nn || !c->info[p->index] || !y || p->n_outputs < 1 ||
 		    p->outputs[0] != t || t->n_uses != 1 || !eligible(c, y))
+			continue;
+		/* runtime-aware: only a producer ORT runs as an integer kernel is sure to get its Q
+		 * (mark_needed); a float one (ConvTranspose, a float unit) keeps its activation */
+		if (c->rt && runs_float(c, p))
 			continue;
 		if ((ov = tovr(c, y->name)) && ov->symmetric == 1)
 			continue;
@@ -580,24 +763,16 @@ static oq_node *add_named(qctx *c, const char *op, const char *un)
 	return n && !oq_nameset_add(&c->node_names, n->name) ? n : NULL;
 }
 
-/* Adds src -> Q -> DQ -> dst (dst NULL: a fresh "<v>_DequantizeLinear_Output"); returns dst. */
-static oq_value *add_pair(qctx *c, oq_value *v, oq_value *src, oq_value *dst)
+/* Adds src -> Q(v's parameters) (alone: its output read by folded DQs); returns the Q's output. */
+static oq_value *add_q(qctx *c, oq_value *v, oq_value *src)
 {
-	char *qo = cat(v->name, "_QuantizeLinear_Output"), *dqo = cat(v->name, "_DequantizeLinear_Output");
-	char *qn = cat(v->name, "_QuantizeLinear"), *dqn = cat(v->name, "_DequantizeLinear"), *un = NULL;
-	oq_value *qv, *in[3];
-	oq_node *q, *dq;
-	oq_value *res = NULL;
+	char *qo = cat(v->name, "_QuantizeLinear_Output"), *qn = cat(v->name, "_QuantizeLinear"), *un = NULL;
+	oq_value *qv, *in[3], *res = NULL;
+	oq_node *q;
 
-	if (!qo || !dqo || !qn || !dqn || qinits(c, v))
-		goto out;
-	if (!(qv = oq_graph_new_value(c->g, qo)) || (!dst && !(dst = oq_graph_new_value(c->g, dqo))))
+	if (!qo || !qn || qinits(c, v) || !(qv = oq_graph_new_value(c->g, qo)))
 		goto out;
 	if (!(un = node_name(c, qn)) || !(q = add_named(c, "QuantizeLinear", un)))
-		goto out;
-	free(un);
-	un = NULL;
-	if (!(un = node_name(c, dqn)) || !(dq = add_named(c, "DequantizeLinear", un)))
 		goto out;
 	in[0] = src;
 	in[1] = c->s_init[v->index];
@@ -607,15 +782,34 @@ static oq_value *add_pair(qctx *c, oq_value *v, oq_value *src, oq_value *dst)
 	/* FP8: out-of-range values become +-448, never NaN (the default, written for readers) */
 	if (oq_qtype_is_fp8(c->q[v->index].dtype) && oq_node_set_attr_int(q, "saturate", 1))
 		goto out;
+	c->qout[v->index] = res = qv;
+out:
+	free(qo);
+	free(qn);
+	free(un);
+	return res;
+}
+
+/* Adds src -> Q -> DQ -> dst (dst NULL: a fresh "<v>_DequantizeLinear_Output"); returns dst. */
+static oq_value *add_pair(qctx *c, oq_value *v, oq_value *src, oq_value *dst)
+{
+	char *dqo = cat(v->name, "_DequantizeLinear_Output"), *dqn = cat(v->name, "_DequantizeLinear"), *un = NULL;
+	oq_value *qv, *in[3], *res = NULL;
+	oq_node *dq;
+
+	if (!dqo || !dqn || !(qv = add_q(c, v, src)) || (!dst && !(dst = oq_graph_new_value(c->g, dqo))))
+		goto out;
+	if (!(un = node_name(c, dqn)) || !(dq = add_named(c, "DequantizeLinear", un)))
+		goto out;
 	in[0] = qv;
+	in[1] = c->s_init[v->index];
+	in[2] = c->z_init[v->index];
 	if (oq_node_set_inputs(dq, in, 3) || oq_node_set_outputs(dq, &dst, 1))
 		goto out;
 	c->n_pairs++;
 	res = dst;
 out:
-	free(qo);
 	free(dqo);
-	free(qn);
 	free(dqn);
 	free(un);
 	return res;
@@ -626,23 +820,67 @@ static int quantized_use(const qctx *c, const oq_use *u)
 {
 	const opinfo *f = u->node->index < c->nn && c->g->nodes[u->node->index] == u->node ?
 				  c->info[u->node->index] : NULL;
-	return f && !u->node->dead && is_data(f, (size_t)u->index);
+	return f && !u->node->dead && qdata(c, f, (size_t)u->index);
 }
 
 static void note_input(qctx *c, oq_node *n, int k, float scale)
 {
+	if (n->index < c->nn && k < 32)
+		c->qin[n->index] |= 1u << k;
 	if (k == 0 && n->index < c->nn)
 		c->in_scale[n->index] = scale;
 }
 
-/* ORT: one shared pair for v; quantized consumers read its DQ. */
+/*
+ * A folded Mul / Div (c->fold) writing y: y := DequantizeLinear(Q output of
+ * its input, y's scale, zero point), the node goes. The same integers as
+ * its input's Q, read with the scale times the factor.
+ */
+static int insert_folded(qctx *c, oq_node *n, oq_value *y)
+{
+	char *dqn = cat(y->name, "_DequantizeLinear"), *un = NULL;
+	oq_value *t = NULL, *in[3];
+	oq_node *dq;
+	int rc = OQ_ENOMEM;
+
+	(void)scale_factor(c, n, &t);
+	if (!dqn || !c->qout[t->index] || qinits(c, y))
+		goto out;
+	if (!(un = node_name(c, dqn)) || !(dq = add_named(c, "DequantizeLinear", un)))
+		goto out;
+	in[0] = c->qout[t->index];
+	in[1] = c->s_init[y->index];
+	in[2] = c->z_init[y->index];
+	n->outputs[0] = NULL;
+	n->dead = 1;
+	if (oq_node_set_inputs(dq, in, 3) || oq_node_set_outputs(dq, &y, 1))
+		goto out;
+	c->qout[y->index] = c->qout[t->index];
+	for (size_t i = 0; i < y->n_uses; i++)
+		if (quantized_use(c, &y->uses[i]))
+			note_input(c, y->uses[i].node, y->uses[i].index, c->q[y->index].scale);
+	c->n_folded++;
+	rc = OQ_OK;
+out:
+	free(dqn);
+	free(un);
+	return rc ? oq_err(c->d, rc, "quantize: out of memory") : OQ_OK;
+}
+
+/* Is n a node of the pass' graph that insert_folded replaces? */
+static int folded(const qctx *c, const oq_node *n)
+{
+	return n->index < c->nn && c->g->nodes[n->index] == n && c->fold[n->index] != 0;
+}
+
+/* ORT: one shared pair for v; quantized consumers read its DQ (runtime-aware: all consumers). */
 static int insert_shared(qctx *c, oq_value *v)
 {
 	size_t nu = v->n_uses;
 	oq_use *uses = oq_calloc(nu, sizeof *uses);
 	oq_node *p = v->producer;
 	float s = c->q[v->index].scale;
-	int rc = OQ_OK;
+	int rc = OQ_OK, all = c->rt && !runs_float(c, p);
 
 	if (!uses)
 		return oq_err(c->d, OQ_ENOMEM, "quantize: out of memory");
@@ -663,32 +901,48 @@ static int insert_shared(qctx *c, oq_value *v)
 		for (size_t i = 0; i < nu; i++) {
 			if (quantized_use(c, &uses[i]))
 				note_input(c, uses[i].node, uses[i].index, s);
-			else
+			else if (!all && !folded(c, uses[i].node))
 				uses[i].node->inputs[uses[i].index] = pre;
 		}
 		if (!add_pair(c, v, pre, v))
 			rc = OQ_ENOMEM;
 	} else {
+		/* runtime-aware, an integer producer: every reader takes the DQ, so the producer's node
+		 * unit ends in the Q; folded readers read the Q (insert_folded) */
 		oq_value *dq = NULL;
-		size_t nq = 0;
-		for (size_t i = 0; i < nu; i++)
-			nq += quantized_use(c, &uses[i]) != 0;
-		if (nq && !(dq = add_pair(c, v, v, NULL))) {
+		size_t nq = 0, nf = 0;
+		for (size_t i = 0; i < nu; i++) {
+			if (folded(c, uses[i].node))
+				nf++;
+			else if (all || quantized_use(c, &uses[i]))
+				nq++;
+		}
+		if (nq ? !(dq = add_pair(c, v, v, NULL)) : nf && !add_q(c, v, v)) {
 			rc = OQ_ENOMEM;
 			goto out;
 		}
-		for (size_t i = 0; i < nu && dq; i++)
-			if (quantized_use(c, &uses[i])) {
-				uses[i].node->inputs[uses[i].index] = dq;
+		for (size_t i = 0; i < nu && dq; i++) {
+			int qu = quantized_use(c, &uses[i]);
+			if (folded(c, uses[i].node) || !(all || qu))
+				continue;
+			uses[i].node->inputs[uses[i].index] = dq;
+			if (qu)
 				note_input(c, uses[i].node, uses[i].index, s);
-			}
+		}
 	}
 out:
 	free(uses);
 	return rc ? oq_err(c->d, rc, "quantize: out of memory") : OQ_OK;
 }
 
-/* ORT: which values want a pair: quantized data inputs and graph outputs of quantized nodes. */
+/*
+ * ORT: which values want a pair: quantized data inputs and graph outputs of
+ * quantized nodes; runtime-aware, also the outputs of the ops ORT runs as
+ * QLinear* kernels (their node unit needs the Q), and a Mul / Div by a
+ * positive scalar whose output wants a pair is folded (c->fold): its input
+ * wants one instead, whose DequantizeLinear with the scaled scale then
+ * writes the output (processed last to first, so chains fold through).
+ */
 static void mark_needed(qctx *c)
 {
 	for (size_t i = 0; i < c->nn; i++) {
@@ -697,15 +951,29 @@ static void mark_needed(qctx *c)
 		if (!f || n->dead)
 			continue;
 		for (size_t k = 0; k < n->n_inputs; k++)
-			if (is_data(f, k) && eligible(c, n->inputs[k]) && n->inputs[k]->index < c->nv)
+			if (qdata(c, f, k) && eligible(c, n->inputs[k]) && n->inputs[k]->index < c->nv)
 				c->need[n->inputs[k]->index] = 1;
 		if (c->trt)
 			continue;
 		for (size_t k = 0; k < n->n_outputs; k++) {
 			oq_value *v = n->outputs[k];
-			if (v && (v->flags & OQ_V_OUTPUT) && eligible(c, v) && v->index < c->nv)
+			if (v && ((v->flags & OQ_V_OUTPUT) || (c->rt && f->ort && f->kind != K_SHARE)) &&
+			    eligible(c, v) && v->index < c->nv)
 				c->need[v->index] = 1;
 		}
+	}
+	for (size_t i = c->nn; c->rt && i-- > 0;) {
+		oq_node *n = c->g->nodes[i];
+		oq_value *t = NULL, *y;
+		double k;
+		if (!c->info[i] || !(k = scale_factor(c, n, &t)))
+			continue;
+		y = n->outputs[0];
+		if (y->index >= c->nv || !c->need[y->index] || !eligible(c, y) || !eligible(c, t) ||
+		    t->index >= c->nv || overridden(c, y) || novr(c, n))
+			continue;
+		c->fold[i] = k;
+		c->need[t->index] = 1;
 	}
 }
 
@@ -744,11 +1012,210 @@ static int insert_ort(qctx *c)
 		oq_node *n = c->g->nodes[i];
 		if (n->dead)
 			continue;
+		if (c->fold[i]) {
+			if ((rc = insert_folded(c, n, n->outputs[0])))
+				return rc;
+			continue;
+		}
 		for (size_t k = 0; k < n->n_outputs; k++) {
 			oq_value *v = n->outputs[k];
 			if (v && v->index < c->nv && c->q[v->index].set && !(v->flags & OQ_V_INPUT) &&
 			    (rc = insert_shared(c, v)))
 				return rc;
+		}
+	}
+	return OQ_OK;
+}
+
+/* Element i of an owned 8- or 16-bit integer tensor := v (little-endian). */
+static void put_int(oq_tensor *t, size_t i, int64_t v)
+{
+	unsigned char *b = (unsigned char *)t->data;
+	if (oq_dtype_bits(t->dtype) == 16) {
+		b[2 * i] = (unsigned char)(v & 0xff);
+		b[2 * i + 1] = (unsigned char)((v >> 8) & 0xff);
+	} else {
+		b[i] = (unsigned char)(v & 0xff);
+	}
+}
+
+/*
+ * Runtime-aware: the float constant operand k of an Add / Mul whose other
+ * input reads one of our DQs and whose output has its Q becomes
+ * DequantizeLinear(k_q) on the activation's type, per tensor, so ONNX
+ * Runtime forms QLinearAdd / QLinearMul (its selector wants a DQ on every
+ * input). A scalar is exact (k_q = 1 or 0 and scale |k|: the DQ gives k);
+ * a tensor takes asymmetric parameters on [min(0, min k), max(0, max k)].
+ * One quantized copy per constant value (cdq), shared by its readers.
+ */
+static int quantize_const_operands(qctx *c)
+{
+	for (size_t i = 0; i < c->nn; i++) {
+		oq_node *n = c->g->nodes[i];
+		const oq_tensor *k;
+		oq_value *kv, *dqv = NULL, *in[3];
+		oq_tensor *kq = NULL, *zt = NULL, *st = NULL;
+		char *base = NULL, *dqn = NULL;
+		int dt, ki, rc = OQ_ENOMEM;
+		int64_t qmin, qmax, zp;
+		float scale;
+
+		if (n->dead || c->fold[i] || !c->info[i] || !c->info[i]->ort || n->n_inputs != 2 ||
+		    !(n->op == OQ_OP_Add || n->op == OQ_OP_Mul) || !n->outputs[0] ||
+		    n->outputs[0]->index >= c->nv || !c->q[n->outputs[0]->index].set)
+			continue;
+		ki = oq_value_const(c->g, n->inputs[1]) ? 1 : 0;
+		kv = n->inputs[ki];
+		k = oq_value_const(c->g, kv);
+		if (!k || k->dtype != OQ_DT_FLOAT || !(c->qin[i] >> (1 - ki) & 1u) || kv->index >= c->nv)
+			continue;
+		dt = c->q[n->outputs[0]->index].dtype;
+		if (oq_qtype_is_fp8(dt) || !oq_qrange(dt, 0, &qmin, &qmax))
+			continue;
+		if (c->cdq[kv->index]) {
+			n->inputs[ki] = c->cdq[kv->index];
+			continue;
+		}
+		if (!(kq = oq_tensor_new(dt, k->rank, k->dims)))
+			goto fail;
+		if (k->nelem == 1) {
+			double v = oq_tensor_get(k, 0);
+			int64_t q = v == 0 ? 0 : v > 0 || qmin < 0 ? 1 : 0;
+			zp = v < 0 && qmin >= 0 ? 1 : 0;
+			scale = v == 0 ? 1.0f : (float)fabs(v);
+			if (v < 0 && qmin < 0)
+				q = -1;
+			put_int(kq, 0, q);
+		} else {
+			double lo = 0, hi = 0;
+			for (size_t e = 0; e < k->nelem; e++) {
+				double v = oq_tensor_get(k, e);
+				lo = fmin(lo, v);
+				hi = fmax(hi, v);
+			}
+			if (!isfinite(lo) || !isfinite(hi) || oq_qparams(lo, hi, dt, OQ_QP_ASYM, 0, &scale, &zp)) {
+				oq_tensor_free(kq);
+				continue;
+			}
+			for (size_t e = 0; e < k->nelem; e++)
+				put_int(kq, e, oq_quantize_value((float)oq_tensor_get(k, e), scale, zp, qmin, qmax));
+		}
+		if (!(st = oq_tensor_from_floats(0, NULL, &scale)) || !(zt = scalar_zp(dt, zp)) ||
+		    !(base = cat(kv->name, "_quantized")) || !(dqn = cat(kv->name, "_DequantizeLinear")))
+			goto fail;
+		in[0] = oq_graph_add_init(c->g, base, kq);
+		kq = NULL;
+		in[1] = in[0] ? oq_graph_add_init(c->g, base, st) : NULL;
+		st = NULL;
+		in[2] = in[1] ? oq_graph_add_init(c->g, base, zt) : NULL;
+		zt = NULL;
+		free(base);
+		base = cat(kv->name, "_DequantizeLinear_Output");
+		if (!in[2] || !base || !(dqv = oq_graph_new_value(c->g, base)))
+			goto fail;
+		free(base);
+		base = NULL;
+		{
+			char *un = node_name(c, dqn);
+			oq_node *dq = un ? add_named(c, "DequantizeLinear", un) : NULL;
+			free(un);
+			if (!dq || oq_node_set_inputs(dq, in, 3) || oq_node_set_outputs(dq, &dqv, 1))
+				goto fail;
+		}
+		free(dqn);
+		c->cdq[kv->index] = dqv;
+		n->inputs[ki] = dqv;
+		c->n_consts++;
+		continue;
+fail:
+		oq_tensor_free(kq);
+		oq_tensor_free(st);
+		oq_tensor_free(zt);
+		free(base);
+		free(dqn);
+		return oq_err(c->d, rc, "quantize: out of memory");
+	}
+	return OQ_OK;
+}
+
+/*
+ * ORT profile: ONNX Runtime's QDQ selectors take a unit with float8 data
+ * into an 8-bit-only kernel and the model no longer loads
+ * (oq_ort_fuses_float8), so such a node reads its first input in float
+ * instead (the DequantizeLinear's source, before its QuantizeLinear): no
+ * selector matches a unit with an input not from a DequantizeLinear. Q/DQ
+ * nodes left without readers go. Repeated until no unit matches.
+ */
+/* A Q or DQ node of ours on float8 (its zero point's type). */
+static int fp8_qdq(const qctx *c, const oq_node *n, oq_op op)
+{
+	const oq_tensor *z;
+	return n && oq_node_is(n, op) && n->n_inputs >= 3 && (z = oq_value_const(c->g, n->inputs[2])) &&
+	       z->dtype == OQ_DT_FLOAT8E4M3FN;
+}
+
+/* Ops ONNX Runtime moves Q/DQ across (qdq_propagation.cc), onto float8 data too. */
+static int propagates(const oq_node *n)
+{
+	return (oq_node_is(n, OQ_OP_MaxPool) && n->opset >= 12) || oq_node_is(n, OQ_OP_Reshape) ||
+	       oq_node_is(n, OQ_OP_Transpose) || oq_node_is(n, OQ_OP_Squeeze) || oq_node_is(n, OQ_OP_Unsqueeze) ||
+	       oq_node_is(n, OQ_OP_Slice);
+}
+
+static int ort_float8_units(qctx *c)
+{
+	for (int round = 0; round < 64; round++) {
+		size_t broken = 0;
+		if (oq_graph_rebuild_uses(c->g))
+			return oq_err(c->d, OQ_ENOMEM, "quantize: out of memory");
+		for (size_t i = 0; i < c->g->n_nodes; i++) {
+			oq_node *n = c->g->nodes[i], *dq, *q;
+			oq_value *v = n->n_outputs ? n->outputs[0] : NULL;
+			if (n->dead)
+				continue;
+			/* ORT would carry a float8 Q past a data-movement op: its readers take v itself */
+			for (size_t u = 0; v && propagates(n) && u < v->n_uses; u++) {
+				oq_node *qn = v->uses[u].node;
+				oq_value *qv = qn->n_outputs ? qn->outputs[0] : NULL;
+				if (!fp8_qdq(c, qn, OQ_OP_QuantizeLinear) || !qv)
+					continue;
+				for (size_t k = 0; k < qv->n_uses; k++) {
+					oq_node *d = qv->uses[k].node;
+					oq_value *dv = d->n_outputs ? d->outputs[0] : NULL;
+					if (!fp8_qdq(c, d, OQ_OP_DequantizeLinear) || !dv || (dv->flags & OQ_V_OUTPUT))
+						continue;
+					for (size_t r = 0; r < dv->n_uses; r++) {
+						dv->uses[r].node->inputs[dv->uses[r].index] = v;
+						broken++;
+					}
+				}
+			}
+			/* a fused float8 unit (float8 data or weight) reads its data input in float; a
+			 * data-movement op its float8 input */
+			if (!n->n_inputs || !n->inputs[0] || !(dq = n->inputs[0]->producer) ||
+			    !(oq_ort_fuses_float8(c->g, n) ? oq_node_is(dq, OQ_OP_DequantizeLinear)
+							    : propagates(n) && fp8_qdq(c, dq, OQ_OP_DequantizeLinear)) ||
+			    !dq->inputs[0] || !(q = dq->inputs[0]->producer) || !oq_node_is(q, OQ_OP_QuantizeLinear))
+				continue;
+			n->inputs[0] = q->inputs[0];
+			broken++;
+		}
+		if (!broken)
+			break;
+		if (c->o->log)
+			fprintf(c->o->log, "quantize: %zu float8 units ONNX Runtime would fuse into 8-bit kernels read "
+				"their input in float\n", broken);
+		/* readerless DQs, then Qs */
+		for (int pass = 0; pass < 2; pass++) {
+			if (oq_graph_rebuild_uses(c->g))
+				return oq_err(c->d, OQ_ENOMEM, "quantize: out of memory");
+			for (size_t i = 0; i < c->g->n_nodes; i++) {
+				oq_node *n = c->g->nodes[i];
+				oq_value *v = n->n_outputs ? n->outputs[0] : NULL;
+				if (!n->dead && v && !v->n_uses && !(v->flags & OQ_V_OUTPUT) &&
+				    oq_node_is(n, pass ? OQ_OP_QuantizeLinear : OQ_OP_DequantizeLinear))
+					n->dead = 1;
+			}
 		}
 	}
 	return OQ_OK;
@@ -786,7 +1253,7 @@ static int weight_spec(const qctx *c, const oq_node *n, const oq_value *w, oq_ws
 
 	*skip = (t && t->skip) || listed(c->o->exclude, c->o->n_exclude, w->name);
 	memset(s, 0, sizeof *s);
-	s->dtype = c->trt ? OQ_DT_INT8 : c->o->weight_type;
+	s->dtype = c->trt && !oq_qtype_is_fp8(c->o->weight_type) ? OQ_DT_INT8 : c->o->weight_type;
 	s->symmetric = c->trt || !c->o->weight_asym;
 	s->sym_grid = c->o->sym_grid;
 	s->reduce_range = c->o->reduce_range;
@@ -931,9 +1398,9 @@ int64_t oq_quantize_opset_need(const oq_opts *o, const char **why)
 		want(&need, why, 13, "per-channel weights");
 	if (o->granularity == OQ_GRAN_BLOCK)
 		want(&need, why, 21, "blocked weights");
-	if (!trt && needs19(o->act_type))
+	if (needs19(o->act_type))
 		want(&need, why, 19, "float8e4m3fn activations");
-	if (!trt && needs19(o->weight_type))
+	if (needs19(o->weight_type))
 		want(&need, why, 19, "float8e4m3fn weights");
 	if (!trt && needs21(o->act_type))
 		want(&need, why, 21, "16-bit activations");
@@ -979,6 +1446,8 @@ static void ctx_free_needs(qctx *c)
 {
 	free(c->info);
 	free(c->need);
+	free(c->fold);
+	free(c->keep);
 }
 
 int oq_quantize_range_needs(oq_graph *g, const oq_opts *o, uint8_t *need, oq_diag *d)
@@ -994,16 +1463,20 @@ int oq_quantize_range_needs(oq_graph *g, const oq_opts *o, uint8_t *need, oq_dia
 	c.o = o;
 	c.d = d;
 	c.trt = o->profile == OQ_PROFILE_TRT;
+	c.rt = oq_runtime_aware(o);
 	if ((rc = check_lists(&c)))
 		return rc;
 	c.nv = g->n_values;
 	c.nn = g->n_nodes;
 	c.info = oq_calloc(c.nn + 1, sizeof *c.info);
 	c.need = oq_calloc(c.nv + 1, 1);
-	if (!c.info || !c.need) {
+	c.fold = oq_calloc(c.nn + 1, sizeof *c.fold);
+	c.keep = oq_calloc(c.nv + 1, 1);
+	if (!c.info || !c.need || !c.fold || !c.keep) {
 		ctx_free_needs(&c);
 		return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
 	}
+	(void)oq_decision_safe_values(g, c.keep, NULL);
 	/* the pass' selection and wanted values (drop_activations moves a folded activation's
 	 * output to the producer but does not change which values are wanted) */
 	select_nodes(&c);
@@ -1019,6 +1492,8 @@ int oq_quantize_range_needs(oq_graph *g, const oq_opts *o, uint8_t *need, oq_dia
 		if ((t && (t->has_qparams || t->has_range)) || (n && (n->has_qparams || n->has_range)))
 			continue;
 		if (f && f->kind == K_SOFTMAX)
+			continue;
+		if (p && c.fold[p->index]) /* parameters from the input's (mark_needed) */
 			continue;
 		if (f && f->kind == K_SHARE && p->n_inputs && p->inputs[0] && p->inputs[0]->index < c.nv &&
 		    c.need[p->inputs[0]->index] && !overridden(&c, v) && !novr(&c, p))
@@ -1037,6 +1512,13 @@ static void ctx_free(qctx *c)
 	free(c->s_init);
 	free(c->z_init);
 	free(c->in_scale);
+	free(c->qin);
+	free(c->fold);
+	free(c->qout);
+	free(c->cdq);
+	free(c->bound_lo);
+	free(c->bound_hi);
+	free(c->keep);
 	oq_nameset_free(&c->node_names);
 }
 
@@ -1056,6 +1538,7 @@ int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 	c.o = o;
 	c.d = d;
 	c.trt = o->profile == OQ_PROFILE_TRT;
+	c.rt = oq_runtime_aware(o);
 	if ((rc = check_opset(&c)) || (rc = check_lists(&c)))
 		return rc;
 	if ((rc = oq_graph_rebuild_uses(g)))
@@ -1065,14 +1548,27 @@ int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 	c.info = oq_calloc(c.nn, sizeof *c.info);
 	c.in_scale = oq_calloc(c.nn, sizeof *c.in_scale);
 	c.need = oq_calloc(c.nv, 1);
+	c.keep = oq_calloc(c.nv + 1, 1);
 	c.q = oq_calloc(c.nv, sizeof *c.q);
 	c.s_init = oq_calloc(c.nv, sizeof *c.s_init);
 	c.z_init = oq_calloc(c.nv, sizeof *c.z_init);
-	if (!c.info || !c.in_scale || !c.need || !c.q || !c.s_init || !c.z_init) {
+	c.qin = oq_calloc(c.nn, sizeof *c.qin);
+	c.fold = oq_calloc(c.nn, sizeof *c.fold);
+	c.qout = oq_calloc(c.nv, sizeof *c.qout);
+	c.cdq = oq_calloc(c.nv, sizeof *c.cdq);
+	c.bound_lo = oq_calloc(c.nv + 1, sizeof *c.bound_lo);
+	c.bound_hi = oq_calloc(c.nv + 1, sizeof *c.bound_hi);
+	if (!c.keep || !c.bound_lo || !c.bound_hi || !c.info || !c.in_scale || !c.need || !c.q || !c.s_init || !c.z_init || !c.qin || !c.fold || !c.qout ||
+	    !c.cdq) {
 		rc = oq_err(d, OQ_ENOMEM, "quantize: out of memory");
 		goto out;
 	}
+	if ((c.n_kept = oq_decision_safe_values(g, c.keep, o->log)) && o->log)
+		fprintf(o->log, "quantize: %zu tensors kept float: comparisons and selections decide on them\n",
+			c.n_kept);
 	select_nodes(&c);
+	if (c.rt && (rc = input_bounds(&c)))
+		goto out;
 	if ((rc = drop_activations(&c)))
 		goto out;
 	mark_needed(&c);
@@ -1080,7 +1576,11 @@ int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 		goto out;
 	if ((rc = c.trt ? insert_trt(&c) : insert_ort(&c)))
 		goto out;
+	if (c.rt && (rc = quantize_const_operands(&c)))
+		goto out;
 	if ((rc = quantize_weights(&c)))
+		goto out;
+	if (!c.trt && (rc = ort_float8_units(&c)))
 		goto out;
 	if ((rc = oq_graph_sweep(g))) {
 		rc = oq_err(d, rc, "quantize: out of memory");
@@ -1094,6 +1594,9 @@ int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 		fprintf(o->log, "quantize: %zu Q/DQ pairs, %zu weights, %zu activations folded, %zu tensors "
 			"without a range (%s profile)\n", c.n_pairs, c.n_weights, c.n_acts, c.n_norange,
 			c.trt ? "TRT" : "ORT");
+	if (o->log && c.rt)
+		fprintf(o->log, "quantize: %zu Mul/Div by a constant folded into a DequantizeLinear scale, %zu "
+			"constant operands of Add/Mul quantized\n", c.n_folded, c.n_consts);
 out:
 	ctx_free(&c);
 	return rc;
@@ -1113,6 +1616,7 @@ int oq_quantize_weight_plans(oq_graph *g, const oq_opts *o, oq_wplan **out, size
 	c.o = o;
 	c.d = d;
 	c.trt = o->profile == OQ_PROFILE_TRT;
+	c.rt = oq_runtime_aware(o);
 	if (o->weight_only || g->parent)
 		return OQ_OK;
 	if ((rc = check_lists(&c)))

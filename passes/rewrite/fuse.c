@@ -24,14 +24,27 @@
  *   accuracy).
  *   Swish/SiLU: s = Sigmoid(x) | Sigmoid(Mul(x, const)); y = Mul(x, s); x joins
  *               as for HardSwish
- *   P -t-> HardSigmoid | HardSwish | Sigmoid | Tanh -> y   (P a Conv/Gemm/MatMul):
- *               t internal, like a removable activation but the node stays
+ *   P -t-> HardSigmoid | HardSwish | Sigmoid | Tanh | LeakyRelu -> y   (P a
+ *               Conv/Gemm/MatMul): t internal, like a removable activation but
+ *               the node stays (LeakyRelu: only when the unit is kept, below)
  *   Constant affine: t -> Mul(t, const) | Add(t, const) -> y where t has no other
  *               reader: t is internal and y carries the Q/DQ, so a chain like
  *               HardSwish -> Mul(scale) -> Add(shift) (PaddleOCR's learnable
  *               affine after every activation) is quantized once, not three
  *               times. Applied after the patterns and activations, in graph
  *               order, so chains extend.
+ *
+ * Runtime-aware placement (profile ORT, --prefer speed|balanced; pass.h
+ * OQ_PREFER_*): ONNX Runtime runs a Conv as its integer kernel only when a Q
+ * follows it, so the activation patterns form no unit: only x is marked
+ * (OQ_QM_SPLIT) when it could have joined one, x gets a Q after its
+ * producer, and the unit's ops are quantized one by one, which ONNX Runtime
+ * runs as QLinearAdd / QLinearMul / QLinearSigmoid / QLinearLeakyRelu (the
+ * Clip of a HardSwish is dropped into its Q, its Div by 6 folded into a
+ * DequantizeLinear scale by the quantize pass). The constant affine rule
+ * does not apply (QLinearAdd / QLinearMul take a constant operand, and a Mul
+ * by a positive scalar folds into a scale). Units that should stay float
+ * are left whole to the quantize pass's node selection (o->float_nodes).
  * Quantizing a LayerNorm's variance or a MatMul's output before its bias
  * destroys accuracy (REFERENCE.md 6b), hence these units.
  *
@@ -237,17 +250,42 @@ static int is_unit_producer(const oq_node *p);
  * producer and the activation then form one unit (a runtime's fused
  * Conv+HardSwish), quantized once at the activation's output.
  */
-static void absorb_input(oq_value *x, const oq_node *n1, const oq_node *n2, oq_value **ts, size_t *k)
+static int absorbable(const oq_value *x, const oq_node *n1, const oq_node *n2)
 {
 	if (!can_hide(x) || !is_unit_producer(x->producer) || x->producer->outputs[0] != x)
-		return;
+		return 0;
 	for (size_t i = 0; i < x->n_uses; i++)
 		if (x->uses[i].node != n1 && x->uses[i].node != n2)
-			return;
-	ts[(*k)++] = x;
+			return 0;
+	return 1;
 }
 
-static void hardswish(const oq_graph *g, oq_node *clip, size_t *units)
+static int runtime_aware(const oq_opts *o)
+{
+	return oq_runtime_aware(o);
+}
+
+/*
+ * Whether an activation pattern reading x is marked as a unit (1), or left
+ * to the quantize pass op by op (0: runtime-aware placement; x marked
+ * OQ_QM_SPLIT when it could have joined). Kept: x joins the unit when
+ * absorbable, through ts.
+ */
+static int form_unit(const oq_opts *o, oq_value *x, const oq_node *n1, const oq_node *n2, oq_value **ts,
+		     size_t *k)
+{
+	int cand = absorbable(x, n1, n2);
+	if (runtime_aware(o)) {
+		if (cand)
+			x->qmark |= OQ_QM_SPLIT;
+		return 0;
+	}
+	if (cand)
+		ts[(*k)++] = x;
+	return 1;
+}
+
+static void hardswish(const oq_graph *g, const oq_opts *o, oq_node *clip, size_t *units)
 {
 	oq_value *a, *c, *h, *x, *ts[MAXP];
 	oq_node *ad, *dv, *mu;
@@ -269,8 +307,8 @@ static void hardswish(const oq_graph *g, oq_node *clip, size_t *units)
 			   bin_const(g, d6, OQ_OP_Mul, h, 1.0 / 6)) &&
 		    out0(d6)) {
 			ts[k++] = a, ts[k++] = c, ts[k++] = h;
-			absorb_input(x, ad, dv, ts, &k);
-			mark(ts, k, out0(d6), units);
+			if (form_unit(o, x, ad, dv, ts, &k))
+				mark(ts, k, out0(d6), units);
 		}
 		return;
 	}
@@ -283,13 +321,16 @@ static void hardswish(const oq_graph *g, oq_node *clip, size_t *units)
 	if (oq_node_is(mu, OQ_OP_Mul) && other(mu, h) == x && out0(mu)) {
 		ts[k++] = h;
 		h = out0(mu);
-		absorb_input(x, ad, mu, ts, &k);
+		if (!form_unit(o, x, ad, mu, ts, &k))
+			return;
+	} else if (runtime_aware(o)) {
+		return; /* HardSigmoid: QLinearAdd with its Clip in the Q, the Div folded */
 	}
 	mark(ts, k, h, units);
 }
 
 /* Swish / SiLU at its Sigmoid: s = Sigmoid(x) | Sigmoid(Mul(x, const)); y = Mul(x, s). */
-static void swish(const oq_graph *g, oq_node *sg, size_t *units)
+static void swish(const oq_graph *g, const oq_opts *o, oq_node *sg, size_t *units)
 {
 	oq_value *m = sg->n_inputs >= 1 ? in_k(sg, 0) : NULL, *x = m, *sv = out0(sg), *ts[MAXP];
 	oq_node *first = sg, *mu, *pm;
@@ -310,8 +351,8 @@ static void swish(const oq_graph *g, oq_node *sg, size_t *units)
 	if (!x || oq_value_const(g, x) || !oq_node_is(mu, OQ_OP_Mul) || other(mu, sv) != x || !out0(mu))
 		return;
 	ts[k++] = sv;
-	absorb_input(x, first, mu, ts, &k);
-	mark(ts, k, out0(mu), units);
+	if (form_unit(o, x, first, mu, ts, &k))
+		mark(ts, k, out0(mu), units);
 }
 
 /* ------------------------------------------------------------ activations */
@@ -338,7 +379,7 @@ static int is_unit_producer(const oq_node *p)
 
 int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 {
-	size_t units = 0, acts = 0;
+	size_t units = 0, acts = 0, split = 0;
 	int rc;
 
 	*changed = 0;
@@ -360,8 +401,8 @@ int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 		switch (n->op) {
 		case OQ_OP_Sub: layernorm(g, n, &units); break;
 		case OQ_OP_Erf: gelu(g, n, &units); break;
-		case OQ_OP_Clip: hardswish(g, n, &units); break;
-		case OQ_OP_Sigmoid: swish(g, n, &units); break;
+		case OQ_OP_Clip: hardswish(g, o, n, &units); break;
+		case OQ_OP_Sigmoid: swish(g, o, n, &units); break;
 		default: break;
 		}
 	}
@@ -386,6 +427,11 @@ int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 		p = t->producer;
 		if (!is_unit_producer(p) || out0(p) != t || sole(t) != a || (t->qmark & OQ_QM_INTERNAL))
 			continue;
+		/* QLinearLeakyRelu: the producer's integer kernel needs a Q between them */
+		if (oq_node_is(a, OQ_OP_LeakyRelu) && runtime_aware(o)) {
+			t->qmark |= OQ_QM_SPLIT;
+			continue;
+		}
 		t->qmark |= OQ_QM_INTERNAL;
 		a->qmark |= OQ_QM_ACT;
 		y->qmark |= OQ_QM_UNIT_OUT;
@@ -404,12 +450,16 @@ int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 		      oq_node_is(p, OQ_OP_MatMul)) ||
 		    out0(p) != t || sole(t) != a || (t->qmark & OQ_QM_INTERNAL))
 			continue;
+		if (runtime_aware(o)) {
+			t->qmark |= OQ_QM_SPLIT;
+			continue;
+		}
 		t->qmark |= OQ_QM_INTERNAL;
 		y->qmark |= OQ_QM_UNIT_OUT;
 		units++;
 	}
 	/* constant affine: Mul/Add by a constant absorbs the value it reads */
-	for (size_t i = 0; i < g->n_nodes; i++) {
+	for (size_t i = 0; i < g->n_nodes && !runtime_aware(o); i++) {
 		oq_node *n = g->nodes[i];
 		oq_value *t = NULL, *y;
 		if (!(oq_node_is(n, OQ_OP_Mul) || oq_node_is(n, OQ_OP_Add)) || n->n_inputs != 2 || !(y = out0(n)) ||
@@ -426,11 +476,115 @@ int oq_pass_fuse(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 		y->qmark |= OQ_QM_UNIT_OUT;
 		units++;
 	}
-	for (size_t i = 0; i < g->n_values; i++)
+	for (size_t i = 0; i < g->n_values; i++) {
 		if (g->values[i]->qmark & OQ_QM_INTERNAL)
-			g->values[i]->qmark &= ~(unsigned)OQ_QM_UNIT_OUT;
+			g->values[i]->qmark &= ~(unsigned)(OQ_QM_UNIT_OUT | OQ_QM_SPLIT);
+		if (g->values[i]->qmark & OQ_QM_SPLIT)
+			split++;
+	}
 	*changed = units + acts > 0;
 	if (o && o->log)
-		fprintf(o->log, "fuse: %zu units, %zu activations fused\n", units, acts);
+		fprintf(o->log, "fuse: %zu units, %zu activations fused, %zu units split for integer kernels\n", units,
+			acts, split);
 	return OQ_OK;
+}
+
+/* ------------------------------------------------------------ input bounds */
+
+/* A float attribute of n, or dflt. */
+static double attr_f(const oq_node *n, const char *name, double dflt)
+{
+	const oq_attr *a = oq_node_attr(n, name);
+	return a && a->type == OQ_ATTR_FLOAT ? a->f : dflt;
+}
+
+/*
+ * |x * sigmoid(k x)| falls below eps for x < the returned point (k > 0): the
+ * function has its minimum at k x = -1.2785 and tends to 0 below; bisection
+ * on the decreasing branch (60 halvings: far below a float's resolution).
+ */
+static double silu_floor(double k, double eps)
+{
+	double a = -1.2785 / k, b = a, fb;
+	if (-a / (1 + exp(1.2785)) <= eps)
+		return a;
+	do {
+		b *= 2;
+		fb = -b / (1 + exp(-k * b));
+	} while (fb > eps && b > -1e6);
+	/* f(a) > eps >= f(b) */
+	for (int i = 0; i < 60; i++) {
+		double m = (a + b) / 2;
+		if (-m / (1 + exp(-k * m)) > eps)
+			a = m;
+		else
+			b = m;
+	}
+	return b;
+}
+
+int oq_fuse_input_bounds(const oq_graph *g, const oq_value *x, const oq_ranges *r, double levels, double *lo,
+			 double *hi)
+{
+	const oq_node *u0, *u1 = NULL;
+	*lo = -INFINITY;
+	*hi = INFINITY;
+	if (!x || x->n_uses == 0 || x->n_uses > 2)
+		return 0;
+	u0 = x->uses[0].node;
+	if (x->n_uses == 2) {
+		/* u1: the unit's final Mul(x, z), z computed from x; u0 the unit's first node */
+		const oq_node *a = u0, *b = x->uses[1].node;
+		int ma = oq_node_is(a, OQ_OP_Mul) && other(a, x) && other(a, x) != x && !oq_value_const(g, other(a, x));
+		int mb = oq_node_is(b, OQ_OP_Mul) && other(b, x) && other(b, x) != x && !oq_value_const(g, other(b, x));
+		if (a == b || ma == mb)
+			return 0;
+		u0 = ma ? b : a;
+		u1 = ma ? a : b;
+	}
+	if (oq_node_is(u0, OQ_OP_HardSwish) && !u1) {
+		*lo = -3;
+		return 1;
+	}
+	if (oq_node_is(u0, OQ_OP_HardSigmoid) && u0->n_inputs == 1) {
+		double a = attr_f(u0, "alpha", 0.2), b = attr_f(u0, "beta", 0.5);
+		if (!(a > 0))
+			return 0;
+		if (u1 && other(u1, x) != out0(u0))
+			return 0;
+		*lo = -b / a;
+		if (!u1)
+			*hi = (1 - b) / a;
+		return 1;
+	}
+	/* HardSwish as Add(x, 3) -> Clip(0, 6) -> ..., x also read by the unit's Mul */
+	if (u1 && bin_const(g, u0, OQ_OP_Add, x, 3) && out0(u0) && is_clip06(g, sole(out0(u0)))) {
+		const oq_value *c = out0(sole(out0(u0))), *z = other(u1, x);
+		const oq_node *dv = sole(c);
+		if (z != c && !(z == out0(dv) && ((oq_node_is(dv, OQ_OP_Div) && dv->inputs[0] == c &&
+						    const_is(g, dv->inputs[1], 6)) ||
+						   bin_const(g, dv, OQ_OP_Mul, c, 1.0 / 6))))
+			return 0;
+		*lo = -3;
+		return 1;
+	}
+	/* SiLU: Sigmoid(x) | Sigmoid(Mul(x, k)), y = Mul(x, s) */
+	if (u1 && r) {
+		double k = 1;
+		const oq_node *sg = u0;
+		const oq_range *yr = out0(u1) ? oq_ranges_find(r, out0(u1)->name) : NULL;
+		if (oq_node_is(u0, OQ_OP_Mul) && u0->n_inputs == 2 && out0(u0)) {
+			const oq_tensor *c = oq_value_const(g, other(u0, x));
+			if (!c || c->nelem != 1 || !(oq_tensor_get(c, 0) > 0))
+				return 0;
+			k = oq_tensor_get(c, 0);
+			sg = sole(out0(u0));
+		}
+		if (!oq_node_is(sg, OQ_OP_Sigmoid) || other(u1, x) != out0(sg) || sole(out0(sg)) != u1 || !yr ||
+		    !(yr->max > yr->min))
+			return 0;
+		*lo = silu_floor(k, (yr->max - yr->min) / levels / 2);
+		return 1;
+	}
+	return 0;
 }

@@ -1,0 +1,832 @@
+/*
+ * placement.c - runtime-aware placement (placement.h): units, the expected
+ * time of an assignment, the speed search and the balanced fidelity search.
+ *
+ * Expected time T of an assignment (every unit integer or float): the
+ * units' own kernels in their mode, the elementwise ops outside units in the
+ * mode the quantize pass gives them (integer unless every data input comes
+ * from float), and at every value whose producer and a reader differ in mode
+ * a QuantizeLinear (float -> integer) or a DequantizeLinear (integer ->
+ * float, graph outputs included). Data-movement ops take their input's mode
+ * and cost nothing. Values are sized by one run of the float model.
+ */
+#include "src/pipeline/placement.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calib/biascorr/measure.h"
+#include "calib/exec/exec.h"
+#include "calib/samples.h"
+#include "passes/quantize/qweight.h"
+
+void oq_placement_free(oq_placement *p)
+{
+	for (size_t i = 0; i < p->n_float_nodes; i++)
+		free(p->float_nodes[i]);
+	free(p->float_nodes);
+	for (size_t i = 0; i < p->n_sizes; i++)
+		free(p->size_names[i]);
+	free(p->size_names);
+	free(p->size_n);
+	free(p->size_last);
+	memset(p, 0, sizeof *p);
+}
+
+/* p's sizes := sz's of g's values, by name (sorted for oq_placement_sizes). */
+static int keep_sizes(oq_placement *p, const oq_graph *g, const oq_value_sizes *sz, oq_diag *d)
+{
+	size_t n = 0, *idx = oq_calloc(sz->count + 1, sizeof *idx);
+	if (!idx)
+		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+	for (size_t i = 0; i < sz->count && i < g->n_values; i++)
+		if (sz->n[i] >= 0 && !g->values[i]->init)
+			idx[n++] = i;
+	p->size_names = oq_calloc(n + 1, sizeof *p->size_names);
+	p->size_n = oq_calloc(n + 1, sizeof *p->size_n);
+	p->size_last = oq_calloc(n + 1, sizeof *p->size_last);
+	if (!p->size_names || !p->size_n || !p->size_last) {
+		free(idx);
+		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+	}
+	/* sorted insertion by name (n is the graph's value count: one pass of binary inserts) */
+	for (size_t k = 0; k < n; k++) {
+		const char *name = g->values[idx[k]]->name;
+		size_t lo = 0, hi = p->n_sizes;
+		char *c = oq_strdup(name);
+		if (!c) {
+			free(idx);
+			return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+		}
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+			if (strcmp(p->size_names[mid], name) < 0)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		memmove(p->size_names + lo + 1, p->size_names + lo, (p->n_sizes - lo) * sizeof *p->size_names);
+		memmove(p->size_n + lo + 1, p->size_n + lo, (p->n_sizes - lo) * sizeof *p->size_n);
+		memmove(p->size_last + lo + 1, p->size_last + lo, (p->n_sizes - lo) * sizeof *p->size_last);
+		p->size_names[lo] = c;
+		p->size_n[lo] = sz->n[idx[k]];
+		p->size_last[lo] = sz->last[idx[k]];
+		p->n_sizes++;
+	}
+	free(idx);
+	return OQ_OK;
+}
+
+int oq_placement_sizes(const oq_placement *p, const oq_graph *g, oq_value_sizes *out)
+{
+	memset(out, 0, sizeof *out);
+	if (!p->n_sizes)
+		return OQ_OK;
+	out->count = g->n_values;
+	out->n = malloc((out->count + 1) * sizeof *out->n);
+	out->last = malloc((out->count + 1) * sizeof *out->last);
+	if (!out->n || !out->last) {
+		oq_value_sizes_free(out);
+		return OQ_ENOMEM;
+	}
+	for (size_t i = 0; i < out->count; i++) {
+		const oq_value *v = g->values[i];
+		size_t lo = 0, hi = p->n_sizes;
+		out->n[i] = v->init ? (int64_t)v->init->nelem : -1;
+		out->last[i] = v->init && v->init->rank ? v->init->dims[v->init->rank - 1] : -1;
+		while (!v->init && lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+			int r = strcmp(p->size_names[mid], v->name);
+			if (r == 0) {
+				out->n[i] = p->size_n[mid];
+				out->last[i] = p->size_last[mid];
+				break;
+			}
+			if (r < 0)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+	}
+	return OQ_OK;
+}
+
+/* ------------------------------------------------------------ sizes */
+
+typedef struct sizes_ctx {
+	oq_value_sizes *s;
+	const oq_graph *g;
+} sizes_ctx;
+
+static int size_observer(void *ctx, const oq_value *v, const oq_rt *t)
+{
+	sizes_ctx *c = ctx;
+	if (v->graph == c->g && v->index < c->s->count && t->kind == OQ_RT_TENSOR) {
+		c->s->n[v->index] = (int64_t)t->nelem;
+		c->s->last[v->index] = t->rank ? t->dims[t->rank - 1] : 1;
+	}
+	return 0;
+}
+
+int oq_value_sizes_measure(oq_model *m, const oq_calib_opts *co, oq_value_sizes *out, oq_diag *d)
+{
+	oq_exec_opts eo = {.threads = co->threads};
+	oq_exec *e = NULL;
+	oq_samples s = {0};
+	oq_rt *in = NULL, *outs = NULL;
+	size_t nin = 0, nout = 0;
+	sizes_ctx c = {out, m->graph};
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	out->count = m->graph->n_values;
+	out->n = malloc((out->count + 1) * sizeof *out->n);
+	out->last = malloc((out->count + 1) * sizeof *out->last);
+	if (!out->n || !out->last) {
+		oq_value_sizes_free(out);
+		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+	}
+	for (size_t i = 0; i < out->count; i++) {
+		const oq_value *v = m->graph->values[i];
+		const oq_tensor *t = v->init;
+		out->n[i] = t ? (int64_t)t->nelem : -1;
+		out->last[i] = t && t->rank ? t->dims[t->rank - 1] : -1;
+	}
+	if ((rc = oq_exec_new(m, &eo, &e, d)))
+		goto out;
+	oq_exec_set_observer(e, size_observer, &c);
+	nin = oq_exec_n_inputs(e);
+	nout = oq_exec_n_outputs(e);
+	in = oq_calloc(nin + 1, sizeof *in);
+	outs = oq_calloc(nout + 1, sizeof *outs);
+	if (!in || !outs) {
+		rc = oq_err(d, OQ_ENOMEM, "placement: out of memory");
+		goto out;
+	}
+	if (co->source && !strncmp(co->source, "random:", 7)) {
+		const char **specs = oq_calloc(nin + 1, sizeof *specs);
+		char **bufs = oq_calloc(nin + 1, sizeof *bufs);
+		rc = specs && bufs ? OQ_OK : OQ_ENOMEM;
+		for (size_t i = 0; !rc && i < nin; i++) {
+			const char *name = oq_exec_input(e, i)->name;
+			size_t len = strlen(name) + 16;
+			if (!(bufs[i] = malloc(len)))
+				rc = OQ_ENOMEM;
+			else
+				snprintf(bufs[i], len, "%s=random:0", name), specs[i] = bufs[i];
+		}
+		if (rc)
+			rc = oq_err(d, rc, "placement: out of memory");
+		else
+			rc = oq_samples_explicit(specs, nin, e, &s, d);
+		for (size_t i = 0; bufs && i < nin; i++)
+			free(bufs[i]);
+		free(bufs);
+		free(specs);
+	} else {
+		rc = oq_samples_scan(co->source, e, &s, d);
+	}
+	if (rc)
+		goto out;
+	if (!s.n) {
+		rc = oq_err(d, OQ_EINVAL, "placement: no calibration sample");
+		goto out;
+	}
+	if ((rc = oq_sample_load(&s, 0, e, in, d)))
+		goto out;
+	for (size_t i = 0; i < nin; i++) {
+		const oq_value *v = oq_exec_input(e, i);
+		if (v->graph == m->graph && v->index < out->count) {
+			out->n[v->index] = (int64_t)in[i].nelem;
+			out->last[v->index] = in[i].rank ? in[i].dims[in[i].rank - 1] : 1;
+		}
+	}
+	rc = oq_exec_run(e, in, nin, outs, nout, d);
+out:
+	for (size_t i = 0; in && i < nin; i++)
+		oq_rt_release(&in[i]);
+	for (size_t i = 0; outs && i < nout; i++)
+		oq_rt_release(&outs[i]);
+	free(in);
+	free(outs);
+	oq_samples_free(&s);
+	oq_exec_free(e);
+	if (rc)
+		oq_value_sizes_free(out);
+	return rc;
+}
+
+/* ------------------------------------------------------------ units */
+
+/* One unit: a compute node and the elementwise nodes computing only from its output. */
+typedef struct unit {
+	oq_node *head;       /* Conv, Gemm or MatMul */
+	oq_node **nodes;     /* head first, then members in graph order */
+	size_t n_nodes;
+	double macs;         /* -1 unknown */
+	int fl;              /* mode: 0 integer, else float (1 faster so, 2 measuring, 3 fidelity) */
+	int chain;           /* its members after the head are a single-reader chain of Relu / Clip
+			      * (ORT's WeightBiasQuantization path: head -> Relu|Clip* -> Q) */
+} unit;
+
+/* State of one placement. */
+typedef struct plc {
+	oq_graph *g;
+	const oq_opts *q;
+	const oq_value_sizes *sz;
+	unit *u;
+	size_t nu;
+	int *unit_of;        /* per node index: its unit, -1 none */
+	int *mode;           /* per node index: 1 float, 0 integer (recomputed by cost) */
+} plc;
+
+static int op_in(const oq_node *n, const oq_op *ops, size_t k)
+{
+	for (size_t i = 0; i < k; i++)
+		if (oq_node_is(n, ops[i]))
+			return 1;
+	return 0;
+}
+
+/* Elementwise ops a unit's activation may consist of. */
+static int is_act_op(const oq_node *n)
+{
+	static const oq_op ops[] = {OQ_OP_Add, OQ_OP_Sub, OQ_OP_Mul, OQ_OP_Div, OQ_OP_Clip, OQ_OP_Relu,
+				    OQ_OP_LeakyRelu, OQ_OP_Sigmoid, OQ_OP_HardSigmoid, OQ_OP_HardSwish, OQ_OP_Tanh};
+	return op_in(n, ops, sizeof ops / sizeof ops[0]);
+}
+
+/* Data movement: ORT runs it on the 8-bit data of its input (coverage.h), at no cost here; the
+ * quantize pass leaves Resize float (ORT's 8-bit Resize is slower than its float one). */
+static int is_movement(const oq_node *n)
+{
+	return (oq_ort_movement(n) && !oq_node_is(n, OQ_OP_Resize)) || oq_node_is(n, OQ_OP_Split);
+}
+
+/* Ops ORT runs as QLinear kernels (outside units: residual Add, Concat, pooling, ...). */
+static int is_qlinear_op(const oq_node *n)
+{
+	return oq_node_is(n, OQ_OP_Add) || oq_node_is(n, OQ_OP_Mul) || oq_node_is(n, OQ_OP_Concat) ||
+	       oq_node_is(n, OQ_OP_Sigmoid) || oq_node_is(n, OQ_OP_LeakyRelu) || oq_node_is(n, OQ_OP_Softmax) ||
+	       oq_node_is(n, OQ_OP_AveragePool) || oq_node_is(n, OQ_OP_GlobalAveragePool);
+}
+
+static double elems(const plc *p, const oq_value *v)
+{
+	return v && v->index < p->sz->count && p->sz->n[v->index] >= 0 ? (double)p->sz->n[v->index] : 0;
+}
+
+/* Is a scalar positive constant the other operand (a Mul / Div the quantize pass folds)? */
+static int scalar_operand(const oq_graph *g, const oq_node *n)
+{
+	for (size_t k = 0; k < n->n_inputs; k++) {
+		const oq_tensor *t = oq_value_const(g, n->inputs[k]);
+		if (t && t->nelem == 1)
+			return 1;
+	}
+	return 0;
+}
+
+/* Builds the units: every node the weight plans quantize (Conv, Gemm, MatMul) and its activation. */
+static int build_units(plc *p, oq_diag *d)
+{
+	oq_wplan *plans = NULL;
+	size_t np = 0;
+	char *member = NULL;
+	int rc;
+
+	if ((rc = oq_quantize_weight_plans(p->g, p->q, &plans, &np, d)))
+		return rc;
+	p->u = oq_calloc(np + 1, sizeof *p->u);
+	member = oq_calloc(p->g->n_values + 1, 1);
+	if (!p->u || !member) {
+		rc = oq_err(d, OQ_ENOMEM, "placement: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < np; i++) {
+		oq_node *h = plans[i].node;
+		unit *u = &p->u[p->nu];
+		if (oq_node_is(h, OQ_OP_ConvTranspose) || !h->n_outputs || !h->outputs[0] || p->unit_of[h->index] >= 0)
+			continue;
+		if (!(u->nodes = oq_calloc(p->g->n_nodes + 1, sizeof *u->nodes))) {
+			rc = oq_err(d, OQ_ENOMEM, "placement: out of memory");
+			goto out;
+		}
+		u->head = h;
+		u->nodes[u->n_nodes++] = h;
+		u->macs = oq_node_macs(p->g, h, p->sz);
+		p->unit_of[h->index] = (int)p->nu;
+		member[h->outputs[0]->index] = 1;
+		/* graph order: a node whose non-constant inputs are all the unit's values joins */
+		for (size_t j = h->index + 1; j < p->g->n_nodes; j++) {
+			oq_node *n = p->g->nodes[j];
+			int ok = is_act_op(n) && p->unit_of[n->index] < 0 && n->n_outputs >= 1, any = 0;
+			for (size_t k = 0; ok && k < n->n_inputs; k++) {
+				const oq_value *v = n->inputs[k];
+				if (!v || oq_value_const(p->g, v))
+					continue;
+				if (!member[v->index])
+					ok = 0;
+				any = 1;
+			}
+			if (!ok || !any)
+				continue;
+			u->nodes[u->n_nodes++] = n;
+			p->unit_of[n->index] = (int)p->nu;
+			for (size_t k = 0; k < n->n_outputs; k++)
+				if (n->outputs[k])
+					member[n->outputs[k]->index] = 1;
+		}
+		u->chain = 1;
+		for (size_t k = 0; k < u->n_nodes; k++) {
+			const oq_value *o = u->nodes[k]->outputs[0];
+			if ((k && !oq_node_is(u->nodes[k], OQ_OP_Relu) && !oq_node_is(u->nodes[k], OQ_OP_Clip)) ||
+			    !o || o->n_uses > 1)
+				u->chain = 0;
+		}
+		/* the member marks end with the unit (a later unit starts from its own head) */
+		for (size_t k = 0; k < u->n_nodes; k++)
+			for (size_t o = 0; o < u->nodes[k]->n_outputs; o++)
+				if (u->nodes[k]->outputs[o])
+					member[u->nodes[k]->outputs[o]->index] = 0;
+		p->nu++;
+	}
+out:
+	free(plans);
+	free(member);
+	return rc;
+}
+
+/* ------------------------------------------------------------ expected time */
+
+/* Mode of value v's producer: 1 float (graph inputs, float units and ops), 0 integer. */
+static int value_mode(const plc *p, const oq_value *v)
+{
+	return !v || !v->producer || v->producer->index >= p->g->n_nodes ? 1 : p->mode[v->producer->index];
+}
+
+/* Cost of node n (its own kernels) in mode fl. */
+static double node_ns(const plc *p, const oq_node *n, int fl, int first_act)
+{
+	double e = n->n_outputs ? elems(p, n->outputs[0]) : 0;
+	if (oq_node_is(n, OQ_OP_Conv))
+		return oq_ort_conv_ns(p->g, n, e, !fl);
+	if (oq_node_is(n, OQ_OP_MatMul) || oq_node_is(n, OQ_OP_Gemm))
+		return oq_ort_matmul_ns(oq_node_macs(p->g, n, p->sz), !fl);
+	if (is_movement(n) || oq_node_is(n, OQ_OP_Shape))
+		return 0;
+	if (fl) {
+		/* ORT fuses the first activation after a float Conv into it (FusedConv) */
+		if (first_act && (oq_node_is(n, OQ_OP_Relu) || oq_node_is(n, OQ_OP_Clip) ||
+				  oq_node_is(n, OQ_OP_Sigmoid) || oq_node_is(n, OQ_OP_HardSigmoid) ||
+				  oq_node_is(n, OQ_OP_LeakyRelu) || oq_node_is(n, OQ_OP_Tanh)))
+			return 0;
+		return oq_ort_elementwise_ns(OQ_ORT_EW_FLOAT, e);
+	}
+	if (oq_node_is(n, OQ_OP_Relu) || oq_node_is(n, OQ_OP_Clip))
+		return 0; /* into the Q */
+	if ((oq_node_is(n, OQ_OP_Mul) || oq_node_is(n, OQ_OP_Div)) && scalar_operand(p->g, n))
+		return 0; /* folded into a DequantizeLinear scale */
+	if (oq_node_is(n, OQ_OP_Add) || oq_node_is(n, OQ_OP_Mul) || oq_node_is(n, OQ_OP_Concat))
+		return oq_ort_elementwise_ns(OQ_ORT_EW_QBINARY, e);
+	if (is_qlinear_op(n))
+		return oq_ort_elementwise_ns(OQ_ORT_EW_QUNARY, e);
+	return oq_ort_elementwise_ns(OQ_ORT_EW_FLOAT, e);
+}
+
+/*
+ * Expected time of the current unit modes: sets every node's mode, then
+ * sums node and boundary costs over the main graph.
+ */
+static double total_ns(plc *p)
+{
+	double t = 0;
+	for (size_t i = 0; i < p->g->n_nodes; i++) {
+		oq_node *n = p->g->nodes[i];
+		int u = p->unit_of[i], fl;
+		if (u >= 0) {
+			fl = p->u[u].fl != 0;
+		} else if (is_movement(n)) {
+			fl = n->n_inputs ? value_mode(p, n->inputs[0]) : 1;
+		} else if (is_qlinear_op(n) || oq_node_is(n, OQ_OP_Relu) || oq_node_is(n, OQ_OP_Clip)) {
+			/* integer unless every data input is float (the quantize pass' float regions) */
+			int all = 1, any = 0;
+			for (size_t k = 0; k < n->n_inputs; k++)
+				if (n->inputs[k] && !oq_value_const(p->g, n->inputs[k])) {
+					any = 1;
+					all &= value_mode(p, n->inputs[k]);
+				}
+			fl = any && all;
+		} else {
+			fl = 1; /* no integer kernel, or not quantized */
+		}
+		p->mode[i] = fl;
+		t += node_ns(p, n, fl, u >= 0 && p->u[u].n_nodes > 1 && p->u[u].nodes[1] == n);
+	}
+	for (size_t i = 0; i < p->g->n_values; i++) {
+		const oq_value *v = p->g->values[i];
+		int pm, q = 0, dq = 0;
+		if (v->init || (!v->producer && !(v->flags & OQ_V_INPUT)))
+			continue;
+		pm = value_mode(p, v);
+		for (size_t k = 0; k < v->n_uses; k++) {
+			const oq_node *r = v->uses[k].node;
+			int rm = r->graph == p->g && r->index < p->g->n_nodes ? p->mode[r->index] : 1;
+			if (is_movement(r) && !rm && pm)
+				continue; /* a float value through a movement op into integer: counted there */
+			q |= pm && !rm;
+			dq |= !pm && rm;
+		}
+		if ((v->flags & OQ_V_OUTPUT) && !pm)
+			dq = 1;
+		if (q)
+			t += oq_ort_elementwise_ns(OQ_ORT_EW_Q, elems(p, v));
+		if (dq)
+			t += oq_ort_elementwise_ns(OQ_ORT_EW_DQ, elems(p, v));
+	}
+	return t;
+}
+
+/*
+ * A float unit ORT would turn integer itself: a head -> Relu|Clip* chain
+ * between a DQ (an integer producer) and a Q (an integer reader) gets its
+ * float weight quantized per tensor by WeightBiasQuantization and becomes
+ * QLinearConv anyway, with a coarser weight grid than ours: such units are
+ * set integer (repeated: a change moves the neighbours' modes).
+ */
+static void keep_from_wbq(plc *p)
+{
+	for (size_t round = 0; round <= p->nu; round++) {
+		int changed = 0;
+		(void)total_ns(p); /* the modes */
+		for (size_t i = 0; i < p->nu; i++) {
+			unit *u = &p->u[i];
+			const oq_value *o = u->nodes[u->n_nodes - 1]->outputs[0];
+			const oq_node *r = o && o->n_uses == 1 ? o->uses[0].node : NULL;
+			if (!u->fl || !u->chain || !u->head->n_inputs || value_mode(p, u->head->inputs[0]) || !r ||
+			    r->graph != p->g || p->mode[r->index])
+				continue;
+			u->fl = 0;
+			changed = 1;
+		}
+		if (!changed)
+			break;
+	}
+}
+
+/*
+ * Flips runs of consecutive units (graph order; 1, 2, 4, ... 32 long: a
+ * chain of units whose Q/DQ boundaries only vanish together) while that
+ * lowers the expected time by more than a microsecond, passes until none
+ * flips (at most 8); returns the time reached.
+ */
+static double descend(plc *p)
+{
+	double cur = total_ns(p);
+	for (int pass = 0; pass < 8; pass++) {
+		int flipped = 0;
+		for (size_t len = 1; len <= 32 && len <= p->nu; len *= 2)
+			for (size_t i = 0; i + len <= p->nu; i++) {
+				double t;
+				for (size_t k = i; k < i + len; k++)
+					p->u[k].fl = !p->u[k].fl;
+				t = total_ns(p);
+				if (t < cur - 1000) {
+					cur = t;
+					flipped = 1;
+				} else {
+					for (size_t k = i; k < i + len; k++)
+						p->u[k].fl = !p->u[k].fl;
+				}
+			}
+		if (!flipped)
+			break;
+	}
+	return cur;
+}
+
+/*
+ * Speed: descents from all units integer and from all float (single flips
+ * alone cannot cross a chain of small units whose Q/DQ boundaries only
+ * vanish together); the faster end, integer on a tie.
+ */
+static int speed_search(plc *p, oq_diag *d)
+{
+	int *keep = oq_calloc(p->nu + 1, sizeof *keep);
+	double ta, tb;
+	if (!keep)
+		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+	for (size_t i = 0; i < p->nu; i++)
+		p->u[i].fl = 0;
+	ta = descend(p);
+	for (size_t i = 0; i < p->nu; i++) {
+		keep[i] = p->u[i].fl;
+		p->u[i].fl = 1;
+	}
+	tb = descend(p);
+	if (!(tb < ta))
+		for (size_t i = 0; i < p->nu; i++)
+			p->u[i].fl = keep[i];
+	free(keep);
+	return OQ_OK;
+}
+
+/* An expected gain inside the cost model's error is no gain: then every unit float. */
+static void margin(plc *p, double t_float, FILE *log)
+{
+	double t = total_ns(p);
+	if (!(t > OQ_PLACEMENT_MARGIN * t_float))
+		return;
+	if (log)
+		fprintf(log, "placement: the fastest assignment found is expected at %.0f%% of all units float, more "
+			"than %.0f%%: all float\n", t_float > 0 ? 100 * t / t_float : 100, 100 * OQ_PLACEMENT_MARGIN);
+	for (size_t i = 0; i < p->nu; i++)
+		p->u[i].fl = 1;
+}
+
+/* ------------------------------------------------------------ measuring */
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The sorted node names of the float units into p->float_nodes (replacing them). */
+static int float_list(const plc *pl, oq_placement *p, oq_diag *d)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < p->n_float_nodes; i++)
+		free(p->float_nodes[i]);
+	free(p->float_nodes);
+	p->float_nodes = NULL;
+	p->n_float_nodes = 0;
+	for (size_t i = 0; i < pl->nu; i++)
+		if (pl->u[i].fl)
+			n += pl->u[i].n_nodes;
+	if (!(p->float_nodes = oq_calloc(n + 1, sizeof *p->float_nodes)))
+		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+	for (size_t i = 0; i < pl->nu; i++)
+		for (size_t k = 0; pl->u[i].fl && k < pl->u[i].n_nodes; k++) {
+			const char *name = pl->u[i].nodes[k]->name;
+			if (!name[0])
+				continue;
+			if (!(p->float_nodes[p->n_float_nodes] = oq_strdup(name)))
+				return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+			p->n_float_nodes++;
+		}
+	qsort(p->float_nodes, p->n_float_nodes, sizeof *p->float_nodes, cmp_str);
+	return OQ_OK;
+}
+
+/* Context of the fidelity measurements. */
+typedef struct meas {
+	const oq_pipeline_opts *o;
+	oq_calib_opts co;    /* the calibration samples, at most OQ_PLACEMENT_SAMPLES of them */
+	oq_model *ref;       /* the float model (rewritten) */
+	oq_bc_targets b;            /* no layers: SQNR only */
+	oq_bc_float_cache cache;
+	size_t runs;         /* models measured */
+} meas;
+
+/* Output SQNR (mean over the calibration samples) of the model quantize q makes. */
+static int measure(meas *me, const oq_opts *q, double *mean, double *min, oq_diag *d)
+{
+	oq_pass_run run = me->o->run;
+	oq_model *qm = NULL;
+	oq_bc_quantized r = {0};
+	const unsigned all = (1u << OQ_BC_FOLDS) - 1;
+	int rc;
+
+	run.stage = oq_passes_rewrite;
+	if ((rc = oq_model_load(me->o->in_path, &qm, d)) || (rc = oq_passes_run(qm, &run, q, d)))
+		goto out;
+	run.stage = oq_passes_quantize;
+	if ((rc = oq_passes_run(qm, &run, q, d)))
+		goto out;
+	r.qm = qm;
+	r.folds = all;
+	if ((rc = oq_bc_measure(me->ref, NULL, &r, 1, &me->co, &me->b, &me->cache, d)))
+		goto out;
+	*mean = oq_bc_sqnr_mean(&r.sqnr, all);
+	*min = oq_bc_sqnr_min(&r.sqnr, all);
+	me->runs++;
+out:
+	oq_bc_sqnr_free(&r.sqnr);
+	oq_model_free(qm);
+	return rc;
+}
+
+/* q with p's float list. */
+static int measure_list(meas *me, const oq_opts *q, plc *pl, oq_placement *p, double *mean, oq_diag *d)
+{
+	oq_opts c = *q;
+	double mn;
+	int rc;
+	keep_from_wbq(pl);
+	if ((rc = float_list(pl, p, d)))
+		return rc;
+	c.float_nodes = (const char *const *)p->float_nodes;
+	c.n_float_nodes = p->n_float_nodes;
+	return measure(me, &c, mean, &mn, d);
+}
+
+/*
+ * Balanced: the integer units in graph order cut into up to 8 groups of about
+ * equal MACs; each group's gain with only it float; groups float in order of
+ * dB per expected ns until the SQNR reaches target.
+ */
+static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p, double target, double *sqnr,
+			   FILE *log, oq_diag *d)
+{
+	enum { G = 8 };
+	size_t first[G + 1], ng = 0, nint = 0, order[G];
+	double gain[G], cost[G], base_t = total_ns(pl), macs = 0, acc = 0, s;
+	int rc;
+
+	for (size_t i = 0; i < pl->nu; i++)
+		if (!pl->u[i].fl) {
+			nint++;
+			macs += pl->u[i].macs > 0 ? pl->u[i].macs : 0;
+		}
+	if (!nint)
+		return OQ_OK;
+	/* group boundaries: a new group when the running MACs pass the next eighth (at least one unit each) */
+	for (size_t i = 0; i < pl->nu; i++) {
+		if (pl->u[i].fl)
+			continue;
+		if (ng == 0 || (ng < G && acc >= macs * (double)ng / G && first[ng - 1] != i))
+			first[ng++] = i;
+		acc += pl->u[i].macs > 0 ? pl->u[i].macs : 0;
+	}
+	first[ng] = pl->nu;
+	for (size_t k = 0; k < ng; k++) {
+		for (size_t i = first[k]; i < first[k + 1]; i++)
+			if (!pl->u[i].fl)
+				pl->u[i].fl = 2; /* float for this measurement */
+		cost[k] = total_ns(pl) - base_t;
+		if ((rc = measure_list(me, q, pl, p, &s, d)))
+			return rc;
+		gain[k] = s - *sqnr;
+		for (size_t i = first[k]; i < first[k + 1]; i++)
+			if (pl->u[i].fl == 2)
+				pl->u[i].fl = 0;
+		order[k] = k;
+		if (log)
+			fprintf(log, "placement: group %zu (units %zu..%zu) float: %+.2f dB, %+.1f%% expected time\n", k,
+				first[k], first[k + 1] - 1, gain[k], base_t > 0 ? 100 * cost[k] / base_t : 0);
+	}
+	/* best dB per ns first (stable: ties keep graph order) */
+	for (size_t a = 1; a < ng; a++)
+		for (size_t b = a; b > 0; b--) {
+			size_t x = order[b - 1], y = order[b];
+			double rx = gain[x] / (cost[x] > 1 ? cost[x] : 1), ry = gain[y] / (cost[y] > 1 ? cost[y] : 1);
+			if (ry > rx) {
+				order[b - 1] = y;
+				order[b] = x;
+			}
+		}
+	for (size_t j = 0; j < ng && *sqnr < target; j++) {
+		size_t k = order[j];
+		if (gain[k] < OQ_PLACEMENT_MIN_GAIN_DB)
+			continue;
+		for (size_t i = first[k]; i < first[k + 1]; i++)
+			if (!pl->u[i].fl)
+				pl->u[i].fl = 3; /* float for fidelity */
+		if ((rc = measure_list(me, q, pl, p, sqnr, d)))
+			return rc;
+		if (log)
+			fprintf(log, "placement: group %zu float: calibration SQNR %.2f dB\n", k, *sqnr);
+	}
+	return OQ_OK;
+}
+
+/* ------------------------------------------------------------ entry */
+
+int oq_placement_range_needs(oq_model *m, const oq_opts *q, uint8_t *need, oq_diag *d)
+{
+	oq_opts a = *q;
+	uint8_t *na;
+	int changed, rc;
+
+	if (!oq_runtime_aware(q) || q->prefer != OQ_PREFER_BALANCED)
+		return oq_quantize_range_needs(m->graph, q, need, d);
+	if (!(na = oq_calloc(m->graph->n_values + 1, 1)))
+		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+	a.prefer = OQ_PREFER_ACCURACY;
+	a.log = NULL;
+	if (!(rc = oq_pass_fuse(m->graph, &a, d, &changed)) && !(rc = oq_quantize_range_needs(m->graph, &a, na, d)))
+		a = *q, a.log = NULL, rc = oq_pass_fuse(m->graph, &a, d, &changed);
+	if (!rc && !(rc = oq_quantize_range_needs(m->graph, q, need, d)))
+		for (size_t i = 0; i < m->graph->n_values; i++)
+			need[i] |= na[i];
+	free(na);
+	return rc;
+}
+
+int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_placement *p, FILE *log,
+			oq_diag *d)
+{
+	oq_value_sizes sz = {0};
+	plc pl = {0};
+	meas me = {0};
+	double t_float, t, mn;
+	int rc;
+
+	memset(p, 0, sizeof *p);
+	if (!o->calib.source || o->stats_in)
+		return OQ_OK;
+	if ((rc = oq_value_sizes_measure(m, &o->calib, &sz, d)) || (rc = keep_sizes(p, m->graph, &sz, d)) ||
+	    !oq_runtime_aware(q)) {
+		oq_value_sizes_free(&sz);
+		return rc;
+	}
+	pl.g = m->graph;
+	pl.q = q;
+	pl.sz = &sz;
+	pl.unit_of = malloc((m->graph->n_nodes + 1) * sizeof *pl.unit_of);
+	pl.mode = oq_calloc(m->graph->n_nodes + 1, sizeof *pl.mode);
+	if (!pl.unit_of || !pl.mode) {
+		rc = oq_err(d, OQ_ENOMEM, "placement: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < m->graph->n_nodes; i++)
+		pl.unit_of[i] = -1;
+	if ((rc = oq_graph_rebuild_uses(m->graph)) || (rc = build_units(&pl, d)))
+		goto out;
+	p->n_units = pl.nu;
+	for (size_t i = 0; i < pl.nu; i++)
+		pl.u[i].fl = 1;
+	t_float = total_ns(&pl);
+	if ((rc = speed_search(&pl, d)))
+		goto out;
+	margin(&pl, t_float, o->verbose ? log : NULL);
+	keep_from_wbq(&pl);
+	t = total_ns(&pl);
+	if (q->prefer == OQ_PREFER_BALANCED && strncmp(o->calib.source, "random:", 7)) {
+		oq_opts a = *q;
+		double target;
+		me.o = o;
+		me.co = o->calib;
+		if (!me.co.limit || me.co.limit > OQ_PLACEMENT_SAMPLES)
+			me.co.limit = OQ_PLACEMENT_SAMPLES;
+		me.ref = m;
+		a.prefer = OQ_PREFER_ACCURACY;
+		a.float_nodes = NULL;
+		a.n_float_nodes = 0;
+		a.log = NULL;
+		if ((rc = oq_bc_measure(m, NULL, NULL, 0, &me.co, &me.b, &me.cache, d)) ||
+		    (rc = measure(&me, &a, &p->sqnr_accuracy, &mn, d)))
+			goto out;
+		a = *q;
+		a.log = NULL;
+		if ((rc = measure_list(&me, &a, &pl, p, &p->sqnr_speed, d)))
+			goto out;
+		p->sqnr_chosen = p->sqnr_speed;
+		p->measured = 1;
+		target = p->sqnr_accuracy - OQ_PLACEMENT_BUDGET_DB;
+		if (log && o->verbose)
+			fprintf(log, "placement: calibration SQNR accuracy-first %.2f dB, speed %.2f dB (budget %.1f dB)\n",
+				p->sqnr_accuracy, p->sqnr_speed, OQ_PLACEMENT_BUDGET_DB);
+		if (p->sqnr_speed < target &&
+		    (rc = fidelity_search(&pl, &me, &a, p, target, &p->sqnr_chosen, o->verbose ? log : NULL, d)))
+			goto out;
+		t = total_ns(&pl);
+	}
+	p->n_float_speed = p->n_float_fidelity = 0;
+	for (size_t i = 0; i < pl.nu; i++) {
+		p->n_float_speed += pl.u[i].fl == 1;
+		p->n_float_fidelity += pl.u[i].fl == 3;
+	}
+	p->est_ratio = t_float > 0 ? t / t_float : 1;
+	if (log)
+		fprintf(log, "placement: %zu of %zu Conv/Gemm/MatMul units integer (%zu float: faster so, %zu: fidelity); "
+			"expected ONNX Runtime time %.0f%% of the float model's\n", p->n_units - p->n_float_speed -
+			p->n_float_fidelity, p->n_units, p->n_float_speed, p->n_float_fidelity, 100 * p->est_ratio);
+	if (log && p->measured)
+		fprintf(log, "placement: calibration output SQNR %.2f dB (accuracy-first %.2f, all units integer %.2f)\n",
+			p->sqnr_chosen, p->sqnr_accuracy, p->sqnr_speed);
+	if (log && p->measured && p->sqnr_chosen < p->sqnr_accuracy - OQ_PLACEMENT_BUDGET_DB)
+		fprintf(log, "placement: %.2f dB below the accuracy-first placement (budget %.1f dB): no unit left "
+			"gains it back alone; the integer units trade it for speed (--verbose lists them; "
+			"--prefer accuracy keeps them fused)\n", p->sqnr_accuracy - p->sqnr_chosen,
+			OQ_PLACEMENT_BUDGET_DB);
+	if ((rc = float_list(&pl, p, d)))
+		goto out;
+	q->float_nodes = (const char *const *)p->float_nodes;
+	q->n_float_nodes = p->n_float_nodes;
+	if (log && o->verbose)
+		for (size_t i = 0; i < pl.nu; i++)
+			fprintf(log, "placement: unit '%s' (%s, %zu nodes, %.3g MMAC): %s\n", pl.u[i].head->name,
+				pl.u[i].head->op_type, pl.u[i].n_nodes, pl.u[i].macs / 1e6,
+				!pl.u[i].fl ? "integer" : pl.u[i].fl == 3 ? "float (fidelity)" : "float (faster so)");
+out:
+	for (size_t i = 0; i < pl.nu; i++)
+		free(pl.u[i].nodes);
+	free(pl.u);
+	free(pl.unit_of);
+	free(pl.mode);
+	oq_bc_float_cache_free(&me.cache);
+	oq_value_sizes_free(&sz);
+	return rc;
+}

@@ -1,0 +1,96 @@
+/*
+ * placement.h - runtime-aware placement for the ORT profile (--prefer speed
+ * | balanced): which Conv/Gemm/MatMul units run as ONNX Runtime's integer
+ * kernels and which stay float (float weights, no Q/DQ inside), chosen
+ * between the calibration and the quantize pass.
+ *
+ * A unit is a Conv / Gemm / MatMul whose weight the quantize pass would
+ * quantize, with the elementwise nodes that compute only from its output
+ * (its activation: a decomposed HardSwish or SiLU, a HardSigmoid gate, a
+ * constant affine chain). Integer: QLinearConv and the activation's QLinear
+ * ops; float: the float model's NCHWc kernels, a DQ before and a Q after it
+ * where its neighbours are integer.
+ *
+ * speed: the assignment with the least expected time under the cost model
+ * of src/report/coverage.h (descents by single flips from all units integer
+ * and from all float, Q/DQ boundaries counted), on the value sizes of one
+ * calibration sample run through the float model; every unit float when
+ * that saves less than 1 - OQ_PLACEMENT_MARGIN of the expected time. A float
+ * unit ORT would quantize itself (Conv -> Relu|Clip between a DQ and a Q:
+ * WeightBiasQuantization, per-tensor weights) stays integer.
+ * balanced: then the output SQNR (mean over samples and float outputs) on
+ * the first OQ_PLACEMENT_SAMPLES calibration samples, against the
+ * accuracy-first placement's (--prefer accuracy); when more than
+ * OQ_PLACEMENT_BUDGET_DB below, the integer units are cut into up to 8
+ * groups of consecutive units (graph order, about equal MACs), each group's
+ * gain measured with only it float, and groups go float in order of dB
+ * gained per expected nanosecond lost until the budget holds (a group
+ * gaining less than OQ_PLACEMENT_MIN_GAIN_DB alone is skipped: the loss lies
+ * elsewhere; the summary then says how far the budget was missed).
+ * Deterministic: the measurements are thread-independent
+ * (calib/biascorr/measure.h).
+ */
+#ifndef OQ_PLACEMENT_H
+#define OQ_PLACEMENT_H
+
+#include "src/pipeline/pipeline.h"
+#include "src/report/coverage.h"
+
+/* Fidelity the balanced placement may give up against the accuracy-first one, dB. */
+#define OQ_PLACEMENT_BUDGET_DB 1.0
+/* Integer units only when the cost model expects them to take at most this share of the time
+ * all units float take (its estimates of small models were off by up to 12 %). */
+#define OQ_PLACEMENT_MARGIN 0.85
+/* The balanced search measures on the first this many calibration samples (each candidate model
+ * runs them all: its cost is the number of candidates times this). */
+#define OQ_PLACEMENT_SAMPLES 8
+/* A group goes float for fidelity only when that alone gains at least this much, dB. */
+#define OQ_PLACEMENT_MIN_GAIN_DB 0.2
+
+/* What the placement chose (for the summary), and the node list it hands the quantize pass. */
+typedef struct oq_placement {
+	char **float_nodes;     /* sorted names of the nodes of float units (owned) */
+	size_t n_float_nodes;
+	size_t n_units;         /* units considered */
+	size_t n_float_speed;   /* float because the cost model finds them faster so */
+	size_t n_float_fidelity;/* float for fidelity (balanced) */
+	double est_ratio;       /* expected time of the units + boundaries, chosen / all float */
+	int measured;           /* balanced measured the SQNRs below */
+	double sqnr_accuracy, sqnr_speed, sqnr_chosen; /* calibration-sample output SQNR, mean dB */
+	/* the float model's value sizes by name (sorted), for the coverage of the quantized model */
+	char **size_names;
+	int64_t *size_n, *size_last;
+	size_t n_sizes;
+} oq_placement;
+
+void oq_placement_free(oq_placement *p);
+
+/*
+ * Element counts of m's main-graph values from one run of the first sample
+ * of co->source (a folder, or random data for "random:N[:SEED]").
+ */
+int oq_value_sizes_measure(oq_model *m, const oq_calib_opts *co, oq_value_sizes *out, oq_diag *d) OQ_WUR;
+
+/*
+ * The tensors calibration keeps histograms for: oq_quantize_range_needs of
+ * q, and with --prefer balanced also of the accuracy-first placement (which
+ * the search measures against). Leaves m's marks as fuse sets them for q.
+ */
+int oq_placement_range_needs(oq_model *m, const oq_opts *q, uint8_t *need, oq_diag *d) OQ_WUR;
+
+/*
+ * Sizes of g's values from p's by name (the quantized model keeps its float model's value names;
+ * a value not found is -1). OQ_OK with out empty when p has none.
+ */
+int oq_placement_sizes(const oq_placement *p, const oq_graph *g, oq_value_sizes *out) OQ_WUR;
+
+/*
+ * Chooses the placement for q (ranges set, m the rewritten float model) and
+ * sets q->float_nodes to p's list; for other profiles, --prefer accuracy
+ * and types without integer kernels only the value sizes are measured (with
+ * calibration samples). Notes on log.
+ */
+int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_placement *p, FILE *log,
+			oq_diag *d) OQ_WUR;
+
+#endif
