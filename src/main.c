@@ -15,7 +15,9 @@
 #include "src/oq.h"
 #include "src/pipeline/compare.h"
 #include "src/pipeline/pipeline.h"
+#include "src/pipeline/placement.h"
 #include "src/report/check.h"
+#include "src/report/coverage.h"
 #include "src/report/inspect.h"
 
 static const char usage_main[] =
@@ -55,14 +57,21 @@ static const char usage_inspect[] =
 	"  --json      one JSON object on stdout\n";
 
 static const char usage_check[] =
-	"usage: onnxq check MODEL [--json]\n"
+	"usage: onnxq check MODEL [--json] [--target ort|trt [--data DIR] [--verbose]]\n"
 	"\n"
 	"Validates structure (topological order, single definitions, dangling inputs,\n"
 	"graph outputs, opset imports, attribute types, initializer sizes) and Q/DQ\n"
 	"legality. Prints one line per problem; exit 0 when valid, 6 when not, 2 when\n"
 	"the file cannot be loaded at all.\n"
 	"\n"
-	"  --json      {\"valid\": bool, \"problems\": [{where, rule, message}]} on stdout\n";
+	"  --json      {\"valid\": bool, \"problems\": [{where, rule, message}]} on stdout\n"
+	"  --target T  also report runtime coverage: the share of MACs T (ort: ONNX Runtime's\n"
+	"              CPU QDQ fusions; trt: TensorRT's explicit quantization, lint only) runs in\n"
+	"              integer kernels, and every quantized op it leaves in float, with the\n"
+	"              reason (JSON: \"coverage\")\n"
+	"  --data DIR  a sample to size the MACs by (default: the declared input shapes when\n"
+	"              they are fixed; else the shares count nodes)\n"
+	"  --verbose   list every Conv/MatMul/Gemm, integer or not\n";
 
 static const char usage_convert[] =
 	"usage: onnxq convert MODEL -o OUT [--passes LIST] [--no-PASS] [--dump-after PASS]\n"
@@ -231,6 +240,34 @@ static int cmd_inspect(int argc, char **argv)
 	return fflush(stdout) == 0 ? 0 : OQ_EXIT_IO;
 }
 
+/*
+ * Coverage of m for target; MACs from a run of DIR's first sample, or of the declared input
+ * shapes (random data, symbolic dims 1); when that run fails the coverage counts nodes.
+ */
+static int coverage_of(oq_model *m, int target, const char *data, oq_coverage *cov, oq_diag *d)
+{
+	oq_calib_opts co = {0};
+	oq_value_sizes sz = {0};
+	oq_diag scratch;
+	int rc;
+
+	co.source = data ? data : "random:1";
+	co.threads = 1;
+	oq_diag_init(&scratch);
+	/* declared shapes size the MACs only when fixed (a symbolic dim would become 1) */
+	for (size_t i = 0; !data && m->graph && i < m->graph->n_inputs; i++) {
+		const oq_value *v = m->graph->inputs[i];
+		for (int k = 0; !v->init && k < v->type.rank; k++)
+			if (v->type.dims[k].value < 0)
+				co.source = NULL;
+	}
+	if (co.source && (rc = oq_value_sizes_measure(m, &co, &sz, data ? d : &scratch)) && data)
+		return rc;
+	rc = oq_coverage_analyze(m, target, sz.n ? &sz : NULL, cov);
+	oq_value_sizes_free(&sz);
+	return rc ? oq_err(d, rc, "check: out of memory") : OQ_OK;
+}
+
 static int cmd_check(int argc, char **argv)
 {
 	const char *path;
@@ -239,8 +276,41 @@ static int cmd_check(int argc, char **argv)
 	oq_model *m;
 	oq_problems p = {0};
 
-	if ((rc = parse_model_json(argc, argv, "check", usage_check, &path, &json)))
-		return rc < 0 ? 0 : rc;
+	static const struct option opts[] = {
+		{"json", no_argument, NULL, 'j'},
+		{"target", required_argument, NULL, 't'},
+		{"data", required_argument, NULL, 'D'},
+		{"verbose", no_argument, NULL, 'v'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *data = NULL;
+	int target = -1, verbose = 0, c;
+	oq_coverage cov = {0};
+
+	json = 0;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "hv", opts, NULL)) != -1) {
+		if (c == 'j')
+			json = 1;
+		else if (c == 't' && (!strcmp(optarg, "ort") || !strcmp(optarg, "trt")))
+			target = strcmp(optarg, "ort") ? OQ_TARGET_TRT : OQ_TARGET_ORT;
+		else if (c == 't')
+			return usage_error("check", "--target is ort or trt");
+		else if (c == 'D')
+			data = optarg;
+		else if (c == 'v')
+			verbose = 1;
+		else if (c == 'h')
+			return fputs(usage_check, stdout), 0;
+		else
+			return usage_error("check", "unknown option");
+	}
+	if (optind != argc - 1)
+		return usage_error("check", optind >= argc ? "missing MODEL" : "too many arguments");
+	if (data && target < 0)
+		return usage_error("check", "--data sizes the MACs of --target; give --target ort|trt");
+	path = argv[optind];
 	oq_diag_init(&d);
 	rc = oq_model_load(path, &m, &d);
 	if (rc) {
@@ -253,16 +323,31 @@ static int cmd_check(int argc, char **argv)
 		return fail(&d, rc);
 	}
 	rc = oq_check_model(m, &p);
-	oq_model_free(m);
+	if (!rc && target >= 0)
+		rc = coverage_of(m, target, data, &cov, &d);
 	if (rc) {
+		oq_model_free(m);
 		oq_problems_free(&p);
+		oq_coverage_free(&cov);
 		return fail(&d, rc);
 	}
-	oq_problems_print(&p, path, json, stdout);
+	if (json && target >= 0) {
+		printf("{");
+		oq_problems_json(&p, stdout);
+		printf(", \"coverage\": ");
+		oq_coverage_json(&cov, stdout);
+		printf("}\n");
+	} else {
+		oq_problems_print(&p, path, json, stdout);
+	}
 	if (!json && p.n)
 		fprintf(stderr, "onnxq: check: %s: %zu problem%s\n", path, p.n, p.n == 1 ? "" : "s");
+	if (!json && target >= 0)
+		oq_coverage_print(&cov, stdout, verbose);
 	rc = p.n ? OQ_EXIT_CHECK : OQ_EXIT_OK;
 	oq_problems_free(&p);
+	oq_coverage_free(&cov); /* its nodes point into m */
+	oq_model_free(m);
 	return rc;
 }
 

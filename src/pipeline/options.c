@@ -169,6 +169,9 @@ static const choice precisions[] = {
 static const choice wroundings[] = {
 	{"nearest", OQ_WROUND_NEAREST}, {"adaround", OQ_WROUND_ADAROUND}, {"seq-mse", OQ_WROUND_SEQMSE}, {NULL, 0},
 };
+static const choice prefers[] = {
+	{"balanced", OQ_PREFER_BALANCED}, {"speed", OQ_PREFER_SPEED}, {"accuracy", OQ_PREFER_ACCURACY}, {NULL, 0},
+};
 static const struct choices {
 	const char *name;
 	const choice *c;
@@ -180,6 +183,7 @@ static const struct choices {
 	{"weight-method", wmethods, "--weight-method is minmax or mse"},
 	{"high-precision", precisions, "--high-precision is float32, float16 or bfloat16"},
 	{"weight-rounding", wroundings, "--weight-rounding is nearest, adaround or seq-mse"},
+	{"prefer", prefers, "--prefer is speed, accuracy or balanced"},
 };
 
 static int set_choice(oq_pipeline_args *a, const oq_option *o, const char *v, oq_diag *d)
@@ -407,6 +411,12 @@ const oq_option oq_pipeline_options[] = {
 	{NULL, 0, 0, NULL, 0, "Quantization:\n"},
 	{"profile", OQ_ARG_REQUIRED, QC, set_choice, F(q.profile),
 	 "  --profile ort|trt       Q/DQ placement: ONNX Runtime's (default) or TensorRT's\n"},
+	{"prefer", OQ_ARG_REQUIRED, QC, set_choice, F(q.prefer),
+	 "  --prefer P              ort profile: speed (every Conv/MatMul ONNX Runtime runs faster\n"
+	 "                          in 8 bits gets its integer kernel), accuracy (activation\n"
+	 "                          units fused with their Conv in float) or balanced (default:\n"
+	 "                          speed, then units float where the calibration samples measure\n"
+	 "                          more than 1 dB lost against accuracy)\n"},
 	{"weight-type", OQ_ARG_REQUIRED, QC, set_weight_type, 0,
 	 "  --weight-type T         int8 (default), uint8, int16, int4, uint4, float8e4m3fn\n"},
 	{"act-type", OQ_ARG_REQUIRED, QC, set_act_type, 0,
@@ -634,10 +644,17 @@ static const char *broken_rule(const oq_pipeline_opts *o)
 		       "--calib DIR (a folder of samples, not random:N)";
 	if (q->op_types && !q->weight_only)
 		return "--op-types applies to --weight-only";
-	if (q->profile == OQ_PROFILE_TRT && (q->act_type != OQ_DT_UINT8 || q->act_sym))
-		return "--profile trt fixes activations to symmetric int8; drop --act-type/--act-symmetric";
-	if (q->profile == OQ_PROFILE_TRT && q->weight_type != OQ_DT_INT8)
-		return "--profile trt fixes weights to symmetric int8; drop --weight-type";
+	/* TensorRT: symmetric int8, or FP8 (E4M3) activations and weights together */
+	if (q->profile == OQ_PROFILE_TRT &&
+	    ((q->act_type == OQ_DT_FLOAT8E4M3FN) != (q->weight_type == OQ_DT_FLOAT8E4M3FN)))
+		return "--profile trt: FP8 is float8e4m3fn activations and weights together; give both "
+		       "--act-type and --weight-type float8e4m3fn, or neither";
+	if (q->profile == OQ_PROFILE_TRT && q->act_type != OQ_DT_FLOAT8E4M3FN &&
+	    (q->act_type != OQ_DT_UINT8 || q->act_sym))
+		return "--profile trt fixes activations to symmetric int8 (or float8e4m3fn); drop "
+		       "--act-type/--act-symmetric";
+	if (q->profile == OQ_PROFILE_TRT && q->weight_type != OQ_DT_INT8 && q->weight_type != OQ_DT_FLOAT8E4M3FN)
+		return "--profile trt fixes weights to symmetric int8 (or float8e4m3fn); drop --weight-type";
 	if (q->act_sym == OQ_ACT_SYM_UNSIGNED && q->act_type != OQ_DT_UINT8 && q->act_type != OQ_DT_UINT16)
 		return "--act-symmetric=unsigned needs --act-type uint8 or uint16 (zero point 0 at the bottom "
 		       "of an unsigned grid)";
@@ -674,7 +691,7 @@ void oq_pipeline_opts_resolve(const oq_pipeline_opts *o, oq_pipeline_opts *out)
 		out->bias_correction = out->job == OQ_JOB_QUANTIZE && !out->q.weight_only ? OQ_BC_EMPIRICAL : OQ_BC_OFF;
 	if (out->q.act_type == OQ_DT_FLOAT8E4M3FN)
 		out->q.act_sym = OQ_ACT_SYM; /* FP8 has one grid: symmetric, zero point 0, amax / 448 */
-	if (out->q.profile == OQ_PROFILE_TRT) {
+	if (out->q.profile == OQ_PROFILE_TRT && out->q.act_type != OQ_DT_FLOAT8E4M3FN) {
 		out->q.act_type = OQ_DT_INT8;
 		out->q.act_sym = OQ_ACT_SYM;
 	}

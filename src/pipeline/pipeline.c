@@ -18,8 +18,10 @@
  *              samples or a merged --stats file, on the rewritten float
  *              model (fuse only marks units, so a Relu's output range is
  *              what its Q will use when quantize folds the Relu away);
- *              analytic bias correction's input sums alongside. `onnxq
- *              calibrate` writes one shard's statistics instead and stops.
+ *              analytic bias correction's input sums alongside; then the
+ *              runtime-aware placement (placement.h: which units stay
+ *              float, from the samples). `onnxq calibrate` writes one
+ *              shard's statistics instead and stops.
  *   correct    analytic bias correction: shifts folded into float biases
  *   quantize   the quantize pass (oq_passes_quantize: Q/DQ, weights,
  *              biases); with empirical bias correction, the best of the
@@ -46,6 +48,7 @@
 #include "passes/quantize/overrides.h"
 #include "passes/rewrite/precision.h"
 #include "src/io/outfile.h"
+#include "src/pipeline/placement.h"
 
 /* One run: the options it uses and what the stages hand on. */
 typedef struct job {
@@ -62,6 +65,7 @@ typedef struct job {
 	oq_encodings enc;         /* --import-encodings */
 	uint8_t *need;            /* per value: the quantize pass reads its range */
 	oq_ranges ranges;
+	oq_placement placement;   /* runtime-aware placement: its float units (j->q.float_nodes) */
 	oq_biascorr_analytic *analytic;
 	oq_wlearned_set learned;  /* learned rounding (q.learned points here once learned) */
 	oq_save_info info;
@@ -175,12 +179,13 @@ static int quantize_pass(void *ctx, oq_model *m, oq_diag *d)
 	return run_passes(ctx, m, oq_passes_quantize, d);
 }
 
-/* need[]: the tensors whose ranges the quantize pass will read: only they need histograms. */
+/* need[]: the tensors whose ranges the quantize pass will read (with --prefer balanced, the
+ * accuracy-first placement's too: the placement measures it): only they need histograms. */
 static int range_needs(job *j, oq_diag *d)
 {
 	if (!(j->need = oq_calloc(j->m->graph->n_values + 1, 1)))
 		return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
-	return oq_quantize_range_needs(j->m->graph, &j->q, j->need, d);
+	return oq_placement_range_needs(j->m, &j->q, j->need, d);
 }
 
 /* Calibration options common to `calibrate` and `quantize`. */
@@ -212,6 +217,7 @@ static void job_free(job *j)
 {
 	oq_biascorr_analytic_free(j->analytic);
 	oq_wlearned_free(&j->learned);
+	oq_placement_free(&j->placement);
 	oq_ranges_free(&j->ranges);
 	free(j->need);
 	oq_encodings_free(&j->enc);
@@ -369,7 +375,8 @@ static int calibrate(job *j, oq_diag *d)
 	if ((rc = oq_calibrate(j->m, &co, &j->ranges, d)))
 		return rc;
 	j->q.ranges = &j->ranges;
-	return OQ_OK;
+	/* runtime-aware placement: which units stay float (needs the samples; not with --stats) */
+	return oq_placement_choose(&j->o, &j->q, j->m, &j->placement, j->log, d);
 }
 
 /* Analytic bias correction (the empirical one measures the quantized model: quantize()). */
@@ -445,6 +452,30 @@ static int save(job *j, oq_diag *d)
 	return rc;
 }
 
+/*
+ * The summary's runtime lines: the coverage of the profile's runtime on the quantized model (MACs
+ * from the float model's sizes the placement kept), every quantized op left in float with
+ * --verbose, and how many tensors decision-safe placement kept float.
+ */
+static void summary_runtime(const job *j)
+{
+	oq_value_sizes sz = {0};
+	oq_coverage cov = {0};
+	uint8_t *keep = oq_calloc(j->m->graph->n_values + 1, 1);
+	size_t nk;
+
+	if (keep && !oq_placement_sizes(&j->placement, j->m->graph, &sz) &&
+	    !oq_coverage_analyze(j->m, j->q.profile == OQ_PROFILE_TRT ? OQ_TARGET_TRT : OQ_TARGET_ORT,
+				 sz.n ? &sz : NULL, &cov))
+		oq_coverage_print(&cov, j->log, j->o.verbose);
+	if (keep && (nk = oq_decision_safe_values(j->m->graph, keep, NULL)))
+		fprintf(j->log, "quantize: %zu tensors kept float: comparisons and selections decide on them "
+			"(decision-safe placement; --verbose names them)\n", nk);
+	free(keep);
+	oq_coverage_free(&cov);
+	oq_value_sizes_free(&sz);
+}
+
 static void summary(const job *j)
 {
 	const oq_graph *g = j->m->graph;
@@ -466,6 +497,8 @@ static void summary(const job *j)
 		fprintf(log, "%s: a %s model, computed in float32 and written in %s%s\n",
 			j->o.job == OQ_JOB_CONVERT ? "convert" : "quantize", oq_dtype_name(j->hp_model),
 			oq_dtype_name(j->hp), j->quantize ? " (Q/DQ scales too, opset >= 19)" : "");
+	if (j->quantize && !j->q.weight_only)
+		summary_runtime(j);
 	if (j->info.auto_external)
 		fprintf(log, "onnxq: %s: model is over 2 GB: wrote %zu tensors to %s\n",
 			j->o.job == OQ_JOB_CONVERT ? "convert" : "quantize", j->info.n_external, j->info.data_name);

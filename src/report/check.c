@@ -1180,20 +1180,27 @@ int oq_check_model(const oq_model *m, oq_problems *out)
 	return c.rc;
 }
 
+void oq_problems_json(const oq_problems *p, FILE *f)
+{
+	fprintf(f, "\"valid\": %s, \"loaded\": true, \"problems\": [", p->n ? "false" : "true");
+	for (size_t i = 0; i < p->n; i++) {
+		fprintf(f, "%s{\"where\": ", i ? ", " : "");
+		oq_json_str(f, p->v[i].where);
+		fputs(", \"rule\": ", f);
+		oq_json_str(f, p->v[i].rule);
+		fputs(", \"message\": ", f);
+		oq_json_str(f, p->v[i].msg);
+		fputs("}", f);
+	}
+	fputs("]", f);
+}
+
 void oq_problems_print(const oq_problems *p, const char *path, int json, FILE *f)
 {
 	if (json) {
-		fprintf(f, "{\"valid\": %s, \"loaded\": true, \"problems\": [", p->n ? "false" : "true");
-		for (size_t i = 0; i < p->n; i++) {
-			fprintf(f, "%s{\"where\": ", i ? ", " : "");
-			oq_json_str(f, p->v[i].where);
-			fputs(", \"rule\": ", f);
-			oq_json_str(f, p->v[i].rule);
-			fputs(", \"message\": ", f);
-			oq_json_str(f, p->v[i].msg);
-			fputs("}", f);
-		}
-		fputs("]}\n", f);
+		fputs("{", f);
+		oq_problems_json(p, f);
+		fputs("}\n", f);
 		return;
 	}
 	for (size_t i = 0; i < p->n; i++) {

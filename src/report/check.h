@@ -37,5 +37,8 @@ void oq_problems_free(oq_problems *p);
  * there are none), names escaped (oq_text_str) so that none forges a line.
  */
 void oq_problems_print(const oq_problems *p, const char *path, int json, FILE *f);
+/* The members of that JSON object ("valid", "loaded", "problems"), without braces: a caller
+ * adding members of its own writes the braces. */
+void oq_problems_json(const oq_problems *p, FILE *f);
 
 #endif

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # encodings_cli.sh - `onnxq quantize --export-encodings / --import-encodings`
-# (AIMET-style encodings, passes/quantize/encodings.h) on models/tiny_cnn.onnx:
+# (AIMET-style encodings, passes/quantize/encodings.h) on models/tiny_cnn.onnx, quantized
+# with --prefer accuracy (the default leaves this small CNN float: ONNX Runtime runs it
+# faster so):
 #   - export writes JSON with "version", "activation_encodings" and
 #     "param_encodings"; every integer record satisfies the AIMET relations
 #     min = offset * scale, max = (offset + 2^bitwidth - 1) * scale;
@@ -49,7 +51,7 @@ esac
 command -v python3 >/dev/null || die "python3 needed"
 
 q1=$tmp/q1.onnx e1=$tmp/e1.json
-expect_exit 0 "quantize + export" "$onnxq" quantize "$model" -o "$q1" --calib "$calib" --threads 1 \
+expect_exit 0 "quantize + export" "$onnxq" quantize --prefer accuracy "$model" -o "$q1" --calib "$calib" --threads 1 \
 	--export-encodings "$e1" --no-bias-correction
 
 # --- the file: structure and AIMET's min/max/offset relations, per record
@@ -77,10 +79,10 @@ EOF
 
 # --- round trip: other calibration samples + import == the original model
 q2=$tmp/q2.onnx q3=$tmp/q3.onnx
-expect_exit 0 "quantize with import (other samples)" "$onnxq" quantize "$model" -o "$q2" --calib "$other" \
+expect_exit 0 "quantize with import (other samples)" "$onnxq" quantize --prefer accuracy "$model" -o "$q2" --calib "$other" \
 	--threads 1 --import-encodings "$e1" --no-bias-correction
 if cmp -s "$q1" "$q2"; then ok "round trip: byte-identical model"; else bad "round trip: models differ"; fi
-expect_exit 0 "control: other samples without import" "$onnxq" quantize "$model" -o "$q3" --calib "$other" --threads 1 \
+expect_exit 0 "control: other samples without import" "$onnxq" quantize --prefer accuracy "$model" -o "$q3" --calib "$other" --threads 1 \
 	--no-bias-correction
 if ! cmp -s "$q1" "$q3"; then ok "control: calibration alone changes the model"; else
 	bad "control: other samples give the same model, the round trip proves nothing"
@@ -88,9 +90,9 @@ fi
 
 # --- with bias correction (the default) and the same samples
 q6=$tmp/q6.onnx q7=$tmp/q7.onnx e6=$tmp/e6.json
-expect_exit 0 "quantize + export (bias correction)" "$onnxq" quantize "$model" -o "$q6" --calib "$calib" --threads 1 \
+expect_exit 0 "quantize + export (bias correction)" "$onnxq" quantize --prefer accuracy "$model" -o "$q6" --calib "$calib" --threads 1 \
 	--export-encodings "$e6"
-expect_exit 0 "quantize with import (bias correction, same samples)" "$onnxq" quantize "$model" -o "$q7" \
+expect_exit 0 "quantize with import (bias correction, same samples)" "$onnxq" quantize --prefer accuracy "$model" -o "$q7" \
 	--calib "$calib" --threads 1 --import-encodings "$e6"
 if cmp -s "$q6" "$q7"; then ok "round trip with bias correction: byte-identical model"; else
 	bad "round trip with bias correction: models differ"; fi
@@ -108,7 +110,7 @@ json.dump(e, open(sys.argv[2], "w"))
 print(name)
 EOF
 )
-expect_exit 0 "quantize with edited encoding" "$onnxq" quantize "$model" -o "$q4" --calib "$calib" --threads 1 \
+expect_exit 0 "quantize with edited encoding" "$onnxq" quantize --prefer accuracy "$model" -o "$q4" --calib "$calib" --threads 1 \
 	--import-encodings "$e2" --export-encodings "$e3"
 if python3 - "$e3" "$name" <<'EOF'; then ok "edited encoding of '$name' used"; else bad "edited encoding of '$name' not used"; fi
 import json, sys
@@ -119,12 +121,12 @@ EOF
 # --- errors (exit 1 = usage, 4 = I/O), OUT untouched
 echo keep >"$tmp/keep.onnx"
 printf '{"activation_encodings": {"no_such_tensor": [{"bitwidth": 8, "scale": 0.1, "offset": 0}]}}' >"$tmp/unk.json"
-expect_exit 1 "unknown tensor" "$onnxq" quantize "$model" -o "$tmp/keep.onnx" --calib "$calib" --import-encodings "$tmp/unk.json"
+expect_exit 1 "unknown tensor" "$onnxq" quantize --prefer accuracy "$model" -o "$tmp/keep.onnx" --calib "$calib" --import-encodings "$tmp/unk.json"
 expect_msg "unknown tensor" "no_such_tensor"
 printf '{"activation_encodings": {' >"$tmp/broken.json"
-expect_exit 1 "malformed JSON" "$onnxq" quantize "$model" -o "$tmp/keep.onnx" --calib "$calib" --import-encodings "$tmp/broken.json"
+expect_exit 1 "malformed JSON" "$onnxq" quantize --prefer accuracy "$model" -o "$tmp/keep.onnx" --calib "$calib" --import-encodings "$tmp/broken.json"
 expect_msg "malformed JSON" "broken\.json.*malformed"
-expect_exit 4 "missing file" "$onnxq" quantize "$model" -o "$tmp/keep.onnx" --calib "$calib" --import-encodings "$tmp/nope.json"
+expect_exit 4 "missing file" "$onnxq" quantize --prefer accuracy "$model" -o "$tmp/keep.onnx" --calib "$calib" --import-encodings "$tmp/nope.json"
 expect_msg "missing file" "nope\.json"
 if [ "$(cat "$tmp/keep.onnx")" = keep ]; then ok "OUT untouched on errors"; else bad "OUT changed on an error"; fi
 

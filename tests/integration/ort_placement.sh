@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# ort_placement.sh - runtime-aware placement judged by ONNX Runtime itself (onnxruntime-node,
+# graph optimization 'all', one thread), on a small CNN whose Convs feed the activation units
+# the placement is about (make_act_cnn.py: decomposed HardSwish, SiLU, a HardSigmoid gate, a
+# residual Add):
+#   - --prefer speed and the default (balanced): ONNX Runtime's optimized graph (session option
+#     optimizedModelFilePath, op types counted by bench/ort_ops.py) has a QLinearConv for each of
+#     the 4 Convs and no float Conv left; `check --target ort --json` agrees (every Conv in an
+#     integer kernel, integer_share 1);
+#   - --prefer accuracy (Conv + activation fused in float): those Convs stay float in ONNX
+#     Runtime, and `check --target ort` names them with "no QuantizeLinear after the Conv";
+#   - every dtype option loads and runs in ONNX Runtime: profile ort at optimization 'all'
+#     (float8 units ONNX Runtime would fuse into 8-bit-only kernels are broken up by the quantize
+#     pass), profile trt at 'basic' (its float8 models are for TensorRT; ONNX Runtime's fusions
+#     reject float8 zero points); `check` accepts each.
+# usage: tests/integration/ort_placement.sh [ONNXQ]   Closing line: "N passed, N failed, N skipped".
+set -uo pipefail
+. "$(dirname "$0")/lib.sh"
+onnxq=${1:-$root/build/onnxq}
+py=/usr/bin/python3
+
+if ! [ -x "$py" ] || ! "$py" -c 'import numpy, onnx' 2>/dev/null || ! command -v node >/dev/null; then
+	skip "ort_placement: needs /usr/bin/python3 with numpy and onnx, and node"
+	finish
+	exit
+fi
+[ -x "$onnxq" ] || die "$onnxq not found"
+cache=$("$here/fetch.sh" 2>/dev/null | tail -n 1) && [ -d "$cache/ort/node_modules/onnxruntime-node" ] ||
+	die "onnxruntime-node unavailable (fetch.sh)"
+export OQ_CACHE=$cache
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$py" "$here/make_act_cnn.py" "$tmp" || die "make_act_cnn.py failed"
+model=$tmp/act_cnn.onnx
+
+# ops NAME: ORT's optimized graph of $tmp/NAME.onnx, "count op" lines in $tmp/NAME.ops
+ops() {
+	node "$here/ort_optimized.js" "$tmp/$1.onnx" all "$tmp/$1.opt.onnx" 2>"$tmp/$1.err" &&
+		"$py" "$root/bench/ort_ops.py" "$tmp/$1.opt.onnx" >"$tmp/$1.ops"
+}
+count() { awk -v op="$2" '{ n = $2; sub(/.*::/, "", n); if (n == op) s += $1 } END { print s + 0 }' "$tmp/$1.ops"; }
+
+for pref in speed balanced; do
+	if ! "$onnxq" quantize "$model" -o "$tmp/$pref.onnx" --calib "$tmp/calib" --prefer "$pref" >"$tmp/$pref.log" 2>&1; then
+		bad "$pref: quantize: $(tail -n 1 "$tmp/$pref.log")"
+		continue
+	fi
+	if ! ops "$pref"; then bad "$pref: ONNX Runtime: $(cat "$tmp/$pref.err")"; continue; fi
+	n=$(count "$pref" QLinearConv)
+	f=$(($(count "$pref" Conv) + $(count "$pref" FusedConv)))
+	if [ "$n" = 4 ] && [ "$f" = 0 ]; then ok "$pref: ONNX Runtime runs the 4 Convs as QLinearConv"
+	else bad "$pref: QLinearConv $n, float Conv $f (want 4, 0): $(tr '\n' ';' <"$tmp/$pref.ops")"; fi
+	if "$onnxq" check "$tmp/$pref.onnx" --target ort --json --data "$tmp/held" >"$tmp/$pref.json" 2>/dev/null &&
+		"$py" - "$tmp/$pref.json" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))["coverage"]
+convs = [n for n in c["not_integer"] if n["op"] == "Conv"]
+sys.exit(0 if c["macs_known"] and c["integer_share"] > 0.999 and not convs else 1)
+EOF
+	then ok "$pref: check --target ort: every Conv integer"
+	else bad "$pref: check --target ort: $(head -c 400 "$tmp/$pref.json")"; fi
+done
+grep -q '^placement: [0-9]* of 5 Conv/Gemm/MatMul units integer' "$tmp/balanced.log" &&
+	grep -q '^coverage (ort): ' "$tmp/balanced.log" && ok "balanced: the summary has the placement and coverage lines" ||
+	bad "balanced: summary: $(grep -E 'placement|coverage' "$tmp/balanced.log" | head -3)"
+
+# accuracy-first: the Convs before the activations stay float
+if "$onnxq" quantize "$model" -o "$tmp/acc.onnx" --calib "$tmp/calib" --prefer accuracy --quiet && ops acc; then
+	n=$(count acc QLinearConv)
+	f=$(($(count acc Conv) + $(count acc FusedConv)))
+	if [ "$f" -ge 3 ] && [ "$n" -le 1 ]; then ok "accuracy: the Convs fused with their activation stay float ($f float, $n QLinearConv)"
+	else bad "accuracy: QLinearConv $n, float Conv $f: $(tr '\n' ';' <"$tmp/acc.ops")"; fi
+	if "$onnxq" check "$tmp/acc.onnx" --target ort | grep -q "node 'c1' (Conv): float.*no QuantizeLinear after the Conv"; then
+		ok "accuracy: check --target ort names c1: no QuantizeLinear after the Conv"
+	else bad "accuracy: check --target ort: $("$onnxq" check "$tmp/acc.onnx" --target ort | head -5)"; fi
+else
+	bad "accuracy: quantize or ONNX Runtime: $(cat "$tmp/acc.err" 2>/dev/null)"
+fi
+
+# every dtype option: check accepts the model, ONNX Runtime loads and runs it
+i=0
+while IFS='|' read -r level opts; do
+	[ -n "$level" ] || continue
+	i=$((i + 1))
+	# shellcheck disable=SC2086
+	if ! "$onnxq" quantize "$model" -o "$tmp/dt$i.onnx" --calib "$tmp/calib" --quiet $opts 2>"$tmp/dt$i.err"; then
+		bad "dtype [$opts]: quantize: $(tail -n 1 "$tmp/dt$i.err")"
+		continue
+	fi
+	if ! "$onnxq" check "$tmp/dt$i.onnx" >/dev/null 2>&1; then bad "dtype [$opts]: check"; continue; fi
+	if node "$here/ort_optimized.js" "$tmp/dt$i.onnx" "$level" 2>"$tmp/dt$i.err"; then
+		ok "dtype [$opts]: ONNX Runtime ($level) loads and runs it"
+	else bad "dtype [$opts]: ONNX Runtime ($level): $(cat "$tmp/dt$i.err")"; fi
+done <<'EOF'
+all|
+all|--prefer speed
+all|--prefer accuracy
+all|--act-type int8
+all|--act-type int8 --prefer accuracy
+all|--act-type uint16
+all|--act-type int16
+all|--weight-type uint8
+all|--weight-type int16
+all|--weight-type int4
+all|--weight-type uint4 --granularity block --block-size 16
+all|--granularity tensor
+all|--act-symmetric
+all|--act-type float8e4m3fn
+all|--weight-type float8e4m3fn
+all|--act-type float8e4m3fn --weight-type float8e4m3fn
+all|--act-type float8e4m3fn --weight-type float8e4m3fn --granularity tensor
+all|--profile trt
+basic|--profile trt --act-type float8e4m3fn --weight-type float8e4m3fn
+EOF
+
+finish
