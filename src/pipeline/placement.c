@@ -724,9 +724,26 @@ int oq_placement_range_needs(oq_model *m, const oq_opts *q, uint8_t *need, oq_di
 	return rc;
 }
 
+/* Are the main graph's fed inputs' shapes fixed, but for a symbolic first (batch) dim? */
+static int fixed_inputs(const oq_graph *g)
+{
+	for (size_t i = 0; i < g->n_inputs; i++) {
+		const oq_value *v = g->inputs[i];
+		if (v->init)
+			continue;
+		if (v->type.kind != OQ_TYPE_TENSOR || v->type.rank < 0)
+			return 0;
+		for (int k = 1; k < v->type.rank; k++)
+			if (v->type.dims[k].value < 0)
+				return 0;
+	}
+	return 1;
+}
+
 int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_placement *p, FILE *log,
 			oq_diag *d)
 {
+	oq_calib_opts co;
 	oq_value_sizes sz = {0};
 	plc pl = {0};
 	meas me = {0};
@@ -734,9 +751,16 @@ int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_p
 	int rc;
 
 	memset(p, 0, sizeof *p);
-	if (!o->calib.source || o->stats_in)
+	/* sizes from the declared input shapes when they are fixed (a symbolic batch dim is 1), so
+	 * `quantize --stats` places as `--calib` does; else from the first calibration sample */
+	co = o->calib;
+	if (fixed_inputs(m->graph))
+		co.source = "random:1";
+	else if (o->stats_in)
+		co.source = NULL;
+	if (!co.source)
 		return OQ_OK;
-	if ((rc = oq_value_sizes_measure(m, &o->calib, &sz, d)) || (rc = keep_sizes(p, m->graph, &sz, d)) ||
+	if ((rc = oq_value_sizes_measure(m, &co, &sz, d)) || (rc = keep_sizes(p, m->graph, &sz, d)) ||
 	    !oq_runtime_aware(q)) {
 		oq_value_sizes_free(&sz);
 		return rc;
@@ -763,7 +787,8 @@ int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_p
 	margin(&pl, t_float, o->verbose ? log : NULL);
 	keep_from_wbq(&pl);
 	t = total_ns(&pl);
-	if (q->prefer == OQ_PREFER_BALANCED && strncmp(o->calib.source, "random:", 7)) {
+	if (q->prefer == OQ_PREFER_BALANCED && o->calib.source && strncmp(o->calib.source, "random:", 7) &&
+	    !o->stats_in) {
 		oq_opts a = *q;
 		double target;
 		me.o = o;

@@ -12,14 +12,18 @@
  * where its neighbours are integer.
  *
  * speed: the assignment with the least expected time under the cost model
- * of src/report/coverage.h (descents by single flips from all units integer
+ * of src/report/coverage.h (descents by run flips from all units integer
  * and from all float, Q/DQ boundaries counted), on the value sizes of one
- * calibration sample run through the float model; every unit float when
+ * run of the float model: on the declared input shapes when they are fixed
+ * (a symbolic batch dim 1), so `quantize --stats` places as `--calib` does,
+ * else on the first calibration sample (none with --stats: every unit
+ * integer); every unit float when
  * that saves less than 1 - OQ_PLACEMENT_MARGIN of the expected time. A float
  * unit ORT would quantize itself (Conv -> Relu|Clip between a DQ and a Q:
  * WeightBiasQuantization, per-tensor weights) stays integer.
- * balanced: then the output SQNR (mean over samples and float outputs) on
- * the first OQ_PLACEMENT_SAMPLES calibration samples, against the
+ * balanced: then (with calibration samples from a folder, not --stats) the
+ * output SQNR (mean over samples and float outputs) on the first
+ * OQ_PLACEMENT_SAMPLES calibration samples, against the
  * accuracy-first placement's (--prefer accuracy); when more than
  * OQ_PLACEMENT_BUDGET_DB below, the integer units are cut into up to 8
  * groups of consecutive units (graph order, about equal MACs), each group's
@@ -87,8 +91,8 @@ int oq_placement_sizes(const oq_placement *p, const oq_graph *g, oq_value_sizes 
 /*
  * Chooses the placement for q (ranges set, m the rewritten float model) and
  * sets q->float_nodes to p's list; for other profiles, --prefer accuracy
- * and types without integer kernels only the value sizes are measured (with
- * calibration samples). Notes on log.
+ * and types without integer kernels only the value sizes are measured (for
+ * the summary's coverage). Notes on log.
  */
 int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_placement *p, FILE *log,
 			oq_diag *d) OQ_WUR;

@@ -23,6 +23,10 @@
 #     --calib-batch 3 give byte-identical models for every method but ema
 #     (auto: threads and batches; its folds follow the sample order);
 #   - control: fewer samples give a different model, so cmp can fail;
+#   - every quantize runs with --prefer accuracy (ONNX Runtime runs the tiny CNN faster in
+#     float, so the default placement leaves it float and the comparisons would be vacuous);
+#     the default placement itself gives the same bytes through --stats and --calib (its
+#     cost model sizes the model by the fixed declared input shapes either way);
 #   - refusals (documented exit codes, one line naming the file): incomplete
 #     set, shard given twice, different N, corrupted and truncated files,
 #     another model / other rewrite options, ranges-only file for a histogram
@@ -83,13 +87,13 @@ shards() {
 same() {
 	local name=$1 n=$2
 	shift 2
-	if ! "$onnxq" quantize "$model" --calib "$calib" -o "$tmp/ref.onnx" --quiet --no-bias-correction "$@" 2>"$tmp/err"; then
+	if ! "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" -o "$tmp/ref.onnx" --quiet --no-bias-correction "$@" 2>"$tmp/err"; then
 		bad "$name: one-machine quantize failed: $(head -c 300 "$tmp/err")"
 		return
 	fi
 	local msg
 	if ! msg=$(shards "$n" "$@"); then bad "$name N=$n: $msg"; return; fi
-	if ! "$onnxq" quantize "$model" --stats "$tmp/final.bin" -o "$tmp/sh.onnx" --quiet "$@" 2>"$tmp/err"; then
+	if ! "$onnxq" quantize --prefer accuracy "$model" --stats "$tmp/final.bin" -o "$tmp/sh.onnx" --quiet "$@" 2>"$tmp/err"; then
 		bad "$name N=$n: quantize --stats failed: $(head -c 300 "$tmp/err")"
 		return
 	fi
@@ -128,7 +132,7 @@ else bad "mse file for auto: calibrate failed"; fi
 # itself: test_observers per_tensor_grid_from_overrides)
 printf '{"tensors": {"r2": {"dtype": "int16"}}, "nodes": {"conv3": {"dtype": "int16"}}}' >"$tmp/ov16.json"
 same "mse int16 overrides" 2 --overrides "$tmp/ov16.json"
-run "int16 control" "$onnxq" quantize "$model" --calib "$calib" -o "$tmp/u8.onnx" --quiet &&
+run "int16 control" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" -o "$tmp/u8.onnx" --quiet &&
 	if cmp -s "$tmp/u8.onnx" "$tmp/ref.onnx"; then bad "control: the int16 overrides changed nothing"; else
 		ok "control: the int16 overrides change the model"; fi
 
@@ -143,9 +147,9 @@ else bad "merge order: calibrate/merge failed"; fi
 if shards 3 --method mse >/dev/null; then
 	for opts in "--method percentile" "--method entropy" "--method mse --act-type int8" "--method minmax"; do
 		# shellcheck disable=SC2086
-		run "calib $opts" "$onnxq" quantize "$model" --calib "$calib" -o "$tmp/a.onnx" --quiet $opts &&
+		run "calib $opts" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" -o "$tmp/a.onnx" --quiet $opts &&
 			# shellcheck disable=SC2086
-			run "stats $opts" "$onnxq" quantize "$model" --stats "$tmp/final.bin" -o "$tmp/b.onnx" --quiet $opts &&
+			run "stats $opts" "$onnxq" quantize --prefer accuracy "$model" --stats "$tmp/final.bin" -o "$tmp/b.onnx" --quiet $opts &&
 			if cmp -s "$tmp/a.onnx" "$tmp/b.onnx"; then ok "mse histograms serve $opts: byte-identical"; else
 				bad "mse histograms with $opts differ from quantize --calib"; fi
 	done
@@ -156,10 +160,10 @@ mkdir -p "$tmp/rev"
 i=15
 for f in "$calib"/*; do cp -r "$f" "$tmp/rev/$(printf '%03d' "$i").${f##*.}"; i=$((i - 1)); done
 for m in minmax mse percentile entropy; do
-	run "$m t1" "$onnxq" quantize "$model" --calib "$calib" --method "$m" --threads 1 -o "$tmp/t1.onnx" --quiet &&
-		run "$m t2" "$onnxq" quantize "$model" --calib "$calib" --method "$m" --threads 2 -o "$tmp/t2.onnx" --quiet &&
-		run "$m rev" "$onnxq" quantize "$model" --calib "$tmp/rev" --method "$m" -o "$tmp/rv.onnx" --quiet &&
-		run "$m b3" "$onnxq" quantize "$model" --calib "$calib" --method "$m" --calib-batch 3 -o "$tmp/b3.onnx" --quiet &&
+	run "$m t1" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" --method "$m" --threads 1 -o "$tmp/t1.onnx" --quiet &&
+		run "$m t2" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" --method "$m" --threads 2 -o "$tmp/t2.onnx" --quiet &&
+		run "$m rev" "$onnxq" quantize --prefer accuracy "$model" --calib "$tmp/rev" --method "$m" -o "$tmp/rv.onnx" --quiet &&
+		run "$m b3" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" --method "$m" --calib-batch 3 -o "$tmp/b3.onnx" --quiet &&
 		if cmp -s "$tmp/t1.onnx" "$tmp/t2.onnx" && cmp -s "$tmp/t1.onnx" "$tmp/rv.onnx" &&
 			cmp -s "$tmp/t1.onnx" "$tmp/b3.onnx"; then
 			ok "--method $m: threads 1/2, reversed sample order, --calib-batch 3: byte-identical"
@@ -172,22 +176,28 @@ run "auto t1" "$onnxq" quantize "$model" --calib "$calib" --method auto --thread
 		ok "--method auto: threads 1/2, --calib-batch 3: byte-identical"
 	else bad "--method auto: threads or batching changed the model"; fi
 
+# the default (runtime-aware) placement: the same placement through --stats as through --calib
+run "default placement calib" "$onnxq" quantize "$model" --calib "$calib" -o "$tmp/dp1.onnx" --quiet --no-bias-correction &&
+	run "default placement stats" "$onnxq" quantize "$model" --stats "$tmp/final.bin" -o "$tmp/dp2.onnx" --quiet &&
+	if cmp -s "$tmp/dp1.onnx" "$tmp/dp2.onnx"; then ok "default placement: --stats gives the --calib model"; else
+		bad "default placement: --stats and --calib models differ"; fi
+
 # control: the data matters, so the cmp above can fail
-run "control" "$onnxq" quantize "$model" --calib "$calib" --calib-limit 5 -o "$tmp/few.onnx" --quiet &&
-	run "control ref" "$onnxq" quantize "$model" --calib "$calib" -o "$tmp/all.onnx" --quiet &&
+run "control" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" --calib-limit 5 -o "$tmp/few.onnx" --quiet &&
+	run "control ref" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" -o "$tmp/all.onnx" --quiet &&
 	if cmp -s "$tmp/few.onnx" "$tmp/all.onnx"; then bad "control: 5 and 16 samples give the same model"; else
 		ok "control: 5 and 16 samples give different models"; fi
 
 # --calib-batch: same model as one sample at a time (tiny_cnn's batch dim is symbolic), also with shards
 for m in minmax mse; do
-	run "batch ref $m" "$onnxq" quantize "$model" --calib "$calib" --method "$m" -o "$tmp/b1.onnx" --quiet &&
-		run "batch 5 $m" "$onnxq" quantize "$model" --calib "$calib" --method "$m" --calib-batch 5 -o "$tmp/b5.onnx" --quiet &&
+	run "batch ref $m" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" --method "$m" -o "$tmp/b1.onnx" --quiet &&
+		run "batch 5 $m" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" --method "$m" --calib-batch 5 -o "$tmp/b5.onnx" --quiet &&
 		if cmp -s "$tmp/b1.onnx" "$tmp/b5.onnx"; then ok "--calib-batch 5 --method $m: byte-identical"; else
 			bad "--calib-batch 5 --method $m: model differs"; fi
 done
 same "mse --calib-batch 4" 3 --calib-batch 4
-run "ema ref" "$onnxq" quantize "$model" --calib "$calib" --method ema -o "$tmp/e1.onnx" --quiet &&
-	run "ema batch" "$onnxq" quantize "$model" --calib "$calib" --method ema --calib-batch 4 -o "$tmp/e4.onnx" --quiet &&
+run "ema ref" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" --method ema -o "$tmp/e1.onnx" --quiet &&
+	run "ema batch" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" --method ema --calib-batch 4 -o "$tmp/e4.onnx" --quiet &&
 	if cmp -s "$tmp/e1.onnx" "$tmp/e4.onnx"; then bad "control: ema per batch equals ema per sample (batching not in effect?)"; else
 		ok "control: ema updates per batch, so --calib-batch changes its model"; fi
 # the same model with batch fixed to 1: TensorShapeProto.Dimension dim_param "batch" (12 05 batch)
@@ -208,7 +218,7 @@ for i in 0 1 2; do
 	run "shard $i/3" "$onnxq" calibrate "$model" --calib "$calib" --shard "$i/3" -o "$tmp/s$i.bin" --quiet --method minmax
 done
 run "merge 0,2" "$onnxq" merge-stats "$tmp/s0.bin" "$tmp/s2.bin" -o "$tmp/s02.bin" --quiet
-expect_exit 2 "incomplete set" "$onnxq" quantize "$model" --stats "$tmp/s02.bin" -o "$tmp/keep.onnx" --method minmax
+expect_exit 2 "incomplete set" "$onnxq" quantize --prefer accuracy "$model" --stats "$tmp/s02.bin" -o "$tmp/keep.onnx" --method minmax
 expect_msg "incomplete set" "s02\.bin.*stats cover shards 0,2 of 3.*missing 1"
 expect_exit 2 "shard given twice" "$onnxq" merge-stats "$tmp/s0.bin" "$tmp/s1.bin" "$tmp/s0.bin" -o "$tmp/x.bin"
 expect_msg "shard given twice" "s0\.bin: shard 0 of 3 is already"
@@ -216,7 +226,7 @@ run "shard 0/2" "$onnxq" calibrate "$model" --calib "$calib" --shard 0/2 -o "$tm
 expect_exit 2 "different N" "$onnxq" merge-stats "$tmp/s1.bin" "$tmp/t0.bin" -o "$tmp/x.bin"
 expect_msg "different N" "t0\.bin splits 16 samples into 2 shards"
 run "merge all" "$onnxq" merge-stats "$tmp/s0.bin" "$tmp/s1.bin" "$tmp/s2.bin" -o "$tmp/all.bin" --quiet
-expect_exit 2 "ranges only for mse" "$onnxq" quantize "$model" --stats "$tmp/all.bin" -o "$tmp/keep.onnx"
+expect_exit 2 "ranges only for mse" "$onnxq" quantize --prefer accuracy "$model" --stats "$tmp/all.bin" -o "$tmp/keep.onnx"
 expect_msg "ranges only for mse" "all\.bin holds ranges only.*--method mse"
 run "mse shard 1/3" "$onnxq" calibrate "$model" --calib "$calib" --shard 1/3 -o "$tmp/h1.bin" --quiet
 expect_exit 2 "ranges and histograms merged" "$onnxq" merge-stats "$tmp/s0.bin" "$tmp/h1.bin" -o "$tmp/x.bin"
@@ -228,7 +238,7 @@ b = bytearray(open(sys.argv[1], "rb").read())
 b[8] = 1
 open(sys.argv[2], "wb").write(b)
 EOF3
-expect_exit 2 "version 1 file" "$onnxq" quantize "$model" --stats "$tmp/v1.bin" -o "$tmp/keep.onnx" --method minmax
+expect_exit 2 "version 1 file" "$onnxq" quantize --prefer accuracy "$model" --stats "$tmp/v1.bin" -o "$tmp/keep.onnx" --method minmax
 expect_msg "version 1 file" "v1\.bin has format version 1; this onnxq reads version 2"
 python3 - "$tmp/all.bin" "$tmp/corrupt.bin" <<'EOF'
 import sys
@@ -236,33 +246,33 @@ b = bytearray(open(sys.argv[1], "rb").read())
 b[len(b) // 2] ^= 0x01
 open(sys.argv[2], "wb").write(b)
 EOF
-expect_exit 2 "corrupted file" "$onnxq" quantize "$model" --stats "$tmp/corrupt.bin" -o "$tmp/keep.onnx" --method minmax
+expect_exit 2 "corrupted file" "$onnxq" quantize --prefer accuracy "$model" --stats "$tmp/corrupt.bin" -o "$tmp/keep.onnx" --method minmax
 expect_msg "corrupted file" "corrupt\.bin is corrupted"
 head -c 100 "$tmp/all.bin" >"$tmp/trunc.bin"
 expect_exit 2 "truncated file" "$onnxq" merge-stats "$tmp/trunc.bin" "$tmp/s0.bin" -o "$tmp/x.bin"
 expect_msg "truncated file" "trunc\.bin is corrupted"
-expect_exit 2 "not a stats file" "$onnxq" quantize "$model" --stats "$model" -o "$tmp/keep.onnx" --method minmax
+expect_exit 2 "not a stats file" "$onnxq" quantize --prefer accuracy "$model" --stats "$model" -o "$tmp/keep.onnx" --method minmax
 expect_msg "not a stats file" "not an onnxq statistics file"
-expect_exit 4 "missing file" "$onnxq" quantize "$model" --stats "$tmp/nope.bin" -o "$tmp/keep.onnx"
+expect_exit 4 "missing file" "$onnxq" quantize --prefer accuracy "$model" --stats "$tmp/nope.bin" -o "$tmp/keep.onnx"
 expect_msg "missing file" "nope\.bin"
 run "other model" "$onnxq" convert "$model" -o "$tmp/other.onnx" --passes fold-bn
 expect_exit 2 "another model" "$onnxq" quantize "$tmp/other.onnx" --stats "$tmp/all.bin" -o "$tmp/keep.onnx" --method minmax
 expect_msg "another model" "all\.bin was computed for another model"
-expect_exit 2 "other rewrite options" "$onnxq" quantize "$model" --stats "$tmp/all.bin" -o "$tmp/keep.onnx" --method minmax --no-fold-bn
+expect_exit 2 "other rewrite options" "$onnxq" quantize --prefer accuracy "$model" --stats "$tmp/all.bin" -o "$tmp/keep.onnx" --method minmax --no-fold-bn
 expect_exit 1 "ema" "$onnxq" calibrate "$model" --calib "$calib" --method ema -o "$tmp/x.bin"
 expect_msg "ema" "ema.*cannot be split or merged"
-expect_exit 1 "--stats with --calib" "$onnxq" quantize "$model" --stats "$tmp/all.bin" --calib "$calib" -o "$tmp/keep.onnx"
-expect_exit 1 "--stats with --bias-correction" "$onnxq" quantize "$model" --stats "$tmp/all.bin" --method minmax --bias-correction -o "$tmp/keep.onnx"
+expect_exit 1 "--stats with --calib" "$onnxq" quantize --prefer accuracy "$model" --stats "$tmp/all.bin" --calib "$calib" -o "$tmp/keep.onnx"
+expect_exit 1 "--stats with --bias-correction" "$onnxq" quantize --prefer accuracy "$model" --stats "$tmp/all.bin" --method minmax --bias-correction -o "$tmp/keep.onnx"
 if grep -q -- "--bias-correction needs the samples" "$tmp/err"; then ok "--stats with --bias-correction message"; else
 	bad "--stats with --bias-correction message: $(head -c 300 "$tmp/err")"; fi
 expect_exit 1 "calibrate with --bias-correction" "$onnxq" calibrate "$model" --calib "$calib" --bias-correction -o "$tmp/x.bin"
 # the default correction is off with --stats: one line says so (not with --no-bias-correction)
-if run "--stats note" "$onnxq" quantize "$model" --stats "$tmp/all.bin" --method minmax -o "$tmp/note.onnx"; then
+if run "--stats note" "$onnxq" quantize --prefer accuracy "$model" --stats "$tmp/all.bin" --method minmax -o "$tmp/note.onnx"; then
 	if [ "$(grep -c 'bias correction' "$tmp/err")" -eq 1 ] &&
 		grep -q -- "no bias correction with --stats.*--no-bias-correction" "$tmp/err"; then ok "--stats: one line on bias correction"; else
 		bad "--stats: want one line on bias correction: $(head -c 400 "$tmp/err")"; fi
 fi
-if run "--stats --no-bias-correction" "$onnxq" quantize "$model" --stats "$tmp/all.bin" --method minmax --no-bias-correction -o "$tmp/note2.onnx"; then
+if run "--stats --no-bias-correction" "$onnxq" quantize --prefer accuracy "$model" --stats "$tmp/all.bin" --method minmax --no-bias-correction -o "$tmp/note2.onnx"; then
 	if ! grep -q 'bias correction' "$tmp/err" && cmp -s "$tmp/note.onnx" "$tmp/note2.onnx"; then
 		ok "--stats --no-bias-correction: no note, same model"; else bad "--stats --no-bias-correction: $(head -c 400 "$tmp/err")"; fi
 fi
