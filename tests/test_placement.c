@@ -17,6 +17,7 @@
 #include "gen_model.h"
 #include "passes/pass.h"
 #include "qtest.h"
+#include "runmodel.h"
 #include "src/report/coverage.h"
 
 typedef struct fx {
@@ -292,37 +293,31 @@ Test(placement, hardswish_speed_clip_in_q_div_folded_const_exact)
 Test(placement, hardswish_speed_numerics_within_steps)
 {
 	fx f = {0}, ref = {0};
-	float x[18], yq[18], yf[18];
-	oq_exec *e;
-	oq_rt in = {0}, out = {0};
-	oq_exec_opts eo = {.threads = 1};
+	oq_rt in = {0}, out[2][1];
+	size_t n;
 	oq_diag d;
-	oq_model *ms[2];
+	const float *yq, *yf;
 
-	for (int i = 0; i < 18; i++)
-		x[i] = (float)((i * 7) % 13 - 6) / 6.0f;
 	f.gm = hswish_model();
 	ref.gm = hswish_model();
 	fx_load(&f, hswish_ranges, 6, OQ_PREFER_SPEED);
 	fx_load(&ref, hswish_ranges, 6, OQ_PREFER_SPEED);
 	run_passes(&f, "fuse,quantize");
-	ms[0] = f.m;
-	ms[1] = ref.m;
-	for (int k = 0; k < 2; k++) {
-		oq_diag_init(&d);
-		cr_assert_eq(oq_exec_new(ms[k], &eo, &e, &d), OQ_OK, "%s", d.msg);
-		cr_assert_eq(oq_rt_alloc(&in, OQ_DT_FLOAT, 4, (const int64_t[]){1, 2, 3, 3}), OQ_OK);
-		memcpy(in.data, x, sizeof x);
-		cr_assert_eq(oq_exec_run(e, &in, 1, &out, 1, &d), OQ_OK, "%s", d.msg);
-		memcpy(k ? yf : yq, out.data, sizeof yq);
-		oq_rt_release(&in);
-		oq_rt_release(&out);
-		oq_exec_free(e);
-	}
+	cr_assert_eq(oq_rt_alloc(&in, OQ_DT_FLOAT, 4, (const int64_t[]){1, 2, 3, 3}), OQ_OK);
+	for (int i = 0; i < 18; i++)
+		((float *)in.data)[i] = (float)((i * 7) % 13 - 6) / 6.0f;
+	oq_diag_init(&d);
+	cr_assert_eq(runmodel_run(f.m, &in, 1, out[0], 1, &n, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(runmodel_run(ref.m, &in, 1, out[1], 1, &n, &d), OQ_OK, "%s", d.msg);
+	yq = out[0][0].data;
+	yf = out[1][0].data;
 	/* quantization points on the way: x (2/255), t (8/255), c (6/255: h 1/255, times |t| <= 5),
 	 * y (5.375/255); each rounds by half a step, the Conv sums two weights <= 1 each */
 	for (int i = 0; i < 18; i++)
 		cr_assert(fabsf(yq[i] - yf[i]) <= 0.06f, "y[%d] %g vs float %g", i, yq[i], yf[i]);
+	oq_rt_release(&in);
+	oq_rt_release(&out[0][0]);
+	oq_rt_release(&out[1][0]);
 	fx_free(&f);
 	fx_free(&ref);
 }
