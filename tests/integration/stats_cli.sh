@@ -113,11 +113,11 @@ same "auto int16 --calib-folds 3" 2 --method auto --calib-folds 3 --act-type int
 same "auto --calib-batch 3" 3 --method auto --calib-batch 3
 same "int16 default (auto)" 2 --act-type int16
 if shards 3 --method auto >/dev/null; then
-	run "auto file for mse" "$onnxq" quantize "$model" --stats "$tmp/final.bin" -o "$tmp/am.onnx" --quiet &&
-		run "mse ref" "$onnxq" quantize "$model" --calib "$calib" -o "$tmp/mr.onnx" --quiet --no-bias-correction &&
+	run "auto file for mse" "$onnxq" quantize --prefer accuracy "$model" --stats "$tmp/final.bin" -o "$tmp/am.onnx" --quiet &&
+		run "mse ref" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" -o "$tmp/mr.onnx" --quiet --no-bias-correction &&
 		if cmp -s "$tmp/am.onnx" "$tmp/mr.onnx"; then ok "an auto file serves --method mse: byte-identical"; else
 			bad "an auto file with --method mse differs from quantize --calib"; fi
-	run "auto ref" "$onnxq" quantize "$model" --calib "$calib" -o "$tmp/ar.onnx" --quiet --no-bias-correction --method auto &&
+	run "auto ref" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" -o "$tmp/ar.onnx" --quiet --no-bias-correction --method auto &&
 		if cmp -s "$tmp/ar.onnx" "$tmp/mr.onnx"; then bad "control: auto gives the mse model"; else
 			ok "control: auto and mse give different models"; fi
 	expect_exit 2 "auto with other folds" "$onnxq" quantize "$model" --stats "$tmp/final.bin" -o "$tmp/keep.onnx" --method auto --calib-folds 2
@@ -169,9 +169,9 @@ for m in minmax mse percentile entropy; do
 			ok "--method $m: threads 1/2, reversed sample order, --calib-batch 3: byte-identical"
 		else bad "--method $m: threads, order or batching changed the model"; fi
 done
-run "auto t1" "$onnxq" quantize "$model" --calib "$calib" --method auto --threads 1 -o "$tmp/t1.onnx" --quiet &&
-	run "auto t2" "$onnxq" quantize "$model" --calib "$calib" --method auto --threads 2 -o "$tmp/t2.onnx" --quiet &&
-	run "auto b3" "$onnxq" quantize "$model" --calib "$calib" --method auto --calib-batch 3 -o "$tmp/b3.onnx" --quiet &&
+run "auto t1" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" --method auto --threads 1 -o "$tmp/t1.onnx" --quiet &&
+	run "auto t2" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" --method auto --threads 2 -o "$tmp/t2.onnx" --quiet &&
+	run "auto b3" "$onnxq" quantize --prefer accuracy "$model" --calib "$calib" --method auto --calib-batch 3 -o "$tmp/b3.onnx" --quiet &&
 	if cmp -s "$tmp/t1.onnx" "$tmp/t2.onnx" && cmp -s "$tmp/t1.onnx" "$tmp/b3.onnx"; then
 		ok "--method auto: threads 1/2, --calib-batch 3: byte-identical"
 	else bad "--method auto: threads or batching changed the model"; fi
