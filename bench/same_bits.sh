@@ -12,6 +12,9 @@
 # torchvision mobilenet_v2/resnet18 from OQ_CACHE when present (fetch.sh,
 # torchvision_export.py and quant_accuracy.sh fill it), else skipped.
 # ONNXQ runs at --threads 1 and 2, REF at 1 (each is thread-independent).
+# A build that has --prefer (runtime-aware placement) quantizes and calibrates
+# with --prefer accuracy, the placement of builds before it: @PA@ in a command
+# stands for that option (or nothing).
 # usage: bench/same_bits.sh ONNXQ REF [QUICK=1: tiny_cnn and cls only]
 # Closing line: "N passed, N failed, N skipped".
 set -uo pipefail
@@ -24,6 +27,26 @@ data=$(ls -d "$cache"/acc/data-* 2>/dev/null | head -1)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0 skip=0
+pa_of() { if "$1" quantize --help 2>&1 | grep -q -- --prefer; then echo "--prefer accuracy"; fi; }
+pa_ref=$(pa_of "$ref")
+pa_new=$(pa_of "$onnxq")
+
+# expand BIN PA ARGS...: ARGS with @BIN@ as BIN and @PA@ as the words of PA (also inside a word,
+# as in an sh -c script), into the array cmd.
+expand() {
+	local bin=$1 pa=$2 a
+	shift 2
+	cmd=()
+	for a in "$@"; do
+		if [ "$a" = @PA@ ]; then
+			# shellcheck disable=SC2206
+			cmd+=($pa)
+		else
+			a=${a//@BIN@/$bin}
+			cmd+=("${a//@PA@/$pa}")
+		fi
+	done
+}
 ok() { pass=$((pass + 1)); echo "ok    $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL  $1"; }
 
@@ -38,7 +61,8 @@ same() {
 	mkdir -p "$tmp/r" "$tmp/n"
 	th=(--threads 1)
 	[ "${NOTHREADS:-0}" = 1 ] && th=()
-	if ! (cd "$tmp/r" && "${@//@BIN@/$ref}" "${th[@]}" >stdout 2>stderr); then
+	expand "$ref" "$pa_ref" "$@"
+	if ! (cd "$tmp/r" && "${cmd[@]}" "${th[@]}" >stdout 2>stderr); then
 		bad "$tag: REF failed: $(tail -1 "$tmp/r/stderr")"
 		return
 	fi
@@ -48,7 +72,8 @@ same() {
 		mkdir -p "$tmp/n"
 		th=(--threads "$t")
 		[ "$t" = 0 ] && th=()
-		if ! (cd "$tmp/n" && "${@//@BIN@/$onnxq}" "${th[@]}" >stdout 2>stderr); then
+		expand "$onnxq" "$pa_new" "$@"
+		if ! (cd "$tmp/n" && "${cmd[@]}" "${th[@]}" >stdout 2>stderr); then
 			bad "$tag --threads $t: failed: $(tail -1 "$tmp/n/stderr")"
 			continue
 		fi
@@ -79,7 +104,7 @@ while IFS='|' read -r name model dir held; do
 		skip=$((skip + 1))
 		continue
 	fi
-	q=(@BIN@ quantize "$model" -o out.onnx --calib "$dir" --calib-limit 8)
+	q=(@BIN@ quantize "$model" -o out.onnx --calib "$dir" --calib-limit 8 @PA@)
 	same "$name default" "${q[@]}"
 	same "$name no-bc" "${q[@]}" --no-bias-correction
 	for m in minmax percentile entropy ema; do
@@ -92,20 +117,21 @@ while IFS='|' read -r name model dir held; do
 	same "$name int4 block" "${q[@]}" --no-bias-correction --weight-type int4 --granularity block --block-size 16
 	same "$name weight mse" "${q[@]}" --no-bias-correction --weight-method mse
 	same "$name encodings" "${q[@]}" --no-bias-correction --export-encodings enc.json
-	same "$name weight-only" @BIN@ quantize "$model" -o out.onnx --weight-only --weight-type int4 \
+	same "$name weight-only" @BIN@ quantize "$model" -o out.onnx @PA@ --weight-only --weight-type int4 \
 		--granularity block --block-size 32 --op-types MatMul,Gemm,Conv
 	NOTHREADS=1 same "$name convert" @BIN@ convert "$model" -o out.onnx --passes cleanup,upgrade-opset,fold-bn,fuse
-	same "$name stats" sh -c "$(printf '%q ' @BIN@) calibrate $(printf '%q' "$model") -o s0.stats --calib $(printf '%q' "$dir") --calib-limit 8 --shard 0/2 &&
-		$(printf '%q ' @BIN@) calibrate $(printf '%q' "$model") -o s1.stats --calib $(printf '%q' "$dir") --calib-limit 8 --shard 1/2 &&
+	same "$name stats" sh -c "$(printf '%q ' @BIN@) calibrate $(printf '%q' "$model") -o s0.stats --calib $(printf '%q' "$dir") --calib-limit 8 --shard 0/2 @PA@ &&
+		$(printf '%q ' @BIN@) calibrate $(printf '%q' "$model") -o s1.stats --calib $(printf '%q' "$dir") --calib-limit 8 --shard 1/2 @PA@ &&
 		$(printf '%q ' @BIN@) merge-stats s0.stats s1.stats -o all.stats &&
-		$(printf '%q ' @BIN@) quantize $(printf '%q' "$model") -o out.onnx --stats all.stats" _
+		$(printf '%q ' @BIN@) quantize $(printf '%q' "$model") -o out.onnx --stats all.stats @PA@" _
 	[ -d "$held" ] && same "$name run" @BIN@ run "$model" --data "$held" --output-dir outs
 done <<<"$MODELS"
 
 # control: the comparison can fail (4 samples give another model than 8)
 m=$root/models/tiny_cnn.onnx c=$root/models/tiny_cnn_calib
-if "$ref" quantize "$m" -o "$tmp/a.onnx" --calib "$c" --calib-limit 4 2>/dev/null &&
-	"$onnxq" quantize "$m" -o "$tmp/b.onnx" --calib "$c" --calib-limit 8 2>/dev/null &&
+# shellcheck disable=SC2086
+if "$ref" quantize "$m" -o "$tmp/a.onnx" --calib "$c" --calib-limit 4 $pa_ref 2>/dev/null &&
+	"$onnxq" quantize "$m" -o "$tmp/b.onnx" --calib "$c" --calib-limit 8 $pa_new 2>/dev/null &&
 	! cmp -s "$tmp/a.onnx" "$tmp/b.onnx"; then
 	ok "control: 4 and 8 samples give different models"
 else
