@@ -476,6 +476,25 @@ static void summary_runtime(const job *j)
 	oq_value_sizes_free(&sz);
 }
 
+/* A model the runtime-aware placement left wholly float is said so, never a silent "wrote". */
+static void summary_left_float(const job *j)
+{
+	const oq_placement *p = &j->placement;
+	size_t nf = p->n_float_speed + p->n_float_fidelity;
+
+	if (!p->n_units || nf < p->n_units)
+		return;
+	if (!p->n_float_fidelity)
+		fprintf(j->log, "quantize: warning: the model was left float: ONNX Runtime runs %s %zu "
+			"Conv/Gemm/MatMul unit%s faster in float than in 8 bits; --prefer accuracy quantizes it "
+			"anyway\n", p->n_units == 1 ? "its" : "all its", p->n_units, p->n_units == 1 ? "" : "s");
+	else
+		fprintf(j->log, "quantize: warning: the model was left float: of its %zu Conv/Gemm/MatMul units "
+			"ONNX Runtime runs %zu faster in float, and %zu lose more than %.1f dB in 8 bits; "
+			"--prefer accuracy quantizes it anyway\n", p->n_units, p->n_float_speed, p->n_float_fidelity,
+			OQ_PLACEMENT_BUDGET_DB);
+}
+
 static void summary(const job *j)
 {
 	const oq_graph *g = j->m->graph;
@@ -493,6 +512,8 @@ static void summary(const job *j)
 			j->in0 / 1e6, fl1 / 1e6, in1 / 1e6);
 	else if (j->o.verbose)
 		fprintf(log, "convert: wrote %s (%zu nodes)\n", j->o.out_path, g->n_nodes);
+	if (j->quantize)
+		summary_left_float(j);
 	if (j->hp != OQ_DT_FLOAT && !keeps_precision(j))
 		fprintf(log, "%s: a %s model, computed in float32 and written in %s%s\n",
 			j->o.job == OQ_JOB_CONVERT ? "convert" : "quantize", oq_dtype_name(j->hp_model),

@@ -748,6 +748,7 @@ int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_p
 	plc pl = {0};
 	meas me = {0};
 	double t_float, t, mn;
+	size_t n_int = 0;
 	int rc;
 
 	memset(p, 0, sizeof *p);
@@ -787,7 +788,10 @@ int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_p
 	margin(&pl, t_float, o->verbose ? log : NULL);
 	keep_from_wbq(&pl);
 	t = total_ns(&pl);
-	if (q->prefer == OQ_PREFER_BALANCED && o->calib.source && strncmp(o->calib.source, "random:", 7) &&
+	for (size_t i = 0; i < pl.nu; i++)
+		n_int += !pl.u[i].fl;
+	/* balanced measures what the integer units cost (none: nothing to trade) */
+	if (q->prefer == OQ_PREFER_BALANCED && n_int && o->calib.source && strncmp(o->calib.source, "random:", 7) &&
 	    !o->stats_in) {
 		oq_opts a = *q;
 		double target;
@@ -829,7 +833,7 @@ int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_p
 			"expected ONNX Runtime time %.0f%% of the float model's\n", p->n_units - p->n_float_speed -
 			p->n_float_fidelity, p->n_units, p->n_float_speed, p->n_float_fidelity, 100 * p->est_ratio);
 	if (log && p->measured)
-		fprintf(log, "placement: calibration output SQNR %.2f dB (accuracy-first %.2f, all units integer %.2f)\n",
+		fprintf(log, "placement: calibration output SQNR %.2f dB (accuracy-first %.2f, speed %.2f)\n",
 			p->sqnr_chosen, p->sqnr_accuracy, p->sqnr_speed);
 	if (log && p->measured && p->sqnr_chosen < p->sqnr_accuracy - OQ_PLACEMENT_BUDGET_DB)
 		fprintf(log, "placement: %.2f dB below the accuracy-first placement (budget %.1f dB): no unit left "

@@ -43,7 +43,7 @@
 /* Fidelity the balanced placement may give up against the accuracy-first one, dB. */
 #define OQ_PLACEMENT_BUDGET_DB 1.0
 /* Integer units only when the cost model expects them to take at most this share of the time
- * all units float take (its estimates of small models were off by up to 12 %). */
+ * all units float take (room for the cost model's error, largest on small models). */
 #define OQ_PLACEMENT_MARGIN 0.85
 /* The balanced search measures on the first this many calibration samples (each candidate model
  * runs them all: its cost is the number of candidates times this). */

@@ -512,7 +512,6 @@ static double share(const oq_coverage *c)
 
 void oq_coverage_print(const oq_coverage *c, FILE *f, int verbose)
 {
-	size_t listed = 0;
 	if (c->macs_known && c->macs_total > 0)
 		fprintf(f, "coverage (%s): %.1f%% of %.4g MMAC in integer kernels (%zu of %zu Conv/MatMul/Gemm)",
 			target_name(c->target), 100 * share(c), c->macs_total / 1e6, c->n_compute_integer,
@@ -527,15 +526,17 @@ void oq_coverage_print(const oq_coverage *c, FILE *f, int verbose)
 			continue;
 		if (!v->integer && !v->quantized && !verbose)
 			continue; /* a float layer the quantization left alone */
-		fprintf(f, "  node '%s' (%s): %s", v->node->name, v->node->op_type, v->integer ? v->kernel : "float");
+		fputs("  node '", f);
+		oq_text_str(f, v->node->name);
+		fputs("' (", f);
+		oq_text_str(f, v->node->op_type);
+		fprintf(f, "): %s", v->integer ? v->kernel : "float");
 		if (v->macs > 0)
 			fprintf(f, ", %.4g MMAC", v->macs / 1e6);
 		if (v->reason)
 			fprintf(f, ": %s", v->reason);
 		fputc('\n', f);
-		listed++;
 	}
-	(void)listed;
 }
 
 void oq_coverage_json(const oq_coverage *c, FILE *f)
