@@ -12,7 +12,8 @@
 #
 # Models (what exists of): PaddleOCR det / rec / cls in $OQ_CACHE/ocr, torchvision exports in
 # $OQ_CACHE/tv; calibration and held-out data from tests/integration/quant_accuracy.sh in
-# $OQ_CACHE/acc/data-*/{img,det,rec,cls}/{calib,held} (vit_b_16: first 8 calibration images).
+# $OQ_CACHE/acc/data-*/{img,det,rec,cls}/{calib,held} (vit_b_16: first 8 calibration images);
+# tiny_cnn: the bundled models/tiny_cnn.onnx with models/tiny_cnn_calib and models/tiny_cnn_test.
 #
 # usage: bench/ort_speed.sh [ONNXQ]      (default build/onnxq)
 #   env OQ_SPEED_MODELS="det rec cls ..." limits the models; OQ_SPEED_VARIANTS="int8=;nofuse=--no-fuse"
@@ -53,6 +54,7 @@ model_path() {
     cls) echo "$cache/ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx" ;;
     rec) echo "$cache/ocr/ch_PP-OCRv4_rec_infer.onnx" ;;
     det) echo "$cache/ocr/ch_PP-OCRv4_det_infer.onnx" ;;
+    tiny_cnn) echo "$root/models/tiny_cnn.onnx" ;;
     *) echo "$cache/tv/$1.onnx" ;;
   esac
 }
@@ -67,6 +69,10 @@ for m in $models; do
   kind=$(data_kind "$m")
   calib=$data/$kind/calib
   held=$data/$kind/held
+  if [ "$m" = tiny_cnn ]; then
+    calib=$root/models/tiny_cnn_calib
+    held=$root/models/tiny_cnn_test
+  fi
   if [ "$m" = vit_b_16 ]; then
     mkdir -p "$work/vit_calib"
     for s in $(ls "$calib" | head -n 8); do ln -sf "$calib/$s" "$work/vit_calib/$s"; done
