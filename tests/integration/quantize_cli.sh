@@ -4,7 +4,8 @@
 # (models/tiny_cnn_calib, models/tiny_cnn_test: photo crops):
 #   - the default form `onnxq MODEL -o OUT --calib DIR` writes a model that
 #     `check` accepts and says that ONNX Runtime runs this small CNN faster in
-#     float (the placement leaves it float); with --prefer accuracy every unit
+#     float (the placement leaves it float, and the summary warns so, naming
+#     --prefer accuracy); with --prefer accuracy every unit
 #     gets QuantizeLinear/DequantizeLinear and int8 weights, and ONNX Runtime runs
 #     it with the same outputs as onnxq's executor;
 #   - byte-identical output for --threads 1 and 2 and for a second run;
@@ -64,6 +65,9 @@ expect_exit 0 "check quantized" "$onnxq" check "$q"
 if grep -q '^placement: 0 of 4 Conv/Gemm/MatMul units integer (4 float: faster so' "$tmp/qd.log"; then
 	ok "default placement: the tiny CNN stays float"
 else bad "default placement: the tiny CNN stays float: $(grep placement "$tmp/qd.log")"; fi
+if grep -q '^quantize: warning: the model was left float: ONNX Runtime runs all its 4 .*faster in float.*--prefer accuracy' "$tmp/qd.log"; then
+	ok "default placement: a warning says the model was left float and names --prefer accuracy"
+else bad "default placement: no warning that the model was left float: $(grep quantize: "$tmp/qd.log")"; fi
 "$onnxq" quantize "$model" -o "$tmp/qa.onnx" --calib "$calib" --threads 1 --prefer accuracy --quiet
 "$onnxq" inspect --json "$tmp/qa.onnx" >"$tmp/insp.json" 2>/dev/null
 if grep -q '"QuantizeLinear"' "$tmp/insp.json" && grep -q '"DequantizeLinear"' "$tmp/insp.json" &&
