@@ -15,32 +15,14 @@
 // Env OQ_ORT_OPT_DIR=DIR: each session also writes ORT's optimized graph to DIR/<basename>
 // (session option optimizedModelFilePath) to see which node units were fused.
 'use strict';
-const fs = require('fs');
 const path = require('path');
-
-const MAGIC = Buffer.from([0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]);
 
 function die(msg) {
 	console.error('ort_speed: ' + msg);
 	process.exit(2);
 }
 
-/* A float32 .npy (C order). */
-function readNpy(file) {
-	const b = fs.readFileSync(file);
-	if (b.length < 10 || !b.subarray(0, 6).equals(MAGIC)) die(file + ': not a .npy file');
-	const v = b[6];
-	const hlen = v === 1 ? b.readUInt16LE(8) : b.readUInt32LE(8);
-	const off = (v === 1 ? 10 : 12) + hlen;
-	const h = b.subarray(v === 1 ? 10 : 12, off).toString('latin1');
-	const shape = /'shape':\s*\(([^)]*)\)/.exec(h);
-	if (!/'descr':\s*'<f4'/.test(h) || !shape || /'fortran_order':\s*True/.test(h))
-		die(file + ': want a C-order float32 array, header ' + h.trim());
-	const dims = shape[1].split(',').map((s) => s.trim()).filter((s) => s.length).map(Number);
-	const n = dims.reduce((a, x) => a * x, 1);
-	if (b.length !== off + n * 4) die(file + ': size does not match the shape');
-	return { dims, data: new Float32Array(b.buffer.slice(b.byteOffset + off, b.byteOffset + off + n * 4)) };
-}
+const npy = require('../tests/integration/npy.js');
 
 function median(a) {
 	const s = [...a].sort((x, y) => x - y);
@@ -53,7 +35,8 @@ async function main() {
 	if (!pkg || !input || !models.length)
 		die('usage: node ort_speed.js ORT_PACKAGE_DIR INPUT.npy THREADS RUNS ROUNDS MODEL...');
 	const ort = require(path.resolve(pkg));
-	const x = readNpy(input);
+	const x = npy.readNpy(input, die);
+	if (x.type !== 'float32') die(`${input}: ${x.descr}, want float32`);
 	const threads = Number(threadsArg), runs = Number(runsArg), rounds = Number(roundsArg);
 	const optDir = process.env.OQ_ORT_OPT_DIR;
 	const sess = [];

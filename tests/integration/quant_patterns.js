@@ -14,39 +14,12 @@
 const fs = require('fs');
 const path = require('path');
 
-const MAGIC = Buffer.from([0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]);
-
 function die(msg) {
   console.error('quant_patterns: ' + msg);
   process.exit(2);
 }
 
-function readNpy(file) {
-  const b = fs.readFileSync(file);
-  if (b.length < 10 || !b.subarray(0, 6).equals(MAGIC)) die(file + ': not a .npy file');
-  const v = b[6];
-  const hlen = v === 1 ? b.readUInt16LE(8) : b.readUInt32LE(8);
-  const off = (v === 1 ? 10 : 12) + hlen;
-  const h = b.subarray(v === 1 ? 10 : 12, off).toString('latin1');
-  const shape = /'shape':\s*\(([^)]*)\)/.exec(h);
-  if (!/'descr':\s*'<f4'/.test(h) || !shape || /'fortran_order':\s*True/.test(h)) die(file + ': want float32 C order');
-  const dims = shape[1].split(',').map((s) => s.trim()).filter((s) => s.length).map(Number);
-  const n = dims.reduce((a, x) => a * x, 1);
-  if (b.length !== off + n * 4) die(file + ': size does not match the shape');
-  return { dims, data: new Float32Array(b.buffer.slice(b.byteOffset + off, b.byteOffset + off + n * 4)) };
-}
-
-function writeNpy(file, dims, data) {
-  const shape = dims.length === 1 ? `(${dims[0]},)` : `(${dims.join(', ')})`;
-  let h = `{'descr': '<f4', 'fortran_order': False, 'shape': ${shape}, }`;
-  const total = Math.ceil((10 + h.length + 1) / 64) * 64;
-  h = h + ' '.repeat(total - 10 - h.length - 1) + '\n';
-  const pre = Buffer.alloc(10);
-  MAGIC.copy(pre);
-  pre[6] = 1;
-  pre.writeUInt16LE(h.length, 8);
-  fs.writeFileSync(file, Buffer.concat([pre, Buffer.from(h, 'latin1'), Buffer.from(data.buffer, data.byteOffset, data.byteLength)]));
-}
+const npy = require('./npy.js');
 
 async function main() {
   const [model, outdir, ...specs] = process.argv.slice(2);
@@ -59,7 +32,8 @@ async function main() {
   const feeds = {};
   for (const s of specs) {
     const i = s.indexOf('=');
-    const t = readNpy(s.slice(i + 1));
+    const t = npy.readNpy(s.slice(i + 1), die);
+    if (t.type !== 'float32') die(`${s.slice(i + 1)}: ${t.descr}, want float32`);
     feeds[s.slice(0, i)] = new ort.Tensor('float32', t.data, t.dims);
   }
   const out = await sess.run(feeds);
@@ -67,7 +41,7 @@ async function main() {
   for (const name of sess.outputNames) {
     const t = out[name];
     if (t.type !== 'float32') die(`output ${name} is ${t.type}, want float32`);
-    writeNpy(path.join(outdir, name.replace(/\//g, '_') + '.npy'), t.dims, t.data);
+    npy.writeNpy(path.join(outdir, name.replace(/\//g, '_') + '.npy'), '<f4', t.dims, t.data);
   }
 }
 
