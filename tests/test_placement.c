@@ -20,32 +20,6 @@
 #include "runmodel.h"
 #include "src/report/coverage.h"
 
-typedef struct fx {
-	gen_model *gm;
-	oq_model *m;
-	oq_ranges r;
-	oq_opts o;
-} fx;
-
-static void fx_load(fx *f, const rng *r, size_t nr, int prefer)
-{
-	oq_diag d;
-	oq_diag_init(&d);
-	cr_assert_eq(gen_load(f->gm, &f->m, &d), OQ_OK, "%s", d.msg);
-	f->r = mk_ranges(r, nr);
-	cr_assert_not_null(f->r.v);
-	oq_opts_init(&f->o);
-	f->o.prefer = prefer;
-	f->o.ranges = &f->r;
-}
-
-static void fx_free(fx *f)
-{
-	oq_model_free(f->m);
-	gen_free(f->gm);
-	oq_ranges_free(&f->r);
-}
-
 static void run_passes(fx *f, const char *list)
 {
 	oq_pass_run run = {0};
@@ -170,7 +144,7 @@ Test(placement, fuse_splits_the_unit_under_speed_keeps_it_under_accuracy)
 {
 	fx f = {0};
 	f.gm = silu_model();
-	fx_load(&f, silu_ranges, 4, OQ_PREFER_SPEED);
+	fx_load_prefer(&f, silu_ranges, 4, OQ_PREFER_SPEED);
 	run_passes(&f, "fuse");
 	cr_assert_eq(value_named(f.m->graph, "t")->qmark, OQ_QM_SPLIT);
 	cr_assert_eq(value_named(f.m->graph, "s")->qmark, 0, "nothing of the unit is internal");
@@ -210,7 +184,7 @@ Test(placement, silu_speed_q_after_conv_accuracy_none)
 	oq_value *t;
 
 	f.gm = silu_model();
-	fx_load(&f, silu_ranges, 4, OQ_PREFER_SPEED);
+	fx_load_prefer(&f, silu_ranges, 4, OQ_PREFER_SPEED);
 	run_passes(&f, "fuse,quantize");
 	t = value_named(f.m->graph, "t");
 	/* ORT's Conv selector: the Q is the only reader of the Conv's output */
@@ -230,7 +204,7 @@ Test(placement, silu_speed_q_after_conv_accuracy_none)
 
 	memset(&f, 0, sizeof f);
 	f.gm = silu_model();
-	fx_load(&f, silu_ranges, 4, OQ_PREFER_ACCURACY);
+	fx_load_prefer(&f, silu_ranges, 4, OQ_PREFER_ACCURACY);
 	run_passes(&f, "fuse,quantize");
 	t = value_named(f.m->graph, "t");
 	cr_assert(!has_q(t), "accuracy-first: Conv + SiLU is one float unit");
@@ -254,7 +228,7 @@ Test(placement, hardswish_speed_clip_in_q_div_folded_const_exact)
 	oq_coverage cov;
 
 	f.gm = hswish_model();
-	fx_load(&f, hswish_ranges, 6, OQ_PREFER_SPEED);
+	fx_load_prefer(&f, hswish_ranges, 6, OQ_PREFER_SPEED);
 	run_passes(&f, "fuse,quantize");
 	g = f.m->graph;
 	t = value_named(g, "t");
@@ -300,8 +274,8 @@ Test(placement, hardswish_speed_numerics_within_steps)
 
 	f.gm = hswish_model();
 	ref.gm = hswish_model();
-	fx_load(&f, hswish_ranges, 6, OQ_PREFER_SPEED);
-	fx_load(&ref, hswish_ranges, 6, OQ_PREFER_SPEED);
+	fx_load_prefer(&f, hswish_ranges, 6, OQ_PREFER_SPEED);
+	fx_load_prefer(&ref, hswish_ranges, 6, OQ_PREFER_SPEED);
 	run_passes(&f, "fuse,quantize");
 	cr_assert_eq(oq_rt_alloc(&in, OQ_DT_FLOAT, 4, (const int64_t[]){1, 2, 3, 3}), OQ_OK);
 	for (int i = 0; i < 18; i++)
@@ -329,7 +303,7 @@ Test(placement, float_nodes_stay_float_without_qdq)
 	fx f = {0};
 	static const char *const fl[] = {"conv", "mul", "sg"}; /* sorted */
 	f.gm = silu_model();
-	fx_load(&f, silu_ranges, 4, OQ_PREFER_SPEED);
+	fx_load_prefer(&f, silu_ranges, 4, OQ_PREFER_SPEED);
 	f.o.float_nodes = fl;
 	f.o.n_float_nodes = 3;
 	run_passes(&f, "fuse,quantize");
@@ -346,7 +320,7 @@ Test(placement, range_needs_follow_the_runtime_aware_layout)
 	uint8_t need[64] = {0};
 	oq_diag d;
 	f.gm = hswish_model();
-	fx_load(&f, hswish_ranges, 6, OQ_PREFER_SPEED);
+	fx_load_prefer(&f, hswish_ranges, 6, OQ_PREFER_SPEED);
 	run_passes(&f, "fuse");
 	oq_diag_init(&d);
 	cr_assert_lt(f.m->graph->n_values, sizeof need);
@@ -396,7 +370,7 @@ Test(placement, decision_safe_peak_picking_chain_stays_float)
 		uint8_t keep[64] = {0};
 		oq_graph *g;
 		f.gm = peaks_model();
-		fx_load(&f, peaks_ranges, 6, prefs[k]);
+		fx_load_prefer(&f, peaks_ranges, 6, prefs[k]);
 		g = f.m->graph;
 		cr_assert_lt(g->n_values, sizeof keep);
 		/* Equal's inputs p and s, s's order-preserving source z (MaxPool and Sigmoid keep order),
@@ -476,7 +450,7 @@ Test(placement, float8_units_onnx_runtime_would_fuse_are_broken)
 	gen_output(f.gm, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 3, 3));
 	{
 		static const rng r[] = {{"x", -1, 1}, {"t", -2, 2}, {"u", 0, 2}, {"y", -2, 2}};
-		fx_load(&f, r, 4, OQ_PREFER_BALANCED);
+		fx_load_prefer(&f, r, 4, OQ_PREFER_BALANCED);
 	}
 	f.o.act_type = OQ_DT_FLOAT8E4M3FN;
 	f.o.weight_type = OQ_DT_FLOAT8E4M3FN;
@@ -499,7 +473,7 @@ Test(placement, coverage_macs_from_sizes)
 	int64_t n[64], last[64];
 
 	f.gm = silu_model();
-	fx_load(&f, silu_ranges, 4, OQ_PREFER_SPEED);
+	fx_load_prefer(&f, silu_ranges, 4, OQ_PREFER_SPEED);
 	run_passes(&f, "fuse,quantize");
 	cr_assert_lt(f.m->graph->n_values, 64);
 	for (size_t i = 0; i < 64; i++)

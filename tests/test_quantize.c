@@ -26,32 +26,10 @@
 
 /* ------------------------------------------------------------ helpers */
 
-
-/* A model under test: the generator (its buffer backs the model), the model, its ranges. */
-typedef struct fx {
-	gen_model *gm;
-	oq_model *m;
-	oq_ranges r;
-	oq_opts o;
-} fx;
-
+/* The accuracy-first layout; runtime-aware tests set o.prefer. */
 static void fx_load(fx *f, const rng *r, size_t nr)
 {
-	oq_diag d;
-	oq_diag_init(&d);
-	cr_assert_eq(gen_load(f->gm, &f->m, &d), OQ_OK, "%s", d.msg);
-	f->r = mk_ranges(r, nr);
-	cr_assert_not_null(f->r.v);
-	oq_opts_init(&f->o);
-	f->o.prefer = OQ_PREFER_ACCURACY; /* the accuracy-first layout; runtime-aware tests set it */
-	f->o.ranges = &f->r;
-}
-
-static void fx_free(fx *f)
-{
-	oq_model_free(f->m);
-	gen_free(f->gm);
-	oq_ranges_free(&f->r);
+	fx_load_prefer(f, r, nr, OQ_PREFER_ACCURACY);
 }
 
 /* Runs fuse + quantize through the driver with the verifier on; returns the status. */

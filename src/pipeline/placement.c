@@ -223,7 +223,7 @@ out:
 typedef struct unit {
 	oq_node *head;       /* Conv, Gemm or MatMul */
 	oq_node **nodes;     /* head first, then members in graph order */
-	size_t n_nodes;
+	size_t n_nodes, cap;
 	double macs;         /* -1 unknown */
 	int fl;              /* mode: 0 integer, else float (1 faster so, 2 measuring, 3 fidelity) */
 	int chain;           /* its members after the head are a single-reader chain of Relu / Clip
@@ -288,11 +288,42 @@ static int scalar_operand(const oq_graph *g, const oq_node *n)
 	return 0;
 }
 
+/* Appends n to u's nodes. */
+static int add_node(unit *u, oq_node *n, oq_diag *d)
+{
+	if (oq_grow(&u->nodes, &u->cap, u->n_nodes + 1, sizeof *u->nodes))
+		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+	u->nodes[u->n_nodes++] = n;
+	return OQ_OK;
+}
+
+/* Adds the main-graph readers of v after node index `after` to the sorted candidate set c. */
+static int add_readers(const plc *p, const oq_value *v, size_t after, size_t **c, size_t *nc, size_t *cap,
+		       oq_diag *d)
+{
+	for (size_t k = 0; k < v->n_uses; k++) {
+		const oq_node *r = v->uses[k].node;
+		size_t i = 0;
+		if (r->graph != p->g || r->index <= after || r->index >= p->g->n_nodes)
+			continue;
+		while (i < *nc && (*c)[i] < r->index)
+			i++;
+		if (i < *nc && (*c)[i] == r->index)
+			continue;
+		if (oq_grow(c, cap, *nc + 1, sizeof **c))
+			return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+		memmove(*c + i + 1, *c + i, (*nc - i) * sizeof **c);
+		(*c)[i] = r->index;
+		(*nc)++;
+	}
+	return OQ_OK;
+}
+
 /* Builds the units: every node the weight plans quantize (Conv, Gemm, MatMul) and its activation. */
 static int build_units(plc *p, oq_diag *d)
 {
 	oq_wplan *plans = NULL;
-	size_t np = 0;
+	size_t np = 0, *cand = NULL, nc, capc = 0;
 	char *member = NULL;
 	int rc;
 
@@ -309,19 +340,22 @@ static int build_units(plc *p, oq_diag *d)
 		unit *u = &p->u[p->nu];
 		if (oq_node_is(h, OQ_OP_ConvTranspose) || !h->n_outputs || !h->outputs[0] || p->unit_of[h->index] >= 0)
 			continue;
-		if (!(u->nodes = oq_calloc(p->g->n_nodes + 1, sizeof *u->nodes))) {
-			rc = oq_err(d, OQ_ENOMEM, "placement: out of memory");
+		if ((rc = add_node(u, h, d)))
 			goto out;
-		}
 		u->head = h;
-		u->nodes[u->n_nodes++] = h;
 		u->macs = oq_node_macs(p->g, h, p->sz);
 		p->unit_of[h->index] = (int)p->nu;
 		member[h->outputs[0]->index] = 1;
-		/* graph order: a node whose non-constant inputs are all the unit's values joins */
-		for (size_t j = h->index + 1; j < p->g->n_nodes; j++) {
-			oq_node *n = p->g->nodes[j];
+		/* graph order: a node whose non-constant inputs are all the unit's values joins; only
+		 * readers of the unit's values can, taken lowest index first (the graph is sorted, so
+		 * every input's producer has been decided before its reader) */
+		nc = 0;
+		if ((rc = add_readers(p, h->outputs[0], h->index, &cand, &nc, &capc, d)))
+			goto out;
+		while (nc) {
+			oq_node *n = p->g->nodes[cand[0]];
 			int ok = is_act_op(n) && p->unit_of[n->index] < 0 && n->n_outputs >= 1, any = 0;
+			memmove(cand, cand + 1, --nc * sizeof *cand);
 			for (size_t k = 0; ok && k < n->n_inputs; k++) {
 				const oq_value *v = n->inputs[k];
 				if (!v || oq_value_const(p->g, v))
@@ -332,11 +366,15 @@ static int build_units(plc *p, oq_diag *d)
 			}
 			if (!ok || !any)
 				continue;
-			u->nodes[u->n_nodes++] = n;
+			if ((rc = add_node(u, n, d)))
+				goto out;
 			p->unit_of[n->index] = (int)p->nu;
 			for (size_t k = 0; k < n->n_outputs; k++)
-				if (n->outputs[k])
+				if (n->outputs[k]) {
 					member[n->outputs[k]->index] = 1;
+					if ((rc = add_readers(p, n->outputs[k], n->index, &cand, &nc, &capc, d)))
+						goto out;
+				}
 		}
 		u->chain = 1;
 		for (size_t k = 0; k < u->n_nodes; k++) {
@@ -355,6 +393,7 @@ static int build_units(plc *p, oq_diag *d)
 out:
 	free(plans);
 	free(member);
+	free(cand);
 	return rc;
 }
 
@@ -453,11 +492,12 @@ static double total_ns(plc *p)
  * between a DQ (an integer producer) and a Q (an integer reader) gets its
  * float weight quantized per tensor by WeightBiasQuantization and becomes
  * QLinearConv anyway, with a coarser weight grid than ours: such units are
- * set integer (repeated: a change moves the neighbours' modes).
+ * set integer (repeated, at most OQ_PLACEMENT_WBQ_ROUNDS times: a change
+ * moves the neighbours' modes).
  */
 static void keep_from_wbq(plc *p)
 {
-	for (size_t round = 0; round <= p->nu; round++) {
+	for (size_t round = 0; round <= p->nu && round < OQ_PLACEMENT_WBQ_ROUNDS; round++) {
 		int changed = 0;
 		(void)total_ns(p); /* the modes */
 		for (size_t i = 0; i < p->nu; i++) {
@@ -509,22 +549,26 @@ static double descend(plc *p)
 /*
  * Speed: descents from all units integer and from all float (single flips
  * alone cannot cross a chain of small units whose Q/DQ boundaries only
- * vanish together); the faster end, integer on a tie.
+ * vanish together); the faster end, integer on a tie. Graphs past
+ * OQ_PLACEMENT_SEARCH_WORK (units x graph size) compare the two ends only,
+ * so the placement stays linear in the graph.
  */
 static int speed_search(plc *p, oq_diag *d)
 {
 	int *keep = oq_calloc(p->nu + 1, sizeof *keep);
+	/* a descent evaluates the whole graph per flip: past the budget, only the two ends */
+	int deep = (double)p->nu * (double)(p->g->n_nodes + p->g->n_values) <= OQ_PLACEMENT_SEARCH_WORK;
 	double ta, tb;
 	if (!keep)
 		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
 	for (size_t i = 0; i < p->nu; i++)
 		p->u[i].fl = 0;
-	ta = descend(p);
+	ta = deep ? descend(p) : total_ns(p);
 	for (size_t i = 0; i < p->nu; i++) {
 		keep[i] = p->u[i].fl;
 		p->u[i].fl = 1;
 	}
-	tb = descend(p);
+	tb = deep ? descend(p) : total_ns(p);
 	if (!(tb < ta))
 		for (size_t i = 0; i < p->nu; i++)
 			p->u[i].fl = keep[i];

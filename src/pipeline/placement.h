@@ -13,7 +13,8 @@
  *
  * speed: the assignment with the least expected time under the cost model
  * of src/report/coverage.h (descents by run flips from all units integer
- * and from all float, Q/DQ boundaries counted), on the value sizes of one
+ * and from all float, Q/DQ boundaries counted; on graphs too large for the
+ * descents, OQ_PLACEMENT_SEARCH_WORK, the better of the two ends), on the value sizes of one
  * run of the float model: on the declared input shapes when they are fixed
  * (a symbolic batch dim 1), so `quantize --stats` places as `--calib` does,
  * else on the first calibration sample (none with --stats: every unit
@@ -50,6 +51,11 @@
 #define OQ_PLACEMENT_SAMPLES 8
 /* A group goes float for fidelity only when that alone gains at least this much, dB. */
 #define OQ_PLACEMENT_MIN_GAIN_DB 0.2
+/* The speed search descends only while units x (nodes + values) is at most this (each step
+ * evaluates the whole graph); past it all integer or all float. */
+#define OQ_PLACEMENT_SEARCH_WORK 2e6
+/* keep_from_wbq's passes at most (each evaluates the whole graph). */
+#define OQ_PLACEMENT_WBQ_ROUNDS 16
 
 /* What the placement chose (for the summary), and the node list it hands the quantize pass. */
 typedef struct oq_placement {
