@@ -576,17 +576,18 @@ static int speed_search(plc *p, oq_diag *d)
 	return OQ_OK;
 }
 
-/* An expected gain inside the cost model's error is no gain: then every unit float. */
-static void margin(plc *p, double t_float, FILE *log)
+/* An expected gain inside the cost model's error is no gain: then every unit float (returns 1). */
+static int margin(plc *p, double t_float, FILE *log)
 {
 	double t = total_ns(p);
 	if (!(t > OQ_PLACEMENT_MARGIN * t_float))
-		return;
+		return 0;
 	if (log)
 		fprintf(log, "placement: the fastest assignment found is expected at %.0f%% of all units float, more "
 			"than %.0f%%: all float\n", t_float > 0 ? 100 * t / t_float : 100, 100 * OQ_PLACEMENT_MARGIN);
 	for (size_t i = 0; i < p->nu; i++)
 		p->u[i].fl = 1;
+	return 1;
 }
 
 /* ------------------------------------------------------------ measuring */
@@ -681,7 +682,7 @@ static int measure_list(meas *me, const oq_opts *q, plc *pl, oq_placement *p, do
  * dB per expected ns until the SQNR reaches target.
  */
 static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p, double target, double *sqnr,
-			   FILE *log, oq_diag *d)
+			   FILE *log, int verbose, oq_diag *d)
 {
 	enum { G = 8 };
 	size_t first[G + 1], ng = 0, nint = 0, order[G];
@@ -716,7 +717,7 @@ static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p,
 			if (pl->u[i].fl == 2)
 				pl->u[i].fl = 0;
 		order[k] = k;
-		if (log)
+		if (log && verbose)
 			fprintf(log, "placement: group %zu (units %zu..%zu) float: %+.2f dB, %+.1f%% expected time\n", k,
 				first[k], first[k + 1] - 1, gain[k], base_t > 0 ? 100 * cost[k] / base_t : 0);
 	}
@@ -739,8 +740,21 @@ static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p,
 				pl->u[i].fl = 3; /* float for fidelity */
 		if ((rc = measure_list(me, q, pl, p, sqnr, d)))
 			return rc;
-		if (log)
+		if (log && verbose)
 			fprintf(log, "placement: group %zu float: calibration SQNR %.2f dB\n", k, *sqnr);
+	}
+	/* the budget missed: which integer units trade fidelity for speed, and what each group would buy */
+	for (size_t k = 0; log && *sqnr < target && k < ng; k++) {
+		size_t n = 0, fi = 0, last = 0;
+		for (size_t i = first[k]; i < first[k + 1]; i++)
+			if (!pl->u[i].fl) {
+				fi = n++ ? fi : i;
+				last = i;
+			}
+		if (n)
+			fprintf(log, "placement: traded for speed: %zu integer units '%s' .. '%s': float, %+.2f dB on the "
+				"calibration samples for %+.1f%% expected time\n", n, pl->u[fi].head->name,
+				pl->u[last].head->name, gain[k], base_t > 0 ? 100 * cost[k] / base_t : 0);
 	}
 	return OQ_OK;
 }
@@ -829,7 +843,7 @@ int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_p
 	t_float = total_ns(&pl);
 	if ((rc = speed_search(&pl, d)))
 		goto out;
-	margin(&pl, t_float, o->verbose ? log : NULL);
+	p->within_margin = margin(&pl, t_float, o->verbose ? log : NULL);
 	keep_from_wbq(&pl);
 	t = total_ns(&pl);
 	for (size_t i = 0; i < pl.nu; i++)
@@ -862,7 +876,7 @@ int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_p
 			fprintf(log, "placement: calibration SQNR accuracy-first %.2f dB, speed %.2f dB (budget %.1f dB)\n",
 				p->sqnr_accuracy, p->sqnr_speed, OQ_PLACEMENT_BUDGET_DB);
 		if (p->sqnr_speed < target &&
-		    (rc = fidelity_search(&pl, &me, &a, p, target, &p->sqnr_chosen, o->verbose ? log : NULL, d)))
+		    (rc = fidelity_search(&pl, &me, &a, p, target, &p->sqnr_chosen, log, o->verbose, d)))
 			goto out;
 		t = total_ns(&pl);
 	}
@@ -880,10 +894,10 @@ int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_p
 		fprintf(log, "placement: calibration output SQNR %.2f dB (accuracy-first %.2f, speed %.2f)\n",
 			p->sqnr_chosen, p->sqnr_accuracy, p->sqnr_speed);
 	if (log && p->measured && p->sqnr_chosen < p->sqnr_accuracy - OQ_PLACEMENT_BUDGET_DB)
-		fprintf(log, "placement: %.2f dB below the accuracy-first placement (budget %.1f dB): no unit left "
-			"gains it back alone; the integer units trade it for speed (--verbose lists them; "
-			"--prefer accuracy keeps them fused)\n", p->sqnr_accuracy - p->sqnr_chosen,
-			OQ_PLACEMENT_BUDGET_DB);
+		fprintf(log, "placement: %.2f dB below the accuracy-first placement (budget %.1f dB): no group left "
+			"gains more than %.1f dB alone; the integer units above trade it for speed (--prefer "
+			"accuracy keeps them fused)\n", p->sqnr_accuracy - p->sqnr_chosen, OQ_PLACEMENT_BUDGET_DB,
+			OQ_PLACEMENT_MIN_GAIN_DB);
 	if ((rc = float_list(&pl, p, d)))
 		goto out;
 	q->float_nodes = (const char *const *)p->float_nodes;

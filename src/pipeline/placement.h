@@ -65,6 +65,8 @@ typedef struct oq_placement {
 	size_t n_float_speed;   /* float because the cost model finds them faster so */
 	size_t n_float_fidelity;/* float for fidelity (balanced) */
 	double est_ratio;       /* expected time of the units + boundaries, chosen / all float */
+	int within_margin;      /* every unit float: the best assignment found saved too little
+				 * (OQ_PLACEMENT_MARGIN) */
 	int measured;           /* balanced measured the SQNRs below */
 	double sqnr_accuracy, sqnr_speed, sqnr_chosen; /* calibration-sample output SQNR, mean dB */
 	/* the float model's value sizes by name (sorted), for the coverage of the quantized model */
