@@ -31,7 +31,8 @@
  * gain measured with only it float, and groups go float in order of dB
  * gained per expected nanosecond lost until the budget holds (a group
  * gaining less than OQ_PLACEMENT_MIN_GAIN_DB alone is skipped: the loss lies
- * elsewhere; the summary then says how far the budget was missed).
+ * elsewhere; the summary then says how far the budget was missed and which
+ * groups of integer units trade it).
  * Deterministic: the measurements are thread-independent
  * (calib/biascorr/measure.h).
  */
