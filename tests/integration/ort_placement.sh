@@ -9,6 +9,9 @@
 #     integer kernel, integer_share 1);
 #   - --prefer accuracy (Conv + activation fused in float): those Convs stay float in ONNX
 #     Runtime, and `check --target ort` names them with "no QuantizeLinear after the Conv";
+#   - balanced measures the speed placement against accuracy's: with a narrow range forced on a
+#     value only the speed placement quantizes, it floats units for fidelity until its
+#     calibration SQNR is within 1 dB of accuracy's (speed keeps every unit integer);
 #   - every dtype option loads and runs in ONNX Runtime: profile ort at optimization 'all'
 #     (float8 units ONNX Runtime would fuse into 8-bit-only kernels are broken up by the quantize
 #     pass), profile trt at 'basic' (its float8 models are for TensorRT; ONNX Runtime's fusions
@@ -76,6 +79,26 @@ if "$onnxq" quantize "$model" -o "$tmp/acc.onnx" --calib "$tmp/calib" --prefer a
 else
 	bad "accuracy: quantize or ONNX Runtime: $(cat "$tmp/acc.err" 2>/dev/null)"
 fi
+
+# balanced measures what speed costs: a narrow range forced on c2's output (a value only the
+# speed placement quantizes: under accuracy it lies inside the Conv + SiLU unit) wrecks the speed
+# placement's output; balanced floats units for fidelity until it is within 1 dB of accuracy's
+printf '{"tensors": {"c2": {"range": [-0.05, 0.05]}}}' >"$tmp/narrow.json"
+for pref in speed balanced; do
+	"$onnxq" quantize "$model" -o "$tmp/n$pref.onnx" --calib "$tmp/calib" --overrides "$tmp/narrow.json" \
+		--prefer "$pref" >"$tmp/n$pref.log" 2>&1 || bad "narrow c2, $pref: quantize: $(tail -n 1 "$tmp/n$pref.log")"
+done
+if grep -q '^placement: 4 of 5 .*, 0: fidelity)' "$tmp/nspeed.log" &&
+	grep -q '^placement: [0-9] of 5 .*, [1-9]: fidelity)' "$tmp/nbalanced.log" &&
+	"$py" - "$tmp/nbalanced.log" <<'EOF2'
+import re, sys
+m = re.search(r"calibration output SQNR (-?[0-9.]+) dB \(accuracy-first (-?[0-9.]+), speed (-?[0-9.]+)\)",
+              open(sys.argv[1]).read())
+chosen, acc, speed = map(float, m.groups())
+sys.exit(0 if speed < acc - 1 and chosen >= acc - 1 else 1)
+EOF2
+then ok "narrow c2: balanced floats units for fidelity, within 1 dB of accuracy; speed does not"
+else bad "narrow c2: $(grep -h '^placement' "$tmp/nspeed.log" "$tmp/nbalanced.log" | tr '\n' ';')"; fi
 
 # every dtype option: check accepts the model, ONNX Runtime loads and runs it
 i=0
