@@ -44,13 +44,13 @@ double oq_ort_elementwise_ns(int kind, double elems)
 enum { CONV_DENSE = 0, CONV_DW3, CONV_DWK, CONV_STEM, CONV_KINDS };
 
 /*
- * ns per call and per MAC, [kind][int8], from per-node kernel times (enableProfiling) of the
- * corpus in float and quantized, where each Conv runs inside its model's chain: QLinearConv
- * takes about a quarter of the float time on dense convolutions, about the same on 3x3
- * depthwise ones, three times as long on larger depthwise kernels (5x5) and 1.6 times on
- * spatial stems whose reduction (input channels per group x kernel taps) is under 32 (a 3x3
- * stem on 3 channels: the im2col rows leave the integer GEMM's wide dot products idle; a 7x7
- * stem, 147, and 1x1 convolutions on few channels do not).
+ * ns per call and per MAC, [kind][int8], fitted to per-node kernel times (enableProfiling) of the
+ * corpus in float and quantized, where each Conv runs inside its model's chain: QLinearConv is
+ * much cheaper per MAC than the float Conv on dense convolutions, about even on 3x3 depthwise
+ * ones, and dearer on larger depthwise kernels (5x5) and on spatial stems whose reduction (input
+ * channels per group x kernel taps) is under 32 (a 3x3 stem on 3 channels: the im2col rows leave
+ * the integer GEMM's wide dot products idle; a 7x7 stem, 147, and 1x1 convolutions on few
+ * channels do not).
  */
 static const double conv_call[CONV_KINDS][2] = {
 	[CONV_DENSE] = {5000, 9000},
