@@ -27,7 +27,8 @@ data=$(ls -d "$cache"/acc/data-* 2>/dev/null | head -1)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0 skip=0
-pa_of() { if "$1" quantize --help 2>&1 | grep -q -- --prefer; then echo "--prefer accuracy"; fi; }
+# (the help is read whole: grep -q in a pipe could end it early, and pipefail would see SIGPIPE)
+pa_of() { case $("$1" quantize --help 2>&1) in *--prefer*) echo "--prefer accuracy" ;; esac; }
 pa_ref=$(pa_of "$ref")
 pa_new=$(pa_of "$onnxq")
 
