@@ -286,6 +286,15 @@ static int widen(job *j, oq_diag *d)
 	if ((rc = oq_precision_of(j->m, &j->hp_model, d)))
 		return rc;
 	j->hp = j->o.high_precision ? j->o.high_precision : j->hp_model;
+	/* runtime-aware placement on a widened float16 / bfloat16 model writes models far below its
+	 * measurements (not understood yet): such models get the accuracy-first placement */
+	if (j->hp_model != OQ_DT_FLOAT && j->q.prefer != OQ_PREFER_ACCURACY) {
+		if (j->quantize && j->log)
+			fprintf(j->log, "quantize: a %s model: --prefer %s is not supported for it yet; using the "
+				"accuracy-first placement (--prefer accuracy)\n", oq_dtype_name(j->hp_model),
+				j->q.prefer == OQ_PREFER_SPEED ? "speed" : "balanced");
+		j->q.prefer = OQ_PREFER_ACCURACY;
+	}
 	if (keeps_precision(j))
 		return OQ_OK;
 	/* 16-bit scales on QuantizeLinear / DequantizeLinear need opset 19; `calibrate` upgrades the

@@ -19,7 +19,9 @@
 #             within 1 dB of ORT's own run of M16 against M32 (ORT computes some
 #             ops in float16), and >= 30 dB against ORT's run of M16; the same
 #             bits at --threads 1 and 2
-#   quantize  M16 -> Q16: `onnxq check` valid; the file keeps float16 (no
+#   quantize  (every quantize with --prefer accuracy: the float16 model gets that placement, and the
+#             default leaves the float32 tiny CNN float)
+#             M16 -> Q16: `onnxq check` valid; the file keeps float16 (no
 #             float32 initializer but Resize's roi / scales; Q/DQ scales float16; opset >= 19; inputs
 #             and outputs of M16's types); ORT loads it at optimization level
 #             'disabled' and at 'all', its default, where its QDQ fusions run
@@ -128,10 +130,10 @@ model_case() { # NAME M32 CALIB TEST
 		fi
 	fi
 	# quantize both twins with the same options
-	if ! "$onnxq" quantize "$m32" -o "$w/q32.onnx" --calib "$calib" --quiet 2> "$w/q32.err" ||
-		! "$onnxq" quantize "$m16" -o "$w/q16.onnx" --calib "$calib" --quiet 2> "$w/q16.err" ||
-		! "$onnxq" quantize "$m16" -o "$w/q16f.onnx" --calib "$calib" --quiet --high-precision float32 2> "$w/q16f.err" ||
-		! "$onnxq" quantize "$m32" -o "$w/q32h.onnx" --calib "$calib" --quiet --high-precision float16 2> "$w/q32h.err"; then
+	if ! "$onnxq" quantize --prefer accuracy "$m32" -o "$w/q32.onnx" --calib "$calib" --quiet 2> "$w/q32.err" ||
+		! "$onnxq" quantize --prefer accuracy "$m16" -o "$w/q16.onnx" --calib "$calib" --quiet 2> "$w/q16.err" ||
+		! "$onnxq" quantize --prefer accuracy "$m16" -o "$w/q16f.onnx" --calib "$calib" --quiet --high-precision float32 2> "$w/q16f.err" ||
+		! "$onnxq" quantize --prefer accuracy "$m32" -o "$w/q32h.onnx" --calib "$calib" --quiet --high-precision float16 2> "$w/q32h.err"; then
 		bad "$name: quantize failed: $(cat "$w"/q*.err | head -n 1)"
 		return
 	fi
@@ -199,7 +201,7 @@ else
 		bad "io16: run: $(head -n 1 "$io/err") sqnr against ORT '${s:-}' dB"
 	fi
 	s32=$(sqnr "$root/models/tiny_cnn.onnx" "$tmp/tiny/q32.onnx" image "$root/models/tiny_cnn_test")
-	if "$onnxq" quantize "$io/m.onnx" --calib "$io/calib" -o "$io/q.onnx" --quiet 2> "$io/err" &&
+	if "$onnxq" quantize --prefer accuracy "$io/m.onnx" --calib "$io/calib" -o "$io/q.onnx" --quiet 2> "$io/err" &&
 		"$onnxq" check "$io/q.onnx" > /dev/null 2>> "$io/err" &&
 		[[ $(describe "$io/q.onnx") =~ ^opset\ (19|2[0-9])\ f32\ 0\ .*scales\ 10\ io\ 10,10$ ]] &&
 		[ "$(node "$fjs" load "$io/q.onnx")" = ok ] &&
@@ -216,8 +218,8 @@ mkdir -p "$st"
 if "$onnxq" calibrate "$tmp/tiny/m16.onnx" --calib "$root/models/tiny_cnn_calib" --shard 0/2 -o "$st/a.bin" --quiet 2> "$st/err" &&
 	"$onnxq" calibrate "$tmp/tiny/m16.onnx" --calib "$root/models/tiny_cnn_calib" --shard 1/2 -o "$st/b.bin" --quiet 2>> "$st/err" &&
 	"$onnxq" merge-stats "$st/a.bin" "$st/b.bin" -o "$st/m.bin" > /dev/null 2>> "$st/err" &&
-	"$onnxq" quantize "$tmp/tiny/m16.onnx" --stats "$st/m.bin" -o "$st/s.onnx" --quiet 2>> "$st/err" &&
-	"$onnxq" quantize "$tmp/tiny/m16.onnx" --calib "$root/models/tiny_cnn_calib" --no-bias-correction -o "$st/c.onnx" \
+	"$onnxq" quantize --prefer accuracy "$tmp/tiny/m16.onnx" --stats "$st/m.bin" -o "$st/s.onnx" --quiet 2>> "$st/err" &&
+	"$onnxq" quantize --prefer accuracy "$tmp/tiny/m16.onnx" --calib "$root/models/tiny_cnn_calib" --no-bias-correction -o "$st/c.onnx" \
 		--quiet 2>> "$st/err" && cmp -s "$st/s.onnx" "$st/c.onnx"; then
 	ok "tiny: calibrate --shard 0/2, 1/2 + merge-stats + quantize --stats = quantize --no-bias-correction"
 else
@@ -232,7 +234,7 @@ if ! "$py" "$root/tests/float16_model.py" "$root/models/tiny_cnn.onnx" "$bf/m.on
 elif node "$js" run "$root/models/tiny_cnn.onnx" "$bf/ort" "image=$bf/one/000.npy" &&
 	"$onnxq" run "$bf/m.onnx" --data "$bf/one" --output-dir "$bf/q" > /dev/null 2> "$bf/err" &&
 	node "$js" compare "$bf/q/000" "$bf/ort" 0.0078125 > "$bf/cmp.txt" 2>&1 &&
-	"$onnxq" quantize "$bf/m.onnx" -o "$bf/q.onnx" --calib "$root/models/tiny_cnn_calib" --quiet 2>> "$bf/err" &&
+	"$onnxq" quantize --prefer accuracy "$bf/m.onnx" -o "$bf/q.onnx" --calib "$root/models/tiny_cnn_calib" --quiet 2>> "$bf/err" &&
 	"$onnxq" check "$bf/q.onnx" > /dev/null 2>> "$bf/err" && [[ $(describe "$bf/q.onnx") =~ scales\ 16\  ]]; then
 	ok "bfloat16: run within 2^-7 of ORT's float32 twin, quantize writes bfloat16 scales, check valid"
 else
