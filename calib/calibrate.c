@@ -1280,6 +1280,12 @@ static void folds_note(FILE *f, const oq_calib_opts *o, size_t total, size_t nf)
 		        total, nf, want);
 }
 
+/* Does a run with o keep statistics per fold? */
+static int keeps_folds(const oq_calib_opts *o)
+{
+	return o->method == OQ_CALIB_AUTO || (o->folds_out && o->method != OQ_CALIB_EMA);
+}
+
 /*
  * Checks the options and the samples, builds the executor and the observer
  * state; j->begin/end select shard o->shard of o->n_shards.
@@ -1346,8 +1352,7 @@ static int prepare(oq_model *m, const oq_calib_opts *o, job *j, calib *c, oq_dia
 	if (j->is_random && o->progress)
 		fprintf(o->progress, "calibrate: warning: random calibration data is not "
 		                     "representative; ranges will not match real inputs\n");
-	if ((rc = calib_init(m, o, o->method == OQ_CALIB_AUTO ? oq_folds_count(o->folds, j->total) : 1,
-	                     c, d)))
+	if ((rc = calib_init(m, o, keeps_folds(o) ? oq_folds_count(o->folds, j->total) : 1, c, d)))
 		return rc;
 	if (o->method == OQ_CALIB_AUTO && o->progress)
 		folds_note(o->progress, o, j->total, c->nf);
@@ -1620,6 +1625,84 @@ int oq_calibrate_minmax(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_
 	return oq_calibrate(m, &mo, out, d);
 }
 
+/* oq_calib_opts.folds_out of a one-machine run: c's statistics as a folds file holds them. */
+static int folds_out(const oq_model *m, const job *j, const calib *c, oq_stats *out, oq_diag *d)
+{
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	out->kind = c->h ? OQ_STATS_HIST : OQ_STATS_RANGES;
+	out->model_fp = oq_stats_fingerprint(m);
+	out->n_total = out->n_samples = j->total;
+	out->n_shards = 1;
+	if (!(out->covered = oq_calloc(1, 1)))
+		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+	out->covered[0] = 1;
+	if ((rc = save_file(c, out, d)))
+		oq_stats_free(out);
+	return rc;
+}
+
+int oq_calibrate_held_out(oq_model *m, const oq_calib_opts *o, const oq_stats *s, size_t held,
+			  oq_ranges *out, oq_diag *d)
+{
+	oq_calib_opts q = *o;
+	calib c;
+	size_t k = s->n_folds, n, nf;
+	int rc;
+
+	memset(&c, 0, sizeof c);
+	out->v = NULL;
+	out->n = 0;
+	q.progress = NULL;
+	q.verbose = 0;
+	if (!m || !m->graph || k < 2 || held >= k)
+		return oq_err(d, OQ_EINVAL, "calibrate: no held-out fold %zu in statistics of %zu folds",
+		              held, k);
+	if ((rc = check_opts(&q, d)))
+		return rc;
+	nf = q.method == OQ_CALIB_AUTO && k - 1 >= 2 ? k - 1 : 1;
+	if ((rc = calib_init(m, &q, nf, &c, d)))
+		goto fail;
+	n = m->graph->n_values;
+	if (c.track)
+		memset(c.track, 0, n);
+	for (size_t r = 0; r < s->n; r++) {
+		const oq_stat *x = &s->v[r];
+		const oq_value *v = oq_graph_find(m->graph, x->name);
+		size_t i, g = 0;
+		if (!v || v->graph != m->graph || !x->fold)
+			continue;
+		i = v->index;
+		if (c.track)
+			c.track[i] = (uint8_t)(x->hist && s->kind == OQ_STATS_HIST);
+		for (size_t f = 0; f < k; f++) {
+			tstat t = {x->fold[f].lo, x->fold[f].hi, x->fold[f].n_bad, x->seen};
+			if (f == held)
+				continue;
+			tstat_add(&c.st[i], &t);
+			if (c.h && c.track[i] && (rc = oq_hist_merge(&c.h[i], &x->fold[f].h))) {
+				rc = oq_err(d, rc, "calibrate: tensor '%s': merging its folds failed", x->name);
+				goto fail;
+			}
+			if (nf > 1) {
+				c.fst[g * n + i] = t;
+				if (c.h && c.track[i] && oq_hist_copy(&c.fh[g * n + i], &x->fold[f].h)) {
+					rc = oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
+					goto fail;
+				}
+			}
+			g++;
+		}
+	}
+	rc = collect(&c, &q, out, d);
+fail:
+	stats_free(&c);
+	free(c.track);
+	free(c.em);
+	return rc;
+}
+
 int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d)
 {
 	oq_calib_opts all = *o;
@@ -1635,7 +1718,7 @@ int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d
 	all.shard = 0;
 	all.n_shards = 1;
 	if ((rc = prepare(m, &all, &j, &c, d)) || (rc = sweep(&j, &c, "", d)) ||
-	    (rc = collect(&c, o, out, d)))
+	    (rc = collect(&c, o, out, d)) || (o->folds_out && (rc = folds_out(m, &j, &c, o->folds_out, d))))
 		goto fail;
 	if (o->progress) {
 		if (j.tty)

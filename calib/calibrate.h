@@ -71,6 +71,10 @@ typedef struct oq_calib_opts {
 	oq_observe_fn extra; /* also sees every value (graph inputs and node outputs, any dtype),
 			      * e.g. bias-correction statistics; or NULL */
 	void *extra_ctx;     /* its context */
+	oq_stats *folds_out; /* oq_calibrate from samples: also the per-fold statistics (folds.h:
+			      * oq_folds_count(folds, samples) folds, whatever the method; ema: none),
+			      * as oq_calibrate_stats writes them for --method auto; the ranges are
+			      * the same bits either way. NULL: not kept */
 	unsigned skip_qmark; /* values with (qmark & skip_qmark) need no range: the executor may keep
 			      * its fused Conv groups whose intermediates all carry such a mark (no
 			      * range is then reported for those); 0 = every value */
@@ -118,5 +122,14 @@ int oq_calibrate(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_diag *d
  * auto needs one with folds, and o->folds, when set, must give its fold count).
  */
 int oq_calibrate_stats(oq_model *m, const oq_calib_opts *o, oq_stats *out, oq_diag *d) OQ_WUR;
+
+/*
+ * The ranges o->method picks from the statistics of every fold of s (a folds file, or what
+ * folds_out received) but fold `held`: what calibrating on the other folds' samples would
+ * give (auto: its selection over those k - 1 folds; mse when that leaves one). For held-out
+ * error estimates: the ranges are judged on the samples of fold `held`. Quiet (no report).
+ */
+int oq_calibrate_held_out(oq_model *m, const oq_calib_opts *o, const oq_stats *s, size_t held,
+			  oq_ranges *out, oq_diag *d) OQ_WUR;
 
 #endif

@@ -39,6 +39,7 @@
  */
 #include "src/pipeline/pipeline.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -49,6 +50,9 @@
 #include "passes/rewrite/precision.h"
 #include "src/io/outfile.h"
 #include "src/pipeline/placement.h"
+#include "src/pipeline/fidelity.h"
+
+#define OQ_FOLD_WARN_DB 20 /* a fold SQNR below this is a warning */
 
 /* One run: the options it uses and what the stages hand on. */
 typedef struct job {
@@ -66,6 +70,9 @@ typedef struct job {
 	uint8_t *need;            /* per value: the quantize pass reads its range */
 	oq_ranges ranges;
 	oq_placement placement;   /* runtime-aware placement: its float units (j->q.float_nodes) */
+	oq_calib_opts co;         /* the calibration options (the fold measurement repeats them) */
+	oq_stats folds;           /* per-fold statistics of a sample folder (n_folds 0: none) */
+	oq_fidelity fid;          /* the fold SQNR (fid.k 0: not measured) */
 	oq_biascorr_analytic *analytic;
 	oq_wlearned_set learned;  /* learned rounding (q.learned points here once learned) */
 	oq_save_info info;
@@ -218,6 +225,8 @@ static void job_free(job *j)
 	oq_biascorr_analytic_free(j->analytic);
 	oq_wlearned_free(&j->learned);
 	oq_placement_free(&j->placement);
+	oq_fidelity_free(&j->fid);
+	oq_stats_free(&j->folds);
 	oq_ranges_free(&j->ranges);
 	free(j->need);
 	oq_encodings_free(&j->enc);
@@ -362,6 +371,12 @@ static int write_statistics(job *j, oq_diag *d)
 	return OQ_OK;
 }
 
+/* Empirical bias correction runs the calibration samples: not on statistics or random data. */
+static int has_sample_folder(const oq_pipeline_opts *o)
+{
+	return o->calib.source && strncmp(o->calib.source, "random:", 7) != 0 && !o->stats_in;
+}
+
 static int calibrate(job *j, oq_diag *d)
 {
 	oq_calib_opts co;
@@ -381,6 +396,10 @@ static int calibrate(job *j, oq_diag *d)
 	if (j->o.bias_correction == OQ_BC_ANALYTIC &&
 	    (rc = oq_biascorr_analytic_plan(j->m->graph, &j->q, &co, &j->analytic, d)))
 		return rc;
+	j->co = co;
+	/* the fold measurement needs each fold's statistics (the ranges are the same bits) */
+	if (has_sample_folder(&j->o) && co.method != OQ_CALIB_EMA)
+		co.folds_out = &j->folds;
 	if ((rc = oq_calibrate(j->m, &co, &j->ranges, d)))
 		return rc;
 	j->q.ranges = &j->ranges;
@@ -392,12 +411,6 @@ static int calibrate(job *j, oq_diag *d)
 static int correct_bias(job *j, oq_diag *d)
 {
 	return j->analytic ? oq_biascorr_analytic_fold(j->analytic, j->m->graph, &j->q, j->log, d) : OQ_OK;
-}
-
-/* Empirical bias correction runs the calibration samples: not on statistics or random data. */
-static int has_sample_folder(const oq_pipeline_opts *o)
-{
-	return o->calib.source && strncmp(o->calib.source, "random:", 7) != 0 && !o->stats_in;
 }
 
 static int quantize(job *j, oq_diag *d)
@@ -427,6 +440,42 @@ static int narrow(job *j, oq_diag *d)
 	if (keeps_precision(j) || (j->hp == OQ_DT_FLOAT && j->hp_model == OQ_DT_FLOAT))
 		return OQ_OK;
 	return oq_precision_narrow(j->m, j->hp, d);
+}
+
+/* oq_fid_make_fn: the float model quantized as j's model is, with ranges r (quiet; no bias
+ * correction: the fold SQNR is that of the uncorrected quantization). */
+static int fold_model(void *ctx, const oq_ranges *r, oq_model **out, oq_diag *d)
+{
+	job *j = ctx;
+	oq_opts keep = j->q;
+	int rc;
+
+	if ((rc = float_copy(j, out, d)))
+		return rc;
+	j->q.ranges = r;
+	j->q.log = NULL;
+	rc = quantize_pass(j, *out, d);
+	j->q = keep;
+	if (rc) {
+		oq_model_free(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
+/* The fold SQNR (fidelity.h) when calibration kept per-fold statistics. */
+static int fidelity(job *j, oq_diag *d)
+{
+	oq_model *fm = NULL;
+	int rc;
+
+	if (!j->quantize || j->folds.n_folds < 2)
+		return OQ_OK;
+	if ((rc = float_copy(j, &fm, d)))
+		return rc;
+	rc = oq_fidelity_measure(fm, &j->co, &j->folds, fold_model, j, &j->fid, d);
+	oq_model_free(fm);
+	return rc;
 }
 
 static int encodings(job *j, oq_diag *d)
@@ -508,6 +557,70 @@ static void summary_left_float(const job *j)
 			OQ_PLACEMENT_BUDGET_DB);
 }
 
+/* A dB figure as the log prints it. */
+static void put_db(FILE *f, double v)
+{
+	if (isnan(v))
+		fputs("nan dB", f);
+	else if (isinf(v))
+		fputs(v > 0 ? "inf dB (exact)" : "-inf dB", f);
+	else
+		fprintf(f, "%.1f dB", v);
+}
+
+/*
+ * The fold SQNR of every output; below OQ_FOLD_WARN_DB a warning naming the three points with the
+ * most error of their own and how to raise them.
+ */
+static void report_fidelity(const job *j)
+{
+	const oq_fidelity *f = &j->fid;
+	FILE *log = j->log;
+	double worst = INFINITY;
+	size_t *r;
+
+	if (!log || !j->quantize || j->q.weight_only)
+		return;
+	if (!f->k) {
+		if (has_sample_folder(&j->o) && j->co.method != OQ_CALIB_EMA)
+			fprintf(log, "quantize: no fold SQNR: one calibration sample (folds need two)\n");
+		return;
+	}
+	fprintf(log, "quantize: fold SQNR (held-out, %zu folds of %zu samples):", f->k, f->n);
+	for (size_t o = 0; o < f->n_out; o++) {
+		double db = oq_fidelity_db(f->r2[o], f->d2[o]);
+		if (f->r2[o] == 0 && f->d2[o] == 0)
+			continue; /* not a float32 output */
+		fprintf(log, "%s '%s' ", o ? "," : "", f->out[o]);
+		put_db(log, db);
+		worst = isnan(db) || db < worst ? db : worst;
+	}
+	fputc('\n', log);
+	if (!(isnan(worst) || worst < OQ_FOLD_WARN_DB) || !(r = oq_fidelity_rank(f)))
+		return;
+	fprintf(log, "quantize: warning: fold SQNR below %d dB. Points with the most error of their own "
+		"(held-out):", OQ_FOLD_WARN_DB);
+	for (size_t i = 0; i < 3 && i < f->n_pt; i++) {
+		const oq_fid_point *p = &f->pt[r[i]];
+		fprintf(log, "%s '%s' (%s, ", i ? "," : "", p->name, p->weight ? "weight" : "activation");
+		put_db(log, oq_fidelity_db(p->r2, p->d2));
+		fputc(')', log);
+	}
+	if (f->n_pt)
+		fprintf(log, ". Give them 16 bits or keep them float with --overrides FILE.json, e.g. "
+			"{\"tensors\": {\"%s\": {\"dtype\": \"int16\"}}} (or {\"skip\": true}); "
+			"`onnxq analyze` ranks every point by its effect on the outputs",
+			f->pt[r[0]].name);
+	fputs("\n", log);
+	free(r);
+}
+
+/* Main-graph nodes that hold subgraphs (If, Loop, Scan), which quantize does not enter. */
+static size_t count_control(const oq_graph *g)
+{
+	return count_op(g, "If") + count_op(g, "Loop") + count_op(g, "Scan");
+}
+
 static void summary(const job *j)
 {
 	const oq_graph *g = j->m->graph;
@@ -517,6 +630,21 @@ static void summary(const job *j)
 	if (!log)
 		return;
 	init_bytes(g, &fl1, &in1);
+	report_fidelity(j);
+	/* (a model the placement left float on purpose is said so by summary_left_float) */
+	if (j->quantize && !count_op(g, "QuantizeLinear") && !count_op(g, "DequantizeLinear") &&
+	    !(j->placement.n_units &&
+	      j->placement.n_float_speed + j->placement.n_float_fidelity >= j->placement.n_units)) {
+		size_t nc = count_control(g);
+		if (nc)
+			fprintf(log, "quantize: warning: nothing was quantized: the main graph's %zu If/Loop/Scan "
+				"nodes hold the computation in subgraphs, which quantize does not enter; the "
+				"model is written unquantized\n", nc);
+		else
+			fprintf(log, "quantize: warning: nothing was quantized: no node of the main graph is one "
+				"quantize handles (or --op-types, --exclude or --overrides left none); the model "
+				"is written unquantized\n");
+	}
 	if (j->quantize)
 		fprintf(log,
 			"quantize: wrote %s: %zu QuantizeLinear, %zu DequantizeLinear; initializers "
@@ -562,7 +690,8 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		goto out;
 	}
 	if ((rc = learn_rounding(&j, d)) || (rc = calibrate(&j, d)) || (rc = correct_bias(&j, d)) ||
-	    (rc = quantize(&j, d)) || (rc = narrow(&j, d)) || (rc = encodings(&j, d)) || (rc = save(&j, d)) ||
+	    (rc = quantize(&j, d)) || (rc = fidelity(&j, d)) || (rc = narrow(&j, d)) || (rc = encodings(&j, d)) ||
+	    (rc = save(&j, d)) ||
 	    (rc = export_encodings(&j, d)))
 		goto out;
 	summary(&j);

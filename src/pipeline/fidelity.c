@@ -1,0 +1,447 @@
+/*
+ * fidelity.c - held-out fold SQNR of a quantization (see fidelity.h).
+ *
+ * A point's parameters are read from its node in each fold's quantized
+ * model: the scale (float32 initializer, one value or one per channel of
+ * `axis`), the zero point (its dtype gives the grid; none: uint8, 0).
+ * Activation points are observed where the quantized model computes their
+ * float input, and dq(q(x)) is computed there as QuantizeLinear and
+ * DequantizeLinear would (oq_quantize_value, then (q - zp) * scale in
+ * float). Blocked points and non-float32 scales are not points here.
+ */
+#include "src/pipeline/fidelity.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "calib/exec/exec.h"
+#include "calib/folds.h"
+#include "calib/samples.h"
+#include "src/quant/qparams.h"
+
+/* A point's quantization in one quantized model. */
+typedef struct qpt {
+	size_t p;             /* index into oq_fidelity.pt */
+	const oq_tensor *s;   /* scale (float32) */
+	const oq_tensor *z;   /* zero point, or NULL (0) */
+	int axis;             /* channel axis when s has more than one value */
+	int64_t qmin, qmax;
+	float lo, hi;         /* the float value is x clamped to [lo, hi]: an activation (Relu,
+			       * Clip) the quantize pass folded into this Q reads x, its input */
+} qpt;
+
+/* The observer's context: one fold's quantized model. */
+typedef struct octx {
+	const oq_graph *g; /* the quantized model's main graph */
+	long *map;         /* per value of g: index into q, or -1 */
+	qpt *q;
+	size_t nq;
+	oq_fidelity *f;
+} octx;
+
+double oq_fidelity_db(double r2, double d2)
+{
+	if (isnan(r2) || isnan(d2))
+		return NAN;
+	if (d2 == 0)
+		return INFINITY;
+	return 10.0 * log10(r2 / d2);
+}
+
+void oq_fidelity_free(oq_fidelity *f)
+{
+	for (size_t i = 0; f->out && i < f->n_out; i++)
+		free(f->out[i]);
+	for (size_t i = 0; f->pt && i < f->n_pt; i++)
+		free(f->pt[i].name);
+	free(f->out);
+	free(f->r2);
+	free(f->d2);
+	free(f->pt);
+	memset(f, 0, sizeof *f);
+}
+
+/* name without `suffix` when it ends with it (a new string), else a copy. */
+static char *strip(const char *name, const char *suffix)
+{
+	size_t n = strlen(name), k = strlen(suffix);
+	char *s = oq_strdup(name);
+
+	if (s && n > k && !strcmp(name + n - k, suffix))
+		s[n - k] = 0;
+	return s;
+}
+
+/* q's parameters from Q/DQ node n; 0 when n is not a point this file measures. */
+static int params(const oq_node *n, qpt *q)
+{
+	const oq_tensor *s = n->n_inputs > 1 && n->inputs[1] ? n->inputs[1]->init : NULL;
+	const oq_tensor *z = n->n_inputs > 2 && n->inputs[2] ? n->inputs[2]->init : NULL;
+
+	if (!s || s->dtype != OQ_DT_FLOAT || !s->nelem || oq_node_attr_int(n, "block_size", 0))
+		return 0;
+	if (!oq_qrange(z ? z->dtype : OQ_DT_UINT8, 0, &q->qmin, &q->qmax))
+		return 0;
+	if (z && z->nelem != s->nelem)
+		return 0;
+	q->s = s;
+	q->z = z;
+	q->axis = (int)oq_node_attr_int(n, "axis", 1);
+	q->lo = -INFINITY;
+	q->hi = INFINITY;
+	return 1;
+}
+
+/* A scalar float initializer input i of n, or dflt. */
+static float scalar_input(const oq_node *n, size_t i, float dflt)
+{
+	const oq_tensor *t = i < n->n_inputs && n->inputs[i] ? n->inputs[i]->init : NULL;
+	return t && t->nelem == 1 && oq_dtype_kind(t->dtype) == 'f' ? (float)oq_tensor_get(t, 0) : dflt;
+}
+
+/*
+ * When the float model computes `fv` with a Relu or Clip that the quantized one folded into
+ * the Q (its input x has another producer), the float value is x clamped: q->lo, q->hi.
+ */
+static void folded_activation(const oq_value *fv, const oq_value *x, qpt *q)
+{
+	const oq_node *a = fv->producer;
+
+	if (!a || a->domain[0] || (x->producer && x->producer->op == a->op))
+		return;
+	if (a->op == OQ_OP_Relu)
+		q->lo = 0;
+	else if (a->op == OQ_OP_Clip) {
+		q->lo = scalar_input(a, 1, -INFINITY);
+		q->hi = scalar_input(a, 2, INFINITY);
+	}
+}
+
+/* Channel of element i of a tensor of `dims` (rank r) on axis a, or 0 when the point has one scale. */
+static size_t channel(const qpt *q, const int64_t *dims, int r, size_t i)
+{
+	size_t inner = 1;
+	int a = q->axis < 0 ? q->axis + r : q->axis;
+
+	if (q->s->nelem == 1 || a < 0 || a >= r)
+		return 0;
+	for (int k = a + 1; k < r; k++)
+		inner *= (size_t)dims[k];
+	return (i / inner) % (size_t)dims[a];
+}
+
+/* dq(q(x)) of channel c. */
+static float fake(const qpt *q, size_t c, float x)
+{
+	float s = ((const float *)q->s->data)[c];
+	int64_t z = q->z ? oq_tensor_get_int(q->z, c) : 0;
+	return (float)(oq_quantize_value(x, s, z, q->qmin, q->qmax) - z) * s;
+}
+
+/* Does the point apply to a tensor of this shape (one scale, or one per channel of its axis)? */
+static int fits(const qpt *q, const int64_t *dims, int r)
+{
+	int a = q->axis < 0 ? q->axis + r : q->axis;
+	return q->s->nelem == 1 || (a >= 0 && a < r && (size_t)dims[a] == q->s->nelem);
+}
+
+static int want(void *ctx, const oq_value *v)
+{
+	const octx *c = ctx;
+	return v->graph == c->g && c->map[v->index] >= 0;
+}
+
+/* oq_observe_fn (always 0; also called for the graph inputs) */
+static int observe(void *ctx, const oq_value *v, const oq_rt *t)
+{
+	const octx *c = ctx;
+	const qpt *q;
+	oq_fid_point *p;
+	const float *x;
+
+	if (v->graph != c->g || c->map[v->index] < 0 || t->dtype != OQ_DT_FLOAT)
+		return 0;
+	q = &c->q[c->map[v->index]];
+	if (!fits(q, t->dims, t->rank))
+		return 0;
+	p = &c->f->pt[q->p];
+	x = t->data;
+	for (size_t i = 0; i < t->nelem; i++) {
+		float r = x[i] < q->lo ? q->lo : x[i] > q->hi ? q->hi : x[i];
+		double e = (double)r - fake(q, channel(q, t->dims, t->rank, i), x[i]);
+		p->r2 += (double)r * r;
+		p->d2 += e * e;
+	}
+	return 0;
+}
+
+/* The point named `name` of f, or -1. */
+static long find_point(const oq_fidelity *f, const char *name, int weight)
+{
+	for (size_t i = 0; i < f->n_pt; i++)
+		if (f->pt[i].weight == weight && !strcmp(f->pt[i].name, name))
+			return (long)i;
+	return -1;
+}
+
+/*
+ * The points of quantized model qm into c (activations, observed while qm runs); with `first`,
+ * f->pt is built from them and the weights' own errors are summed against fm's initializers.
+ */
+static int points(const oq_model *fm, const oq_model *qm, int first, oq_fidelity *f, octx *c, oq_diag *d)
+{
+	const oq_graph *g = qm->graph;
+
+	c->g = g;
+	c->f = f;
+	c->nq = 0;
+	if (!(c->map = oq_calloc(g->n_values + 1, sizeof *c->map)) || !(c->q = oq_calloc(g->n_nodes + 1, sizeof *c->q)))
+		return oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
+	for (size_t i = 0; i < g->n_values; i++)
+		c->map[i] = -1;
+	if (first && !(f->pt = oq_calloc(g->n_nodes + 1, sizeof *f->pt)))
+		return oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		const oq_node *n = g->nodes[i];
+		const oq_value *x = n->n_inputs ? n->inputs[0] : NULL;
+		int w = n->op == OQ_OP_DequantizeLinear && x && x->init;
+		const oq_value *fv;
+		qpt q;
+		char *name;
+		long p;
+
+		if (n->domain[0] || !x || !(w || (n->op == OQ_OP_QuantizeLinear && !x->init)) || !params(n, &q))
+			continue;
+		if (!(name = strip(x->name, w ? "_quantized" : "_QuantizeLinear_Input")))
+			return oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
+		fv = oq_graph_find(fm->graph, name);
+		if (!fv || fv->graph != fm->graph || (w && (!fv->init || fv->init->dtype != OQ_DT_FLOAT ||
+							    fv->init->nelem != x->init->nelem))) {
+			free(name);
+			continue;
+		}
+		if (first) {
+			p = (long)f->n_pt++;
+			f->pt[p].name = name;
+			f->pt[p].weight = w;
+		} else {
+			p = find_point(f, name, w);
+			free(name);
+			if (p < 0)
+				continue;
+		}
+		q.p = (size_t)p;
+		if (w) {
+			const oq_tensor *ft = fv->init, *qt = x->init;
+			oq_fid_point *pt = &f->pt[p];
+			if (!first || !fits(&q, qt->dims, qt->rank))
+				continue;
+			for (size_t e = 0; e < qt->nelem; e++) {
+				size_t ch = channel(&q, qt->dims, qt->rank, e);
+				double a = oq_tensor_get(ft, e), s = ((const float *)q.s->data)[ch];
+				int64_t z = q.z ? oq_tensor_get_int(q.z, ch) : 0;
+				double b = (float)(oq_tensor_get_int(qt, e) - z) * (float)s, er = a - b;
+				pt->r2 += a * a;
+				pt->d2 += er * er;
+			}
+			continue;
+		}
+		folded_activation(fv, x, &q);
+		c->map[x->index] = (long)c->nq;
+		c->q[c->nq++] = q;
+	}
+	return OQ_OK;
+}
+
+static void octx_free(octx *c)
+{
+	free(c->map);
+	free(c->q);
+	c->map = NULL;
+	c->q = NULL;
+}
+
+/* Adds sample outputs: float r[], quantized t[] (by f->out order; omap: index in t). */
+static void add_outputs(oq_fidelity *f, const oq_rt *r, const oq_rt *t, const size_t *omap)
+{
+	for (size_t o = 0; o < f->n_out; o++) {
+		const oq_rt *a = &r[o], *b = &t[omap[o]];
+		const float *x, *y;
+		if (a->kind != OQ_RT_TENSOR || b->kind != OQ_RT_TENSOR || a->dtype != OQ_DT_FLOAT ||
+		    b->dtype != OQ_DT_FLOAT || a->nelem != b->nelem)
+			continue;
+		x = a->data;
+		y = b->data;
+		for (size_t i = 0; i < a->nelem; i++) {
+			double e = (double)x[i] - y[i];
+			f->r2[o] += (double)x[i] * x[i];
+			f->d2[o] += e * e;
+		}
+	}
+}
+
+/* map[i]: the index in e of the input / output of fe with the same name. */
+static int map_names(const oq_exec *fe, const oq_exec *e, int outputs, size_t *map, oq_diag *d)
+{
+	size_t n = outputs ? oq_exec_n_outputs(fe) : oq_exec_n_inputs(fe);
+	size_t m = outputs ? oq_exec_n_outputs(e) : oq_exec_n_inputs(e);
+
+	for (size_t i = 0; i < n; i++) {
+		const char *a = (outputs ? oq_exec_output(fe, i) : oq_exec_input(fe, i))->name;
+		size_t k = 0;
+		while (k < m && strcmp(a, (outputs ? oq_exec_output(e, k) : oq_exec_input(e, k))->name))
+			k++;
+		if (k == m)
+			return oq_err(d, OQ_EINVAL, "fold SQNR: the quantized model lacks %s '%s'",
+			              outputs ? "output" : "input", a);
+		map[i] = k;
+	}
+	return OQ_OK;
+}
+
+int oq_fidelity_measure(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, oq_fid_make_fn make,
+			void *ctx, oq_fidelity *out, oq_diag *d)
+{
+	oq_exec_opts eo = {.threads = co->threads};
+	oq_exec *fe = NULL, *qe = NULL;
+	oq_model *qm = NULL;
+	oq_samples s;
+	oq_rt *in = NULL, *qin = NULL, *fo = NULL, *qo = NULL;
+	size_t *imap = NULL, *omap = NULL, nin, nout, nqo = 0, n;
+	octx c;
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	memset(&s, 0, sizeof s);
+	memset(&c, 0, sizeof c);
+	if (folds->n_folds < 2)
+		return oq_err(d, OQ_EINVAL, "fold SQNR: the statistics have no folds");
+	if ((rc = oq_exec_new(fm, &eo, &fe, d)) || (rc = oq_samples_scan(co->source, fe, &s, d)) ||
+	    (rc = oq_samples_check(&s, fe, d)))
+		goto fail;
+	n = co->limit && co->limit < s.n ? co->limit : s.n;
+	if (n != folds->n_total) {
+		rc = oq_err(d, OQ_EINVAL, "fold SQNR: %zu samples, but the statistics hold %llu", n,
+		            (unsigned long long)folds->n_total);
+		goto fail;
+	}
+	nin = oq_exec_n_inputs(fe);
+	nout = oq_exec_n_outputs(fe);
+	out->k = folds->n_folds;
+	out->n = n;
+	out->n_out = nout;
+	in = oq_calloc(nin + 1, sizeof *in);
+	qin = oq_calloc(nin + 1, sizeof *qin);
+	fo = oq_calloc(nout + 1, sizeof *fo);
+	imap = oq_calloc(nin + 1, sizeof *imap);
+	omap = oq_calloc(nout + 1, sizeof *omap);
+	out->out = oq_calloc(nout + 1, sizeof *out->out);
+	out->r2 = oq_calloc(nout + 1, sizeof *out->r2);
+	out->d2 = oq_calloc(nout + 1, sizeof *out->d2);
+	if (!in || !qin || !fo || !imap || !omap || !out->out || !out->r2 || !out->d2) {
+		rc = oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
+		goto fail;
+	}
+	for (size_t o = 0; o < nout; o++)
+		if (!(out->out[o] = oq_strdup(oq_exec_output(fe, o)->name))) {
+			rc = oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
+			goto fail;
+		}
+	for (size_t f = 0; f < out->k; f++) {
+		oq_ranges r;
+		size_t b = oq_folds_begin(f, n, out->k), e = oq_folds_begin(f + 1, n, out->k);
+
+		if ((rc = oq_calibrate_held_out(fm, co, folds, f, &r, d)))
+			goto fail;
+		rc = make(ctx, &r, &qm, d);
+		oq_ranges_free(&r);
+		if (rc || (rc = points(fm, qm, f == 0, out, &c, d)) || (rc = oq_exec_new(qm, &eo, &qe, d)))
+			goto fail;
+		oq_exec_set_observer(qe, observe, &c);
+		oq_exec_set_observe_want(qe, want);
+		nqo = oq_exec_n_outputs(qe);
+		if (!(qo = oq_calloc(nqo + 1, sizeof *qo))) {
+			rc = oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
+			goto fail;
+		}
+		if ((rc = map_names(fe, qe, 0, imap, d)) || (rc = map_names(fe, qe, 1, omap, d)))
+			goto fail;
+		for (size_t i = b; i < e; i++) {
+			if ((rc = oq_sample_load(&s, i, fe, in, d)))
+				goto fail;
+			for (size_t k = 0; k < nin; k++)
+				qin[imap[k]] = in[k]; /* borrowed views */
+			for (size_t k = 0; k < nin; k++) /* the executor observes node outputs only */
+				(void)observe(&c, oq_exec_input(qe, imap[k]), &in[k]);
+			if ((rc = oq_exec_run(fe, in, nin, fo, nout, d)) || (rc = oq_exec_run(qe, qin, nin, qo, nqo, d)))
+				goto fail;
+			add_outputs(out, fo, qo, omap);
+			for (size_t k = 0; k < nin; k++)
+				oq_rt_release(&in[k]);
+			for (size_t k = 0; k < nout; k++)
+				oq_rt_release(&fo[k]);
+			for (size_t k = 0; k < nqo; k++)
+				oq_rt_release(&qo[k]);
+		}
+		free(qo);
+		qo = NULL;
+		oq_exec_free(qe);
+		qe = NULL;
+		oq_model_free(qm);
+		qm = NULL;
+		octx_free(&c);
+	}
+	rc = OQ_OK;
+fail:
+	for (size_t k = 0; in && k < nin; k++)
+		oq_rt_release(&in[k]);
+	for (size_t k = 0; fo && k < nout; k++)
+		oq_rt_release(&fo[k]);
+	for (size_t k = 0; qo && k < nqo; k++)
+		oq_rt_release(&qo[k]);
+	free(qo);
+	free(in);
+	free(qin);
+	free(fo);
+	free(imap);
+	free(omap);
+	octx_free(&c);
+	oq_exec_free(qe);
+	oq_model_free(qm);
+	oq_exec_free(fe);
+	oq_samples_free(&s);
+	if (rc)
+		oq_fidelity_free(out);
+	return rc;
+}
+
+/* Is point i worse than point j (lower own SQNR; NaN first; ties: node order)? */
+static int worse(const oq_fidelity *f, size_t i, size_t j)
+{
+	double x = oq_fidelity_db(f->pt[i].r2, f->pt[i].d2), y = oq_fidelity_db(f->pt[j].r2, f->pt[j].d2);
+	int ux = f->pt[i].r2 == 0 && f->pt[i].d2 == 0, uy = f->pt[j].r2 == 0 && f->pt[j].d2 == 0;
+
+	if (ux != uy) /* never seen (no value reached it): last */
+		return uy;
+	if (isnan(x) != isnan(y))
+		return isnan(x);
+	if (x != y && !isnan(x))
+		return x < y;
+	return i < j;
+}
+
+size_t *oq_fidelity_rank(const oq_fidelity *f)
+{
+	size_t *r = oq_calloc(f->n_pt + 1, sizeof *r);
+
+	if (!r)
+		return NULL;
+	for (size_t i = 0; i < f->n_pt; i++) { /* points are few: insertion sort */
+		size_t x = i;
+		for (; x > 0 && worse(f, i, r[x - 1]); x--)
+			r[x] = r[x - 1];
+		r[x] = i;
+	}
+	return r;
+}

@@ -1,0 +1,77 @@
+/*
+ * fidelity.h - the held-out ("fold") SQNR of a quantization, measured on the
+ * calibration samples themselves.
+ *
+ * The samples are cut into k folds as calibration cuts them (calib/folds.h:
+ * contiguous blocks in lexical order, k = --calib-folds, default 4, fewer
+ * when there are fewer than 2k samples). For each fold f the ranges are
+ * computed from the statistics of the other k - 1 folds
+ * (oq_calibrate_held_out), the float model is quantized with them by the
+ * caller's `make` (the same passes and options as the written model), and
+ * the samples of fold f run through the float model and that quantized
+ * model. So every sample is judged by a model whose ranges never saw it,
+ * as unseen inputs will be.
+ *
+ *   output SQNR = 10 log10( sum r^2 / sum (r - q)^2 )   dB
+ *
+ * pooled over all samples (each with its fold's model): r the float model's
+ * output, q the quantized one's (`onnxq compare` reports per-sample SQNR
+ * and their min and mean; the pooled figure lies between min and max).
+ *
+ * Per quantization point (each QuantizeLinear of an activation, each
+ * DequantizeLinear of an initializer) the "own" SQNR: sum x^2 over sum
+ * (x - dq(q(x)))^2 of the point's own input, x as the quantized model
+ * computes it on the held-out samples (activations) or the float
+ * initializer (weights, biases): how much error the point adds where it
+ * sits, not its effect on the outputs (that is `onnxq analyze`).
+ *
+ * Cost: the float model and one quantized model run each sample once more
+ * (about two inferences per sample), plus k quantize passes.
+ * Deterministic: sums in double, in sample order, element order fixed.
+ */
+#ifndef OQ_FIDELITY_H
+#define OQ_FIDELITY_H
+
+#include "calib/calibrate.h"
+#include "calib/stats_file.h"
+
+/* One quantization point of the quantized models. */
+typedef struct oq_fid_point {
+	char *name;    /* the float model's value (activation) or initializer (weight) name */
+	int weight;    /* 1: an initializer's DequantizeLinear; 0: an activation's QuantizeLinear */
+	double r2, d2; /* sum x^2, sum (x - dq(q(x)))^2: weights over the elements (fold 0's model),
+			* activations over the held-out values of every fold */
+} oq_fid_point;
+
+/* A measurement. */
+typedef struct oq_fidelity {
+	size_t k, n;        /* folds, samples */
+	size_t n_out;
+	char **out;         /* the float model's output names */
+	double *r2, *d2;    /* per output: sum r^2, sum (r - q)^2 over all samples (float32 outputs;
+			     * others: both 0) */
+	oq_fid_point *pt;   /* the points of fold 0's model, in its node order */
+	size_t n_pt;
+} oq_fidelity;
+
+/* A quantized copy of the float model with ranges r (the caller's passes and options). */
+typedef int (*oq_fid_make_fn)(void *ctx, const oq_ranges *r, oq_model **out, oq_diag *d);
+
+/*
+ * Measures as above: fm the float model after the rewrites (calibration's graph), co the
+ * calibration options of the run (source a sample folder; limit, threads, grid), folds its
+ * per-fold statistics (oq_calib_opts.folds_out; n_folds >= 2). OQ_EINVAL when the samples
+ * are not those of folds.
+ */
+int oq_fidelity_measure(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, oq_fid_make_fn make,
+			void *ctx, oq_fidelity *out, oq_diag *d) OQ_WUR;
+
+void oq_fidelity_free(oq_fidelity *f);
+
+/* 10 log10(r2 / d2): +inf when d2 is 0, -inf when only r2 is, NaN on NaN. */
+double oq_fidelity_db(double r2, double d2);
+
+/* Indices of the points by own SQNR, worst first (ties: node order); n_pt entries (owned). */
+size_t *oq_fidelity_rank(const oq_fidelity *f);
+
+#endif

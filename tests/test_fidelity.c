@@ -1,0 +1,163 @@
+/*
+ * test_fidelity.c - what every `quantize --calib` reports about fidelity:
+ * the held-out fold SQNR per output, the warning below 20 dB naming the
+ * worst points, and the warning when nothing was quantized.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "gen_model.h"
+#include "src/io/npy.h"
+#include "src/pipeline/pipeline.h"
+#include "tmpdir.h"
+
+/* Writes samples n x [dims] (values v, n * count floats) as dir/000.npy, 001.npy, ... */
+static void write_samples(const char *dir, size_t n, int rank, const int64_t *dims, const float *v, size_t count)
+{
+	char path[300];
+	oq_diag d;
+
+	oq_diag_init(&d);
+	cr_assert_eq(mkdir(dir, 0755), 0);
+	for (size_t i = 0; i < n; i++) {
+		snprintf(path, sizeof path, "%s/%03zu.npy", dir, i);
+		cr_assert_eq(oq_npy_write(path, OQ_DT_FLOAT, rank, dims, v + i * count, count * sizeof *v, &d),
+			     OQ_OK, "%s", d.msg);
+	}
+}
+
+/* Runs `quantize MODEL --calib calib --method minmax --no-bias-correction`; the log into buf. */
+static void quantize_log(const char *model, const char *calib, char *buf, size_t n)
+{
+	oq_pipeline_opts po;
+	oq_diag d;
+	FILE *log = tmpfile();
+	size_t got;
+
+	cr_assert_not_null(log);
+	oq_diag_init(&d);
+	oq_pipeline_opts_init(&po, OQ_JOB_QUANTIZE);
+	po.in_path = model;
+	po.out_path = tmpdir_at("q.onnx");
+	po.calib.source = calib;
+	po.calib.method = OQ_CALIB_MINMAX;
+	po.calib.threads = 1;
+	po.bias_correction = OQ_BC_OFF;
+	po.log = log;
+	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
+	rewind(log);
+	got = fread(buf, 1, n - 1, log);
+	buf[got] = 0;
+	fclose(log);
+}
+
+static void setup(void)
+{
+	cr_assert_not_null(tmpdir_make("oq_fid"));
+}
+
+TestSuite(fidelity, .init = setup, .fini = tmpdir_remove);
+
+/*
+ * y = Conv(x, W = 1), x [1,1,1,2]; 4 samples make 2 folds (folds.h: min(4, max(2, 4/2))):
+ * fold 0 = samples 0, 1: x = (0, 1), (1, 0); fold 1 = samples 2, 3: x = (0, 2), (2, 0).
+ * minmax, uint8 asymmetric activations (ORT profile).
+ * Fold 0 is judged with fold 1's ranges [0, 2]: scale 2/255, x = 1 -> 127.5 -> 128 (ties to
+ * even) -> 1.0039216; y (range [0, 2]) re-quantizes 1.0039216 to the same 128; the weight 1 is
+ * 127 * (1/127) in int8. Error 0.0039216 on one element of each sample.
+ * Fold 1 is judged with fold 0's range [0, 1]: x = 2 clips to 1; error 1 on one element of each.
+ *   sum r^2 = 1 + 1 + 4 + 4 = 10, sum e^2 = 2 (0.0039216)^2 + 2 = 2.0000308
+ *   fold SQNR = 10 log10(10 / 2.0000308) = 6.99 dB
+ * The written model (ranges from all samples, [0, 2]) would score ~ 54 dB on these samples: an
+ * in-sample figure could not see the clipping. x's own error is the same 6.99 dB; y's own and
+ * W's are rounding only: x is named first.
+ */
+Test(fidelity, held_out_clipping_by_hand)
+{
+	const float xs[] = {0, 1, 1, 0, 0, 2, 2, 0};
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg;
+	char model[256], calib[256], log[8192];
+	const char *line, *warn;
+
+	gen_opset(g, "", 13);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(1));
+	gen_node(g, mg, "Conv", "conv", "x,W", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
+	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
+	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
+	cr_assert_eq(gen_write(g, model), 0);
+	gen_free(g);
+	write_samples(calib, 4, GEN_SHAPE(1, 1, 1, 2), xs, 2);
+	quantize_log(model, calib, log, sizeof log);
+
+	line = strstr(log, "fold SQNR (held-out, 2 folds of 4 samples): 'y' 7.0 dB\n");
+	cr_expect_not_null(line, "log:\n%s", log);
+	warn = strstr(log, "warning: fold SQNR below 20 dB");
+	cr_assert_not_null(warn, "log:\n%s", log);
+	cr_expect_not_null(strstr(warn, "held-out): 'x' (activation, 7.0 dB)"), "log:\n%s", log);
+	cr_expect_not_null(strstr(warn, "--overrides"), "log:\n%s", log);
+}
+
+/* The same model on samples that all share one range: no clipping, no warning. */
+Test(fidelity, no_warning_when_folds_agree)
+{
+	const float xs[] = {0, 2, 2, 0, 0, 2, 2, 0};
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg;
+	char model[256], calib[256], log[8192];
+
+	gen_opset(g, "", 13);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(1));
+	gen_node(g, mg, "Conv", "conv", "x,W", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
+	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
+	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
+	cr_assert_eq(gen_write(g, model), 0);
+	gen_free(g);
+	write_samples(calib, 4, GEN_SHAPE(1, 1, 1, 2), xs, 2);
+	quantize_log(model, calib, log, sizeof log);
+	/* x = 2 is exact on [0, 2] (255); x = 0 is the zero point: no error at all */
+	cr_expect_not_null(strstr(log, "fold SQNR (held-out, 2 folds of 4 samples): 'y' inf dB"), "log:\n%s", log);
+	cr_expect_null(strstr(log, "warning"), "log:\n%s", log);
+}
+
+/* Everything inside an If branch: nothing quantized, and the log says so and why. */
+Test(fidelity, nothing_quantized_inside_if)
+{
+	const float xs[] = {1, 2, 3, 4};
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg, *t, *e;
+	Onnx__NodeProto *n;
+	char model[256], calib[256], log[8192];
+
+	gen_opset(g, "", 13);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1));
+	gen_init(g, mg, "c", OQ_DT_BOOL, 0, NULL, GEN_VALS(1));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(2));
+	n = gen_node(g, mg, "If", "if", "c", "y");
+	t = gen_attr_graph(g, n, "then_branch", "then");
+	gen_node(g, t, "Conv", "conv_t", "x,W", "yt");
+	gen_output(g, t, "yt", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1));
+	e = gen_attr_graph(g, n, "else_branch", "else");
+	gen_node(g, e, "Identity", "id_e", "x", "ye");
+	gen_output(g, e, "ye", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1));
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1));
+	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
+	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
+	cr_assert_eq(gen_write(g, model), 0);
+	gen_free(g);
+	write_samples(calib, 4, GEN_SHAPE(1, 1, 1, 1), xs, 1);
+	quantize_log(model, calib, log, sizeof log);
+	cr_expect_not_null(strstr(log, "warning: nothing was quantized: the main graph's 1 If/Loop/Scan"),
+			   "log:\n%s", log);
+}
