@@ -145,6 +145,20 @@ const oq_value *oq_exec_output(const oq_exec *e, size_t i);
 int oq_exec_run(oq_exec *e, const oq_rt *inputs, size_t n_inputs, oq_rt *outputs, size_t n_outputs,
 		oq_diag *d) OQ_WUR;
 
+/*
+ * Runs only the main-graph nodes i with part[i] set (part: one entry per node of g->nodes),
+ * e.g. those downstream of a perturbed value. values[i] (one entry per main-graph value index;
+ * NULL: none) binds value i for the run, borrowed: every value a computed node reads that no
+ * computed node produces (an earlier run's values, observed; graph inputs) must be given, and
+ * so must every graph output no computed node produces. Given for an initializer, it replaces
+ * the initializer in this run (the nodes reading it use it unpacked), e.g. a weight's
+ * fake-quantized copy; a value a computed node produces is computed, not taken. With every
+ * node computed and the inputs bound it computes what oq_exec_run does; outputs as there
+ * (inputs are not checked against their declared types). No observer may be set.
+ */
+int oq_exec_run_part(oq_exec *e, const unsigned char *part, const oq_rt *const *values, oq_rt *outputs,
+		     size_t n_outputs, oq_diag *d) OQ_WUR;
+
 /* Peak bytes of activations held at once during the last run. */
 size_t oq_exec_peak_bytes(const oq_exec *e);
 

@@ -27,6 +27,8 @@ typedef struct frame {
 	struct frame *parent;  /* the frame of the node running this subgraph, or NULL */
 	unsigned char *unfused; /* per node: absorbed, but its group ran node by node (OQ_K_UNFUSED); NULL: none */
 	prof *pr;              /* profiling: the plan's profile in the executor, else NULL */
+	unsigned char *over;   /* per value index: an initializer replaced for this run (oq_exec_run_part); NULL: none */
+	const unsigned char *part; /* per node: computed by this run (oq_exec_run_part); NULL: all */
 } frame;
 
 /* ------------------------------------------------------------ profiling */
@@ -126,6 +128,7 @@ static void frame_free(oq_exec *e, frame *f)
 	free(f->slots);
 	free(f->remaining);
 	free(f->unfused);
+	free(f->over);
 }
 
 /* Released when its remaining uses reach zero, unless it is a graph output or input. */
@@ -169,11 +172,20 @@ static int observe_const(oq_exec *e, const plan *p, const oq_value *v, oq_diag *
 	return rc;
 }
 
+/* Does node n read an initializer replaced for this run? */
+static int reads_over(const frame *f, const oq_node *n)
+{
+	for (size_t i = 0; f->over && i < n->n_inputs; i++)
+		if (n->inputs[i] && n->inputs[i]->graph == f->p->g && f->over[n->inputs[i]->index])
+			return 1;
+	return 0;
+}
+
 static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 {
 	const oq_graph *g = f->p->g;
 	oq_rt *inbuf[16], *outbuf[16];
-	int rc = OQ_OK;
+	int rc = OQ_OK, watched = e->observe != NULL;
 
 	for (size_t oi = 0; oi < g->n_nodes && !rc; oi++) {
 		size_t ni = f->p->order[oi];
@@ -184,15 +196,18 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		oq_value *const *ovals = n->outputs; /* values the outputs are bound to */
 		size_t n_out = n->n_outputs;
 		/* observers see every value, so no fusion, unless they want none of the group's intermediates */
-		int fused = !e->observe || np->obs_fused;
-		const node_plan *bp = np->chain && !e->observe ? &f->p->nodes[np->chain] : NULL; /* chained group */
+		int fused = !watched || np->obs_fused;
+		/* chained group; not with replaced initializers (the chain reads its weights packed) */
+		const node_plan *bp = np->chain && !watched && !f->over ? &f->p->nodes[np->chain] : NULL;
 		oq_kchain kc;
 		uint64_t t0 = 0, saved = 0;
 		int grouped;
 
+		if (f->part && !f->part[ni])
+			continue; /* its outputs are given */
 		if (fused && np->absorbed && !(f->unfused && f->unfused[ni]))
 			continue; /* computed by its group's head */
-		if (np->chained && !e->observe)
+		if (np->chained && !watched && !f->over)
 			continue; /* computed by its chain's head */
 		if (np->folded) { /* a plan constant: observers still see it here, as if computed now */
 			for (size_t i = 0; e->observe && !rc && i < n->n_outputs; i++)
@@ -227,6 +242,10 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 			k.fuse = np->fuse;
 		k.packed_b = np->packed_b;
 		k.packed_w = np->packed_w;
+		if (reads_over(f, n)) { /* a replaced weight: read as given, not the plan's packing */
+			k.packed_b = NULL;
+			k.packed_w = NULL;
+		}
 		if (!in || !out) {
 			rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
 			goto next;
@@ -498,6 +517,76 @@ int oq_exec_run(oq_exec *e, const oq_rt *inputs, size_t n_inputs, oq_rt *outputs
 		}
 	}
 	if (!(rc = run_frame(e, &f, d)))
+		rc = take_outputs(e, &f, outputs, n_outputs, 1, d);
+done:
+	frame_free(e, &f);
+	if (rc)
+		for (size_t i = 0; i < n_outputs; i++)
+			oq_rt_release(&outputs[i]);
+	return rc;
+}
+
+/*
+ * The uses still to come in a partial run: the plan's counts less the reads of the nodes it
+ * does not compute (a fused group's reads are its members' own, whichever node makes them).
+ * The computed members of a group whose head is not computed run on their own.
+ */
+static int part_counts(frame *f, oq_diag *d)
+{
+	const oq_graph *g = f->p->g;
+
+	for (size_t ni = 0; ni < g->n_nodes; ni++) {
+		const oq_node *n = g->nodes[ni];
+		const node_plan *np = &f->p->nodes[ni];
+		if (f->part[ni])
+			continue;
+		for (size_t i = 0; i < n->n_inputs; i++)
+			if (n->inputs[i] && !(n->inputs[i]->flags & OQ_V_OUTER) && n->inputs[i]->graph == g)
+				f->remaining[n->inputs[i]->index]--;
+		for (size_t i = 0; i < np->n_extra; i++)
+			if (np->extra[i] && !(np->extra[i]->flags & OQ_V_OUTER) && np->extra[i]->graph == g)
+				f->remaining[np->extra[i]->index]--;
+		for (int j = 0; np->fuse && j < np->n_members; j++) {
+			if (!f->part[np->members[j]])
+				continue;
+			if (!f->unfused && !(f->unfused = oq_calloc(g->n_nodes, 1)))
+				return oq_err(d, OQ_ENOMEM, "run: out of memory");
+			f->unfused[np->members[j]] = 1;
+		}
+	}
+	return OQ_OK;
+}
+
+int oq_exec_run_part(oq_exec *e, const unsigned char *part, const oq_rt *const *values, oq_rt *outputs,
+		     size_t n_outputs, oq_diag *d)
+{
+	const oq_graph *g = e->m->graph;
+	frame f;
+	int rc;
+
+	for (size_t i = 0; i < n_outputs; i++)
+		memset(&outputs[i], 0, sizeof outputs[i]);
+	e->live = e->peak = 0;
+	if ((rc = frame_init(e, &f, g, NULL, d)))
+		goto done;
+	f.part = part;
+	if (!(f.over = oq_calloc(g->n_values ? g->n_values : 1, 1))) {
+		rc = oq_err(d, OQ_ENOMEM, "run: out of memory");
+		goto done;
+	}
+	if ((rc = part_counts(&f, d)))
+		goto done;
+	for (size_t i = 0; i < g->n_values && !rc; i++) {
+		const oq_value *v = g->values[i];
+		if (!values[i] || (v->producer && part[v->producer->index]))
+			continue;
+		if (f.p->inits[i])
+			f.over[i] = 1;
+		else if (f.remaining[i] <= 0 && !(v->flags & OQ_V_OUTPUT))
+			continue;
+		rc = bind(&f, v, values[i], d);
+	}
+	if (!rc && !(rc = run_frame(e, &f, d)))
 		rc = take_outputs(e, &f, outputs, n_outputs, 1, d);
 done:
 	frame_free(e, &f);

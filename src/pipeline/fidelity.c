@@ -12,6 +12,7 @@
 #include "src/pipeline/fidelity.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,23 +21,13 @@
 #include "calib/samples.h"
 #include "src/quant/qparams.h"
 
-/* A point's quantization in one quantized model. */
-typedef struct qpt {
-	size_t p;             /* index into oq_fidelity.pt */
-	const oq_tensor *s;   /* scale (float32) */
-	const oq_tensor *z;   /* zero point, or NULL (0) */
-	int axis;             /* channel axis when s has more than one value */
-	int64_t qmin, qmax;
-	float lo, hi;         /* the float value is x clamped to [lo, hi]: an activation (Relu,
-			       * Clip) the quantize pass folded into this Q reads x, its input */
-} qpt;
-
 /* The observer's context: one fold's quantized model. */
 typedef struct octx {
 	const oq_graph *g; /* the quantized model's main graph */
 	long *map;         /* per value of g: index into q, or -1 */
-	qpt *q;
+	oq_qpoint *q;      /* the model's points (oq_qpoints) */
 	size_t nq;
+	size_t *pi;        /* per entry of q: its index in oq_fidelity.pt, or SIZE_MAX */
 	oq_fidelity *f;
 } octx;
 
@@ -74,7 +65,7 @@ static char *strip(const char *name, const char *suffix)
 }
 
 /* q's parameters from Q/DQ node n; 0 when n is not a point this file measures. */
-static int params(const oq_node *n, qpt *q)
+static int params(const oq_node *n, oq_qpoint *q)
 {
 	const oq_tensor *s = n->n_inputs > 1 && n->inputs[1] ? n->inputs[1]->init : NULL;
 	const oq_tensor *z = n->n_inputs > 2 && n->inputs[2] ? n->inputs[2]->init : NULL;
@@ -104,7 +95,7 @@ static float scalar_input(const oq_node *n, size_t i, float dflt)
  * When the float model computes `fv` with a Relu or Clip that the quantized one folded into
  * the Q (its input x has another producer), the float value is x clamped: q->lo, q->hi.
  */
-static void folded_activation(const oq_value *fv, const oq_value *x, qpt *q)
+static void folded_activation(const oq_value *fv, const oq_value *x, oq_qpoint *q)
 {
 	const oq_node *a = fv->producer;
 
@@ -119,7 +110,7 @@ static void folded_activation(const oq_value *fv, const oq_value *x, qpt *q)
 }
 
 /* Channel of element i of a tensor of `dims` (rank r) on axis a, or 0 when the point has one scale. */
-static size_t channel(const qpt *q, const int64_t *dims, int r, size_t i)
+size_t oq_qpoint_channel(const oq_qpoint *q, const int64_t *dims, int r, size_t i)
 {
 	size_t inner = 1;
 	int a = q->axis < 0 ? q->axis + r : q->axis;
@@ -131,16 +122,14 @@ static size_t channel(const qpt *q, const int64_t *dims, int r, size_t i)
 	return (i / inner) % (size_t)dims[a];
 }
 
-/* dq(q(x)) of channel c. */
-static float fake(const qpt *q, size_t c, float x)
+float oq_qpoint_fake(const oq_qpoint *q, size_t c, float x)
 {
 	float s = ((const float *)q->s->data)[c];
 	int64_t z = q->z ? oq_tensor_get_int(q->z, c) : 0;
 	return (float)(oq_quantize_value(x, s, z, q->qmin, q->qmax) - z) * s;
 }
 
-/* Does the point apply to a tensor of this shape (one scale, or one per channel of its axis)? */
-static int fits(const qpt *q, const int64_t *dims, int r)
+int oq_qpoint_fits(const oq_qpoint *q, const int64_t *dims, int r)
 {
 	int a = q->axis < 0 ? q->axis + r : q->axis;
 	return q->s->nelem == 1 || (a >= 0 && a < r && (size_t)dims[a] == q->s->nelem);
@@ -156,20 +145,20 @@ static int want(void *ctx, const oq_value *v)
 static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 {
 	const octx *c = ctx;
-	const qpt *q;
+	const oq_qpoint *q;
 	oq_fid_point *p;
 	const float *x;
 
 	if (v->graph != c->g || c->map[v->index] < 0 || t->dtype != OQ_DT_FLOAT)
 		return 0;
 	q = &c->q[c->map[v->index]];
-	if (!fits(q, t->dims, t->rank))
+	if (!oq_qpoint_fits(q, t->dims, t->rank))
 		return 0;
-	p = &c->f->pt[q->p];
+	p = &c->f->pt[c->pi[c->map[v->index]]];
 	x = t->data;
 	for (size_t i = 0; i < t->nelem; i++) {
 		float r = x[i] < q->lo ? q->lo : x[i] > q->hi ? q->hi : x[i];
-		double e = (double)r - fake(q, channel(q, t->dims, t->rank, i), x[i]);
+		double e = (double)r - oq_qpoint_fake(q, oq_qpoint_channel(q, t->dims, t->rank, i), x[i]);
 		p->r2 += (double)r * r;
 		p->d2 += e * e;
 	}
@@ -185,6 +174,57 @@ static long find_point(const oq_fidelity *f, const char *name, int weight)
 	return -1;
 }
 
+void oq_qpoints_free(oq_qpoint *p, size_t n)
+{
+	for (size_t i = 0; p && i < n; i++)
+		free(p[i].name);
+	free(p);
+}
+
+int oq_qpoints(const oq_model *fm, const oq_model *qm, oq_qpoint **out, size_t *np, oq_diag *d)
+{
+	const oq_graph *g = qm->graph;
+	oq_qpoint *v = oq_calloc(g->n_nodes + 1, sizeof *v);
+	size_t n = 0;
+
+	*out = NULL;
+	*np = 0;
+	if (!v)
+		return oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		const oq_node *nd = g->nodes[i];
+		const oq_value *x = nd->n_inputs ? nd->inputs[0] : NULL;
+		int w = nd->op == OQ_OP_DequantizeLinear && x && x->init;
+		oq_qpoint *q = &v[n];
+		const oq_value *fv;
+
+		if (nd->domain[0] || !x || !(w || (nd->op == OQ_OP_QuantizeLinear && !x->init)) || !params(nd, q))
+			continue;
+		if (!(q->name = strip(x->name, w ? "_quantized" : "_QuantizeLinear_Input"))) {
+			oq_qpoints_free(v, n);
+			return oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
+		}
+		fv = oq_graph_find(fm->graph, q->name);
+		if (!fv || fv->graph != fm->graph ||
+		    (w && (!fv->init || fv->init->dtype != OQ_DT_FLOAT || fv->init->nelem != x->init->nelem ||
+			   !oq_qpoint_fits(q, x->init->dims, x->init->rank))) ||
+		    (!w && fv->init)) {
+			free(q->name);
+			q->name = NULL;
+			continue;
+		}
+		q->weight = w;
+		q->fv = fv;
+		q->x = x;
+		if (!w)
+			folded_activation(fv, x, q);
+		n++;
+	}
+	*out = v;
+	*np = n;
+	return OQ_OK;
+}
+
 /*
  * The points of quantized model qm into c (activations, observed while qm runs); with `first`,
  * f->pt is built from them and the weights' own errors are summed against fm's initializers.
@@ -192,74 +232,60 @@ static long find_point(const oq_fidelity *f, const char *name, int weight)
 static int points(const oq_model *fm, const oq_model *qm, int first, oq_fidelity *f, octx *c, oq_diag *d)
 {
 	const oq_graph *g = qm->graph;
+	int rc;
 
 	c->g = g;
 	c->f = f;
-	c->nq = 0;
-	if (!(c->map = oq_calloc(g->n_values + 1, sizeof *c->map)) || !(c->q = oq_calloc(g->n_nodes + 1, sizeof *c->q)))
+	if ((rc = oq_qpoints(fm, qm, &c->q, &c->nq, d)))
+		return rc;
+	if (!(c->map = oq_calloc(g->n_values + 1, sizeof *c->map)) || !(c->pi = oq_calloc(c->nq + 1, sizeof *c->pi)) ||
+	    (first && !(f->pt = oq_calloc(c->nq + 1, sizeof *f->pt))))
 		return oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
 	for (size_t i = 0; i < g->n_values; i++)
 		c->map[i] = -1;
-	if (first && !(f->pt = oq_calloc(g->n_nodes + 1, sizeof *f->pt)))
-		return oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
-	for (size_t i = 0; i < g->n_nodes; i++) {
-		const oq_node *n = g->nodes[i];
-		const oq_value *x = n->n_inputs ? n->inputs[0] : NULL;
-		int w = n->op == OQ_OP_DequantizeLinear && x && x->init;
-		const oq_value *fv;
-		qpt q;
-		char *name;
+	for (size_t i = 0; i < c->nq; i++) {
+		const oq_qpoint *q = &c->q[i];
 		long p;
 
-		if (n->domain[0] || !x || !(w || (n->op == OQ_OP_QuantizeLinear && !x->init)) || !params(n, &q))
-			continue;
-		if (!(name = strip(x->name, w ? "_quantized" : "_QuantizeLinear_Input")))
-			return oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
-		fv = oq_graph_find(fm->graph, name);
-		if (!fv || fv->graph != fm->graph || (w && (!fv->init || fv->init->dtype != OQ_DT_FLOAT ||
-							    fv->init->nelem != x->init->nelem))) {
-			free(name);
-			continue;
-		}
 		if (first) {
 			p = (long)f->n_pt++;
-			f->pt[p].name = name;
-			f->pt[p].weight = w;
-		} else {
-			p = find_point(f, name, w);
-			free(name);
-			if (p < 0)
-				continue;
+			if (!(f->pt[p].name = oq_strdup(q->name)))
+				return oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
+			f->pt[p].weight = q->weight;
+		} else if ((p = find_point(f, q->name, q->weight)) < 0) {
+			c->pi[i] = SIZE_MAX;
+			continue;
 		}
-		q.p = (size_t)p;
-		if (w) {
-			const oq_tensor *ft = fv->init, *qt = x->init;
+		c->pi[i] = (size_t)p;
+		if (q->weight) {
+			const oq_tensor *ft = q->fv->init, *qt = q->x->init;
 			oq_fid_point *pt = &f->pt[p];
-			if (!first || !fits(&q, qt->dims, qt->rank))
+			if (!first)
 				continue;
 			for (size_t e = 0; e < qt->nelem; e++) {
-				size_t ch = channel(&q, qt->dims, qt->rank, e);
-				double a = oq_tensor_get(ft, e), s = ((const float *)q.s->data)[ch];
-				int64_t z = q.z ? oq_tensor_get_int(q.z, ch) : 0;
+				size_t ch = oq_qpoint_channel(q, qt->dims, qt->rank, e);
+				double a = oq_tensor_get(ft, e), s = ((const float *)q->s->data)[ch];
+				int64_t z = q->z ? oq_tensor_get_int(q->z, ch) : 0;
 				double b = (float)(oq_tensor_get_int(qt, e) - z) * (float)s, er = a - b;
 				pt->r2 += a * a;
 				pt->d2 += er * er;
 			}
 			continue;
 		}
-		folded_activation(fv, x, &q);
-		c->map[x->index] = (long)c->nq;
-		c->q[c->nq++] = q;
+		c->map[q->x->index] = (long)i;
 	}
 	return OQ_OK;
 }
 
 static void octx_free(octx *c)
 {
+	oq_qpoints_free(c->q, c->nq);
 	free(c->map);
-	free(c->q);
+	free(c->pi);
 	c->map = NULL;
 	c->q = NULL;
+	c->pi = NULL;
+	c->nq = 0;
 }
 
 /* Adds sample outputs: float r[], quantized t[] (by f->out order; omap: index in t). */

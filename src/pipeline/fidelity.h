@@ -54,6 +54,32 @@ typedef struct oq_fidelity {
 	size_t n_pt;
 } oq_fidelity;
 
+/* A quantization point as one quantized model applies it. */
+typedef struct oq_qpoint {
+	char *name;          /* the float model's value (activation) or initializer (weight) name */
+	int weight;          /* 1: an initializer's DequantizeLinear; 0: an activation's QuantizeLinear */
+	const oq_value *fv;  /* that value in the float model */
+	const oq_value *x;   /* in the quantized model: the Q's input, or the DQ's integer initializer */
+	const oq_tensor *s;  /* scale (float32), one value or one per channel of axis */
+	const oq_tensor *z;  /* zero point (its dtype gives the grid), or NULL: uint8, 0 */
+	int axis;
+	int64_t qmin, qmax;
+	float lo, hi;        /* the float value is x clamped to [lo, hi] (a Relu or Clip the quantize
+			      * pass folded into this Q, which reads the activation's input) */
+} oq_qpoint;
+
+/* The points of quantized model qm (Q/DQ nodes of its main graph, node order) that name a value
+ * of fm: activations whose Q has a float32 scale and no block_size, weights whose float
+ * initializer has the integer one's size. Blocked points are not points here. */
+int oq_qpoints(const oq_model *fm, const oq_model *qm, oq_qpoint **out, size_t *n, oq_diag *d) OQ_WUR;
+void oq_qpoints_free(oq_qpoint *p, size_t n);
+/* Does q apply to a tensor of this shape (one scale, or one per channel of its axis)? */
+int oq_qpoint_fits(const oq_qpoint *q, const int64_t *dims, int rank);
+/* The channel (scale index) of element i of such a tensor. */
+size_t oq_qpoint_channel(const oq_qpoint *q, const int64_t *dims, int rank, size_t i);
+/* dq(q(x)) on channel c: QuantizeLinear then DequantizeLinear, as ONNX Runtime computes them. */
+float oq_qpoint_fake(const oq_qpoint *q, size_t c, float x);
+
 /* A quantized copy of the float model with ranges r (the caller's passes and options). */
 typedef int (*oq_fid_make_fn)(void *ctx, const oq_ranges *r, oq_model **out, oq_diag *d);
 
