@@ -33,6 +33,8 @@ static const char usage_main[] =
 	"  merge-stats A B ... -o OUT          merge statistics files of the shards\n"
 	"  compare REF TEST --data DIR [--json] [--min-sqnr DB] [--per-tensor]\n"
 	"                                      run two models and report SQNR per output\n"
+	"  analyze MODEL --calib DIR [--json FILE] [--html FILE]\n"
+	"                                      rank the quantization points by their held-out cost\n"
 	"  convert MODEL -o OUT [--passes LIST] [--external-data] [--external-threshold BYTES]\n"
 	"                                      load, optionally rewrite, and save a model\n"
 	"  run MODEL (--data DIR | --input NAME=FILE ...) [--output-dir DIR] [--threads N] [--json]\n"
@@ -112,6 +114,17 @@ static const char usage_quantize[] =
 	"samples through onnxq's executor, inserts QuantizeLinear/DequantizeLinear\n"
 	"and stores weights as integers. OUT is untouched on failure.\n"
 	"\n";
+
+static const char usage_analyze[] =
+	"usage: onnxq analyze MODEL --calib DIR [--json FILE] [--html FILE] [--threads N] [quantize options]\n"
+	"\n"
+	"Which quantization points cost accuracy: for every point of the quantize\n"
+	"the options describe (each activation Q/DQ, each weight), the output SQNR\n"
+	"with only that point quantized, held out (each sample judged with ranges\n"
+	"from the other --calib-folds folds), its range, clipped share and MACs,\n"
+	"ranked worst first; and the fully quantized model's fold SQNR. The top of\n"
+	"the ranking goes to stdout, all of it to --json FILE; --html FILE writes\n"
+	"one self-contained page (inline SVG).\n";
 
 static const char usage_calibrate[] =
 	"usage: onnxq calibrate MODEL --calib DIR -o STATS [--shard I/N] [quantize options]\n"
@@ -443,6 +456,11 @@ static int cmd_quantize(int argc, char **argv)
 	return cmd_pipeline(argc, argv, "quantize", usage_quantize, OQ_JOB_QUANTIZE);
 }
 
+static int cmd_analyze(int argc, char **argv)
+{
+	return cmd_pipeline(argc, argv, "analyze", usage_analyze, OQ_JOB_ANALYZE);
+}
+
 static int cmd_calibrate(int argc, char **argv)
 {
 	return cmd_pipeline(argc, argv, "calibrate", usage_calibrate, OQ_JOB_CALIBRATE);
@@ -646,6 +664,7 @@ static const struct {
 	{"calibrate", cmd_calibrate},
 	{"merge-stats", cmd_merge_stats},
 	{"compare", cmd_compare},
+	{"analyze", cmd_analyze},
 };
 
 static int dispatch(int argc, char **argv)

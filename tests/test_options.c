@@ -232,7 +232,8 @@ Test(options, rules)
 		{OQ_JOB_QUANTIZE, KV("calib", "c", "ema-constant", "0.1"), "--ema-constant applies to --method ema"},
 		{OQ_JOB_QUANTIZE, KV("calib", "c", "ema-constant", "0.1", "method", "ema"), NULL},
 		{OQ_JOB_QUANTIZE, KV("calib", "c", "percentile", "99"), "--percentile applies to --method percentile"},
-		{OQ_JOB_QUANTIZE, KV("calib", "c", "calib-folds", "3"), "--calib-folds applies to --method auto"},
+		{OQ_JOB_QUANTIZE, KV("calib", "c", "calib-folds", "3"), NULL},
+		{OQ_JOB_QUANTIZE, KV("calib", "c", "calib-folds", "3", "method", "ema"), "--calib-folds: --method ema keeps no folds"},
 		{OQ_JOB_QUANTIZE, KV("calib", "c", "calib-folds", "3", "method", "auto"), NULL},
 		{OQ_JOB_QUANTIZE, KV("calib", "c", "calib-folds", "3", "act-type", "int16"), NULL},
 		/* the default method named explicitly still asks for calibration */

@@ -172,13 +172,12 @@ static int observe_const(oq_exec *e, const plan *p, const oq_value *v, oq_diag *
 	return rc;
 }
 
-/* Does node n read an initializer replaced for this run? */
+/* Is input 1 of node n (the weight a plan packs: Conv's W, MatMul's / Gemm's B) an initializer
+ * replaced for this run? */
 static int reads_over(const frame *f, const oq_node *n)
 {
-	for (size_t i = 0; f->over && i < n->n_inputs; i++)
-		if (n->inputs[i] && n->inputs[i]->graph == f->p->g && f->over[n->inputs[i]->index])
-			return 1;
-	return 0;
+	const oq_value *w = n->n_inputs > 1 ? n->inputs[1] : NULL;
+	return f->over && w && w->graph == f->p->g && f->over[w->index];
 }
 
 static int run_frame(oq_exec *e, frame *f, oq_diag *d)

@@ -349,12 +349,17 @@ static int set_exclude(oq_pipeline_args *a, const oq_option *o, const char *v, o
 /* ------------------------------------------------------------ the table */
 
 #define F(field) offsetof(oq_pipeline_opts, field)
-#define QC ((1u << OQ_JOB_QUANTIZE) | (1u << OQ_JOB_CALIBRATE))
+#define AN (1u << OQ_JOB_ANALYZE)
+#define QC ((1u << OQ_JOB_QUANTIZE) | (1u << OQ_JOB_CALIBRATE) | AN)
 #define ALL (QC | (1u << OQ_JOB_CONVERT))
 
 /* In `onnxq quantize --help` order; the help texts are that page's lines. */
 const oq_option oq_pipeline_options[] = {
-	{"output", OQ_ARG_REQUIRED, ALL, set_path, F(out_path),
+	{"output", OQ_ARG_REQUIRED, ALL & ~AN, set_path, F(out_path),
+	 NULL},
+	{"json", OQ_ARG_REQUIRED, AN, set_path, F(json_path),
+	 NULL},
+	{"html", OQ_ARG_REQUIRED, AN, set_path, F(html_path),
 	 NULL},
 	{NULL, 0, 0, NULL, 0, "Data:\n"},
 	{"calib", OQ_ARG_REQUIRED, QC, set_path, F(calib.source),
@@ -388,8 +393,9 @@ const oq_option oq_pipeline_options[] = {
 	 "                          auto: per tensor, the method and headroom (x1..x2) with\n"
 	 "                          the least error on held-out folds of the samples\n"},
 	{"calib-folds", OQ_ARG_REQUIRED, QC, set_number, F(calib.folds),
-	 "  --calib-folds K         auto: K contiguous folds of the samples (default 4; fewer\n"
-	 "                          when there are fewer than 2K samples)\n"},
+	 "  --calib-folds K         K contiguous folds of the samples (default 4; fewer when\n"
+	 "                          there are fewer than 2K samples): auto's held-out error,\n"
+	 "                          the fold SQNR every quantize --calib DIR reports\n"},
 	{"ema-constant", OQ_ARG_REQUIRED, QC, set_ema_constant, 0,
 	 "  --ema-constant C        ema smoothing constant in (0, 1] (default 0.01)\n"},
 	{"percentile", OQ_ARG_REQUIRED, QC, set_percentile, 0,
@@ -569,13 +575,14 @@ void oq_pipeline_opts_init(oq_pipeline_opts *o, int job)
 
 static const char *job_name(int job)
 {
-	return job == OQ_JOB_CALIBRATE ? "calibrate" : job == OQ_JOB_CONVERT ? "convert" : "quantize";
+	return job == OQ_JOB_CALIBRATE ? "calibrate" : job == OQ_JOB_CONVERT ? "convert"
+	       : job == OQ_JOB_ANALYZE ? "analyze" : "quantize";
 }
 
 /* Does the job run the quantize pass? */
 static int quantizes(const oq_pipeline_opts *o)
 {
-	return o->job == OQ_JOB_QUANTIZE && oq_pass_selected(&o->run, "quantize");
+	return (o->job == OQ_JOB_QUANTIZE || o->job == OQ_JOB_ANALYZE) && oq_pass_selected(&o->run, "quantize");
 }
 
 /*
@@ -601,7 +608,14 @@ static const char *broken_rule(const oq_pipeline_opts *o)
 
 	if (!o->in_path)
 		return "missing MODEL";
-	if (!o->out_path)
+	if (o->job == OQ_JOB_ANALYZE) {
+		if (!c->source || !strncmp(c->source, "random:", 7) || o->stats_in)
+			return "missing --calib DIR (the samples to measure on; not random data, not --stats)";
+		if (q->weight_only)
+			return "--weight-only has no activation points to analyze";
+		if (c->method == OQ_CALIB_EMA)
+			return "--method ema keeps no folds to measure on";
+	} else if (!o->out_path)
 		return o->job == OQ_JOB_CALIBRATE ? "missing -o STATS" : "missing -o OUT";
 	if (o->job == OQ_JOB_CALIBRATE) {
 		if (!c->source)
@@ -625,8 +639,8 @@ static const char *broken_rule(const oq_pipeline_opts *o)
 		return "--ema-constant applies to --method ema";
 	if (c->percentile > 0 && c->method != OQ_CALIB_PERCENTILE)
 		return "--percentile applies to --method percentile";
-	if (c->folds && method_of(o) != OQ_CALIB_AUTO)
-		return "--calib-folds applies to --method auto";
+	if (c->folds && method_of(o) == OQ_CALIB_EMA)
+		return "--calib-folds: --method ema keeps no folds";
 	if (c->method != OQ_PIPELINE_METHOD_DEFAULT && q->weight_only)
 		return "--method needs activation calibration; drop --weight-only";
 	if (bc_given && q->weight_only && o->bias_correction != OQ_BC_EMPIRICAL)
@@ -689,6 +703,8 @@ void oq_pipeline_opts_resolve(const oq_pipeline_opts *o, oq_pipeline_opts *out)
 	 * correct without calibration */
 	if (out->bias_correction == OQ_BC_DEFAULT)
 		out->bias_correction = out->job == OQ_JOB_QUANTIZE && !out->q.weight_only ? OQ_BC_EMPIRICAL : OQ_BC_OFF;
+	if (out->job == OQ_JOB_ANALYZE)
+		out->bias_correction = OQ_BC_OFF; /* each point is measured as the quantize pass sets it */
 	if (out->q.act_type == OQ_DT_FLOAT8E4M3FN)
 		out->q.act_sym = OQ_ACT_SYM; /* FP8 has one grid: symmetric, zero point 0, amax / 448 */
 	if (out->q.profile == OQ_PROFILE_TRT && out->q.act_type != OQ_DT_FLOAT8E4M3FN) {

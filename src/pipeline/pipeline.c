@@ -50,6 +50,7 @@
 #include "passes/rewrite/precision.h"
 #include "src/io/outfile.h"
 #include "src/pipeline/placement.h"
+#include "src/pipeline/analyze.h"
 #include "src/pipeline/fidelity.h"
 
 #define OQ_FOLD_WARN_DB 20 /* a fold SQNR below this is a warning */
@@ -217,7 +218,8 @@ static void job_init(job *j, const oq_pipeline_opts *o)
 	j->log = j->o.quiet ? NULL : j->o.log;
 	if (j->o.verbose && !j->q.log)
 		j->q.log = j->log;
-	j->quantize = j->o.job == OQ_JOB_QUANTIZE && oq_pass_selected(&j->o.run, "quantize");
+	j->quantize = (j->o.job == OQ_JOB_QUANTIZE || j->o.job == OQ_JOB_ANALYZE) &&
+		      oq_pass_selected(&j->o.run, "quantize");
 }
 
 static void job_free(job *j)
@@ -241,7 +243,8 @@ static int load(job *j, oq_diag *d)
 
 	if (j->o.stats_in && (rc = oq_stats_read(j->o.stats_in, &j->stats, d)))
 		return rc;
-	if ((rc = oq_model_load(j->o.in_path, &j->m, d)) || (rc = outputs_not_inputs(&j->o, j->m, d)))
+	if ((rc = oq_model_load(j->o.in_path, &j->m, d)) ||
+	    (j->o.job != OQ_JOB_ANALYZE && (rc = outputs_not_inputs(&j->o, j->m, d))))
 		return rc;
 	if (!j->m->graph)
 		return oq_err(d, OQ_EINVAL, "quantize: %s has no graph", j->o.in_path);
@@ -557,6 +560,36 @@ static void summary_left_float(const job *j)
 			OQ_PLACEMENT_BUDGET_DB);
 }
 
+/* `onnxq analyze`: the ranked points on stdout, --json and --html files. */
+static int analyze(job *j, oq_diag *d)
+{
+	oq_analysis a;
+	oq_model *fm = NULL;
+	int rc;
+
+	if (!j->quantize || j->folds.n_folds < 2)
+		return oq_err(d, OQ_EINVAL, "analyze: needs at least two calibration samples (one per fold)%s",
+			      j->quantize ? "" : " and the quantize pass");
+	if ((rc = float_copy(j, &fm, d)))
+		return rc;
+	rc = oq_analyze(fm, &j->co, &j->folds, &j->ranges, fold_model, j, &a, d);
+	oq_model_free(fm);
+	if (rc)
+		return rc;
+	oq_analysis_print(&a, stdout, 20);
+	if (j->o.json_path && (rc = oq_analysis_json(&a, j->o.json_path, d)))
+		goto out;
+	if (j->o.html_path && (rc = oq_analysis_html(&a, j->o.in_path, j->o.html_path, d)))
+		goto out;
+	if (j->log && j->o.json_path)
+		fprintf(j->log, "analyze: wrote %s\n", j->o.json_path);
+	if (j->log && j->o.html_path)
+		fprintf(j->log, "analyze: wrote %s\n", j->o.html_path);
+out:
+	oq_analysis_free(&a);
+	return rc;
+}
+
 /* A dB figure as the log prints it. */
 static void put_db(FILE *f, double v)
 {
@@ -687,6 +720,11 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		goto out;
 	if (j.o.job == OQ_JOB_CALIBRATE) {
 		rc = write_statistics(&j, d); /* `onnxq calibrate` ends here */
+		goto out;
+	}
+	if (j.o.job == OQ_JOB_ANALYZE) {
+		if (!(rc = learn_rounding(&j, d)) && !(rc = calibrate(&j, d)))
+			rc = analyze(&j, d); /* `onnxq analyze` ends here */
 		goto out;
 	}
 	if ((rc = learn_rounding(&j, d)) || (rc = calibrate(&j, d)) || (rc = correct_bias(&j, d)) ||

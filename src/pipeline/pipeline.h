@@ -29,6 +29,7 @@ enum {
 	OQ_JOB_QUANTIZE = 0, /* `onnxq quantize`: the quantized model */
 	OQ_JOB_CALIBRATE,    /* `onnxq calibrate`: one shard's calibration statistics, no model */
 	OQ_JOB_CONVERT,      /* `onnxq convert`: the model after the selected rewrites */
+	OQ_JOB_ANALYZE,      /* `onnxq analyze`: per-point sensitivity (analyze.h), no model */
 };
 
 /* calib.method of oq_pipeline_opts_init: none named; calibration uses mse, or auto with 16-bit
@@ -47,6 +48,8 @@ typedef struct oq_pipeline_opts {
 	const char *export_encodings; /* --export-encodings FILE.json, or NULL */
 	const char *import_encodings; /* --import-encodings FILE.json, or NULL */
 	const char *stats_in;    /* quantize --stats FILE: merged statistics instead of --calib, or NULL */
+	const char *json_path;   /* analyze --json FILE, or NULL */
+	const char *html_path;   /* analyze --html FILE, or NULL */
 	int bias_correction;     /* OQ_BC_* (calib/biascorr/biascorr.h) */
 	int bias_rounds;         /* --bias-correction-rounds N (empirical forward groups); -1 = OQ_BC_ROUNDS */
 	int high_precision;      /* --high-precision: OQ_DT_FLOAT, OQ_DT_FLOAT16, OQ_DT_BFLOAT16; 0 = the model's */
