@@ -161,3 +161,64 @@ Test(fidelity, nothing_quantized_inside_if)
 	cr_expect_not_null(strstr(log, "warning: nothing was quantized: the main graph's 1 If/Loop/Scan"),
 			   "log:\n%s", log);
 }
+
+/*
+ * analyze on two 1x1 convolutions, x [1,2,1,1] -> Conv W1 = identity [2,2,1,1] -> y1 ->
+ * Conv W2 = (1, 0.003) [1,2,1,1] -> y; 4 samples, all x = (2, 2), minmax.
+ * Activations: x and y1 = (2, 2) on the range [0, 2] (uint8, scale 2/255): 2 is code 255,
+ * exact; y = 2 + 0.006 = 2.006 is the top of its range [0, 2.006]: exact. W1 (rows 1 0 / 0 1,
+ * per channel scale 1/127) is exact. W2: scale 1/127, 0.003 * 127 = 0.381 rounds to 0, so with
+ * W2 alone quantized y = 2: point SQNR = 20 log10(2.006 / 0.006) = 50.484 dB, the worst point.
+ */
+Test(fidelity, analyze_ranks_the_hard_weight_first)
+{
+	const float xs[] = {2, 2, 2, 2, 2, 2, 2, 2};
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg;
+	oq_pipeline_opts po;
+	oq_diag d;
+	char model[256], calib[256], json[256], text[16384];
+	const char *pts, *first;
+	double db;
+	FILE *f;
+	size_t got;
+
+	gen_opset(g, "", 13);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 1));
+	gen_init(g, mg, "W1", OQ_DT_FLOAT, GEN_SHAPE(2, 2, 1, 1), GEN_VALS(1, 0, 0, 1));
+	gen_init(g, mg, "W2", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 1), GEN_VALS(1, 0.003));
+	gen_node(g, mg, "Conv", "c1", "x,W1", "y1");
+	gen_node(g, mg, "Conv", "c2", "y1,W2", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1));
+	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
+	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
+	snprintf(json, sizeof json, "%s", tmpdir_at("a.json"));
+	cr_assert_eq(gen_write(g, model), 0);
+	gen_free(g);
+	write_samples(calib, 4, GEN_SHAPE(1, 2, 1, 1), xs, 2);
+
+	oq_diag_init(&d);
+	oq_pipeline_opts_init(&po, OQ_JOB_ANALYZE);
+	po.in_path = model;
+	po.json_path = json;
+	po.calib.source = calib;
+	po.calib.method = OQ_CALIB_MINMAX;
+	po.calib.threads = 1;
+	po.quiet = 1;
+	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
+	cr_assert_not_null(f = fopen(json, "r"));
+	got = fread(text, 1, sizeof text - 1, f);
+	text[got] = 0;
+	fclose(f);
+	cr_assert_not_null(pts = strstr(text, "\"points\": ["), "%s", text);
+	cr_assert_not_null(first = strstr(pts, "{\"name\": "), "%s", text);
+	cr_expect(!strncmp(first, "{\"name\": \"W2\", \"kind\": \"weight\", \"rank\": 1, \"sqnr_db\": ", 55), "%s", text);
+	cr_assert_not_null(first = strstr(first, "\"sqnr_db\": "));
+	db = atof(first + 11);
+	cr_expect(fabs(db - 50.484) < 0.01, "W2 alone: %.4f dB, want 50.484", db);
+	/* the second point (all others are exact to float rounding) is far better */
+	cr_assert_not_null(first = strstr(first, "{\"name\": "));
+	cr_assert_not_null(first = strstr(first, "\"sqnr_db\": "));
+	cr_expect(atof(first + 11) > 100, "%s", text);
+}

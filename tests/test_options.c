@@ -25,7 +25,7 @@ static const struct {
 	{"include", "conv1"}, {"exclude", "fc"},
 	{"overrides", "ov.json"}, {"export-encodings", "e.json"}, {"import-encodings", "i.json"},
 	{"opset", "17"}, {"passes", "cleanup,fuse"}, {"ranges", "s.bin"}, {"dump-after", "fuse"}, {"external-threshold", "4096"},
-	{"max-loop-iterations", "1000"},
+	{"max-loop-iterations", "1000"}, {"json", "a.json"}, {"html", "a.html"},
 };
 
 static const char *sample(const char *name)
@@ -53,7 +53,9 @@ Test(options, every_row_sets_a_field_not_the_job)
 {
 	for (size_t i = 0; i < oq_pipeline_n_options; i++) {
 		const oq_option *o = &oq_pipeline_options[i];
-		int job = o->name && strcmp(o->name, "shard") == 0 ? OQ_JOB_CALIBRATE : OQ_JOB_QUANTIZE;
+		int job = o->name && strcmp(o->name, "shard") == 0 ? OQ_JOB_CALIBRATE
+			  : o->name && (!strcmp(o->name, "json") || !strcmp(o->name, "html")) ? OQ_JOB_ANALYZE
+											      : OQ_JOB_QUANTIZE;
 		oq_pipeline_args a, fresh;
 		oq_diag d;
 		int rc;
@@ -338,7 +340,8 @@ Test(options, resolve)
 	}
 }
 
-/* Every option a user may give is on `quantize --help` (-o, --shard, --ranges are elsewhere). */
+/* Every option a user may give is on `quantize --help` (-o, --shard, --ranges, analyze's --json and
+ * --html are elsewhere). */
 Test(options, help_lists_every_option)
 {
 	char *text = NULL, want[64];
@@ -351,7 +354,8 @@ Test(options, help_lists_every_option)
 	cr_expect(strstr(text, "  --no-PASS "), "--no-PASS missing");
 	for (size_t i = 0; i < oq_pipeline_n_options; i++) {
 		const char *n = oq_pipeline_options[i].name;
-		if (!n || !strcmp(n, "output") || !strcmp(n, "shard") || !strcmp(n, "ranges"))
+		if (!n || !strcmp(n, "output") || !strcmp(n, "shard") || !strcmp(n, "ranges") || !strcmp(n, "json") ||
+		    !strcmp(n, "html"))
 			continue;
 		snprintf(want, sizeof want, "--%s", n);
 		cr_expect(strstr(text, want), "%s is not on --help", want);
