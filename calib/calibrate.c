@@ -1656,12 +1656,13 @@ int oq_calibrate_held_out(oq_model *m, const oq_calib_opts *o, const oq_stats *s
 	out->n = 0;
 	q.progress = NULL;
 	q.verbose = 0;
-	if (!m || !m->graph || k < 2 || held >= k)
+	if (!m || !m->graph || k < 2 || held > k)
 		return oq_err(d, OQ_EINVAL, "calibrate: no held-out fold %zu in statistics of %zu folds",
 		              held, k);
 	if ((rc = check_opts(&q, d)))
 		return rc;
-	nf = q.method == OQ_CALIB_AUTO && k - 1 >= 2 ? k - 1 : 1;
+	nf = held == k ? k : k - 1; /* held k: every fold */
+	nf = q.method == OQ_CALIB_AUTO && nf >= 2 ? nf : 1;
 	if ((rc = calib_init(m, &q, nf, &c, d)))
 		goto fail;
 	n = m->graph->n_values;

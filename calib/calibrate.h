@@ -127,7 +127,8 @@ int oq_calibrate_stats(oq_model *m, const oq_calib_opts *o, oq_stats *out, oq_di
  * The ranges o->method picks from the statistics of every fold of s (a folds file, or what
  * folds_out received) but fold `held`: what calibrating on the other folds' samples would
  * give (auto: its selection over those k - 1 folds; mse when that leaves one). For held-out
- * error estimates: the ranges are judged on the samples of fold `held`. Quiet (no report).
+ * error estimates: the ranges are judged on the samples of fold `held`. held == k: every fold
+ * (the ranges of all samples, e.g. on other grids than calibration's). Quiet (no report).
  */
 int oq_calibrate_held_out(oq_model *m, const oq_calib_opts *o, const oq_stats *s, size_t held,
 			  oq_ranges *out, oq_diag *d) OQ_WUR;

@@ -26,6 +26,7 @@ static const struct {
 	{"overrides", "ov.json"}, {"export-encodings", "e.json"}, {"import-encodings", "i.json"},
 	{"opset", "17"}, {"passes", "cleanup,fuse"}, {"ranges", "s.bin"}, {"dump-after", "fuse"}, {"external-threshold", "4096"},
 	{"max-loop-iterations", "1000"}, {"json", "a.json"}, {"html", "a.html"},
+	{"target-sqnr", "30"}, {"report", "r.json"},
 };
 
 static const char *sample(const char *name)

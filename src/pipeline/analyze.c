@@ -75,6 +75,7 @@ void oq_analysis_free(oq_analysis *a)
 	free(a->out);
 	free(a->r2);
 	free(a->qd2);
+	free(a->node_macs);
 	free(a->pt);
 	free(a->rank);
 	memset(a, 0, sizeof *a);
@@ -329,7 +330,8 @@ int oq_analyze(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, con
 	out->out = oq_calloc(nout + 1, sizeof *out->out);
 	out->r2 = oq_calloc(nout + 1, sizeof *out->r2);
 	out->qd2 = oq_calloc(nout + 1, sizeof *out->qd2);
-	if (!fq || !kp.v || !vals || !ref || !in || !po || !qo || !part || !mark || !out->out || !out->r2 || !out->qd2) {
+	out->node_macs = oq_calloc(g->n_nodes + 1, sizeof *out->node_macs);
+	if (!out->node_macs || !fq || !kp.v || !vals || !ref || !in || !po || !qo || !part || !mark || !out->out || !out->r2 || !out->qd2) {
 		rc = oq_err(d, OQ_ENOMEM, "analyze: out of memory");
 		goto fail;
 	}
@@ -415,8 +417,10 @@ int oq_analyze(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, con
 				if (fq[0].of[p] >= 0)
 					out->pt[p].macs = point_macs(g, fq[0].q[fq[0].of[p]].fv, kp.v, &out->pt[p].order);
 		if (i == 0)
-			for (size_t x = 0; x < g->n_nodes; x++)
-				out->total_macs += node_macs(g->nodes[x], kp.v);
+			for (size_t x = 0; x < g->n_nodes; x++) {
+				out->node_macs[x] = node_macs(g->nodes[x], kp.v);
+				out->total_macs += out->node_macs[x];
+			}
 
 		for (size_t p = 0; p < out->n_pt; p++) {
 			const oq_qpoint *q, *bq = NULL;

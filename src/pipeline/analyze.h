@@ -59,6 +59,7 @@ typedef struct oq_analysis {
 	size_t n_pt;
 	size_t *rank;        /* point indices, worst first */
 	double total_macs;   /* MACs of every Conv/ConvTranspose/MatMul/Gemm (first sample) */
+	double *node_macs;   /* per node of the float model's main graph: its MACs (first sample) */
 	double seconds;      /* wall time of the analysis */
 } oq_analysis;
 

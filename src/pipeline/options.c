@@ -11,6 +11,7 @@
 #include "src/pipeline/pipeline.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -257,6 +258,18 @@ static int set_ema_constant(oq_pipeline_args *a, const oq_option *o, const char 
 	return OQ_OK;
 }
 
+static int set_target_sqnr(oq_pipeline_args *a, const oq_option *o, const char *v, oq_diag *d)
+{
+	char *end;
+	double x = strtod(v, &end);
+
+	(void)o;
+	if (end == v || *end || !isfinite(x) || x <= 0 || x > 200)
+		return oq_err(d, OQ_EUSAGE, "--target-sqnr needs a number of dB in (0, 200]");
+	a->p.target_sqnr = x;
+	return OQ_OK;
+}
+
 static int set_percentile(oq_pipeline_args *a, const oq_option *o, const char *v, oq_diag *d)
 {
 	(void)o;
@@ -467,6 +480,11 @@ const oq_option oq_pipeline_options[] = {
 	 "  --exclude NAME|OP       leave these nodes / op types / tensors float (repeatable)\n"},
 	{"overrides", OQ_ARG_REQUIRED, QC, set_path, F(overrides_path),
 	 "  --overrides FILE.json   per-tensor / per-node settings (see README)\n"},
+	{"target-sqnr", OQ_ARG_REQUIRED, 1u << OQ_JOB_QUANTIZE, set_target_sqnr, 0,
+	 "  --target-sqnr DB        raise the costliest points (8-bit -> 16-bit -> float) until\n"
+	 "                          every output's held-out fold SQNR reaches DB (README)\n"},
+	{"report", OQ_ARG_REQUIRED, 1u << OQ_JOB_QUANTIZE, set_path, F(report_path),
+	 "  --report FILE.json      --target-sqnr: what was raised and the SQNR reached\n"},
 	{"export-encodings", OQ_ARG_REQUIRED, QC, set_path, F(export_encodings),
 	 "  --export-encodings F    write AIMET-style encodings (scales, offsets) of the result to F\n"},
 	{"import-encodings", OQ_ARG_REQUIRED, QC, set_path, F(import_encodings),
@@ -639,6 +657,13 @@ static const char *broken_rule(const oq_pipeline_opts *o)
 		return "--ema-constant applies to --method ema";
 	if (c->percentile > 0 && c->method != OQ_CALIB_PERCENTILE)
 		return "--percentile applies to --method percentile";
+	if (o->target_sqnr > 0 && (!c->source || !strncmp(c->source, "random:", 7) || q->weight_only))
+		return "--target-sqnr measures on the calibration samples: give --calib DIR (not random data, "
+		       "not --stats, not --weight-only)";
+	if (o->target_sqnr > 0 && method_of(o) == OQ_CALIB_EMA)
+		return "--target-sqnr: --method ema keeps no folds to measure on";
+	if (o->report_path && !(o->target_sqnr > 0))
+		return "--report applies to --target-sqnr";
 	if (c->folds && method_of(o) == OQ_CALIB_EMA)
 		return "--calib-folds: --method ema keeps no folds";
 	if (c->method != OQ_PIPELINE_METHOD_DEFAULT && q->weight_only)

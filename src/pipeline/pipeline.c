@@ -52,6 +52,7 @@
 #include "src/pipeline/placement.h"
 #include "src/pipeline/analyze.h"
 #include "src/pipeline/fidelity.h"
+#include "src/pipeline/target.h"
 
 #define OQ_FOLD_WARN_DB 20 /* a fold SQNR below this is a warning */
 
@@ -74,6 +75,9 @@ typedef struct job {
 	oq_calib_opts co;         /* the calibration options (the fold measurement repeats them) */
 	oq_stats folds;           /* per-fold statistics of a sample folder (n_folds 0: none) */
 	oq_fidelity fid;          /* the fold SQNR (fid.k 0: not measured) */
+	oq_target target;         /* --target-sqnr's search (target.db 0: none) */
+	oq_override *tov;         /* the overrides in effect during and after it: --overrides, then
+				   * the raised points (shallow copies) */
 	oq_biascorr_analytic *analytic;
 	oq_wlearned_set learned;  /* learned rounding (q.learned points here once learned) */
 	oq_save_info info;
@@ -228,6 +232,8 @@ static void job_free(job *j)
 	oq_wlearned_free(&j->learned);
 	oq_placement_free(&j->placement);
 	oq_fidelity_free(&j->fid);
+	oq_target_free(&j->target);
+	free(j->tov);
 	oq_stats_free(&j->folds);
 	oq_ranges_free(&j->ranges);
 	free(j->need);
@@ -466,6 +472,60 @@ static int fold_model(void *ctx, const oq_ranges *r, oq_model **out, oq_diag *d)
 	return rc;
 }
 
+/* oq_target_set_fn: --overrides (first: the user's settings stand), then the raised points v. */
+static int set_overrides(void *ctx, const oq_override *v, size_t n, oq_diag *d)
+{
+	job *j = ctx;
+	oq_override *all = oq_calloc(j->n_ov + n + 1, sizeof *all);
+
+	if (!all)
+		return oq_err(d, OQ_ENOMEM, "target-sqnr: out of memory");
+	if (j->n_ov)
+		memcpy(all, j->ov, j->n_ov * sizeof *all);
+	if (n)
+		memcpy(all + j->n_ov, v, n * sizeof *all);
+	free(j->tov);
+	j->tov = all;
+	j->q.overrides = all;
+	j->q.n_overrides = j->n_ov + n;
+	return OQ_OK;
+}
+
+/* The 16-bit type of a grid's 8-bit one (signedness kept). */
+static int wide(int dtype)
+{
+	return dtype == OQ_DT_UINT8 || dtype == OQ_DT_UINT16 ? OQ_DT_UINT16 : OQ_DT_INT16;
+}
+
+/*
+ * --target-sqnr: the search (target.h) leaves its overrides in j->q; the activation ranges are
+ * then computed again from every fold on the grids they now have.
+ */
+static int reach_target(job *j, oq_diag *d)
+{
+	oq_model *fm = NULL;
+	oq_ranges r;
+	int rc;
+
+	if (!(j->o.target_sqnr > 0) || !j->quantize)
+		return OQ_OK;
+	if (j->folds.n_folds < 2)
+		return oq_err(d, OQ_EINVAL, "target-sqnr: needs at least two calibration samples (one per fold)");
+	if ((rc = float_copy(j, &fm, d)))
+		return rc;
+	rc = oq_target_search(fm, &j->co, &j->folds, &j->ranges, j->o.target_sqnr, wide(j->q.act_type),
+			      wide(j->q.weight_type), fold_model, set_overrides, j, j->log, &j->target, d);
+	if (!rc && !(rc = oq_calibrate_held_out(fm, &j->co, &j->folds, j->folds.n_folds, &r, d))) {
+		oq_ranges_free(&j->ranges);
+		j->ranges = r;
+		j->q.ranges = &j->ranges;
+	}
+	oq_model_free(fm);
+	if (!rc && j->o.report_path)
+		rc = oq_target_json(&j->target, j->o.report_path, d);
+	return rc;
+}
+
 /* The fold SQNR (fidelity.h) when calibration kept per-fold statistics. */
 static int fidelity(job *j, oq_diag *d)
 {
@@ -663,6 +723,12 @@ static void summary(const job *j)
 	if (!log)
 		return;
 	init_bytes(g, &fl1, &in1);
+	if (j->target.db > 0)
+		fprintf(log, "quantize: --target-sqnr %.1f dB %s in %zu rounds (%.1f s): %zu points raised (16-bit or "
+			"float); %.1f %% of the MACs stay 8-bit\n", j->target.db,
+			j->target.reached ? "reached on the folds" : "NOT reached (the best model found is written)",
+			j->target.rounds, j->target.seconds, j->target.n_ov,
+			j->target.macs > 0 ? 100 * j->target.macs8 / j->target.macs : 100.0);
 	report_fidelity(j);
 	/* (a model the placement left float on purpose is said so by summary_left_float) */
 	if (j->quantize && !count_op(g, "QuantizeLinear") && !count_op(g, "DequantizeLinear") &&
@@ -727,10 +793,9 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 			rc = analyze(&j, d); /* `onnxq analyze` ends here */
 		goto out;
 	}
-	if ((rc = learn_rounding(&j, d)) || (rc = calibrate(&j, d)) || (rc = correct_bias(&j, d)) ||
-	    (rc = quantize(&j, d)) || (rc = fidelity(&j, d)) || (rc = narrow(&j, d)) || (rc = encodings(&j, d)) ||
-	    (rc = save(&j, d)) ||
-	    (rc = export_encodings(&j, d)))
+	if ((rc = learn_rounding(&j, d)) || (rc = calibrate(&j, d)) || (rc = reach_target(&j, d)) ||
+	    (rc = correct_bias(&j, d)) || (rc = quantize(&j, d)) || (rc = fidelity(&j, d)) || (rc = narrow(&j, d)) ||
+	    (rc = encodings(&j, d)) || (rc = save(&j, d)) || (rc = export_encodings(&j, d)))
 		goto out;
 	summary(&j);
 out:

@@ -50,6 +50,8 @@ typedef struct oq_pipeline_opts {
 	const char *stats_in;    /* quantize --stats FILE: merged statistics instead of --calib, or NULL */
 	const char *json_path;   /* analyze --json FILE, or NULL */
 	const char *html_path;   /* analyze --html FILE, or NULL */
+	double target_sqnr;      /* quantize --target-sqnr DB; 0: none */
+	const char *report_path; /* --report FILE.json (with --target-sqnr), or NULL */
 	int bias_correction;     /* OQ_BC_* (calib/biascorr/biascorr.h) */
 	int bias_rounds;         /* --bias-correction-rounds N (empirical forward groups); -1 = OQ_BC_ROUNDS */
 	int high_precision;      /* --high-precision: OQ_DT_FLOAT, OQ_DT_FLOAT16, OQ_DT_BFLOAT16; 0 = the model's */

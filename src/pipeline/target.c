@@ -1,0 +1,324 @@
+/*
+ * target.c - `quantize --target-sqnr DB` (see target.h).
+ */
+#include "src/pipeline/target.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "passes/quantize/overrides.h"
+
+#define MARGIN_DB 1.5      /* a round aims this far above the target (the noise estimate is rough) */
+#define MAC_FLOOR 1e-3     /* a point's cost is its MACs + this share of the model's */
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void oq_target_free(oq_target *t)
+{
+	for (size_t i = 0; t->out && i < t->n_out; i++)
+		free(t->out[i]);
+	free(t->out);
+	free(t->sqnr);
+	free(t->sqnr0);
+	oq_overrides_free(t->ov, t->n_ov);
+	free(t->kind);
+	memset(t, 0, sizeof *t);
+}
+
+/* The overrides of `level` (0: as the options, 1: 16-bit, 2: float) per analysis point. */
+static int overrides(const oq_analysis *a, const int *level, int act16, int w16, oq_override **out, int **kind,
+		     size_t *n, oq_diag *d)
+{
+	size_t k = 0;
+	oq_override *v = oq_calloc(a->n_pt + 1, sizeof *v);
+	int *kd = oq_calloc(a->n_pt + 1, sizeof *kd);
+
+	if (!v || !kd)
+		goto oom;
+	for (size_t p = 0; p < a->n_pt; p++) {
+		oq_override *o = &v[k];
+		if (!level[p])
+			continue;
+		if (!(o->name = oq_strdup(a->pt[p].name)))
+			goto oom;
+		o->skip = level[p] == 2;
+		o->dtype = level[p] == 1 ? (a->pt[p].weight ? w16 : act16) : 0;
+		o->symmetric = -1;
+		o->granularity = -1;
+		o->axis = INT32_MIN;
+		kd[k++] = a->pt[p].weight;
+	}
+	*out = v;
+	*kind = kd;
+	*n = k;
+	return OQ_OK;
+oom:
+	oq_overrides_free(v, k);
+	free(kd);
+	return oq_err(d, OQ_ENOMEM, "target-sqnr: out of memory");
+}
+
+/* The lowest output fold SQNR of sums r2, d2 (NaN counts as lowest); its output in *at. */
+static double worst_of(const double *r2, const double *d2, size_t n, size_t *at)
+{
+	double w = INFINITY;
+
+	*at = 0;
+	for (size_t o = 0; o < n; o++) {
+		double db = oq_fidelity_db(r2[o], d2[o]);
+		if (r2[o] == 0 && d2[o] == 0)
+			continue;
+		if (isnan(db) || db < w) {
+			w = db;
+			*at = o;
+			if (isnan(db))
+				break;
+		}
+	}
+	return w;
+}
+
+/* Is a better than b (NaN is worst)? */
+static int better(double a, double b)
+{
+	return !isnan(a) && (isnan(b) || a > b);
+}
+
+/* MACs of nodes none of whose inputs is a raised point. */
+static double macs8(const oq_model *fm, const oq_analysis *a, const int *level, oq_diag *d, int *rc)
+{
+	const oq_graph *g = fm->graph;
+	unsigned char *up = oq_calloc(g->n_values + 1, 1);
+	double m = 0;
+
+	*rc = OQ_OK;
+	if (!up) {
+		*rc = oq_err(d, OQ_ENOMEM, "target-sqnr: out of memory");
+		return 0;
+	}
+	for (size_t p = 0; p < a->n_pt; p++) {
+		const oq_value *v = level[p] ? oq_graph_find(g, a->pt[p].name) : NULL;
+		if (v && v->graph == g)
+			up[v->index] = 1;
+	}
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		const oq_node *n = g->nodes[i];
+		int raised = 0;
+		for (size_t k = 0; k < n->n_inputs && !raised; k++)
+			raised = n->inputs[k] && n->inputs[k]->graph == g && up[n->inputs[k]->index];
+		if (!raised)
+			m += a->node_macs[i];
+	}
+	free(up);
+	return m;
+}
+
+/*
+ * Raises points for output o (see target.h) from the measured noise d2o toward `goal` (noise
+ * power); returns the steps taken. order: scratch of a->n_pt entries.
+ */
+static size_t plan_round(const oq_analysis *a, int *level, size_t o, double d2o, double goal, size_t *order)
+{
+	double floor = MAC_FLOOR * a->total_macs + 1, total = 0, need, cum = 0;
+	size_t nc = 0, steps = 0;
+	int from;
+
+	for (size_t p = 0; p < a->n_pt && !nc; p++)
+		nc += level[p] == 0;
+	from = nc ? 0 : 1; /* 8-bit points first; then 16-bit ones go to float */
+	nc = 0;
+	for (size_t p = 0; p < a->n_pt; p++) { /* candidates by score, best first: insertion sort */
+		double s;
+		size_t x = nc;
+		if (level[p] != from)
+			continue;
+		s = from ? a->pt[p].d2[o] : a->pt[p].d2[o] / (a->pt[p].macs + floor);
+		for (; x > 0; x--) {
+			size_t q = order[x - 1];
+			double sq = from ? a->pt[q].d2[o] : a->pt[q].d2[o] / (a->pt[q].macs + floor);
+			if (!(s > sq))
+				break;
+			order[x] = q;
+		}
+		order[x] = p;
+		nc++;
+	}
+	/* the measured noise d2o is shared among the candidates in proportion to their noise alone
+	 * (alone, the points' noises do not add up to the measured one): remove the share that
+	 * would leave goal */
+	for (size_t i = 0; i < nc; i++)
+		total += a->pt[order[i]].d2[o];
+	need = d2o > goal && d2o > 0 ? (1 - goal / d2o) * total : 0;
+	for (size_t i = 0; i < nc; i++) {
+		if (steps && cum >= need)
+			break;
+		level[order[i]]++;
+		cum += a->pt[order[i]].d2[o];
+		steps++;
+	}
+	return steps;
+}
+
+int oq_target_search(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, const oq_ranges *all,
+		     double db, int act16, int w16, oq_fid_make_fn make, oq_target_set_fn set, void *ctx,
+		     FILE *log, oq_target *out, oq_diag *d)
+{
+	oq_analysis a;
+	oq_fidelity f;
+	oq_override *ov = NULL;
+	int *level = NULL, *best = NULL, *kind = NULL;
+	size_t *order = NULL, n_ov = 0, o;
+	double t0 = now(), bw, w;
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	memset(&f, 0, sizeof f);
+	out->db = db;
+	if ((rc = set(ctx, NULL, 0, d)) || (rc = oq_analyze(fm, co, folds, all, make, ctx, &a, d)))
+		return rc;
+	out->n_out = a.n_out;
+	level = oq_calloc(a.n_pt + 1, sizeof *level);
+	best = oq_calloc(a.n_pt + 1, sizeof *best);
+	order = oq_calloc(a.n_pt + 1, sizeof *order);
+	out->out = oq_calloc(a.n_out + 1, sizeof *out->out);
+	out->sqnr = oq_calloc(a.n_out + 1, sizeof *out->sqnr);
+	out->sqnr0 = oq_calloc(a.n_out + 1, sizeof *out->sqnr0);
+	if (!level || !best || !order || !out->out || !out->sqnr || !out->sqnr0) {
+		rc = oq_err(d, OQ_ENOMEM, "target-sqnr: out of memory");
+		goto fail;
+	}
+	for (size_t i = 0; i < a.n_out; i++) {
+		if (!(out->out[i] = oq_strdup(a.out[i]))) {
+			rc = oq_err(d, OQ_ENOMEM, "target-sqnr: out of memory");
+			goto fail;
+		}
+		out->sqnr[i] = out->sqnr0[i] = oq_fidelity_db(a.r2[i], a.qd2[i]);
+	}
+	/* round 0 is the analysis' fully quantized model */
+	bw = w = worst_of(a.r2, a.qd2, a.n_out, &o);
+	if (log)
+		fprintf(log, "target-sqnr: %zu points; fold SQNR of the worst output '%s' %.1f dB, target %.1f dB\n",
+			a.n_pt, a.out[o], w, db);
+	while (isnan(w) || w < db) {
+		double goal = a.r2[o] / pow(10, (db + MARGIN_DB) / 10);
+		double d2o = f.k ? f.d2[o] : a.qd2[o];
+		size_t steps = plan_round(&a, level, o, d2o, goal, order), n16 = 0, nf = 0;
+
+		if (!steps)
+			break;
+		oq_overrides_free(ov, n_ov);
+		free(kind);
+		ov = NULL;
+		kind = NULL;
+		oq_fidelity_free(&f);
+		if ((rc = overrides(&a, level, act16, w16, &ov, &kind, &n_ov, d)) || (rc = set(ctx, ov, n_ov, d)) ||
+		    (rc = oq_fidelity_measure(fm, co, folds, make, ctx, &f, d)))
+			goto fail;
+		out->rounds++;
+		w = worst_of(f.r2, f.d2, f.n_out, &o);
+		for (size_t p = 0; p < a.n_pt; p++) {
+			n16 += level[p] == 1;
+			nf += level[p] == 2;
+		}
+		if (log)
+			fprintf(log, "target-sqnr: round %zu: %zu points at 16 bits, %zu float: worst output '%s' %.1f dB\n",
+				out->rounds, n16, nf, f.out[o], w);
+		if (better(w, bw)) {
+			bw = w;
+			memcpy(best, level, a.n_pt * sizeof *best);
+			for (size_t i = 0; i < a.n_out; i++)
+				out->sqnr[i] = oq_fidelity_db(f.r2[i], f.d2[i]);
+		}
+	}
+	out->reached = !isnan(bw) && bw >= db;
+	oq_overrides_free(ov, n_ov);
+	free(kind);
+	ov = NULL;
+	kind = NULL;
+	if ((rc = overrides(&a, best, act16, w16, &out->ov, &out->kind, &out->n_ov, d)) ||
+	    (rc = set(ctx, out->ov, out->n_ov, d)))
+		goto fail;
+	out->macs = a.total_macs;
+	out->macs8 = macs8(fm, &a, best, d, &rc);
+	out->seconds = now() - t0;
+fail:
+	oq_overrides_free(ov, n_ov);
+	free(kind);
+	oq_fidelity_free(&f);
+	oq_analysis_free(&a);
+	free(level);
+	free(best);
+	free(order);
+	if (rc)
+		oq_target_free(out);
+	return rc;
+}
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+static void json_db(FILE *f, double v)
+{
+	if (isnan(v))
+		fputs("null", f);
+	else if (isinf(v))
+		fputs(v > 0 ? "999" : "-999", f);
+	else
+		fprintf(f, "%.4f", v);
+}
+
+int oq_target_json(const oq_target *t, const char *path, oq_diag *d)
+{
+	FILE *f = fopen(path, "w");
+	int bad;
+
+	if (!f)
+		return oq_err(d, OQ_EIO, "target-sqnr: cannot write %s", path);
+	fprintf(f, "{\n  \"target_sqnr_db\": %.4f,\n  \"reached\": %s,\n  \"rounds\": %zu,\n  \"seconds\": %.3f,\n",
+		t->db, t->reached ? "true" : "false", t->rounds, t->seconds);
+	fprintf(f, "  \"macs\": %.0f,\n  \"macs_8bit\": %.0f,\n  \"macs_8bit_share\": %.6f,\n  \"outputs\": [", t->macs,
+		t->macs8, t->macs > 0 ? t->macs8 / t->macs : 1.0);
+	for (size_t o = 0; o < t->n_out; o++) {
+		fputs(o ? ", " : "", f);
+		fputs("{\"name\": ", f);
+		json_str(f, t->out[o]);
+		fputs(", \"fold_sqnr_db\": ", f);
+		json_db(f, t->sqnr[o]);
+		fputs(", \"fold_sqnr_db_8bit\": ", f);
+		json_db(f, t->sqnr0[o]);
+		fputc('}', f);
+	}
+	fputs("],\n  \"raised\": [", f);
+	for (size_t i = 0; i < t->n_ov; i++) {
+		fputs(i ? ",\n    " : "\n    ", f);
+		fputs("{\"name\": ", f);
+		json_str(f, t->ov[i].name);
+		fprintf(f, ", \"kind\": \"%s\", \"to\": \"%s\"}", t->kind[i] ? "weight" : "activation",
+			t->ov[i].skip ? "float" : oq_dtype_name(t->ov[i].dtype));
+	}
+	fputs("]\n}\n", f);
+	bad = ferror(f);
+	if (fclose(f) || bad)
+		return oq_err(d, OQ_EIO, "target-sqnr: writing %s failed", path);
+	return OQ_OK;
+}
