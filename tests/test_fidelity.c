@@ -170,18 +170,12 @@ Test(fidelity, nothing_quantized_inside_if)
  * per channel scale 1/127) is exact. W2: scale 1/127, 0.003 * 127 = 0.381 rounds to 0, so with
  * W2 alone quantized y = 2: point SQNR = 20 log10(2.006 / 0.006) = 50.484 dB, the worst point.
  */
-Test(fidelity, analyze_ranks_the_hard_weight_first)
+/* The two-convolution model above and its samples: tmpdir m.onnx, calib/. */
+static void two_convs(void)
 {
 	const float xs[] = {2, 2, 2, 2, 2, 2, 2, 2};
 	gen_model *g = gen_new(8);
 	Onnx__GraphProto *mg;
-	oq_pipeline_opts po;
-	oq_diag d;
-	char model[256], calib[256], json[256], text[16384];
-	const char *pts, *first;
-	double db;
-	FILE *f;
-	size_t got;
 
 	gen_opset(g, "", 13);
 	mg = gen_graph(g);
@@ -191,13 +185,25 @@ Test(fidelity, analyze_ranks_the_hard_weight_first)
 	gen_node(g, mg, "Conv", "c1", "x,W1", "y1");
 	gen_node(g, mg, "Conv", "c2", "y1,W2", "y");
 	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1));
+	cr_assert_eq(gen_write(g, tmpdir_at("m.onnx")), 0);
+	gen_free(g);
+	write_samples(tmpdir_at("calib"), 4, GEN_SHAPE(1, 2, 1, 1), xs, 2);
+}
+
+Test(fidelity, analyze_ranks_the_hard_weight_first)
+{
+	oq_pipeline_opts po;
+	oq_diag d;
+	char model[256], calib[256], json[256], text[16384];
+	const char *pts, *first;
+	double db;
+	FILE *f;
+	size_t got;
+
+	two_convs();
 	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
 	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
 	snprintf(json, sizeof json, "%s", tmpdir_at("a.json"));
-	cr_assert_eq(gen_write(g, model), 0);
-	gen_free(g);
-	write_samples(calib, 4, GEN_SHAPE(1, 2, 1, 1), xs, 2);
-
 	oq_diag_init(&d);
 	oq_pipeline_opts_init(&po, OQ_JOB_ANALYZE);
 	po.in_path = model;
@@ -221,4 +227,47 @@ Test(fidelity, analyze_ranks_the_hard_weight_first)
 	cr_assert_not_null(first = strstr(first, "{\"name\": "));
 	cr_assert_not_null(first = strstr(first, "\"sqnr_db\": "));
 	cr_expect(atof(first + 11) > 100, "%s", text);
+}
+
+/*
+ * --target-sqnr 60 on the two convolutions: fully quantized, the fold SQNR is 48.1 dB (W2's
+ * rounding, then y's grid). W2 carries all the noise a point adds alone, so it alone is raised,
+ * to int16: 0.003 * 32767 = 98.3 -> 98, y = 2 + 2 * 98 / 32767 = 2.0059817, which y's grid
+ * (scale 2.006 / 255) rounds to code 255 = 2.006: exact again, the target is reached. MACs:
+ * c1 2 outputs x 2 inputs = 4, c2 1 x 2 = 2; c2 reads the raised W2: 4 / 6 stay 8-bit.
+ */
+Test(fidelity, target_sqnr_raises_the_hard_weight_only)
+{
+	oq_pipeline_opts po;
+	oq_diag d;
+	char model[256], calib[256], report[256], out[256], text[4096];
+	FILE *f;
+	size_t got;
+
+	two_convs();
+	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
+	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
+	snprintf(report, sizeof report, "%s", tmpdir_at("r.json"));
+	snprintf(out, sizeof out, "%s", tmpdir_at("q.onnx"));
+	oq_diag_init(&d);
+	oq_pipeline_opts_init(&po, OQ_JOB_QUANTIZE);
+	po.in_path = model;
+	po.out_path = out;
+	po.calib.source = calib;
+	po.calib.method = OQ_CALIB_MINMAX;
+	po.calib.threads = 1;
+	po.bias_correction = OQ_BC_OFF;
+	po.target_sqnr = 60;
+	po.report_path = report;
+	po.quiet = 1;
+	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
+	cr_assert_not_null(f = fopen(report, "r"));
+	got = fread(text, 1, sizeof text - 1, f);
+	text[got] = 0;
+	fclose(f);
+	cr_expect_not_null(strstr(text, "\"reached\": true"), "%s", text);
+	cr_expect_not_null(strstr(text, "\"macs_8bit_share\": 0.666667"), "%s", text);
+	cr_expect_not_null(strstr(text, "\"raised\": [\n    {\"name\": \"W2\", \"kind\": \"weight\", \"to\": \"int16\"}]"),
+			   "%s", text);
+	cr_expect_not_null(strstr(text, "\"fold_sqnr_db_8bit\": 48.1"), "%s", text);
 }

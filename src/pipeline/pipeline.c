@@ -498,8 +498,9 @@ static int wide(int dtype)
 }
 
 /*
- * --target-sqnr: the search (target.h) leaves its overrides in j->q; the activation ranges are
- * then computed again from every fold on the grids they now have.
+ * --target-sqnr: the search (target.h) leaves its overrides in j->q; the model is rewritten
+ * again for them and the activation ranges are computed again from every fold on the grids
+ * they now have.
  */
 static int reach_target(job *j, oq_diag *d)
 {
@@ -515,12 +516,18 @@ static int reach_target(job *j, oq_diag *d)
 		return rc;
 	rc = oq_target_search(fm, &j->co, &j->folds, &j->ranges, j->o.target_sqnr, wide(j->q.act_type),
 			      wide(j->q.weight_type), fold_model, set_overrides, j, j->log, &j->target, d);
-	if (!rc && !(rc = oq_calibrate_held_out(fm, &j->co, &j->folds, j->folds.n_folds, &r, d))) {
+	oq_model_free(fm);
+	fm = NULL;
+	/* the model again, rewritten for its overrides now (16-bit types need opset 21) */
+	if (!rc && !(rc = float_copy(j, &fm, d))) {
+		oq_model_free(j->m);
+		j->m = fm;
+	}
+	if (!rc && !(rc = oq_calibrate_held_out(j->m, &j->co, &j->folds, j->folds.n_folds, &r, d))) {
 		oq_ranges_free(&j->ranges);
 		j->ranges = r;
 		j->q.ranges = &j->ranges;
 	}
-	oq_model_free(fm);
 	if (!rc && j->o.report_path)
 		rc = oq_target_json(&j->target, j->o.report_path, d);
 	return rc;
