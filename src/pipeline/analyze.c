@@ -517,15 +517,6 @@ fail:
 
 /* ------------------------------------------------------------ reports */
 
-static void put_db(FILE *f, double v)
-{
-	if (isnan(v))
-		fputs("   nan", f);
-	else if (isinf(v))
-		fputs(v > 0 ? "   inf" : "  -inf", f);
-	else
-		fprintf(f, "%6.1f", v);
-}
 
 void oq_analysis_print(const oq_analysis *a, FILE *f, size_t top)
 {
@@ -535,7 +526,7 @@ void oq_analysis_print(const oq_analysis *a, FILE *f, size_t top)
 		a->seconds);
 	for (size_t o = 0; o < a->n_out; o++) {
 		fprintf(f, "fully quantized: output '%s' fold SQNR ", a->out[o]);
-		put_db(f, oq_fidelity_db(a->r2[o], a->qd2[o]));
+		oq_fidelity_put_db(f, 6, oq_fidelity_db(a->r2[o], a->qd2[o]));
 		fputs(" dB\n", f);
 	}
 	fprintf(f, "%4s %6s %-10s %10s %10s %8s %8s  %s\n", "rank", "dB", "kind", "min", "max", "clip%", "MMACs",
@@ -543,7 +534,7 @@ void oq_analysis_print(const oq_analysis *a, FILE *f, size_t top)
 	for (size_t i = 0; i < n; i++) {
 		const oq_an_point *p = &a->pt[a->rank[i]];
 		fprintf(f, "%4zu ", i + 1);
-		put_db(f, p->worst);
+		oq_fidelity_put_db(f, 6, p->worst);
 		fprintf(f, " %-10s %10.4g %10.4g %8.4f %8.2f  %s\n", p->weight ? "weight" : "activation", p->lo, p->hi,
 			100 * p->clipped, p->macs / 1e6, p->name);
 	}
@@ -551,31 +542,7 @@ void oq_analysis_print(const oq_analysis *a, FILE *f, size_t top)
 		fprintf(f, "(%zu more in --json)\n", a->n_pt - n);
 }
 
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
 
-/* dB in JSON: +inf as 999, -inf as -999, NaN as null (as `onnxq compare --json`). */
-static void json_db(FILE *f, double v)
-{
-	if (isnan(v))
-		fputs("null", f);
-	else if (isinf(v))
-		fputs(v > 0 ? "999" : "-999", f);
-	else
-		fprintf(f, "%.4f", v);
-}
 
 static void json_num(FILE *f, double v)
 {
@@ -606,22 +573,22 @@ int oq_analysis_json(const oq_analysis *a, const char *path, oq_diag *d)
 	for (size_t o = 0; o < a->n_out; o++) {
 		fputs(o ? ", " : "", f);
 		fputs("{\"name\": ", f);
-		json_str(f, a->out[o]);
+		oq_json_str(f, a->out[o]);
 		fputs(", \"quantized_sqnr_db\": ", f);
-		json_db(f, oq_fidelity_db(a->r2[o], a->qd2[o]));
+		oq_fidelity_json_db(f, oq_fidelity_db(a->r2[o], a->qd2[o]));
 		fputc('}', f);
 	}
 	fputs("],\n  \"points\": [\n", f);
 	for (size_t i = 0; i < a->n_pt; i++) {
 		const oq_an_point *p = &a->pt[a->rank[i]];
 		fputs("    {\"name\": ", f);
-		json_str(f, p->name);
+		oq_json_str(f, p->name);
 		fprintf(f, ", \"kind\": \"%s\", \"rank\": %zu, \"sqnr_db\": ", p->weight ? "weight" : "activation", i + 1);
-		json_db(f, p->worst);
+		oq_fidelity_json_db(f, p->worst);
 		fputs(", \"sqnr_db_per_output\": [", f);
 		for (size_t o = 0; o < a->n_out; o++) {
 			fputs(o ? ", " : "", f);
-			json_db(f, oq_fidelity_db(a->r2[o], p->d2[o]));
+			oq_fidelity_json_db(f, oq_fidelity_db(a->r2[o], p->d2[o]));
 		}
 		fputs("], \"min\": ", f);
 		json_num(f, p->lo);
@@ -650,15 +617,6 @@ static void html_str(FILE *f, const char *s)
 		}
 }
 
-static void html_db(FILE *f, double v)
-{
-	if (isnan(v))
-		fputs("nan", f);
-	else if (isinf(v))
-		fputs(v > 0 ? "inf" : "-inf", f);
-	else
-		fprintf(f, "%.1f", v);
-}
 
 /*
  * The error plot: one bar per point along the graph (first reader's node order), height the
@@ -689,7 +647,7 @@ static void html_plot(FILE *f, const oq_analysis *a)
 			p->weight ? "#c0392b" : "#2c7fb8");
 		html_str(f, p->name);
 		fputs(" ", f);
-		html_db(f, p->worst);
+		oq_fidelity_put_db(f, 0, p->worst);
 		fputs(" dB</title></line>\n", f);
 	}
 	fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"11\">graph order &#8594; (blue: activations, red: "
@@ -715,7 +673,7 @@ int oq_analysis_html(const oq_analysis *a, const char *model, const char *path, 
 		fputs("<tr><td class=\"n\">", f);
 		html_str(f, a->out[o]);
 		fputs("</td><td>", f);
-		html_db(f, oq_fidelity_db(a->r2[o], a->qd2[o]));
+		oq_fidelity_put_db(f, 0, oq_fidelity_db(a->r2[o], a->qd2[o]));
 		fputs("</td></tr>\n", f);
 	}
 	fputs("</table>\n<h2>Error along the graph</h2>\n", f);
@@ -736,7 +694,7 @@ int oq_analysis_html(const oq_analysis *a, const char *model, const char *path, 
 			fprintf(f, "<tr><td>%zu</td><td class=\"n\">", i + 1);
 			html_str(f, p->name);
 			fprintf(f, "</td><td>%s</td><td>", p->weight ? "weight" : "activation");
-			html_db(f, p->worst);
+			oq_fidelity_put_db(f, 0, p->worst);
 			fprintf(f, "</td><td>%.1f %%</td><td>%.4g</td><td>%.4g</td><td>%.3f</td><td>%.2f</td></tr>\n",
 				100 * share, p->lo, p->hi, 100 * p->clipped, p->macs / 1e6);
 		}

@@ -40,6 +40,26 @@ double oq_fidelity_db(double r2, double d2)
 	return 10.0 * log10(r2 / d2);
 }
 
+void oq_fidelity_put_db(FILE *f, int width, double v)
+{
+	if (isnan(v))
+		fprintf(f, "%*s", width, "nan");
+	else if (isinf(v))
+		fprintf(f, "%*s", width, v > 0 ? "inf" : "-inf");
+	else
+		fprintf(f, "%*.1f", width, v);
+}
+
+void oq_fidelity_json_db(FILE *f, double v)
+{
+	if (isnan(v))
+		fputs("null", f);
+	else if (isinf(v))
+		fputs(v > 0 ? "999" : "-999", f);
+	else
+		fprintf(f, "%.4f", v);
+}
+
 void oq_fidelity_free(oq_fidelity *f)
 {
 	for (size_t i = 0; f->out && i < f->n_out; i++)

@@ -32,6 +32,8 @@
 #ifndef OQ_FIDELITY_H
 #define OQ_FIDELITY_H
 
+#include <stdio.h>
+
 #include "calib/calibrate.h"
 #include "calib/stats_file.h"
 
@@ -96,6 +98,11 @@ void oq_fidelity_free(oq_fidelity *f);
 
 /* 10 log10(r2 / d2): +inf when d2 is 0, -inf when only r2 is, NaN on NaN. */
 double oq_fidelity_db(double r2, double d2);
+
+/* dB as text: one decimal, "inf", "-inf" or "nan", right-aligned in width characters. */
+void oq_fidelity_put_db(FILE *f, int width, double v);
+/* dB in JSON as `onnxq compare --json` writes it: +inf 999, -inf -999, NaN null. */
+void oq_fidelity_json_db(FILE *f, double v);
 
 /* Indices of the points by own SQNR, worst first (ties: node order); n_pt entries (owned). */
 size_t *oq_fidelity_rank(const oq_fidelity *f);

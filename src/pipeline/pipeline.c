@@ -657,16 +657,6 @@ out:
 	return rc;
 }
 
-/* A dB figure as the log prints it. */
-static void put_db(FILE *f, double v)
-{
-	if (isnan(v))
-		fputs("nan dB", f);
-	else if (isinf(v))
-		fputs(v > 0 ? "inf dB (exact)" : "-inf dB", f);
-	else
-		fprintf(f, "%.1f dB", v);
-}
 
 /*
  * The fold SQNR of every output; below OQ_FOLD_WARN_DB a warning naming the three points with the
@@ -692,7 +682,8 @@ static void report_fidelity(const job *j)
 		if (f->r2[o] == 0 && f->d2[o] == 0)
 			continue; /* not a float32 output */
 		fprintf(log, "%s '%s' ", o ? "," : "", f->out[o]);
-		put_db(log, db);
+		oq_fidelity_put_db(log, 0, db);
+		fputs(" dB", log);
 		worst = isnan(db) || db < worst ? db : worst;
 	}
 	fputc('\n', log);
@@ -703,7 +694,8 @@ static void report_fidelity(const job *j)
 	for (size_t i = 0; i < 3 && i < f->n_pt; i++) {
 		const oq_fid_point *p = &f->pt[r[i]];
 		fprintf(log, "%s '%s' (%s, ", i ? "," : "", p->name, p->weight ? "weight" : "activation");
-		put_db(log, oq_fidelity_db(p->r2, p->d2));
+		oq_fidelity_put_db(log, 0, oq_fidelity_db(p->r2, p->d2));
+		fputs(" dB", log);
 		fputc(')', log);
 	}
 	if (f->n_pt)

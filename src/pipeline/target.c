@@ -262,30 +262,7 @@ fail:
 	return rc;
 }
 
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
 
-static void json_db(FILE *f, double v)
-{
-	if (isnan(v))
-		fputs("null", f);
-	else if (isinf(v))
-		fputs(v > 0 ? "999" : "-999", f);
-	else
-		fprintf(f, "%.4f", v);
-}
 
 int oq_target_json(const oq_target *t, const char *path, oq_diag *d)
 {
@@ -301,18 +278,18 @@ int oq_target_json(const oq_target *t, const char *path, oq_diag *d)
 	for (size_t o = 0; o < t->n_out; o++) {
 		fputs(o ? ", " : "", f);
 		fputs("{\"name\": ", f);
-		json_str(f, t->out[o]);
+		oq_json_str(f, t->out[o]);
 		fputs(", \"fold_sqnr_db\": ", f);
-		json_db(f, t->sqnr[o]);
+		oq_fidelity_json_db(f, t->sqnr[o]);
 		fputs(", \"fold_sqnr_db_8bit\": ", f);
-		json_db(f, t->sqnr0[o]);
+		oq_fidelity_json_db(f, t->sqnr0[o]);
 		fputc('}', f);
 	}
 	fputs("],\n  \"raised\": [", f);
 	for (size_t i = 0; i < t->n_ov; i++) {
 		fputs(i ? ",\n    " : "\n    ", f);
 		fputs("{\"name\": ", f);
-		json_str(f, t->ov[i].name);
+		oq_json_str(f, t->ov[i].name);
 		fprintf(f, ", \"kind\": \"%s\", \"to\": \"%s\"}", t->kind[i] ? "weight" : "activation",
 			t->ov[i].skip ? "float" : oq_dtype_name(t->ov[i].dtype));
 	}
