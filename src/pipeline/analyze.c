@@ -101,12 +101,14 @@ static void downstream(const oq_graph *g, const oq_value *v, unsigned char *part
 	}
 }
 
-/* Does part reach a graph output? */
-static int reaches_output(const oq_graph *g, const unsigned char *part)
+/* Does the change of v reach a graph output (v is one, or part computes one)? */
+static int reaches_output(const oq_graph *g, const oq_value *v, const unsigned char *part)
 {
+	if (v->flags & OQ_V_OUTPUT)
+		return 1;
 	for (size_t i = 0; i < g->n_outputs; i++) {
-		const oq_value *v = g->outputs[i];
-		if (v->producer && v->producer->graph == g && part[v->producer->index])
+		const oq_value *o = g->outputs[i];
+		if (o->producer && o->producer->graph == g && part[o->producer->index])
 			return 1;
 	}
 	return 0;
@@ -432,7 +434,7 @@ int oq_analyze(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, con
 			q = &F->q[F->of[p]];
 			fv = q->fv;
 			downstream(g, fv, part, mark);
-			if (!reaches_output(g, part))
+			if (!reaches_output(g, fv, part))
 				continue;
 			was = vals[fv->index];
 			if (q->weight) {
