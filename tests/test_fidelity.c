@@ -103,6 +103,7 @@ Test(fidelity, held_out_clipping_by_hand)
 	cr_assert_not_null(warn, "log:\n%s", log);
 	cr_expect_not_null(strstr(warn, "held-out): 'x' (activation, 7.0 dB)"), "log:\n%s", log);
 	cr_expect_not_null(strstr(warn, "--overrides"), "log:\n%s", log);
+	cr_expect_not_null(strstr(warn, "--target-sqnr 20"), "log:\n%s", log);
 }
 
 /* The same model on samples that all share one range: no clipping, no warning. */

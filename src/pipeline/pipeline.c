@@ -700,9 +700,10 @@ static void report_fidelity(const job *j)
 	}
 	if (f->n_pt)
 		fprintf(log, ". Give them 16 bits or keep them float with --overrides FILE.json, e.g. "
-			"{\"tensors\": {\"%s\": {\"dtype\": \"int16\"}}} (or {\"skip\": true}); "
+			"{\"tensors\": {\"%s\": {\"dtype\": \"int16\"}}} (or {\"skip\": true}), or let "
+			"--target-sqnr %d raise the points that cost most until the folds reach it; "
 			"`onnxq analyze` ranks every point by its effect on the outputs",
-			f->pt[r[0]].name);
+			f->pt[r[0]].name, OQ_FOLD_WARN_DB);
 	fputs("\n", log);
 	free(r);
 }
