@@ -81,23 +81,33 @@ void oq_analysis_free(oq_analysis *a)
 	memset(a, 0, sizeof *a);
 }
 
-/* part[0..n_nodes): the nodes downstream of value v (reading it, or what they compute). */
+/* part[0..n_nodes): the nodes downstream of value v (reading it, or what they compute). Sweeps
+ * the node list until nothing changes: one sweep when it is topologically sorted, more when not
+ * (the executor runs unsorted graphs in its own order). */
 static void downstream(const oq_graph *g, const oq_value *v, unsigned char *part, unsigned char *mark)
 {
+	int grew = 1;
+
 	memset(part, 0, g->n_nodes);
 	memset(mark, 0, g->n_values);
 	mark[v->index] = 1;
-	for (size_t i = 0; i < g->n_nodes; i++) {
-		const oq_node *n = g->nodes[i];
-		int hit = 0;
-		for (size_t k = 0; k < n->n_inputs && !hit; k++)
-			hit = n->inputs[k] && n->inputs[k]->graph == g && mark[n->inputs[k]->index];
-		if (!hit)
-			continue;
-		part[i] = 1;
-		for (size_t k = 0; k < n->n_outputs; k++)
-			if (n->outputs[k])
-				mark[n->outputs[k]->index] = 1;
+	while (grew) {
+		grew = 0;
+		for (size_t i = 0; i < g->n_nodes; i++) {
+			const oq_node *n = g->nodes[i];
+			int hit = 0;
+			if (part[i])
+				continue;
+			for (size_t k = 0; k < n->n_inputs && !hit; k++)
+				hit = n->inputs[k] && n->inputs[k]->graph == g && mark[n->inputs[k]->index];
+			if (!hit)
+				continue;
+			part[i] = 1;
+			grew = 1;
+			for (size_t k = 0; k < n->n_outputs; k++)
+				if (n->outputs[k])
+					mark[n->outputs[k]->index] = 1;
+		}
 	}
 }
 
