@@ -272,3 +272,50 @@ Test(fidelity, target_sqnr_raises_the_hard_weight_only)
 			   "%s", text);
 	cr_expect_not_null(strstr(text, "\"fold_sqnr_db_8bit\": 48.1"), "%s", text);
 }
+
+/*
+ * analyze measures a point that is a graph output: on the clipping model of
+ * held_out_clipping_by_hand, y alone quantized clips as x does (fold 1's range [0, 1] on
+ * y = 2; fold 0's [0, 2] rounds y = 1 to 1.0039216): the same 6.99 dB.
+ */
+Test(fidelity, analyze_measures_an_output_point)
+{
+	const float xs[] = {0, 1, 1, 0, 0, 2, 2, 0};
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg;
+	oq_pipeline_opts po;
+	oq_diag d;
+	char model[256], calib[256], json[256], text[8192];
+	const char *y;
+	FILE *f;
+	size_t got;
+
+	gen_opset(g, "", 13);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(1));
+	gen_node(g, mg, "Conv", "conv", "x,W", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
+	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
+	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
+	snprintf(json, sizeof json, "%s", tmpdir_at("a.json"));
+	cr_assert_eq(gen_write(g, model), 0);
+	gen_free(g);
+	write_samples(calib, 4, GEN_SHAPE(1, 1, 1, 2), xs, 2);
+	oq_diag_init(&d);
+	oq_pipeline_opts_init(&po, OQ_JOB_ANALYZE);
+	po.in_path = model;
+	po.json_path = json;
+	po.calib.source = calib;
+	po.calib.method = OQ_CALIB_MINMAX;
+	po.calib.threads = 1;
+	po.quiet = 1;
+	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
+	cr_assert_not_null(f = fopen(json, "r"));
+	got = fread(text, 1, sizeof text - 1, f);
+	text[got] = 0;
+	fclose(f);
+	cr_assert_not_null(y = strstr(text, "{\"name\": \"y\", \"kind\": \"activation\""), "%s", text);
+	cr_assert_not_null(y = strstr(y, "\"sqnr_db\": "));
+	cr_expect(fabs(atof(y + 11) - 6.9896) < 0.01, "y alone: %s", text);
+}
