@@ -55,6 +55,31 @@ static void quantize_log(const char *model, const char *calib, char *buf, size_t
 	fclose(log);
 }
 
+/* Runs `analyze MODEL --calib calib --method minmax --json` (tmpdir a.json); its text into buf. */
+static void analyze_json(const char *model, const char *calib, char *buf, size_t n)
+{
+	oq_pipeline_opts po;
+	oq_diag d;
+	char json[256];
+	FILE *f;
+	size_t got;
+
+	snprintf(json, sizeof json, "%s", tmpdir_at("a.json"));
+	oq_diag_init(&d);
+	oq_pipeline_opts_init(&po, OQ_JOB_ANALYZE);
+	po.in_path = model;
+	po.json_path = json;
+	po.calib.source = calib;
+	po.calib.method = OQ_CALIB_MINMAX;
+	po.calib.threads = 1;
+	po.quiet = 1;
+	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
+	cr_assert_not_null(f = fopen(json, "r"));
+	got = fread(buf, 1, n - 1, f);
+	buf[got] = 0;
+	fclose(f);
+}
+
 static void setup(void)
 {
 	cr_assert_not_null(tmpdir_make("oq_fid"));
@@ -193,31 +218,14 @@ static void two_convs(void)
 
 Test(fidelity, analyze_ranks_the_hard_weight_first)
 {
-	oq_pipeline_opts po;
-	oq_diag d;
-	char model[256], calib[256], json[256], text[16384];
+	char model[256], calib[256], text[16384];
 	const char *pts, *first;
 	double db;
-	FILE *f;
-	size_t got;
 
 	two_convs();
 	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
 	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
-	snprintf(json, sizeof json, "%s", tmpdir_at("a.json"));
-	oq_diag_init(&d);
-	oq_pipeline_opts_init(&po, OQ_JOB_ANALYZE);
-	po.in_path = model;
-	po.json_path = json;
-	po.calib.source = calib;
-	po.calib.method = OQ_CALIB_MINMAX;
-	po.calib.threads = 1;
-	po.quiet = 1;
-	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
-	cr_assert_not_null(f = fopen(json, "r"));
-	got = fread(text, 1, sizeof text - 1, f);
-	text[got] = 0;
-	fclose(f);
+	analyze_json(model, calib, text, sizeof text);
 	cr_assert_not_null(pts = strstr(text, "\"points\": ["), "%s", text);
 	cr_assert_not_null(first = strstr(pts, "{\"name\": "), "%s", text);
 	cr_expect(!strncmp(first, "{\"name\": \"W2\", \"kind\": \"weight\", \"rank\": 1, \"sqnr_db\": ", 55), "%s", text);
@@ -283,12 +291,8 @@ Test(fidelity, analyze_measures_an_output_point)
 	const float xs[] = {0, 1, 1, 0, 0, 2, 2, 0};
 	gen_model *g = gen_new(8);
 	Onnx__GraphProto *mg;
-	oq_pipeline_opts po;
-	oq_diag d;
-	char model[256], calib[256], json[256], text[8192];
+	char model[256], calib[256], text[8192];
 	const char *y;
-	FILE *f;
-	size_t got;
 
 	gen_opset(g, "", 13);
 	mg = gen_graph(g);
@@ -298,23 +302,10 @@ Test(fidelity, analyze_measures_an_output_point)
 	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
 	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
 	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
-	snprintf(json, sizeof json, "%s", tmpdir_at("a.json"));
 	cr_assert_eq(gen_write(g, model), 0);
 	gen_free(g);
 	write_samples(calib, 4, GEN_SHAPE(1, 1, 1, 2), xs, 2);
-	oq_diag_init(&d);
-	oq_pipeline_opts_init(&po, OQ_JOB_ANALYZE);
-	po.in_path = model;
-	po.json_path = json;
-	po.calib.source = calib;
-	po.calib.method = OQ_CALIB_MINMAX;
-	po.calib.threads = 1;
-	po.quiet = 1;
-	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
-	cr_assert_not_null(f = fopen(json, "r"));
-	got = fread(text, 1, sizeof text - 1, f);
-	text[got] = 0;
-	fclose(f);
+	analyze_json(model, calib, text, sizeof text);
 	cr_assert_not_null(y = strstr(text, "{\"name\": \"y\", \"kind\": \"activation\""), "%s", text);
 	cr_assert_not_null(y = strstr(y, "\"sqnr_db\": "));
 	cr_expect(fabs(atof(y + 11) - 6.9896) < 0.01, "y alone: %s", text);
