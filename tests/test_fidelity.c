@@ -46,6 +46,7 @@ static void quantize_log(const char *model, const char *calib, char *buf, size_t
 	po.calib.source = calib;
 	po.calib.method = OQ_CALIB_MINMAX;
 	po.calib.threads = 1;
+	po.q.prefer = OQ_PREFER_ACCURACY; /* these tiny models run faster in float: quantize them anyway */
 	po.bias_correction = OQ_BC_OFF;
 	po.log = log;
 	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
@@ -72,6 +73,7 @@ static void analyze_json(const char *model, const char *calib, char *buf, size_t
 	po.calib.source = calib;
 	po.calib.method = OQ_CALIB_MINMAX;
 	po.calib.threads = 1;
+	po.q.prefer = OQ_PREFER_ACCURACY; /* these tiny models run faster in float: quantize them anyway */
 	po.quiet = 1;
 	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
 	cr_assert_not_null(f = fopen(json, "r"));
@@ -265,6 +267,7 @@ Test(fidelity, target_sqnr_raises_the_hard_weight_only)
 	po.calib.source = calib;
 	po.calib.method = OQ_CALIB_MINMAX;
 	po.calib.threads = 1;
+	po.q.prefer = OQ_PREFER_ACCURACY; /* these tiny models run faster in float: quantize them anyway */
 	po.bias_correction = OQ_BC_OFF;
 	po.target_sqnr = 60;
 	po.report_path = report;
