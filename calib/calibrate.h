@@ -1,5 +1,5 @@
 /*
- * calibrate.h - min/max calibration: runs sample inputs through the
+ * calibrate.h - calibration: runs sample inputs through the
  * executor and records the range of every float tensor of the main graph
  * as it is produced (an observer; nothing is buffered).
  *

@@ -224,8 +224,8 @@ AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t top
 		if (nz == 0xFFFF && !skip) {
 			/* 16 values in one bin (a flat region: a blank page's background, a saturated
 			 * Clip) are one count of 16, not 16 increments of the same bin in a chain; after
-			 * a vector that is not, the next 7 are not checked (the test costs ~7 % of the
-			 * fill where nothing is flat) */
+			 * a vector that is not, the next 7 are not checked (the test itself is not
+			 * free where nothing is flat) */
 			__m512i b0 = _mm512_permutexvar_epi32(_mm512_setzero_si512(), b);
 			if (_mm512_cmpeq_epi32_mask(b, b0) == 0xFFFF) {
 				bin[(uint32_t)_mm_cvtsi128_si32(_mm512_castsi512_si128(b))] += 16;
