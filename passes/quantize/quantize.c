@@ -63,32 +63,10 @@
 #include <string.h>
 
 #include "passes/quantize/overrides.h"
+#include "passes/quantize/quantize_internal.h"
 #include "src/quant/qparams.h"
 #include "passes/quantize/qweight.h"
 #include "src/report/coverage.h"
-
-/* What a quantized op does with its activations. */
-enum {
-	K_OWN = 0,    /* inputs and outputs get their own scales */
-	K_SHARE,      /* output reuses input 0's scale and zero point */
-	K_SOFTMAX,    /* output range fixed to [0, 1] */
-};
-
-#define ALL_INPUTS 0xffffffffu
-
-/* One quantizable op. */
-typedef struct opinfo {
-	oq_op op;
-	int kind;          /* K_* */
-	unsigned data;     /* activation inputs (bit k = input k); ALL_INPUTS for variadic ops */
-	int w;             /* input index of the weight, -1 for none */
-	int b;             /* input index of the bias, -1 for none */
-	int trt;           /* TRT profile: its inputs get Q/DQ */
-	int ort;           /* ONNX Runtime (CPU) runs it on 8-bit data: a QLinear* kernel or a data
-			    * movement op with DQ in, Q out of equal parameters (qdq_selector_action_
-			    * transformer.cc); runtime-aware placement quantizes only these */
-	int rt_only;       /* only in runtime-aware placement (a Div by a constant: folded) */
-} opinfo;
 
 static const opinfo ops[] = {
 	{OQ_OP_Conv, K_OWN, 1, 1, 2, 1, 1, 0},
@@ -125,42 +103,6 @@ static const opinfo ops[] = {
 	{OQ_OP_SpaceToDepth, K_SHARE, 1, -1, -1, 0, 0, 0},
 };
 
-/* Quantization parameters of one activation tensor. */
-typedef struct qp {
-	int set;           /* computed: the tensor gets a Q/DQ */
-	int dtype;         /* quantized type */
-	float scale;
-	int64_t zp;
-} qp;
-
-/* State of one run of the pass. */
-typedef struct qctx {
-	oq_graph *g;
-	const oq_opts *o;
-	oq_diag *d;
-	int trt;           /* profile TRT */
-	int rt;            /* runtime-aware placement (profile ORT, --prefer other than accuracy) */
-	size_t nv, nn;     /* value and node counts before the pass added any */
-	const opinfo **info; /* per node: its table entry when selected, else NULL */
-	char *need;        /* per value: wanted a Q/DQ (before ranges were looked up) */
-	uint8_t *keep;     /* per value: decision-safe placement keeps it float (decision.c) */
-	qp *q;             /* per value: its quantization parameters */
-	oq_value **s_init, **z_init; /* per value: scale / zero-point initializers (TRT shares them) */
-	float *in_scale;   /* per node: scale of input 0 when it reads one of our DQs, else 0 */
-	unsigned *qin;     /* per node: bit k set when its input k (k < 32) reads one of our DQs */
-	double *fold;      /* rt, per node: a Mul / Div by a positive scalar constant folded into a
-			    * DequantizeLinear scale: the factor its output's scale is its input's times;
-			    * 0: not folded */
-	oq_value **qout;   /* per value: the output of its QuantizeLinear (a folded output: its
-			    * input's), once inserted */
-	oq_value **cdq;    /* rt, per value: a constant operand of Add/Mul quantized, its DQ output */
-	double *bound_lo, *bound_hi; /* rt, per value: oq_fuse_input_bounds (+-inf: none), found
-			    * before drop_activations removes a unit's Clip, on the value's grid */
-	int inc_nodes;     /* --include names nodes or op types */
-	int inc_tensors;   /* --include names tensors */
-	size_t n_pairs, n_weights, n_acts, n_norange, n_folded, n_consts, n_kept;
-	oq_nameset node_names; /* every node name of g (filled on the first node_name call) */
-} qctx;
 
 static const opinfo *find_op(const oq_node *n)
 {
@@ -189,7 +131,7 @@ static int in_sorted(const char *const *l, size_t n, const char *s)
 	return 0;
 }
 
-static int listed(const char *const *l, size_t n, const char *s)
+int oq_qc_listed(const char *const *l, size_t n, const char *s)
 {
 	for (size_t i = 0; i < n; i++)
 		if (strcmp(l[i], s) == 0)
@@ -208,12 +150,12 @@ static int qdata(const qctx *c, const opinfo *f, size_t k)
 	return is_data(f, k) && (!c->rt || f->ort);
 }
 
-static const oq_override *tovr(const qctx *c, const char *name)
+const oq_override *oq_qc_tovr(const qctx *c, const char *name)
 {
 	return oq_override_find(c->o->overrides, c->o->n_overrides, name, 0);
 }
 
-static const oq_override *novr(const qctx *c, const oq_node *n)
+const oq_override *oq_qc_novr(const qctx *c, const oq_node *n)
 {
 	if (!n || !n->name[0])
 		return NULL;
@@ -254,11 +196,11 @@ static int eligible(const qctx *c, const oq_value *v)
 		return 0;
 	if (!v->producer && !(v->flags & OQ_V_INPUT))
 		return 0;
-	if (listed(c->o->exclude, c->o->n_exclude, v->name))
+	if (oq_qc_listed(c->o->exclude, c->o->n_exclude, v->name))
 		return 0;
-	if ((t = tovr(c, v->name)) && t->skip)
+	if ((t = oq_qc_tovr(c, v->name)) && t->skip)
 		return 0;
-	if (c->inc_tensors && !listed(c->o->include, c->o->n_include, v->name))
+	if (c->inc_tensors && !oq_qc_listed(c->o->include, c->o->n_include, v->name))
 		return 0;
 	return 1;
 }
@@ -309,13 +251,13 @@ static int check_lists(qctx *c)
 static const opinfo *select_one(const qctx *c, const oq_node *n)
 {
 	const opinfo *f = n->dead ? NULL : find_op(n);
-	const oq_override *ov = novr(c, n);
+	const oq_override *ov = oq_qc_novr(c, n);
 	const char *const *ex = c->o->exclude;
 	size_t nex = c->o->n_exclude;
-	if (f && ((n->name[0] && listed(ex, nex, n->name)) || listed(ex, nex, n->op_type)))
+	if (f && ((n->name[0] && oq_qc_listed(ex, nex, n->name)) || oq_qc_listed(ex, nex, n->op_type)))
 		f = NULL;
-	if (f && c->inc_nodes && !(n->name[0] && listed(c->o->include, c->o->n_include, n->name)) &&
-	    !listed(c->o->include, c->o->n_include, n->op_type))
+	if (f && c->inc_nodes && !(n->name[0] && oq_qc_listed(c->o->include, c->o->n_include, n->name)) &&
+	    !oq_qc_listed(c->o->include, c->o->n_include, n->op_type))
 		f = NULL;
 	if (f && ov && ov->skip)
 		f = NULL;
@@ -455,7 +397,7 @@ const oq_node *oq_quantize_grid_node(const oq_opts *o, const oq_value *v)
  */
 static int own_qp(qctx *c, const oq_value *v, const oq_node *prod, qp *out, int *ok)
 {
-	const oq_override *t = tovr(c, v->name), *n = novr(c, prod);
+	const oq_override *t = oq_qc_tovr(c, v->name), *n = oq_qc_novr(c, prod);
 	const oq_range *r;
 	int dtype, sym, rc;
 	int64_t qmin = 0, qmax = 0;
@@ -539,7 +481,7 @@ static int input_bounds(qctx *c)
 /* Does a tensor override give v its own parameters (so it must not share its input's)? */
 static int overridden(const qctx *c, const oq_value *v)
 {
-	const oq_override *t = tovr(c, v->name);
+	const oq_override *t = oq_qc_tovr(c, v->name);
 	return t && (t->dtype || t->symmetric >= 0 || t->has_range || t->has_qparams);
 }
 
@@ -561,7 +503,7 @@ static int value_qp(qctx *c, oq_value *v)
 		c->fold[p->index] = 0; /* no parameters to derive from: y gets its own */
 	}
 	if (f && f->kind == K_SHARE && p->n_inputs && p->inputs[0] && p->inputs[0]->index < c->nv &&
-	    c->q[p->inputs[0]->index].set && !overridden(c, v) && !novr(c, p)) {
+	    c->q[p->inputs[0]->index].set && !overridden(c, v) && !oq_qc_novr(c, p)) {
 		c->q[v->index] = c->q[p->inputs[0]->index];
 		return OQ_OK;
 	}
@@ -642,7 +584,7 @@ static int drop_activations(qctx *c)
 		 * (mark_needed); a float one (ConvTranspose, a float unit) keeps its activation */
 		if (c->rt && runs_float(c, p))
 			continue;
-		if ((ov = tovr(c, y->name)) && ov->symmetric == 1)
+		if ((ov = oq_qc_tovr(c, y->name)) && ov->symmetric == 1)
 			continue;
 		/* the range the Q will use must lie inside the activation's bounds */
 		if (ov && (ov->has_range || ov->has_qparams)) {
@@ -970,7 +912,7 @@ static void mark_needed(qctx *c)
 			continue;
 		y = n->outputs[0];
 		if (y->index >= c->nv || !c->need[y->index] || !eligible(c, y) || !eligible(c, t) ||
-		    t->index >= c->nv || overridden(c, y) || novr(c, n))
+		    t->index >= c->nv || overridden(c, y) || oq_qc_novr(c, n))
 			continue;
 		c->fold[i] = k;
 		c->need[t->index] = 1;
@@ -1242,131 +1184,6 @@ static int insert_trt(qctx *c)
 	return OQ_OK;
 }
 
-/* ------------------------------------------------------------ weights */
-
-static int weight_spec(const qctx *c, const oq_node *n, const oq_value *w, oq_wspec *s, int *skip)
-{
-	const oq_override *t = tovr(c, w->name), *no = novr(c, n);
-	const oq_tensor *wt = w->init;
-	int gran = c->o->granularity, axis = INT32_MIN, chan, red;
-	int64_t bs = c->o->block_size ? c->o->block_size : 32;
-
-	*skip = (t && t->skip) || listed(c->o->exclude, c->o->n_exclude, w->name);
-	memset(s, 0, sizeof *s);
-	s->dtype = c->trt && !oq_qtype_is_fp8(c->o->weight_type) ? OQ_DT_INT8 : c->o->weight_type;
-	s->symmetric = c->trt || !c->o->weight_asym;
-	s->sym_grid = c->o->sym_grid;
-	s->reduce_range = c->o->reduce_range;
-	s->mse = c->o->weight_method == OQ_WMETHOD_MSE;
-	for (int k = 0; k < 2; k++) {
-		const oq_override *v = k ? t : no;
-		if (!v)
-			continue;
-		if (v->dtype)
-			s->dtype = v->dtype;
-		if (v->symmetric >= 0)
-			s->symmetric = v->symmetric;
-		if (v->granularity >= 0)
-			gran = v->granularity;
-		if (v->axis != INT32_MIN)
-			axis = v->axis;
-		if (v->block_size)
-			bs = v->block_size;
-		if (v->n_wq) {
-			s->fixed_scale = v->w_scale;
-			s->fixed_zp = v->w_zp;
-			s->n_fixed = v->n_wq;
-		}
-	}
-	switch (n->op) {
-	case OQ_OP_Conv: chan = 0; red = 1; break;
-	case OQ_OP_ConvTranspose: chan = 1; red = 0; break;
-	case OQ_OP_Gemm:
-		chan = oq_node_attr_int(n, "transB", 0) ? 0 : 1;
-		red = 1 - chan;
-		break;
-	default: chan = 1; red = 0; break; /* MatMul [K, N] */
-	}
-	if (axis != INT32_MIN) {
-		if (axis < 0)
-			axis += wt->rank;
-		if (axis < 0 || axis >= wt->rank)
-			return oq_err(c->d, OQ_EUSAGE, "quantize: node '%s' (%s): override axis for weight '%s' "
-				      "is outside its rank %d", n->name, n->op_type, w->name, wt->rank);
-	}
-	if (gran == OQ_GRAN_TENSOR) {
-		s->axis = -1;
-	} else if (gran == OQ_GRAN_BLOCK) {
-		s->axis = axis != INT32_MIN ? axis : red;
-		s->block_size = bs;
-	} else {
-		s->axis = axis != INT32_MIN ? axis : chan;
-	}
-	oq_wlearned_apply(c->o->learned, w->name, s);
-	return OQ_OK;
-}
-
-/* *ok = 1 and the spec when node n (table entry f, NULL: not selected) gets its weight quantized. */
-static int weight_of(qctx *c, const oq_node *n, const opinfo *f, FILE *log, oq_wspec *s, int *ok)
-{
-	const oq_tensor *wt;
-	int skip, rc;
-
-	*ok = 0;
-	if (!f || n->dead || f->w < 0 || (size_t)f->w >= n->n_inputs)
-		return OQ_OK;
-	if (!n->inputs[f->w] || !n->inputs[f->w]->init || (n->inputs[f->w]->flags & OQ_V_INPUT))
-		return OQ_OK; /* an activation (MatMul/Gemm with two inputs) */
-	if (!oq_weight_quantizable(n->inputs[f->w])) {
-		if (log)
-			fprintf(log, "quantize: node '%s' (%s): weight '%s' is not float32: left as it is\n",
-				n->name, n->op_type, n->inputs[f->w]->name);
-		return OQ_OK;
-	}
-	wt = n->inputs[f->w]->init;
-	if (n->op == OQ_OP_MatMul && wt->rank != 2)
-		return OQ_OK;
-	if ((n->op == OQ_OP_Gemm && wt->rank != 2) || wt->rank < 1)
-		return OQ_OK;
-	if ((rc = weight_spec(c, n, n->inputs[f->w], s, &skip)))
-		return rc;
-	*ok = !skip;
-	return OQ_OK;
-}
-
-static int quantize_weights(qctx *c)
-{
-	for (size_t i = 0; i < c->nn; i++) {
-		oq_node *n = c->g->nodes[i];
-		const opinfo *f = c->info[i];
-		oq_wspec s;
-		int ok, rc, b = -1;
-		float beta = 1, in_s;
-
-		if ((rc = weight_of(c, n, f, c->o->log, &s, &ok)))
-			return rc;
-		if (!ok)
-			continue;
-		in_s = c->trt ? 0 : c->in_scale[i];
-		if (in_s > 0 && f->b >= 0 && (size_t)f->b < n->n_inputs && n->inputs[f->b]) {
-			const oq_tensor *bt = oq_value_const(c->g, n->inputs[f->b]);
-			if (bt && bt->dtype == OQ_DT_FLOAT && bt->rank == 1)
-				b = f->b;
-		}
-		if (n->op == OQ_OP_Gemm) {
-			const oq_attr *a = oq_node_attr(n, "beta");
-			if (a && a->type == OQ_ATTR_FLOAT)
-				beta = a->f;
-			if (beta == 0)
-				b = -1;
-		}
-		if ((rc = oq_weight_insert_dq(c->g, n, f->w, b, b >= 0 ? in_s : 0, beta, &s, c->d)))
-			return rc;
-		c->n_weights++;
-	}
-	return OQ_OK;
-}
-
 /* ------------------------------------------------------------ checks */
 
 static int needs21(int dtype)
@@ -1485,7 +1302,7 @@ int oq_quantize_range_needs(oq_graph *g, const oq_opts *o, uint8_t *need, oq_dia
 		const oq_value *v = g->values[i];
 		const oq_node *p = v->producer;
 		const opinfo *f = p && p->index < c.nn && g->nodes[p->index] == p ? c.info[p->index] : NULL;
-		const oq_override *t = tovr(&c, v->name), *n = novr(&c, oq_quantize_grid_node(o, v));
+		const oq_override *t = oq_qc_tovr(&c, v->name), *n = oq_qc_novr(&c, oq_quantize_grid_node(o, v));
 		if (!c.need[i])
 			continue;
 		/* own_qp's fixed parameters and ranges, and value_qp's shared ones, need no range */
@@ -1496,7 +1313,7 @@ int oq_quantize_range_needs(oq_graph *g, const oq_opts *o, uint8_t *need, oq_dia
 		if (p && c.fold[p->index]) /* parameters from the input's (mark_needed) */
 			continue;
 		if (f && f->kind == K_SHARE && p->n_inputs && p->inputs[0] && p->inputs[0]->index < c.nv &&
-		    c.need[p->inputs[0]->index] && !overridden(&c, v) && !novr(&c, p))
+		    c.need[p->inputs[0]->index] && !overridden(&c, v) && !oq_qc_novr(&c, p))
 			continue;
 		need[i] = 1;
 	}
@@ -1558,8 +1375,8 @@ int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 	c.cdq = oq_calloc(c.nv, sizeof *c.cdq);
 	c.bound_lo = oq_calloc(c.nv + 1, sizeof *c.bound_lo);
 	c.bound_hi = oq_calloc(c.nv + 1, sizeof *c.bound_hi);
-	if (!c.keep || !c.bound_lo || !c.bound_hi || !c.info || !c.in_scale || !c.need || !c.q || !c.s_init || !c.z_init || !c.qin || !c.fold || !c.qout ||
-	    !c.cdq) {
+	if (!c.keep || !c.bound_lo || !c.bound_hi || !c.info || !c.in_scale || !c.need || !c.q ||
+	    !c.s_init || !c.z_init || !c.qin || !c.fold || !c.qout || !c.cdq) {
 		rc = oq_err(d, OQ_ENOMEM, "quantize: out of memory");
 		goto out;
 	}
@@ -1578,7 +1395,7 @@ int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 		goto out;
 	if (c.rt && (rc = quantize_const_operands(&c)))
 		goto out;
-	if ((rc = quantize_weights(&c)))
+	if ((rc = oq_qc_quantize_weights(&c)))
 		goto out;
 	if (!c.trt && (rc = ort_float8_units(&c)))
 		goto out;
@@ -1627,7 +1444,7 @@ int oq_quantize_weight_plans(oq_graph *g, const oq_opts *o, oq_wplan **out, size
 		oq_node *nd = g->nodes[i];
 		const opinfo *f = select_one(&c, nd);
 		int ok;
-		if ((rc = weight_of(&c, nd, f, NULL, &p[n].spec, &ok))) {
+		if ((rc = oq_qc_weight_of(&c, nd, f, NULL, &p[n].spec, &ok))) {
 			free(p);
 			return rc;
 		}
