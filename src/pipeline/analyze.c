@@ -304,7 +304,7 @@ int oq_analyze(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, con
 	oq_rt *in = NULL, *po = NULL, *qo = NULL, fake, fakeb;
 	const oq_rt **vals = NULL, **ref = NULL;
 	unsigned char *part = NULL, *mark = NULL;
-	size_t nin, nout, n, k = folds->n_folds;
+	size_t nin = 0, nout = 0, n, k = folds->n_folds;
 	double t0 = now();
 	int rc;
 
