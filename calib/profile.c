@@ -35,7 +35,7 @@ static int cmp_row(const void *a, const void *b)
 /* The op type a node is listed under: "Conv", or "domain:Op" outside the default domain. */
 static const char *op_name(const oq_node *n, char *buf, size_t len)
 {
-	if (!*n->domain || !strcmp(n->domain, "ai.onnx"))
+	if (oq_domain_of(n->domain) == OQ_DOM_ONNX)
 		return n->op_type;
 	snprintf(buf, len, "%s:%s", n->domain, n->op_type);
 	return buf;

@@ -529,7 +529,7 @@ static int blocked(const nctx *c, const oq_node *n)
 	for (size_t i = 0; n->op == OQ_OP_Concat && i < c->n_qcat; i++)
 		if (c->qcat[i] == n)
 			return 1;
-	if (n->op == OQ_OP_UNKNOWN || (n->domain[0] && strcmp(n->domain, "ai.onnx") != 0))
+	if (n->op == OQ_OP_UNKNOWN || oq_domain_of(n->domain) != OQ_DOM_ONNX)
 		return 1;
 	switch (n->op) {
 	case OQ_OP_Resize: case OQ_OP_Upsample: case OQ_OP_Range: case OQ_OP_TopK: case OQ_OP_NonMaxSuppression:

@@ -75,7 +75,7 @@ typedef struct cx {
 
 static int is_onnx(const oq_node *n)
 {
-	return n->domain[0] == 0 || strcmp(n->domain, "ai.onnx") == 0;
+	return oq_domain_of(n->domain) == OQ_DOM_ONNX;
 }
 
 static int op_is(const oq_node *n, const char *op)

@@ -100,7 +100,7 @@ static void sat_add(size_t *acc, size_t v)
 
 static int is_default_domain(const char *d)
 {
-	return !d || !*d || strcmp(d, "ai.onnx") == 0;
+	return oq_domain_of(d) == OQ_DOM_ONNX;
 }
 
 static const char *dtname(int dt)
