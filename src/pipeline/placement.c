@@ -629,7 +629,7 @@ typedef struct meas {
 	const oq_pipeline_opts *o;
 	oq_calib_opts co;    /* the calibration samples, at most OQ_PLACEMENT_SAMPLES of them */
 	oq_model *ref;       /* the float model (rewritten) */
-	oq_bc_targets b;            /* no layers: SQNR only */
+	oq_bc_targets b;     /* no layers: SQNR only (its sample flags are freed) */
 	oq_bc_float_cache cache;
 	size_t runs;         /* models measured */
 } meas;
@@ -914,6 +914,7 @@ out:
 	free(pl.unit_of);
 	free(pl.mode);
 	oq_bc_float_cache_free(&me.cache);
+	oq_bc_targets_free(&me.b);
 	oq_value_sizes_free(&sz);
 	return rc;
 }
