@@ -550,6 +550,48 @@ Test(graph, constant_node_tensor)
 	free(b);
 }
 
+/* A STRING attribute whose value field is absent (type set, no `s`) must
+ * still read as a C string: kernels strcmp it (fuzz-found, Resize mode). */
+Test(graph, string_attr_without_value_is_empty)
+{
+	Onnx__AttributeProto a, *attrs[1] = {&a};
+	Onnx__NodeProto node, *nodes[1] = {&node};
+	char *nin[1] = {"X"}, *nout[1] = {"Y"};
+	Onnx__GraphProto g;
+	size_t n;
+	uint8_t *b;
+	oq_model *m;
+	const oq_attr *at;
+
+	onnx__attribute_proto__init(&a);
+	a.name = "mode";
+	a.has_type = 1;
+	a.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+	onnx__node_proto__init(&node);
+	node.op_type = "Resize";
+	node.name = "r";
+	node.n_input = 1;
+	node.input = nin;
+	node.n_output = 1;
+	node.output = nout;
+	node.n_attribute = 1;
+	node.attribute = attrs;
+	onnx__graph_proto__init(&g);
+	g.name = "g";
+	g.n_node = 1;
+	g.node = nodes;
+	b = pack_graph(&g, 8, &n);
+	m = load_ok(b, n);
+	at = oq_node_attr(m->graph->nodes[0], "mode");
+	cr_assert_not_null(at);
+	cr_assert_eq(at->type, OQ_ATTR_STRING);
+	cr_assert_not_null(at->s.p);
+	cr_assert_str_eq(at->s.p, "");
+	cr_assert_eq(at->s.len, 0);
+	oq_model_free(m);
+	free(b);
+}
+
 Test(graph, if_body_links_outer_value)
 {
 	Onnx__TensorProto w, *inits[1] = {&w};

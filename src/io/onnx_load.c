@@ -768,7 +768,9 @@ static int load_attr(ctx *c, oq_graph *g, oq_node *n, const Onnx__AttributeProto
 	}
 	a->f = ap->f;
 	a->i = ap->i;
-	if (ap->has_s) {
+	/* A STRING attribute always has a NUL-terminated s.p: a file that declares
+	 * the type but omits the field reads as the empty string. */
+	if (ap->has_s || a->type == OQ_ATTR_STRING) {
 		a->s.p = malloc(ap->s.len + 1);
 		if (!a->s.p)
 			return nomem(c);
