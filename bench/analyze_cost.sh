@@ -17,15 +17,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 onnxq=$(realpath "${1:?usage: analyze_cost.sh ONNXQ [REF_ONNXQ]}")
 ref=${2:+$(realpath "$2")}
 cache=${OQ_CACHE:-$root/.cache}
-data=$(ls -d "$cache"/acc/data-* 2>/dev/null | head -1)
-[ -n "$data" ] || { echo "analyze_cost: no acceptance data in $cache/acc" >&2; exit 1; }
-key=${MODEL:-det}
-case $key in
-det) model=$cache/ocr/ch_PP-OCRv4_det_infer.onnx ;;
-rec) model=$cache/ocr/ch_PP-OCRv4_rec_infer.onnx ;;
-cls) model=$cache/ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx ;;
-*) model=$cache/tv/$key.onnx key=img ;;
-esac
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
+data=$(acc_data "$cache")
+read -r model key <<< "$(acc_model "${MODEL:-det}" "$cache")"
 n=${N:-12}
 threads=${THREADS:-2}
 rep=${REP:-3}

@@ -18,8 +18,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 onnxq=$(realpath "${1:?usage: auto_methods.sh ONNXQ [MODEL...]}")
 shift
 cache=${OQ_CACHE:-$root/.cache}
-data=$(ls -d "$cache"/acc/data-* 2>/dev/null | head -1)
-[ -n "$data" ] || { echo "auto_methods: no acceptance data in $cache/acc" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
+data=$(acc_data "$cache") || exit 1
 models=("$@")
 [ ${#models[@]} -gt 0 ] || models=(det rec cls mobilenet_v2 resnet18 efficientnet_b0 squeezenet1_1 mobilenet_v3_small)
 bits=${BITS:-8 16}
@@ -28,14 +29,6 @@ threads=${THREADS:-2}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# lowest output's "min/mean" from compare --json on stdin
-worst() {
-	python3 -c '
-import json, sys
-o = json.load(sys.stdin)["outputs"]
-w = min(o, key=lambda x: x["sqnr_min_db"])
-print("%.2f/%.2f" % (w["sqnr_min_db"], w["sqnr_mean_db"]))'
-}
 
 printf '| model | bits |'
 for m in $methods; do printf ' %s |' "$m"; done
@@ -43,12 +36,8 @@ printf '\n|---|---|'
 for m in $methods; do printf '%s' '---|'; done
 printf '\n'
 for key in "${models[@]}"; do
-	case $key in
-	det) model=$cache/ocr/ch_PP-OCRv4_det_infer.onnx dir=$data/det ;;
-	rec) model=$cache/ocr/ch_PP-OCRv4_rec_infer.onnx dir=$data/rec ;;
-	cls) model=$cache/ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx dir=$data/cls ;;
-	*) model=$cache/tv/$key.onnx dir=$data/img ;;
-	esac
+	read -r model set <<< "$(acc_model "$key" "$cache")"
+	dir=$data/$set
 	[ -f "$model" ] || { echo "| $key | missing |"; continue; }
 	for b in $bits; do
 		opts=()
@@ -61,7 +50,7 @@ for key in "${models[@]}"; do
 				--no-bias-correction --threads "$threads" "${opts[@]}" ${QOPTS:-} 2>"$tmp/err" >/dev/null &&
 				"$onnxq" compare "$model" "$tmp/q.onnx" --data "$dir/held" --json --threads "$threads" \
 					>"$tmp/c.json" 2>"$tmp/err"; then
-				printf ' %s |' "$(worst <"$tmp/c.json")"
+				printf ' %s |' "$(worst_sqnr "%.2f/%.2f" <"$tmp/c.json")"
 			else
 				printf ' fail: %s |' "$(tail -1 "$tmp/err" | head -c 80)"
 			fi

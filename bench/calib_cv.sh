@@ -33,17 +33,20 @@ set -euo pipefail
 [ $# -ge 4 ] || { sed -n '2,30p' "$0"; exit 1; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${OQ_CACHE:-$ROOT/.cache}
-DATA=$(ls -d "$CACHE"/acc/data-* 2> /dev/null | head -1)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+DATA=$(acc_data "$CACHE")
 PY=/usr/bin/python3
 EVAL=$ROOT/tests/integration/quant_accuracy_eval.py
 DICT=$CACHE/acc/ppocr_keys_v1.txt
 key=$1 ncal=$2 splits=$3
 shift 3
-case $key in
-rec) model=$CACHE/ocr/ch_PP-OCRv4_rec_infer.onnx dir=$DATA/rec task=cer ;;
-det) model=$CACHE/ocr/ch_PP-OCRv4_det_infer.onnx dir=$DATA/det task=iou ;;
-cls) model=$CACHE/ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx dir=$DATA/cls task=argmax ;;
-*) model=$CACHE/tv/$key.onnx dir=$DATA/img task=argmax ;;
+read -r model set <<< "$(acc_model "$key" "$CACHE")"
+dir=$DATA/$set
+case $set in
+rec) task=cer ;;
+det) task=iou ;;
+*) task=argmax ;;
 esac
 thr=()
 [ -n "${CV_THREADS:-}" ] && thr=(--threads "$CV_THREADS")

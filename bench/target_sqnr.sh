@@ -17,8 +17,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 onnxq=$(realpath "${1:?usage: target_sqnr.sh ONNXQ [MODEL...]}")
 shift
 cache=${OQ_CACHE:-$root/.cache}
-data=$(ls -d "$cache"/acc/data-* 2>/dev/null | head -1)
-[ -n "$data" ] || { echo "target_sqnr: no acceptance data in $cache/acc" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+. "$root/bench/lib.sh"
+data=$(acc_data "$cache") || exit 1
 models=("$@")
 [ ${#models[@]} -gt 0 ] || models=(det rec cls)
 db=${DB:-30}
@@ -26,24 +27,12 @@ threads=${THREADS:-2}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# lowest output's "min / mean" per-sample SQNR from compare --json on stdin
-worst() {
-	python3 -c '
-import json, sys
-o = json.load(sys.stdin)["outputs"]
-w = min(o, key=lambda x: x["sqnr_min_db"])
-print("%.1f / %.1f" % (w["sqnr_min_db"], w["sqnr_mean_db"]))'
-}
 
 printf '| model | run | fold SQNR (dB) | held-out min / mean (dB) | 8-bit MACs | quantize s |\n'
 printf '|---|---|---:|---:|---:|---:|\n'
 for key in "${models[@]}"; do
-	case $key in
-	det) model=$cache/ocr/ch_PP-OCRv4_det_infer.onnx dir=$data/det ;;
-	rec) model=$cache/ocr/ch_PP-OCRv4_rec_infer.onnx dir=$data/rec ;;
-	cls) model=$cache/ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx dir=$data/cls ;;
-	*) model=$cache/tv/$key.onnx dir=$data/img ;;
-	esac
+	read -r model set <<< "$(acc_model "$key" "$cache")"
+	dir=$data/$set
 	[ -f "$model" ] || { echo "| $key | missing | | | | |"; continue; }
 	for run in default "target $db"; do
 		opts=()
@@ -55,7 +44,7 @@ for key in "${models[@]}"; do
 		t1=$(date +%s.%N)
 		fold=$(sed -n "s/.*fold SQNR (held-out.*): //p" "$tmp/log" | grep -o "[-0-9.a-z]* dB" |
 			awk '{ print $1 }' | sort -g | head -1)
-		held=$("$onnxq" compare "$model" "$tmp/q.onnx" --data "$dir/held" --json --threads "$threads" | worst)
+		held=$("$onnxq" compare "$model" "$tmp/q.onnx" --data "$dir/held" --json --threads "$threads" | worst_sqnr "%.1f / %.1f")
 		share=-
 		[ -f "$tmp/r.json" ] && share=$(python3 -c 'import json,sys; print("%.1f %%" % (100 * json.load(open(sys.argv[1]))["macs_8bit_share"]))' "$tmp/r.json")
 		printf '| %s | %s | %s | %s | %s | %.1f |\n' "$key" "$run" "${fold:-?}" "$held" "$share" \
