@@ -536,6 +536,10 @@ void oq_analysis_print(const oq_analysis *a, FILE *f, size_t top)
 
 	fprintf(f, "analyze: %zu points, %zu samples in %zu folds (held-out), %.1f s\n", a->n_pt, a->n, a->k,
 		a->seconds);
+	if (!a->n_pt)
+		fputs("analyze: the quantized model has no quantization point: the placement left the model float "
+		      "(the quantize summary says why), or nothing in it is quantized; --prefer accuracy analyzes "
+		      "the accuracy-first placement\n", f);
 	for (size_t o = 0; o < a->n_out; o++) {
 		fprintf(f, "fully quantized: output '%s' fold SQNR ", a->out[o]);
 		oq_fidelity_put_db(f, 6, oq_fidelity_db(a->r2[o], a->qd2[o]));
