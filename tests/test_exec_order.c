@@ -253,3 +253,31 @@ Test(exec_order, cycle_is_an_error)
 		  msg);
 	gen_free(g);
 }
+
+/* A graph input listed twice (float16, as the fuzzer found it) has two definitions: the
+ * executor refuses it before binding anything, naming the input. */
+Test(exec_order, input_listed_twice_is_an_error)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *gp;
+	oq_model *m = NULL;
+	oq_exec *e = NULL;
+	oq_exec_opts eo;
+	oq_diag d;
+
+	gen_opset(g, "", 13);
+	gp = gen_graph(g);
+	gen_input(g, gp, "x", OQ_DT_FLOAT16, GEN_SHAPE(2));
+	gen_input(g, gp, "x", OQ_DT_FLOAT16, GEN_SHAPE(2));
+	gen_node(g, gp, "Relu", "relu", "x", "y");
+	gen_output(g, gp, "y", OQ_DT_FLOAT16, GEN_SHAPE(2));
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "load: %s", d.msg);
+	memset(&eo, 0, sizeof eo);
+	eo.threads = 1;
+	cr_assert_eq(oq_exec_new(m, &eo, &e, &d), OQ_EINVAL);
+	cr_expect(strstr(d.msg, "'x' is listed twice"), "message: %s", d.msg);
+	oq_exec_free(e);
+	oq_model_free(m);
+	gen_free(g);
+}

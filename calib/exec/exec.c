@@ -32,6 +32,25 @@ oq_kernel_fn oq_kernel_find(oq_op op, int64_t opset)
 }
 
 
+/* Each graph input is bound once per run: a value listed twice in the inputs has two definitions. */
+static int unique_inputs(const oq_exec *e, const oq_graph *g, oq_diag *d)
+{
+	unsigned char *seen = oq_calloc(g->n_values + 1, 1);
+	int rc = OQ_OK;
+
+	if (!seen)
+		return oq_err(d, OQ_ENOMEM, "run: out of memory");
+	for (size_t i = 0; i < e->n_in && !rc; i++) {
+		if (seen[e->in[i]->index])
+			rc = oq_err(d, OQ_EINVAL,
+			            "run: graph input '%s' is listed twice in the graph inputs; give each input "
+			            "its own name (onnxq check lists the model's problems)", e->in[i]->name);
+		seen[e->in[i]->index] = 1;
+	}
+	free(seen);
+	return rc;
+}
+
 int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
 {
 	oq_exec *e;
@@ -71,6 +90,8 @@ int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
 	for (size_t i = 0; i < m->graph->n_inputs; i++)
 		if (!m->graph->inputs[i]->init)
 			e->in[e->n_in++] = m->graph->inputs[i];
+	if ((rc = unique_inputs(e, m->graph, d)))
+		goto fail;
 #if defined(__GLIBC__)
 	/*
 	 * Planning freed aligned copies and folded weights as their packed
