@@ -1282,6 +1282,8 @@ static int calibrate_from_stats(oq_model *m, const oq_calib_opts *o, oq_ranges *
 			              (unsigned long long)s->n_total, nf);
 		if (o->progress)
 			folds_note(o->progress, o, (size_t)s->n_total, nf);
+	} else if (o->wide_auto && o->method != OQ_CALIB_EMA && s->n_folds > 1) {
+		nf = s->n_folds; /* the same folds a one-machine calibration keeps */
 	}
 	if ((rc = calib_init(m, o, nf, &c, d)) || (rc = load_file(&c, s, what, d)))
 		goto fail;
@@ -1350,7 +1352,7 @@ int oq_calibrate_held_out(oq_model *m, const oq_calib_opts *o, const oq_stats *s
 	if ((rc = check_opts(&q, d)))
 		return rc;
 	nf = held == k ? k : k - 1; /* held k: every fold */
-	nf = q.method == OQ_CALIB_AUTO && nf >= 2 ? nf : 1;
+	nf = (q.method == OQ_CALIB_AUTO || q.wide_auto) && nf >= 2 ? nf : 1;
 	if ((rc = calib_init(m, &q, nf, &c, d)))
 		goto fail;
 	n = m->graph->n_values;

@@ -65,6 +65,11 @@ typedef struct oq_calib_opts {
 	size_t folds;        /* --calib-folds K for --method auto (calib/folds.h), 2..OQ_FOLDS_MAX;
 			      * 0 = OQ_FOLDS_DEFAULT */
 	int verbose;         /* --verbose: --method auto reports each tensor's pick on progress */
+	int wide_auto;       /* 1: a tensor whose grid has 16 bits or more takes --method auto's
+			      * choice over the folds, whatever `method` is (mse and percentile fit
+			      * the calibration samples; a 16-bit grid has resolution to spare for
+			      * the headroom auto measures on held-out folds); without folds, or
+			      * under ema, `method` applies */
 	uint32_t shard, n_shards; /* --shard I/N (0-based I) for oq_calibrate_stats; n_shards 0 = 1 */
 	const oq_stats *stats;    /* quantize --stats: merged statistics instead of samples, or NULL */
 	const char *stats_name;   /* its file name, for messages */

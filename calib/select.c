@@ -135,6 +135,8 @@ static void pick_sel(const calib *c, const oq_calib_opts *o, sel *x)
 	double lo, hi;
 	int method = c->method;
 
+	if (o->wide_auto && x->bits >= 16 && c->nf > 1 && method != OQ_CALIB_EMA)
+		method = OQ_CALIB_AUTO;
 	if (method == OQ_CALIB_AUTO && c->nf > 1) {
 		if (!(x->rc = pick_auto(c, x))) {
 			x->lo = x->pick.lo;

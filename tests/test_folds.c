@@ -457,6 +457,74 @@ Test(folds, auto_ranges_whatever_the_threads_batches_and_shards, .init = setup, 
 	unbuild(&f);
 }
 
+/* The grid of value x is int16, every other value's the default (uint8). */
+static int x_on_int16(void *ctx, const oq_value *v, int *dtype, int *act_sym, oq_diag *d)
+{
+	(void)ctx;
+	(void)act_sym;
+	(void)d;
+	if (!strcmp(v->name, "x"))
+		*dtype = OQ_DT_INT16;
+	return OQ_OK;
+}
+
+static void expect_range_of(const oq_ranges *got, const oq_ranges *want, const char *name, const char *what)
+{
+	const oq_range *a = oq_ranges_find(got, name), *b = oq_ranges_find(want, name);
+	cr_assert(a && b, "%s: %s", what, name);
+	cr_expect(memcmp(&a->min, &b->min, sizeof(float)) == 0 && memcmp(&a->max, &b->max, sizeof(float)) == 0,
+	          "%s: %s [%.9g, %.9g], want [%.9g, %.9g]", what, name, a->min, a->max, b->min, b->max);
+}
+
+/* wide_auto (the default method of an 8-bit quantize): the one tensor on a 16-bit grid takes
+ * --method auto's range (as a run with --method auto on an int16 grid gives it), the 8-bit ones
+ * keep mse's; without folds (no folds_out) x keeps mse's int16 range too. The control: on these
+ * samples auto widens x beyond mse (the previous test), so the routing is visible. */
+Test(folds, wide_auto_routes_16_bit_grids_to_auto, .init = setup, .fini = teardown)
+{
+	fixture f;
+	oq_ranges got, auto16, mse8, mse16;
+	oq_stats fo;
+	oq_calib_opts o;
+
+	write_samples("c", 8);
+	build(&f);
+	o = opts(OQ_CALIB_AUTO);
+	o.act_type = OQ_DT_INT16;
+	ranges(&f, &o, &auto16);
+	o = opts(OQ_CALIB_MSE);
+	o.act_type = OQ_DT_INT16;
+	ranges(&f, &o, &mse16);
+	o = opts(OQ_CALIB_MSE);
+	ranges(&f, &o, &mse8);
+	{
+		const oq_range *a = oq_ranges_find(&auto16, "x"), *b = oq_ranges_find(&mse16, "x");
+		cr_assert(a && b && a->max != b->max, "control: auto and mse agree on x");
+	}
+
+	o = opts(OQ_CALIB_MSE);
+	o.grid = x_on_int16;
+	o.wide_auto = 1;
+	memset(&fo, 0, sizeof fo);
+	o.folds_out = &fo;
+	ranges(&f, &o, &got);
+	expect_range_of(&got, &auto16, "x", "wide_auto with folds");
+	expect_range_of(&got, &mse8, "r", "wide_auto with folds");
+	expect_range_of(&got, &mse8, "n", "wide_auto with folds");
+	oq_ranges_free(&got);
+	oq_stats_free(&fo);
+
+	o.folds_out = NULL;
+	ranges(&f, &o, &got);
+	expect_range_of(&got, &mse16, "x", "wide_auto without folds");
+	oq_ranges_free(&got);
+
+	oq_ranges_free(&auto16);
+	oq_ranges_free(&mse16);
+	oq_ranges_free(&mse8);
+	unbuild(&f);
+}
+
 /* quantize --stats --method auto: a file without folds, or of another fold count, is refused
  * naming the fix; a folds file serves the other methods as a plain histogram file does. */
 Test(folds, stats_files_without_or_with_other_folds, .init = setup, .fini = teardown)

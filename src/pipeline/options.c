@@ -728,6 +728,7 @@ void oq_pipeline_opts_resolve(const oq_pipeline_opts *o, oq_pipeline_opts *out)
 {
 	*out = *o;
 	out->calib.method = method_of(o);
+	out->calib.wide_auto = o->calib.method == OQ_PIPELINE_METHOD_DEFAULT;
 	/* measured on the corpus over calibration splits (README "Bias correction"); nothing to
 	 * correct without calibration */
 	if (out->bias_correction == OQ_BC_DEFAULT)
