@@ -92,32 +92,38 @@ static int better(double a, double b)
 	return !isnan(a) && (isnan(b) || a > b);
 }
 
-/* MACs of nodes none of whose inputs is a raised point. */
+/* MACs of nodes that read a quantization point and no raised one (a node the placement left
+ * float reads no point: its MACs are not 8-bit). */
 static double macs8(const oq_model *fm, const oq_analysis *a, const int *level, oq_diag *d, int *rc)
 {
 	const oq_graph *g = fm->graph;
-	unsigned char *up = oq_calloc(g->n_values + 1, 1);
+	unsigned char *pt = oq_calloc(g->n_values + 1, 1); /* 1: an 8-bit point, 2: a raised one */
 	double m = 0;
 
 	*rc = OQ_OK;
-	if (!up) {
+	if (!pt) {
 		*rc = oq_err(d, OQ_ENOMEM, "target-sqnr: out of memory");
 		return 0;
 	}
 	for (size_t p = 0; p < a->n_pt; p++) {
-		const oq_value *v = level[p] ? oq_graph_find(g, a->pt[p].name) : NULL;
+		const oq_value *v = oq_graph_find(g, a->pt[p].name);
 		if (v && v->graph == g)
-			up[v->index] = 1;
+			pt[v->index] = level[p] ? 2 : 1;
 	}
 	for (size_t i = 0; i < g->n_nodes; i++) {
 		const oq_node *n = g->nodes[i];
-		int raised = 0;
-		for (size_t k = 0; k < n->n_inputs && !raised; k++)
-			raised = n->inputs[k] && n->inputs[k]->graph == g && up[n->inputs[k]->index];
-		if (!raised)
+		int raised = 0, read = 0;
+		for (size_t k = 0; k < n->n_inputs; k++) {
+			const oq_value *v = n->inputs[k];
+			if (v && v->graph == g) {
+				raised |= pt[v->index] == 2;
+				read |= pt[v->index] == 1;
+			}
+		}
+		if (read && !raised)
 			m += a->node_macs[i];
 	}
-	free(up);
+	free(pt);
 	return m;
 }
 
