@@ -19,6 +19,8 @@
 #   wo8 ada+bc     WO --weight-rounding adaround --bias-correction @C
 #   w8a8           @C                                       (the default: mse ranges, empirical bias
 #                                                           correction)
+#   w8a8 bcw       @C --bias-correction-weights on          (empirical correction starting from
+#                                                           the weights' shifts, activations float)
 #   w8a8+cle       @C --cle
 #   w8a8 adaround  @C --weight-rounding adaround
 #   w8a8 tensor    @C --granularity tensor                  (per-tensor weights, where CLE is meant
@@ -58,6 +60,7 @@ wo8 adaround|$WO --weight-rounding adaround @C
 wo8 seq-mse|$WO --weight-rounding seq-mse @C
 wo8 ada+bc|$WO --weight-rounding adaround --bias-correction @C
 w8a8|@C
+w8a8 bcw|@C --bias-correction-weights on
 w8a8+cle|@C --cle
 w8a8 adaround|@C --weight-rounding adaround
 w8a8 tensor|@C --granularity tensor

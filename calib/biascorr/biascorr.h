@@ -59,6 +59,25 @@ int oq_biascorr_analytic_fold(oq_biascorr_analytic *a, oq_graph *g, const oq_opt
 
 void oq_biascorr_analytic_free(oq_biascorr_analytic *a);
 
+/*
+ * Shifts measured elsewhere, to start empirical mode from: per layer (named by its output 0),
+ * the mean output shift of each of its M channels, quantized - float, that its bias should
+ * absorb. Learned rounding's bias correction gives them (calib/rounding/rounding.h): the shift
+ * the weights alone cause, activations float, which the whole quantized model's error hides.
+ */
+typedef struct oq_biascorr_shift {
+	char *layer;    /* the layer's output 0 */
+	size_t M;       /* channels */
+	double *shift;  /* M */
+} oq_biascorr_shift;
+
+typedef struct oq_biascorr_shifts {
+	oq_biascorr_shift *v;
+	size_t n;
+} oq_biascorr_shifts;
+
+void oq_biascorr_shifts_free(oq_biascorr_shifts *s);
+
 /* How empirical mode gets its candidate models. */
 typedef struct oq_biascorr_models {
 	/* a fresh copy of the float model being corrected (load + the same rewrites) */
@@ -74,10 +93,16 @@ typedef struct oq_biascorr_models {
  * round), calib: the calibration samples (a folder: a random source is
  * OQ_EUNSUP). The layers but the last, in topological order, are split into
  * `rounds` consecutive groups (< 0: OQ_BC_ROUNDS), and the last layer is a
- * final group of its own. *out receives the quantized model kept (the
- * uncorrected one when no round is kept); `log` gets a summary line.
+ * final group of its own. With shifts w (may be NULL), a round before
+ * those folds w's shifts into their layers, and is kept when the quantized
+ * model's calibration SQNR improves by more than OQ_BC_MARGIN standard
+ * errors (oq_bc_sqnr_holds on all samples: w was measured without the
+ * activation quantizers, so the judge is not the estimate; each layer's
+ * shift already passed learned rounding's held-out guard). *out receives
+ * the quantized model kept (the uncorrected one when no round is kept);
+ * `log` gets a summary line.
  */
 int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, const oq_calib_opts *calib,
-			  int rounds, FILE *log, oq_model **out, oq_diag *d) OQ_WUR;
+			  int rounds, const oq_biascorr_shifts *w, FILE *log, oq_model **out, oq_diag *d) OQ_WUR;
 
 #endif

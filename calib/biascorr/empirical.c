@@ -162,6 +162,76 @@ static void set_corr(oq_bc_targets *b, double **saved, double **diff, size_t lo,
 			b->v[i].corr[m] = saved[i][m] + (k < 0 ? 0 : diff[i][(size_t)k * b->v[i].M + m]);
 }
 
+void oq_biascorr_shifts_free(oq_biascorr_shifts *s)
+{
+	for (size_t i = 0; s && i < s->n; i++) {
+		free(s->v[i].layer);
+		free(s->v[i].shift);
+	}
+	if (s) {
+		free(s->v);
+		s->v = NULL;
+		s->n = 0;
+	}
+}
+
+/*
+ * The weight-shift round (biascorr.h): the layers of b that w names with the same channel
+ * count take w's shifts as their corrections; the quantized model so corrected replaces *best
+ * (and its SQNR *bs, its measured shifts diff) when it holds over all samples, else every
+ * correction goes back to 0. *kept: 1 when it did.
+ */
+static int weights_round(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, const oq_calib_opts *calib,
+			 const oq_biascorr_shifts *w, oq_node **rn, oq_node **qn, oq_bc_targets *b,
+			 oq_bc_float_cache *cache, double **diff, oq_model **best, oq_bc_sqnr *bs, int *kept, oq_diag *d)
+{
+	const unsigned all = (1u << OQ_BC_FOLDS) - 1;
+	oq_model *cand = NULL;
+	oq_bc_quantized run;
+	size_t used = 0;
+	double g, se;
+	int rc;
+
+	*kept = 0;
+	for (size_t i = 0; i < b->n; i++)
+		for (size_t k = 0; k < w->n; k++)
+			if (w->v[k].M == b->v[i].M && !strcmp(w->v[k].layer, b->v[i].node)) {
+				memcpy(b->v[i].corr, w->v[k].shift, b->v[i].M * sizeof *b->v[i].corr);
+				used++;
+				break;
+			}
+	if (!used)
+		return OQ_OK;
+	if ((rc = quantize_corrected(mk, b, &cand, qn, d)))
+		return rc;
+	run = (oq_bc_quantized){.qm = cand, .nodes = qn, .folds = all};
+	if ((rc = oq_bc_measure(ref, rn, &run, 1, calib, b, cache, d))) {
+		oq_model_free(cand);
+		return rc;
+	}
+	*kept = getenv("OQ_BCW_BETTER") ? oq_bc_sqnr_better(&run.sqnr, bs, all) : oq_bc_sqnr_holds(&run.sqnr, bs, all);
+	oq_bc_sqnr_gain(&run.sqnr, bs, all, &g, &se);
+	if (q->log)
+		fprintf(q->log, "bias correction: weight shifts of %zu layers (activations float): SQNR min %.2f mean "
+			"%.2f dB (uncorrected %.2f / %.2f; gain %.2f +- %.2f): %s\n", used, oq_bc_sqnr_min(&run.sqnr, all),
+			oq_bc_sqnr_mean(&run.sqnr, all), oq_bc_sqnr_min(bs, all), oq_bc_sqnr_mean(bs, all), g, se,
+			*kept ? "kept" : "not kept");
+	if (!*kept) {
+		/* diff still holds the uncorrected model's shifts (the rounds read only diff) */
+		oq_bc_sqnr_free(&run.sqnr);
+		oq_model_free(cand);
+		for (size_t i = 0; i < b->n; i++)
+			memset(b->v[i].corr, 0, b->v[i].M * sizeof *b->v[i].corr);
+		return OQ_OK;
+	}
+	take_diffs(b, diff);
+	oq_model_free(*best);
+	*best = cand;
+	oq_bc_sqnr_free(bs);
+	*bs = run.sqnr;
+	return OQ_OK;
+}
+
 /*
  * The rounds (contract in biascorr.h; round 0 is the uncorrected model).
  * Round r adds the shifts measured on the best model so far to the
@@ -191,7 +261,7 @@ static void set_corr(oq_bc_targets *b, double **saved, double **diff, size_t lo,
  * its previous correction.
  */
 int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, const oq_calib_opts *calib,
-			  int rounds, FILE *log, oq_model **out, oq_diag *d)
+			  int rounds, const oq_biascorr_shifts *w, FILE *log, oq_model **out, oq_diag *d)
 {
 	const unsigned all = (1u << OQ_BC_FOLDS) - 1;
 	oq_bc_targets b = {0};
@@ -201,7 +271,7 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 	oq_bc_quantized run0;
 	oq_bc_sqnr bs = {0};
 	oq_bc_float_cache cache = {0};
-	int kept = 0;
+	int kept = 0, wkept = 0;
 	int rc;
 
 	*out = NULL;
@@ -237,6 +307,8 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 	if (q->log)
 		fprintf(q->log, "bias correction: round 0 (uncorrected): SQNR min %.2f mean %.2f dB\n",
 			oq_bc_sqnr_min(&bs, all), oq_bc_sqnr_mean(&bs, all));
+	if (w && w->n && (rc = weights_round(ref, mk, q, calib, w, rn, qn, &b, &cache, diff, &best, &bs, &wkept, d)))
+		goto out;
 	for (int r = 0; r <= rounds && b.n; r++) {
 		/* rounds forward groups over layers [0, n-1), then the last layer alone */
 		size_t nf = b.n - 1, lo = r < rounds ? nf * (size_t)r / (size_t)rounds : nf,
@@ -297,9 +369,10 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 		fprintf(log, "bias correction: %zu samples with NaN/Inf outputs left out of the measurement\n",
 			b.n_nonfinite);
 	if (log)
-		fprintf(log, "bias correction: %zu layers, %d forward groups + the last layer, %d rounds kept; calibration "
-			"SQNR min %.2f mean %.2f dB\n", b.n, rounds, kept, oq_bc_sqnr_min(&bs, all),
-			oq_bc_sqnr_mean(&bs, all));
+		fprintf(log, "bias correction: %zu layers, %s%d forward groups + the last layer, %d rounds kept; "
+			"calibration SQNR min %.2f mean %.2f dB\n", b.n,
+			!w || !w->n ? "" : wkept ? "weight shifts kept, " : "weight shifts not kept, ", rounds, kept,
+			oq_bc_sqnr_min(&bs, all), oq_bc_sqnr_mean(&bs, all));
 	*out = best;
 	best = NULL;
 	rc = OQ_OK;

@@ -835,6 +835,44 @@ static int find_layers(learn *c, oq_exec *ef, FILE *vlog, size_t *n_skipped, oq_
 int oq_wround_learn(oq_model *m, const oq_opts *o, const oq_calib_opts *co, int bias, oq_wlearned_set *out,
 		    FILE *log, oq_diag *d)
 {
+	return oq_wround_learn_shifts(m, o, co, bias, out, NULL, log, d);
+}
+
+/* Appends layer l's correction, as the output shift it absorbs, to *s (contract in rounding.h). */
+static int give_shift(const wl *l, oq_biascorr_shifts *s)
+{
+	oq_biascorr_shift *e;
+	size_t m;
+
+	for (m = 0; m < l->M && l->db[m] == 0; m++)
+		;
+	if (m == l->M || !l->node->n_outputs || !l->node->outputs[0])
+		return OQ_OK;
+	if (s->n % 16 == 0) {
+		oq_biascorr_shift *v = realloc(s->v, (s->n + 16) * sizeof *v);
+		if (!v)
+			return OQ_ENOMEM;
+		s->v = v;
+	}
+	e = &s->v[s->n];
+	e->M = l->M;
+	e->layer = oq_strdup(l->node->outputs[0]->name);
+	e->shift = malloc(l->M * sizeof *e->shift);
+	if (!e->layer || !e->shift) {
+		free(e->layer);
+		free(e->shift);
+		return OQ_ENOMEM;
+	}
+	/* the bias enters the output times bscale, and moved by db to cancel the shift */
+	for (m = 0; m < l->M; m++)
+		e->shift[m] = -l->db[m] * (double)l->bscale;
+	s->n++;
+	return OQ_OK;
+}
+
+int oq_wround_learn_shifts(oq_model *m, const oq_opts *o, const oq_calib_opts *co, int bias,
+			   oq_wlearned_set *out, oq_biascorr_shifts *shifts, FILE *log, oq_diag *d)
+{
 	static const char *const names[] = {"nearest", "adaround", "seq-mse"};
 	learn c;
 	oq_exec *ef = NULL, *eq = NULL;
@@ -846,6 +884,8 @@ int oq_wround_learn(oq_model *m, const oq_opts *o, const oq_calib_opts *co, int 
 	int rc;
 
 	memset(out, 0, sizeof *out);
+	if (shifts)
+		memset(shifts, 0, sizeof *shifts);
 	memset(&c, 0, sizeof c);
 	c.m = m;
 	c.o = o;
@@ -1013,6 +1053,11 @@ int oq_wround_learn(oq_model *m, const oq_opts *o, const oq_calib_opts *co, int 
 			rc = oq_err(d, OQ_ENOMEM, "weight rounding: out of memory");
 			break;
 		}
+		if (shifts && (rc = give_shift(l, shifts))) {
+			free(b);
+			rc = oq_err(d, rc, "weight rounding: out of memory");
+			break;
+		}
 		for (size_t k = 0; k < l->M; k++)
 			b[k] = (float)((double)b[k] + l->db[k]);
 		snprintf(base, sizeof base, "%.200s_corrected", l->bn->inputs[l->bi]->name);
@@ -1031,7 +1076,9 @@ out:
 	oq_samples_free(&smp);
 	free_layers(&c);
 	oq_model_free(c.qm);
-	if (rc)
+	if (rc) {
 		oq_wlearned_free(out);
+		oq_biascorr_shifts_free(shifts);
+	}
 	return rc;
 }

@@ -49,6 +49,7 @@
 
 #include <stdio.h>
 
+#include "calib/biascorr/biascorr.h"
 #include "calib/calibrate.h"
 #include "passes/quantize/qweight.h"
 
@@ -141,5 +142,15 @@ double oq_wr_loss(const oq_wr_problem *p, const float *Wq);
  */
 int oq_wround_learn(oq_model *m, const oq_opts *o, const oq_calib_opts *co, int bias, oq_wlearned_set *out,
 		    FILE *log, oq_diag *d) OQ_WUR;
+
+/*
+ * The same, with the bias corrections also given back in *shifts (may be NULL): one entry per
+ * layer whose correction the held-out guard kept, as the mean output shift the weights cause
+ * (quantized - float, activations float) that the bias must absorb: what empirical bias
+ * correction folds (calib/biascorr/biascorr.h). W8A8 learns on a copy this way and hands the
+ * shifts to empirical bias correction, which judges them on the whole quantized model.
+ */
+int oq_wround_learn_shifts(oq_model *m, const oq_opts *o, const oq_calib_opts *co, int bias,
+			   oq_wlearned_set *out, oq_biascorr_shifts *shifts, FILE *log, oq_diag *d) OQ_WUR;
 
 #endif

@@ -173,6 +173,7 @@ static const choice wroundings[] = {
 static const choice prefers[] = {
 	{"balanced", OQ_PREFER_BALANCED}, {"speed", OQ_PREFER_SPEED}, {"accuracy", OQ_PREFER_ACCURACY}, {NULL, 0},
 };
+static const choice onoff[] = {{"on", OQ_BCW_ON}, {"off", OQ_BCW_OFF}, {NULL, 0}};
 static const struct choices {
 	const char *name;
 	const choice *c;
@@ -184,6 +185,7 @@ static const struct choices {
 	{"weight-method", wmethods, "--weight-method is minmax or mse"},
 	{"high-precision", precisions, "--high-precision is float32, float16 or bfloat16"},
 	{"weight-rounding", wroundings, "--weight-rounding is nearest, adaround or seq-mse"},
+	{"bias-correction-weights", onoff, "--bias-correction-weights is on or off"},
 	{"prefer", prefers, "--prefer is speed, accuracy or balanced"},
 };
 
@@ -427,6 +429,12 @@ const oq_option oq_pipeline_options[] = {
 	{"bias-correction-rounds", OQ_ARG_REQUIRED, QC, set_number, F(bias_rounds),
 	 "  --bias-correction-rounds N  empirical: N forward layer groups before the last\n"
 	 "                          layer's round (default 0)\n"},
+	{"bias-correction-weights", OQ_ARG_REQUIRED, QC, set_choice, F(bias_weights),
+	 "  --bias-correction-weights on|off  empirical, W8A8: first each layer's mean output\n"
+	 "                          shift its quantized weights cause, activations float (kept\n"
+	 "                          per layer where held-out samples confirm it), folded in and\n"
+	 "                          kept when the quantized model's calibration SQNR gains\n"
+	 "                          (default off)\n"},
 	{NULL, 0, 0, NULL, 0, "Quantization:\n"},
 	{"profile", OQ_ARG_REQUIRED, QC, set_choice, F(q.profile),
 	 "  --profile ort|trt       Q/DQ placement: ONNX Runtime's (default) or TensorRT's\n"},
@@ -735,6 +743,8 @@ void oq_pipeline_opts_resolve(const oq_pipeline_opts *o, oq_pipeline_opts *out)
 		out->bias_correction = out->job == OQ_JOB_QUANTIZE && !out->q.weight_only ? OQ_BC_EMPIRICAL : OQ_BC_OFF;
 	if (out->job == OQ_JOB_ANALYZE)
 		out->bias_correction = OQ_BC_OFF; /* each point is measured as the quantize pass sets it */
+	if (out->bias_weights == OQ_BCW_DEFAULT)
+		out->bias_weights = OQ_BCW_OFF;
 	if (out->q.act_type == OQ_DT_FLOAT8E4M3FN)
 		out->q.act_sym = OQ_ACT_SYM; /* FP8 has one grid: symmetric, zero point 0, amax / 448 */
 	if (out->q.profile == OQ_PROFILE_TRT && out->q.act_type != OQ_DT_FLOAT8E4M3FN) {

@@ -80,6 +80,7 @@ typedef struct job {
 				   * the raised points (shallow copies) */
 	oq_biascorr_analytic *analytic;
 	oq_wlearned_set learned;  /* learned rounding (q.learned points here once learned) */
+	oq_biascorr_shifts wshift; /* W8A8 empirical bias correction's start: the weights' shifts */
 	oq_save_info info;
 	size_t fl0, in0;          /* initializer bytes after the rewrites: float (a 16-bit model's at 16 bits,
 				   * as its file holds them), integer */
@@ -230,6 +231,7 @@ static void job_free(job *j)
 {
 	oq_biascorr_analytic_free(j->analytic);
 	oq_wlearned_free(&j->learned);
+	oq_biascorr_shifts_free(&j->wshift);
 	oq_placement_free(&j->placement);
 	oq_fidelity_free(&j->fid);
 	oq_target_free(&j->target);
@@ -350,15 +352,27 @@ static int rewrite(job *j, oq_diag *d)
  * each layer's mean error: on the rewritten float model, before calibration (which then sees
  * the weight-only biases it corrected; W8A8 biases are not touched here).
  */
+static int has_sample_folder(const oq_pipeline_opts *o);
+
 static int learn_rounding(job *j, oq_diag *d)
 {
 	int bias = j->q.weight_only && j->o.bias_correction == OQ_BC_EMPIRICAL;
+	/* W8A8 (--bias-correction-weights): the weights' shifts, learned on a copy whose biases
+	 * take them, for empirical bias correction to judge on the quantized model (quantize()) */
+	int wshift = !j->q.weight_only && j->o.bias_correction == OQ_BC_EMPIRICAL && j->o.bias_weights == OQ_BCW_ON &&
+		     has_sample_folder(&j->o);
+	oq_model *cp = NULL;
 	int rc;
 
 	j->t_learn = now();
-	if (!j->quantize || (j->q.weight_rounding == OQ_WROUND_NEAREST && !bias))
+	if (!j->quantize || (j->q.weight_rounding == OQ_WROUND_NEAREST && !bias && !wshift))
 		return OQ_OK;
-	if ((rc = oq_wround_learn(j->m, &j->q, &j->o.calib, bias, &j->learned, j->log, d)))
+	if (!wshift)
+		rc = oq_wround_learn(j->m, &j->q, &j->o.calib, bias, &j->learned, j->log, d);
+	else if (!(rc = float_copy(j, &cp, d)))
+		rc = oq_wround_learn_shifts(cp, &j->q, &j->o.calib, 1, &j->learned, &j->wshift, j->log, d);
+	oq_model_free(cp);
+	if (rc)
 		return rc;
 	j->q.learned = &j->learned;
 	return OQ_OK;
@@ -437,7 +451,8 @@ static int quantize(job *j, oq_diag *d)
 			fprintf(j->log, "bias correction: skipped: it needs calibration samples from a folder\n");
 		return quantize_pass(j, j->m, d);
 	}
-	if ((rc = oq_biascorr_empirical(j->m, &mk, &j->q, &j->o.calib, j->o.bias_rounds, j->log, &qm, d)))
+	if ((rc = oq_biascorr_empirical(j->m, &mk, &j->q, &j->o.calib, j->o.bias_rounds, &j->wshift, j->log,
+					 &qm, d)))
 		return rc;
 	oq_model_free(j->m);
 	j->m = qm;

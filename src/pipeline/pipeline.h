@@ -36,6 +36,9 @@ enum {
  * activations (oq_pipeline_opts_resolve). */
 #define OQ_PIPELINE_METHOD_DEFAULT (-1)
 
+/* --bias-correction-weights (oq_pipeline_opts.bias_weights); resolved to on or off. */
+enum { OQ_BCW_DEFAULT = 0, OQ_BCW_ON, OQ_BCW_OFF };
+
 typedef struct oq_pipeline_opts {
 	int job;                 /* OQ_JOB_* */
 	const char *in_path;     /* the float model */
@@ -54,6 +57,7 @@ typedef struct oq_pipeline_opts {
 	const char *report_path; /* --report FILE.json (with --target-sqnr), or NULL */
 	int bias_correction;     /* OQ_BC_* (calib/biascorr/biascorr.h) */
 	int bias_rounds;         /* --bias-correction-rounds N (empirical forward groups); -1 = OQ_BC_ROUNDS */
+	int bias_weights;        /* --bias-correction-weights: OQ_BCW_* */
 	int high_precision;      /* --high-precision: OQ_DT_FLOAT, OQ_DT_FLOAT16, OQ_DT_BFLOAT16; 0 = the model's */
 	int quiet, verbose;
 	FILE *log;               /* summary / warnings / timings (stderr) */
