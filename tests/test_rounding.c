@@ -498,3 +498,60 @@ Test(guard, held_out_sample_rejects_the_bias_correction)
 {
 	bias_case(-1, 0.25);
 }
+
+/*
+ * The shifts W8A8 bias correction starts from (oq_wround_learn_shifts): y = Gemm(x, W, B,
+ * beta 2), W = (127, 10.4) / 127 ([2, 1]): per channel int8 scale 1 / 127, nearest rounds W2
+ * to 10 / 127, so with x = (0, 1) on every sample the quantized weights move the output by
+ * (10 - 10.4) / 127 = -0.4 / 127, whatever beta: the shift is given in output units
+ * (quantized - float), the held-out sample agreeing.
+ */
+Test(shifts, weight_shift_in_output_units)
+{
+	const int64_t dims[2] = {1, 2};
+	const float x[2] = {0, 1};
+	char in[256], cal[256], smp[300];
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg;
+	Onnx__NodeProto *n;
+	oq_wlearned_set set;
+	oq_biascorr_shifts sh;
+	oq_calib_opts co;
+	oq_model *m = NULL;
+	oq_opts q;
+	oq_diag d;
+
+	oq_diag_init(&d);
+	gen_opset(g, "", 13);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 2));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(2, 1), GEN_VALS(1.0, 10.4 / 127));
+	gen_init(g, mg, "B", OQ_DT_FLOAT, GEN_SHAPE(1), GEN_VALS(0.25));
+	n = gen_node(g, mg, "Gemm", "fc", "x,W,B", "y");
+	gen_attr_float(g, n, "beta", 2.0f);
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1));
+	cr_assert_not_null(tmpdir_make("oq_wshift"));
+	snprintf(in, sizeof in, "%s", tmpdir_at("m.onnx"));
+	snprintf(cal, sizeof cal, "%s", tmpdir_at("calib"));
+	cr_assert_eq(mkdir(cal, 0755), 0);
+	cr_assert_eq(gen_write(g, in), 0);
+	for (int i = 0; i < 4; i++) {
+		snprintf(smp, sizeof smp, "%s/%03d.npy", cal, i);
+		cr_assert_eq(oq_npy_write(smp, OQ_DT_FLOAT, 2, dims, x, sizeof x, &d), OQ_OK, "%s", d.msg);
+	}
+	cr_assert_eq(oq_model_load(in, &m, &d), OQ_OK, "%s", d.msg);
+	oq_opts_init(&q);
+	memset(&co, 0, sizeof co);
+	co.source = cal;
+	co.threads = 1;
+	cr_assert_eq(oq_wround_learn_shifts(m, &q, &co, 1, &set, &sh, NULL, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(sh.n, 1, "%zu layers corrected, want 1", sh.n);
+	cr_expect_str_eq(sh.v[0].layer, "y");
+	cr_assert_eq(sh.v[0].M, 1);
+	cr_expect_float_eq(sh.v[0].shift[0], -0.4 / 127, 1e-7, "shift %.9f, want %.9f", sh.v[0].shift[0], -0.4 / 127);
+	oq_biascorr_shifts_free(&sh);
+	oq_wlearned_free(&set);
+	oq_model_free(m);
+	tmpdir_remove();
+	gen_free(g);
+}
