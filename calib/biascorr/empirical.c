@@ -209,7 +209,7 @@ static int weights_round(oq_model *ref, const oq_biascorr_models *mk, const oq_o
 		oq_model_free(cand);
 		return rc;
 	}
-	*kept = getenv("OQ_BCW_BETTER") ? oq_bc_sqnr_better(&run.sqnr, bs, all) : oq_bc_sqnr_holds(&run.sqnr, bs, all);
+	*kept = oq_bc_sqnr_holds(&run.sqnr, bs, all);
 	oq_bc_sqnr_gain(&run.sqnr, bs, all, &g, &se);
 	if (q->log)
 		fprintf(q->log, "bias correction: weight shifts of %zu layers (activations float): SQNR min %.2f mean "

@@ -789,6 +789,77 @@ static void summary(const job *j)
 			j->t_save - j->t_quantize, j->t_end - j->t_save);
 }
 
+/* The worst output's fold SQNR (fidelity.h) of a job that measured it; NaN when it did not. */
+static double fold_db(const job *j)
+{
+	double w = NAN;
+
+	for (size_t i = 0; i < j->fid.n_out; i++)
+		if (j->fid.r2[i] > 0) {
+			double v = oq_fidelity_db(j->fid.r2[i], j->fid.d2[i]);
+			if (isnan(w) || v < w)
+				w = v;
+		}
+	return j->fid.k ? w : NAN;
+}
+
+/*
+ * The model-level guard of --cle and W8A8 --weight-rounding (both change the weights before
+ * calibration): the job runs again without them (no CLE, nearest rounding) up to the fold
+ * SQNR, and whichever has the better worst-output fold SQNR (held-out: fidelity.h) goes on;
+ * the options must win strictly. Needs the fold measurement (a sample folder); costs a second
+ * load, calibration, quantization and fold measurement, and both jobs' memory at once.
+ * *j becomes the job kept.
+ */
+static int guard_weights(job *j, const oq_pipeline_opts *o, oq_diag *d)
+{
+	oq_pipeline_opts alt_o = *o;
+	job alt;
+	double with, without;
+	int rc;
+
+	if (!j->quantize || j->q.weight_only || j->fid.k < 2 ||
+	    (!j->q.cle && j->q.weight_rounding == OQ_WROUND_NEAREST))
+		return OQ_OK;
+	alt_o.q.cle = 0;
+	alt_o.q.weight_rounding = OQ_WROUND_NEAREST;
+	alt_o.quiet = 1;
+	alt_o.verbose = 0;
+	job_init(&alt, &alt_o);
+	if ((rc = load(&alt, d)) || (rc = widen(&alt, d)) || (rc = rewrite(&alt, d)) ||
+	    (rc = learn_rounding(&alt, d)) || (rc = calibrate(&alt, d)) || (rc = reach_target(&alt, d)) ||
+	    (rc = correct_bias(&alt, d)) || (rc = quantize(&alt, d)) || (rc = fidelity(&alt, d))) {
+		job_free(&alt);
+		return rc;
+	}
+	with = fold_db(j);
+	without = fold_db(&alt);
+	if (j->log)
+		fprintf(j->log, "quantize: fold SQNR with %s%s%s %.2f dB, without %.2f dB: %s\n", j->q.cle ? "--cle" : "",
+			j->q.cle && j->q.weight_rounding != OQ_WROUND_NEAREST ? " and " : "",
+			j->q.weight_rounding != OQ_WROUND_NEAREST ? "learned rounding" : "", with, without,
+			with > without ? "kept" : "not kept (the model without them is written)");
+	if (!(with > without)) {
+		/* the kept job logs and times as the run asked */
+		alt.log = j->log;
+		alt.o.quiet = j->o.quiet;
+		alt.o.verbose = j->o.verbose;
+		alt.t0 = j->t0;
+		job_free(j);
+		*j = alt;
+		/* the pointers into the job itself follow it */
+		if (j->q.learned)
+			j->q.learned = &j->learned;
+		if (j->q.ranges)
+			j->q.ranges = &j->ranges;
+		if (j->co.grid_ctx)
+			j->co.grid_ctx = &j->q;
+		return OQ_OK;
+	}
+	job_free(&alt);
+	return OQ_OK;
+}
+
 int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 {
 	job j;
@@ -809,7 +880,8 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 		goto out;
 	}
 	if ((rc = learn_rounding(&j, d)) || (rc = calibrate(&j, d)) || (rc = reach_target(&j, d)) ||
-	    (rc = correct_bias(&j, d)) || (rc = quantize(&j, d)) || (rc = fidelity(&j, d)) || (rc = narrow(&j, d)) ||
+	    (rc = correct_bias(&j, d)) || (rc = quantize(&j, d)) || (rc = fidelity(&j, d)) ||
+	    (rc = guard_weights(&j, o, d)) || (rc = narrow(&j, d)) ||
 	    (rc = encodings(&j, d)) || (rc = save(&j, d)) || (rc = export_encodings(&j, d)))
 		goto out;
 	summary(&j);
