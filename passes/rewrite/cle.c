@@ -25,10 +25,14 @@
  * OQ_CLE_TOL (at most OQ_CLE_SWEEPS sweeps); the scales converge (Nagel et al., appendix).
  *
  * Not equalized: Relu6 and any Clip with a finite upper bound (or a nonzero lower one):
- * clip(x / s, lo, hi) != clip(x, lo, hi) / s, and one Clip node cannot hold per-channel
- * bounds, so the float model would change (DFQ replaces Relu6 by Relu; we keep the model
- * exact and skip such pairs, counted in the log line). High-bias absorption is not done: it
- * needs the BatchNormalization statistics that fold-bn (which runs before) has folded away.
+ * clip(x / s, lo, hi) = clip(x, lo s, hi s) / s, and one Clip node holds one pair of bounds
+ * (ONNX Clip's min and max are scalars), so only a scale common to every channel of the pair
+ * keeps the float model exact. A common scale equalizes nothing: per-channel grids are
+ * invariant under any per-channel factor and per-tensor grids under a common one, so both
+ * layers' quantization errors stay as they were. Such pairs are therefore skipped, counted in
+ * the log line (DFQ replaces Relu6 by Relu, which changes the float model; we keep it exact).
+ * High-bias absorption is not done: it needs the BatchNormalization statistics that fold-bn
+ * (which runs before) has folded away.
  *
  * Conditions: W1, W2 (and b1 when present) are float32 constants of the graph; every value on
  * the path is private (not a graph output, not captured) and read by exactly one node, the
