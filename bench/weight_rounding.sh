@@ -21,6 +21,7 @@
 #                                                           correction)
 #   w8a8 bcw       @C --bias-correction-weights on          (empirical correction starting from
 #                                                           the weights' shifts, activations float)
+#   w8a8 ada+bcw   @C --weight-rounding adaround --bias-correction-weights on
 #   w8a8+cle       @C --cle
 #   w8a8 adaround  @C --weight-rounding adaround
 #   w8a8 tensor    @C --granularity tensor                  (per-tensor weights, where CLE is meant
@@ -61,6 +62,7 @@ wo8 seq-mse|$WO --weight-rounding seq-mse @C
 wo8 ada+bc|$WO --weight-rounding adaround --bias-correction @C
 w8a8|@C
 w8a8 bcw|@C --bias-correction-weights on
+w8a8 ada+bcw|@C --weight-rounding adaround --bias-correction-weights on
 w8a8+cle|@C --cle
 w8a8 adaround|@C --weight-rounding adaround
 w8a8 tensor|@C --granularity tensor
