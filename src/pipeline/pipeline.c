@@ -807,9 +807,10 @@ static double fold_db(const job *j)
  * The model-level guard of --cle and W8A8 --weight-rounding (both change the weights before
  * calibration): the job runs again without them (no CLE, nearest rounding) up to the fold
  * SQNR, and whichever has the better worst-output fold SQNR (held-out: fidelity.h) goes on;
- * the options must win strictly. Needs the fold measurement (a sample folder); costs a second
- * load, calibration, quantization and fold measurement, and both jobs' memory at once.
- * *j becomes the job kept.
+ * the options must win strictly. The folds hold out the ranges; a learned rounding was learned
+ * on every sample (its own per-layer guard held some out). Needs the fold measurement (a sample
+ * folder); costs a second load, calibration, quantization (bias correction included) and fold
+ * measurement, and both jobs' memory at once. *j becomes the job kept.
  */
 static int guard_weights(job *j, const oq_pipeline_opts *o, oq_diag *d)
 {
