@@ -179,7 +179,7 @@ void oq_biascorr_shifts_free(oq_biascorr_shifts *s)
  * The weight-shift round (biascorr.h): the layers of b that w names with the same channel
  * count take w's shifts as their corrections; the quantized model so corrected replaces *best
  * (and its SQNR *bs, its measured shifts diff) when it holds over all samples, else every
- * correction goes back to 0. *kept: 1 when it did.
+ * correction goes back to 0. *kept: 1 when it did, 0 when not, -1 when w names no layer of b.
  */
 static int weights_round(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, const oq_calib_opts *calib,
 			 const oq_biascorr_shifts *w, oq_node **rn, oq_node **qn, oq_bc_targets *b,
@@ -192,7 +192,7 @@ static int weights_round(oq_model *ref, const oq_biascorr_models *mk, const oq_o
 	double g, se;
 	int rc;
 
-	*kept = 0;
+	*kept = -1;
 	for (size_t i = 0; i < b->n; i++)
 		for (size_t k = 0; k < w->n; k++)
 			if (w->v[k].M == b->v[i].M && !strcmp(w->v[k].layer, b->v[i].node)) {
@@ -271,7 +271,7 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 	oq_bc_quantized run0;
 	oq_bc_sqnr bs = {0};
 	oq_bc_float_cache cache = {0};
-	int kept = 0, wkept = 0;
+	int kept = 0, wkept = -1;
 	int rc;
 
 	*out = NULL;
@@ -371,7 +371,7 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 	if (log)
 		fprintf(log, "bias correction: %zu layers, %s%d forward groups + the last layer, %d rounds kept; "
 			"calibration SQNR min %.2f mean %.2f dB\n", b.n,
-			!w || !w->n ? "" : wkept ? "weight shifts kept, " : "weight shifts not kept, ", rounds, kept,
+			wkept < 0 ? "" : wkept ? "weight shifts kept, " : "weight shifts not kept, ", rounds, kept,
 			oq_bc_sqnr_min(&bs, all), oq_bc_sqnr_mean(&bs, all));
 	*out = best;
 	best = NULL;

@@ -841,11 +841,10 @@ static int guard_weights(job *j, const oq_pipeline_opts *o, oq_diag *d)
 			j->q.weight_rounding != OQ_WROUND_NEAREST ? "learned rounding" : "", with, without,
 			with > without ? "kept" : "not kept (the model without them is written)");
 	if (!(with > without)) {
-		/* the kept job logs and times as the run asked */
+		/* the kept job logs as the run asked (its timings are its own) */
 		alt.log = j->log;
 		alt.o.quiet = j->o.quiet;
 		alt.o.verbose = j->o.verbose;
-		alt.t0 = j->t0;
 		job_free(j);
 		*j = alt;
 		/* the pointers into the job itself follow it */
