@@ -234,6 +234,136 @@ static int fold(calib *c, tstat *s, ema *em, oq_hist *h, double ema_c, const oq_
 	return rc;
 }
 
+/* ------------------------------------------------------------ slots */
+
+static int cmp_sub(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)((const vsub *)a)->g, y = (uintptr_t)((const vsub *)b)->g;
+	return (x > y) - (x < y);
+}
+
+/* The numbering of body g, or NULL when g is not a body of c's model. */
+static const vsub *find_sub(const calib *c, const oq_graph *g)
+{
+	vsub key = {g, NULL};
+	return c->n_subs ? bsearch(&key, c->subs, c->n_subs, sizeof *c->subs, cmp_sub) : NULL;
+}
+
+/* v's slot, or SIZE_MAX when v is not observed (not a value of c's model, an outer capture). */
+static size_t slot_of(const calib *c, const oq_value *v)
+{
+	const vsub *s;
+
+	if (v->graph == c->g)
+		return v->index < c->g->n_values && c->g->values[v->index] == v ? v->index : SIZE_MAX;
+	if (!(s = find_sub(c, v->graph)) || v->index >= s->g->n_values || s->g->values[v->index] != v)
+		return SIZE_MAX;
+	return s->map[v->index];
+}
+
+/* The slot of the value named name, or SIZE_MAX (the main graph first, then the bodies). */
+static size_t slot_named(const calib *c, const char *name)
+{
+	const oq_value *v = oq_graph_find(c->g, name);
+	size_t i = v ? slot_of(c, v) : SIZE_MAX;
+
+	for (size_t k = 0; i == SIZE_MAX && k < c->n_subs; k++)
+		if ((v = oq_graph_find(c->subs[k].g, name)) && v->graph == c->subs[k].g)
+			i = slot_of(c, v);
+	return i;
+}
+
+typedef struct subs_acc {
+	vsub *v;
+	size_t n, cap;
+} subs_acc;
+
+static int add_sub(oq_graph *sub, oq_node *owner, void *ctx)
+{
+	subs_acc *a = ctx;
+
+	(void)owner;
+	if (oq_grow(&a->v, &a->cap, a->n + 1, sizeof *a->v))
+		return OQ_ENOMEM;
+	a->v[a->n].g = sub;
+	a->v[a->n++].map = NULL;
+	return oq_graph_each_subgraph(sub, add_sub, ctx);
+}
+
+static void slots_free(calib *c)
+{
+	for (size_t k = 0; k < c->n_subs; k++)
+		free(c->subs[k].map);
+	free(c->subs);
+	free(c->vals);
+	c->subs = NULL;
+	c->vals = NULL;
+	c->n_subs = 0;
+}
+
+/*
+ * c->n, c->vals and c->subs for main graph g: its values keep their index; the values each
+ * body defines (not its outer captures) follow, a name seen before reusing that slot, so a
+ * body's statistics merge over every iteration and call (min/max and counts are exact).
+ */
+static int slots_init(calib *c, oq_graph *g)
+{
+	subs_acc a = {NULL, 0, 0};
+	oq_nameset seen;
+	size_t n = g->n_values;
+	int rc;
+
+	memset(&seen, 0, sizeof seen);
+	c->n = n;
+	if ((rc = oq_graph_each_subgraph(g, add_sub, &a)))
+		goto fail;
+	c->subs = a.v;
+	c->n_subs = a.n;
+	for (size_t k = 0; k < a.n; k++)
+		if (!oq_add_size(n, a.v[k].g->n_values, &n))
+			goto fail;
+	if (!(c->vals = oq_calloc(n ? n : 1, sizeof *c->vals)))
+		goto fail;
+	for (size_t i = 0; i < g->n_values; i++) {
+		c->vals[i] = g->values[i];
+		if (a.n && oq_nameset_add(&seen, g->values[i]->name))
+			goto fail;
+	}
+	for (size_t k = 0; k < a.n; k++) {
+		const oq_graph *b = a.v[k].g;
+		if (!(a.v[k].map = oq_calloc(b->n_values ? b->n_values : 1, sizeof *a.v[k].map)))
+			goto fail;
+		for (size_t i = 0; i < b->n_values; i++) {
+			const oq_value *v = b->values[i];
+			a.v[k].map[i] = SIZE_MAX;
+			if (v->flags & OQ_V_OUTER)
+				continue;
+			if (oq_nameset_has(&seen, v->name)) {
+				for (size_t x = 0; x < c->n; x++) /* rare: a name two bodies define */
+					if (strcmp(c->vals[x]->name, v->name) == 0) {
+						a.v[k].map[i] = x;
+						break;
+					}
+				continue;
+			}
+			if (oq_nameset_add(&seen, v->name))
+				goto fail;
+			c->vals[c->n] = v;
+			a.v[k].map[i] = c->n++;
+		}
+	}
+	if (a.n > 1)
+		qsort(c->subs, c->n_subs, sizeof *c->subs, cmp_sub);
+	oq_nameset_free(&seen);
+	return OQ_OK;
+fail:
+	c->subs = a.v;
+	c->n_subs = a.n;
+	oq_nameset_free(&seen);
+	slots_free(c);
+	return OQ_ENOMEM;
+}
+
 static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 {
 	calib *c = ctx;
@@ -242,11 +372,9 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 
 	if (c->extra && (rc = c->extra(c->extra_ctx, v, t)))
 		return rc;
-	if (v->graph != c->g || v->index >= c->g->n_values || c->g->values[v->index] != v ||
-	    !is_observed_dtype(t->dtype))
+	if ((i = slot_of(c, v)) == SIZE_MAX || !is_observed_dtype(t->dtype))
 		return 0;
-	i = v->index;
-	q = c->fold * c->g->n_values + i;
+	q = c->fold * c->n + i;
 	if ((rc = fold(c, &c->fst[q], c->em ? &c->em[i] : NULL, c->h && c->track[i] ? &c->fh[q] : NULL,
 	               c->ema_c, t)))
 		c->oom = v;
@@ -498,7 +626,7 @@ static int stats_alloc(size_t n, int hist, tstat **st, oq_hist **h)
 /* c->st and, with hist, c->h for the values of c->g, and their c->nf folds (c->fst, c->fh). */
 static int stats_new(calib *c, int hist)
 {
-	size_t n = c->g->n_values, nf;
+	size_t n = c->n, nf;
 
 	c->fst = NULL;
 	c->fh = NULL;
@@ -524,7 +652,7 @@ static void hists_free(oq_hist *h, size_t n)
 /* Frees what stats_new made (the histograms' bins too). */
 static void stats_free(calib *c)
 {
-	size_t n = c->g ? c->g->n_values : 0;
+	size_t n = c->n;
 
 	if (c->fst != c->st) {
 		free(c->fst);
@@ -549,7 +677,7 @@ static void tstat_add(tstat *a, const tstat *b)
  * (exact merges: what one fold would have held). OQ_ENOMEM, OQ_EINVAL on a count overflow. */
 static int fold_totals(calib *c)
 {
-	size_t n = c->g->n_values;
+	size_t n = c->n;
 	int rc;
 
 	if (c->nf <= 1)
@@ -639,7 +767,7 @@ static void lane_run(void *ctx, size_t begin, size_t end)
 /* Folds lane state l into c (same graph, folds and tracked values), fold by fold. */
 static int lane_merge(calib *c, const calib *l)
 {
-	size_t n = c->g->n_values;
+	size_t n = c->n;
 
 	for (size_t q = 0; q < c->nf * n; q++) {
 		int rc;
@@ -726,7 +854,7 @@ static size_t lane_count(const job *j, const calib *c)
 
 	if (c->em || c->extra || j->batch > 1)
 		return 0;
-	for (size_t i = 0; c->h && i < c->g->n_values; i++)
+	for (size_t i = 0; c->h && i < c->n; i++)
 		hist += c->track[i] * c->nf;
 	/* a clone: the activations of the first run, its histograms, scratch */
 	return oq_calib_lane_count(oq_pool_threads(c->pool),
@@ -900,6 +1028,7 @@ static void release(job *j, calib *c)
 	free(c->ph);
 	free(c->track);
 	free(c->em);
+	slots_free(c);
 	if (j->pend)
 		for (size_t i = 0; i < j->batch * j->nin; i++)
 			oq_rt_release(&j->pend[i]);
@@ -919,15 +1048,18 @@ static int calib_init(oq_model *m, const oq_calib_opts *o, size_t nf, calib *c, 
 	c->extra = o->extra;
 	c->extra_ctx = o->extra_ctx;
 	c->ema_c = o->ema_constant > 0 ? o->ema_constant : OQ_EMA_CONSTANT;
+	if (slots_init(c, m->graph))
+		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 	if (o->method == OQ_CALIB_EMA)
-		c->em = oq_calloc(m->graph->n_values, sizeof *c->em);
+		c->em = oq_calloc(c->n ? c->n : 1, sizeof *c->em);
 	if (is_hist(o->method))
-		c->track = oq_calloc(m->graph->n_values, 1);
+		c->track = oq_calloc(c->n ? c->n : 1, 1);
 	if (stats_new(c, is_hist(o->method)) || (o->method == OQ_CALIB_EMA && !c->em) ||
 	    (is_hist(o->method) && !c->track))
 		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
-	for (size_t i = 0; c->track && i < m->graph->n_values; i++)
-		c->track[i] = o->hist_need ? o->hist_need[i] != 0 : 1;
+	/* hist_need covers the main graph; body values keep their histograms */
+	for (size_t i = 0; c->track && i < c->n; i++)
+		c->track[i] = o->hist_need && i < m->graph->n_values ? o->hist_need[i] != 0 : 1;
 	return OQ_OK;
 }
 
@@ -1121,32 +1253,30 @@ static int check_file(const oq_model *m, const oq_stats *s, const char *what, co
 /* c->st (and c->h when c has histograms) from the records of s. */
 static int load_file(calib *c, const oq_stats *s, const char *what, oq_diag *d)
 {
-	const oq_graph *g = c->g;
-
 	if (c->track) /* the file says which histograms were kept */
-		memset(c->track, 0, g->n_values);
+		memset(c->track, 0, c->n);
 
 	for (size_t k = 0; k < s->n; k++) {
 		const oq_stat *r = &s->v[k];
-		const oq_value *v = oq_graph_find(g, r->name);
+		size_t i = slot_named(c, r->name);
 		tstat *t;
-		if (!v || v->graph != g || v->index >= g->n_values || g->values[v->index] != v)
+		if (i == SIZE_MAX)
 			return oq_err(d, OQ_EINVAL,
 			              "calibrate: %s has tensor '%s', which the model lacks; give the "
 			              "statistics of this model",
 			              what, r->name);
-		t = &c->st[v->index];
+		t = &c->st[i];
 		t->seen = r->seen;
 		t->lo = r->lo;
 		t->hi = r->hi;
 		t->n_bad = r->n_bad;
 		if (c->h) {
-			c->track[v->index] = (uint8_t)r->hist;
-			if (oq_hist_copy(&c->h[v->index], &r->h))
+			c->track[i] = (uint8_t)r->hist;
+			if (oq_hist_copy(&c->h[i], &r->h))
 				return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 		}
 		for (size_t f = 0; c->nf > 1 && f < c->nf; f++) {
-			size_t q = f * g->n_values + v->index;
+			size_t q = f * c->n + i;
 			c->fst[q].seen = r->seen;
 			c->fst[q].lo = r->fold[f].lo;
 			c->fst[q].hi = r->fold[f].hi;
@@ -1161,17 +1291,16 @@ static int load_file(calib *c, const oq_stats *s, const char *what, oq_diag *d)
 /* out's records from c (every value seen, with its histogram when c has them, and its folds). */
 static int save_file(const calib *c, oq_stats *out, oq_diag *d)
 {
-	const oq_graph *g = c->g;
 	size_t n = 0, k = 0;
 
 	out->n_folds = c->nf > 1 ? (uint32_t)c->nf : 0;
-	for (size_t i = 0; i < g->n_values; i++)
+	for (size_t i = 0; i < c->n; i++)
 		n += (size_t)c->st[i].seen;
 	if (!(out->v = oq_calloc(n, sizeof *out->v)))
 		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 	for (size_t i = 0; i < n; i++)
 		oq_hist_init(&out->v[i].h);
-	for (size_t i = 0; i < g->n_values; i++) {
+	for (size_t i = 0; i < c->n; i++) {
 		const tstat *t = &c->st[i];
 		oq_stat *r;
 		if (!t->seen)
@@ -1183,16 +1312,16 @@ static int save_file(const calib *c, oq_stats *out, oq_diag *d)
 		r->hi = t->hi;
 		r->n_bad = t->n_bad;
 		r->hist = c->h && c->track[i];
-		if (!(r->name = oq_strdup(g->values[i]->name)) || (r->hist && oq_hist_copy(&r->h, &c->h[i])) ||
+		if (!(r->name = oq_strdup(c->vals[i]->name)) || (r->hist && oq_hist_copy(&r->h, &c->h[i])) ||
 		    (out->n_folds && !(r->fold = oq_calloc(out->n_folds, sizeof *r->fold))))
 			return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 		for (size_t f = 0; f < out->n_folds; f++) {
-			const tstat *x = &c->fst[f * g->n_values + i];
+			const tstat *x = &c->fst[f * c->n + i];
 			r->fold[f].lo = x->lo;
 			r->fold[f].hi = x->hi;
 			r->fold[f].n_bad = x->n_bad;
 			oq_hist_init(&r->fold[f].h);
-			if (r->hist && oq_hist_copy(&r->fold[f].h, &c->fh[f * g->n_values + i]))
+			if (r->hist && oq_hist_copy(&r->fold[f].h, &c->fh[f * c->n + i]))
 				return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 		}
 	}
@@ -1298,6 +1427,7 @@ fail:
 	stats_free(&c);
 	free(c.track);
 	free(c.em);
+	slots_free(&c);
 	return rc;
 }
 
@@ -1355,16 +1485,14 @@ int oq_calibrate_held_out(oq_model *m, const oq_calib_opts *o, const oq_stats *s
 	nf = (q.method == OQ_CALIB_AUTO || q.wide_auto) && nf >= 2 ? nf : 1;
 	if ((rc = calib_init(m, &q, nf, &c, d)))
 		goto fail;
-	n = m->graph->n_values;
+	n = c.n;
 	if (c.track)
 		memset(c.track, 0, n);
 	for (size_t r = 0; r < s->n; r++) {
 		const oq_stat *x = &s->v[r];
-		const oq_value *v = oq_graph_find(m->graph, x->name);
-		size_t i, g = 0;
-		if (!v || v->graph != m->graph || !x->fold)
+		size_t i = slot_named(&c, x->name), g = 0;
+		if (i == SIZE_MAX || !x->fold)
 			continue;
-		i = v->index;
 		if (c.track)
 			c.track[i] = (uint8_t)(x->hist && s->kind == OQ_STATS_HIST);
 		for (size_t f = 0; f < k; f++) {
@@ -1391,6 +1519,7 @@ fail:
 	stats_free(&c);
 	free(c.track);
 	free(c.em);
+	slots_free(&c);
 	return rc;
 }
 

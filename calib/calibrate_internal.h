@@ -9,7 +9,7 @@
 #include "calib/exec/threadpool.h"
 #include "calib/histogram.h"
 
-/* Running state of one main-graph value. */
+/* Running state of one observed value (a slot: see calib.n). */
 typedef struct tstat {
 	double lo, hi;  /* finite extremes so far; lo > hi until a finite element is seen */
 	uint64_t n_bad; /* NaN/Inf elements skipped */
@@ -22,21 +22,34 @@ typedef struct ema {
 	int init;      /* a sample with finite values has been seen */
 } ema;
 
+/* One If/Loop/Scan body's numbering: its value index -> calibration slot. */
+typedef struct vsub {
+	const oq_graph *g; /* the body */
+	size_t *map;       /* g->n_values entries; SIZE_MAX: not observed here (an outer capture,
+			    * observed as the enclosing graph's value) */
+} vsub;
+
 /* Observer context. */
 typedef struct calib {
-	const oq_graph *g; /* main graph: only its values are observed */
-	tstat *st;         /* g->n_values entries, by oq_value.index */
+	const oq_graph *g; /* main graph */
+	size_t n;          /* slots: the main graph's values by oq_value.index, then the body values
+			    * (bodies in pre-order, values in index order); a body value named like
+			    * an earlier slot's value shares that slot (names are the ranges' keys) */
+	const oq_value **vals; /* n entries: each slot's value (a shared slot: its first holder) */
+	vsub *subs;        /* every body at any depth, sorted by graph address (lookup only) */
+	size_t n_subs;
+	tstat *st;         /* n entries, by slot */
 	int method;        /* OQ_CALIB_* */
 	oq_observe_fn extra; /* oq_calib_opts.extra */
 	void *extra_ctx;
 	double ema_c;      /* EMA constant */
-	ema *em;           /* g->n_values entries (ema only) */
-	oq_hist *h;        /* g->n_values entries (histogram methods); bin NULL: no non-zero value yet */
-	uint8_t *track;    /* g->n_values entries (histogram methods): 1 = h[i] is kept (filled, or
+	ema *em;           /* n entries (ema only) */
+	oq_hist *h;        /* n entries (histogram methods); bin NULL: no non-zero value yet */
+	uint8_t *track;    /* n entries (histogram methods): 1 = h[i] is kept (filled, or
 			    * read from a statistics file) */
 	size_t nf;         /* folds (calib/folds.h; --method auto), 1: none */
 	size_t fold;       /* the fold of the samples being observed */
-	tstat *fst;        /* nf x g->n_values entries, fold f of value i at f * n_values + i: what
+	tstat *fst;        /* nf x n entries, fold f of slot i at f * n + i: what
 			    * the observer fills; st itself when nf is 1, else st is their total
 			    * (fold_totals) */
 	oq_hist *fh;       /* the same for h (histogram methods; h itself when nf is 1) */

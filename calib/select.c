@@ -47,7 +47,7 @@ static int grid_of(const calib *c, const oq_calib_opts *o, size_t i, int *dtype,
 {
 	*dtype = o->act_type ? o->act_type : OQ_DT_UINT8;
 	*sym = o->act_sym;
-	return o->grid ? o->grid(o->grid_ctx, c->g->values[i], dtype, sym, d) : OQ_OK;
+	return o->grid ? o->grid(o->grid_ctx, c->vals[i], dtype, sym, d) : OQ_OK;
 }
 
 /* A histogram selection collect() runs for one tensor (pick_prep says which, pick_sel runs it). */
@@ -71,7 +71,7 @@ static int pick_prep(const calib *c, const oq_calib_opts *o, size_t i, sel *x, o
 {
 	const tstat *s = &c->st[i];
 	const oq_hist *h = c->h ? &c->h[i] : NULL;
-	const char *name = c->g->values[i]->name;
+	const char *name = c->vals[i]->name;
 	int dtype, sym, form, bits, rc;
 
 	memset(x, 0, sizeof *x);
@@ -118,7 +118,7 @@ static int pick_prep(const calib *c, const oq_calib_opts *o, size_t i, sel *x, o
 static int pick_auto(const calib *c, sel *x)
 {
 	oq_fold f[OQ_FOLDS_MAX];
-	size_t n = c->g->n_values;
+	size_t n = c->n;
 
 	for (size_t k = 0; k < c->nf; k++) {
 		f[k].lo = c->fst[k * n + x->i].lo;
@@ -195,7 +195,7 @@ static void auto_report(const calib *c, const oq_calib_opts *o, const sel *sv, s
 			fprintf(f,
 			        "calibrate: auto: '%s': %s x%g, range [%.6g, %.6g]; held-out values "
 			        "beyond the other folds' min/max by %.1f %%\n",
-			        c->g->values[sv[q].i]->name, oq_auto_base_name(p->base),
+			        c->vals[sv[q].i]->name, oq_auto_base_name(p->base),
 			        oq_auto_widen[p->widen], sv[q].lo, sv[q].hi, 100 * p->exceed);
 	}
 	fprintf(f, "calibrate: auto (%zu folds): ", c->nf);
@@ -219,12 +219,11 @@ static void auto_report(const calib *c, const oq_calib_opts *o, const sel *sv, s
  */
 int oq_calib_collect(const calib *c, const oq_calib_opts *o, oq_ranges *out, oq_diag *d)
 {
-	const oq_graph *g = c->g;
 	size_t n = 0, k = 0;
 	sel *sv = NULL; /* per value with a finite range, in value order */
 	int rc = OQ_OK;
 
-	for (size_t i = 0; i < g->n_values; i++)
+	for (size_t i = 0; i < c->n; i++)
 		n += (size_t)c->st[i].seen;
 	out->v = oq_calloc(n, sizeof *out->v);
 	sv = oq_calloc(n, sizeof *sv);
@@ -233,7 +232,7 @@ int oq_calib_collect(const calib *c, const oq_calib_opts *o, oq_ranges *out, oq_
 		goto done;
 	}
 	/* checks and grids in value order; the first failure is the error */
-	for (size_t i = 0; i < g->n_values && !rc; i++)
+	for (size_t i = 0; i < c->n && !rc; i++)
 		if (c->st[i].seen && c->st[i].lo <= c->st[i].hi)
 			rc = pick_prep(c, o, i, &sv[k++], d);
 	if (rc)
@@ -248,20 +247,20 @@ int oq_calib_collect(const calib *c, const oq_calib_opts *o, oq_ranges *out, oq_
 	for (size_t q = 0; q < k; q++)
 		if (sv[q].rc) {
 			rc = oq_err(d, sv[q].rc, "calibrate: tensor '%s': %s range selection failed (%s)",
-			            g->values[sv[q].i]->name, oq_calib_method_name(c->method),
+			            c->vals[sv[q].i]->name, oq_calib_method_name(c->method),
 			            sv[q].rc == OQ_ENOMEM ? "out of memory" : "bad histogram");
 			goto done;
 		}
 	if (c->method == OQ_CALIB_AUTO && c->nf > 1 && o->progress)
 		auto_report(c, o, sv, k, o->progress);
 	k = 0;
-	for (size_t i = 0, q = 0; i < g->n_values; i++) {
+	for (size_t i = 0, q = 0; i < c->n; i++) {
 		const tstat *s = &c->st[i];
 		oq_range *r;
 		if (!s->seen)
 			continue;
 		r = &out->v[k++];
-		if (!(r->name = oq_strdup(g->values[i]->name))) {
+		if (!(r->name = oq_strdup(c->vals[i]->name))) {
 			rc = oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 			goto done;
 		}

@@ -93,8 +93,10 @@ int64_t oq_exec_max_loop(const oq_exec *e);
 
 /*
  * Observer: called for every node output (main graph and subgraphs) right
- * after it is computed, before it may be released. Non-zero return stops
- * the run with that status.
+ * after it is computed, before it may be released, and for the inputs of
+ * a subgraph (If/Loop/Scan body) each time they are bound (tensors only;
+ * the main graph's inputs are the caller's). Non-zero return stops the
+ * run with that status.
  */
 typedef int (*oq_observe_fn)(void *ctx, const oq_value *v, const oq_rt *t);
 

@@ -609,6 +609,12 @@ int oq_k_run_subgraph(oq_kctx *k, const oq_graph *g, const oq_rt *inputs, size_t
 	for (size_t i = 0; i < n_in; i++)
 		if ((rc = bind(&f, g->inputs[i], &inputs[i], k->d)))
 			goto done;
+	/* the body's inputs (Loop's counter and carried values, Scan's slices) are observed as
+	 * they are bound, as the main graph's are by the caller */
+	for (size_t i = 0; i < n_in && k->e->observe; i++)
+		if (inputs[i].kind == OQ_RT_TENSOR &&
+		    (rc = k->e->observe(k->e->observe_ctx, g->inputs[i], &inputs[i])))
+			goto done;
 	if (!(rc = run_frame(k->e, &f, k->d)))
 		rc = take_outputs(k->e, &f, outputs, n_out, 0, k->d);
 done:
