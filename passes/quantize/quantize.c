@@ -47,8 +47,16 @@
  * name), restricted by --include (node names and op types restrict nodes;
  * tensor names restrict which activations get a pair), minus override
  * "skip". Values inside a fused unit (OQ_QM_INTERNAL, set by fuse) never get
- * a pair. Only the main graph is rewritten; If/Loop/Scan bodies stay float.
- * New nodes are appended; the driver restores topological order.
+ * a pair. New nodes are appended; the driver restores topological order.
+ *
+ * If/Loop/Scan bodies (any depth) get the same rewrite after the main graph,
+ * body by body, with everything created inside the body: pairs on the
+ * body's values and on the enclosing activations it reads (their ranges are
+ * the enclosing values'); a weight the body reads from an enclosing
+ * initializer is copied into the body first (localize_weights). A body
+ * none of whose values has a range never ran during calibration (an If
+ * branch no sample took) and keeps float, named in the log. LSTM, GRU and
+ * RNN are not in the table: they stay float wherever they are.
  *
  * Calibration runs before this pass and asks it two things (pass.h):
  * oq_quantize_act_grid, the grid a tensor's Q will have (own_qp's
@@ -188,13 +196,19 @@ static double scale_factor(const qctx *c, const oq_node *n, oq_value **t)
 static int eligible(const qctx *c, const oq_value *v)
 {
 	const oq_override *t;
-	if (!v || v->graph != c->g || v->init || (v->flags & OQ_V_OUTER) || (v->qmark & OQ_QM_INTERNAL))
+	const oq_value *o = v;
+	if (!v || v->graph != c->g || v->init || (v->qmark & OQ_QM_INTERNAL))
+		return 0;
+	/* a body's capture of an enclosing graph's activation: its pair goes inside the body */
+	while (o && (o->flags & OQ_V_OUTER))
+		o = o->outer;
+	if ((v->flags & OQ_V_OUTER) && (!c->g->parent || !o || o->init))
 		return 0;
 	if (c->keep && v->index < c->nv && c->keep[v->index])
 		return 0;
-	if (v->type.kind == OQ_TYPE_TENSOR && v->type.dtype && v->type.dtype != OQ_DT_FLOAT)
+	if (o->type.kind == OQ_TYPE_TENSOR && o->type.dtype && o->type.dtype != OQ_DT_FLOAT)
 		return 0;
-	if (!v->producer && !(v->flags & OQ_V_INPUT))
+	if (!v->producer && !(v->flags & (OQ_V_INPUT | OQ_V_OUTER)))
 		return 0;
 	if (oq_qc_listed(c->o->exclude, c->o->n_exclude, v->name))
 		return 0;
@@ -680,16 +694,32 @@ out:
 	return rc;
 }
 
-/* A node name "<base>" or "<base>_K" no node of g uses yet (ONNX Runtime rejects duplicates). */
+static oq_graph *root_of(oq_graph *g)
+{
+	while (g->parent)
+		g = g->parent;
+	return g;
+}
+
+/* Adds the node names of g and its bodies (any depth) to the nameset ctx. */
+static int add_node_names(oq_graph *g, oq_node *owner, void *ctx)
+{
+	(void)owner;
+	for (size_t i = 0; i < g->n_nodes; i++)
+		if (oq_nameset_add(ctx, g->nodes[i]->name))
+			return OQ_ENOMEM;
+	return oq_graph_each_subgraph(g, add_node_names, ctx);
+}
+
+/* A node name "<base>" or "<base>_K" no node of the model (bodies included) uses yet (ONNX
+ * Runtime rejects duplicates). */
 static char *node_name(qctx *c, const char *base)
 {
 	size_t n = strlen(base) + 24;
 	char *buf;
 
-	if (!c->node_names.cap)
-		for (size_t i = 0; i < c->g->n_nodes; i++)
-			if (oq_nameset_add(&c->node_names, c->g->nodes[i]->name))
-				return NULL;
+	if (!c->node_names.cap && add_node_names(root_of(c->g), NULL, &c->node_names))
+		return NULL;
 	if (!(buf = malloc(n)))
 		return NULL;
 	snprintf(buf, n, "%s", base);
@@ -928,6 +958,11 @@ static int compute_params(qctx *c)
 		if (v->index < c->nv && c->need[v->index] && (rc = value_qp(c, v)))
 			return rc;
 	}
+	for (size_t i = 0; c->g->parent && i < c->nv; i++) { /* a body's captures */
+		oq_value *v = c->g->values[i];
+		if ((v->flags & OQ_V_OUTER) && c->need[i] && (rc = value_qp(c, v)))
+			return rc;
+	}
 	for (size_t i = 0; i < c->nn; i++) {
 		oq_node *n = c->g->nodes[i];
 		if (n->dead)
@@ -948,6 +983,11 @@ static int insert_ort(qctx *c)
 	for (size_t i = 0; i < c->g->n_inputs; i++) {
 		oq_value *v = c->g->inputs[i];
 		if (v->index < c->nv && c->q[v->index].set && (rc = insert_shared(c, v)))
+			return rc;
+	}
+	for (size_t i = 0; c->g->parent && i < c->nv; i++) {
+		oq_value *v = c->g->values[i];
+		if ((v->flags & OQ_V_OUTER) && c->q[i].set && (rc = insert_shared(c, v)))
 			return rc;
 	}
 	for (size_t i = 0; i < c->nn; i++) {
@@ -1249,14 +1289,6 @@ static int check_opset(qctx *c)
 	return OQ_OK;
 }
 
-static int count_subgraphs(oq_graph *sub, oq_node *owner, void *ctx)
-{
-	(void)sub;
-	(void)owner;
-	(*(size_t *)ctx)++;
-	return 0;
-}
-
 /* ------------------------------------------------------------ entry */
 
 static void ctx_free_needs(qctx *c)
@@ -1339,40 +1371,47 @@ static void ctx_free(qctx *c)
 	oq_nameset_free(&c->node_names);
 }
 
-int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
+/* Counts over the graphs one run of the pass rewrote. */
+typedef struct qsum {
+	size_t n_pairs, n_weights, n_acts, n_norange, n_folded, n_consts;
+} qsum;
+
+/*
+ * The pass on one graph: the main graph (main NULL; checks the lists), or an If/Loop/Scan body
+ * with the main graph's --include reading (main). Adds its counts to *sum.
+ */
+static int quantize_graph(oq_graph *g, const oq_opts *o, const qctx *main, qsum *sum, oq_diag *d)
 {
 	qctx c;
-	size_t nsub = 0;
 	int rc;
 
-	*changed = 0;
-	if (g->parent)
-		return OQ_OK;
-	if (o->weight_only)
-		return oq_quantize_weight_only(g, o, d, changed);
 	memset(&c, 0, sizeof c);
 	c.g = g;
 	c.o = o;
 	c.d = d;
 	c.trt = o->profile == OQ_PROFILE_TRT;
 	c.rt = oq_runtime_aware(o);
-	if ((rc = check_opset(&c)) || (rc = check_lists(&c)))
+	if (main) {
+		c.inc_nodes = main->inc_nodes;
+		c.inc_tensors = main->inc_tensors;
+	} else if ((rc = check_opset(&c)) || (rc = check_lists(&c))) {
 		return rc;
+	}
 	if ((rc = oq_graph_rebuild_uses(g)))
 		return oq_err(d, rc, "quantize: out of memory");
 	c.nv = g->n_values;
 	c.nn = g->n_nodes;
-	c.info = oq_calloc(c.nn, sizeof *c.info);
-	c.in_scale = oq_calloc(c.nn, sizeof *c.in_scale);
-	c.need = oq_calloc(c.nv, 1);
+	c.info = oq_calloc(c.nn + 1, sizeof *c.info);
+	c.in_scale = oq_calloc(c.nn + 1, sizeof *c.in_scale);
+	c.need = oq_calloc(c.nv + 1, 1);
 	c.keep = oq_calloc(c.nv + 1, 1);
-	c.q = oq_calloc(c.nv, sizeof *c.q);
-	c.s_init = oq_calloc(c.nv, sizeof *c.s_init);
-	c.z_init = oq_calloc(c.nv, sizeof *c.z_init);
-	c.qin = oq_calloc(c.nn, sizeof *c.qin);
-	c.fold = oq_calloc(c.nn, sizeof *c.fold);
-	c.qout = oq_calloc(c.nv, sizeof *c.qout);
-	c.cdq = oq_calloc(c.nv, sizeof *c.cdq);
+	c.q = oq_calloc(c.nv + 1, sizeof *c.q);
+	c.s_init = oq_calloc(c.nv + 1, sizeof *c.s_init);
+	c.z_init = oq_calloc(c.nv + 1, sizeof *c.z_init);
+	c.qin = oq_calloc(c.nn + 1, sizeof *c.qin);
+	c.fold = oq_calloc(c.nn + 1, sizeof *c.fold);
+	c.qout = oq_calloc(c.nv + 1, sizeof *c.qout);
+	c.cdq = oq_calloc(c.nv + 1, sizeof *c.cdq);
 	c.bound_lo = oq_calloc(c.nv + 1, sizeof *c.bound_lo);
 	c.bound_hi = oq_calloc(c.nv + 1, sizeof *c.bound_hi);
 	if (!c.keep || !c.bound_lo || !c.bound_hi || !c.info || !c.in_scale || !c.need || !c.q ||
@@ -1403,20 +1442,134 @@ int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 		rc = oq_err(d, rc, "quantize: out of memory");
 		goto out;
 	}
-	*changed = c.n_pairs + c.n_weights + c.n_acts > 0;
-	if (oq_graph_each_subgraph(g, count_subgraphs, &nsub) == 0 && nsub && o->log)
-		fprintf(o->log, "quantize: %zu If/Loop/Scan bodies left in float (only the main graph is "
-			"quantized)\n", nsub);
-	if (o->log)
-		fprintf(o->log, "quantize: %zu Q/DQ pairs, %zu weights, %zu activations folded, %zu tensors "
-			"without a range (%s profile)\n", c.n_pairs, c.n_weights, c.n_acts, c.n_norange,
-			c.trt ? "TRT" : "ORT");
-	if (o->log && c.rt)
-		fprintf(o->log, "quantize: %zu Mul/Div by a constant folded into a DequantizeLinear scale, %zu "
-			"constant operands of Add/Mul quantized\n", c.n_folded, c.n_consts);
+	sum->n_pairs += c.n_pairs;
+	sum->n_weights += c.n_weights;
+	sum->n_acts += c.n_acts;
+	sum->n_norange += c.n_norange;
+	sum->n_folded += c.n_folded;
+	sum->n_consts += c.n_consts;
 out:
 	ctx_free(&c);
 	return rc;
+}
+
+/* Does some value body b defines (not a capture) have a calibrated range? */
+static int body_observed(const oq_ranges *r, const oq_graph *b)
+{
+	for (size_t i = 0; i < b->n_values; i++)
+		if (!(b->values[i]->flags & OQ_V_OUTER) && oq_ranges_find(r, b->values[i]->name))
+			return 1;
+	return 0;
+}
+
+/*
+ * Body b reads the weight or bias of its Conv / ConvTranspose / Gemm / MatMul from an enclosing
+ * graph's float32 initializer: b gets its own copy (the quantized weight and its DequantizeLinear
+ * then live in b, as for b's own initializers). The capture, left without readers, stops being
+ * one, so the enclosing initializer goes when nothing else reads it.
+ */
+static int localize_weights(oq_graph *b, oq_diag *d)
+{
+	for (size_t i = 0; i < b->n_nodes; i++) {
+		oq_node *n = b->nodes[i];
+		const opinfo *f = find_op(n);
+		int idx[2] = {f ? f->w : -1, f ? f->b : -1};
+		for (int k = 0; k < 2; k++) {
+			oq_value *v = idx[k] >= 0 && (size_t)idx[k] < n->n_inputs ? n->inputs[idx[k]] : NULL;
+			const oq_value *o = v;
+			oq_tensor *t;
+			oq_value *lv;
+			while (o && (o->flags & OQ_V_OUTER))
+				o = o->outer;
+			if (!v || !(v->flags & OQ_V_OUTER) || !o || !o->init || o->init->dtype != OQ_DT_FLOAT ||
+			    (o->flags & OQ_V_INPUT))
+				continue;
+			if (!(t = oq_tensor_new(o->init->dtype, o->init->rank, o->init->dims)))
+				return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+			if (t->nbytes)
+				memcpy((void *)t->data, o->init->data, t->nbytes);
+			if (!(lv = oq_graph_add_init(b, o->name, t)) || oq_value_replace_uses(b, v, lv))
+				return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+			if (!v->n_uses && !(v->flags & OQ_V_OUTPUT)) {
+				v->flags &= ~(unsigned)OQ_V_OUTER;
+				v->outer = NULL;
+			}
+		}
+	}
+	return OQ_OK;
+}
+
+/* Walk state of the bodies. */
+typedef struct bodies {
+	const oq_opts *o;
+	const qctx *main;   /* the main graph's --include reading */
+	qsum *sum;
+	oq_diag *d;
+	size_t n_float;     /* bodies left float: never ran during calibration */
+} bodies;
+
+/* The pass on body b (owned by node owner), then on its own bodies. */
+static int quantize_body(oq_graph *b, oq_node *owner, void *ctx)
+{
+	bodies *x = ctx;
+	int rc;
+
+	if (x->o->ranges && !body_observed(x->o->ranges, b)) {
+		x->n_float++;
+		if (x->o->log)
+			fprintf(x->o->log, "quantize: %s node '%s': body '%s' never ran during calibration: "
+				"kept float (give samples that take it)\n", owner->op_type, owner->name,
+				b->name ? b->name : "");
+		return OQ_OK;
+	}
+	if ((rc = localize_weights(b, x->d)) || (rc = quantize_graph(b, x->o, x->main, x->sum, x->d)))
+		return rc;
+	(void)oq_graph_drop_unused_inits(b);
+	return oq_graph_each_subgraph(b, quantize_body, ctx);
+}
+
+int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
+{
+	qsum sum;
+	qctx lists;
+	bodies x;
+	int rc;
+
+	*changed = 0;
+	if (g->parent)
+		return OQ_OK;
+	if (o->weight_only)
+		return oq_quantize_weight_only(g, o, d, changed);
+	memset(&sum, 0, sizeof sum);
+	if ((rc = quantize_graph(g, o, NULL, &sum, d)))
+		return rc;
+	memset(&lists, 0, sizeof lists);
+	lists.g = g;
+	lists.o = o;
+	lists.d = d;
+	if ((rc = check_lists(&lists)))
+		return rc;
+	x.o = o;
+	x.main = &lists;
+	x.sum = &sum;
+	x.d = d;
+	x.n_float = 0;
+	if ((rc = oq_graph_each_subgraph(g, quantize_body, &x)))
+		return rc;
+	if ((rc = oq_graph_rebuild_uses(g)))
+		return oq_err(d, rc, "quantize: out of memory");
+	*changed = sum.n_pairs + sum.n_weights + sum.n_acts > 0;
+	if (o->log)
+		fprintf(o->log, "quantize: %zu Q/DQ pairs, %zu weights, %zu activations folded, %zu tensors "
+			"without a range (%s profile)\n", sum.n_pairs, sum.n_weights, sum.n_acts, sum.n_norange,
+			o->profile == OQ_PROFILE_TRT ? "TRT" : "ORT");
+	if (o->log && oq_runtime_aware(o))
+		fprintf(o->log, "quantize: %zu Mul/Div by a constant folded into a DequantizeLinear scale, %zu "
+			"constant operands of Add/Mul quantized\n", sum.n_folded, sum.n_consts);
+	if (o->log && x.n_float)
+		fprintf(o->log, "quantize: %zu If/Loop/Scan bodies kept float: they never ran during "
+			"calibration\n", x.n_float);
+	return OQ_OK;
 }
 
 int oq_quantize_weight_plans(oq_graph *g, const oq_opts *o, oq_wplan **out, size_t *n_out, oq_diag *d)

@@ -95,6 +95,7 @@ static double now(void)
 }
 
 /* Bytes of initializers by kind: float payloads and integer (quantized) ones. */
+/* Bytes of float and of integer initializers of g and its If/Loop/Scan bodies (any depth). */
 static void init_bytes(const oq_graph *g, size_t *fl, size_t *in)
 {
 	*fl = *in = 0;
@@ -107,14 +108,38 @@ static void init_bytes(const oq_graph *g, size_t *fl, size_t *in)
 		else
 			*in += t->nbytes;
 	}
+	for (size_t i = 0; g->n_subgraphs && i < g->n_nodes; i++)
+		for (size_t k = 0; k < g->nodes[i]->n_attrs; k++) {
+			const oq_attr *a = &g->nodes[i]->attrs[k];
+			size_t f = 0, n = 0;
+			for (size_t b = 0; b < (a->g ? 1 : a->graphs ? a->n : 0); b++) {
+				init_bytes(a->g ? a->g : a->graphs[b], &f, &n);
+				*fl += f;
+				*in += n;
+			}
+		}
 }
 
-static size_t count_op(const oq_graph *g, const char *op)
+/* Nodes of type op (default domain) in g, and with deep, in its bodies (any depth) too. */
+static size_t count_op_in(const oq_graph *g, const char *op, int deep)
 {
 	size_t n = 0;
-	for (size_t i = 0; i < g->n_nodes; i++)
-		n += strcmp(g->nodes[i]->op_type, op) == 0 && g->nodes[i]->domain[0] == 0;
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		const oq_node *nd = g->nodes[i];
+		n += strcmp(nd->op_type, op) == 0 && nd->domain[0] == 0;
+		for (size_t k = 0; deep && g->n_subgraphs && k < nd->n_attrs; k++) {
+			const oq_attr *a = &nd->attrs[k];
+			for (size_t b = 0; b < (a->g ? 1 : a->graphs ? a->n : 0); b++)
+				n += count_op_in(a->g ? a->g : a->graphs[b], op, 1);
+		}
+	}
 	return n;
+}
+
+/* Nodes of type op in the whole model (If/Loop/Scan bodies included). */
+static size_t count_op(const oq_graph *g, const char *op)
+{
+	return count_op_in(g, op, 1);
 }
 
 /*
@@ -723,10 +748,10 @@ static void report_fidelity(const job *j)
 	free(r);
 }
 
-/* Main-graph nodes that hold subgraphs (If, Loop, Scan), which quantize does not enter. */
+/* Main-graph nodes that hold subgraphs (If, Loop, Scan). */
 static size_t count_control(const oq_graph *g)
 {
-	return count_op(g, "If") + count_op(g, "Loop") + count_op(g, "Scan");
+	return count_op_in(g, "If", 0) + count_op_in(g, "Loop", 0) + count_op_in(g, "Scan", 0);
 }
 
 static void summary(const job *j)
@@ -752,7 +777,8 @@ static void summary(const job *j)
 		size_t nc = count_control(g);
 		if (nc)
 			fprintf(log, "quantize: warning: nothing was quantized: the main graph's %zu If/Loop/Scan "
-				"nodes hold the computation in subgraphs, which quantize does not enter; the "
+				"nodes hold the computation in subgraphs, and no body got a pair (bodies that "
+				"never ran during calibration keep float: give samples that take them); the "
 				"model is written unquantized\n", nc);
 		else
 			fprintf(log, "quantize: warning: nothing was quantized: no node of the main graph is one "
