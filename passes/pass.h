@@ -235,6 +235,12 @@ const oq_node *oq_quantize_grid_node(const oq_opts *o, const oq_value *v);
  * OQ_EUSAGE, as in the pass.
  */
 int oq_quantize_range_needs(oq_graph *g, const oq_opts *o, uint8_t *need, oq_diag *d) OQ_WUR;
+/*
+ * Does some value If/Loop/Scan body b defines (not one it captures) have a range in r? The
+ * quantize pass keeps a body float when not: it never ran during calibration (an If branch no
+ * sample took).
+ */
+int oq_quantize_body_observed(const oq_ranges *r, const oq_graph *b);
 
 /*
  * Stores `data` (float32, dims) as input idx of n (idx may be past n's last

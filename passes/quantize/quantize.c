@@ -1453,8 +1453,7 @@ out:
 	return rc;
 }
 
-/* Does some value body b defines (not a capture) have a calibrated range? */
-static int body_observed(const oq_ranges *r, const oq_graph *b)
+int oq_quantize_body_observed(const oq_ranges *r, const oq_graph *b)
 {
 	for (size_t i = 0; i < b->n_values; i++)
 		if (!(b->values[i]->flags & OQ_V_OUTER) && oq_ranges_find(r, b->values[i]->name))
@@ -1514,15 +1513,13 @@ static int quantize_body(oq_graph *b, oq_node *owner, void *ctx)
 	bodies *x = ctx;
 	int rc;
 
-	if (x->o->ranges && !body_observed(x->o->ranges, b)) {
-		x->n_float++;
-		if (x->o->log)
-			fprintf(x->o->log, "quantize: %s node '%s': body '%s' never ran during calibration: "
-				"kept float (give samples that take it)\n", owner->op_type, owner->name,
-				b->name ? b->name : "");
+	(void)owner;
+	if (x->o->ranges && !oq_quantize_body_observed(x->o->ranges, b)) {
+		x->n_float++; /* the pipeline's summary names it */
 		return OQ_OK;
 	}
-	if ((rc = localize_weights(b, x->d)) || (rc = quantize_graph(b, x->o, x->main, x->sum, x->d)))
+	if ((rc = localize_weights(b, x->d)) || (rc = quantize_graph(b, x->o, x->main, x->sum, x->d)) ||
+	    (rc = oq_graph_toposort(b, x->d))) /* the driver sorts the main graph only */
 		return rc;
 	(void)oq_graph_drop_unused_inits(b);
 	return oq_graph_each_subgraph(b, quantize_body, ctx);

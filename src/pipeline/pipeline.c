@@ -650,7 +650,9 @@ static void summary_left_float(const job *j)
 	const oq_placement *p = &j->placement;
 	size_t nf = p->n_float_speed + p->n_float_fidelity;
 
-	if (!p->n_units || nf < p->n_units)
+	/* (the placement weighs the main graph's units; quantized bodies are not float) */
+	if (!p->n_units || nf < p->n_units ||
+	    count_op(j->m->graph, "QuantizeLinear") > count_op_in(j->m->graph, "QuantizeLinear", 0))
 		return;
 	if (!p->n_float_fidelity && p->within_margin)
 		fprintf(j->log, "quantize: warning: the model was left float: ONNX Runtime runs it faster in float "
@@ -748,6 +750,26 @@ static void report_fidelity(const job *j)
 	free(r);
 }
 
+/* Names on log every If/Loop/Scan body (any depth below g) the quantize pass kept float because
+ * none of its values has a calibrated range (oq_quantize_body_observed). */
+static void note_float_bodies(FILE *log, const oq_ranges *r, const oq_graph *g)
+{
+	for (size_t i = 0; g->n_subgraphs && i < g->n_nodes; i++)
+		for (size_t k = 0; k < g->nodes[i]->n_attrs; k++) {
+			const oq_node *n = g->nodes[i];
+			const oq_attr *a = &n->attrs[k];
+			for (size_t b = 0; b < (a->g ? 1 : a->graphs ? a->n : 0); b++) {
+				const oq_graph *s = a->g ? a->g : a->graphs[b];
+				if (oq_quantize_body_observed(r, s))
+					note_float_bodies(log, r, s);
+				else
+					fprintf(log, "quantize: note: %s node '%s': body '%s' (attribute %s) never ran "
+						"during calibration and keeps float; give samples that take it\n",
+						n->op_type, n->name, s->name ? s->name : "", a->name);
+			}
+		}
+}
+
 /* Main-graph nodes that hold subgraphs (If, Loop, Scan). */
 static size_t count_control(const oq_graph *g)
 {
@@ -795,6 +817,8 @@ static void summary(const job *j)
 		fprintf(log, "convert: wrote %s (%zu nodes)\n", j->o.out_path, g->n_nodes);
 	if (j->quantize)
 		summary_left_float(j);
+	if (j->quantize && j->q.ranges && !j->q.weight_only)
+		note_float_bodies(log, j->q.ranges, g);
 	if (j->hp != OQ_DT_FLOAT && !keeps_precision(j))
 		fprintf(log, "%s: a %s model, computed in float32 and written in %s%s\n",
 			j->o.job == OQ_JOB_CONVERT ? "convert" : "quantize", oq_dtype_name(j->hp_model),

@@ -1,0 +1,83 @@
+"""control_flow_models.py - torch-scripted models whose networks sit inside ONNX control flow.
+
+    /usr/bin/python3 control_flow_models.py OUTDIR
+
+writes into OUTDIR (random weights, fixed seed):
+  branch.onnx  inputs x float32[1, 3, 16, 16], flag float32[1]; a scripted `if flag > 0`
+               becomes an ONNX If whose branches hold different Conv stacks (their weights are
+               main-graph initializers the branches capture); a 1x1 Conv head follows the If
+  loop.onnx    input x float32[T, 1, 8] (T symbolic); a scripted `for t in range(T)` becomes an
+               ONNX Loop whose body runs Linear layers (MatMul / Gemm) and a Conv1d on frame t,
+               carrying a state h and a running sum of the outputs
+and the samples in OUTDIR/{branch,loop}_{calib,test}/NNN/<input>.npy: branch samples take both
+branches (flag +1 and -1 alternate); loop samples have 3 to 6 frames.
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+
+
+class Branch(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.a2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.b1 = torch.nn.Conv2d(3, 8, 5, padding=2)
+        self.head = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x, flag):
+        if bool(flag[0] > 0):
+            y = self.a2(torch.relu(self.a1(x)))
+        else:
+            y = torch.relu(self.b1(x))
+        return self.head(y)
+
+
+class Frames(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(8, 16)
+        self.rec = torch.nn.Linear(16, 16, bias=False)
+        self.conv = torch.nn.Conv1d(1, 2, 3, padding=1)
+        self.out = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        h = torch.zeros(1, 16)
+        acc = torch.zeros(1, 8)
+        for t in range(x.size(0)):
+            h = torch.tanh(self.inp(x[t]) + self.rec(h))
+            c = torch.relu(self.conv(h.unsqueeze(1))).reshape(1, 32)
+            acc = acc + self.out(c)
+        return acc
+
+
+def save(path, arr):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    np.save(path, arr)
+
+
+def main():
+    out = sys.argv[1]
+    torch.manual_seed(0)
+    rng = np.random.default_rng(1)
+    b = torch.jit.script(Branch().eval())
+    x = torch.randn(1, 3, 16, 16)
+    torch.onnx.export(b, (x, torch.ones(1)), os.path.join(out, "branch.onnx"), opset_version=13,
+                      input_names=["x", "flag"], output_names=["y"])
+    f = torch.jit.script(Frames().eval())
+    torch.onnx.export(f, (torch.randn(4, 1, 8),), os.path.join(out, "loop.onnx"), opset_version=13,
+                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "T"}})
+    for kind, n in (("calib", 8), ("test", 6)):
+        for i in range(n):
+            d = os.path.join(out, "branch_%s" % kind, "%03d" % i)
+            save(os.path.join(d, "x.npy"), rng.standard_normal((1, 3, 16, 16)).astype(np.float32))
+            save(os.path.join(d, "flag.npy"), np.array([1.0 if i % 2 == 0 else -1.0], np.float32))
+            d = os.path.join(out, "loop_%s" % kind, "%03d" % i)
+            t = 3 + i % 4
+            save(os.path.join(d, "x.npy"), rng.standard_normal((t, 1, 8)).astype(np.float32))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# control_flow_ort.sh - networks inside If / Loop bodies quantized, judged by ONNX Runtime.
+#
+# tests/integration/control_flow_models.py (torch.jit.script -> ONNX, opset 13) writes
+#   branch  an If picking one of two Conv stacks by an input flag (weights: main-graph
+#           initializers the branches capture); its samples alternate the flag, so
+#           calibration takes both branches
+#   loop    a Loop over the frames of its input whose body holds Gemm, MatMul and Conv
+#           (carried state h through tanh, and a running sum of the outputs)
+# into a temporary folder (nothing is committed), with calibration and held-out samples.
+# Checks per model, after `onnxq quantize M -o Q --calib CALIB`:
+#   bodies  Q has QuantizeLinear nodes inside every If branch / the Loop body
+#   ort     ONNX Runtime (graphOptimizationLevel 'disabled', as run_ort.js runs) loads Q
+#           and runs every held-out sample
+#   sqnr    SQNR of ORT(Q) against ORT(M) over the held-out samples >= 25 dB (branch) /
+#           15 dB (loop). int8 activations and per-channel int8 weights on these small
+#           random-weight nets give about 40 dB (branch: 3 quantized layers; quantize's
+#           own fold estimate agrees) and about 22 dB (loop: the error of every frame
+#           feeds the next through the carried state, and the output sums 3-6 frames);
+#           the thresholds leave 7-15 dB of margin, yet a body left float would not
+#           count as quantized (bodies) and one quantized with a wrong range (another
+#           body's, a default scale) lands far below them
+#   qdq     `onnxq run Q` against ORT(Q) on the held-out samples: max|ort - onnxq| /
+#           max|ort| <= 1e-3 over the outputs, as quant_accuracy.sh asks of main-graph models
+#   threads `onnxq quantize --threads 1` and `--threads 2` write the same bytes
+# and for branch, calibration on samples of one flag only: the branch never taken keeps
+# float (no QuantizeLinear inside it) and the log names it.
+#
+# usage: tests/integration/control_flow_ort.sh [ONNXQ]   (default build/onnxq)
+#   env OQ_CACHE (fetch.sh); OQ_CF_KEEP=1 keeps the work folder.
+# Needs /usr/bin/python3 with torch, onnx and numpy (skipped otherwise) and onnxruntime-node.
+# Closing line: "N passed, N failed, N skipped". Exit 1 on any failure.
+set -uo pipefail
+. "$(dirname "$0")/lib.sh"
+onnxq=${1:-$root/build/onnxq}
+py=/usr/bin/python3
+js=$here/run_ort.js
+
+[ -x "$onnxq" ] || die "$onnxq not found (build first)"
+if ! "$py" -c 'import torch, onnx, numpy' 2> /dev/null; then
+	skip "control_flow: $py cannot import torch, onnx and numpy" 11
+	finish
+	exit
+fi
+cache=$("$here/fetch.sh" | tail -n 1) || die "fetch.sh failed"
+export OQ_CACHE=$cache
+tmp=$(mktemp -d)
+if [ "${OQ_CF_KEEP:-0}" = 1 ]; then echo "control_flow: work folder $tmp"; else trap 'rm -rf "$tmp"' EXIT; fi
+if ! "$py" "$here/control_flow_models.py" "$tmp" > "$tmp/export.log" 2>&1; then
+	tail -n 20 "$tmp/export.log" >&2
+	die "control_flow_models.py failed (above)"
+fi
+
+# bodies Q: one line "OP ATTR N" per body (any depth), N its QuantizeLinear nodes
+bodies() {
+	"$py" - "$1" << 'PY'
+import sys, onnx
+m = onnx.load(sys.argv[1])
+def walk(g):
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                print(n.op_type, a.name, sum(x.op_type == "QuantizeLinear" for x in a.g.node))
+                walk(a.g)
+walk(m.graph)
+PY
+}
+
+# stat sqnr|diff REFDIR GOTDIR: over every sample folder and output file of REFDIR;
+# sqnr: 10 log10(sum ref^2 / sum (ref - got)^2); diff: the largest per-output
+# max|ref - got| / max|ref|
+stat() {
+	"$py" - "$@" << 'PY'
+import sys, os, math
+import numpy as np
+mode, ref, got = sys.argv[1:4]
+s = e = worst = 0.0
+for d in sorted(os.listdir(ref)):
+    for f in sorted(os.listdir(os.path.join(ref, d))):
+        r = np.load(os.path.join(ref, d, f)).astype(np.float64)
+        g = np.load(os.path.join(got, d, f)).astype(np.float64)
+        if r.shape != g.shape:
+            print("nan")
+            sys.exit(0)
+        s += float((r * r).sum())
+        e += float(((r - g) ** 2).sum())
+        worst = max(worst, float(np.abs(r - g).max()) / max(float(np.abs(r).max()), 1e-12))
+if mode == "sqnr":
+    print("%.2f" % (10 * math.log10(s / e)) if e > 0 else "inf")
+else:
+    print("%.3g" % worst)
+PY
+}
+
+# ort MODEL SAMPLES OUTDIR: ORT on every sample folder into OUTDIR/NNN/
+ort() {
+	local m=$1 samples=$2 out=$3 d f
+	local -a args
+	for d in "$samples"/*/; do
+		args=()
+		for f in "$d"*.npy; do args+=("$(basename "$f" .npy)=$f"); done
+		node "$js" run "$m" "$out/$(basename "$d")" "${args[@]}" || return 1
+	done
+}
+
+cmp_threads() { # NAME MODEL CALIB W
+	if "$onnxq" quantize "$2" -o "$4/q1.onnx" --calib "$3" --threads 1 --quiet 2> /dev/null &&
+		"$onnxq" quantize "$2" -o "$4/q2.onnx" --calib "$3" --threads 2 --quiet 2> /dev/null &&
+		cmp -s "$4/q1.onnx" "$4/q2.onnx"; then
+		ok "$1: threads: --threads 1 and 2 write the same bytes"
+	else
+		bad "$1: threads: --threads 1 and 2 differ (or failed)"
+	fi
+}
+
+model_case() { # NAME MIN_SQNR
+	local name=$1 min=$2 w=$tmp/$1 m=$tmp/$1.onnx calib=$tmp/$1_calib test=$tmp/$1_test b nq s
+	mkdir -p "$w"
+	if ! "$onnxq" quantize "$m" -o "$w/q.onnx" --calib "$calib" --threads 2 2> "$w/q.log" > /dev/null; then
+		bad "$name: quantize failed: $(grep -m1 -i error "$w/q.log")"
+		return
+	fi
+	cmp_threads "$name" "$m" "$calib" "$w"
+	b=$(bodies "$w/q.onnx")
+	if [ -z "$b" ]; then
+		bad "$name: bodies: Q has no If/Loop/Scan body"
+	elif awk '$3 == 0 { none = 1 } END { exit !none }' <<< "$b"; then
+		bad "$name: bodies: a body has no QuantizeLinear: $(tr '\n' ';' <<< "$b")"
+	else
+		nq=$(sed -n 's/.*wrote .*: \([0-9]*\) QuantizeLinear.*/\1/p' "$w/q.log")
+		ok "$name: bodies: QuantizeLinear inside $(awk '{ printf "%s%s.%s %s", s, $1, $2, $3; s = ", " }' <<< "$b") ($nq in the model)"
+	fi
+	if ! ort "$m" "$test" "$w/ortf" 2> "$w/ort.err" || ! ort "$w/q.onnx" "$test" "$w/ortq" 2>> "$w/ort.err"; then
+		bad "$name: ort: $(head -n 1 "$w/ort.err")"
+		return
+	fi
+	ok "$name: ort: ONNX Runtime runs Q on $(ls "$test" | wc -l) held-out samples"
+	s=$(stat sqnr "$w/ortf" "$w/ortq")
+	if awk -v s="$s" -v m="$min" 'BEGIN { exit !(s == "inf" || s + 0 >= m) }'; then
+		ok "$name: sqnr: ORT(Q) vs ORT(float) $s dB (>= $min)"
+	else
+		bad "$name: sqnr: ORT(Q) vs ORT(float) '$s' dB (< $min)"
+	fi
+	if ! "$onnxq" run "$w/q.onnx" --data "$test" --output-dir "$w/oq" > /dev/null 2> "$w/run.err"; then
+		bad "$name: qdq: onnxq run: $(head -n 1 "$w/run.err")"
+		return
+	fi
+	s=$(stat diff "$w/ortq" "$w/oq")
+	if awk -v s="$s" 'BEGIN { exit !(s != "nan" && s + 0 <= 1e-3) }'; then
+		ok "$name: qdq: onnxq run vs ORT on Q: max relative error $s (<= 1e-3)"
+	else
+		bad "$name: qdq: onnxq run vs ORT on Q: max relative error '$s' (> 1e-3)"
+	fi
+}
+
+model_case branch 25
+model_case loop 15
+
+# a branch no calibration sample takes keeps float, named in the log
+mkdir -p "$tmp/one"
+for d in "$tmp"/branch_calib/*/; do
+	if [ "$("$py" -c 'import sys, numpy; print(int(numpy.load(sys.argv[1])[0] > 0))' "$d/flag.npy")" = 1 ]; then
+		cp -r "$d" "$tmp/one/"
+	fi
+done
+if ! "$onnxq" quantize "$tmp/branch.onnx" -o "$tmp/one.onnx" --calib "$tmp/one" 2> "$tmp/one.log" > /dev/null; then
+	bad "untaken branch: quantize failed: $(head -n 1 "$tmp/one.log")"
+else
+	b=$(bodies "$tmp/one.onnx")
+	if grep -q "then_branch [1-9]" <<< "$b" && grep -q "else_branch 0" <<< "$b" &&
+		grep -q "body 'else_branch\|never ran during calibration" "$tmp/one.log"; then
+		ok "untaken branch: then_branch quantized, else_branch float and named in the log"
+	else
+		bad "untaken branch: $(tr '\n' ';' <<< "$b") / $(grep -c 'never ran' "$tmp/one.log") log lines"
+	fi
+fi
+
+finish
