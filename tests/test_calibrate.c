@@ -6,7 +6,8 @@
  * ranges are hand-computed from the sample values (Relu clamps negatives to
  * 0, Neg flips the sign, float16 holds these small integers exactly).
  *
- * Covered: ranges of inputs and node outputs, sorted by name, nothing for
+ * Covered: ranges of inputs and node outputs (If/Loop bodies included: every
+ * iteration and call), sorted by name, nothing for
  * non-float tensors; NaN/Inf skipped and counted with one warning per
  * tensor; order independence (the same samples under reversed names, -0.0
  * and +0.0 in different samples) and threads 1 vs 2, bit for bit; --calib
@@ -477,4 +478,88 @@ Test(calibrate, first_failing_sample_whatever_the_threads, .init = setup, .fini 
 		}
 	oq_model_free(m);
 	gen_free(g);
+}
+
+/*
+ * Control flow: x float[2, 3]; m = ReduceMax(x) (a scalar); If(m > 0) then ty = Relu(x), else
+ * ey = Neg(x) -> y; Loop(M = 3, v0 = {1}) with body v_out = Add(v_in, k), k = {1} from the main
+ * graph -> vf. The body values are observed at every iteration and call: v_in takes 1, 2, 3 and
+ * v_out 2, 3, 4.
+ */
+static void build_control(fixture *f)
+{
+	oq_diag d;
+	Onnx__GraphProto *mg, *b;
+	Onnx__NodeProto *n;
+
+	f->g = gen_new(8);
+	gen_opset(f->g, "", 13);
+	mg = gen_graph(f->g);
+	gen_input(f->g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+	gen_init(f->g, mg, "zero", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0));
+	gen_init(f->g, mg, "M", OQ_DT_INT64, 0, NULL, GEN_VALS(3));
+	gen_init(f->g, mg, "v0", OQ_DT_FLOAT, GEN_SHAPE(1), GEN_VALS(1));
+	gen_init(f->g, mg, "k", OQ_DT_FLOAT, GEN_SHAPE(1), GEN_VALS(1));
+	n = gen_node(f->g, mg, "ReduceMax", "max", "x", "m");
+	gen_attr_int(f->g, n, "keepdims", 0);
+	gen_node(f->g, mg, "Greater", "gt", "m,zero", "c");
+	n = gen_node(f->g, mg, "If", "if", "c", "y");
+	b = gen_attr_graph(f->g, n, "then_branch", "then");
+	gen_node(f->g, b, "Relu", "relu", "x", "ty");
+	gen_output(f->g, b, "ty", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+	b = gen_attr_graph(f->g, n, "else_branch", "else");
+	gen_node(f->g, b, "Neg", "neg", "x", "ey");
+	gen_output(f->g, b, "ey", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+	n = gen_node(f->g, mg, "Loop", "loop", "M,,v0", "vf");
+	b = gen_attr_graph(f->g, n, "body", "body");
+	gen_input(f->g, b, "i", OQ_DT_INT64, 0, NULL);
+	gen_input(f->g, b, "c_in", OQ_DT_BOOL, 0, NULL);
+	gen_input(f->g, b, "v_in", OQ_DT_FLOAT, GEN_SHAPE(1));
+	gen_node(f->g, b, "Identity", "cid", "c_in", "c_out");
+	gen_node(f->g, b, "Add", "add", "v_in,k", "v_out");
+	gen_output(f->g, b, "c_out", OQ_DT_BOOL, 0, NULL);
+	gen_output(f->g, b, "v_out", OQ_DT_FLOAT, GEN_SHAPE(1));
+	gen_output(f->g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(2, 3));
+	gen_output(f->g, mg, "vf", OQ_DT_FLOAT, GEN_SHAPE(1));
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(f->g, &f->m, &d), OQ_OK, "%s", d.msg);
+}
+
+Test(calibrate, values_inside_if_and_loop_bodies, .init = setup, .fini = teardown)
+{
+	static const float neg[6] = {-1, -2, -3, -4, -5, -0.5f};
+	fixture f;
+	oq_ranges r, r2;
+	oq_diag d;
+	char *log;
+
+	build_control(&f);
+	mkdir_at("c");
+	sample("c/000.npy", s0); /* max 6 > 0: then, Relu */
+	sample("c/001.npy", neg); /* max -0.5: else, Neg */
+	cr_assert_eq(calib(&f, at("c"), 0, 1, &r, &log, &d), OQ_OK, "%s", d.msg);
+	free(log);
+	expect_range(&r, "x", -5, 6, 0);
+	expect_range(&r, "m", -0.5f, 6, 0);
+	expect_range(&r, "ty", 0, 6, 0);     /* Relu(s0) */
+	expect_range(&r, "ey", 0.5f, 5, 0);  /* Neg(neg) */
+	expect_range(&r, "y", 0, 6, 0);      /* the If output of both calls: [0, 6] and [0.5, 5] */
+	expect_range(&r, "v_in", 1, 3, 0);   /* iterations 0..2, both samples */
+	expect_range(&r, "v_out", 2, 4, 0);
+	expect_range(&r, "vf", 4, 4, 0);
+	cr_expect_null(oq_ranges_find(&r, "k")); /* an initializer the body captures: not a node output */
+	/* two threads: the same ranges, bit for bit */
+	cr_assert_eq(calib(&f, at("c"), 0, 2, &r2, &log, &d), OQ_OK, "%s", d.msg);
+	free(log);
+	expect_same(&r, &r2);
+	oq_ranges_free(&r);
+	oq_ranges_free(&r2);
+	/* only the then branch taken: nothing of the else branch */
+	cr_assert_eq(remove(at("c/001.npy")), 0);
+	cr_assert_eq(calib(&f, at("c"), 0, 1, &r, &log, &d), OQ_OK, "%s", d.msg);
+	free(log);
+	expect_range(&r, "ty", 0, 6, 0);
+	cr_expect_null(oq_ranges_find(&r, "ey"));
+	oq_ranges_free(&r);
+	unbuild(&f);
 }

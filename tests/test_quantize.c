@@ -330,6 +330,87 @@ Test(quantize, numerics_conv1x1)
 	fx_free(&f);
 }
 
+/*
+ * build_conv1x1's Conv inside the then branch of an If (cond: a true initializer): the branch
+ * reads x, W and B from the main graph; the else branch is Neg(x) -> ye.
+ */
+static void build_if_conv1x1(fx *f)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg = gen_graph(g), *b;
+	Onnx__NodeProto *n;
+	gen_opset(g, "", 13);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
+	gen_init(g, mg, "c", OQ_DT_BOOL, 0, NULL, GEN_VALS(1));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(2, 2, 1, 1), GEN_VALS(1.0, -0.4, 0.2, 0.6));
+	gen_init(g, mg, "B", OQ_DT_FLOAT, GEN_SHAPE(2), GEN_VALS(0.1, -0.2));
+	n = gen_node(g, mg, "If", "if", "c", "y");
+	b = gen_attr_graph(g, n, "then_branch", "then");
+	gen_node(g, b, "Conv", "conv", "x,W,B", "yt");
+	gen_output(g, b, "yt", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
+	b = gen_attr_graph(g, n, "else_branch", "else");
+	gen_node(g, b, "Neg", "neg", "x", "ye");
+	gen_output(g, b, "ye", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
+	f->gm = g;
+}
+
+/* The then branch, or the else branch, of the main graph's If. */
+static oq_graph *branch_of(const oq_graph *g, const char *attr)
+{
+	const oq_node *n = node_named(g, "if");
+	cr_assert_not_null(n);
+	for (size_t k = 0; k < n->n_attrs; k++)
+		if (strcmp(n->attrs[k].name, attr) == 0)
+			return n->attrs[k].g;
+	cr_assert_fail("no %s", attr);
+	return NULL;
+}
+
+/*
+ * The numbers of numerics_conv1x1 (hand-computed there) from the Conv inside the branch: x's
+ * pair, the per-channel weights and the int32 bias are created inside the branch; the main
+ * graph's W and B go (nothing reads them). The else branch has no range (it never ran): it
+ * keeps float.
+ */
+Test(quantize, if_branch_quantized_inside)
+{
+	static const rng r[] = {{"x", -1.275f, 1.275f}, {"yt", -1.275f, 1.275f}};
+	const float x[4] = {0.5f, -1.0f, 2.0f, 0.25f};
+	const float want[4] = {0.09f, -1.00f, 0.66f, -0.25f};
+	fx f = {0};
+	float y[4];
+	oq_graph *t, *e;
+	oq_node *conv, *xdq, *bdq;
+
+	build_if_conv1x1(&f);
+	fx_load(&f, r, 2);
+	quantize_ok(&f);
+	t = branch_of(f.m->graph, "then_branch");
+	e = branch_of(f.m->graph, "else_branch");
+	cr_expect_eq(count_op(f.m->graph, "QuantizeLinear"), 0);
+	cr_expect_eq(count_op(t, "QuantizeLinear"), 2, "x's and yt's Q");
+	cr_expect_eq(count_op(e, "QuantizeLinear") + count_op(e, "DequantizeLinear"), 0);
+	cr_expect_eq(f.m->graph->n_inits, 1, "only c is left in the main graph");
+	conv = node_named(t, "conv");
+	xdq = dq_of(conv, 0);
+	cr_assert_not_null(xdq);
+	cr_expect_eq(xdq->graph, t);
+	cr_expect_float_eq(scalar(xdq->inputs[1]), 0.01, 1e-7, "x's scale 2.55 / 255");
+	cr_expect_eq(q_of(xdq)->inputs[0]->flags & OQ_V_OUTER, OQ_V_OUTER, "the Q reads the captured x");
+	bdq = dq_of(conv, 2);
+	cr_assert_not_null(bdq);
+	cr_expect_eq(bdq->inputs[0]->graph, t);
+	cr_expect_eq(oq_tensor_get_int(bdq->inputs[0]->init, 0), 1270);
+	cr_expect_eq(oq_tensor_get_int(bdq->inputs[0]->init, 1), -4233);
+	cr_expect_eq(oq_tensor_get_int(dq_of(conv, 1)->inputs[0]->init, 1), -51);
+	cr_expect_eq(oq_tensor_get_int(dq_of(conv, 1)->inputs[0]->init, 2), 42);
+	run1(f.m, x, 4, (const int64_t[]){1, 2, 1, 2}, y, 4);
+	for (int i = 0; i < 4; i++)
+		cr_assert_float_eq(y[i], want[i], 1e-5, "quantized y[%d] = %.7g, want %g", i, y[i], want[i]);
+	fx_free(&f);
+}
+
 /* x -> Conv a -> A, x -> Conv b -> B, Add(A, B) -> y: x gets one shared pair read by both Convs. */
 static void build_branches(fx *f, int with_relu)
 {
