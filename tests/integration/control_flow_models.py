@@ -9,14 +9,20 @@ writes into OUTDIR (random weights, fixed seed):
   loop.onnx    input x float32[T, 1, 8] (T symbolic); a scripted `for t in range(T)` becomes an
                ONNX Loop whose body runs Linear layers (MatMul / Gemm) and a Conv1d on frame t,
                carrying a state h and a running sum of the outputs
-and the samples in OUTDIR/{branch,loop}_{calib,test}/NNN/<input>.npy: branch samples take both
-branches (flag +1 and -1 alternate); loop samples have 3 to 6 frames.
+  scan.onnx    input x float32[T, 8] (T symbolic); an ONNX Scan (built with onnx.helper: torch
+               exports no Scan) over the frames whose body holds its own MatMul weights
+               (initializers of the body): h = tanh(x_t W + h R + b), outputs the last h and
+               every frame's h
+and the samples in OUTDIR/{branch,loop,scan}_{calib,test}/NNN/<input>.npy: branch samples take
+both branches (flag +1 and -1 alternate); loop and scan samples have 3 to 6 frames.
 """
 import os
 import sys
 
 import numpy as np
+import onnx
 import torch
+from onnx import TensorProto, helper, numpy_helper
 
 
 class Branch(torch.nn.Module):
@@ -53,6 +59,36 @@ class Frames(torch.nn.Module):
         return acc
 
 
+def scan_model(path, rng):
+    w = numpy_helper.from_array((rng.standard_normal((8, 16)) * 0.4).astype(np.float32), "W")
+    r = numpy_helper.from_array((rng.standard_normal((16, 16)) * 0.2).astype(np.float32), "R")
+    b = numpy_helper.from_array((rng.standard_normal(16) * 0.1).astype(np.float32), "b")
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["x_t", "W"], ["xw"], name="xw"),
+         helper.make_node("MatMul", ["h_in", "R"], ["hr"], name="hr"),
+         helper.make_node("Add", ["xw", "hr"], ["s1"], name="add1"),
+         helper.make_node("Add", ["s1", "b"], ["s2"], name="add2"),
+         helper.make_node("Tanh", ["s2"], ["h_out"], name="tanh"),
+         helper.make_node("Identity", ["h_out"], ["y_t"], name="out")],
+        "scan_body",
+        [helper.make_tensor_value_info("h_in", TensorProto.FLOAT, [1, 16]),
+         helper.make_tensor_value_info("x_t", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1, 16]),
+         helper.make_tensor_value_info("y_t", TensorProto.FLOAT, [1, 16])],
+        [w, r, b])
+    g = helper.make_graph(
+        [helper.make_node("Scan", ["h0", "x"], ["h", "ys"], name="scan", body=body,
+                          num_scan_inputs=1)],
+        "scan",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["T", 1, 8])],
+        [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 16]),
+         helper.make_tensor_value_info("ys", TensorProto.FLOAT, ["T", 1, 16])],
+        [numpy_helper.from_array(np.zeros((1, 16), np.float32), "h0")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
 def save(path, arr):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     np.save(path, arr)
@@ -69,6 +105,7 @@ def main():
     f = torch.jit.script(Frames().eval())
     torch.onnx.export(f, (torch.randn(4, 1, 8),), os.path.join(out, "loop.onnx"), opset_version=13,
                       input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "T"}})
+    scan_model(os.path.join(out, "scan.onnx"), rng)
     for kind, n in (("calib", 8), ("test", 6)):
         for i in range(n):
             d = os.path.join(out, "branch_%s" % kind, "%03d" % i)
@@ -76,6 +113,8 @@ def main():
             save(os.path.join(d, "flag.npy"), np.array([1.0 if i % 2 == 0 else -1.0], np.float32))
             d = os.path.join(out, "loop_%s" % kind, "%03d" % i)
             t = 3 + i % 4
+            save(os.path.join(d, "x.npy"), rng.standard_normal((t, 1, 8)).astype(np.float32))
+            d = os.path.join(out, "scan_%s" % kind, "%03d" % i)
             save(os.path.join(d, "x.npy"), rng.standard_normal((t, 1, 8)).astype(np.float32))
 
 

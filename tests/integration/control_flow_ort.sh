@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# control_flow_ort.sh - networks inside If / Loop bodies quantized, judged by ONNX Runtime.
+# control_flow_ort.sh - networks inside If / Loop / Scan bodies quantized, judged by ONNX Runtime.
 #
 # tests/integration/control_flow_models.py (torch.jit.script -> ONNX, opset 13) writes
 #   branch  an If picking one of two Conv stacks by an input flag (weights: main-graph
@@ -7,17 +7,19 @@
 #           calibration takes both branches
 #   loop    a Loop over the frames of its input whose body holds Gemm, MatMul and Conv
 #           (carried state h through tanh, and a running sum of the outputs)
+#   scan    an ONNX Scan over frames (onnx.helper) whose body has its own MatMul weights
 # into a temporary folder (nothing is committed), with calibration and held-out samples.
 # Checks per model, after `onnxq quantize M -o Q --calib CALIB`:
-#   bodies  Q has QuantizeLinear nodes inside every If branch / the Loop body
+#   bodies  Q has QuantizeLinear nodes inside every If branch / the Loop / Scan body
 #   ort     ONNX Runtime (graphOptimizationLevel 'disabled', as run_ort.js runs) loads Q
 #           and runs every held-out sample
 #   sqnr    SQNR of ORT(Q) against ORT(M) over the held-out samples >= 25 dB (branch) /
-#           15 dB (loop). int8 activations and per-channel int8 weights on these small
-#           random-weight nets give about 40 dB (branch: 3 quantized layers; quantize's
-#           own fold estimate agrees) and about 22 dB (loop: the error of every frame
-#           feeds the next through the carried state, and the output sums 3-6 frames);
-#           the thresholds leave 7-15 dB of margin, yet a body left float would not
+#           15 dB (loop) / 20 dB (scan). int8 activations and per-channel int8 weights on
+#           these small random-weight nets give about 40 dB (branch: 3 quantized layers;
+#           quantize's own fold estimate agrees), about 24 dB (loop: the error of every frame
+#           feeds the next through the carried state, and the output sums 3-6 frames) and
+#           about 30 dB (scan: a carried state, no sum); the thresholds leave 9-15 dB of
+#           margin, yet a body left float would not
 #           count as quantized (bodies) and one quantized with a wrong range (another
 #           body's, a default scale) lands far below them
 #   qdq     `onnxq run Q` against ORT(Q) on the held-out samples: max|ort - onnxq| /
@@ -38,7 +40,7 @@ js=$here/run_ort.js
 
 [ -x "$onnxq" ] || die "$onnxq not found (build first)"
 if ! "$py" -c 'import torch, onnx, numpy' 2> /dev/null; then
-	skip "control_flow: $py cannot import torch, onnx and numpy" 11
+	skip "control_flow: $py cannot import torch, onnx and numpy" 16
 	finish
 	exit
 fi
@@ -155,6 +157,7 @@ model_case() { # NAME MIN_SQNR
 
 model_case branch 25
 model_case loop 15
+model_case scan 20
 
 # a branch no calibration sample takes keeps float, named in the log
 mkdir -p "$tmp/one"
