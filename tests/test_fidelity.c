@@ -158,25 +158,26 @@ Test(fidelity, no_warning_when_folds_agree)
 	cr_expect_null(strstr(log, "warning"), "log:\n%s", log);
 }
 
-/* Everything inside an If branch: nothing quantized, and the log says so and why. */
-Test(fidelity, nothing_quantized_inside_if)
+/* An If (cond: a true initializer) on x [1,1,1,1]: then = conv_op(x, W = 2) -> yt, else =
+ * Identity(x) -> ye; samples x = 1..4. */
+static void if_model(const char *conv_op, char *log, size_t n)
 {
 	const float xs[] = {1, 2, 3, 4};
 	gen_model *g = gen_new(8);
 	Onnx__GraphProto *mg, *t, *e;
-	Onnx__NodeProto *n;
-	char model[256], calib[256], log[8192];
+	Onnx__NodeProto *nd;
+	char model[256], calib[256];
 
 	gen_opset(g, "", 13);
 	mg = gen_graph(g);
 	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1));
 	gen_init(g, mg, "c", OQ_DT_BOOL, 0, NULL, GEN_VALS(1));
 	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(2));
-	n = gen_node(g, mg, "If", "if", "c", "y");
-	t = gen_attr_graph(g, n, "then_branch", "then");
-	gen_node(g, t, "Conv", "conv_t", "x,W", "yt");
+	nd = gen_node(g, mg, "If", "if", "c", "y");
+	t = gen_attr_graph(g, nd, "then_branch", "then");
+	gen_node(g, t, conv_op, "conv_t", "x,W", "yt");
 	gen_output(g, t, "yt", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1));
-	e = gen_attr_graph(g, n, "else_branch", "else");
+	e = gen_attr_graph(g, nd, "else_branch", "else");
 	gen_node(g, e, "Identity", "id_e", "x", "ye");
 	gen_output(g, e, "ye", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1));
 	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1));
@@ -185,7 +186,29 @@ Test(fidelity, nothing_quantized_inside_if)
 	cr_assert_eq(gen_write(g, model), 0);
 	gen_free(g);
 	write_samples(calib, 4, GEN_SHAPE(1, 1, 1, 1), xs, 1);
-	quantize_log(model, calib, log, sizeof log);
+	quantize_log(model, calib, log, n);
+}
+
+/* The Conv inside the taken branch is quantized; the branch no sample took is named. */
+Test(fidelity, if_branch_quantized_untaken_named)
+{
+	char log[8192];
+
+	if_model("Conv", log, sizeof log);
+	cr_expect_not_null(strstr(log, "wrote "), "log:\n%s", log);
+	cr_expect_not_null(strstr(log, ": 2 QuantizeLinear, "), "x's and yt's Q; log:\n%s", log);
+	cr_expect_null(strstr(log, "nothing was quantized"), "log:\n%s", log);
+	cr_expect_not_null(strstr(log, "note: If node 'if': body 'else' (attribute else_branch) never "
+				   "ran during calibration"), "log:\n%s", log);
+}
+
+/* Nothing quantizable inside the If (Sub is no op the quantize pass handles): nothing quantized,
+ * and the log says so and why. */
+Test(fidelity, nothing_quantized_inside_if)
+{
+	char log[8192];
+
+	if_model("Sub", log, sizeof log);
 	cr_expect_not_null(strstr(log, "warning: nothing was quantized: the main graph's 1 If/Loop/Scan"),
 			   "log:\n%s", log);
 }
