@@ -25,7 +25,8 @@
 #           max|ort| <= 1e-3 over the outputs, as quant_accuracy.sh asks of main-graph models
 #   threads `onnxq quantize --threads 1` and `--threads 2` write the same bytes
 # and for branch, calibration on samples of one flag only: the branch never taken keeps
-# float (no QuantizeLinear inside it) and the log names it.
+# float (no QuantizeLinear inside it) and the log names it; for loop, `calibrate --shard`
+# x 2 + `merge-stats` + `quantize --stats` writes the bytes of `quantize --no-bias-correction`.
 #
 # usage: tests/integration/control_flow_ort.sh [ONNXQ]   (default build/onnxq)
 #   env OQ_CACHE (fetch.sh); OQ_CF_KEEP=1 keeps the work folder.
@@ -39,7 +40,7 @@ js=$here/run_ort.js
 
 [ -x "$onnxq" ] || die "$onnxq not found (build first)"
 if ! "$py" -c 'import torch, onnx, numpy' 2> /dev/null; then
-	skip "control_flow: $py cannot import torch, onnx and numpy" 16
+	skip "control_flow: $py cannot import torch, onnx and numpy" 17
 	finish
 	exit
 fi
@@ -175,6 +176,20 @@ else
 	else
 		bad "untaken branch: $(tr '\n' ';' <<< "$b") / $(grep -c 'never ran' "$tmp/one.log") log lines"
 	fi
+fi
+
+# statistics files hold body values too: two shards merged give `quantize --no-bias-correction`
+w=$tmp/stats
+mkdir -p "$w"
+if "$onnxq" calibrate "$tmp/loop.onnx" --calib "$tmp/loop_calib" --shard 0/2 -o "$w/s0" --quiet 2> "$w/err" &&
+	"$onnxq" calibrate "$tmp/loop.onnx" --calib "$tmp/loop_calib" --shard 1/2 -o "$w/s1" --quiet 2>> "$w/err" &&
+	"$onnxq" merge-stats "$w/s0" "$w/s1" -o "$w/s" > /dev/null 2>> "$w/err" &&
+	"$onnxq" quantize "$tmp/loop.onnx" --stats "$w/s" -o "$w/st.onnx" --quiet 2>> "$w/err" &&
+	"$onnxq" quantize "$tmp/loop.onnx" --calib "$tmp/loop_calib" --no-bias-correction -o "$w/nb.onnx" --quiet 2>> "$w/err" &&
+	cmp -s "$w/st.onnx" "$w/nb.onnx"; then
+	ok "loop: stats: 2 shards + merge-stats + quantize --stats = quantize --no-bias-correction, byte for byte"
+else
+	bad "loop: stats: sharded statistics differ from one run ($(head -n 1 "$w/err"))"
 fi
 
 finish
