@@ -411,6 +411,24 @@ Test(quantize, if_branch_quantized_inside)
 	fx_free(&f);
 }
 
+/* --exclude names a node inside a body: that Conv keeps float, weights included. */
+Test(quantize, exclude_node_inside_if_branch)
+{
+	static const rng r[] = {{"x", -1.275f, 1.275f}, {"yt", -1.275f, 1.275f}};
+	static const char *ex[] = {"conv"};
+	fx f = {0};
+	oq_graph *t;
+
+	build_if_conv1x1(&f);
+	fx_load(&f, r, 2);
+	f.o.exclude = ex;
+	f.o.n_exclude = 1;
+	quantize_ok(&f);
+	t = branch_of(f.m->graph, "then_branch");
+	cr_expect_eq(count_op(t, "QuantizeLinear") + count_op(t, "DequantizeLinear"), 0);
+	fx_free(&f);
+}
+
 /* x -> Conv a -> A, x -> Conv b -> B, Add(A, B) -> y: x gets one shared pair read by both Convs. */
 static void build_branches(fx *f, int with_relu)
 {

@@ -221,21 +221,35 @@ static int eligible(const qctx *c, const oq_value *v)
 
 /* ------------------------------------------------------------ selection */
 
-static int op_type_known(const oq_graph *g, const char *s)
+/* Is s a node name (what 1) or op type (what 2) of g or its If/Loop/Scan bodies (any depth)? */
+static int node_has(const oq_graph *g, const char *s, int what)
 {
-	if (oq_op_lookup(OQ_DOM_ONNX, s) != OQ_OP_UNKNOWN)
-		return 1;
-	for (size_t i = 0; i < g->n_nodes; i++)
-		if (strcmp(g->nodes[i]->op_type, s) == 0)
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		const oq_node *n = g->nodes[i];
+		if (what == 1 ? n->name[0] && strcmp(n->name, s) == 0 : strcmp(n->op_type, s) == 0)
 			return 1;
+		for (size_t k = 0; g->n_subgraphs && k < n->n_attrs; k++) {
+			const oq_attr *a = &n->attrs[k];
+			for (size_t b = 0; b < (a->g ? 1 : a->graphs ? a->n : 0); b++)
+				if (node_has(a->g ? a->g : a->graphs[b], s, what))
+					return 1;
+		}
+	}
 	return 0;
 }
 
-static int node_named(const oq_graph *g, const char *s)
+/* Is s a value name of g or its bodies (any depth)? */
+static int tensor_named(const oq_graph *g, const char *s)
 {
-	for (size_t i = 0; i < g->n_nodes; i++)
-		if (g->nodes[i]->name[0] && strcmp(g->nodes[i]->name, s) == 0)
-			return 1;
+	if (oq_graph_find(g, s))
+		return 1;
+	for (size_t i = 0; g->n_subgraphs && i < g->n_nodes; i++)
+		for (size_t k = 0; k < g->nodes[i]->n_attrs; k++) {
+			const oq_attr *a = &g->nodes[i]->attrs[k];
+			for (size_t b = 0; b < (a->g ? 1 : a->graphs ? a->n : 0); b++)
+				if (tensor_named(a->g ? a->g : a->graphs[b], s))
+					return 1;
+		}
 	return 0;
 }
 
@@ -248,11 +262,12 @@ static int check_lists(qctx *c)
 	for (int k = 0; k < 2; k++)
 		for (size_t i = 0; i < n[k]; i++) {
 			const char *s = l[k][i];
-			int is_node = node_named(c->g, s) || op_type_known(c->g, s);
-			int is_tensor = oq_graph_find(c->g, s) != NULL;
+			int is_node = node_has(c->g, s, 1) || oq_op_lookup(OQ_DOM_ONNX, s) != OQ_OP_UNKNOWN ||
+				      node_has(c->g, s, 2);
+			int is_tensor = tensor_named(c->g, s);
 			if (!is_node && !is_tensor)
 				return oq_err(c->d, OQ_EUSAGE, "quantize: %s '%s' is no node name, op type or "
-					      "tensor of the main graph", opt[k], s);
+					      "tensor of the model", opt[k], s);
 			if (k == 0 && is_node)
 				c->inc_nodes = 1;
 			else if (k == 0)
