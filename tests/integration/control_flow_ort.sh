@@ -13,6 +13,8 @@
 #   bodies  Q has QuantizeLinear nodes inside every If branch / the Loop / Scan body
 #   ort     ONNX Runtime (graphOptimizationLevel 'disabled', as run_ort.js runs) loads Q
 #           and runs every held-out sample
+#   ort all ONNX Runtime loads and runs Q at level 'all' (its QDQ fusions; the integer
+#           kernels it formed inside the bodies are listed)
 #   sqnr    SQNR of ORT(Q) against ORT(M) over the held-out samples >= 25 dB (branch) /
 #           15 dB (loop) / 20 dB (scan). int8 activations and per-channel int8 weights on
 #           these small random-weight nets give about 40 dB (branch: 3 quantized layers;
@@ -40,7 +42,7 @@ js=$here/run_ort.js
 
 [ -x "$onnxq" ] || die "$onnxq not found (build first)"
 if ! "$py" -c 'import torch, onnx, numpy' 2> /dev/null; then
-	skip "control_flow: $py cannot import torch, onnx and numpy" 17
+	skip "control_flow: $py cannot import torch, onnx and numpy" 20
 	finish
 	exit
 fi
@@ -65,6 +67,24 @@ def walk(g):
                 print(n.op_type, a.name, sum(x.op_type == "QuantizeLinear" for x in a.g.node))
                 walk(a.g)
 walk(m.graph)
+PY
+}
+
+# bodies_ops OPT: the integer kernels ORT fused inside bodies ("QLinearConv 3, QGemm 2")
+bodies_ops() {
+	"$py" - "$1" << 'PY'
+import sys, onnx, collections
+m = onnx.load(sys.argv[1])
+c = collections.Counter()
+def walk(g, inside):
+    for n in g.node:
+        if inside and (n.op_type.startswith("QLinear") or n.op_type in ("QGemm", "MatMulInteger", "ConvInteger")):
+            c[n.op_type] += 1
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                walk(a.g, True)
+walk(m.graph, False)
+print(", ".join("%s %d" % kv for kv in sorted(c.items())) or "no integer kernel in bodies")
 PY
 }
 
@@ -137,6 +157,11 @@ model_case() { # NAME MIN_SQNR
 		return
 	fi
 	ok "$name: ort: ONNX Runtime runs Q on $(ls "$test" | wc -l) held-out samples"
+	if node "$here/ort_optimized.js" "$w/q.onnx" all "$w/opt.onnx" 2> "$w/opt.err"; then
+		ok "$name: ort all: ONNX Runtime loads and runs Q at optimization level 'all' ($(bodies_ops "$w/opt.onnx"))"
+	else
+		bad "$name: ort all: $(head -n 1 "$w/opt.err")"
+	fi
 	s=$(stat sqnr "$w/ortf" "$w/ortq")
 	if awk -v s="$s" -v m="$min" 'BEGIN { exit !(s == "inf" || s + 0 >= m) }'; then
 		ok "$name: sqnr: ORT(Q) vs ORT(float) $s dB (>= $min)"
