@@ -140,6 +140,79 @@ static double sqnr(const oq_rt *r, const oq_rt *q)
 	return db > OQ_BC_SQNR_CAP ? OQ_BC_SQNR_CAP : db;
 }
 
+void oq_bc_outerr_free(oq_bc_outerr *e)
+{
+	free(e->r2);
+	free(e->d2);
+	free(e->e);
+	free(e->cnt);
+	e->r2 = e->d2 = e->e = NULL;
+	e->cnt = NULL;
+	e->n = e->nout = 0;
+}
+
+/* e's arrays for n samples and nout outputs (NaN errors, no channel sums), unless it has them. */
+static int outerr_alloc(oq_bc_outerr *e, size_t n, size_t nout)
+{
+	size_t nn = n && nout ? n * nout : 1, nm = n && e->M ? n * e->M : 1; /* n, nout, M: in memory */
+
+	if (e->r2)
+		return e->n == n && e->nout == nout ? OQ_OK : OQ_EINVAL;
+	e->r2 = malloc(nn * sizeof *e->r2);
+	e->d2 = malloc(nn * sizeof *e->d2);
+	e->e = oq_calloc(nm, sizeof *e->e);
+	e->cnt = oq_calloc(n ? n : 1, sizeof *e->cnt);
+	if (!e->r2 || !e->d2 || !e->e || !e->cnt) {
+		oq_bc_outerr_free(e);
+		return OQ_ENOMEM;
+	}
+	for (size_t i = 0; i < n * nout; i++)
+		e->r2[i] = e->d2[i] = NAN;
+	e->n = n;
+	e->nout = nout;
+	return OQ_OK;
+}
+
+/* Sample i's errors into e: q against the float outputs r; output k_ch's channel sums. */
+static void outerr_add(oq_bc_outerr *e, size_t i, size_t k_ch, const oq_rt *r, const oq_rt *q)
+{
+	for (size_t k = 0; k < e->nout; k++) {
+		const float *a = r[k].data, *b = q[k].data;
+		double r2 = 0, d2 = 0;
+		size_t outer = 1, inner = 1;
+		int axis;
+
+		if (r[k].kind != OQ_RT_TENSOR || q[k].kind != OQ_RT_TENSOR || r[k].dtype != OQ_DT_FLOAT ||
+		    q[k].dtype != OQ_DT_FLOAT || r[k].nelem != q[k].nelem)
+			continue;
+		for (size_t j = 0; j < r[k].nelem; j++) {
+			double x = (double)a[j] - (double)b[j];
+			r2 += (double)a[j] * a[j];
+			d2 += x * x;
+		}
+		e->r2[i * e->nout + k] = r2;
+		e->d2[i * e->nout + k] = d2;
+		if (k != k_ch || q[k].rank < (e->ch_last ? 1 : 2))
+			continue;
+		axis = e->ch_last ? q[k].rank - 1 : 1;
+		if ((size_t)q[k].dims[axis] != e->M)
+			continue;
+		for (int x = 0; x < axis; x++)
+			outer *= (size_t)q[k].dims[x]; /* factors of nelem, which is in memory */
+		for (int x = axis + 1; x < q[k].rank; x++)
+			inner *= (size_t)q[k].dims[x];
+		for (size_t o = 0; o < outer; o++)
+			for (size_t m = 0; m < e->M; m++) {
+				size_t at = (o * e->M + m) * inner;
+				double s = 0;
+				for (size_t j = 0; j < inner; j++)
+					s += (double)b[at + j] - (double)a[at + j];
+				e->e[i * e->M + m] += s;
+			}
+		e->cnt[i] = (uint64_t)(outer * inner);
+	}
+}
+
 static void release(oq_rt *t, size_t n)
 {
 	for (size_t k = 0; t && k < n; k++)
@@ -208,9 +281,12 @@ typedef struct pass {
 	size_t n_ch;           /* channels of all layers */
 	oq_samples *s;
 	size_t n, nin, nout;
-	unsigned folds;        /* the samples this pass runs: bit i % OQ_BC_FOLDS */
+	unsigned folds;        /* the samples this pass runs: bit i % OQ_BC_FOLDS, */
+	size_t lo, hi;         /* and lo <= i < hi (hi 0: no bound) */
 	int fonly, cached, sf_on, sq_on;
 	oq_bc_sqnr *q;        /* SQNR out (NULL: float only) */
+	oq_bc_outerr *err;     /* each sample's errors out (NULL: none) */
+	size_t err_k;          /* the output whose channel sums err wants (SIZE_MAX: none) */
 	oq_bc_float_cache *cache;
 	lane *v;
 	atomic_size_t next;    /* the next sample to hand out */
@@ -222,7 +298,7 @@ typedef struct pass {
 
 static int in_pass(const pass *P, size_t i)
 {
-	return P->folds >> (i % OQ_BC_FOLDS) & 1u;
+	return (P->folds >> (i % OQ_BC_FOLDS) & 1u) && i >= P->lo && (!P->hi || i < P->hi);
 }
 
 /* The first sample at or after i that the pass runs (P->n: none). */
@@ -341,6 +417,8 @@ static int run_sample(pass *P, lane *ln, size_t i)
 			return rc;
 		for (size_t k = 0; k < P->nout; k++)
 			ln->st.db[k] = sqnr(&ro[k], &ln->oqs[k]);
+		if (P->err) /* sample i's own slots: no other lane writes them */
+			outerr_add(P->err, i, P->err_k, ro, ln->oqs);
 		release(ln->oqs, P->nout);
 	}
 	return OQ_OK;
@@ -560,6 +638,12 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 				for (size_t i = 0; i < n; i++)
 					runs[k].sqnr.per[i] = NAN;
 				runs[k].sqnr.n_per = n;
+				if (runs[k].err && (rc = outerr_alloc(runs[k].err, n, nout))) {
+					rc = oq_err(d, rc, rc == OQ_ENOMEM ? "bias correction: out of memory"
+									  : "bias correction: errors of other samples "
+									    "(internal error)");
+					goto out;
+				}
 			}
 			if (fonly) {
 				if (!(cache->out = oq_calloc(n && nout ? n * nout : 1, sizeof *cache->out))) {
@@ -587,6 +671,8 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 		P.nin = nin;
 		P.nout = nout;
 		P.folds = fonly ? (1u << OQ_BC_FOLDS) - 1 : runs[r].folds;
+		P.lo = fonly ? 0 : runs[r].lo;
+		P.hi = fonly ? 0 : runs[r].hi;
 		P.fonly = fonly;
 		P.cached = cached;
 		/* the float sums once: in a float-only call or alongside the quantized sums */
@@ -602,6 +688,13 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 		}
 		P.sq_on = !fonly && r == sums;
 		P.q = fonly ? NULL : &runs[r].sqnr;
+		P.err = fonly ? NULL : runs[r].err;
+		P.err_k = SIZE_MAX;
+		for (size_t k = 0; P.err && P.err->out && k < nout; k++)
+			if (!strcmp(oq_exec_output(e0, k)->name, P.err->out))
+				P.err_k = k;
+		if (P.err)
+			P.err->out_k = P.err_k;
 		P.cache = cache;
 		pthread_mutex_init(&P.mu, NULL);
 		pthread_cond_init(&P.cv, NULL);

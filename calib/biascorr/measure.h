@@ -17,6 +17,26 @@
 #include "calib/biascorr/tables.h"
 #include "calib/calibrate.h"
 
+/*
+ * Each sample's output errors, for a caller that estimates and removes a
+ * mean output shift itself (placement.c): per sample and float output
+ * sum r^2 and sum (r - q)^2, and for output `out` per channel the sum of
+ * q - r (channel axis 1, or the last with ch_last). Each sample's sums are
+ * taken on the lane that ran it, element order fixed: thread-independent.
+ */
+typedef struct oq_bc_outerr {
+	const char *out;   /* in: the output whose channel sums are wanted (NULL: none) */
+	size_t M;          /* in: its channels (a sample whose output lacks them: cnt 0) */
+	int ch_last;       /* in: its channel axis is the last, else 1 */
+	size_t n, nout;    /* out: samples, outputs */
+	size_t out_k;      /* out: the index of `out` among them (SIZE_MAX: none) */
+	double *r2, *d2;   /* out: n x nout, sample-major (NaN: not run, or not a float32 pair) */
+	double *e;         /* out: n x M: sum (q - r) per sample and channel */
+	uint64_t *cnt;     /* out: per sample: elements per channel of `out` (0: not summed) */
+} oq_bc_outerr;
+
+void oq_bc_outerr_free(oq_bc_outerr *e);
+
 /* One quantized model of a measurement. */
 typedef struct oq_bc_quantized {
 	oq_model *qm;           /* same inputs and outputs as the float model */
@@ -25,6 +45,11 @@ typedef struct oq_bc_quantized {
 	unsigned folds;         /* bit f set: runs the samples of fold f (sample i % OQ_BC_FOLDS) */
 	oq_bc_sqnr sqnr;       /* out: output SQNR on the folds it ran (n 0 on the others), per
 				 * sample too (the caller frees it: oq_bc_sqnr_free) */
+	size_t lo, hi;          /* and only samples lo <= i < hi (hi 0: no bound) */
+	oq_bc_outerr *err;      /* optional: also each sample's errors (allocated by the first
+				 * measurement that fills it, whose n and nout then stay: a later
+				 * one rewrites the rows of the samples it runs; the caller frees
+				 * them: oq_bc_outerr_free) */
 } oq_bc_quantized;
 
 /*

@@ -442,7 +442,7 @@ const oq_option oq_pipeline_options[] = {
 	 "  --prefer P              ort profile: speed (every Conv/MatMul ONNX Runtime runs faster\n"
 	 "                          in 8 bits gets its integer kernel), accuracy (activation\n"
 	 "                          units fused with their Conv in float) or balanced (default:\n"
-	 "                          speed, then units float where the calibration samples measure\n"
+	 "                          speed, then units float where the held-out estimate shows\n"
 	 "                          more than 1 dB lost against accuracy)\n"},
 	{"weight-type", OQ_ARG_REQUIRED, QC, set_weight_type, 0,
 	 "  --weight-type T         int8 (default), uint8, int16, int4, uint4, float8e4m3fn\n"},

@@ -452,7 +452,7 @@ static int calibrate(job *j, oq_diag *d)
 		return rc;
 	j->q.ranges = &j->ranges;
 	/* runtime-aware placement: which units stay float (needs the samples; not with --stats) */
-	return oq_placement_choose(&j->o, &j->q, j->m, &j->placement, j->log, d);
+	return oq_placement_choose(&j->o, &j->co, &j->folds, &j->q, j->m, &j->placement, j->log, d);
 }
 
 /* Analytic bias correction (the empirical one measures the quantized model: quantize()). */

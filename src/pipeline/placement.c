@@ -16,8 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calib/biascorr/empirical.h"
 #include "calib/biascorr/measure.h"
 #include "calib/exec/exec.h"
+#include "calib/folds.h"
 #include "calib/samples.h"
 #include "passes/quantize/qweight.h"
 
@@ -631,34 +633,131 @@ typedef struct meas {
 	oq_model *ref;       /* the float model (rewritten) */
 	oq_bc_targets b;     /* no layers: SQNR only (its sample flags are freed) */
 	oq_bc_float_cache cache;
+	size_t k;            /* calibration folds (< 2: none; then one model on the calibration ranges) */
+	size_t n_all;        /* samples the folds cut */
+	oq_ranges *fr;       /* k: fold f's ranges, from the other folds' statistics (NULL: each model
+			      * on the calibration ranges, when a fold's others hold fewer than
+			      * OQ_PLACEMENT_MIN_TRAIN samples) */
+	const char *shift;   /* the output whose mean error per channel the bias correction removes
+			      * (NULL: none), its channels and axis */
+	size_t shift_m;
+	int shift_last;
 	size_t runs;         /* models measured */
 } meas;
 
-/* Output SQNR (mean over the calibration samples) of the model quantize q makes. */
-static int measure(meas *me, const oq_opts *q, double *mean, double *min, oq_diag *d)
+/* Sample i's fold (0 without folds). */
+static size_t fold_of(const meas *me, size_t i)
+{
+	return me->k >= 2 ? oq_folds_of(i, me->n_all, me->k) : 0;
+}
+
+static double capped_db(double r2, double d2)
+{
+	double db;
+	if (isnan(r2) || isnan(d2))
+		return NAN;
+	if (d2 <= 0)
+		return OQ_BC_SQNR_CAP;
+	db = 10 * log10(r2 / d2);
+	return db > OQ_BC_SQNR_CAP ? OQ_BC_SQNR_CAP : db;
+}
+
+/*
+ * The held-out estimate from the measured samples' errors e: the mean SQNR over (sample,
+ * float output) pairs; with a shift output, also with that output's mean error per channel
+ * removed as the bias correction of the last layer would, estimated on the samples of the
+ * other folds only: the larger of the two (the correction is kept only where it helps).
+ */
+static int estimate(const meas *me, const oq_bc_outerr *e, double *mean, oq_diag *d)
+{
+	size_t k = me->k >= 2 ? me->k : 1, M = e->out_k < e->nout ? me->shift_m : 0, np = 0;
+	double *es = oq_calloc(k * M + 1, sizeof *es), *sh = oq_calloc(M + 1, sizeof *sh), raw = 0, cor = 0;
+	uint64_t *cs = oq_calloc(k + 1, sizeof *cs);
+
+	if (!es || !sh || !cs) {
+		free(es);
+		free(sh);
+		free(cs);
+		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+	}
+	for (size_t i = 0; M && i < e->n; i++)
+		if (e->cnt[i]) {
+			size_t f = fold_of(me, i);
+			for (size_t c = 0; c < M; c++)
+				es[f * M + c] += e->e[i * M + c];
+			cs[f] += e->cnt[i];
+		}
+	for (size_t i = 0; i < e->n; i++) {
+		size_t f = fold_of(me, i);
+		uint64_t other = 0;
+		for (size_t g = 0; g < k; g++)
+			other += g == f ? 0 : cs[g];
+		for (size_t c = 0; c < M && other; c++) {
+			sh[c] = 0;
+			for (size_t g = 0; g < k; g++)
+				sh[c] += g == f ? 0 : es[g * M + c];
+			sh[c] /= (double)other;
+		}
+		for (size_t o = 0; o < e->nout; o++) {
+			double r2 = e->r2[i * e->nout + o], d2 = e->d2[i * e->nout + o], db = capped_db(r2, d2);
+			if (isnan(db))
+				continue;
+			raw += db;
+			np++;
+			if (o == e->out_k && e->cnt[i] && other) {
+				/* sum (x - s)^2 = sum x^2 - 2 s sum x + s^2 n, per channel */
+				for (size_t c = 0; c < M; c++)
+					d2 += sh[c] * (sh[c] * (double)e->cnt[i] - 2 * e->e[i * M + c]);
+				db = capped_db(r2, d2 > 0 ? d2 : 0);
+			}
+			cor += db;
+		}
+	}
+	free(es);
+	free(sh);
+	free(cs);
+	*mean = np ? (cor > raw ? cor : raw) / (double)np : NAN;
+	return OQ_OK;
+}
+
+/*
+ * Output SQNR of the model quantize q makes, held out (placement.h): per fold f with samples
+ * among the measured ones, the model on f's ranges runs f's samples.
+ */
+static int measure(meas *me, const oq_opts *q, double *mean, oq_diag *d)
 {
 	oq_pass_run run = me->o->run;
-	oq_model *qm = NULL;
-	oq_bc_quantized r = {0};
-	const unsigned all = (1u << OQ_BC_FOLDS) - 1;
-	int rc;
+	oq_bc_outerr err = {.out = me->shift, .M = me->shift_m, .ch_last = me->shift_last};
+	oq_opts c = *q;
+	size_t k = me->fr ? me->k : 1;
+	int rc = OQ_OK;
 
-	run.stage = oq_passes_rewrite;
-	if ((rc = oq_model_load(me->o->in_path, &qm, d)) || (rc = oq_passes_run(qm, &run, q, d)))
-		goto out;
-	run.stage = oq_passes_quantize;
-	if ((rc = oq_passes_run(qm, &run, q, d)))
-		goto out;
-	r.qm = qm;
-	r.folds = all;
-	if ((rc = oq_bc_measure(me->ref, NULL, &r, 1, &me->co, &me->b, &me->cache, d)))
-		goto out;
-	*mean = oq_bc_sqnr_mean(&r.sqnr, all);
-	*min = oq_bc_sqnr_min(&r.sqnr, all);
-	me->runs++;
-out:
-	oq_bc_sqnr_free(&r.sqnr);
-	oq_model_free(qm);
+	for (size_t f = 0; f < k && !rc; f++) {
+		oq_model *qm = NULL;
+		oq_bc_quantized r = {0};
+		if (me->fr) {
+			r.lo = oq_folds_begin(f, me->n_all, me->k);
+			r.hi = oq_folds_begin(f + 1, me->n_all, me->k);
+			if (r.lo >= me->co.limit)
+				continue;
+			c.ranges = &me->fr[f];
+		}
+		run.stage = oq_passes_rewrite;
+		if (!(rc = oq_model_load(me->o->in_path, &qm, d)) && !(rc = oq_passes_run(qm, &run, &c, d))) {
+			run.stage = oq_passes_quantize;
+			rc = oq_passes_run(qm, &run, &c, d);
+		}
+		r.qm = qm;
+		r.folds = (1u << OQ_BC_FOLDS) - 1;
+		r.err = &err;
+		if (!rc)
+			rc = oq_bc_measure(me->ref, NULL, &r, 1, &me->co, &me->b, &me->cache, d);
+		oq_bc_sqnr_free(&r.sqnr);
+		oq_model_free(qm);
+	}
+	if (!rc && !(rc = estimate(me, &err, mean, d)))
+		me->runs++;
+	oq_bc_outerr_free(&err);
 	return rc;
 }
 
@@ -666,14 +765,13 @@ out:
 static int measure_list(meas *me, const oq_opts *q, plc *pl, oq_placement *p, double *mean, oq_diag *d)
 {
 	oq_opts c = *q;
-	double mn;
 	int rc;
 	keep_from_wbq(pl);
 	if ((rc = float_list(pl, p, d)))
 		return rc;
 	c.float_nodes = (const char *const *)p->float_nodes;
 	c.n_float_nodes = p->n_float_nodes;
-	return measure(me, &c, mean, &mn, d);
+	return measure(me, &c, mean, d);
 }
 
 /*
@@ -741,7 +839,7 @@ static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p,
 		if ((rc = measure_list(me, q, pl, p, sqnr, d)))
 			return rc;
 		if (log && verbose)
-			fprintf(log, "placement: group %zu float: calibration SQNR %.2f dB\n", k, *sqnr);
+			fprintf(log, "placement: group %zu float: estimated SQNR %.2f dB\n", k, *sqnr);
 	}
 	/* the budget missed: which integer units trade fidelity for speed, and what each group would buy */
 	for (size_t k = 0; log && *sqnr < target && k < ng; k++) {
@@ -753,7 +851,7 @@ static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p,
 			}
 		if (n)
 			fprintf(log, "placement: traded for speed: %zu integer units '%s' .. '%s': float, %+.2f dB on the "
-				"calibration samples for %+.1f%% expected time\n", n, pl->u[fi].head->name,
+				"estimate for %+.1f%% expected time\n", n, pl->u[fi].head->name,
 				pl->u[last].head->name, gain[k], base_t > 0 ? 100 * cost[k] / base_t : 0);
 	}
 	return OQ_OK;
@@ -798,14 +896,55 @@ static int fixed_inputs(const oq_graph *g)
 	return 1;
 }
 
-int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_placement *p, FILE *log,
-			oq_diag *d)
+/* me's fold ranges (folds with measured samples) and shift output; the caller frees them. */
+static int meas_init(meas *me, const oq_opts *q, const oq_calib_opts *co, const oq_stats *folds, oq_diag *d)
+{
+	const oq_graph *g = me->ref->graph;
+	oq_bc_targets tb = {0};
+	oq_opts a = *q;
+	int rc;
+
+	if (folds && folds->n_folds >= 2) {
+		size_t train = SIZE_MAX;
+		me->k = folds->n_folds;
+		me->n_all = (size_t)folds->n_total;
+		for (size_t f = 0; f < me->k; f++) {
+			size_t in_f = oq_folds_begin(f + 1, me->n_all, me->k) - oq_folds_begin(f, me->n_all, me->k);
+			train = me->n_all - in_f < train ? me->n_all - in_f : train;
+		}
+		if (train < OQ_PLACEMENT_MIN_TRAIN)
+			goto shift;
+		if (!(me->fr = oq_calloc(me->k, sizeof *me->fr)))
+			return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+		for (size_t f = 0; f < me->k; f++)
+			if (oq_folds_begin(f, me->n_all, me->k) < me->co.limit &&
+			    (rc = oq_calibrate_held_out(me->ref, co, folds, f, &me->fr[f], d)))
+				return rc;
+	}
+shift:
+	if (me->o->bias_correction != OQ_BC_EMPIRICAL)
+		return OQ_OK;
+	a.log = NULL;
+	if ((rc = oq_bc_targets_find(me->ref->graph, &a, &tb, d)))
+		return rc;
+	for (size_t i = 0; tb.n && i < g->n_outputs; i++)
+		if (g->outputs[i] && !strcmp(g->outputs[i]->name, tb.v[tb.n - 1].measured)) {
+			me->shift = g->outputs[i]->name;
+			me->shift_m = tb.v[tb.n - 1].M;
+			me->shift_last = tb.v[tb.n - 1].ch_last;
+		}
+	oq_bc_targets_free(&tb);
+	return OQ_OK;
+}
+
+int oq_placement_choose(const oq_pipeline_opts *o, const oq_calib_opts *cal, const oq_stats *folds, oq_opts *q,
+			oq_model *m, oq_placement *p, FILE *log, oq_diag *d)
 {
 	oq_calib_opts co;
 	oq_value_sizes sz = {0};
 	plc pl = {0};
 	meas me = {0};
-	double t_float, t, mn;
+	double t_float, t;
 	size_t n_int = 0;
 	int rc;
 
@@ -862,8 +1001,9 @@ int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_p
 		a.float_nodes = NULL;
 		a.n_float_nodes = 0;
 		a.log = NULL;
-		if ((rc = oq_bc_measure(m, NULL, NULL, 0, &me.co, &me.b, &me.cache, d)) ||
-		    (rc = measure(&me, &a, &p->sqnr_accuracy, &mn, d)))
+		if ((rc = meas_init(&me, q, cal, folds, d)) ||
+		    (rc = oq_bc_measure(m, NULL, NULL, 0, &me.co, &me.b, &me.cache, d)) ||
+		    (rc = measure(&me, &a, &p->sqnr_accuracy, d)))
 			goto out;
 		a = *q;
 		a.log = NULL;
@@ -873,7 +1013,7 @@ int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_p
 		p->measured = 1;
 		target = p->sqnr_accuracy - OQ_PLACEMENT_BUDGET_DB;
 		if (log && o->verbose)
-			fprintf(log, "placement: calibration SQNR accuracy-first %.2f dB, speed %.2f dB (budget %.1f dB)\n",
+			fprintf(log, "placement: estimated SQNR (%s) accuracy-first %.2f dB, speed %.2f dB (budget %.1f dB)\n", me.fr ? "held-out folds" : "calibration ranges",
 				p->sqnr_accuracy, p->sqnr_speed, OQ_PLACEMENT_BUDGET_DB);
 		if (p->sqnr_speed < target &&
 		    (rc = fidelity_search(&pl, &me, &a, p, target, &p->sqnr_chosen, log, o->verbose, d)))
@@ -891,7 +1031,7 @@ int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_p
 			"expected ONNX Runtime time %.0f%% of the float model's\n", p->n_units - p->n_float_speed -
 			p->n_float_fidelity, p->n_units, p->n_float_speed, p->n_float_fidelity, 100 * p->est_ratio);
 	if (log && p->measured)
-		fprintf(log, "placement: calibration output SQNR %.2f dB (accuracy-first %.2f, speed %.2f)\n",
+		fprintf(log, "placement: estimated output SQNR %.2f dB (accuracy-first %.2f, speed %.2f)\n",
 			p->sqnr_chosen, p->sqnr_accuracy, p->sqnr_speed);
 	if (log && p->measured && p->sqnr_chosen < p->sqnr_accuracy - OQ_PLACEMENT_BUDGET_DB)
 		fprintf(log, "placement: %.2f dB below the accuracy-first placement (budget %.1f dB): no group left "
@@ -913,6 +1053,9 @@ out:
 	free(pl.u);
 	free(pl.unit_of);
 	free(pl.mode);
+	for (size_t f = 0; me.fr && f < me.k; f++)
+		oq_ranges_free(&me.fr[f]);
+	free(me.fr);
 	oq_bc_float_cache_free(&me.cache);
 	oq_bc_targets_free(&me.b);
 	oq_value_sizes_free(&sz);

@@ -22,10 +22,18 @@
  * that saves less than 1 - OQ_PLACEMENT_MARGIN of the expected time. A float
  * unit ORT would quantize itself (Conv -> Relu|Clip between a DQ and a Q:
  * WeightBiasQuantization, per-tensor weights) stays integer.
- * balanced: then (with calibration samples from a folder, not --stats) the
- * output SQNR (mean over samples and float outputs) on the first
- * OQ_PLACEMENT_SAMPLES calibration samples, against the
- * accuracy-first placement's (--prefer accuracy); when more than
+ * balanced: then (with calibration samples from a folder, not --stats) an
+ * estimate of the written model's output SQNR on unseen inputs (mean over
+ * samples and float outputs) on the first OQ_PLACEMENT_SAMPLES calibration
+ * samples, against the accuracy-first placement's (--prefer accuracy).
+ * Held out as the fold SQNR is (fidelity.h): each sample is judged by the
+ * model quantized with its fold's ranges (from the other folds' statistics;
+ * when those hold fewer than OQ_PLACEMENT_MIN_TRAIN samples, with the
+ * calibration ranges). With empirical bias correction, whose last round
+ * removes the last layer's mean error per channel, an output that layer
+ * writes has that mean error, estimated on the other folds' samples,
+ * removed (the larger SQNR of with and without: a correction that does not
+ * help is not kept). When more than
  * OQ_PLACEMENT_BUDGET_DB below, the integer units are cut into up to 8
  * groups of consecutive units (graph order, about equal MACs), each group's
  * gain measured with only it float, and groups go float in order of dB
@@ -50,6 +58,9 @@
 /* The balanced search measures on the first this many calibration samples (each candidate model
  * runs them all: its cost is the number of candidates times this). */
 #define OQ_PLACEMENT_SAMPLES 8
+/* A fold's ranges judge its samples only when the other folds hold at least this many samples
+ * (ranges from fewer judge a coarser calibration than the written model's). */
+#define OQ_PLACEMENT_MIN_TRAIN 8
 /* A group goes float for fidelity only when that alone gains at least this much, dB. */
 #define OQ_PLACEMENT_MIN_GAIN_DB 0.2
 /* The speed search descends only while units x (nodes + values) is at most this (each step
@@ -103,7 +114,7 @@ int oq_placement_sizes(const oq_placement *p, const oq_graph *g, oq_value_sizes 
  * and types without integer kernels only the value sizes are measured (for
  * the summary's coverage). Notes on log.
  */
-int oq_placement_choose(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_placement *p, FILE *log,
-			oq_diag *d) OQ_WUR;
+int oq_placement_choose(const oq_pipeline_opts *o, const oq_calib_opts *co, const oq_stats *folds, oq_opts *q,
+			oq_model *m, oq_placement *p, FILE *log, oq_diag *d) OQ_WUR;
 
 #endif

@@ -11,7 +11,7 @@
 #     Runtime, and `check --target ort` names them with "no QuantizeLinear after the Conv";
 #   - balanced measures the speed placement against accuracy's: with a narrow range forced on a
 #     value only the speed placement quantizes, it floats units for fidelity until its
-#     calibration SQNR is within 1 dB of accuracy's (speed keeps every unit integer);
+#     estimated SQNR is within 1 dB of accuracy's (speed keeps every unit integer);
 #   - every dtype option loads and runs in ONNX Runtime: profile ort at optimization 'all'
 #     (float8 units ONNX Runtime would fuse into 8-bit-only kernels are broken up by the quantize
 #     pass), profile trt at 'basic' (its float8 models are for TensorRT; ONNX Runtime's fusions
@@ -92,7 +92,7 @@ if grep -q '^placement: 4 of 5 .*, 0: fidelity)' "$tmp/nspeed.log" &&
 	grep -q '^placement: [0-9] of 5 .*, [1-9]: fidelity)' "$tmp/nbalanced.log" &&
 	"$py" - "$tmp/nbalanced.log" <<'EOF2'
 import re, sys
-m = re.search(r"calibration output SQNR (-?[0-9.]+) dB \(accuracy-first (-?[0-9.]+), speed (-?[0-9.]+)\)",
+m = re.search(r"estimated output SQNR (-?[0-9.]+) dB \(accuracy-first (-?[0-9.]+), speed (-?[0-9.]+)\)",
               open(sys.argv[1]).read())
 chosen, acc, speed = map(float, m.groups())
 sys.exit(0 if speed < acc - 1 and chosen >= acc - 1 else 1)
