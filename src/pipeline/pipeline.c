@@ -211,6 +211,19 @@ static int float_copy(void *ctx, oq_model **out, oq_diag *d)
 	return rc;
 }
 
+/* oq_placement_src.float_copy: float_copy with q's rewrites */
+static int placement_copy(void *ctx, const oq_opts *q, oq_model **out, oq_diag *d)
+{
+	job *j = ctx;
+	oq_opts keep = j->q;
+	int rc;
+
+	j->q = *q;
+	rc = float_copy(j, out, d);
+	j->q = keep;
+	return rc;
+}
+
 /* oq_biascorr_models.quantize */
 static int quantize_pass(void *ctx, oq_model *m, oq_diag *d)
 {
@@ -331,15 +344,6 @@ static int widen(job *j, oq_diag *d)
 	if ((rc = oq_precision_of(j->m, &j->hp_model, d)))
 		return rc;
 	j->hp = j->o.high_precision ? j->o.high_precision : j->hp_model;
-	/* runtime-aware placement on a widened float16 / bfloat16 model writes models far below its
-	 * measurements (not understood yet): such models get the accuracy-first placement */
-	if (j->hp_model != OQ_DT_FLOAT && j->q.prefer != OQ_PREFER_ACCURACY) {
-		if (j->quantize && j->log)
-			fprintf(j->log, "quantize: a %s model: --prefer %s is not supported for it yet; using the "
-				"accuracy-first placement (--prefer accuracy)\n", oq_dtype_name(j->hp_model),
-				j->q.prefer == OQ_PREFER_SPEED ? "speed" : "balanced");
-		j->q.prefer = OQ_PREFER_ACCURACY;
-	}
 	if (keeps_precision(j))
 		return OQ_OK;
 	/* 16-bit scales on QuantizeLinear / DequantizeLinear need opset 19; `calibrate` upgrades the
@@ -427,6 +431,7 @@ static int has_sample_folder(const oq_pipeline_opts *o)
 
 static int calibrate(job *j, oq_diag *d)
 {
+	oq_placement_src src;
 	oq_calib_opts co;
 	int rc;
 
@@ -452,7 +457,8 @@ static int calibrate(job *j, oq_diag *d)
 		return rc;
 	j->q.ranges = &j->ranges;
 	/* runtime-aware placement: which units stay float (needs the samples; not with --stats) */
-	return oq_placement_choose(&j->o, &j->co, &j->folds, &j->q, j->m, &j->placement, j->log, d);
+	src = (oq_placement_src){&j->co, &j->folds, placement_copy, j};
+	return oq_placement_choose(&j->o, &src, &j->q, j->m, &j->placement, j->log, d);
 }
 
 /* Analytic bias correction (the empirical one measures the quantized model: quantize()). */

@@ -629,6 +629,7 @@ static int float_list(const plc *pl, oq_placement *p, oq_diag *d)
 /* Context of the fidelity measurements. */
 typedef struct meas {
 	const oq_pipeline_opts *o;
+	const oq_placement_src *src;
 	oq_calib_opts co;    /* the calibration samples, at most OQ_PLACEMENT_SAMPLES of them */
 	oq_model *ref;       /* the float model (rewritten) */
 	oq_bc_targets b;     /* no layers: SQNR only (its sample flags are freed) */
@@ -742,11 +743,9 @@ static int measure(meas *me, const oq_opts *q, double *mean, oq_diag *d)
 				continue;
 			c.ranges = &me->fr[f];
 		}
-		run.stage = oq_passes_rewrite;
-		if (!(rc = oq_model_load(me->o->in_path, &qm, d)) && !(rc = oq_passes_run(qm, &run, &c, d))) {
-			run.stage = oq_passes_quantize;
+		run.stage = oq_passes_quantize;
+		if (!(rc = me->src->float_copy(me->src->ctx, &c, &qm, d)))
 			rc = oq_passes_run(qm, &run, &c, d);
-		}
 		r.qm = qm;
 		r.folds = (1u << OQ_BC_FOLDS) - 1;
 		r.err = &err;
@@ -897,8 +896,10 @@ static int fixed_inputs(const oq_graph *g)
 }
 
 /* me's fold ranges (folds with measured samples) and shift output; the caller frees them. */
-static int meas_init(meas *me, const oq_opts *q, const oq_calib_opts *co, const oq_stats *folds, oq_diag *d)
+static int meas_init(meas *me, const oq_opts *q, oq_diag *d)
 {
+	const oq_calib_opts *co = me->src->co;
+	const oq_stats *folds = me->src->folds;
 	const oq_graph *g = me->ref->graph;
 	oq_bc_targets tb = {0};
 	oq_opts a = *q;
@@ -937,8 +938,8 @@ shift:
 	return OQ_OK;
 }
 
-int oq_placement_choose(const oq_pipeline_opts *o, const oq_calib_opts *cal, const oq_stats *folds, oq_opts *q,
-			oq_model *m, oq_placement *p, FILE *log, oq_diag *d)
+int oq_placement_choose(const oq_pipeline_opts *o, const oq_placement_src *src, oq_opts *q, oq_model *m,
+			oq_placement *p, FILE *log, oq_diag *d)
 {
 	oq_calib_opts co;
 	oq_value_sizes sz = {0};
@@ -993,6 +994,7 @@ int oq_placement_choose(const oq_pipeline_opts *o, const oq_calib_opts *cal, con
 		oq_opts a = *q;
 		double target;
 		me.o = o;
+		me.src = src;
 		me.co = o->calib;
 		if (!me.co.limit || me.co.limit > OQ_PLACEMENT_SAMPLES)
 			me.co.limit = OQ_PLACEMENT_SAMPLES;
@@ -1001,7 +1003,7 @@ int oq_placement_choose(const oq_pipeline_opts *o, const oq_calib_opts *cal, con
 		a.float_nodes = NULL;
 		a.n_float_nodes = 0;
 		a.log = NULL;
-		if ((rc = meas_init(&me, q, cal, folds, d)) ||
+		if ((rc = meas_init(&me, q, d)) ||
 		    (rc = oq_bc_measure(m, NULL, NULL, 0, &me.co, &me.b, &me.cache, d)) ||
 		    (rc = measure(&me, &a, &p->sqnr_accuracy, d)))
 			goto out;

@@ -69,6 +69,16 @@
 /* keep_from_wbq's passes at most (each evaluates the whole graph). */
 #define OQ_PLACEMENT_WBQ_ROUNDS 16
 
+/* What the balanced search measures with: the run's own calibration and float model. */
+typedef struct oq_placement_src {
+	const oq_calib_opts *co; /* the calibration options of the run (its grid included) */
+	const oq_stats *folds;   /* its per-fold statistics (n_folds < 2: none) */
+	/* a fresh copy of the float model as the run quantizes it: loaded, widened from float16 /
+	 * bfloat16 as the run widens it, the rewrites run with q */
+	int (*float_copy)(void *ctx, const oq_opts *q, oq_model **out, oq_diag *d);
+	void *ctx;
+} oq_placement_src;
+
 /* What the placement chose (for the summary), and the node list it hands the quantize pass. */
 typedef struct oq_placement {
 	char **float_nodes;     /* sorted names of the nodes of float units (owned) */
@@ -114,7 +124,7 @@ int oq_placement_sizes(const oq_placement *p, const oq_graph *g, oq_value_sizes 
  * and types without integer kernels only the value sizes are measured (for
  * the summary's coverage). Notes on log.
  */
-int oq_placement_choose(const oq_pipeline_opts *o, const oq_calib_opts *co, const oq_stats *folds, oq_opts *q,
-			oq_model *m, oq_placement *p, FILE *log, oq_diag *d) OQ_WUR;
+int oq_placement_choose(const oq_pipeline_opts *o, const oq_placement_src *src, oq_opts *q, oq_model *m,
+			oq_placement *p, FILE *log, oq_diag *d) OQ_WUR;
 
 #endif

@@ -19,14 +19,15 @@
 #             within 1 dB of ORT's own run of M16 against M32 (ORT computes some
 #             ops in float16), and >= 30 dB against ORT's run of M16; the same
 #             bits at --threads 1 and 2
-#   quantize  (every quantize with --prefer accuracy: the float16 model gets that placement, and the
-#             default leaves the float32 tiny CNN float)
+#   quantize  (with --prefer accuracy: the default leaves the float32 tiny CNN float)
 #             M16 -> Q16: `onnxq check` valid; the file keeps float16 (no
 #             float32 initializer but Resize's roi / scales; Q/DQ scales float16; opset >= 19; inputs
 #             and outputs of M16's types); ORT loads it at optimization level
 #             'disabled' and at 'all', its default, where its QDQ fusions run
 #   sqnr      SQNR (ORT, test samples) of Q16 against M16 within 1 dB of that
 #             of Q32 (`quantize` of M32, same options) against M32
+#   default   the default (balanced) placement on M16: SQNR (ORT, test samples) against M16 at
+#             most 1 dB below Q16's (the accuracy-first placement's), balanced's budget
 #   hp32      `--high-precision float32` on M16: no float16 initializer, ORT
 #             loads it, SQNR within 1 dB of Q32's
 #   hp16      `--high-precision float16` on M32: float16 like Q16, ORT loads
@@ -157,6 +158,17 @@ model_case() { # NAME M32 CALIB TEST
 	else
 		bad "$name: sqnr float16 '$s16' dB, float32 twin '$s32' dB (more than 1 dB below)"
 	fi
+	# the default placement (balanced: runtime-aware, measured on the widened model as written)
+	if "$onnxq" quantize "$m16" -o "$w/q16b.onnx" --calib "$calib" --quiet 2> "$w/q16b.err"; then
+		s=$(sqnr "$m16" "$w/q16b.onnx" "$in" "$test")
+		if [ -n "$s" ] && [ -n "$s16" ] && within "$s" "$s16"; then
+			ok "$name: default placement on float16: sqnr $s dB, accuracy-first $s16 dB"
+		else
+			bad "$name: default placement on float16: sqnr '$s' dB, more than 1 dB below accuracy-first's '$s16' dB"
+		fi
+	else
+		bad "$name: default quantize failed: $(head -n 1 "$w/q16b.err")"
+	fi
 	# --high-precision float32 on the float16 model
 	s=$(sqnr "$m16" "$w/q16f.onnx" "$in" "$test")
 	if [[ $(describe "$w/q16f.onnx") =~ \ f16\ 0\  ]] && [ "$(node "$fjs" load "$w/q16f.onnx")" = ok ] &&
@@ -252,10 +264,10 @@ if [ -x /usr/bin/convert ] && [[ $(/usr/bin/convert -version 2> /dev/null) == *I
 	magick=1
 fi
 if ! [ -f "$det" ]; then
-	skip "det: $det missing" 6
+	skip "det: $det missing" 7
 elif [ "$magick" = 0 ]; then
 	# on random pixels det finds no text: its output is ~0 everywhere and SQNRs say nothing
-	skip "det: no ImageMagick with the DejaVu-Sans font to draw text images" 6
+	skip "det: no ImageMagick with the DejaVu-Sans font to draw text images" 7
 else
 	# 8 calibration and 4 test images: lines of text, shifted and sized per image
 	for i in 0 1 2 3 4 5 6 7 8 9 10 11; do
