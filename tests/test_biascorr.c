@@ -494,6 +494,59 @@ Test(biascorr, empirical_measure_and_apply_hand)
 }
 
 /*
+ * Per-sample output errors (oq_bc_outerr) and a run's sample range, on the
+ * models of empirical_measure_and_apply_hand: y = 2x + 0.5 on [1, 1, 1, 4],
+ * float outputs {0.75, 1.25, 2.5, 1.75} and {1.75, 0.5, 0.5, 0.5}
+ * (sum r^2 11.4375 and 3.8125), quantized sums 0.25 lower on each sample
+ * and SQNR 10 log10(61) on each: sum (r - q)^2 = 11.4375 / 61 = 0.1875 and
+ * 3.8125 / 61 = 0.0625, channel 0's sum of q - r -0.25 over 4 elements.
+ * With lo 1, hi 2 only sample 1 runs: sample 0's row stays NaN, no sum.
+ */
+Test(biascorr, measure_output_errors_and_sample_range)
+{
+	static const float xs[] = {0.125f, 0.375f, 1, 0.625f, 0.625f, 0, 0, 0};
+	static const double r2[] = {11.4375, 3.8125}, d2[] = {0.1875, 0.0625};
+	gen_model *gf = conv_2x(0, 0.5), *gq = conv_2x(1, 0.5);
+	oq_model *mf = load(gf), *mq = load(gq);
+	oq_calib_opts co;
+	oq_bc_targets b = {0};
+	oq_bc_outerr e = {.out = "y", .M = 1}, e1 = {.out = "y", .M = 1};
+	oq_bc_quantized run;
+	oq_diag d;
+	char dir[64] = "/tmp/oq_bc_XXXXXX";
+
+	oq_diag_init(&d);
+	cr_assert_not_null(mkdtemp(dir));
+	write_samples(dir, 2, GEN_SHAPE(1, 1, 1, 4), xs, 4);
+	memset(&co, 0, sizeof co);
+	co.source = dir;
+	co.threads = 1;
+	run = (oq_bc_quantized){.qm = mq, .folds = 3, .err = &e};
+	cr_assert_eq(oq_bc_measure(mf, NULL, &run, 1, &co, &b, NULL, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(e.n, 2);
+	cr_assert_eq(e.nout, 1);
+	cr_expect_eq(e.out_k, 0);
+	for (int i = 0; i < 2; i++) {
+		cr_expect(fabs(e.r2[i] - r2[i]) < 1e-12, "sample %d r2 %.12g", i, e.r2[i]);
+		cr_expect(fabs(e.d2[i] - d2[i]) < 1e-12, "sample %d d2 %.12g", i, e.d2[i]);
+		cr_expect(fabs(e.e[i] + 0.25) < 1e-12, "sample %d e %.12g", i, e.e[i]);
+		cr_expect_eq(e.cnt[i], 4);
+	}
+	oq_bc_sqnr_free(&run.sqnr);
+	run = (oq_bc_quantized){.qm = mq, .folds = 3, .lo = 1, .hi = 2, .err = &e1};
+	cr_assert_eq(oq_bc_measure(mf, NULL, &run, 1, &co, &b, NULL, &d), OQ_OK, "%s", d.msg);
+	cr_expect(isnan(run.sqnr.per[0]) && fabs(run.sqnr.per[1] - 10 * log10(61.0)) < 1e-9);
+	cr_expect(isnan(e1.r2[0]) && isnan(e1.d2[0]) && e1.cnt[0] == 0 && e1.e[0] == 0);
+	cr_expect(fabs(e1.d2[1] - d2[1]) < 1e-12 && e1.cnt[1] == 4);
+	oq_bc_sqnr_free(&run.sqnr);
+	oq_bc_outerr_free(&e);
+	oq_bc_outerr_free(&e1);
+	oq_bc_targets_free(&b);
+	free_models(mf, mq, NULL, gf, gq, NULL);
+	rm_rf(dir);
+}
+
+/*
  * The float outputs kept between measurements: a float-only measurement
  * fills the cache (outputs and float sums); the measurements after it (the
  * float model not run) give the sums and SQNR of an uncached one, exactly.
