@@ -56,6 +56,11 @@
 
 #define OQ_FOLD_WARN_DB 20 /* a fold SQNR below this is a warning */
 
+/* The steps the verbose "steps:" line times (wall and CPU), inside the stages. */
+enum { OQ_ST_CALIBRATE, OQ_ST_PLACEMENT, OQ_ST_QUANTIZE, OQ_ST_BIAS, OQ_ST_FOLD, OQ_ST_N };
+static const char *const stage_names[OQ_ST_N] = {"calibrate", "placement", "quantize pass", "bias correction",
+						  "fold report"};
+
 /* One run: the options it uses and what the stages hand on. */
 typedef struct job {
 	oq_pipeline_opts o;       /* resolved (oq_pipeline_opts_resolve) */
@@ -85,6 +90,7 @@ typedef struct job {
 	size_t fl0, in0;          /* initializer bytes after the rewrites: float (a 16-bit model's at 16 bits,
 				   * as its file holds them), integer */
 	double t0, t_learn, t_calibrate, t_quantize, t_save, t_end; /* when the timed stages began */
+	double sw[OQ_ST_N], sc[OQ_ST_N]; /* per step of stage_names: wall and process CPU seconds */
 } job;
 
 static double now(void)
@@ -94,7 +100,30 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Bytes of initializers by kind: float payloads and integer (quantized) ones. */
+/* Process CPU seconds (every thread). */
+static double cpu_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A step's clocks: step_begin, then step_end adds the time since to step s. */
+typedef struct step {
+	double w, c;
+} step;
+
+static step step_begin(void)
+{
+	return (step){now(), cpu_now()};
+}
+
+static void step_end(job *j, int s, step t)
+{
+	j->sw[s] += now() - t.w;
+	j->sc[s] += cpu_now() - t.c;
+}
+
 /* Bytes of float and of integer initializers of g and its If/Loop/Scan bodies (any depth). */
 static void init_bytes(const oq_graph *g, size_t *fl, size_t *in)
 {
@@ -433,6 +462,7 @@ static int calibrate(job *j, oq_diag *d)
 {
 	oq_placement_src src;
 	oq_calib_opts co;
+	step t;
 	int rc;
 
 	j->t_calibrate = now();
@@ -453,12 +483,18 @@ static int calibrate(job *j, oq_diag *d)
 	/* the fold measurement needs each fold's statistics (the ranges are the same bits) */
 	if (has_sample_folder(&j->o) && co.method != OQ_CALIB_EMA)
 		co.folds_out = &j->folds;
-	if ((rc = oq_calibrate(j->m, &co, &j->ranges, d)))
+	t = step_begin();
+	rc = oq_calibrate(j->m, &co, &j->ranges, d);
+	step_end(j, OQ_ST_CALIBRATE, t);
+	if (rc)
 		return rc;
 	j->q.ranges = &j->ranges;
 	/* runtime-aware placement: which units stay float (needs the samples; not with --stats) */
 	src = (oq_placement_src){&j->co, &j->folds, placement_copy, j};
-	return oq_placement_choose(&j->o, &src, &j->q, j->m, &j->placement, j->log, d);
+	t = step_begin();
+	rc = oq_placement_choose(&j->o, &src, &j->q, j->m, &j->placement, j->log, d);
+	step_end(j, OQ_ST_PLACEMENT, t);
+	return rc;
 }
 
 /* Analytic bias correction (the empirical one measures the quantized model: quantize()). */
@@ -473,17 +509,22 @@ static int quantize(job *j, oq_diag *d)
 	oq_model *qm = NULL;
 	/* weight-only's correction was made while learning (learn_rounding) */
 	int rc, empirical = j->o.bias_correction == OQ_BC_EMPIRICAL && !j->q.weight_only;
+	step t;
 
 	j->t_quantize = now();
 	if (!j->quantize)
 		return OQ_OK;
+	t = step_begin();
 	if (!empirical || !has_sample_folder(&j->o)) {
 		if (empirical && !j->o.stats_in && j->o.verbose && j->log)
 			fprintf(j->log, "bias correction: skipped: it needs calibration samples from a folder\n");
-		return quantize_pass(j, j->m, d);
+		rc = quantize_pass(j, j->m, d);
+		step_end(j, OQ_ST_QUANTIZE, t);
+		return rc;
 	}
-	if ((rc = oq_biascorr_empirical(j->m, &mk, &j->q, &j->o.calib, j->o.bias_rounds, &j->wshift, j->log,
-					 &qm, d)))
+	rc = oq_biascorr_empirical(j->m, &mk, &j->q, &j->o.calib, j->o.bias_rounds, &j->wshift, j->log, &qm, d);
+	step_end(j, OQ_ST_BIAS, t);
+	if (rc)
 		return rc;
 	oq_model_free(j->m);
 	j->m = qm;
@@ -583,14 +624,17 @@ static int reach_target(job *j, oq_diag *d)
 static int fidelity(job *j, oq_diag *d)
 {
 	oq_model *fm = NULL;
+	step t;
 	int rc;
 
 	if (!j->quantize || j->folds.n_folds < 2)
 		return OQ_OK;
+	t = step_begin();
 	if ((rc = float_copy(j, &fm, d)))
 		return rc;
 	rc = oq_fidelity_measure(fm, &j->co, &j->folds, fold_model, j, &j->fid, d);
 	oq_model_free(fm);
+	step_end(j, OQ_ST_FOLD, t);
 	return rc;
 }
 
@@ -843,6 +887,13 @@ static void summary(const job *j)
 			"save %.3f s\n",
 			j->t_learn - j->t0, j->t_calibrate - j->t_learn, j->t_quantize - j->t_calibrate,
 			j->t_save - j->t_quantize, j->t_end - j->t_save);
+	if (j->o.verbose) {
+		fputs("steps (wall / CPU s):", log);
+		for (int s = 0; s < OQ_ST_N; s++)
+			if (j->sw[s] > 0)
+				fprintf(log, " %s %.3f / %.3f,", stage_names[s], j->sw[s], j->sc[s]);
+		fprintf(log, " whole command %.3f / %.3f\n", now() - j->t0, cpu_now());
+	}
 }
 
 /* The worst output's fold SQNR (fidelity.h) of a job that measured it; NaN when it did not. */
