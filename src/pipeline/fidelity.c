@@ -167,21 +167,49 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 	const octx *c = ctx;
 	const oq_qpoint *q;
 	oq_fid_point *p;
-	const float *x;
+	const float *x, *sc;
+	size_t nch, outer = 1, inner = 1;
+	double r2, d2;
+	int a;
 
 	if (v->graph != c->g || c->map[v->index] < 0 || t->dtype != OQ_DT_FLOAT)
 		return 0;
 	q = &c->q[c->map[v->index]];
 	if (!oq_qpoint_fits(q, t->dims, t->rank))
 		return 0;
+	sc = q->s->data;
 	p = &c->f->pt[c->pi[c->map[v->index]]];
 	x = t->data;
-	for (size_t i = 0; i < t->nelem; i++) {
-		float r = x[i] < q->lo ? q->lo : x[i] > q->hi ? q->hi : x[i];
-		double e = (double)r - oq_qpoint_fake(q, oq_qpoint_channel(q, t->dims, t->rank, i), x[i]);
-		p->r2 += (double)r * r;
-		p->d2 += e * e;
+	/* element i = (o * nch + ch) * inner + k, visited in that order: the sums are added in element
+	 * order, each term as oq_qpoint_fake and oq_qpoint_channel give it */
+	nch = q->s->nelem;
+	a = q->axis < 0 ? q->axis + t->rank : q->axis;
+	if (nch == 1 || a < 0 || a >= t->rank) {
+		nch = 1;
+		a = t->rank;
 	}
+	for (int k = 0; k < a; k++)
+		outer *= (size_t)t->dims[k];
+	for (int k = a + 1; k < t->rank; k++)
+		inner *= (size_t)t->dims[k];
+	if (nch == 1)
+		inner = t->nelem, outer = 1;
+	r2 = p->r2;
+	d2 = p->d2;
+	for (size_t o = 0; o < outer; o++)
+		for (size_t ch = 0; ch < nch; ch++) {
+			const float *px = x + (o * nch + ch) * inner;
+			float s = sc[ch], lo = q->lo, hi = q->hi;
+			int64_t z = q->z ? oq_tensor_get_int(q->z, ch) : 0, qmin = q->qmin, qmax = q->qmax;
+			for (size_t k = 0; k < inner; k++) {
+				float xi = px[k], r = xi < lo ? lo : xi > hi ? hi : xi;
+				double e = (double)r - (float)(oq_quantize_value(xi, s, z, qmin, qmax) - z) * s;
+				r2 += (double)r * r;
+				d2 += e * e;
+			}
+		}
+	p->r2 = r2;
+	p->d2 = d2;
 	return 0;
 }
 
