@@ -1288,8 +1288,19 @@ static int load_file(calib *c, const oq_stats *s, const char *what, oq_diag *d)
 	return OQ_OK;
 }
 
-/* out's records from c (every value seen, with its histogram when c has them, and its folds). */
-static int save_file(const calib *c, oq_stats *out, oq_diag *d)
+/* h's bins into *to (an empty histogram): moved out of h (left empty) with `move`, else copied. */
+static int hist_take(oq_hist *to, oq_hist *h, int move)
+{
+	if (!move)
+		return oq_hist_copy(to, h);
+	*to = *h;
+	oq_hist_init(h);
+	return OQ_OK;
+}
+
+/* out's records from c (every value seen, with its histogram when c has them, and its folds);
+ * with `move` the histograms are moved out of c, which has no more use for them. */
+static int save_file(calib *c, int move, oq_stats *out, oq_diag *d)
 {
 	size_t n = 0, k = 0;
 
@@ -1312,7 +1323,7 @@ static int save_file(const calib *c, oq_stats *out, oq_diag *d)
 		r->hi = t->hi;
 		r->n_bad = t->n_bad;
 		r->hist = c->h && c->track[i];
-		if (!(r->name = oq_strdup(c->vals[i]->name)) || (r->hist && oq_hist_copy(&r->h, &c->h[i])) ||
+		if (!(r->name = oq_strdup(c->vals[i]->name)) || (r->hist && hist_take(&r->h, &c->h[i], move)) ||
 		    (out->n_folds && !(r->fold = oq_calloc(out->n_folds, sizeof *r->fold))))
 			return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 		for (size_t f = 0; f < out->n_folds; f++) {
@@ -1321,7 +1332,7 @@ static int save_file(const calib *c, oq_stats *out, oq_diag *d)
 			r->fold[f].hi = x->hi;
 			r->fold[f].n_bad = x->n_bad;
 			oq_hist_init(&r->fold[f].h);
-			if (r->hist && oq_hist_copy(&r->fold[f].h, &c->fh[f * c->n + i]))
+			if (r->hist && hist_take(&r->fold[f].h, &c->fh[f * c->n + i], move))
 				return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 		}
 	}
@@ -1356,7 +1367,7 @@ int oq_calibrate_stats(oq_model *m, const oq_calib_opts *o, oq_stats *out, oq_di
 		goto fail;
 	}
 	out->covered[o->shard] = 1;
-	if ((rc = save_file(&c, out, d)))
+	if ((rc = save_file(&c, 0, out, d)))
 		goto fail;
 	if (o->progress) {
 		if (j.tty)
@@ -1446,7 +1457,7 @@ int oq_calibrate_minmax(oq_model *m, const oq_calib_opts *o, oq_ranges *out, oq_
 }
 
 /* oq_calib_opts.folds_out of a one-machine run: c's statistics as a folds file holds them. */
-static int folds_out(const oq_model *m, const job *j, const calib *c, oq_stats *out, oq_diag *d)
+static int folds_out(const oq_model *m, const job *j, calib *c, oq_stats *out, oq_diag *d)
 {
 	int rc;
 
@@ -1458,7 +1469,7 @@ static int folds_out(const oq_model *m, const job *j, const calib *c, oq_stats *
 	if (!(out->covered = oq_calloc(1, 1)))
 		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");
 	out->covered[0] = 1;
-	if ((rc = save_file(c, out, d)))
+	if ((rc = save_file(c, 1, out, d))) /* the ranges are collected: c's histograms move */
 		oq_stats_free(out);
 	return rc;
 }
