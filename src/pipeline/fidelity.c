@@ -413,8 +413,48 @@ static int map_names(const oq_exec *fe, const oq_exec *e, int outputs, size_t *m
 	return OQ_OK;
 }
 
+void oq_fidelity_ranges_free(oq_ranges *fr, size_t k)
+{
+	for (size_t f = 0; fr && f < k; f++)
+		oq_ranges_free(&fr[f]);
+	free(fr);
+}
+
+int oq_fidelity_ranges(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, oq_ranges **out, oq_diag *d)
+{
+	oq_ranges *fr;
+	int rc = OQ_OK;
+
+	*out = NULL;
+	if (folds->n_folds < 2)
+		return oq_err(d, OQ_EINVAL, "fold SQNR: the statistics have no folds");
+	if (!(fr = oq_calloc(folds->n_folds, sizeof *fr)))
+		return oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
+	for (size_t f = 0; f < folds->n_folds && !rc; f++)
+		rc = oq_calibrate_held_out(fm, co, folds, f, &fr[f], d);
+	if (rc)
+		oq_fidelity_ranges_free(fr, folds->n_folds);
+	else
+		*out = fr;
+	return rc;
+}
+
 int oq_fidelity_measure(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, oq_fid_make_fn make,
 			void *ctx, oq_fidelity *out, oq_diag *d)
+{
+	oq_ranges *fr;
+	int rc;
+
+	memset(out, 0, sizeof *out);
+	if ((rc = oq_fidelity_ranges(fm, co, folds, &fr, d)))
+		return rc;
+	rc = oq_fidelity_measure_ranges(fm, co, fr, folds->n_folds, folds->n_total, make, ctx, out, d);
+	oq_fidelity_ranges_free(fr, folds->n_folds);
+	return rc;
+}
+
+int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_ranges *fr, size_t n_folds,
+			       uint64_t n_total, oq_fid_make_fn make, void *ctx, oq_fidelity *out, oq_diag *d)
 {
 	oq_exec_opts eo = {.threads = co->threads};
 	oq_exec *fe = NULL, *qe = NULL;
@@ -428,20 +468,20 @@ int oq_fidelity_measure(oq_model *fm, const oq_calib_opts *co, const oq_stats *f
 	memset(out, 0, sizeof *out);
 	memset(&s, 0, sizeof s);
 	memset(&c, 0, sizeof c);
-	if (folds->n_folds < 2)
+	if (n_folds < 2)
 		return oq_err(d, OQ_EINVAL, "fold SQNR: the statistics have no folds");
 	if ((rc = oq_exec_new(fm, &eo, &fe, d)) || (rc = oq_samples_scan(co->source, fe, &s, d)) ||
 	    (rc = oq_samples_check(&s, fe, d)))
 		goto fail;
 	n = co->limit && co->limit < s.n ? co->limit : s.n;
-	if (n != folds->n_total) {
+	if (n != n_total) {
 		rc = oq_err(d, OQ_EINVAL, "fold SQNR: %zu samples, but the statistics hold %llu", n,
-		            (unsigned long long)folds->n_total);
+		            (unsigned long long)n_total);
 		goto fail;
 	}
 	nin = oq_exec_n_inputs(fe);
 	nout = oq_exec_n_outputs(fe);
-	out->k = folds->n_folds;
+	out->k = n_folds;
 	out->n = n;
 	out->n_out = nout;
 	in = oq_calloc(nin + 1, sizeof *in);
@@ -462,14 +502,9 @@ int oq_fidelity_measure(oq_model *fm, const oq_calib_opts *co, const oq_stats *f
 			goto fail;
 		}
 	for (size_t f = 0; f < out->k; f++) {
-		oq_ranges r;
 		size_t b = oq_folds_begin(f, n, out->k), e = oq_folds_begin(f + 1, n, out->k);
 
-		if ((rc = oq_calibrate_held_out(fm, co, folds, f, &r, d)))
-			goto fail;
-		rc = make(ctx, &r, &qm, d);
-		oq_ranges_free(&r);
-		if (rc || (rc = points(fm, qm, f == 0, out, &c, d)) || (rc = oq_exec_new(qm, &eo, &qe, d)))
+		if ((rc = make(ctx, &fr[f], &qm, d)) || (rc = points(fm, qm, f == 0, out, &c, d)) || (rc = oq_exec_new(qm, &eo, &qe, d)))
 			goto fail;
 		oq_exec_set_observer(qe, observe, &c);
 		oq_exec_set_observe_want(qe, want);

@@ -94,6 +94,19 @@ typedef int (*oq_fid_make_fn)(void *ctx, const oq_ranges *r, oq_model **out, oq_
 int oq_fidelity_measure(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, oq_fid_make_fn make,
 			void *ctx, oq_fidelity *out, oq_diag *d) OQ_WUR;
 
+/*
+ * The measurement in two steps, so that the per-fold statistics (histograms: most of a quantize's
+ * memory) can be freed before it runs: the held-out ranges of each fold of folds (fr[f]: the ranges
+ * of every fold but f, oq_calibrate_held_out; folds->n_folds entries, oq_fidelity_ranges_free),
+ * then the measurement with them (n_folds folds of n_total samples). Together the same as
+ * oq_fidelity_measure, bit for bit.
+ */
+int oq_fidelity_ranges(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, oq_ranges **fr,
+		       oq_diag *d) OQ_WUR;
+void oq_fidelity_ranges_free(oq_ranges *fr, size_t k);
+int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_ranges *fr, size_t n_folds,
+			       uint64_t n_total, oq_fid_make_fn make, void *ctx, oq_fidelity *out, oq_diag *d) OQ_WUR;
+
 void oq_fidelity_free(oq_fidelity *f);
 
 /* 10 log10(r2 / d2): +inf when d2 is 0, -inf when only r2 is, NaN on NaN. */

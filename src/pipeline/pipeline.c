@@ -80,6 +80,9 @@ typedef struct job {
 	oq_calib_opts co;         /* the calibration options (the fold measurement repeats them) */
 	oq_stats folds;           /* per-fold statistics of a sample folder (n_folds 0: none) */
 	oq_fidelity fid;          /* the fold SQNR (fid.k 0: not measured) */
+	oq_ranges *fr;            /* the fold report's held-out ranges, fr_k of them (fold_ranges), or NULL */
+	size_t fr_k;
+	uint64_t fr_total;        /* the samples they were made on */
 	oq_target target;         /* --target-sqnr's search (target.db 0: none) */
 	oq_override *tov;         /* the overrides in effect during and after it: --overrides, then
 				   * the raised points (shallow copies) */
@@ -301,6 +304,7 @@ static void job_free(job *j)
 	oq_biascorr_shifts_free(&j->wshift);
 	oq_placement_free(&j->placement);
 	oq_fidelity_free(&j->fid);
+	oq_fidelity_ranges_free(j->fr, j->fr_k);
 	oq_target_free(&j->target);
 	free(j->tov);
 	oq_stats_free(&j->folds);
@@ -620,6 +624,34 @@ static int reach_target(job *j, oq_diag *d)
 	return rc;
 }
 
+/*
+ * The fold report's held-out ranges, made from the per-fold statistics as soon as the placement
+ * is chosen (the options the fold models use are final then), so that the statistics, the
+ * largest thing calibration leaves, are freed before bias correction runs. --target-sqnr reads
+ * them later: then they stay.
+ */
+static int fold_ranges(job *j, oq_diag *d)
+{
+	oq_model *fm = NULL;
+	step t;
+	int rc;
+
+	if (!j->quantize || j->folds.n_folds < 2 || j->o.target_sqnr > 0)
+		return OQ_OK;
+	t = step_begin();
+	if ((rc = float_copy(j, &fm, d)))
+		return rc;
+	rc = oq_fidelity_ranges(fm, &j->co, &j->folds, &j->fr, d);
+	oq_model_free(fm);
+	if (!rc) {
+		j->fr_k = j->folds.n_folds;
+		j->fr_total = j->folds.n_total;
+		oq_stats_free(&j->folds);
+	}
+	step_end(j, OQ_ST_FOLD, t);
+	return rc;
+}
+
 /* The fold SQNR (fidelity.h) when calibration kept per-fold statistics. */
 static int fidelity(job *j, oq_diag *d)
 {
@@ -627,12 +659,15 @@ static int fidelity(job *j, oq_diag *d)
 	step t;
 	int rc;
 
-	if (!j->quantize || j->folds.n_folds < 2)
+	if (!j->quantize || (!j->fr && j->folds.n_folds < 2))
 		return OQ_OK;
 	t = step_begin();
 	if ((rc = float_copy(j, &fm, d)))
 		return rc;
-	rc = oq_fidelity_measure(fm, &j->co, &j->folds, fold_model, j, &j->fid, d);
+	if (j->fr)
+		rc = oq_fidelity_measure_ranges(fm, &j->co, j->fr, j->fr_k, j->fr_total, fold_model, j, &j->fid, d);
+	else
+		rc = oq_fidelity_measure(fm, &j->co, &j->folds, fold_model, j, &j->fid, d);
 	oq_model_free(fm);
 	step_end(j, OQ_ST_FOLD, t);
 	return rc;
@@ -986,9 +1021,9 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 			rc = analyze(&j, d); /* `onnxq analyze` ends here */
 		goto out;
 	}
-	if ((rc = learn_rounding(&j, d)) || (rc = calibrate(&j, d)) || (rc = reach_target(&j, d)) ||
-	    (rc = correct_bias(&j, d)) || (rc = quantize(&j, d)) || (rc = fidelity(&j, d)) ||
-	    (rc = guard_weights(&j, o, d)) || (rc = narrow(&j, d)) ||
+	if ((rc = learn_rounding(&j, d)) || (rc = calibrate(&j, d)) || (rc = fold_ranges(&j, d)) ||
+	    (rc = reach_target(&j, d)) || (rc = correct_bias(&j, d)) || (rc = quantize(&j, d)) ||
+	    (rc = fidelity(&j, d)) || (rc = guard_weights(&j, o, d)) || (rc = narrow(&j, d)) ||
 	    (rc = encodings(&j, d)) || (rc = save(&j, d)) || (rc = export_encodings(&j, d)))
 		goto out;
 	summary(&j);
