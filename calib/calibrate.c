@@ -732,10 +732,34 @@ typedef struct lanes {
 	const char *what;
 	lane *v;
 	size_t n;
+	int by_fold;        /* lanes take whole folds (next_fold), not single samples (next) */
+	size_t start;       /* the first sample the lanes run */
+	atomic_size_t next_fold; /* by_fold: the next fold to hand out */
 	atomic_size_t next; /* the next sample to hand out */
 	atomic_size_t stop; /* the smallest failing sample so far, SIZE_MAX: none */
 	atomic_size_t done; /* samples finished */
 } lanes;
+
+/* Runs sample i on lane ln: 0, or 1 after an error (recorded, `stop` lowered). */
+static int lane_sample(lanes *L, lane *ln, size_t i)
+{
+	job *j = L->j;
+	size_t stop, done;
+
+	ln->c->fold = fold_of(j, ln->c, i);
+	if ((ln->rc = load(j, &ln->s, ln->e, i, ln->in, &ln->d)) ||
+	    (ln->rc = run_one(j, ln->e, ln->c, ln->in, ln->outs, &ln->d))) {
+		ln->err_at = i;
+		stop = atomic_load(&L->stop);
+		while (i < stop && !atomic_compare_exchange_weak(&L->stop, &stop, i))
+			;
+		return 1;
+	}
+	done = atomic_fetch_add(&L->done, 1) + 1;
+	if (oq_pool_self() == 0)
+		progress(j, L->what, done);
+	return 0;
+}
 
 static void lane_run(void *ctx, size_t begin, size_t end)
 {
@@ -744,22 +768,22 @@ static void lane_run(void *ctx, size_t begin, size_t end)
 
 	for (size_t k = begin; k < end; k++) {
 		lane *ln = &L->v[k];
+		while (L->by_fold) {
+			size_t f = atomic_fetch_add(&L->next_fold, 1), a, b;
+			if (f >= L->v[0].c->nf)
+				break;
+			a = oq_folds_begin(f, j->total, L->v[0].c->nf);
+			b = oq_folds_begin(f + 1, j->total, L->v[0].c->nf);
+			a = a < L->start ? L->start : a;
+			b = b > j->end ? j->end : b;
+			for (size_t i = a; i < b && i <= atomic_load(&L->stop); i++)
+				if (lane_sample(L, ln, i))
+					return;
+		}
 		for (;;) {
-			size_t i = atomic_fetch_add(&L->next, 1), stop, done;
-			if (i >= j->end || i > atomic_load(&L->stop))
+			size_t i = L->by_fold ? j->end : atomic_fetch_add(&L->next, 1);
+			if (i >= j->end || i > atomic_load(&L->stop) || lane_sample(L, ln, i))
 				break;
-			ln->c->fold = fold_of(j, ln->c, i);
-			if ((ln->rc = load(j, &ln->s, ln->e, i, ln->in, &ln->d)) ||
-			    (ln->rc = run_one(j, ln->e, ln->c, ln->in, ln->outs, &ln->d))) {
-				ln->err_at = i;
-				stop = atomic_load(&L->stop);
-				while (i < stop && !atomic_compare_exchange_weak(&L->stop, &stop, i))
-					;
-				break;
-			}
-			done = atomic_fetch_add(&L->done, 1) + 1;
-			if (oq_pool_self() == 0)
-				progress(j, L->what, done);
 		}
 	}
 }
@@ -886,6 +910,11 @@ static int sweep_lanes(job *j, calib *c, const char *what, size_t *i, oq_diag *d
 			rc = L.v[k].d.count ? oq_err(d, rc, "%s", L.v[k].d.msg)
 			                    : oq_err(d, rc, "calibrate: out of memory for %zu sample lanes", nl);
 	if (!rc) {
+		/* with at least two folds per lane, a lane runs whole folds: its own statistics then
+		 * hold bins only for the folds it ran (histograms are allocated at their first value) */
+		L.by_fold = c->nf >= 2 * nl;
+		L.start = *i;
+		atomic_init(&L.next_fold, 0);
 		atomic_init(&L.next, *i);
 		atomic_init(&L.stop, SIZE_MAX);
 		atomic_init(&L.done, *i - j->begin);
@@ -900,10 +929,12 @@ static int sweep_lanes(job *j, calib *c, const char *what, size_t *i, oq_diag *d
 		if (first != SIZE_MAX)
 			rc = L.v[first].d.count ? oq_err(d, L.v[first].rc, "%s", L.v[first].d.msg)
 			                        : L.v[first].rc;
-		for (size_t k = 1; k < nl && !rc; k++)
+		for (size_t k = 1; k < nl && !rc; k++) {
 			if ((rc = lane_merge(c, &L.v[k].own)))
 				rc = oq_err(d, rc, "calibrate: %s merging the sample lanes' statistics",
 				            rc == OQ_ENOMEM ? "out of memory" : "count overflow");
+			stats_free(&L.v[k].own); /* merged: its bins go before the next lane's merge */
+		}
 		if (!rc)
 			progress(j, what, j->end - j->begin);
 	}
