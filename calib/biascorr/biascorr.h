@@ -101,8 +101,13 @@ typedef struct oq_biascorr_models {
  * shift already passed learned rounding's held-out guard). *out receives
  * the quantized model kept (the uncorrected one when no round is kept);
  * `log` gets a summary line.
+ * fout (may be NULL): receives the float model's outputs on every sample
+ * when the measurement kept them all (calib/biascorr/measure.h; state 1),
+ * else is left empty, for a later measurement on the same samples.
  */
+struct oq_bc_float_cache;
 int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, const oq_calib_opts *calib,
-			  int rounds, const oq_biascorr_shifts *w, FILE *log, oq_model **out, oq_diag *d) OQ_WUR;
+			  int rounds, const oq_biascorr_shifts *w, FILE *log, oq_model **out,
+			  struct oq_bc_float_cache *fout, oq_diag *d) OQ_WUR;
 
 #endif

@@ -261,7 +261,8 @@ static int weights_round(oq_model *ref, const oq_biascorr_models *mk, const oq_o
  * its previous correction.
  */
 int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, const oq_calib_opts *calib,
-			  int rounds, const oq_biascorr_shifts *w, FILE *log, oq_model **out, oq_diag *d)
+			  int rounds, const oq_biascorr_shifts *w, FILE *log, oq_model **out, oq_bc_float_cache *fout,
+			  oq_diag *d)
 {
 	const unsigned all = (1u << OQ_BC_FOLDS) - 1;
 	oq_bc_targets b = {0};
@@ -375,6 +376,10 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 			oq_bc_sqnr_min(&bs, all), oq_bc_sqnr_mean(&bs, all));
 	*out = best;
 	best = NULL;
+	if (fout && cache.state == 1) {
+		*fout = cache;
+		memset(&cache, 0, sizeof cache);
+	}
 	rc = OQ_OK;
 out:
 	oq_model_free(best);

@@ -448,13 +448,14 @@ int oq_fidelity_measure(oq_model *fm, const oq_calib_opts *co, const oq_stats *f
 	memset(out, 0, sizeof *out);
 	if ((rc = oq_fidelity_ranges(fm, co, folds, &fr, d)))
 		return rc;
-	rc = oq_fidelity_measure_ranges(fm, co, fr, folds->n_folds, folds->n_total, make, ctx, out, d);
+	rc = oq_fidelity_measure_ranges(fm, co, fr, folds->n_folds, folds->n_total, NULL, 0, make, ctx, out, d);
 	oq_fidelity_ranges_free(fr, folds->n_folds);
 	return rc;
 }
 
 int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_ranges *fr, size_t n_folds,
-			       uint64_t n_total, oq_fid_make_fn make, void *ctx, oq_fidelity *out, oq_diag *d)
+			       uint64_t n_total, const oq_rt *fout, size_t n_fout, oq_fid_make_fn make, void *ctx,
+			       oq_fidelity *out, oq_diag *d)
 {
 	oq_exec_opts eo = {.threads = co->threads};
 	oq_exec *fe = NULL, *qe = NULL;
@@ -481,6 +482,8 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 	}
 	nin = oq_exec_n_inputs(fe);
 	nout = oq_exec_n_outputs(fe);
+	if (n_fout != n)
+		fout = NULL;
 	out->k = n_folds;
 	out->n = n;
 	out->n_out = nout;
@@ -522,9 +525,10 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 				qin[imap[k]] = in[k]; /* borrowed views */
 			for (size_t k = 0; k < nin; k++) /* the executor observes node outputs only */
 				(void)observe(&c, oq_exec_input(qe, imap[k]), &in[k]);
-			if ((rc = oq_exec_run(fe, in, nin, fo, nout, d)) || (rc = oq_exec_run(qe, qin, nin, qo, nqo, d)))
+			if ((!fout && (rc = oq_exec_run(fe, in, nin, fo, nout, d))) ||
+			    (rc = oq_exec_run(qe, qin, nin, qo, nqo, d)))
 				goto fail;
-			add_outputs(out, fo, qo, omap);
+			add_outputs(out, fout ? fout + i * nout : fo, qo, omap);
 			for (size_t k = 0; k < nin; k++)
 				oq_rt_release(&in[k]);
 			for (size_t k = 0; k < nout; k++)

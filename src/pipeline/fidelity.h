@@ -99,13 +99,16 @@ int oq_fidelity_measure(oq_model *fm, const oq_calib_opts *co, const oq_stats *f
  * memory) can be freed before it runs: the held-out ranges of each fold of folds (fr[f]: the ranges
  * of every fold but f, oq_calibrate_held_out; folds->n_folds entries, oq_fidelity_ranges_free),
  * then the measurement with them (n_folds folds of n_total samples). Together the same as
- * oq_fidelity_measure, bit for bit.
+ * oq_fidelity_measure, bit for bit. fout (or NULL): fm's outputs on the samples, n_fout x its
+ * output count, sample-major, as its executor computes them (bias correction's float outputs,
+ * calib/biascorr/measure.h): then fm is not run again (used only when n_fout is the sample count).
  */
 int oq_fidelity_ranges(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, oq_ranges **fr,
 		       oq_diag *d) OQ_WUR;
 void oq_fidelity_ranges_free(oq_ranges *fr, size_t k);
 int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_ranges *fr, size_t n_folds,
-			       uint64_t n_total, oq_fid_make_fn make, void *ctx, oq_fidelity *out, oq_diag *d) OQ_WUR;
+			       uint64_t n_total, const oq_rt *fout, size_t n_fout, oq_fid_make_fn make, void *ctx,
+			       oq_fidelity *out, oq_diag *d) OQ_WUR;
 
 void oq_fidelity_free(oq_fidelity *f);
 

@@ -44,6 +44,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "calib/biascorr/measure.h"
 #include "calib/rounding/rounding.h"
 #include "passes/quantize/encodings.h"
 #include "passes/quantize/overrides.h"
@@ -86,6 +87,8 @@ typedef struct job {
 	oq_target target;         /* --target-sqnr's search (target.db 0: none) */
 	oq_override *tov;         /* the overrides in effect during and after it: --overrides, then
 				   * the raised points (shallow copies) */
+	oq_bc_float_cache fout;   /* empirical bias correction's float outputs on the samples (the fold
+				   * report reuses them), or empty */
 	oq_biascorr_analytic *analytic;
 	oq_wlearned_set learned;  /* learned rounding (q.learned points here once learned) */
 	oq_biascorr_shifts wshift; /* W8A8 empirical bias correction's start: the weights' shifts */
@@ -300,6 +303,7 @@ static void job_init(job *j, const oq_pipeline_opts *o)
 static void job_free(job *j)
 {
 	oq_biascorr_analytic_free(j->analytic);
+	oq_bc_float_cache_free(&j->fout);
 	oq_wlearned_free(&j->learned);
 	oq_biascorr_shifts_free(&j->wshift);
 	oq_placement_free(&j->placement);
@@ -526,7 +530,8 @@ static int quantize(job *j, oq_diag *d)
 		step_end(j, OQ_ST_QUANTIZE, t);
 		return rc;
 	}
-	rc = oq_biascorr_empirical(j->m, &mk, &j->q, &j->o.calib, j->o.bias_rounds, &j->wshift, j->log, &qm, d);
+	rc = oq_biascorr_empirical(j->m, &mk, &j->q, &j->o.calib, j->o.bias_rounds, &j->wshift, j->log, &qm,
+				   j->fr ? &j->fout : NULL, d);
 	step_end(j, OQ_ST_BIAS, t);
 	if (rc)
 		return rc;
@@ -665,9 +670,11 @@ static int fidelity(job *j, oq_diag *d)
 	if ((rc = float_copy(j, &fm, d)))
 		return rc;
 	if (j->fr)
-		rc = oq_fidelity_measure_ranges(fm, &j->co, j->fr, j->fr_k, j->fr_total, fold_model, j, &j->fid, d);
+		rc = oq_fidelity_measure_ranges(fm, &j->co, j->fr, j->fr_k, j->fr_total, j->fout.out, j->fout.n,
+						fold_model, j, &j->fid, d);
 	else
 		rc = oq_fidelity_measure(fm, &j->co, &j->folds, fold_model, j, &j->fid, d);
+	oq_bc_float_cache_free(&j->fout);
 	oq_model_free(fm);
 	step_end(j, OQ_ST_FOLD, t);
 	return rc;
