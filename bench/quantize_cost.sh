@@ -32,18 +32,18 @@ THREADS=${THREADS:-2}
 N=${N:-100}
 REF=${REF:-}
 STEPS=${STEPS:-1}
-DATA=$(ls -d "$CACHE"/acc/data-* 2>/dev/null | head -1)
 [ -x "$ONNXQ" ] || { echo "quantize_cost: $ONNXQ missing (build first)" >&2; exit 1; }
 [ -z "$REF" ] || [ -x "$REF" ] || { echo "quantize_cost: REF $REF is not an executable" >&2; exit 1; }
 [ -d "$ORT" ] || { echo "quantize_cost: no $ORT (onnxruntime-node)" >&2; exit 1; }
-[ -n "$DATA" ] || { echo "quantize_cost: no $CACHE/acc/data-*: run tests/integration/quant_accuracy.sh once" >&2; exit 1; }
+DATA=$(acc_data "$CACHE") || exit 1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-MODELS="ocr_det|$CACHE/ocr/ch_PP-OCRv4_det_infer.onnx|$DATA/det/calib
-ocr_rec|$CACHE/ocr/ch_PP-OCRv4_rec_infer.onnx|$DATA/rec/calib
-ocr_cls|$CACHE/ocr/ch_ppocr_mobile_v2.0_cls_infer.onnx|$DATA/cls/calib
-mobilenet_v2|$CACHE/tv/mobilenet_v2.onnx|$DATA/img/calib"
+MODELS=
+for key in det rec cls mobilenet_v2; do
+	read -r model set <<<"$(acc_model "$key" "$CACHE")"
+	MODELS+="$([ "$set" = img ] && echo "$key" || echo "ocr_$key")|$model|$DATA/$set/calib"$'\n'
+done
 
 # ort MODEL DIR: "wall cpu" of ORT over DIR once
 ort() {
@@ -93,5 +93,5 @@ while IFS='|' read -r name model dir; do
 				rw / ow, "", rrm, same }'
 	fi
 	steps+="$name: $(sed -n 's/^steps (wall \/ CPU s): //p' "$tmp/q.log")"$'\n'
-done <<<"$MODELS"
+done <<<"${MODELS%$'\n'}"
 [ "$STEPS" = 0 ] || printf '\nsteps (wall / CPU s):\n%s' "$steps"
