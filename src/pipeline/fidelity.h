@@ -26,7 +26,8 @@
  * sits, not its effect on the outputs (that is `onnxq analyze`).
  *
  * Cost: the float model and one quantized model run each sample once more
- * (about two inferences per sample), plus k quantize passes.
+ * (about two inferences per sample; one when the float outputs are given,
+ * oq_fidelity_measure_ranges), plus k quantize passes.
  * Deterministic: sums in double, in sample order, element order fixed.
  */
 #ifndef OQ_FIDELITY_H
