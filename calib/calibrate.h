@@ -69,7 +69,7 @@ typedef struct oq_calib_opts {
 			      * choice over the folds, whatever `method` is (mse and percentile fit
 			      * the calibration samples; a 16-bit grid has resolution to spare for
 			      * the headroom auto measures on held-out folds); without folds, or
-			      * under ema, `method` applies */
+			      * under ema, `method` applies. The pipeline sets it for --target-sqnr */
 	uint32_t shard, n_shards; /* --shard I/N (0-based I) for oq_calibrate_stats; n_shards 0 = 1 */
 	const oq_stats *stats;    /* quantize --stats: merged statistics instead of samples, or NULL */
 	const char *stats_name;   /* its file name, for messages */

@@ -736,7 +736,9 @@ void oq_pipeline_opts_resolve(const oq_pipeline_opts *o, oq_pipeline_opts *out)
 {
 	*out = *o;
 	out->calib.method = method_of(o);
-	out->calib.wide_auto = o->calib.method == OQ_PIPELINE_METHOD_DEFAULT;
+	/* --target-sqnr's 16-bit steps take auto's ranges (it always has samples and folds); a 16-bit
+	 * override keeps the method, so --stats from shards gives the one-machine model */
+	out->calib.wide_auto = o->calib.method == OQ_PIPELINE_METHOD_DEFAULT && o->target_sqnr > 0;
 	/* measured on the corpus over calibration splits (README "Bias correction"); nothing to
 	 * correct without calibration */
 	if (out->bias_correction == OQ_BC_DEFAULT)
