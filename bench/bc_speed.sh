@@ -21,10 +21,9 @@ NEW=$BUILD/onnxq
 REF=${1:-}
 THREADS=${THREADS:-1}
 REP=${REP:-4}
-DATA=$(ls -d "$CACHE"/acc/data-* 2>/dev/null | head -1)
+DATA=$(acc_data "$CACHE") || exit 1
 [ -x "$NEW" ] || { echo "bc_speed: $NEW missing (build first)" >&2; exit 1; }
 [ -z "$REF" ] || [ -x "$REF" ] || { echo "bc_speed: $REF is not an executable" >&2; exit 1; }
-[ -n "$DATA" ] || { echo "bc_speed: no $CACHE/acc/data-*: run tests/integration/quant_accuracy.sh once" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

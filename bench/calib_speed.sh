@@ -32,9 +32,8 @@ CACHE=${OQ_CACHE:-$ROOT/.cache}
 BUILD=${OQ_BUILD:-$ROOT/build}
 ONNXQ=$BUILD/onnxq
 ORT=$CACHE/ort/node_modules/onnxruntime-node
-DATA=$(ls -d "$CACHE"/acc/data-* 2>/dev/null | head -1)
+DATA=$(acc_data "$CACHE") || exit 1
 [ -x "$ONNXQ" ] || { echo "calib_speed: $ONNXQ missing (build first)" >&2; exit 1; }
-[ -n "$DATA" ] || { echo "calib_speed: no $CACHE/acc/data-*: run tests/integration/quant_accuracy.sh once" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
