@@ -1453,8 +1453,6 @@ static int calibrate_from_stats(oq_model *m, const oq_calib_opts *o, oq_ranges *
 			              (unsigned long long)s->n_total, nf);
 		if (o->progress)
 			folds_note(o->progress, o, (size_t)s->n_total, nf);
-	} else if (o->wide_auto && o->method != OQ_CALIB_EMA && s->n_folds > 1) {
-		nf = s->n_folds; /* the same folds a one-machine calibration keeps */
 	}
 	if ((rc = calib_init(m, o, nf, &c, d)) || (rc = load_file(&c, s, what, d)))
 		goto fail;
