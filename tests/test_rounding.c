@@ -555,3 +555,107 @@ Test(shifts, weight_shift_in_output_units)
 	tmpdir_remove();
 	gen_free(g);
 }
+
+/* ------------------------------------------------------------ the model-level guard of --cle */
+
+/*
+ * x [1, 2, 4, 4] -> Conv1 (1x1, W1 = diag(10, 0.1), bias b1) -> Conv2 (1x1, W2 = (w2a, w2b),
+ * no bias) -> y, quantized W8A8 with --prefer accuracy (every Conv gets its Q/DQ), bias
+ * correction off, 8 samples with x in [-1, 1]; returns Conv2's int8 weight (2 values) and its
+ * scale, quantized with --cle. CLE's scales for the one pair are
+ * s_i = sqrt(r1_i / r2_i), r1 = (10, 0.1), r2 = (|w2a|, |w2b|) (cle.c).
+ */
+static void cle_case(double b1, double w2a, double w2b, int8_t q[2], float *scale)
+{
+	const int64_t dims[4] = {1, 2, 4, 4};
+	char in[256], out[256], cal[256], smp[300];
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg;
+	oq_pipeline_opts po;
+	const oq_node *dq = NULL;
+	oq_model *m = NULL;
+	oq_diag d;
+
+	gen_opset(g, "", 13);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 4, 4));
+	gen_init(g, mg, "W1", OQ_DT_FLOAT, GEN_SHAPE(2, 2, 1, 1), GEN_VALS(10, 0, 0, 0.1));
+	gen_init(g, mg, "B1", OQ_DT_FLOAT, GEN_SHAPE(2), GEN_VALS(0, b1));
+	gen_init(g, mg, "W2", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 1), GEN_VALS(w2a, w2b));
+	gen_node(g, mg, "Conv", "c1", "x,W1,B1", "a");
+	gen_node(g, mg, "Conv", "c2", "a,W2", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 4, 4));
+	oq_diag_init(&d);
+	cr_assert_not_null(tmpdir_make("oq_cleguard"));
+	snprintf(in, sizeof in, "%s", tmpdir_at("m.onnx"));
+	snprintf(out, sizeof out, "%s", tmpdir_at("q.onnx"));
+	snprintf(cal, sizeof cal, "%s", tmpdir_at("calib"));
+	cr_assert_eq(mkdir(cal, 0755), 0);
+	cr_assert_eq(gen_write(g, in), 0);
+	for (int s = 0; s < 8; s++) {
+		float x[32];
+		for (int i = 0; i < 32; i++)
+			x[i] = (float)sin(1.3 * i + 2.1 * s);
+		snprintf(smp, sizeof smp, "%s/%03d.npy", cal, s);
+		cr_assert_eq(oq_npy_write(smp, OQ_DT_FLOAT, 4, dims, x, sizeof x, &d), OQ_OK, "%s", d.msg);
+	}
+	oq_pipeline_opts_init(&po, OQ_JOB_QUANTIZE);
+	po.in_path = in;
+	po.out_path = out;
+	po.calib.source = cal;
+	po.calib.threads = 1;
+	po.q.cle = 1;
+	po.q.prefer = OQ_PREFER_ACCURACY;
+	po.bias_correction = OQ_BC_OFF;
+	po.quiet = 1;
+	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_model_load(out, &m, &d), OQ_OK, "%s", d.msg);
+	for (size_t i = 0; i < m->graph->n_nodes; i++) {
+		const oq_node *n = m->graph->nodes[i];
+		if (!n->dead && n->op == OQ_OP_Conv && !strcmp(n->name, "c2"))
+			dq = n->inputs[1]->producer;
+	}
+	cr_assert(dq && dq->op == OQ_OP_DequantizeLinear && dq->inputs[0]->init && dq->inputs[0]->init->nelem == 2 &&
+			  dq->inputs[0]->init->dtype == OQ_DT_INT8,
+		  "c2's weight is not an int8 DequantizeLinear");
+	memcpy(q, dq->inputs[0]->init->data, 2);
+	*scale = (float)oq_tensor_get(dq->inputs[1]->init, 0);
+	oq_model_free(m);
+	tmpdir_remove();
+	gen_free(g);
+}
+
+/*
+ * CLE helps: b1 = 0, W2 = (0.01, 10). Channel b of Conv1's output spans only +-0.1 under a
+ * per-tensor grid sized by channel a's +-10 (step 20/255, so b is lost), and W2's 0.01 rounds to
+ * 0 under the channel's step 10/127. With s = (sqrt(10 / 0.01), sqrt(0.1 / 10)) = (31.62, 0.1)
+ * the activation spans +-0.316 and +-1 and W2 becomes (0.3162, 1): scale 1/127, q = (40, 127).
+ * The guard keeps it.
+ */
+Test(guard, keeps_cle_where_it_helps)
+{
+	int8_t q[2];
+	float s;
+
+	cle_case(0, 0.01, 10, q, &s);
+	cr_expect_float_eq(s, 1.0 / 127, 1e-6, "scale %g", s);
+	cr_expect(q[0] == 40 && q[1] == 127, "q = (%d, %d), want (40, 127)", q[0], q[1]);
+}
+
+/*
+ * CLE hurts: b1 = (0, 10), W2 = (1, 1): Conv1's channels span [-10, 10] and [9.9, 10.1], one
+ * per-tensor grid serves both well, and W2 is exact at (127, 127) / 127. CLE's s = (3.162,
+ * 0.3162) moves channel b to [31.3, 31.9] (the grid's step grows from 20.1/255 to 35.1/255 in
+ * units of a's, times 3.162 back in y) and W2 to (3.162, 0.3162), whose 0.3162 rounds to 13 steps
+ * of 3.162/127 (error 0.0068 times an activation of 31.6). The guard writes the model without
+ * CLE: Conv2's weight (127, 127), scale 1/127.
+ */
+Test(guard, rejects_cle_where_it_hurts)
+{
+	int8_t q[2];
+	float s;
+
+	cle_case(10, 1, 1, q, &s);
+	cr_expect_float_eq(s, 1.0 / 127, 1e-6, "scale %g", s);
+	cr_expect(q[0] == 127 && q[1] == 127, "q = (%d, %d), want (127, 127): CLE was kept", q[0], q[1]);
+}
