@@ -56,8 +56,9 @@ static void quantize_log(const char *model, const char *calib, char *buf, size_t
 	fclose(log);
 }
 
-/* Runs `analyze MODEL --calib calib --method minmax --json` (tmpdir a.json); its text into buf. */
-static void analyze_json(const char *model, const char *calib, char *buf, size_t n)
+/* Runs `analyze MODEL --calib calib --method minmax --json` (tmpdir a.json) with
+ * --weight-rounding `rounding` (OQ_WROUND_*); its text into buf. */
+static void analyze_json(const char *model, const char *calib, int rounding, char *buf, size_t n)
 {
 	oq_pipeline_opts po;
 	oq_diag d;
@@ -70,6 +71,7 @@ static void analyze_json(const char *model, const char *calib, char *buf, size_t
 	oq_pipeline_opts_init(&po, OQ_JOB_ANALYZE);
 	po.in_path = model;
 	po.json_path = json;
+	po.q.weight_rounding = rounding;
 	po.calib.source = calib;
 	po.calib.method = OQ_CALIB_MINMAX;
 	po.calib.threads = 1;
@@ -250,7 +252,7 @@ Test(fidelity, analyze_ranks_the_hard_weight_first)
 	two_convs();
 	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
 	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
-	analyze_json(model, calib, text, sizeof text);
+	analyze_json(model, calib, OQ_WROUND_NEAREST, text, sizeof text);
 	cr_assert_not_null(pts = strstr(text, "\"points\": ["), "%s", text);
 	cr_assert_not_null(first = strstr(pts, "{\"name\": "), "%s", text);
 	cr_expect(!strncmp(first, "{\"name\": \"W2\", \"kind\": \"weight\", \"rank\": 1, \"sqnr_db\": ", 55), "%s", text);
@@ -331,8 +333,42 @@ Test(fidelity, analyze_measures_an_output_point)
 	cr_assert_eq(gen_write(g, model), 0);
 	gen_free(g);
 	write_samples(calib, 4, GEN_SHAPE(1, 1, 1, 2), xs, 2);
-	analyze_json(model, calib, text, sizeof text);
+	analyze_json(model, calib, OQ_WROUND_NEAREST, text, sizeof text);
 	cr_assert_not_null(y = strstr(text, "{\"name\": \"y\", \"kind\": \"activation\""), "%s", text);
 	cr_assert_not_null(y = strstr(y, "\"sqnr_db\": "));
 	cr_expect(fabs(atof(y + 11) - 6.9896) < 0.01, "y alone: %s", text);
+}
+
+/*
+ * analyze with learned rounding also measures each weight rounded to nearest: y = x W (MatMul),
+ * W = (10.4, 20.4, 127) / 127 ([3, 1]: per-channel int8 scale 1 / 127), samples x = (a, a, 0),
+ * a = 1..8. Nearest rounds W to (10, 20, 127) / 127: y's error is -0.8 a / 127 against
+ * y = 30.8 a / 127, 20 log10(30.8 / 0.8) = 31.709 dB whatever the a. AdaRound rounds one of the
+ * first two up (error +0.2 a / 127: test_rounding's guard_case): 20 log10(30.8 / 0.2) = 43.750 dB.
+ * Only W has a learned rounding, so only W has the nearest figure.
+ */
+Test(fidelity, analyze_shows_the_weight_before_and_after_learned_rounding)
+{
+	static const double w[3] = {10.4 / 127, 20.4 / 127, 1.0};
+	float xs[24];
+	gen_model *g = gen_matmul(1, 3, 1, w);
+	char model[256], calib[256], text[8192];
+	const char *p, *near;
+
+	for (int i = 0; i < 8; i++) {
+		xs[3 * i] = xs[3 * i + 1] = (float)(i + 1);
+		xs[3 * i + 2] = 0;
+	}
+	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
+	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
+	cr_assert_eq(gen_write(g, model), 0);
+	gen_free(g);
+	write_samples(calib, 8, GEN_SHAPE(1, 3), xs, 3);
+	analyze_json(model, calib, OQ_WROUND_ADAROUND, text, sizeof text);
+	cr_assert_not_null(p = strstr(text, "\"kind\": \"weight\""), "%s", text);
+	cr_assert_not_null(p = strstr(p, "\"sqnr_db\": "), "%s", text);
+	cr_expect(fabs(atof(p + 11) - 43.750) < 0.01, "W learned: %s", text);
+	cr_assert_not_null(near = strstr(p, "\"sqnr_db_nearest\": "), "%s", text);
+	cr_expect(fabs(atof(near + 19) - 31.709) < 0.01, "W nearest: %s", text);
+	cr_expect_null(strstr(near + 1, "\"sqnr_db_nearest\": "), "an activation got a nearest figure: %s", text);
 }

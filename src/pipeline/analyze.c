@@ -29,6 +29,11 @@ typedef struct foldq {
 	size_t nq;
 	long *of;        /* per analysis point: its entry of q, or -1 */
 	long *bias;      /* per analysis point (a weight): the entry of q of its layer's bias, or -1 */
+	/* the same for the copy with weights rounded to nearest (oq_analyze_with_nearest), or NULL */
+	oq_model *nm;
+	oq_qpoint *nq_;
+	size_t n_nq;
+	long *nof, *nbias;
 } foldq;
 
 /* The float run's observer: a copy of every main-graph value. */
@@ -71,6 +76,7 @@ void oq_analysis_free(oq_analysis *a)
 	for (size_t i = 0; a->pt && i < a->n_pt; i++) {
 		free(a->pt[i].name);
 		free(a->pt[i].d2);
+		free(a->pt[i].d2n);
 	}
 	free(a->out);
 	free(a->r2);
@@ -280,6 +286,49 @@ static long bias_of(const foldq *F, const oq_value *w)
 	return -1;
 }
 
+/* Do two dequantized weights differ anywhere (bit for bit)? */
+static int differs(const oq_rt *a, const oq_rt *b)
+{
+	return a->nelem != b->nelem || memcmp(a->data, b->data, a->nelem * sizeof(float)) != 0;
+}
+
+/*
+ * Weight point p of fold F measured again with its nearest-rounded copy (F->nof): when that
+ * copy (or its bias) differs from the learned one (fake, fakeb), the part downstream runs with
+ * it into po and the error goes to a->d2n; when not, the learned run's outputs lo are the
+ * nearest ones too. part and vals as for the learned run; vals is restored.
+ */
+static int nearest_run(const foldq *F, size_t p, const oq_rt *fake, const oq_rt *fakeb, oq_rt *nfake,
+		       oq_rt *nfakeb, oq_exec *pe, const unsigned char *part, const oq_rt **vals,
+		       const oq_rt *const *ref, const oq_rt *lo, oq_rt *po, size_t nout, oq_an_point *a, oq_diag *d)
+{
+	const oq_qpoint *q = &F->nq_[F->nof[p]], *bq = F->nbias[p] >= 0 ? &F->nq_[F->nbias[p]] : NULL;
+	const oq_rt *was = vals[q->fv->index];
+	int rc, same;
+
+	if (!a->d2n && !(a->d2n = oq_calloc(nout + 1, sizeof *a->d2n)))
+		return oq_err(d, OQ_ENOMEM, "analyze: out of memory");
+	if ((rc = dequantized_weight(q, nfake, d)) || (bq && (rc = dequantized_weight(bq, nfakeb, d))))
+		return rc;
+	same = !differs(fake, nfake) && (bq ? fakeb->data && !differs(fakeb, nfakeb) : !fakeb->data);
+	if (same) {
+		add_err(ref, lo, nout, a->d2n, NULL);
+		return OQ_OK;
+	}
+	vals[q->fv->index] = nfake;
+	if (bq)
+		vals[bq->fv->index] = nfakeb;
+	rc = oq_exec_run_part(pe, part, vals, po, nout, d);
+	vals[q->fv->index] = was;
+	if (bq)
+		vals[bq->fv->index] = NULL;
+	if (rc)
+		return rc;
+	add_err(ref, po, nout, a->d2n, NULL);
+	release_all(po, nout);
+	return OQ_OK;
+}
+
 /* Is point i worse than point j (lower worst-output SQNR; NaN first; ties: node order)? */
 static int worse(const oq_an_point *p, size_t i, size_t j)
 {
@@ -292,8 +341,24 @@ static int worse(const oq_an_point *p, size_t i, size_t j)
 	return p[i].order != p[j].order ? p[i].order < p[j].order : i < j;
 }
 
+/* The entry of q[0..nq) that is point p (same kind and name), or -1. */
+static long entry_of(const oq_qpoint *q, size_t nq, const oq_an_point *p)
+{
+	for (size_t i = 0; i < nq; i++)
+		if (q[i].weight == p->weight && !strcmp(q[i].name, p->name))
+			return (long)i;
+	return -1;
+}
+
 int oq_analyze(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, const oq_ranges *all,
 	       oq_fid_make_fn make, void *ctx, oq_analysis *out, oq_diag *d)
+{
+	return oq_analyze_with_nearest(fm, co, folds, all, make, NULL, ctx, out, d);
+}
+
+int oq_analyze_with_nearest(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, const oq_ranges *all,
+			    oq_fid_make_fn make, oq_fid_make_fn make_near, void *ctx, oq_analysis *out,
+			    oq_diag *d)
 {
 	const oq_graph *g = fm->graph;
 	oq_exec_opts eo = {.threads = co->threads};
@@ -301,7 +366,7 @@ int oq_analyze(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, con
 	foldq *fq = NULL;
 	oq_samples s;
 	keep kp = {g, NULL, d};
-	oq_rt *in = NULL, *po = NULL, *qo = NULL, fake, fakeb;
+	oq_rt *in = NULL, *po = NULL, *npo = NULL, *qo = NULL, fake, fakeb, nfake, nfakeb;
 	const oq_rt **vals = NULL, **ref = NULL;
 	unsigned char *part = NULL, *mark = NULL;
 	size_t nin = 0, nout = 0, n, k = folds->n_folds;
@@ -312,6 +377,8 @@ int oq_analyze(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, con
 	memset(&s, 0, sizeof s);
 	memset(&fake, 0, sizeof fake);
 	memset(&fakeb, 0, sizeof fakeb);
+	memset(&nfake, 0, sizeof nfake);
+	memset(&nfakeb, 0, sizeof nfakeb);
 	if (k < 2)
 		return oq_err(d, OQ_EINVAL, "analyze: needs at least two calibration samples (one per fold)");
 	if ((rc = oq_exec_new(fm, &eo, &fe, d)) || (rc = oq_exec_new(fm, &eo, &pe, d)) ||
@@ -336,6 +403,7 @@ int oq_analyze(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, con
 	ref = oq_calloc(nout + 1, sizeof *ref);
 	in = oq_calloc(nin + 1, sizeof *in);
 	po = oq_calloc(nout + 1, sizeof *po);
+	npo = oq_calloc(nout + 1, sizeof *npo);
 	qo = oq_calloc(nout + 1, sizeof *qo);
 	part = oq_calloc(g->n_nodes + 1, 1);
 	mark = oq_calloc(g->n_values + 1, 1);
@@ -343,7 +411,7 @@ int oq_analyze(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, con
 	out->r2 = oq_calloc(nout + 1, sizeof *out->r2);
 	out->qd2 = oq_calloc(nout + 1, sizeof *out->qd2);
 	out->node_macs = oq_calloc(g->n_nodes + 1, sizeof *out->node_macs);
-	if (!out->node_macs || !fq || !kp.v || !vals || !ref || !in || !po || !qo || !part || !mark || !out->out || !out->r2 || !out->qd2) {
+	if (!out->node_macs || !fq || !kp.v || !vals || !ref || !in || !po || !npo || !qo || !part || !mark || !out->out || !out->r2 || !out->qd2) {
 		rc = oq_err(d, OQ_ENOMEM, "analyze: out of memory");
 		goto fail;
 	}
@@ -367,7 +435,16 @@ int oq_analyze(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, con
 			rc = oq_err(d, OQ_EINVAL, "analyze: the quantized model's inputs or outputs differ");
 			goto fail;
 		}
+		if (make_near) {
+			if ((rc = oq_calibrate_held_out(fm, co, folds, f, &r, d)))
+				goto fail;
+			rc = make_near(ctx, &r, &fq[f].nm, d);
+			oq_ranges_free(&r);
+			if (rc || (rc = oq_qpoints(fm, fq[f].nm, &fq[f].nq_, &fq[f].n_nq, d)))
+				goto fail;
+		}
 	}
+	out->near = make_near != NULL;
 	if (!(out->pt = oq_calloc(fq[0].nq + 1, sizeof *out->pt)) || !(out->rank = oq_calloc(fq[0].nq + 1, sizeof *out->rank))) {
 		rc = oq_err(d, OQ_ENOMEM, "analyze: out of memory");
 		goto fail;
@@ -384,6 +461,7 @@ int oq_analyze(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, con
 			goto fail;
 		}
 		a->weight = q->weight;
+		a->worst_near = NAN;
 		a->lo = rg ? rg->min : NAN;
 		a->hi = rg ? rg->max : NAN;
 		if (q->weight)
@@ -396,13 +474,20 @@ int oq_analyze(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, con
 			goto fail;
 		}
 		for (size_t p = 0; p < out->n_pt; p++) {
-			fq[f].of[p] = -1;
-			for (size_t i = 0; i < fq[f].nq; i++)
-				if (fq[f].q[i].weight == out->pt[p].weight && !strcmp(fq[f].q[i].name, out->pt[p].name)) {
-					fq[f].of[p] = (long)i;
-					break;
-				}
+			fq[f].of[p] = entry_of(fq[f].q, fq[f].nq, &out->pt[p]);
 			fq[f].bias[p] = fq[f].of[p] >= 0 && out->pt[p].weight ? bias_of(&fq[f], fq[f].q[fq[f].of[p]].fv) : -1;
+		}
+		if (!fq[f].nm)
+			continue;
+		if (!(fq[f].nof = oq_calloc(out->n_pt + 1, sizeof *fq[f].nof)) ||
+		    !(fq[f].nbias = oq_calloc(out->n_pt + 1, sizeof *fq[f].nbias))) {
+			rc = oq_err(d, OQ_ENOMEM, "analyze: out of memory");
+			goto fail;
+		}
+		for (size_t p = 0; p < out->n_pt; p++) {
+			foldq nf = {.q = fq[f].nq_, .nq = fq[f].n_nq};
+			fq[f].nof[p] = out->pt[p].weight ? entry_of(fq[f].nq_, fq[f].n_nq, &out->pt[p]) : -1;
+			fq[f].nbias[p] = fq[f].nof[p] >= 0 ? bias_of(&nf, fq[f].nq_[fq[f].nof[p]].fv) : -1;
 		}
 	}
 
@@ -465,12 +550,19 @@ int oq_analyze(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, con
 			vals[fv->index] = was;
 			if (bq)
 				vals[bq->fv->index] = NULL;
-			oq_rt_release(&fake);
-			oq_rt_release(&fakeb);
 			if (rc)
 				goto fail;
 			add_err(ref, po, nout, a->d2, NULL);
+			if (q->weight && F->nof && F->nof[p] >= 0)
+				rc = nearest_run(F, p, &fake, &fakeb, &nfake, &nfakeb, pe, part, vals, ref, po, npo, nout,
+						 a, d);
 			release_all(po, nout);
+			oq_rt_release(&fake);
+			oq_rt_release(&fakeb);
+			oq_rt_release(&nfake);
+			oq_rt_release(&nfakeb);
+			if (rc)
+				goto fail;
 		}
 		release_all(kp.v, g->n_values);
 		release_all(in, nin);
@@ -487,6 +579,14 @@ int oq_analyze(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, con
 			a->worst = isnan(db) || db < a->worst ? db : a->worst;
 		}
 		a->clipped = a->n_val ? (double)a->n_clip / (double)a->n_val : 0;
+		if (a->d2n)
+			a->worst_near = INFINITY;
+		for (size_t o = 0; a->d2n && o < nout; o++) {
+			double db = oq_fidelity_db(out->r2[o], a->d2n[o]);
+			if (out->r2[o] == 0 && a->d2n[o] == 0)
+				continue;
+			a->worst_near = isnan(db) || db < a->worst_near ? db : a->worst_near;
+		}
 	}
 	for (size_t i = 0; i < out->n_pt; i++) { /* points are few: insertion sort */
 		size_t x = i;
@@ -500,15 +600,22 @@ fail:
 	release_all(kp.v, g->n_values);
 	release_all(in, nin);
 	release_all(po, nout);
+	release_all(npo, nout);
 	release_all(qo, nout);
 	oq_rt_release(&fake);
 	oq_rt_release(&fakeb);
+	oq_rt_release(&nfake);
+	oq_rt_release(&nfakeb);
 	for (size_t f = 0; fq && f < k; f++) {
 		oq_exec_free(fq[f].e);
 		oq_qpoints_free(fq[f].q, fq[f].nq);
 		oq_model_free(fq[f].qm);
 		free(fq[f].of);
 		free(fq[f].bias);
+		oq_qpoints_free(fq[f].nq_, fq[f].n_nq);
+		oq_model_free(fq[f].nm);
+		free(fq[f].nof);
+		free(fq[f].nbias);
 	}
 	free(fq);
 	free(kp.v);
@@ -516,6 +623,7 @@ fail:
 	free(ref);
 	free(in);
 	free(po);
+	free(npo);
 	free(qo);
 	free(part);
 	free(mark);
@@ -545,12 +653,24 @@ void oq_analysis_print(const oq_analysis *a, FILE *f, size_t top)
 		oq_fidelity_put_db(f, 6, oq_fidelity_db(a->r2[o], a->qd2[o]));
 		fputs(" dB\n", f);
 	}
-	fprintf(f, "%4s %6s %-10s %10s %10s %8s %8s  %s\n", "rank", "dB", "kind", "min", "max", "clip%", "MMACs",
+	if (a->near)
+		fputs("analyze: weights with learned rounding; \"near dB\": the same weight rounded to nearest\n", f);
+	fprintf(f, "%4s %6s ", "rank", "dB");
+	if (a->near)
+		fprintf(f, "%8s ", "near dB");
+	fprintf(f, "%-10s %10s %10s %8s %8s  %s\n", "kind", "min", "max", "clip%", "MMACs",
 		"point (only it quantized; worst output's SQNR)");
 	for (size_t i = 0; i < n; i++) {
 		const oq_an_point *p = &a->pt[a->rank[i]];
 		fprintf(f, "%4zu ", i + 1);
 		oq_fidelity_put_db(f, 6, p->worst);
+		if (a->near) {
+			fputc(' ', f);
+			if (p->d2n)
+				oq_fidelity_put_db(f, 8, p->worst_near);
+			else
+				fprintf(f, "%8s", "-");
+		}
 		fprintf(f, " %-10s %10.4g %10.4g %8.4f %8.2f  %s\n", p->weight ? "weight" : "activation", p->lo, p->hi,
 			100 * p->clipped, p->macs / 1e6, p->name);
 	}
@@ -606,7 +726,12 @@ int oq_analysis_json(const oq_analysis *a, const char *path, oq_diag *d)
 			fputs(o ? ", " : "", f);
 			oq_fidelity_json_db(f, oq_fidelity_db(a->r2[o], p->d2[o]));
 		}
-		fputs("], \"min\": ", f);
+		fputs("]", f);
+		if (p->d2n) {
+			fputs(", \"sqnr_db_nearest\": ", f);
+			oq_fidelity_json_db(f, p->worst_near);
+		}
+		fputs(", \"min\": ", f);
 		json_num(f, p->lo);
 		fputs(", \"max\": ", f);
 		json_num(f, p->hi);
@@ -697,8 +822,10 @@ int oq_analysis_html(const oq_analysis *a, const char *model, const char *path, 
 	fputs("<h2>Points, worst first</h2>\n<p>Keeping a point float (or at 16 bits) removes at most its own "
 	      "error: the noise power it adds is 10<sup>-SQNR/10</sup> of the output's power (the column "
 	      "&ldquo;share&rdquo;: of the noise the points add alone, summed).</p>\n"
-	      "<table id=\"points\"><tr><th>rank</th><th>point</th><th>kind</th><th>SQNR (dB)</th><th>share</th>"
-	      "<th>min</th><th>max</th><th>clipped %</th><th>MMACs</th></tr>\n", f);
+	      "<table id=\"points\"><tr><th>rank</th><th>point</th><th>kind</th><th>SQNR (dB)</th><th>share</th>", f);
+	if (a->near)
+		fputs("<th>SQNR rounded to nearest (dB)</th>", f);
+	fputs("<th>min</th><th>max</th><th>clipped %</th><th>MMACs</th></tr>\n", f);
 	{
 		double sum = 0;
 		for (size_t i = 0; i < a->n_pt; i++)
@@ -711,8 +838,17 @@ int oq_analysis_html(const oq_analysis *a, const char *model, const char *path, 
 			html_str(f, p->name);
 			fprintf(f, "</td><td>%s</td><td>", p->weight ? "weight" : "activation");
 			oq_fidelity_put_db(f, 0, p->worst);
-			fprintf(f, "</td><td>%.1f %%</td><td>%.4g</td><td>%.4g</td><td>%.3f</td><td>%.2f</td></tr>\n",
-				100 * share, p->lo, p->hi, 100 * p->clipped, p->macs / 1e6);
+			fprintf(f, "</td><td>%.1f %%</td>", 100 * share);
+			if (a->near) {
+				fputs("<td>", f);
+				if (p->d2n)
+					oq_fidelity_put_db(f, 0, p->worst_near);
+				else
+					fputs("-", f);
+				fputs("</td>", f);
+			}
+			fprintf(f, "<td>%.4g</td><td>%.4g</td><td>%.3f</td><td>%.2f</td></tr>\n",
+				p->lo, p->hi, 100 * p->clipped, p->macs / 1e6);
 		}
 	}
 	fputs("</table>\n</body></html>\n", f);

@@ -44,6 +44,9 @@ typedef struct oq_an_point {
 	double macs;    /* MACs of the nodes reading it */
 	double *d2;     /* per output: sum (r - r_p)^2 */
 	double worst;   /* the lowest output SQNR, dB */
+	double *d2n;    /* a weight whose rounding was learned: per output, sum (r - r_p)^2 with the
+			 * weight rounded to nearest instead; NULL when not measured */
+	double worst_near; /* the lowest output SQNR of d2n, dB; NaN when not measured */
 	size_t order;   /* the first node reading it, in node order */
 	uint64_t n_val, n_clip; /* values seen, clipped */
 } oq_an_point;
@@ -61,6 +64,7 @@ typedef struct oq_analysis {
 	double total_macs;   /* MACs of every Conv/ConvTranspose/MatMul/Gemm (first sample) */
 	double *node_macs;   /* per node of the float model's main graph: its MACs (first sample) */
 	double seconds;      /* wall time of the analysis */
+	int near;            /* weights were also measured rounded to nearest (d2n) */
 } oq_analysis;
 
 /*
@@ -70,6 +74,15 @@ typedef struct oq_analysis {
  */
 int oq_analyze(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, const oq_ranges *all,
 	       oq_fid_make_fn make, void *ctx, oq_analysis *out, oq_diag *d) OQ_WUR;
+/*
+ * The same, and, with make_near (may be NULL) the quantized copy as it would be with every
+ * weight rounded to nearest (no learned rounding): each weight point whose integer values
+ * (or scales) differ there is measured a second time with that weight, and the point's
+ * d2n / worst_near give its output effect before the learned rounding.
+ */
+int oq_analyze_with_nearest(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, const oq_ranges *all,
+			    oq_fid_make_fn make, oq_fid_make_fn make_near, void *ctx, oq_analysis *out,
+			    oq_diag *d) OQ_WUR;
 void oq_analysis_free(oq_analysis *a);
 
 /* The ranked table (top entries; 0: all) and the per-output SQNR, as text. */

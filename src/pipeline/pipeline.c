@@ -568,6 +568,19 @@ static int fold_model(void *ctx, const oq_ranges *r, oq_model **out, oq_diag *d)
 	return rc;
 }
 
+/* oq_fid_make_fn: fold_model with every weight rounded to nearest (no learned rounding). */
+static int fold_model_near(void *ctx, const oq_ranges *r, oq_model **out, oq_diag *d)
+{
+	job *j = ctx;
+	const oq_wlearned_set *keep = j->q.learned;
+	int rc;
+
+	j->q.learned = NULL;
+	rc = fold_model(ctx, r, out, d);
+	j->q.learned = keep;
+	return rc;
+}
+
 /* oq_target_set_fn: --overrides (first: the user's settings stand), then the raised points v. */
 static int set_overrides(void *ctx, const oq_override *v, size_t n, oq_diag *d)
 {
@@ -773,7 +786,8 @@ static int analyze(job *j, oq_diag *d)
 			      j->quantize ? "" : " and the quantize pass");
 	if ((rc = float_copy(j, &fm, d)))
 		return rc;
-	rc = oq_analyze(fm, &j->co, &j->folds, &j->ranges, fold_model, j, &a, d);
+	rc = oq_analyze_with_nearest(fm, &j->co, &j->folds, &j->ranges, fold_model,
+				     j->q.learned && j->q.learned->n ? fold_model_near : NULL, j, &a, d);
 	oq_model_free(fm);
 	if (rc)
 		return rc;
