@@ -1476,39 +1476,17 @@ int oq_quantize_body_observed(const oq_ranges *r, const oq_graph *b)
 	return 0;
 }
 
-/*
- * Body b reads the weight or bias of its Conv / ConvTranspose / Gemm / MatMul from an enclosing
- * graph's float32 initializer: b gets its own copy (the quantized weight and its DequantizeLinear
- * then live in b, as for b's own initializers). The capture, left without readers, stops being
- * one, so the enclosing initializer goes when nothing else reads it.
- */
+/* Body b's Conv / ConvTranspose / Gemm / MatMul weights and biases captured from an enclosing
+ * graph's initializer become b's own (oq_weight_localize). */
 static int localize_weights(oq_graph *b, oq_diag *d)
 {
 	for (size_t i = 0; i < b->n_nodes; i++) {
 		oq_node *n = b->nodes[i];
 		const opinfo *f = find_op(n);
-		int idx[2] = {f ? f->w : -1, f ? f->b : -1};
-		for (int k = 0; k < 2; k++) {
-			oq_value *v = idx[k] >= 0 && (size_t)idx[k] < n->n_inputs ? n->inputs[idx[k]] : NULL;
-			const oq_value *o = v;
-			oq_tensor *t;
-			oq_value *lv;
-			while (o && (o->flags & OQ_V_OUTER))
-				o = o->outer;
-			if (!v || !(v->flags & OQ_V_OUTER) || !o || !o->init || o->init->dtype != OQ_DT_FLOAT ||
-			    (o->flags & OQ_V_INPUT))
-				continue;
-			if (!(t = oq_tensor_new(o->init->dtype, o->init->rank, o->init->dims)))
-				return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
-			if (t->nbytes)
-				memcpy((void *)t->data, o->init->data, t->nbytes);
-			if (!(lv = oq_graph_add_init(b, o->name, t)) || oq_value_replace_uses(b, v, lv))
-				return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
-			if (!v->n_uses && !(v->flags & OQ_V_OUTPUT)) {
-				v->flags &= ~(unsigned)OQ_V_OUTER;
-				v->outer = NULL;
-			}
-		}
+		int rc;
+		if (f && ((f->w >= 0 && (rc = oq_weight_localize(b, n, f->w, d))) ||
+			  (f->b >= 0 && (rc = oq_weight_localize(b, n, f->b, d)))))
+			return rc;
 	}
 	return OQ_OK;
 }

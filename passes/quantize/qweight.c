@@ -811,6 +811,28 @@ int oq_weight_quantizable(const oq_value *v)
 	       !(v->flags & OQ_V_OUTER);
 }
 
+int oq_weight_localize(oq_graph *b, oq_node *n, int idx, oq_diag *d)
+{
+	oq_value *v = idx >= 0 && (size_t)idx < n->n_inputs ? n->inputs[idx] : NULL, *lv;
+	const oq_value *o = v ? oq_value_resolve(v) : NULL;
+	oq_tensor *t;
+
+	if (!v || !(v->flags & OQ_V_OUTER) || !o || !o->init || o->init->dtype != OQ_DT_FLOAT ||
+	    (o->flags & OQ_V_INPUT))
+		return OQ_OK;
+	if (!(t = oq_tensor_new(o->init->dtype, o->init->rank, o->init->dims)))
+		return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+	if (t->nbytes)
+		memcpy((void *)t->data, o->init->data, t->nbytes);
+	if (!(lv = oq_graph_add_init(b, o->name, t)) || oq_value_replace_uses(b, v, lv))
+		return oq_err(d, OQ_ENOMEM, "quantize: out of memory");
+	if (!v->n_uses && !(v->flags & OQ_V_OUTPUT)) {
+		v->flags &= ~(unsigned)OQ_V_OUTER;
+		v->outer = NULL;
+	}
+	return OQ_OK;
+}
+
 int oq_weight_insert_dq(oq_graph *g, oq_node *n, int w_idx, int b_idx, float in_scale, float beta,
                         const oq_wspec *s, oq_diag *d)
 {

@@ -134,6 +134,15 @@ void oq_wlearned_apply(const oq_wlearned_set *set, const char *name, oq_wspec *s
  * consumer computes in that type while DQ would output float32. Callers log and skip. */
 int oq_weight_quantizable(const oq_value *v);
 
+/*
+ * When input idx of node n of body b reads an enclosing graph's float32 initializer (a capture;
+ * not a graph input), b gets its own copy under a fresh name and every reader in b reads it (uses
+ * of b must be current), so the weight and its DequantizeLinear live in b. The capture, left
+ * without readers, stops being one; the enclosing initializer goes when nothing else reads it.
+ * OQ_OK without a change otherwise.
+ */
+int oq_weight_localize(oq_graph *b, oq_node *n, int idx, oq_diag *d) OQ_WUR;
+
 /* Gives back the pages of a tensor borrowed from one of m's read-only file mappings
  * (madvise MADV_DONTNEED on the page-aligned range); no-op for owned data. */
 void oq_weight_release_pages(const oq_model *m, const oq_tensor *t);

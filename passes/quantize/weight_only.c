@@ -32,6 +32,7 @@
 /* Where a supported op keeps its weight and which axes it quantizes along. */
 typedef struct wrule {
 	int w_idx;      /* input index of the weight */
+	int w2_idx;     /* input index of a second weight (LSTM/GRU/RNN: R), -1 for none */
 	int chan_axis;  /* per-channel axis (-1: none, per tensor) */
 	int block_axis; /* blocked axis (the reduction axis) */
 } wrule;
@@ -41,6 +42,7 @@ static const char *const default_ops[] = {"MatMul", "Gemm"};
 /* Rule for node n with weight rank `rank`; 0 when the op has no weight rule. */
 static int rule_for(const oq_node *n, int rank, wrule *r)
 {
+	r->w2_idx = -1;
 	if (n->op == OQ_OP_MatMul) {
 		r->w_idx = 1;
 		r->chan_axis = rank >= 2 ? rank - 1 : -1;
@@ -62,6 +64,11 @@ static int rule_for(const oq_node *n, int rank, wrule *r)
 		r->w_idx = 0;
 		r->chan_axis = 0;
 		r->block_axis = rank - 1;
+	} else if (n->op == OQ_OP_LSTM || n->op == OQ_OP_GRU || n->op == OQ_OP_RNN) {
+		r->w_idx = 1;
+		r->w2_idx = 2;
+		r->chan_axis = 1;
+		r->block_axis = 2;
 	} else {
 		return 0;
 	}
@@ -87,21 +94,46 @@ static int is_pow2(int64_t v)
 	return v > 0 && (v & (v - 1)) == 0;
 }
 
+/* Fills s with the spec options o give a weight of rule r and rank `rank`. */
+static void spec_of(const oq_opts *o, const wrule *r, int rank, const char *name, oq_wspec *s)
+{
+	memset(s, 0, sizeof *s);
+	s->dtype = o->weight_type;
+	s->symmetric = !o->weight_asym;
+	s->sym_grid = o->sym_grid;
+	s->reduce_range = o->reduce_range;
+	s->mse = o->weight_method == OQ_WMETHOD_MSE;
+	if (o->granularity == OQ_GRAN_BLOCK) {
+		s->axis = r->block_axis;
+		s->block_size = o->block_size > 0 ? o->block_size : 32;
+	} else if (o->granularity == OQ_GRAN_CHANNEL) {
+		s->axis = r->chan_axis;
+	} else {
+		s->axis = -1;
+	}
+	if (s->axis >= rank)
+		s->axis = -1, s->block_size = 0;
+	oq_wlearned_apply(o->learned, name, s);
+}
+
 /*
  * The weights weight-only mode quantizes in g, in node order, and how (*out, free()); with a
- * log, the op types without a rule and the weights that stay float are noted there.
+ * log, the op types without a rule and the weights that stay float are noted there. With
+ * `localize` (g a body, uses current) a weight captured from an enclosing graph's initializer
+ * is first copied into g (oq_weight_localize).
  */
-static int collect(oq_graph *g, const oq_opts *o, FILE *log, oq_wplan **out, size_t *n_out, oq_diag *d)
+static int collect(oq_graph *g, const oq_opts *o, FILE *log, int localize, oq_wplan **out,
+                   size_t *n_out, oq_diag *d)
 {
 	const char *const *ops = o->op_types ? o->op_types : default_ops;
 	size_t n_ops = o->op_types ? o->n_op_types : sizeof default_ops / sizeof *default_ops;
-	int64_t block = o->block_size > 0 ? o->block_size : 32;
 	oq_wplan *p;
 	size_t np = 0;
+	int rc;
 
 	*out = NULL;
 	*n_out = 0;
-	for (size_t i = 0; i < n_ops && log; i++) {
+	for (size_t i = 0; i < n_ops && log && !g->parent; i++) {
 		oq_node probe;
 		wrule r;
 		memset(&probe, 0, sizeof probe);
@@ -109,13 +141,11 @@ static int collect(oq_graph *g, const oq_opts *o, FILE *log, oq_wplan **out, siz
 		if (!rule_for(&probe, 2, &r))
 			fprintf(log, "weight-only: op type '%s' has no weight rule; its nodes stay float\n", ops[i]);
 	}
-	if (!(p = oq_calloc(g->n_nodes + 1, sizeof *p)))
+	if (!(p = oq_calloc(2 * g->n_nodes + 1, sizeof *p)))
 		return oq_err(d, OQ_ENOMEM, "weight-only: out of memory");
 	for (size_t k = 0; k < g->n_nodes; k++) {
 		oq_node *n = g->nodes[k];
-		oq_value *w;
 		wrule r;
-		oq_wspec *s = &p[np].spec;
 		if (n->dead || !in_names(ops, n_ops, n->op_type) || *n->domain != '\0')
 			continue;
 		if (!rule_for(n,
@@ -124,50 +154,46 @@ static int collect(oq_graph *g, const oq_opts *o, FILE *log, oq_wplan **out, siz
 		                  : 2,
 		              &r))
 			continue;
-		if ((size_t)r.w_idx >= n->n_inputs || !(w = n->inputs[r.w_idx]))
-			continue;
-		if (n->op == OQ_OP_Gather && w->init)
-			(void)rule_for(n, w->init->rank, &r);
-		if (o->n_include && !matches(o->include, o->n_include, n, w))
-			continue;
-		if (matches(o->exclude, o->n_exclude, n, w))
-			continue;
-		if (!w->init)
-			continue; /* an activation, not a weight */
-		if (!oq_weight_quantizable(w)) {
-			if (log)
-				fprintf(log,
-				        "weight-only: node '%s' (%s): weight '%s' (%s%s) stays "
-				        "float: %s\n",
-				        n->name, n->op_type, w->name, oq_dtype_name(w->init->dtype),
-				        (w->flags & OQ_V_INPUT) ? ", graph input" : "",
-				        w->init->dtype != OQ_DT_FLOAT
-				            ? "its consumer computes in that type and DQ outputs "
-				              "float32"
-				            : "an overridable graph input is not a constant");
-			continue;
+		for (int j = 0; j < 2; j++) {
+			int idx = j ? r.w2_idx : r.w_idx;
+			oq_value *w;
+			if (idx < 0 || (size_t)idx >= n->n_inputs || !(w = n->inputs[idx]))
+				continue;
+			if (n->op == OQ_OP_Gather && w->init)
+				(void)rule_for(n, w->init->rank, &r);
+			if (o->n_include && !matches(o->include, o->n_include, n, w))
+				continue;
+			if (matches(o->exclude, o->n_exclude, n, w))
+				continue;
+			if (localize && (w->flags & OQ_V_OUTER)) {
+				if ((rc = oq_weight_localize(g, n, idx, d))) {
+					free(p);
+					return rc;
+				}
+				w = n->inputs[idx];
+			}
+			if (!w->init && !((w->flags & OQ_V_OUTER) && oq_value_resolve(w)->init))
+				continue; /* an activation, not a weight */
+			if (!oq_weight_quantizable(w)) {
+				if (log)
+					fprintf(log,
+					        "weight-only: node '%s' (%s): weight '%s' (%s%s) stays "
+					        "float: %s\n",
+					        n->name, n->op_type, w->name,
+					        oq_dtype_name(oq_value_resolve(w)->init->dtype),
+					        (oq_value_resolve(w)->flags & OQ_V_INPUT) ? ", graph input" : "",
+					        oq_value_resolve(w)->init->dtype != OQ_DT_FLOAT
+					            ? "its consumer computes in that type and DQ outputs "
+					              "float32"
+					            : "an overridable graph input is not a constant");
+				continue;
+			}
+			spec_of(o, &r, w->init->rank, w->name, &p[np].spec);
+			p[np].node = n;
+			p[np].w_idx = idx;
+			p[np].b_idx = -1;
+			np++;
 		}
-		memset(s, 0, sizeof *s);
-		s->dtype = o->weight_type;
-		s->symmetric = !o->weight_asym;
-		s->sym_grid = o->sym_grid;
-		s->reduce_range = o->reduce_range;
-		s->mse = o->weight_method == OQ_WMETHOD_MSE;
-		if (o->granularity == OQ_GRAN_BLOCK) {
-			s->axis = r.block_axis;
-			s->block_size = block;
-		} else if (o->granularity == OQ_GRAN_CHANNEL) {
-			s->axis = r.chan_axis;
-		} else {
-			s->axis = -1;
-		}
-		if (s->axis >= w->init->rank)
-			s->axis = -1, s->block_size = 0;
-		oq_wlearned_apply(o->learned, w->name, s);
-		p[np].node = n;
-		p[np].w_idx = r.w_idx;
-		p[np].b_idx = -1;
-		np++;
 	}
 	*out = p;
 	*n_out = np;
@@ -176,23 +202,25 @@ static int collect(oq_graph *g, const oq_opts *o, FILE *log, oq_wplan **out, siz
 
 int oq_weight_only_plans(oq_graph *g, const oq_opts *o, oq_wplan **out, size_t *n_out, oq_diag *d)
 {
-	return collect(g, o, NULL, out, n_out, d);
+	return collect(g, o, NULL, 0, out, n_out, d);
 }
 
-int oq_quantize_weight_only(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
+/* Quantizes the weights collect finds in g (a body: localize); *noted: the MatMulNBits note went out. */
+static int weight_only_graph(oq_graph *g, const oq_opts *o, int *noted_nbits, int *changed, oq_diag *d)
 {
 	oq_wplan *todo = NULL;
 	size_t n_todo = 0;
-	int rc, noted_nbits = 0;
+	int rc;
 
-	*changed = 0;
 	/* collect first, then mutate */
-	if ((rc = collect(g, o, o->log, &todo, &n_todo, d)))
+	if (g->parent && (rc = oq_graph_rebuild_uses(g)))
+		return oq_err(d, rc, "weight-only: out of memory");
+	if ((rc = collect(g, o, o->log, g->parent != NULL, &todo, &n_todo, d)))
 		return rc;
 	for (size_t k = 0; k < n_todo && !rc; k++) {
 		oq_node *n = todo[k].node;
 		const oq_wspec *sp = &todo[k].spec;
-		if (n->op == OQ_OP_MatMul && o->log && !noted_nbits &&
+		if (n->op == OQ_OP_MatMul && o->log && !*noted_nbits &&
 		    (sp->block_size <= 0 || !is_pow2(sp->block_size) || sp->block_size < 16 ||
 		     (sp->dtype != OQ_DT_INT4 && sp->dtype != OQ_DT_UINT4) || sp->axis != 0)) {
 			fprintf(o->log,
@@ -205,7 +233,7 @@ int oq_quantize_weight_only(oq_graph *g, const oq_opts *o, oq_diag *d, int *chan
 			        sp->block_size > 0 ? "blocked"
 			        : sp->axis >= 0    ? "per-channel"
 			                           : "per-tensor");
-			noted_nbits = 1;
+			*noted_nbits = 1;
 		}
 		if (o->log) {
 			fprintf(o->log, "weight-only: node '%s' (%s): weight '%s' -> %s", n->name,
@@ -224,7 +252,49 @@ int oq_quantize_weight_only(oq_graph *g, const oq_opts *o, oq_diag *d, int *chan
 			*changed = 1;
 	}
 	free(todo);
-	if (!rc && *changed)
+	return rc;
+}
+
+/* Walk state of the bodies. */
+typedef struct wbodies {
+	const oq_opts *o;
+	oq_diag *d;
+	int noted_nbits;   /* the MatMulNBits note went out */
+	int changed;       /* some body changed */
+} wbodies;
+
+/* Weight-only on body b (owned by node owner), then on its own bodies (any depth). */
+static int body(oq_graph *b, oq_node *owner, void *ctx)
+{
+	wbodies *x = ctx;
+	int rc, changed = 0;
+
+	(void)owner;
+	if ((rc = weight_only_graph(b, x->o, &x->noted_nbits, &changed, x->d)))
+		return rc;
+	if (changed && (rc = oq_graph_toposort(b, x->d))) /* the driver sorts the main graph only */
+		return rc;
+	if (changed)
+		(void)oq_graph_drop_unused_inits(b);
+	x->changed |= changed;
+	return oq_graph_each_subgraph(b, body, ctx);
+}
+
+int oq_quantize_weight_only(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
+{
+	wbodies x;
+	int rc;
+
+	*changed = 0;
+	memset(&x, 0, sizeof x);
+	x.o = o;
+	x.d = d;
+	if ((rc = weight_only_graph(g, o, &x.noted_nbits, changed, d)))
+		return rc;
+	if ((rc = oq_graph_each_subgraph(g, body, &x)))
+		return rc;
+	*changed |= x.changed;
+	if (*changed)
 		rc = oq_graph_toposort(g, d);
 	return rc;
 }
