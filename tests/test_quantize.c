@@ -369,7 +369,8 @@ static oq_graph *branch_of(const oq_graph *g, const char *attr)
 
 /*
  * The numbers of numerics_conv1x1 (hand-computed there) from the Conv inside the branch: x's
- * pair, the per-channel weights and the int32 bias are created inside the branch; the main
+ * Q goes into the main graph (the branch captures its output), x's DQ, the per-channel weights
+ * and the int32 bias are created inside the branch; the main
  * graph's W and B go (nothing reads them). The else branch has no range (it never ran): it
  * keeps float.
  */
@@ -388,16 +389,21 @@ Test(quantize, if_branch_quantized_inside)
 	quantize_ok(&f);
 	t = branch_of(f.m->graph, "then_branch");
 	e = branch_of(f.m->graph, "else_branch");
-	cr_expect_eq(count_op(f.m->graph, "QuantizeLinear"), 0);
-	cr_expect_eq(count_op(t, "QuantizeLinear"), 2, "x's and yt's Q");
+	cr_expect_eq(count_op(f.m->graph, "QuantizeLinear"), 1, "x's Q: once per call, outside");
+	cr_expect_eq(count_op(t, "QuantizeLinear"), 1, "yt's Q");
 	cr_expect_eq(count_op(e, "QuantizeLinear") + count_op(e, "DequantizeLinear"), 0);
-	cr_expect_eq(f.m->graph->n_inits, 1, "only c is left in the main graph");
+	cr_expect_eq(f.m->graph->n_inits, 3, "c and the scale and zero point of x's Q");
 	conv = node_named(t, "conv");
 	xdq = dq_of(conv, 0);
 	cr_assert_not_null(xdq);
 	cr_expect_eq(xdq->graph, t);
 	cr_expect_float_eq(scalar(xdq->inputs[1]), 0.01, 1e-7, "x's scale 2.55 / 255");
-	cr_expect_eq(q_of(xdq)->inputs[0]->flags & OQ_V_OUTER, OQ_V_OUTER, "the Q reads the captured x");
+	cr_expect_eq(xdq->inputs[0]->flags & OQ_V_OUTER, OQ_V_OUTER, "the DQ reads a captured Q output");
+	cr_assert_not_null(oq_value_resolve(xdq->inputs[0])->producer);
+	cr_expect_eq(oq_value_resolve(xdq->inputs[0])->producer->graph, f.m->graph);
+	cr_expect_str_eq(oq_value_resolve(xdq->inputs[0])->producer->op_type, "QuantizeLinear");
+	cr_expect_str_eq(oq_value_resolve(xdq->inputs[0])->producer->inputs[0]->name, "x");
+	cr_expect_float_eq(scalar(oq_value_resolve(xdq->inputs[0])->producer->inputs[1]), 0.01, 1e-7);
 	bdq = dq_of(conv, 2);
 	cr_assert_not_null(bdq);
 	cr_expect_eq(bdq->inputs[0]->graph, t);

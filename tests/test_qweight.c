@@ -1175,3 +1175,265 @@ Test(qweight, grid_groups_blocked)
 	oq_wgrid_free(&g);
 	oq_tensor_free(t);
 }
+
+/* ------------------------------------------------------------------ recurrent and bodies */
+
+/*
+ * A one-unit LSTM (input 2, hidden 1): W [1, 4, 2] (gates i, o, f, c), R [1, 4, 1], B zero.
+ * Per channel (axis 1: one gate row), narrow int8 grid, s = max|w| / 127:
+ *   W row 0 [127/64, -0.5]     s = 1/64   q [127, -32]
+ *   W row 1 [-1.015625, 3.96875] s = 1/32   q [-32.5 -> -32 (ties to even), 127]
+ *   W row 2 [0.25, -0.0625]    s = 0.25/127 q [127, -31.75 -> -32]
+ *   W row 3 [-7.9375, 1]       s = 1/16   q [-127, 16]
+ *   R [0.5, -2, 0.03125, 0.9921875]: one element per row: s = |r| / 127, q = +-127;
+ *   R per tensor (--granularity tensor): s = 2/127, q = r * 63.5 rounded: [32 (31.75), -127,
+ *   2 (1.984), 63 (63.0078)].
+ */
+static const double lstm_w[8] = {127.0 / 64, -0.5, -1.015625, 3.96875, 0.25, -0.0625, -7.9375, 1};
+static const double lstm_r[4] = {0.5, -2, 0.03125, 0.9921875};
+
+static gen_model *lstm_model(const double *w, const double *r)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg = gen_graph(g);
+	Onnx__NodeProto *n;
+
+	gen_opset(g, "", 13);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(3, 1, 2));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 4, 2), w);
+	gen_init(g, mg, "R", OQ_DT_FLOAT, GEN_SHAPE(1, 4, 1), r);
+	gen_init(g, mg, "B", OQ_DT_FLOAT, GEN_SHAPE(1, 8), NULL);
+	n = gen_node(g, mg, "LSTM", "lstm", "x,W,R,B", "y");
+	gen_attr_int(g, n, "hidden_size", 1);
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(3, 1, 1, 1));
+	return g;
+}
+
+static oq_node *dq_in(const oq_node *n, int k)
+{
+	oq_node *dq = n->inputs[k] ? n->inputs[k]->producer : NULL;
+	cr_assert(dq && dq->op == OQ_OP_DequantizeLinear, "input %d of %s has no DequantizeLinear", k, n->name);
+	return dq;
+}
+
+Test(qweight, lstm_weight_only_per_channel_by_hand)
+{
+	static const char *const ops[] = {"LSTM"};
+	static const int64_t wq[8] = {127, -32, -32, 127, 127, -32, -127, 16};
+	static const int64_t rq[4] = {127, -127, 127, 127};
+	const float ws[4] = {1.0f / 64, 1.0f / 32, (float)(0.25 / 127), 1.0f / 16};
+	const float rs[4] = {(float)(0.5 / 127), (float)(2.0 / 127), (float)(0.03125 / 127),
+	                     (float)(0.9921875 / 127)};
+	const float x[6] = {0.5f, -1.0f, 2.0f, 0.25f, -0.75f, 1.5f};
+	double wd[8], rd[4];
+	gen_model *g = lstm_model(lstm_w, lstm_r), *gr;
+	oq_model *m = NULL, *mr = NULL;
+	oq_node *n, *dw, *dr;
+	oq_rt yq, yr, yf;
+	oq_opts o;
+	oq_diag d;
+	int changed = 0;
+
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	run1(m, x, 3, (const int64_t[]){3, 1, 2}, &yf);
+	oq_opts_init(&o);
+	o.weight_only = 1;
+	/* default op types (MatMul, Gemm): the LSTM keeps float */
+	cr_assert_eq(oq_quantize_weight_only(m->graph, &o, &d, &changed), OQ_OK, "%s", d.msg);
+	cr_expect_eq(changed, 0);
+	cr_expect_eq(count_op(m->graph, OQ_OP_DequantizeLinear), 0);
+	o.op_types = ops;
+	o.n_op_types = 1;
+	cr_assert_eq(oq_quantize_weight_only(m->graph, &o, &d, &changed), OQ_OK, "%s", d.msg);
+	cr_expect_eq(changed, 1);
+	n = node_named(m->graph, "lstm");
+	dw = dq_in(n, 1);
+	dr = dq_in(n, 2);
+	cr_expect_eq(n->inputs[3]->init != NULL, 1, "B stays float");
+	cr_expect_eq(oq_node_attr_int(dw, "axis", -1), 1);
+	cr_expect_eq(oq_node_attr_int(dr, "axis", -1), 1);
+	cr_assert_eq(dw->inputs[1]->init->nelem, 4);
+	for (size_t i = 0; i < 8; i++)
+		cr_expect_eq(oq_tensor_get_int(dw->inputs[0]->init, i), wq[i], "W q[%zu] = %lld", i,
+		             (long long)oq_tensor_get_int(dw->inputs[0]->init, i));
+	for (size_t i = 0; i < 4; i++) {
+		cr_expect_eq(oq_tensor_get_int(dr->inputs[0]->init, i), rq[i]);
+		cr_expect_float_eq(sc_at(dw->inputs[1]->init, i), ws[i], 1e-12, "W scale %zu", i);
+		cr_expect_float_eq(sc_at(dr->inputs[1]->init, i), rs[i], 1e-12, "R scale %zu", i);
+		cr_expect_eq(oq_tensor_get_int(dw->inputs[2]->init, i), 0);
+	}
+	cr_assert_eq(oq_graph_rebuild_uses(m->graph), OQ_OK);
+	(void)oq_graph_drop_unused_inits(m->graph);
+	expect_clean(m);
+	/* the executor on the rewritten model = the float model with the hand-dequantized weights */
+	for (size_t i = 0; i < 8; i++)
+		wd[i] = (double)wq[i] * ws[i / 2];
+	for (size_t i = 0; i < 4; i++)
+		rd[i] = (double)rq[i] * rs[i];
+	gr = lstm_model(wd, rd);
+	cr_assert_eq(gen_load(gr, &mr, &d), OQ_OK, "%s", d.msg);
+	run1(mr, x, 3, (const int64_t[]){3, 1, 2}, &yr);
+	run1(m, x, 3, (const int64_t[]){3, 1, 2}, &yq);
+	cr_expect(max_rel_diff(&yr, &yq) < 1e-6, "vs hand-dequantized weights: %g", max_rel_diff(&yr, &yq));
+	cr_expect(sqnr_db(&yf, &yq) > 30, "SQNR vs float %.1f dB", sqnr_db(&yf, &yq));
+	oq_rt_release(&yf);
+	oq_rt_release(&yq);
+	oq_rt_release(&yr);
+	oq_model_free(mr);
+	oq_model_free(m);
+	gen_free(gr);
+	gen_free(g);
+}
+
+Test(qweight, lstm_r_per_tensor_by_hand)
+{
+	static const char *const ops[] = {"LSTM"};
+	static const int64_t rq[4] = {32, -127, 2, 63};
+	gen_model *g = lstm_model(lstm_w, lstm_r);
+	oq_model *m = NULL;
+	oq_node *dr;
+	oq_opts o;
+	oq_diag d;
+	int changed = 0;
+
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	oq_opts_init(&o);
+	o.weight_only = 1;
+	o.op_types = ops;
+	o.n_op_types = 1;
+	o.granularity = OQ_GRAN_TENSOR;
+	cr_assert_eq(oq_quantize_weight_only(m->graph, &o, &d, &changed), OQ_OK, "%s", d.msg);
+	dr = dq_in(node_named(m->graph, "lstm"), 2);
+	cr_expect_null(oq_node_attr(dr, "axis"));
+	cr_assert_eq(dr->inputs[1]->init->nelem, 1);
+	cr_expect_float_eq(sc_at(dr->inputs[1]->init, 0), (float)(2.0 / 127), 1e-12);
+	for (size_t i = 0; i < 4; i++)
+		cr_expect_eq(oq_tensor_get_int(dr->inputs[0]->init, i), rq[i], "R q[%zu] = %lld", i,
+		             (long long)oq_tensor_get_int(dr->inputs[0]->init, i));
+	oq_model_free(m);
+	gen_free(g);
+}
+
+/* The then (else) branch of the main graph's node "if". */
+static oq_graph *branch(const oq_graph *g, const char *attr)
+{
+	const oq_node *n = node_named((oq_graph *)g, "if");
+	cr_assert_not_null(n);
+	for (size_t k = 0; k < n->n_attrs; k++)
+		if (strcmp(n->attrs[k].name, attr) == 0)
+			return n->attrs[k].g;
+	cr_assert_fail("no %s", attr);
+	return NULL;
+}
+
+/*
+ * Weight-only inside bodies: an If whose then branch runs MatMul(x, W) on the main graph's W
+ * (captured) and, one level deeper, an If inside the else branch whose branches run MatMul(x, V)
+ * on a weight of the else branch (and negate it in the else-else branch). Both get their DequantizeLinear inside their own body (W copied
+ * into the then branch), names unique across the model; the executor's output equals the one
+ * with the reference fake-quantized weights (ref_fake_quant, per column).
+ */
+Test(qweight, weight_only_inside_bodies)
+{
+	static float w[4 * 3], v[4 * 3], wr[4 * 3], vr[4 * 3];
+	const float x[4] = {0.5f, -1.0f, 0.25f, 2.0f};
+	double wd[12], vd[12];
+	gen_model *gm[2];
+	oq_model *m = NULL, *mr = NULL;
+	oq_graph *t, *e, *ee;
+	oq_rt yq, yr;
+	oq_opts o;
+	oq_diag d;
+	int changed = 0;
+
+	fill(w, 12, 21);
+	fill(v, 12, 22);
+	ref_fake_quant(w, wr, 1, 4, 3, 4, 1, 127);
+	ref_fake_quant(v, vr, 1, 4, 3, 4, 1, 127);
+	for (int k = 0; k < 2; k++) {
+		gen_model *g = gen_new(8);
+		Onnx__GraphProto *mg = gen_graph(g), *b, *bb;
+		Onnx__NodeProto *n, *n2;
+		for (int i = 0; i < 12; i++)
+			wd[i] = k ? wr[i] : w[i], vd[i] = k ? vr[i] : v[i];
+		gen_opset(g, "", 13);
+		gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 4));
+		gen_input(g, mg, "c", OQ_DT_BOOL, GEN_SHAPE(1));
+		gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(4, 3), wd);
+		n = gen_node(g, mg, "If", "if", "c", "y");
+		b = gen_attr_graph(g, n, "then_branch", "then");
+		gen_node(g, b, "MatMul", "mm", "x,W", "yt");
+		gen_output(g, b, "yt", OQ_DT_FLOAT, GEN_SHAPE(1, 3));
+		b = gen_attr_graph(g, n, "else_branch", "else");
+		gen_init(g, b, "V", OQ_DT_FLOAT, GEN_SHAPE(4, 3), vd);
+		n2 = gen_node(g, b, "If", "if2", "c", "ye");
+		bb = gen_attr_graph(g, n2, "then_branch", "then2");
+		gen_node(g, bb, "MatMul", "mm_1", "x,V", "yt2");
+		gen_output(g, bb, "yt2", OQ_DT_FLOAT, GEN_SHAPE(1, 3));
+		bb = gen_attr_graph(g, n2, "else_branch", "else2");
+		gen_node(g, bb, "MatMul", "mm_2", "x,V", "m2");
+		gen_node(g, bb, "Neg", "neg", "m2", "ye2");
+		gen_output(g, bb, "ye2", OQ_DT_FLOAT, GEN_SHAPE(1, 3));
+		gen_output(g, b, "ye", OQ_DT_FLOAT, GEN_SHAPE(1, 3));
+		gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 3));
+		gm[k] = g;
+	}
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(gm[0], &m, &d), OQ_OK, "%s", d.msg);
+	oq_opts_init(&o);
+	o.weight_only = 1;
+	cr_assert_eq(oq_quantize_weight_only(m->graph, &o, &d, &changed), OQ_OK, "%s", d.msg);
+	cr_expect_eq(changed, 1);
+	t = branch(m->graph, "then_branch");
+	e = branch(m->graph, "else_branch");
+	cr_expect_eq(count_op(m->graph, OQ_OP_DequantizeLinear), 0);
+	cr_expect_eq(count_op(t, OQ_OP_DequantizeLinear), 1);
+	cr_expect_eq(count_op(e, OQ_OP_DequantizeLinear), 0);
+	{
+		oq_node *mm = node_named(t, "mm"), *dq = dq_in(mm, 1), *n2 = node_named(e, "if2"), *mm1;
+		cr_expect_eq(dq->graph, t);
+		cr_expect_eq(dq->inputs[0]->graph, t, "the quantized W is the branch's initializer");
+		cr_expect_eq(dq->inputs[0]->flags & OQ_V_OUTER, 0);
+		cr_assert_not_null(n2);
+		ee = n2->attrs[0].g ? n2->attrs[0].g : NULL;
+		for (size_t k = 0; k < n2->n_attrs; k++)
+			if (strcmp(n2->attrs[k].name, "then_branch") == 0)
+				ee = n2->attrs[k].g;
+		mm1 = node_named(ee, "mm_1");
+		cr_assert_not_null(mm1);
+		cr_expect_eq(dq_in(mm1, 1)->graph, ee, "the nested body's DQ is its own");
+		cr_expect_str_neq(dq_in(mm1, 1)->name, dq->name);
+	}
+	cr_assert_eq(oq_graph_rebuild_uses(m->graph), OQ_OK);
+	(void)oq_graph_drop_unused_inits(m->graph);
+	cr_expect_not(has_init(m->graph, "W"), "the main graph's float W goes (nothing reads it)");
+	expect_clean(m);
+	cr_assert_eq(gen_load(gm[1], &mr, &d), OQ_OK, "%s", d.msg);
+	for (int c = 0; c < 2; c++) {
+		oq_exec *ex = NULL, *er = NULL;
+		oq_exec_opts eo = {.threads = 1};
+		oq_rt in[2];
+		memset(in, 0, sizeof in);
+		cr_assert_eq(oq_rt_alloc(&in[0], OQ_DT_FLOAT, 2, (const int64_t[]){1, 4}), OQ_OK);
+		cr_assert_eq(oq_rt_alloc(&in[1], OQ_DT_BOOL, 1, (const int64_t[]){1}), OQ_OK);
+		memcpy(in[0].data, x, sizeof x);
+		*(unsigned char *)in[1].data = (unsigned char)c;
+		cr_assert_eq(oq_exec_new(m, &eo, &ex, &d), OQ_OK, "%s", d.msg);
+		cr_assert_eq(oq_exec_new(mr, &eo, &er, &d), OQ_OK, "%s", d.msg);
+		cr_assert_eq(oq_exec_run(ex, in, 2, &yq, 1, &d), OQ_OK, "%s", d.msg);
+		cr_assert_eq(oq_exec_run(er, in, 2, &yr, 1, &d), OQ_OK, "%s", d.msg);
+		cr_expect(max_rel_diff(&yr, &yq) < 1e-6, "flag %d: vs reference %g", c, max_rel_diff(&yr, &yq));
+		oq_rt_release(&yq);
+		oq_rt_release(&yr);
+		oq_rt_release(&in[0]);
+		oq_rt_release(&in[1]);
+		oq_exec_free(ex);
+		oq_exec_free(er);
+	}
+	oq_model_free(mr);
+	oq_model_free(m);
+	gen_free(gm[0]);
+	gen_free(gm[1]);
+}

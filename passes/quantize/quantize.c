@@ -750,6 +750,79 @@ static oq_node *add_named(qctx *c, const char *op, const char *un)
 	return n && !oq_nameset_add(&c->node_names, n->name) ? n : NULL;
 }
 
+/*
+ * A body's capture v of an enclosing activation o (profile ORT): the Q goes into o's graph, so
+ * it runs once per call of the enclosing graph instead of once per iteration of the body, and
+ * the body's DQ reads its output as a capture. ONNX Runtime still forms the body's integer node
+ * units from a DQ whose input is captured (its QDQ selectors look at the DQ, its constant scale
+ * and zero point inside the body, and the consumer): a Conv in an If branch reading a captured
+ * Q output becomes QLinearConv. A QuantizeLinear of o with the same scale, zero point and type
+ * already in o's graph (another body's, or the enclosing graph's own) is shared. Returns the
+ * body's capture of the Q output, or NULL (out of memory).
+ */
+static oq_value *outer_q(qctx *c, oq_value *v)
+{
+	oq_value *o = oq_value_resolve(v), *qv = NULL, *in[3] = {o, NULL, NULL}, *cap;
+	oq_graph *og = o->graph;
+	oq_tensor *st = oq_tensor_from_floats(0, NULL, &c->q[v->index].scale);
+	oq_tensor *zt = scalar_zp(c->q[v->index].dtype, c->q[v->index].zp);
+	int fp8 = oq_qtype_is_fp8(c->q[v->index].dtype);
+	char *nm = NULL, *un = NULL;
+	oq_node *q;
+
+	if (!st || !zt)
+		goto out;
+	for (size_t i = 0; i < og->n_nodes && !qv; i++) {
+		oq_node *n = og->nodes[i];
+		if (!n->dead && oq_node_is(n, OQ_OP_QuantizeLinear) && n->n_inputs == 3 && n->inputs[0] == o &&
+		    n->n_outputs == 1 && n->outputs[0] && n->inputs[1] && n->inputs[1]->init && n->inputs[2] && n->inputs[2]->init &&
+		    oq_tensor_equal(n->inputs[1]->init, st) && oq_tensor_equal(n->inputs[2]->init, zt) &&
+		    oq_node_attr_int(n, "saturate", 1) == 1 && !oq_node_attr(n, "axis") &&
+		    !oq_node_attr(n, "output_dtype"))
+			qv = n->outputs[0];
+	}
+	if (!qv) {
+		if (!(nm = cat(o->name, "_scale")))
+			goto out;
+		in[1] = oq_graph_add_init(og, nm, st); /* owns st, also on failure */
+		st = NULL;
+		free(nm);
+		nm = NULL;
+		if (!in[1] || !(nm = cat(o->name, "_zero_point")))
+			goto out;
+		in[2] = oq_graph_add_init(og, nm, zt);
+		zt = NULL;
+		free(nm);
+		nm = NULL;
+		if (!in[2])
+			goto out;
+		if (!(nm = cat(o->name, "_QuantizeLinear_Output")) || !(qv = oq_graph_new_value(og, nm)))
+			goto out;
+		free(nm);
+		nm = NULL;
+		if (!(nm = cat(o->name, "_QuantizeLinear")) || !(un = node_name(c, nm)) ||
+		    !(q = oq_graph_add_node(og, "QuantizeLinear", "", un)) || oq_nameset_add(&c->node_names, un) ||
+		    oq_node_set_inputs(q, in, 3) || oq_node_set_outputs(q, &qv, 1) ||
+		    (fp8 && oq_node_set_attr_int(q, "saturate", 1))) {
+			qv = NULL;
+			goto out;
+		}
+	}
+	if (!(cap = oq_graph_find(c->g, qv->name)) && !(cap = oq_graph_value(c->g, qv->name))) {
+		qv = NULL;
+		goto out;
+	}
+	cap->flags |= OQ_V_OUTER;
+	cap->outer = qv;
+	qv = cap;
+out:
+	oq_tensor_free(st);
+	oq_tensor_free(zt);
+	free(nm);
+	free(un);
+	return qv;
+}
+
 /* Adds src -> Q(v's parameters) (alone: its output read by folded DQs); returns the Q's output. */
 static oq_value *add_q(qctx *c, oq_value *v, oq_value *src)
 {
@@ -757,7 +830,13 @@ static oq_value *add_q(qctx *c, oq_value *v, oq_value *src)
 	oq_value *qv, *in[3], *res = NULL;
 	oq_node *q;
 
-	if (!qo || !qn || qinits(c, v) || !(qv = oq_graph_new_value(c->g, qo)))
+	if (!qo || !qn || qinits(c, v))
+		goto out;
+	if (src == v && (v->flags & OQ_V_OUTER) && c->g->parent && !c->trt) {
+		c->qout[v->index] = res = outer_q(c, v);
+		goto out;
+	}
+	if (!(qv = oq_graph_new_value(c->g, qo)))
 		goto out;
 	if (!(un = node_name(c, qn)) || !(q = add_named(c, "QuantizeLinear", un)))
 		goto out;
@@ -1511,11 +1590,13 @@ static int quantize_body(oq_graph *b, oq_node *owner, void *ctx)
 		x->n_float++; /* the pipeline's summary names it */
 		return OQ_OK;
 	}
+	/* b's own bodies may add a QuantizeLinear to b (outer_q): b is sorted after them (the
+	 * driver sorts the main graph only) */
 	if ((rc = localize_weights(b, x->d)) || (rc = quantize_graph(b, x->o, x->main, x->sum, x->d)) ||
-	    (rc = oq_graph_toposort(b, x->d))) /* the driver sorts the main graph only */
+	    (rc = oq_graph_each_subgraph(b, quantize_body, ctx)) || (rc = oq_graph_toposort(b, x->d)))
 		return rc;
 	(void)oq_graph_drop_unused_inits(b);
-	return oq_graph_each_subgraph(b, quantize_body, ctx);
+	return OQ_OK;
 }
 
 int oq_pass_quantize(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
