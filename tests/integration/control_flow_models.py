@@ -13,8 +13,10 @@ writes into OUTDIR (random weights, fixed seed):
                exports no Scan) over the frames whose body holds its own MatMul weights
                (initializers of the body): h = tanh(x_t W + h R + b), outputs the last h and
                every frame's h
-and the samples in OUTDIR/{branch,loop,scan}_{calib,test}/NNN/<input>.npy: branch samples take
-both branches (flag +1 and -1 alternate); loop and scan samples have 3 to 6 frames.
+  lstm.onnx    input x float32[T, 1, 8] (T symbolic); torch.nn.LSTM(8, 16, bidirectional)
+               (one ONNX LSTM, W [2, 64, 8], R [2, 64, 16] initializers) and a Linear head
+and the samples in OUTDIR/{branch,loop,scan,lstm}_{calib,test}/NNN/<input>.npy: branch samples
+take both branches (flag +1 and -1 alternate); loop, scan and lstm samples have 3 to 6 frames.
 """
 import os
 import sys
@@ -59,6 +61,17 @@ class Frames(torch.nn.Module):
         return acc
 
 
+class Recurrent(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16, bidirectional=True)
+        self.head = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        return self.head(y)
+
+
 def scan_model(path, rng):
     w = numpy_helper.from_array((rng.standard_normal((8, 16)) * 0.4).astype(np.float32), "W")
     r = numpy_helper.from_array((rng.standard_normal((16, 16)) * 0.2).astype(np.float32), "R")
@@ -98,6 +111,7 @@ def main():
     out = sys.argv[1]
     torch.manual_seed(0)
     rng = np.random.default_rng(1)
+    rng_lstm = np.random.default_rng(2)  # its own stream: the other models' samples stay as they were
     b = torch.jit.script(Branch().eval())
     x = torch.randn(1, 3, 16, 16)
     torch.onnx.export(b, (x, torch.ones(1)), os.path.join(out, "branch.onnx"), opset_version=13,
@@ -106,6 +120,9 @@ def main():
     torch.onnx.export(f, (torch.randn(4, 1, 8),), os.path.join(out, "loop.onnx"), opset_version=13,
                       input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "T"}})
     scan_model(os.path.join(out, "scan.onnx"), rng)
+    torch.onnx.export(Recurrent().eval(), (torch.randn(4, 1, 8),), os.path.join(out, "lstm.onnx"),
+                      opset_version=13, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "T"}})
     for kind, n in (("calib", 8), ("test", 6)):
         for i in range(n):
             d = os.path.join(out, "branch_%s" % kind, "%03d" % i)
@@ -116,6 +133,8 @@ def main():
             save(os.path.join(d, "x.npy"), rng.standard_normal((t, 1, 8)).astype(np.float32))
             d = os.path.join(out, "scan_%s" % kind, "%03d" % i)
             save(os.path.join(d, "x.npy"), rng.standard_normal((t, 1, 8)).astype(np.float32))
+            d = os.path.join(out, "lstm_%s" % kind, "%03d" % i)
+            save(os.path.join(d, "x.npy"), rng_lstm.standard_normal((t, 1, 8)).astype(np.float32))
 
 
 if __name__ == "__main__":

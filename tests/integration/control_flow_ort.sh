@@ -8,6 +8,7 @@
 #   loop    a Loop over the frames of its input whose body holds Gemm, MatMul and Conv
 #           (carried state h through tanh, and a running sum of the outputs)
 #   scan    an ONNX Scan over frames (onnx.helper) whose body has its own MatMul weights
+#   lstm    torch.nn.LSTM(8, 16, bidirectional) and a Linear head (no body)
 # into a temporary folder (nothing is committed), with calibration and held-out samples.
 # Checks per model, after `onnxq quantize M -o Q --calib CALIB`:
 #   bodies  Q has QuantizeLinear nodes inside every If branch / the Loop / Scan body
@@ -26,6 +27,17 @@
 #   qdq     `onnxq run Q` against ORT(Q) on the held-out samples: max|ort - onnxq| /
 #           max|ort| <= 1e-3 over the outputs, as quant_accuracy.sh asks of main-graph models
 #   threads `onnxq quantize --threads 1` and `--threads 2` write the same bytes
+#   captured no body holds a QuantizeLinear of a value it captures; for branch, x's Q sits in
+#           the main graph (once per call) and ORT at level 'all' still forms QLinearConv 3
+#           inside the branches (fused)
+# then --weight-only (branch: --op-types Conv, loop: Conv,MatMul,Gemm, scan: default):
+#   bodies  every body has a DequantizeLinear, the model no QuantizeLinear; ort, ort all, qdq as
+#           above; sqnr >= 30 dB: int8 per-channel weights alone give 46-50 dB on these nets,
+#           so 30 dB leaves 16 dB for other machines while a weight read on the wrong axis or
+#           with a scale off by a factor of 10 (saturating int8) lands far below it
+# and lstm: `--weight-only` (default op types) leaves no DequantizeLinear on the LSTM; with
+# `--op-types LSTM,MatMul` its W and R each get one, per channel on axis 1 (ORT 1.30 loads and
+# runs per-axis DQ there); ort, qdq and sqnr >= 30 dB (measured about 50 dB) as above.
 # and for branch, calibration on samples of one flag only: the branch never taken keeps
 # float (no QuantizeLinear inside it) and the log names it; for loop, `calibrate --shard`
 # x 2 + `merge-stats` + `quantize --stats` writes the bytes of `quantize --no-bias-correction`.
@@ -55,18 +67,71 @@ if ! "$py" "$here/control_flow_models.py" "$tmp" > "$tmp/export.log" 2>&1; then
 	die "control_flow_models.py failed (above)"
 fi
 
-# bodies Q: one line "OP ATTR N" per body (any depth), N its QuantizeLinear nodes
+# bodies Q [OP]: one line "OP ATTR N" per body (any depth), N its OP nodes (QuantizeLinear)
 bodies() {
-	"$py" - "$1" << 'PY'
+	"$py" - "$1" "${2:-QuantizeLinear}" << 'PY'
 import sys, onnx
 m = onnx.load(sys.argv[1])
 def walk(g):
     for n in g.node:
         for a in n.attribute:
             if a.type == onnx.AttributeProto.GRAPH:
-                print(n.op_type, a.name, sum(x.op_type == "QuantizeLinear" for x in a.g.node))
+                print(n.op_type, a.name, sum(x.op_type == sys.argv[2] for x in a.g.node))
                 walk(a.g)
 walk(m.graph)
+PY
+}
+
+# captured_q Q: "MAIN BODY": QuantizeLinear nodes of the main graph whose output some body
+# captures, and QuantizeLinear nodes inside bodies reading a value their body does not define
+captured_q() {
+	"$py" - "$1" << 'PY'
+import sys, onnx
+m = onnx.load(sys.argv[1])
+def local(g):
+    return ({i.name for i in g.initializer} | {i.name for i in g.input} |
+            {o for n in g.node for o in n.output})
+def caps(g, out):
+    for n in g.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                out |= {i for x in a.g.node for i in x.input} - local(a.g)
+                caps(a.g, out)
+    return out
+def inner(g, depth):
+    c = 0
+    for n in g.node:
+        if depth and n.op_type == "QuantizeLinear" and n.input[0] not in local(g):
+            c += 1
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                c += inner(a.g, depth + 1)
+    return c
+cap = caps(m.graph, set())
+print(sum(n.op_type == "QuantizeLinear" and n.output[0] in cap for n in m.graph.node), inner(m.graph, 0))
+PY
+}
+
+# lstm_dq Q: "N AXES": DequantizeLinear nodes feeding an LSTM (any depth) and their axis attributes
+lstm_dq() {
+	"$py" - "$1" << 'PY'
+import sys, onnx
+m = onnx.load(sys.argv[1])
+n_dq, axes = 0, []
+def walk(g):
+    global n_dq
+    dq = {o: n for n in g.node if n.op_type == "DequantizeLinear" for o in n.output}
+    for n in g.node:
+        if n.op_type == "LSTM":
+            for i in n.input:
+                if i in dq:
+                    n_dq += 1
+                    axes.append(str(next((a.i for a in dq[i].attribute if a.name == "axis"), "none")))
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                walk(a.g)
+walk(m.graph)
+print(n_dq, ",".join(axes) or "-")
 PY
 }
 
@@ -135,6 +200,38 @@ cmp_threads() { # NAME MODEL CALIB W
 	fi
 }
 
+# judge NAME MODEL Q TEST MIN_SQNR W: ORT runs Q (levels disabled and all), SQNR of ORT(Q) vs
+# ORT(MODEL) >= MIN_SQNR, `onnxq run Q` matches ORT(Q)
+judge() {
+	local name=$1 m=$2 q=$3 test=$4 min=$5 w=$6 s
+	if ! ort "$m" "$test" "$w/ortf" 2> "$w/ort.err" || ! ort "$q" "$test" "$w/ortq" 2>> "$w/ort.err"; then
+		bad "$name: ort: $(head -n 1 "$w/ort.err")"
+		return
+	fi
+	ok "$name: ort: ONNX Runtime runs Q on $(ls "$test" | wc -l) held-out samples"
+	if node "$here/ort_optimized.js" "$q" all "$w/opt.onnx" 2> "$w/opt.err"; then
+		ok "$name: ort all: ONNX Runtime loads and runs Q at optimization level 'all' ($(bodies_ops "$w/opt.onnx"))"
+	else
+		bad "$name: ort all: $(head -n 1 "$w/opt.err")"
+	fi
+	s=$(stat sqnr "$w/ortf" "$w/ortq")
+	if awk -v s="$s" -v m="$min" 'BEGIN { exit !(s == "inf" || s + 0 >= m) }'; then
+		ok "$name: sqnr: ORT(Q) vs ORT(float) $s dB (>= $min)"
+	else
+		bad "$name: sqnr: ORT(Q) vs ORT(float) '$s' dB (< $min)"
+	fi
+	if ! "$onnxq" run "$q" --data "$test" --output-dir "$w/oq" > /dev/null 2> "$w/run.err"; then
+		bad "$name: qdq: onnxq run: $(head -n 1 "$w/run.err")"
+		return
+	fi
+	s=$(stat diff "$w/ortq" "$w/oq")
+	if awk -v s="$s" 'BEGIN { exit !(s != "nan" && s + 0 <= 1e-3) }'; then
+		ok "$name: qdq: onnxq run vs ORT on Q: max relative error $s (<= 1e-3)"
+	else
+		bad "$name: qdq: onnxq run vs ORT on Q: max relative error '$s' (> 1e-3)"
+	fi
+}
+
 model_case() { # NAME MIN_SQNR
 	local name=$1 min=$2 w=$tmp/$1 m=$tmp/$1.onnx calib=$tmp/$1_calib test=$tmp/$1_test b nq s
 	mkdir -p "$w"
@@ -152,37 +249,66 @@ model_case() { # NAME MIN_SQNR
 		nq=$(sed -n 's/.*wrote .*: \([0-9]*\) QuantizeLinear.*/\1/p' "$w/q.log")
 		ok "$name: bodies: QuantizeLinear inside $(awk '{ printf "%s%s.%s %s", s, $1, $2, $3; s = ", " }' <<< "$b") ($nq in the model)"
 	fi
-	if ! ort "$m" "$test" "$w/ortf" 2> "$w/ort.err" || ! ort "$w/q.onnx" "$test" "$w/ortq" 2>> "$w/ort.err"; then
-		bad "$name: ort: $(head -n 1 "$w/ort.err")"
-		return
-	fi
-	ok "$name: ort: ONNX Runtime runs Q on $(ls "$test" | wc -l) held-out samples"
-	if node "$here/ort_optimized.js" "$w/q.onnx" all "$w/opt.onnx" 2> "$w/opt.err"; then
-		ok "$name: ort all: ONNX Runtime loads and runs Q at optimization level 'all' ($(bodies_ops "$w/opt.onnx"))"
+	b=$(captured_q "$w/q.onnx")
+	if [ "${b#* }" = 0 ] && { [ "$name" != branch ] || [ "${b% *}" -ge 1 ]; }; then
+		ok "$name: captured: no body quantizes a captured value; ${b% *} QuantizeLinear in the main graph feed bodies"
 	else
-		bad "$name: ort all: $(head -n 1 "$w/opt.err")"
+		bad "$name: captured: main-graph Q feeding bodies / body Q of captures: $b"
 	fi
-	s=$(stat sqnr "$w/ortf" "$w/ortq")
-	if awk -v s="$s" -v m="$min" 'BEGIN { exit !(s == "inf" || s + 0 >= m) }'; then
-		ok "$name: sqnr: ORT(Q) vs ORT(float) $s dB (>= $min)"
-	else
-		bad "$name: sqnr: ORT(Q) vs ORT(float) '$s' dB (< $min)"
-	fi
-	if ! "$onnxq" run "$w/q.onnx" --data "$test" --output-dir "$w/oq" > /dev/null 2> "$w/run.err"; then
-		bad "$name: qdq: onnxq run: $(head -n 1 "$w/run.err")"
-		return
-	fi
-	s=$(stat diff "$w/ortq" "$w/oq")
-	if awk -v s="$s" 'BEGIN { exit !(s != "nan" && s + 0 <= 1e-3) }'; then
-		ok "$name: qdq: onnxq run vs ORT on Q: max relative error $s (<= 1e-3)"
-	else
-		bad "$name: qdq: onnxq run vs ORT on Q: max relative error '$s' (> 1e-3)"
+	judge "$name" "$m" "$w/q.onnx" "$test" "$min" "$w"
+	if [ -n "${3:-}" ]; then
+		b=$(bodies_ops "$w/opt.onnx")
+		if grep -q "$3" <<< "$b"; then
+			ok "$name: fused: ORT formed $3 inside the bodies with the captured Q outside"
+		else
+			bad "$name: fused: ORT formed '$b' inside the bodies, want $3"
+		fi
 	fi
 }
 
-model_case branch 25
+# wo_case NAME MIN_SQNR OPTIONS...: `quantize --weight-only OPTIONS`; every body has a
+# DequantizeLinear, no QuantizeLinear anywhere, then judge
+wo_case() {
+	local name=$1 min=$2 w=$tmp/wo_$1 m=$tmp/$1.onnx test=$tmp/$1_test b
+	shift 2
+	mkdir -p "$w"
+	if ! "$onnxq" quantize "$m" -o "$w/q.onnx" --weight-only "$@" 2> "$w/q.log" > /dev/null; then
+		bad "$name weight-only: quantize failed: $(grep -m1 -i error "$w/q.log")"
+		return
+	fi
+	b=$(bodies "$w/q.onnx" DequantizeLinear)
+	if [ -z "$b" ] || awk '$3 == 0 { none = 1 } END { exit !none }' <<< "$b" ||
+		grep -q " [1-9][0-9]* QuantizeLinear" "$w/q.log" || ! grep -q " 0 QuantizeLinear" "$w/q.log"; then
+		bad "$name weight-only: bodies: $(tr '\n' ';' <<< "$b") $(grep -o '[0-9]* QuantizeLinear' "$w/q.log")"
+	else
+		ok "$name weight-only: bodies: DequantizeLinear inside $(awk '{ printf "%s%s.%s %s", s, $1, $2, $3; s = ", " }' <<< "$b"), no QuantizeLinear"
+	fi
+	judge "$name weight-only" "$m" "$w/q.onnx" "$test" "$min" "$w"
+}
+
+model_case branch 25 "QLinearConv 3"
 model_case loop 15
 model_case scan 20
+wo_case branch 30 --op-types Conv
+wo_case loop 30 --op-types Conv,MatMul,Gemm
+wo_case scan 30
+
+# an LSTM: its W and R get a DequantizeLinear (per channel, axis 1) only when --op-types names it
+w=$tmp/wo_lstm
+mkdir -p "$w"
+if "$onnxq" quantize "$tmp/lstm.onnx" -o "$w/d.onnx" --weight-only 2> "$w/d.log" > /dev/null &&
+	"$onnxq" quantize "$tmp/lstm.onnx" -o "$w/q.onnx" --weight-only --op-types LSTM,MatMul 2> "$w/q.log" > /dev/null; then
+	dd=$(lstm_dq "$w/d.onnx")
+	dq=$(lstm_dq "$w/q.onnx")
+	if [ "$dd" = "0 -" ] && [ "$dq" = "2 1,1" ]; then
+		ok "lstm weight-only: DequantizeLinear feeding the LSTM: 0 by default, 2 (W, R; axis 1) with --op-types LSTM"
+	else
+		bad "lstm weight-only: DequantizeLinear feeding the LSTM (count axes): default '$dd', --op-types LSTM '$dq'"
+	fi
+	judge "lstm weight-only" "$tmp/lstm.onnx" "$w/q.onnx" "$tmp/lstm_test" 30 "$w"
+else
+	bad "lstm weight-only: quantize failed: $(cat "$w/d.log" "$w/q.log" | grep -m1 -i error)"
+fi
 
 # a branch no calibration sample takes keeps float, named in the log
 mkdir -p "$tmp/one"
