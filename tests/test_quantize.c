@@ -355,18 +355,6 @@ static void build_if_conv1x1(fx *f)
 	f->gm = g;
 }
 
-/* The then branch, or the else branch, of the main graph's If. */
-static oq_graph *branch_of(const oq_graph *g, const char *attr)
-{
-	const oq_node *n = node_named(g, "if");
-	cr_assert_not_null(n);
-	for (size_t k = 0; k < n->n_attrs; k++)
-		if (strcmp(n->attrs[k].name, attr) == 0)
-			return n->attrs[k].g;
-	cr_assert_fail("no %s", attr);
-	return NULL;
-}
-
 /*
  * The numbers of numerics_conv1x1 (hand-computed there) from the Conv inside the branch: x's
  * Q goes into the main graph (the branch captures its output), x's DQ, the per-channel weights
@@ -387,8 +375,8 @@ Test(quantize, if_branch_quantized_inside)
 	build_if_conv1x1(&f);
 	fx_load(&f, r, 2);
 	quantize_ok(&f);
-	t = branch_of(f.m->graph, "then_branch");
-	e = branch_of(f.m->graph, "else_branch");
+	t = qt_body(f.m->graph, "if", "then_branch");
+	e = qt_body(f.m->graph, "if", "else_branch");
 	cr_expect_eq(count_op(f.m->graph, "QuantizeLinear"), 1, "x's Q: once per call, outside");
 	cr_expect_eq(count_op(t, "QuantizeLinear"), 1, "yt's Q");
 	cr_expect_eq(count_op(e, "QuantizeLinear") + count_op(e, "DequantizeLinear"), 0);
@@ -430,7 +418,7 @@ Test(quantize, exclude_node_inside_if_branch)
 	f.o.exclude = ex;
 	f.o.n_exclude = 1;
 	quantize_ok(&f);
-	t = branch_of(f.m->graph, "then_branch");
+	t = qt_body(f.m->graph, "if", "then_branch");
 	cr_expect_eq(count_op(t, "QuantizeLinear") + count_op(t, "DequantizeLinear"), 0);
 	fx_free(&f);
 }

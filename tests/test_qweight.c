@@ -25,6 +25,7 @@
 #include "src/io/onnx_io.h"
 #include "src/quant/qparams.h"
 #include "passes/quantize/qweight.h"
+#include "qtest.h"
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -1316,18 +1317,6 @@ Test(qweight, lstm_r_per_tensor_by_hand)
 	gen_free(g);
 }
 
-/* The then (else) branch of the main graph's node "if". */
-static oq_graph *branch(const oq_graph *g, const char *attr)
-{
-	const oq_node *n = node_named((oq_graph *)g, "if");
-	cr_assert_not_null(n);
-	for (size_t k = 0; k < n->n_attrs; k++)
-		if (strcmp(n->attrs[k].name, attr) == 0)
-			return n->attrs[k].g;
-	cr_assert_fail("no %s", attr);
-	return NULL;
-}
-
 /*
  * Weight-only inside bodies: an If whose then branch runs MatMul(x, W) on the main graph's W
  * (captured) and, one level deeper, an If inside the else branch whose branches run MatMul(x, V)
@@ -1386,8 +1375,8 @@ Test(qweight, weight_only_inside_bodies)
 	o.weight_only = 1;
 	cr_assert_eq(oq_quantize_weight_only(m->graph, &o, &d, &changed), OQ_OK, "%s", d.msg);
 	cr_expect_eq(changed, 1);
-	t = branch(m->graph, "then_branch");
-	e = branch(m->graph, "else_branch");
+	t = qt_body(m->graph, "if", "then_branch");
+	e = qt_body(m->graph, "if", "else_branch");
 	cr_expect_eq(count_op(m->graph, OQ_OP_DequantizeLinear), 0);
 	cr_expect_eq(count_op(t, OQ_OP_DequantizeLinear), 1);
 	cr_expect_eq(count_op(e, OQ_OP_DequantizeLinear), 0);
@@ -1397,10 +1386,7 @@ Test(qweight, weight_only_inside_bodies)
 		cr_expect_eq(dq->inputs[0]->graph, t, "the quantized W is the branch's initializer");
 		cr_expect_eq(dq->inputs[0]->flags & OQ_V_OUTER, 0);
 		cr_assert_not_null(n2);
-		ee = n2->attrs[0].g ? n2->attrs[0].g : NULL;
-		for (size_t k = 0; k < n2->n_attrs; k++)
-			if (strcmp(n2->attrs[k].name, "then_branch") == 0)
-				ee = n2->attrs[k].g;
+		ee = qt_body(e, "if2", "then_branch");
 		mm1 = node_named(ee, "mm_1");
 		cr_assert_not_null(mm1);
 		cr_expect_eq(dq_in(mm1, 1)->graph, ee, "the nested body's DQ is its own");

@@ -46,3 +46,17 @@ void fx_free(fx *f)
 	gen_free(f->gm);
 	oq_ranges_free(&f->r);
 }
+
+oq_graph *qt_body(const oq_graph *g, const char *node, const char *attr)
+{
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		const oq_node *n = g->nodes[i];
+		if (n->dead || strcmp(n->name, node) != 0)
+			continue;
+		for (size_t k = 0; k < n->n_attrs; k++)
+			if (strcmp(n->attrs[k].name, attr) == 0 && n->attrs[k].g)
+				return n->attrs[k].g;
+	}
+	cr_assert_fail("no node '%s' with a body '%s'", node, attr);
+	return NULL;
+}

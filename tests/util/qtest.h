@@ -33,4 +33,8 @@ typedef struct fx {
 void fx_load_prefer(fx *f, const rng *r, size_t nr, int prefer);
 void fx_free(fx *f);
 
+/* The body graph attribute `attr` ("then_branch", "body", ...) of the live node named `node` of g
+ * (Criterion fails when either is missing). */
+oq_graph *qt_body(const oq_graph *g, const char *node, const char *attr);
+
 #endif
