@@ -405,6 +405,64 @@ Test(quantize, if_branch_quantized_inside)
 	fx_free(&f);
 }
 
+/*
+ * Both branches run a Conv on the captured x (same range, so the same parameters): one
+ * QuantizeLinear of x in the main graph, its output captured by each branch's own DQ; the
+ * executor's output is numerics_conv1x1's hand-computed one on either branch.
+ */
+Test(quantize, captured_activation_one_q_outside)
+{
+	static const rng r[] = {{"x", -1.275f, 1.275f}, {"yt", -1.275f, 1.275f}, {"ye", -1.275f, 1.275f}};
+	const float x[4] = {0.5f, -1.0f, 2.0f, 0.25f};
+	const float want[4] = {0.09f, -1.00f, 0.66f, -0.25f};
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg = gen_graph(g), *b;
+	Onnx__NodeProto *n;
+	oq_graph *br[2];
+	oq_node *q = NULL;
+	fx f = {0};
+	float y[4];
+
+	gen_opset(g, "", 13);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
+	gen_init(g, mg, "c", OQ_DT_BOOL, 0, NULL, GEN_VALS(0));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(2, 2, 1, 1), GEN_VALS(1.0, -0.4, 0.2, 0.6));
+	gen_init(g, mg, "B", OQ_DT_FLOAT, GEN_SHAPE(2), GEN_VALS(0.1, -0.2));
+	n = gen_node(g, mg, "If", "if", "c", "y");
+	b = gen_attr_graph(g, n, "then_branch", "then");
+	gen_node(g, b, "Conv", "conv", "x,W,B", "yt");
+	gen_output(g, b, "yt", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
+	b = gen_attr_graph(g, n, "else_branch", "else");
+	gen_node(g, b, "Conv", "conv_e", "x,W,B", "ye");
+	gen_output(g, b, "ye", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
+	f.gm = g;
+	fx_load(&f, r, 3);
+	quantize_ok(&f);
+	cr_expect_eq(count_op(f.m->graph, "QuantizeLinear"), 1);
+	for (size_t i = 0; i < f.m->graph->n_nodes; i++)
+		if (strcmp(f.m->graph->nodes[i]->op_type, "QuantizeLinear") == 0)
+			q = f.m->graph->nodes[i];
+	cr_assert_not_null(q);
+	cr_expect_str_eq(q->inputs[0]->name, "x");
+	cr_expect_lt(q->index, node_named(f.m->graph, "if")->index, "the Q runs before the If");
+	br[0] = qt_body(f.m->graph, "if", "then_branch");
+	br[1] = qt_body(f.m->graph, "if", "else_branch");
+	for (int k = 0; k < 2; k++) {
+		oq_node *dq = dq_of(node_named(br[k], k ? "conv_e" : "conv"), 0);
+		cr_assert_not_null(dq);
+		cr_expect_eq(dq->graph, br[k]);
+		cr_expect_eq(dq->inputs[0]->flags & OQ_V_OUTER, OQ_V_OUTER);
+		cr_expect_eq(oq_value_resolve(dq->inputs[0]), q->outputs[0], "branch %d reads the one Q", k);
+		cr_expect_float_eq(scalar(dq->inputs[1]), 0.01, 1e-7, "x's scale 2.55 / 255");
+		cr_expect_eq(count_op(br[k], "QuantizeLinear"), 1, "only the branch output's Q");
+	}
+	run1(f.m, x, 4, (const int64_t[]){1, 2, 1, 2}, y, 4);
+	for (int i = 0; i < 4; i++)
+		cr_assert_float_eq(y[i], want[i], 1e-5, "quantized y[%d] = %.7g, want %g", i, y[i], want[i]);
+	fx_free(&f);
+}
+
 /* --exclude names a node inside a body: that Conv keeps float, weights included. */
 Test(quantize, exclude_node_inside_if_branch)
 {
