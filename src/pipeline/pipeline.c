@@ -903,7 +903,11 @@ static void summary(const job *j)
 	    !(j->placement.n_units &&
 	      j->placement.n_float_speed + j->placement.n_float_fidelity >= j->placement.n_units)) {
 		size_t nc = count_control(g);
-		if (nc)
+		if (nc && j->q.weight_only)
+			fprintf(log, "quantize: warning: nothing was quantized: no node of the main graph or of "
+				"its %zu If/Loop/Scan nodes' bodies reads a constant weight of the --op-types "
+				"(--verbose names weights that stay float); the model is written unquantized\n", nc);
+		else if (nc)
 			fprintf(log, "quantize: warning: nothing was quantized: the main graph's %zu If/Loop/Scan "
 				"nodes hold the computation in subgraphs, and no body got a pair (bodies that "
 				"never ran during calibration keep float: give samples that take them); the "
