@@ -52,8 +52,10 @@
  * If/Loop/Scan bodies (any depth) get the same rewrite after the main graph,
  * body by body, with everything created inside the body: pairs on the
  * body's values and on the enclosing activations it reads (their ranges are
- * the enclosing values'); a weight the body reads from an enclosing
- * initializer is copied into the body first (localize_weights). A body
+ * the enclosing values'), except that such an enclosing activation's Q goes
+ * into the graph defining it (outer_q; profile ORT); a weight the body reads
+ * from an enclosing initializer is copied into the body first
+ * (localize_weights). A body
  * none of whose values has a range never ran during calibration (an If
  * branch no sample took) and keeps float, named in the log. LSTM, GRU and
  * RNN are not in the table: they stay float wherever they are.

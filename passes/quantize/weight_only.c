@@ -12,11 +12,19 @@
  *   Conv          in 1     0 (M of [M,C/g,k..])    1 (C/g)
  *   ConvTranspose in 1     1 (M/g of [C,M/g,k..])  0 (C)
  *   Gather        in 0     0 (one scale per row)   last (the embedding dim)
+ *   LSTM/GRU/RNN  in 1, 2  1 (G*H of [D,G*H,I|H])   2 (I or H)
  * A rank-1 MatMul weight has no channel axis: it is quantized per tensor.
+ * LSTM/GRU/RNN W and R are [directions, gates x hidden, in]: one scale per
+ * gate row, shared by the directions (a per-axis DQ has one axis); they are
+ * quantized only when o->op_types names the op (ONNX Runtime 1.30 loads and
+ * runs the per-axis DQ in front of them).
  * Node selection: op type in o->op_types (default MatMul, Gemm); --include
  * (when given) and --exclude match a node name, an op type or the weight's
- * tensor name. Weights that are float16/bfloat16, graph inputs or captured
- * from an enclosing graph are skipped with a log line. Biases stay float.
+ * tensor name. Weights that are float16/bfloat16 or graph inputs are
+ * skipped with a log line. Biases stay float.
+ * If/Loop/Scan bodies (any depth) are rewritten the same way after the main
+ * graph; a weight a body reads from an enclosing initializer is copied into
+ * the body first (oq_weight_localize), so its DQ lives there.
  *
  * ONNX Runtime fuses DequantizeLinear -> MatMul into MatMulNBits only for
  * 4-bit blocked weights on axis 0 with a power-of-two block_size >= 16; a
