@@ -753,14 +753,14 @@ static oq_node *add_named(qctx *c, const char *op, const char *un)
 }
 
 /*
- * A body's capture v of an enclosing activation o (profile ORT): the Q goes into o's graph, so
- * it runs once per call of the enclosing graph instead of once per iteration of the body, and
- * the body's DQ reads its output as a capture. ONNX Runtime still forms the body's integer node
- * units from a DQ whose input is captured (its QDQ selectors look at the DQ, its constant scale
- * and zero point inside the body, and the consumer): a Conv in an If branch reading a captured
- * Q output becomes QLinearConv. A QuantizeLinear of o with the same scale, zero point and type
- * already in o's graph (another body's, or the enclosing graph's own) is shared. Returns the
- * body's capture of the Q output, or NULL (out of memory).
+ * A body's capture v of an enclosing activation o (profile ORT, integer types): the Q goes
+ * into o's graph, so it runs once per call of that graph instead of once per iteration of the
+ * body, and the body's DQ reads its output as a capture. ONNX Runtime still forms the body's
+ * integer node units from a DQ whose input is captured (its QDQ selectors look at the DQ, its
+ * constant scale and zero point inside the body, and the consumer): a Conv in an If branch
+ * reading a captured Q output becomes QLinearConv. A QuantizeLinear of o with the same scale
+ * and zero point (type included) already in o's graph (another body's, or that graph's own) is
+ * shared. Returns the body's capture of the Q output, or NULL (out of memory).
  */
 static oq_value *outer_q(qctx *c, oq_value *v)
 {
@@ -768,7 +768,6 @@ static oq_value *outer_q(qctx *c, oq_value *v)
 	oq_graph *og = o->graph;
 	oq_tensor *st = oq_tensor_from_floats(0, NULL, &c->q[v->index].scale);
 	oq_tensor *zt = scalar_zp(c->q[v->index].dtype, c->q[v->index].zp);
-	int fp8 = oq_qtype_is_fp8(c->q[v->index].dtype);
 	char *nm = NULL, *un = NULL;
 	oq_node *q;
 
@@ -779,8 +778,7 @@ static oq_value *outer_q(qctx *c, oq_value *v)
 		if (!n->dead && oq_node_is(n, OQ_OP_QuantizeLinear) && n->n_inputs == 3 && n->inputs[0] == o &&
 		    n->n_outputs == 1 && n->outputs[0] && n->inputs[1] && n->inputs[1]->init && n->inputs[2] && n->inputs[2]->init &&
 		    oq_tensor_equal(n->inputs[1]->init, st) && oq_tensor_equal(n->inputs[2]->init, zt) &&
-		    oq_node_attr_int(n, "saturate", 1) == 1 && !oq_node_attr(n, "axis") &&
-		    !oq_node_attr(n, "output_dtype"))
+		    !oq_node_attr(n, "axis") && !oq_node_attr(n, "output_dtype"))
 			qv = n->outputs[0];
 	}
 	if (!qv) {
@@ -804,8 +802,7 @@ static oq_value *outer_q(qctx *c, oq_value *v)
 		nm = NULL;
 		if (!(nm = cat(o->name, "_QuantizeLinear")) || !(un = node_name(c, nm)) ||
 		    !(q = oq_graph_add_node(og, "QuantizeLinear", "", un)) || oq_nameset_add(&c->node_names, un) ||
-		    oq_node_set_inputs(q, in, 3) || oq_node_set_outputs(q, &qv, 1) ||
-		    (fp8 && oq_node_set_attr_int(q, "saturate", 1))) {
+		    oq_node_set_inputs(q, in, 3) || oq_node_set_outputs(q, &qv, 1)) {
 			qv = NULL;
 			goto out;
 		}
@@ -834,7 +831,9 @@ static oq_value *add_q(qctx *c, oq_value *v, oq_value *src)
 
 	if (!qo || !qn || qinits(c, v))
 		goto out;
-	if (src == v && (v->flags & OQ_V_OUTER) && c->g->parent && !c->trt) {
+	/* float8 keeps the pair inside: ort_float8_units rewires a unit through its DQ's Q */
+	if (src == v && (v->flags & OQ_V_OUTER) && c->g->parent && !c->trt &&
+	    !oq_qtype_is_fp8(c->q[v->index].dtype)) {
 		c->qout[v->index] = res = outer_q(c, v);
 		goto out;
 	}
