@@ -332,16 +332,17 @@ Test(quantize, numerics_conv1x1)
 
 /*
  * build_conv1x1's Conv inside the then branch of an If (cond: a true initializer): the branch
- * reads x, W and B from the main graph; the else branch is Neg(x) -> ye.
+ * reads x, W and B from the main graph; the else branch is Neg(x) -> ye. With `both` the cond
+ * is false and the else branch is the same Conv ("conv_e") writing ye.
  */
-static void build_if_conv1x1(fx *f)
+static void build_if_conv1x1(fx *f, int both)
 {
 	gen_model *g = gen_new(8);
 	Onnx__GraphProto *mg = gen_graph(g), *b;
 	Onnx__NodeProto *n;
 	gen_opset(g, "", 13);
 	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
-	gen_init(g, mg, "c", OQ_DT_BOOL, 0, NULL, GEN_VALS(1));
+	gen_init(g, mg, "c", OQ_DT_BOOL, 0, NULL, both ? GEN_VALS(0) : GEN_VALS(1));
 	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(2, 2, 1, 1), GEN_VALS(1.0, -0.4, 0.2, 0.6));
 	gen_init(g, mg, "B", OQ_DT_FLOAT, GEN_SHAPE(2), GEN_VALS(0.1, -0.2));
 	n = gen_node(g, mg, "If", "if", "c", "y");
@@ -349,7 +350,10 @@ static void build_if_conv1x1(fx *f)
 	gen_node(g, b, "Conv", "conv", "x,W,B", "yt");
 	gen_output(g, b, "yt", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
 	b = gen_attr_graph(g, n, "else_branch", "else");
-	gen_node(g, b, "Neg", "neg", "x", "ye");
+	if (both)
+		gen_node(g, b, "Conv", "conv_e", "x,W,B", "ye");
+	else
+		gen_node(g, b, "Neg", "neg", "x", "ye");
 	gen_output(g, b, "ye", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
 	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
 	f->gm = g;
@@ -372,7 +376,7 @@ Test(quantize, if_branch_quantized_inside)
 	oq_graph *t, *e;
 	oq_node *conv, *xdq, *bdq;
 
-	build_if_conv1x1(&f);
+	build_if_conv1x1(&f, 0);
 	fx_load(&f, r, 2);
 	quantize_ok(&f);
 	t = qt_body(f.m->graph, "if", "then_branch");
@@ -415,28 +419,12 @@ Test(quantize, captured_activation_one_q_outside)
 	static const rng r[] = {{"x", -1.275f, 1.275f}, {"yt", -1.275f, 1.275f}, {"ye", -1.275f, 1.275f}};
 	const float x[4] = {0.5f, -1.0f, 2.0f, 0.25f};
 	const float want[4] = {0.09f, -1.00f, 0.66f, -0.25f};
-	gen_model *g = gen_new(8);
-	Onnx__GraphProto *mg = gen_graph(g), *b;
-	Onnx__NodeProto *n;
 	oq_graph *br[2];
 	oq_node *q = NULL;
 	fx f = {0};
 	float y[4];
 
-	gen_opset(g, "", 13);
-	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
-	gen_init(g, mg, "c", OQ_DT_BOOL, 0, NULL, GEN_VALS(0));
-	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(2, 2, 1, 1), GEN_VALS(1.0, -0.4, 0.2, 0.6));
-	gen_init(g, mg, "B", OQ_DT_FLOAT, GEN_SHAPE(2), GEN_VALS(0.1, -0.2));
-	n = gen_node(g, mg, "If", "if", "c", "y");
-	b = gen_attr_graph(g, n, "then_branch", "then");
-	gen_node(g, b, "Conv", "conv", "x,W,B", "yt");
-	gen_output(g, b, "yt", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
-	b = gen_attr_graph(g, n, "else_branch", "else");
-	gen_node(g, b, "Conv", "conv_e", "x,W,B", "ye");
-	gen_output(g, b, "ye", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
-	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 1, 2));
-	f.gm = g;
+	build_if_conv1x1(&f, 1);
 	fx_load(&f, r, 3);
 	quantize_ok(&f);
 	cr_expect_eq(count_op(f.m->graph, "QuantizeLinear"), 1);
@@ -471,7 +459,7 @@ Test(quantize, exclude_node_inside_if_branch)
 	fx f = {0};
 	oq_graph *t;
 
-	build_if_conv1x1(&f);
+	build_if_conv1x1(&f, 0);
 	fx_load(&f, r, 2);
 	f.o.exclude = ex;
 	f.o.n_exclude = 1;
