@@ -775,16 +775,23 @@ static int measure_list(meas *me, const oq_opts *q, plc *pl, oq_placement *p, do
 
 /*
  * Balanced: the integer units in graph order cut into up to 8 groups of about
- * equal MACs; each group's gain with only it float; groups float in order of
- * dB per expected ns until the SQNR reaches target.
+ * equal MACs, then rounds: each group still integer is measured with it
+ * float on top of the groups floated so far (its gain and expected time
+ * against the current placement), and the group with the most dB per
+ * expected ns goes float (ties: graph order), until the SQNR reaches target
+ * or no group gains OQ_PLACEMENT_MIN_GAIN_DB. A group's gain is re-measured
+ * every round: an error it causes may be masked by a larger one upstream
+ * until that goes float. The chosen group's measurement is the new SQNR:
+ * the units' modes are restored from a snapshot after each trial, so
+ * committing the group (and keep_from_wbq) gives the state measured.
  */
 static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p, double target, double *sqnr,
 			   FILE *log, int verbose, oq_diag *d)
 {
 	enum { G = 8 };
-	size_t first[G + 1], ng = 0, nint = 0, order[G];
-	double gain[G], cost[G], base_t = total_ns(pl), macs = 0, acc = 0, s;
-	int rc;
+	size_t first[G + 1], ng = 0, nint = 0;
+	double gain[G], cost[G], got[G], cur_t = 0, macs = 0, acc = 0;
+	int done[G] = {0}, *snap = NULL, rc = OQ_OK;
 
 	for (size_t i = 0; i < pl->nu; i++)
 		if (!pl->u[i].fl) {
@@ -793,6 +800,8 @@ static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p,
 		}
 	if (!nint)
 		return OQ_OK;
+	if (!(snap = oq_calloc(pl->nu + 1, sizeof *snap)))
+		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
 	/* group boundaries: a new group when the running MACs pass the next eighth (at least one unit each) */
 	for (size_t i = 0; i < pl->nu; i++) {
 		if (pl->u[i].fl)
@@ -802,48 +811,51 @@ static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p,
 		acc += pl->u[i].macs > 0 ? pl->u[i].macs : 0;
 	}
 	first[ng] = pl->nu;
-	for (size_t k = 0; k < ng; k++) {
-		for (size_t i = first[k]; i < first[k + 1]; i++)
-			if (!pl->u[i].fl)
-				pl->u[i].fl = 2; /* float for this measurement */
-		cost[k] = total_ns(pl) - base_t;
-		if ((rc = measure_list(me, q, pl, p, &s, d)))
-			return rc;
-		gain[k] = s - *sqnr;
-		for (size_t i = first[k]; i < first[k + 1]; i++)
-			if (pl->u[i].fl == 2)
-				pl->u[i].fl = 0;
-		order[k] = k;
-		if (log && verbose)
-			fprintf(log, "placement: group %zu (units %zu..%zu) float: %+.2f dB, %+.1f%% expected time\n", k,
-				first[k], first[k + 1] - 1, gain[k], base_t > 0 ? 100 * cost[k] / base_t : 0);
-	}
-	/* best dB per ns first (stable: ties keep graph order) */
-	for (size_t a = 1; a < ng; a++)
-		for (size_t b = a; b > 0; b--) {
-			size_t x = order[b - 1], y = order[b];
-			double rx = gain[x] / (cost[x] > 1 ? cost[x] : 1), ry = gain[y] / (cost[y] > 1 ? cost[y] : 1);
-			if (ry > rx) {
-				order[b - 1] = y;
-				order[b] = x;
+	for (size_t round = 0; round < ng && *sqnr < target; round++) {
+		size_t best = ng;
+		double best_r = 0;
+		cur_t = total_ns(pl);
+		for (size_t i = 0; i < pl->nu; i++)
+			snap[i] = pl->u[i].fl;
+		for (size_t k = 0; k < ng; k++) {
+			double r;
+			if (done[k])
+				continue;
+			for (size_t i = first[k]; i < first[k + 1]; i++)
+				if (!pl->u[i].fl)
+					pl->u[i].fl = 2; /* float for this measurement */
+			keep_from_wbq(pl);
+			cost[k] = total_ns(pl) - cur_t;
+			if ((rc = measure_list(me, q, pl, p, &got[k], d)))
+				goto out;
+			gain[k] = got[k] - *sqnr;
+			for (size_t i = 0; i < pl->nu; i++)
+				pl->u[i].fl = snap[i];
+			if (log && verbose)
+				fprintf(log, "placement: round %zu: group %zu (units %zu..%zu) float: %+.2f dB, %+.1f%% "
+					"expected time\n", round, k, first[k], first[k + 1] - 1, gain[k],
+					cur_t > 0 ? 100 * cost[k] / cur_t : 0);
+			r = gain[k] / (cost[k] > 1 ? cost[k] : 1);
+			if (gain[k] >= OQ_PLACEMENT_MIN_GAIN_DB && (best == ng || r > best_r)) {
+				best = k;
+				best_r = r;
 			}
 		}
-	for (size_t j = 0; j < ng && *sqnr < target; j++) {
-		size_t k = order[j];
-		if (gain[k] < OQ_PLACEMENT_MIN_GAIN_DB)
-			continue;
-		for (size_t i = first[k]; i < first[k + 1]; i++)
+		if (best == ng)
+			break; /* no group gains enough on top of the current placement */
+		for (size_t i = first[best]; i < first[best + 1]; i++)
 			if (!pl->u[i].fl)
 				pl->u[i].fl = 3; /* float for fidelity */
-		if ((rc = measure_list(me, q, pl, p, sqnr, d)))
-			return rc;
+		keep_from_wbq(pl);
+		done[best] = 1;
+		*sqnr = got[best];
 		if (log && verbose)
-			fprintf(log, "placement: group %zu float: estimated SQNR %.2f dB\n", k, *sqnr);
+			fprintf(log, "placement: group %zu float: estimated SQNR %.2f dB\n", best, *sqnr);
 	}
 	/* the budget missed: which integer units trade fidelity for speed, and what each group would buy */
 	for (size_t k = 0; log && *sqnr < target && k < ng; k++) {
 		size_t n = 0, fi = 0, last = 0;
-		for (size_t i = first[k]; i < first[k + 1]; i++)
+		for (size_t i = first[k]; !done[k] && i < first[k + 1]; i++)
 			if (!pl->u[i].fl) {
 				fi = n++ ? fi : i;
 				last = i;
@@ -851,9 +863,11 @@ static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p,
 		if (n)
 			fprintf(log, "placement: traded for speed: %zu integer units '%s' .. '%s': float, %+.2f dB on the "
 				"estimate for %+.1f%% expected time\n", n, pl->u[fi].head->name,
-				pl->u[last].head->name, gain[k], base_t > 0 ? 100 * cost[k] / base_t : 0);
+				pl->u[last].head->name, gain[k], cur_t > 0 ? 100 * cost[k] / cur_t : 0);
 	}
-	return OQ_OK;
+out:
+	free(snap);
+	return rc;
 }
 
 /* ------------------------------------------------------------ entry */

@@ -35,12 +35,14 @@
  * removed (the larger SQNR of with and without: a correction that does not
  * help is not kept). When more than
  * OQ_PLACEMENT_BUDGET_DB below, the integer units are cut into up to 8
- * groups of consecutive units (graph order, about equal MACs), each group's
- * gain measured with only it float, and groups go float in order of dB
- * gained per expected nanosecond lost until the budget holds (a group
- * gaining less than OQ_PLACEMENT_MIN_GAIN_DB alone is skipped: the loss lies
- * elsewhere; the summary then says how far the budget was missed and which
- * groups of integer units trade it).
+ * groups of consecutive units (graph order, about equal MACs) and groups go
+ * float one per round until the budget holds: each round measures every
+ * group still integer with it float on top of those floated so far, and
+ * floats the one gaining most dB per expected nanosecond lost (a group
+ * gaining less than OQ_PLACEMENT_MIN_GAIN_DB is not floated: when none
+ * gains that much, the summary says how far the budget was missed and which
+ * groups of integer units trade it). Re-measuring each round finds an error
+ * another one masked (a clipped value downstream of a worse one).
  * Deterministic: the measurements are thread-independent
  * (calib/biascorr/measure.h).
  */
