@@ -264,6 +264,62 @@ Test(placement, hardswish_speed_clip_in_q_div_folded_const_exact)
 	fx_free(&f);
 }
 
+/*
+ * HardSwish scaled by a scalar weight after it (PaddleOCR's w * hardswish(t)): the model of
+ * hswish_model with h2 = Mul(kw = 0.5, h) "mulk"; y = Mul(t, h2) "mul".
+ */
+static gen_model *hswish_scaled_model(void)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg = gen_graph(g);
+	gen_opset(g, "", 13);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 3, 3));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(2, 2, 1, 1), w4);
+	gen_init(g, mg, "three", OQ_DT_FLOAT, 0, NULL, GEN_VALS(3));
+	gen_init(g, mg, "zero", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0));
+	gen_init(g, mg, "six", OQ_DT_FLOAT, 0, NULL, GEN_VALS(6));
+	gen_init(g, mg, "kw", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0.5));
+	gen_node(g, mg, "Conv", "conv", "x,W", "t");
+	gen_node(g, mg, "Add", "add", "t,three", "a");
+	gen_node(g, mg, "Clip", "clip", "a,zero,six", "c");
+	gen_node(g, mg, "Div", "div", "c,six", "h");
+	gen_node(g, mg, "Mul", "mulk", "kw,h", "h2");
+	gen_node(g, mg, "Mul", "mul", "t,h2", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 3, 3));
+	return g;
+}
+
+static const rng hswish_scaled_ranges[] = {{"x", -1, 1}, {"t", -8, 5},    {"a", -5, 8},        {"c", 0, 6},
+					   {"h", 0, 1},  {"h2", 0, 0.5f}, {"y", -0.1875f, 2.5f}};
+
+Test(placement, folded_chain_writes_no_unread_dequantize)
+{
+	fx f = {0};
+	oq_graph *g;
+	const oq_node *dq;
+
+	f.gm = hswish_scaled_model();
+	fx_load_prefer(&f, hswish_scaled_ranges, 7, OQ_PREFER_SPEED);
+	run_passes(&f, "fuse,quantize");
+	g = f.m->graph;
+	/* Div by 6 then Mul by 0.5 both fold: h2 is c's Q read with scale (6/255) / 6 * 0.5; h, read
+	 * only by the folded Mul, gets no DequantizeLinear (ONNX Runtime would run it for nothing) */
+	cr_assert_null(node_named(g, "div"));
+	cr_assert_null(node_named(g, "mulk"));
+	dq = value_named(g, "h2")->producer;
+	cr_assert(dq && oq_node_is(dq, OQ_OP_DequantizeLinear));
+	cr_assert_eq(dq->inputs[0], q_reading(value_named(g, "c"))->outputs[0]);
+	cr_assert_float_eq(scalar(dq->inputs[1]), 0.5 / 255, 1e-9, "h2 scale %g", scalar(dq->inputs[1]));
+	for (size_t i = 0; i < g->n_nodes; i++) {
+		const oq_value *o = g->nodes[i]->outputs[0];
+		if (oq_node_is(g->nodes[i], OQ_OP_DequantizeLinear))
+			cr_assert(o->n_uses || (o->flags & OQ_V_OUTPUT), "'%s' writes '%s', read by nothing",
+				  g->nodes[i]->name, o->name);
+	}
+	cr_assert_eq(count_op(g, OQ_OP_DequantizeLinear), 6, "x, W, t, the constant 3, h2 and y");
+	fx_free(&f);
+}
+
 Test(placement, hardswish_speed_numerics_within_steps)
 {
 	fx f = {0}, ref = {0};

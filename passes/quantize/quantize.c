@@ -898,10 +898,30 @@ static void note_input(qctx *c, oq_node *n, int k, float scale)
 		c->in_scale[n->index] = scale;
 }
 
+/* Is n a node of the pass' graph that insert_folded replaces? */
+static int folded(const qctx *c, const oq_node *n)
+{
+	return n->index < c->nn && c->g->nodes[n->index] == n && c->fold[n->index] != 0;
+}
+
+/* Does anything but folded Mul / Div nodes read v (a graph output, a body's capture, a node)? */
+static int read_unfolded(const qctx *c, const oq_value *v)
+{
+	if ((v->flags & OQ_V_OUTPUT) || oq_value_n_captures(v))
+		return 1;
+	for (size_t i = 0; i < v->n_uses; i++)
+		if (!folded(c, v->uses[i].node))
+			return 1;
+	return 0;
+}
+
 /*
  * A folded Mul / Div (c->fold) writing y: y := DequantizeLinear(Q output of
  * its input, y's scale, zero point), the node goes. The same integers as
- * its input's Q, read with the scale times the factor.
+ * its input's Q, read with the scale times the factor. When only folded
+ * nodes read y (a chain: Div by 6, then Mul by a scalar weight), y gets no
+ * DequantizeLinear: the next fold reads the Q itself, and a DQ nobody reads
+ * would still run in ONNX Runtime.
  */
 static int insert_folded(qctx *c, oq_node *n, oq_value *y)
 {
@@ -911,9 +931,17 @@ static int insert_folded(qctx *c, oq_node *n, oq_value *y)
 	int rc = OQ_ENOMEM;
 
 	(void)scale_factor(c, n, &t);
-	if (!dqn || !c->qout[t->index] || qinits(c, y))
+	if (!dqn || !c->qout[t->index])
 		goto out;
-	if (!(un = node_name(c, dqn)) || !(dq = add_named(c, "DequantizeLinear", un)))
+	if (!read_unfolded(c, y)) {
+		n->outputs[0] = NULL;
+		n->dead = 1;
+		c->qout[y->index] = c->qout[t->index];
+		c->n_folded++;
+		rc = OQ_OK;
+		goto out;
+	}
+	if (qinits(c, y) || !(un = node_name(c, dqn)) || !(dq = add_named(c, "DequantizeLinear", un)))
 		goto out;
 	in[0] = c->qout[t->index];
 	in[1] = c->s_init[y->index];
@@ -932,12 +960,6 @@ out:
 	free(dqn);
 	free(un);
 	return rc ? oq_err(c->d, rc, "quantize: out of memory") : OQ_OK;
-}
-
-/* Is n a node of the pass' graph that insert_folded replaces? */
-static int folded(const qctx *c, const oq_node *n)
-{
-	return n->index < c->nn && c->g->nodes[n->index] == n && c->fold[n->index] != 0;
 }
 
 /* ORT: one shared pair for v; quantized consumers read its DQ (runtime-aware: all consumers). */
