@@ -114,9 +114,10 @@ static const rng silu_ranges[] = {{"x", -1, 1}, {"t", -10, 4}, {"s", 0, 1}, {"y"
 
 /*
  * HardSwish after a Conv (x * Clip(x + 3, 0, 6) / 6): x -> Conv "conv" -> t;
- * a = Add(t, 3) "add"; c = Clip(a, 0, 6) "clip"; h = Div(c, 6) "div"; y = Mul(t, h) "mul"
+ * a = Add(t, 3) "add"; c = Clip(a, 0, 6) "clip"; h = Div(c, 6) "div"; y = Mul(t, h) "mul".
+ * Scaled (PaddleOCR's w * hardswish(t)): h2 = Mul(kw = 0.5, h) "mulk"; y = Mul(t, h2).
  */
-static gen_model *hswish_model(void)
+static gen_model *hswish_graph(int scaled)
 {
 	gen_model *g = gen_new(8);
 	Onnx__GraphProto *mg = gen_graph(g);
@@ -130,9 +131,18 @@ static gen_model *hswish_model(void)
 	gen_node(g, mg, "Add", "add", "t,three", "a");
 	gen_node(g, mg, "Clip", "clip", "a,zero,six", "c");
 	gen_node(g, mg, "Div", "div", "c,six", "h");
-	gen_node(g, mg, "Mul", "mul", "t,h", "y");
+	if (scaled) {
+		gen_init(g, mg, "kw", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0.5));
+		gen_node(g, mg, "Mul", "mulk", "kw,h", "h2");
+	}
+	gen_node(g, mg, "Mul", "mul", scaled ? "t,h2" : "t,h", "y");
 	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 3, 3));
 	return g;
+}
+
+static gen_model *hswish_model(void)
+{
+	return hswish_graph(0);
 }
 
 static const rng hswish_ranges[] = {{"x", -1, 1}, {"t", -8, 5}, {"a", -5, 8}, {"c", 0, 6},
@@ -264,31 +274,6 @@ Test(placement, hardswish_speed_clip_in_q_div_folded_const_exact)
 	fx_free(&f);
 }
 
-/*
- * HardSwish scaled by a scalar weight after it (PaddleOCR's w * hardswish(t)): the model of
- * hswish_model with h2 = Mul(kw = 0.5, h) "mulk"; y = Mul(t, h2) "mul".
- */
-static gen_model *hswish_scaled_model(void)
-{
-	gen_model *g = gen_new(8);
-	Onnx__GraphProto *mg = gen_graph(g);
-	gen_opset(g, "", 13);
-	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 3, 3));
-	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(2, 2, 1, 1), w4);
-	gen_init(g, mg, "three", OQ_DT_FLOAT, 0, NULL, GEN_VALS(3));
-	gen_init(g, mg, "zero", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0));
-	gen_init(g, mg, "six", OQ_DT_FLOAT, 0, NULL, GEN_VALS(6));
-	gen_init(g, mg, "kw", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0.5));
-	gen_node(g, mg, "Conv", "conv", "x,W", "t");
-	gen_node(g, mg, "Add", "add", "t,three", "a");
-	gen_node(g, mg, "Clip", "clip", "a,zero,six", "c");
-	gen_node(g, mg, "Div", "div", "c,six", "h");
-	gen_node(g, mg, "Mul", "mulk", "kw,h", "h2");
-	gen_node(g, mg, "Mul", "mul", "t,h2", "y");
-	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 3, 3));
-	return g;
-}
-
 static const rng hswish_scaled_ranges[] = {{"x", -1, 1}, {"t", -8, 5},    {"a", -5, 8},        {"c", 0, 6},
 					   {"h", 0, 1},  {"h2", 0, 0.5f}, {"y", -0.1875f, 2.5f}};
 
@@ -298,7 +283,7 @@ Test(placement, folded_chain_writes_no_unread_dequantize)
 	oq_graph *g;
 	const oq_node *dq;
 
-	f.gm = hswish_scaled_model();
+	f.gm = hswish_graph(1);
 	fx_load_prefer(&f, hswish_scaled_ranges, 7, OQ_PREFER_SPEED);
 	run_passes(&f, "fuse,quantize");
 	g = f.m->graph;
