@@ -2,7 +2,8 @@
 # exec_conv.sh - the executor's speed against ONNX Runtime on Conv-heavy
 # models: ResNet-50 (BatchNormalization unfolded, [1,3,224,224]),
 # MobileNetV2 (folded, depthwise convolutions, [1,3,224,224]) and the
-# PaddleOCR v4 detector ([1,3,640,640]); and on a transformer, torchvision's
+# PaddleOCR v4 detector ([1,3,640,640]); a U2-Net-style U-Net (dilated
+# 3x3 convs, bilinear Resize, Concat; [1,3,320,320]); and on a transformer, torchvision's
 # vit_b_16 ([1,3,224,224]; exported without constant folding, so weights sit
 # behind Transpose / Identity: the executor's plan folds them).
 #
@@ -20,7 +21,7 @@
 # runs vs initializers + 2 x the executor's peak of live activations; also
 # without the process's RSS before loading the model, base_mb).
 # Absent models are skipped (ResNet-50: bench/make_resnet50.py;
-# MobileNetV2: bench/exec_make_mobilenet_v2.py; OCR and ORT:
+# MobileNetV2: bench/exec_make_mobilenet_v2.py; U-Net: bench/exec_make_unet.py; OCR and ORT:
 # tests/integration/fetch.sh; vit_b_16: tests/integration/torchvision_export.py
 # via torchvision_ort.sh). Use a Release build for meaningful numbers.
 #
@@ -53,7 +54,8 @@ echo "sgemm peak (OpenBLAS, 1 core, n=2048): ${PEAK:-?} GFLOP/s; load: $(cut -d'
 MODELS="resnet50|$CACHE/bench/resnet50.onnx|input|1,3,224,224
 mobilenet_v2|$CACHE/bench/mobilenet_v2.onnx|input|1,3,224,224
 ocr_det|$CACHE/ocr/ch_PP-OCRv4_det_infer.onnx|x|1,3,640,640
-vit_b_16|$CACHE/tv/vit_b_16.onnx|input|1,3,224,224"
+vit_b_16|$CACHE/tv/vit_b_16.onnx|input|1,3,224,224
+unet|$CACHE/bench/unet.onnx|input|1,3,320,320"
 
 field() { # tool threads key <output
 	awk -v t="$2" -v tool="$1" -v key="$3" '$1 == tool && $2 == "threads=" t {
