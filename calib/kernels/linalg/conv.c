@@ -453,12 +453,13 @@ typedef struct in_place_job {
 	int64_t hp, wp;        /* padded plane */
 	int64_t kc, rt, nt;    /* depth; output rows per tile, tiles per image */
 	const int64_t *off;    /* [kc] start of row k of B in an image's xp */
+	int chan;              /* channels in the lanes (oq_conv_gemm_chan_off; A packed), not positions */
 	atomic_int oom;
 } in_place_job;
 
-static int in_place_fits(const oq_conv_geom *g, int64_t kc)
+static int in_place_fits(const oq_conv_geom *g, int64_t kc, int chan)
 {
-	return !oq_linalg_no_in_place && g->nsp == 2 && g->group == 1 && g->m <= IN_PLACE_MAX_M && g->stride[0] == 1 &&
+	return !oq_linalg_no_in_place && g->nsp == 2 && g->group == 1 && (chan || g->m <= IN_PLACE_MAX_M) && g->stride[0] == 1 &&
 	       g->stride[1] == 1 && g->k_size > 1 && kc <= 65536 /* its row pointers in the thread's buffer */ &&
 	       IN_PLACE_WASTE * (g->k[1] - 1) * g->dil[1] <= g->out[1];
 }
@@ -504,9 +505,13 @@ static void in_place_range(void *ctx, size_t begin, size_t end)
 		int64_t oh1 = oh0 + j->rt < OH ? oh0 + j->rt : OH, pp = (oh1 - oh0) * j->wp;
 		const float *xn = j->xp + n * g->c * j->hp * j->wp + oh0 * j->wp;
 		int64_t yo = n * M * P + oh0 * OW;
-		for (int64_t k = 0; k < j->kc; k++)
-			br[k] = xn + j->off[k];
-		oq_conv_gemm_pos(M, pp, j->kc, &j->A, NULL, br, c, pp, j->b, NULL);
+		if (j->chan) {
+			oq_conv_gemm_chan_off(M, pp, j->kc, j->A.a, j->A.pstride, xn, j->off, c, pp, j->b);
+		} else {
+			for (int64_t k = 0; k < j->kc; k++)
+				br[k] = xn + j->off[k];
+			oq_conv_gemm_pos(M, pp, j->kc, &j->A, NULL, br, c, pp, j->b, NULL);
+		}
 		for (int64_t m = 0; m < M; m++)
 			for (int64_t oh = oh0; oh < oh1; oh++)
 				memcpy(j->y + n * M * P + m * P + oh * OW, c + m * pp + (oh - oh0) * j->wp,
@@ -522,7 +527,7 @@ static void in_place_range(void *ctx, size_t begin, size_t end)
  * the padded copy cannot be allocated: the caller then takes the im2col path.
  */
 static int conv_in_place(oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const oq_packed_w *pw,
-			 const float *b, const oq_kfuse *ep, float *y, int64_t kc, int *rc)
+			 int chan, const float *b, const oq_kfuse *ep, float *y, int64_t kc, int *rc)
 {
 	in_place_job j;
 	int64_t *off, hr, wr, items;
@@ -562,6 +567,7 @@ static int conv_in_place(oq_kctx *k, const oq_conv_geom *g, const float *x, cons
 	j.y = y;
 	j.kc = kc;
 	j.off = off;
+	j.chan = chan;
 	if (pw) {
 		j.A.a = pw->p;
 		j.A.pstride = kc * OQ_PACKED_W_NR;
@@ -686,8 +692,8 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 	(void)pw;
 #endif
 #if defined(HAVE_X86_KERNELS)
-	if (j.avx512 && !j.chan && !j.direct && in_place_fits(&g, j.kc) &&
-	    !conv_in_place(k, &g, x, w, j.packed_w, b, ep, y, j.kc, &rc)) {
+	if (j.avx512 && !j.direct && in_place_fits(&g, j.kc, j.chan) &&
+	    !conv_in_place(k, &g, x, w, j.packed_w, j.chan, b, ep, y, j.kc, &rc)) {
 		oq_packed_w_free(&own);
 		return rc;
 	}

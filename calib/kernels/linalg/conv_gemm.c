@@ -544,8 +544,8 @@ AVX512 void oq_conv_gemm_pos(int64_t mm, int64_t pp, int64_t kd, const tile_a *A
  * in k order with one FMA per term, as in pos_tile_12x32: the same bits. Positions
  * past rr repeat row 0 and are not stored; channels past nch are not stored.
  */
-#define DEFINE_CHAN_TILE(R, NV, NAME)                                                                           \
-	AVX512 static void NAME(int64_t kd, const float *const *ar, int64_t ks, const float *wp, float *c, \
+#define DEFINE_CHAN_TILE(R, NV, NAME, OARG, OFF)                                                               \
+	AVX512 static void NAME(int64_t kd, const float *const *ar, OARG, const float *wp, float *c,          \
 				int64_t ldc, int rr, int nch, const float *bias, const tile_epi *e)           \
 	{                                                                                              \
 		const float *a[R];                                                                     \
@@ -559,8 +559,9 @@ AVX512 void oq_conv_gemm_pos(int64_t mm, int64_t pp, int64_t kd, const tile_a *A
 			for (int v = 0; v < NV; v++)                                                   \
 				acc[r][v] = init[v];                                                   \
 		}                                                                                      \
-		for (int64_t k = 0, o = 0; k < kd; k++, o += ks, wp += OQ_PACKED_W_NR) {                     \
+		for (int64_t k = 0; k < kd; k++, wp += OQ_PACKED_W_NR) {                               \
 			__m512 w[NV];                                                                  \
+			int64_t o = OFF;                                                               \
 			for (int v = 0; v < NV; v++)                                                   \
 				w[v] = _mm512_load_ps(wp + 16 * v);                                    \
 			for (int r = 0; r < R; r++) {                                                  \
@@ -580,31 +581,46 @@ AVX512 void oq_conv_gemm_pos(int64_t mm, int64_t pp, int64_t kd, const tile_a *A
 						      e ? tile_epi_vec(e, 16 * v + l, 0, pm, x[l]) : x[l]);     \
 		}                                                                                      \
 	}
-DEFINE_CHAN_TILE(4, 2, chan_tile_4x32)
-DEFINE_CHAN_TILE(5, 2, chan_tile_5x32)
-DEFINE_CHAN_TILE(6, 2, chan_tile_6x32)
-DEFINE_CHAN_TILE(7, 2, chan_tile_7x32)
-DEFINE_CHAN_TILE(8, 2, chan_tile_8x32)
-DEFINE_CHAN_TILE(4, 1, chan_tile_4x16)
-DEFINE_CHAN_TILE(5, 1, chan_tile_5x16)
-DEFINE_CHAN_TILE(6, 1, chan_tile_6x16)
-DEFINE_CHAN_TILE(7, 1, chan_tile_7x16)
-DEFINE_CHAN_TILE(8, 1, chan_tile_8x16)
+/* position rows read at k * ks (the packed col, or a 1x1 input in place) */
+#define DEFINE_STRIDED_CHAN_TILE(R, NV, NAME) DEFINE_CHAN_TILE(R, NV, NAME, int64_t ks, k * ks)
+DEFINE_STRIDED_CHAN_TILE(4, 2, chan_tile_4x32)
+DEFINE_STRIDED_CHAN_TILE(5, 2, chan_tile_5x32)
+DEFINE_STRIDED_CHAN_TILE(6, 2, chan_tile_6x32)
+DEFINE_STRIDED_CHAN_TILE(7, 2, chan_tile_7x32)
+DEFINE_STRIDED_CHAN_TILE(8, 2, chan_tile_8x32)
+DEFINE_STRIDED_CHAN_TILE(4, 1, chan_tile_4x16)
+DEFINE_STRIDED_CHAN_TILE(5, 1, chan_tile_5x16)
+DEFINE_STRIDED_CHAN_TILE(6, 1, chan_tile_6x16)
+DEFINE_STRIDED_CHAN_TILE(7, 1, chan_tile_7x16)
+DEFINE_STRIDED_CHAN_TILE(8, 1, chan_tile_8x16)
+#undef DEFINE_STRIDED_CHAN_TILE
+/* position rows read at offs[k] (a padded input in place: conv_in_place) */
+#define DEFINE_OFFSET_CHAN_TILE(R, NV, NAME) DEFINE_CHAN_TILE(R, NV, NAME, const int64_t *offs, offs[k])
+DEFINE_OFFSET_CHAN_TILE(4, 2, chan_tile_off_4x32)
+DEFINE_OFFSET_CHAN_TILE(5, 2, chan_tile_off_5x32)
+DEFINE_OFFSET_CHAN_TILE(6, 2, chan_tile_off_6x32)
+DEFINE_OFFSET_CHAN_TILE(7, 2, chan_tile_off_7x32)
+DEFINE_OFFSET_CHAN_TILE(8, 2, chan_tile_off_8x32)
+DEFINE_OFFSET_CHAN_TILE(4, 1, chan_tile_off_4x16)
+DEFINE_OFFSET_CHAN_TILE(5, 1, chan_tile_off_5x16)
+DEFINE_OFFSET_CHAN_TILE(6, 1, chan_tile_off_6x16)
+DEFINE_OFFSET_CHAN_TILE(7, 1, chan_tile_off_7x16)
+DEFINE_OFFSET_CHAN_TILE(8, 1, chan_tile_off_8x16)
+#undef DEFINE_OFFSET_CHAN_TILE
 #undef DEFINE_CHAN_TILE
 
 typedef void (*chan_tile_fn)(int64_t kd, const float *const *ar, int64_t ks, const float *wp, float *c, int64_t ldc, int rr,
 		      int nch, const float *bias, const tile_epi *e);
+typedef void (*chan_tile_off_fn)(int64_t kd, const float *const *ar, const int64_t *offs, const float *wp, float *c,
+				 int64_t ldc, int rr, int nch, const float *bias, const tile_epi *e);
 
 /*
- * C[mm channels, pp positions] (ldc) = init + the packed panels wp (mm
- * channels from a panel start, pstride floats apart) x the positions' rows
- * (bp NULL: row(q) = x + q, a 1x1 input read in place, k-stride ks; else
- * the packed col bp, k-stride TILE_NR), panel by panel, the positions cut
- * into tiles of 4 to 8 as evenly as possible (49 = 7 x 7, 196 = 21 x 8 +
- * 4 x 7); e: the register epilogue (rows = channels from C's first).
+ * The drivers below: panel by panel, the positions cut into tiles of 4 to 8 as evenly as possible (49 =
+ * 7 x 7, 196 = 21 x 8 + 4 x 7); position q's row at row(q); offs NULL: k-stride ks, else row(q)[offs[k]].
  */
-AVX512 void oq_conv_gemm_chan(int64_t mm, int64_t pp, int64_t kd, const float *wp, int64_t pstride, const float *x,
-			      int64_t ks, const float *bp, float *c, int64_t ldc, const float *bias, const tile_epi *e)
+AVX512 static void gemm_chan(int64_t mm, int64_t pp, int64_t kd, const float *wp, int64_t pstride, const float *x,
+			     int64_t ks, const int64_t *offs, const float *bp, float *c, int64_t ldc, const float *bias,
+			     const tile_epi *e)
 {
 	/* by positions per tile: 4..8, fewer only for a plane of fewer than 4 (the 4-tile takes them) */
 	static const chan_tile_fn f2[9] = {chan_tile_4x32, chan_tile_4x32, chan_tile_4x32,
@@ -613,6 +629,12 @@ AVX512 void oq_conv_gemm_chan(int64_t mm, int64_t pp, int64_t kd, const float *w
 	static const chan_tile_fn f1[9] = {chan_tile_4x16, chan_tile_4x16, chan_tile_4x16,
 					   chan_tile_4x16, chan_tile_4x16, chan_tile_5x16,
 					   chan_tile_6x16, chan_tile_7x16, chan_tile_8x16};
+	static const chan_tile_off_fn o2[9] = {chan_tile_off_4x32, chan_tile_off_4x32, chan_tile_off_4x32,
+					       chan_tile_off_4x32, chan_tile_off_4x32, chan_tile_off_5x32,
+					       chan_tile_off_6x32, chan_tile_off_7x32, chan_tile_off_8x32};
+	static const chan_tile_off_fn o1[9] = {chan_tile_off_4x16, chan_tile_off_4x16, chan_tile_off_4x16,
+					       chan_tile_off_4x16, chan_tile_off_4x16, chan_tile_off_5x16,
+					       chan_tile_off_6x16, chan_tile_off_7x16, chan_tile_off_8x16};
 	int64_t nt = (pp + 7) / 8, base = pp / nt, extra = pp % nt;
 
 	for (int64_t pc = 0; pc < mm; pc += OQ_PACKED_W_NR, wp += pstride) {
@@ -631,11 +653,34 @@ AVX512 void oq_conv_gemm_chan(int64_t mm, int64_t pp, int64_t kd, const float *w
 				ar[r] = bp ? bp + (q + r) / TILE_NR * kd * TILE_NR + (q + r) % TILE_NR : x + q + r;
 			if (e && e->res)
 				em.t = e->t + pc * ldc + q;
-			(nch > 16 ? f2 : f1)[rr](kd, ar, bp ? TILE_NR : ks, wp, c + pc * ldc + q, ldc, rr, nch,
-						 bias ? bias + pc : NULL, ep);
+			if (offs)
+				(nch > 16 ? o2 : o1)[rr](kd, ar, offs, wp, c + pc * ldc + q, ldc, rr, nch,
+							 bias ? bias + pc : NULL, ep);
+			else
+				(nch > 16 ? f2 : f1)[rr](kd, ar, bp ? TILE_NR : ks, wp, c + pc * ldc + q, ldc, rr, nch,
+							 bias ? bias + pc : NULL, ep);
 			q += rr;
 		}
 	}
+}
+
+/*
+ * C[mm channels, pp positions] (ldc) = init + the packed panels wp (mm
+ * channels from a panel start, pstride floats apart) x the positions' rows
+ * (bp NULL: row(q) = x + q, a 1x1 input read in place, k-stride ks; else
+ * the packed col bp, k-stride TILE_NR); e: the register epilogue (rows =
+ * channels from C's first).
+ */
+AVX512 void oq_conv_gemm_chan(int64_t mm, int64_t pp, int64_t kd, const float *wp, int64_t pstride, const float *x,
+			      int64_t ks, const float *bp, float *c, int64_t ldc, const float *bias, const tile_epi *e)
+{
+	gemm_chan(mm, pp, kd, wp, pstride, x, ks, NULL, bp, c, ldc, bias, e);
+}
+
+AVX512 void oq_conv_gemm_chan_off(int64_t mm, int64_t pp, int64_t kd, const float *wp, int64_t pstride, const float *x,
+				  const int64_t *offs, float *c, int64_t ldc, const float *bias)
+{
+	gemm_chan(mm, pp, kd, wp, pstride, x, 0, offs, NULL, c, ldc, bias, NULL);
 }
 #endif
 
