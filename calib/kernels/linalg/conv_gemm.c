@@ -289,9 +289,9 @@ AVX512 static inline void pos_tile_12x32(int64_t kd, const float *const *ar, int
 	{                                                                                               \
 		const float *ar[R];                                                                     \
 		__m512 acc[R][NV];                                                                      \
-		__mmask16 mk[2];                                                                        \
-		mk[0] = nr >= 16 ? 0xffff : (__mmask16)((1u << nr) - 1);                                \
-		mk[1] = nr >= 32 ? 0xffff : nr <= 16 ? 0 : (__mmask16)((1u << (nr - 16)) - 1);         \
+		__mmask16 mk[NV];                                                                       \
+		for (int v = 0; v < NV; v++)                                                            \
+			mk[v] = lane_mask(16 * v, nr);                                                  \
 		for (int r = 0; r < R; r++) {                                                           \
 			ar[r] = mr > r ? ar0[r] : ar0[0];                                               \
 			for (int v = 0; v < NV; v++)                                                    \
@@ -329,6 +329,13 @@ DEFINE_IN_PLACE_POS_TILE(12, 2, pos_tile_in_place_12x32)
 DEFINE_IN_PLACE_POS_TILE(8, 2, pos_tile_in_place_8x32)
 DEFINE_IN_PLACE_POS_TILE(4, 2, pos_tile_in_place_4x32)
 #undef DEFINE_IN_PLACE_POS_TILE
+/* the same, masked loads: tiles wider than the 32 floats readable past a row's last position */
+#define DEFINE_WIDE_POS_TILE(R, NV, NAME) \
+	DEFINE_POS_TILE(R, NV, NAME, _mm512_maskz_loadu_ps(mk[v], br[k] + q + 16 * v), (void)0, const float *const *br, int64_t q)
+DEFINE_WIDE_POS_TILE(1, 8, pos_tile_in_place_1x128)
+DEFINE_WIDE_POS_TILE(2, 8, pos_tile_in_place_2x128)
+DEFINE_WIDE_POS_TILE(4, 4, pos_tile_in_place_4x64)
+#undef DEFINE_WIDE_POS_TILE
 #undef DEFINE_POS_TILE
 
 /* Row r (pp values at src) into the packed col bp (kc rows), zero past pp. */
@@ -481,6 +488,27 @@ AVX512 void oq_conv_gemm_pos(int64_t mm, int64_t pp, int64_t kd, const tile_a *A
 {
 	int64_t k0 = 0, ks = A->pstride ? OQ_PACKED_W_NR : 1;
 
+	if (!bp && mm <= 4 && !e) { /* B in place, at most 4 rows: wide position tiles, each row of B read once per tile */
+		int64_t step = mm <= 2 ? 128 : 64;
+		do {
+			int64_t kb = kd - k0 < KC_DEPTH ? kd - k0 : KC_DEPTH;
+			int load = k0 > 0;
+			const float *am[4];
+			for (int r = 0; r < 4; r++)
+				am[r] = tile_a_row(A, r < mm ? r : 0) + k0 * ks;
+			for (int64_t q0 = 0; q0 < pp; q0 += step) {
+				int nr = pp - q0 < step ? (int)(pp - q0) : (int)step;
+				if (mm == 1)
+					pos_tile_in_place_1x128(kb, am, ks, br + k0, q0, c + q0, ldc, (int)mm, nr, load, bias, NULL);
+				else if (mm == 2)
+					pos_tile_in_place_2x128(kb, am, ks, br + k0, q0, c + q0, ldc, (int)mm, nr, load, bias, NULL);
+				else
+					pos_tile_in_place_4x64(kb, am, ks, br + k0, q0, c + q0, ldc, (int)mm, nr, load, bias, NULL);
+			}
+			k0 += kb;
+		} while (k0 < kd);
+		return;
+	}
 	do {
 		int64_t kb = kd - k0 < KC_DEPTH ? kd - k0 : KC_DEPTH;
 		int load = k0 > 0;
