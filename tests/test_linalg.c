@@ -1069,9 +1069,11 @@ Test(linalg, conv_packed_weights_vs_in_place)
 }
 
 /*
- * Stride-1 convolutions of at most 24 output channels read their input in
- * place (a zero-padded copy, no im2col; conv.c conv_in_place) where the
- * output rows are wide enough. Same FMAs in the same order as the packed
+ * Stride-1 convolutions read their input in place (a zero-padded copy, no
+ * im2col; conv.c conv_in_place) where the output rows are wide enough: at
+ * most 24 output channels on the positions-in-lanes tiles (1 to 4 channels
+ * on the wide ones), more (seeds 49..64: 25 to 72 channels, depth >= 172)
+ * on the channels-in-lanes tiles. Same FMAs in the same order as the packed
  * im2col tiles, then the epilogue over the stored rows: the bits must equal
  * the im2col path's (oq_linalg_no_in_place) for weights in place and packed,
  * with no epilogue, Relu, Clip, BN + Clip, a residual Add + Relu and a
@@ -1087,12 +1089,12 @@ Test(linalg, conv_in_place_rows_vs_im2col_bits)
 	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
 		cr_skip_test("no AVX-512F on this CPU: nothing to compare");
 	size_t runs0 = oq_linalg_in_place_runs;
-	for (uint64_t sd = 1; sd <= 48; sd++) {
+	for (uint64_t sd = 1; sd <= 64; sd++) {
 		oq_conv_geom g;
 		oq_packed_w cw;
 		oq_kfuse ep;
 		oq_epi_step st[4];
-		double scale[24], shift[24];
+		double scale[72], shift[72];
 		int64_t nw, nx, ny, pe[2];
 		float *x, *w, *b, *r, *y1, *y2, *y3, *y4;
 		int kind = (int)(sd % 6);
@@ -1102,11 +1104,11 @@ Test(linalg, conv_in_place_rows_vs_im2col_bits)
 		memset(&g, 0, sizeof g);
 		g.nsp = 2;
 		g.n = irand(1, 2);
-		g.c = irand(1, 40);
-		g.m = sd <= 24 ? (int64_t)sd : irand(1, 24);
+		g.c = sd <= 48 ? irand(1, 40) : irand(43, 64);
+		g.m = sd <= 24 ? (int64_t)sd : sd <= 48 ? irand(1, 24) : irand(25, 72);
 		g.group = 1;
 		for (int d = 0; d < 2; d++) {
-			g.k[d] = d == 0 ? irand(1, 5) : irand(2, 5);
+			g.k[d] = d == 0 ? irand(sd <= 48 ? 1 : 2, 5) : irand(2, 5);
 			g.dil[d] = irand(0, 3) ? 1 : 2;
 			g.stride[d] = 1;
 			g.pad[d] = irand(0, 3);
