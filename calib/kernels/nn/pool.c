@@ -237,37 +237,65 @@ AVX512 static inline __m512 zmax_vec(const float *x, int64_t H, int64_t W, int64
 	return best;
 }
 
+#define ZMAX_STRIPS 32 /* 16-output strips of a row whose masks are kept, so rows are walked in order */
+
+/* 16 outputs of row oh at column ow of one plane (masks m, lo, hi of their strip). */
+AVX512 static inline void zmax_store(const float *x, float *y, const geom *g, int64_t oh, int64_t ow,
+				     const __mmask16 *m, const __mmask16 *lo, const __mmask16 *hi)
+{
+	int64_t H = g->in[0], W = g->in[1], OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->s[1];
+	int64_t nl = OW - ow < 16 ? OW - ow : 16, c0 = ow * sw - g->pb[1], ih0 = oh * g->s[0] - g->pb[0];
+	__mmask16 keep = (__mmask16)((1u << nl) - 1u);
+	float *yr = y + oh * OW + ow;
+
+	if (kh == 3 && kw == 3 && sw == 2)
+		_mm512_mask_storeu_ps(yr, keep, zmax_vec(x, H, W, ih0, 3, 3, c0, 2, m, lo, hi));
+	else if (kh == 3 && kw == 3 && sw == 1)
+		_mm512_mask_storeu_ps(yr, keep, zmax_vec(x, H, W, ih0, 3, 3, c0, 1, m, lo, hi));
+	else if (kh == 2 && kw == 2 && sw == 2)
+		_mm512_mask_storeu_ps(yr, keep, zmax_vec(x, H, W, ih0, 2, 2, c0, 2, m, lo, hi));
+	else
+		_mm512_mask_storeu_ps(yr, keep, zmax_vec(x, H, W, ih0, kh, kw, c0, sw, m, lo, hi));
+}
+
+/* Tap masks of the strip of 16 outputs at column ow (see zmax_vec). */
+static void zmax_masks(const geom *g, int64_t ow, __mmask16 *m, __mmask16 *lo, __mmask16 *hi)
+{
+	int64_t W = g->in[1], OW = g->out[1], sw = g->s[1];
+	int64_t nl = OW - ow < 16 ? OW - ow : 16, c0 = ow * sw - g->pb[1];
+
+	for (int64_t j = 0; j < g->k[1]; j++) {
+		m[j] = col_mask(c0 + j, sw, W, nl);
+		lo[j] = col_mask(c0 + j, 1, W, 16);
+		hi[j] = col_mask(c0 + j + 16, 1, W, 16);
+	}
+}
+
 AVX512 static void zmax_planes(void *ctx, size_t begin, size_t end)
 {
 	const pool_job *J = ctx;
 	const geom *g = J->g;
-	int64_t H = g->in[0], W = g->in[1], OH = g->out[0], OW = g->out[1];
-	int64_t kh = g->k[0], kw = g->k[1], sh = g->s[0], sw = g->s[1];
+	int64_t OH = g->out[0], OW = g->out[1];
 	__mmask16 m[ZMAX_KW], lo[ZMAX_KW], hi[ZMAX_KW];
 
-	for (size_t pl = begin; pl < end; pl++) {
-		const float *x = J->x + pl * J->in_plane;
-		float *y = J->y + pl * J->out_plane;
-		for (int64_t ow = 0; ow < OW; ow += 16) {
-			int64_t nl = OW - ow < 16 ? OW - ow : 16, c0 = ow * sw - g->pb[1];
-			__mmask16 keep = (__mmask16)((1u << nl) - 1u);
-			for (int64_t j = 0; j < kw; j++) {
-				m[j] = col_mask(c0 + j, sw, W, nl);
-				lo[j] = col_mask(c0 + j, 1, W, 16);
-				hi[j] = col_mask(c0 + j + 16, 1, W, 16);
-			}
-			for (int64_t oh = 0; oh < OH; oh++) {
-				float *yr = y + oh * OW + ow;
-				int64_t ih0 = oh * sh - g->pb[0];
-				if (kh == 3 && kw == 3 && sw == 2)
-					_mm512_mask_storeu_ps(yr, keep, zmax_vec(x, H, W, ih0, 3, 3, c0, 2, m, lo, hi));
-				else if (kh == 3 && kw == 3 && sw == 1)
-					_mm512_mask_storeu_ps(yr, keep, zmax_vec(x, H, W, ih0, 3, 3, c0, 1, m, lo, hi));
-				else
-					_mm512_mask_storeu_ps(yr, keep, zmax_vec(x, H, W, ih0, kh, kw, c0, sw, m, lo, hi));
-			}
-		}
+	if (OW <= 16 * ZMAX_STRIPS) { /* row by row, every strip's masks computed once */
+		__mmask16 sm[ZMAX_STRIPS][ZMAX_KW], slo[ZMAX_STRIPS][ZMAX_KW], shi[ZMAX_STRIPS][ZMAX_KW];
+		int64_t ns = (OW + 15) / 16;
+		for (int64_t s = 0; s < ns; s++)
+			zmax_masks(g, 16 * s, sm[s], slo[s], shi[s]);
+		for (size_t pl = begin; pl < end; pl++)
+			for (int64_t oh = 0; oh < OH; oh++)
+				for (int64_t s = 0; s < ns; s++)
+					zmax_store(J->x + pl * J->in_plane, J->y + pl * J->out_plane, g, oh, 16 * s, sm[s],
+						   slo[s], shi[s]);
+		return;
 	}
+	for (size_t pl = begin; pl < end; pl++) /* wider rows: strip by strip */
+		for (int64_t ow = 0; ow < OW; ow += 16) {
+			zmax_masks(g, ow, m, lo, hi);
+			for (int64_t oh = 0; oh < OH; oh++)
+				zmax_store(J->x + pl * J->in_plane, J->y + pl * J->out_plane, g, oh, ow, m, lo, hi);
+		}
 }
 #endif
 
