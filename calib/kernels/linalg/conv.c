@@ -442,6 +442,7 @@ int oq_conv_use_chan_lanes(const oq_conv_geom *g, int64_t kc, int64_t mg)
 #define IN_PLACE_WASTE 8         /* at most 1 / IN_PLACE_WASTE of the positions computed and dropped */
 #define IN_PLACE_MAX_M 24        /* output channels at most */
 #define IN_PLACE_TILE_BYTES (96u << 10) /* a tile's rows at the padded width, all channels, at most */
+#define IN_PLACE_ROW_OW 64       /* channels in the lanes: output rows at least this wide are written in place */
 
 typedef struct in_place_job {
 	oq_kctx *k;
@@ -505,8 +506,32 @@ static void in_place_range(void *ctx, size_t begin, size_t end)
 		int64_t oh1 = oh0 + j->rt < OH ? oh0 + j->rt : OH, pp = (oh1 - oh0) * j->wp;
 		const float *xn = j->xp + n * g->c * j->hp * j->wp + oh0 * j->wp;
 		int64_t yo = n * M * P + oh0 * OW;
+		if (j->chan && OW >= IN_PLACE_ROW_OW) {
+			/* row by row straight into y: no dropped columns, no copy, the epilogue in registers where it can */
+			int reg = j->ep && !oq_conv_late_act(j->ep) && (!j->ep->n_steps || oq_conv_res_steps(j->ep));
+			tile_epi ze;
+			if (reg) {
+				ze.scale = j->ep->scale;
+				ze.shift = j->ep->scale ? j->ep->shift : NULL;
+				ze.act = j->ep->act.kind;
+				ze.lo = j->ep->act.a;
+				ze.hi = j->ep->act.b;
+				ze.res = oq_conv_res_steps(j->ep);
+				ze.ldc = P;
+			}
+			for (int64_t oh = oh0; oh < oh1; oh++) {
+				int64_t yr = n * M * P + oh * OW;
+				if (reg)
+					ze.t = ze.res ? j->ep->t[j->ep->steps[0].t] + yr : NULL;
+				oq_conv_gemm_chan_off(M, OW, j->kc, j->A.a, j->A.pstride, xn + (oh - oh0) * j->wp, j->off,
+						      j->y + yr, P, j->b, reg ? &ze : NULL);
+			}
+			if (j->ep && !reg)
+				oq_conv_epi_tile(j->ep, 0, M, (size_t)yo, j->y + yo, P, (oh1 - oh0) * OW);
+			continue;
+		}
 		if (j->chan) {
-			oq_conv_gemm_chan_off(M, pp, j->kc, j->A.a, j->A.pstride, xn, j->off, c, pp, j->b);
+			oq_conv_gemm_chan_off(M, pp, j->kc, j->A.a, j->A.pstride, xn, j->off, c, pp, j->b, NULL);
 		} else {
 			for (int64_t k = 0; k < j->kc; k++)
 				br[k] = xn + j->off[k];

@@ -706,9 +706,9 @@ AVX512 void oq_conv_gemm_chan(int64_t mm, int64_t pp, int64_t kd, const float *w
 }
 
 AVX512 void oq_conv_gemm_chan_off(int64_t mm, int64_t pp, int64_t kd, const float *wp, int64_t pstride, const float *x,
-				  const int64_t *offs, float *c, int64_t ldc, const float *bias)
+				  const int64_t *offs, float *c, int64_t ldc, const float *bias, const tile_epi *e)
 {
-	gemm_chan(mm, pp, kd, wp, pstride, x, 0, offs, NULL, c, ldc, bias, NULL);
+	gemm_chan(mm, pp, kd, wp, pstride, x, 0, offs, NULL, c, ldc, bias, e);
 }
 #endif
 

@@ -194,10 +194,10 @@ AVX512 void oq_conv_gemm_chan(int64_t mm, int64_t pp, int64_t kd, const float *w
 			      int64_t ks, const float *bp, float *c, int64_t ldc, const float *bias, const tile_epi *e);
 /*
  * oq_conv_gemm_chan with position q's value of depth k at x[q + offs[k]] (a padded input read in
- * place: conv_in_place), no epilogue. Same sums in the same order as on the packed col. conv_gemm.c.
+ * place: conv_in_place). Same sums in the same order as on the packed col. conv_gemm.c.
  */
 AVX512 void oq_conv_gemm_chan_off(int64_t mm, int64_t pp, int64_t kd, const float *wp, int64_t pstride, const float *x,
-				  const int64_t *offs, float *c, int64_t ldc, const float *bias);
+				  const int64_t *offs, float *c, int64_t ldc, const float *bias, const tile_epi *e);
 /* Channels in the lanes (oq_conv_gemm_chan) fill more lanes than positions for this shape. conv.c. */
 int oq_conv_use_chan_lanes(const oq_conv_geom *g, int64_t kc, int64_t mg);
 /* C[mm, pp] (ldc) = (has_init ? C : 0) + A[mm, kd] (lda) * B[kd, pp] (ldb) on AVX2 + FMA. conv_gemm.c. */
