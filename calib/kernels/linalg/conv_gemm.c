@@ -572,7 +572,7 @@ AVX512 void oq_conv_gemm_pos(int64_t mm, int64_t pp, int64_t kd, const tile_a *A
  * in k order with one FMA per term, as in pos_tile_12x32: the same bits. Positions
  * past rr repeat row 0 and are not stored; channels past nch are not stored.
  */
-#define DEFINE_CHAN_TILE(R, NV, NAME, OARG, OFF)                                                               \
+#define DEFINE_CHAN_TILE(R, NV, NAME, OARG, OSTEP, OFF)                                                               \
 	AVX512 static void NAME(int64_t kd, const float *const *ar, OARG, const float *wp, float *c,          \
 				int64_t ldc, int rr, int nch, const float *bias, const tile_epi *e)           \
 	{                                                                                              \
@@ -587,7 +587,7 @@ AVX512 void oq_conv_gemm_pos(int64_t mm, int64_t pp, int64_t kd, const tile_a *A
 			for (int v = 0; v < NV; v++)                                                   \
 				acc[r][v] = init[v];                                                   \
 		}                                                                                      \
-		for (int64_t k = 0; k < kd; k++, wp += OQ_PACKED_W_NR) {                               \
+		for (int64_t k = 0, ok = 0; k < kd; k++, ok += OSTEP, wp += OQ_PACKED_W_NR) {          \
 			__m512 w[NV];                                                                  \
 			int64_t o = OFF;                                                               \
 			for (int v = 0; v < NV; v++)                                                   \
@@ -610,7 +610,7 @@ AVX512 void oq_conv_gemm_pos(int64_t mm, int64_t pp, int64_t kd, const tile_a *A
 		}                                                                                      \
 	}
 /* position rows read at k * ks (the packed col, or a 1x1 input in place) */
-#define DEFINE_STRIDED_CHAN_TILE(R, NV, NAME) DEFINE_CHAN_TILE(R, NV, NAME, int64_t ks, k * ks)
+#define DEFINE_STRIDED_CHAN_TILE(R, NV, NAME) DEFINE_CHAN_TILE(R, NV, NAME, int64_t ks, ks, ok)
 DEFINE_STRIDED_CHAN_TILE(4, 2, chan_tile_4x32)
 DEFINE_STRIDED_CHAN_TILE(5, 2, chan_tile_5x32)
 DEFINE_STRIDED_CHAN_TILE(6, 2, chan_tile_6x32)
@@ -623,7 +623,7 @@ DEFINE_STRIDED_CHAN_TILE(7, 1, chan_tile_7x16)
 DEFINE_STRIDED_CHAN_TILE(8, 1, chan_tile_8x16)
 #undef DEFINE_STRIDED_CHAN_TILE
 /* position rows read at offs[k] (a padded input in place: conv_in_place) */
-#define DEFINE_OFFSET_CHAN_TILE(R, NV, NAME) DEFINE_CHAN_TILE(R, NV, NAME, const int64_t *offs, offs[k])
+#define DEFINE_OFFSET_CHAN_TILE(R, NV, NAME) DEFINE_CHAN_TILE(R, NV, NAME, const int64_t *offs, 0, offs[k])
 DEFINE_OFFSET_CHAN_TILE(4, 2, chan_tile_off_4x32)
 DEFINE_OFFSET_CHAN_TILE(5, 2, chan_tile_off_5x32)
 DEFINE_OFFSET_CHAN_TILE(6, 2, chan_tile_off_6x32)
