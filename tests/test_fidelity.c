@@ -30,8 +30,8 @@ static void write_samples(const char *dir, size_t n, int rank, const int64_t *di
 	}
 }
 
-/* Runs `quantize MODEL --calib calib --method minmax --no-bias-correction`; the log into buf. */
-static void quantize_log(const char *model, const char *calib, char *buf, size_t n)
+/* Runs `quantize MODEL --calib calib --method minmax --no-bias-correction --threads T`; the log into buf. */
+static void quantize_log_threads(const char *model, const char *calib, int threads, char *buf, size_t n)
 {
 	oq_pipeline_opts po;
 	oq_diag d;
@@ -45,7 +45,7 @@ static void quantize_log(const char *model, const char *calib, char *buf, size_t
 	po.out_path = tmpdir_at("q.onnx");
 	po.calib.source = calib;
 	po.calib.method = OQ_CALIB_MINMAX;
-	po.calib.threads = 1;
+	po.calib.threads = threads;
 	po.q.prefer = OQ_PREFER_ACCURACY; /* these tiny models run faster in float: quantize them anyway */
 	po.bias_correction = OQ_BC_OFF;
 	po.log = log;
@@ -54,6 +54,11 @@ static void quantize_log(const char *model, const char *calib, char *buf, size_t
 	got = fread(buf, 1, n - 1, log);
 	buf[got] = 0;
 	fclose(log);
+}
+
+static void quantize_log(const char *model, const char *calib, char *buf, size_t n)
+{
+	quantize_log_threads(model, calib, 1, buf, n);
 }
 
 /* Runs `analyze MODEL --calib calib --method minmax --json` (tmpdir a.json) with
@@ -133,6 +138,50 @@ Test(fidelity, held_out_clipping_by_hand)
 	cr_expect_not_null(strstr(warn, "held-out): 'x' (activation, 7.0 dB)"), "log:\n%s", log);
 	cr_expect_not_null(strstr(warn, "--overrides"), "log:\n%s", log);
 	cr_expect_not_null(strstr(warn, "--target-sqnr 20"), "log:\n%s", log);
+}
+
+/*
+ * The same Conv on 12 samples: 4 folds of 3, so that with 2 threads the samples after each
+ * fold's first run on two lanes. Folds 0-2: x = (0, 1), (1, 0), (1, 1); fold 3: (0, 2), (2, 0),
+ * (2, 2). Folds 0-2 are judged with ranges [0, 2] (fold 3 among the others): each 1 becomes
+ * 128 * 2/255 = 1.0039216, error 0.0039216 on 4 elements a fold. Fold 3 is judged with [0, 1]:
+ * each 2 clips to 1, error 1 on 4 elements.
+ *   sum r^2 = 3 * 4 + 16 = 28, sum e^2 = 12 (0.0039216)^2 + 4 = 4.0001845
+ *   fold SQNR = 10 log10(28 / 4.0001845) = 8.45 dB, for 'y' and for x's own error
+ * One thread and two give the same report.
+ */
+Test(fidelity, lanes_give_the_one_thread_report)
+{
+	const float xs[] = {0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 2, 2, 0, 2, 2};
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg;
+	char model[256], calib[256], log1[8192], log2[8192];
+	const char *l1, *l2, *w1, *w2;
+
+	gen_opset(g, "", 13);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(1));
+	gen_node(g, mg, "Conv", "conv", "x,W", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
+	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
+	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
+	cr_assert_eq(gen_write(g, model), 0);
+	gen_free(g);
+	write_samples(calib, 12, GEN_SHAPE(1, 1, 1, 2), xs, 2);
+	quantize_log_threads(model, calib, 1, log1, sizeof log1);
+	quantize_log_threads(model, calib, 2, log2, sizeof log2);
+
+	l1 = strstr(log1, "fold SQNR (held-out, 4 folds of 12 samples): 'y' 8.5 dB\n");
+	l2 = strstr(log2, "fold SQNR (held-out, 4 folds of 12 samples): 'y' 8.5 dB\n");
+	cr_expect_not_null(l1, "log:\n%s", log1);
+	cr_expect_not_null(l2, "log:\n%s", log2);
+	w1 = strstr(log1, "warning: fold SQNR below 20 dB");
+	w2 = strstr(log2, "warning: fold SQNR below 20 dB");
+	cr_assert_not_null(w1, "log:\n%s", log1);
+	cr_assert_not_null(w2, "log:\n%s", log2);
+	cr_expect_not_null(strstr(w1, "held-out): 'x' (activation, 8.5 dB)"), "log:\n%s", log1);
+	cr_expect_str_eq(w1, w2);
 }
 
 /* The same model on samples that all share one range: no clipping, no warning. */

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "calib/exec/exec.h"
+#include "calib/exec/threadpool.h"
 #include "calib/folds.h"
 #include "calib/samples.h"
 #include "src/quant/qparams.h"
@@ -29,6 +30,8 @@ typedef struct octx {
 	size_t nq;
 	size_t *pi;        /* per entry of q: its index in oq_fidelity.pt, or SIZE_MAX */
 	oq_fidelity *f;
+	double *acc;       /* per entry of q: sum x^2, sum (x - dq(q(x)))^2 of the sample running
+			    * (2 nq; a lane's own, added to f->pt in sample order) */
 } octx;
 
 double oq_fidelity_db(double r2, double d2)
@@ -187,12 +190,45 @@ static void fake_block(const float *x, size_t n, float s, float qlo, float qhi, 
 	}
 }
 
+#define SUM_LANES 8 /* partial sums add_squares keeps */
+
+/*
+ * *r2 += sum r[k]^2, *d2 += sum (r[k] - f[k])^2 over k < n, in double: element k goes to partial
+ * sum k % SUM_LANES (independent chains the compiler can vectorise), the partials are combined
+ * pairwise, (((0+1)+(2+3))+((4+5)+(6+7))), and the result added last. The order depends on n and
+ * the data only, never on the thread count.
+ */
+static void add_squares(const float *r, const float *f, size_t n, double *r2, double *d2)
+{
+	double a[SUM_LANES] = {0}, b[SUM_LANES] = {0};
+	size_t k = 0;
+
+	for (; k + SUM_LANES <= n; k += SUM_LANES)
+		for (size_t l = 0; l < SUM_LANES; l++) {
+			double x = r[k + l], e = x - f[k + l];
+			a[l] += x * x;
+			b[l] += e * e;
+		}
+	for (size_t l = 0; k < n; k++, l++) {
+		double x = r[k], e = x - f[k];
+		a[l] += x * x;
+		b[l] += e * e;
+	}
+	for (size_t w = 1; w < SUM_LANES; w *= 2)
+		for (size_t l = 0; l + w < SUM_LANES; l += 2 * w) {
+			a[l] += a[l + w];
+			b[l] += b[l + w];
+		}
+	*r2 += a[0];
+	*d2 += b[0];
+}
+
 /* oq_observe_fn (always 0; also called for the graph inputs) */
 static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 {
 	const octx *c = ctx;
 	const oq_qpoint *q;
-	oq_fid_point *p;
+	double *acc;
 	const float *x, *sc;
 	size_t nch, outer = 1, inner = 1;
 	float rb[FAKE_BLOCK], fb[FAKE_BLOCK];
@@ -205,10 +241,11 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 	if (!oq_qpoint_fits(q, t->dims, t->rank))
 		return 0;
 	sc = q->s->data;
-	p = &c->f->pt[c->pi[c->map[v->index]]];
+	acc = &c->acc[2 * (size_t)c->map[v->index]];
 	x = t->data;
-	/* element i = (o * nch + ch) * inner + k, visited in that order: the sums are added in element
-	 * order, each term as oq_qpoint_fake and oq_qpoint_channel give it */
+	/* element i = (o * nch + ch) * inner + k, visited in that order: the sums are added block by
+	 * block (add_squares) in element order, each term as oq_qpoint_fake and oq_qpoint_channel
+	 * give it */
 	nch = q->s->nelem;
 	a = q->axis < 0 ? q->axis + t->rank : q->axis;
 	if (nch == 1 || a < 0 || a >= t->rank) {
@@ -221,8 +258,8 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 		inner *= (size_t)t->dims[k];
 	if (nch == 1)
 		inner = t->nelem, outer = 1;
-	r2 = p->r2;
-	d2 = p->d2;
+	r2 = acc[0];
+	d2 = acc[1];
 	for (size_t o = 0; o < outer; o++)
 		for (size_t ch = 0; ch < nch; ch++) {
 			const float *px = x + (o * nch + ch) * inner;
@@ -240,15 +277,11 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 			for (size_t k0 = 0; k0 < inner; k0 += FAKE_BLOCK) {
 				size_t m = inner - k0 < FAKE_BLOCK ? inner - k0 : FAKE_BLOCK;
 				fake_block(px + k0, m, s, (float)(qmin - z), (float)(qmax - z), lo, hi, rb, fb);
-				for (size_t k = 0; k < m; k++) {
-					double e = (double)rb[k] - fb[k];
-					r2 += (double)rb[k] * rb[k];
-					d2 += e * e;
-				}
+				add_squares(rb, fb, m, &r2, &d2);
 			}
 		}
-	p->r2 = r2;
-	p->d2 = d2;
+	acc[0] = r2;
+	acc[1] = d2;
 	return 0;
 }
 
@@ -326,6 +359,7 @@ static int points(const oq_model *fm, const oq_model *qm, int first, oq_fidelity
 	if ((rc = oq_qpoints(fm, qm, &c->q, &c->nq, d)))
 		return rc;
 	if (!(c->map = oq_calloc(g->n_values + 1, sizeof *c->map)) || !(c->pi = oq_calloc(c->nq + 1, sizeof *c->pi)) ||
+	    !(c->acc = oq_calloc(2 * c->nq + 1, sizeof *c->acc)) ||
 	    (first && !(f->pt = oq_calloc(c->nq + 1, sizeof *f->pt))))
 		return oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
 	for (size_t i = 0; i < g->n_values; i++)
@@ -369,6 +403,8 @@ static void octx_free(octx *c)
 	oq_qpoints_free(c->q, c->nq);
 	free(c->map);
 	free(c->pi);
+	free(c->acc);
+	c->acc = NULL;
 	c->map = NULL;
 	c->q = NULL;
 	c->pi = NULL;
@@ -453,6 +489,196 @@ int oq_fidelity_measure(oq_model *fm, const oq_calib_opts *co, const oq_stats *f
 	return rc;
 }
 
+/*
+ * Lanes (as calibration's and bias correction's): within a fold, the first sample runs alone on
+ * the measurement's executors (all threads); then, with T threads and memory for it, the rest
+ * run T at a time, lane 0 on those executors and lane k on clones of them (one thread each), as
+ * the items of one parallel-for. Each lane keeps its sample's quantized outputs and point sums
+ * (octx.acc, from 0 for every sample); they are added on the calling thread in sample order:
+ * the output sums element by element as with one lane, the point sums one sample at a time. So
+ * the measurement does not depend on the thread count, bit for bit.
+ */
+typedef struct lane {
+	oq_exec *fe, *qe; /* the float (NULL: its outputs are given) and the fold's quantized executor */
+	int own_fe;       /* fe is this lane's clone (qe always is, but lane 0's) */
+	octx c;           /* the fold's points, shared but acc (the lane's own) */
+	oq_rt *in, *qin, *fo, *qo;
+	size_t i;         /* the sample staged, or SIZE_MAX */
+	oq_diag d;
+	int rc;
+} lane;
+
+typedef struct lanes {
+	lane *v;
+	size_t nl;
+	const oq_samples *s;
+	const oq_exec *le;   /* the executor samples are loaded for (read only) */
+	const size_t *imap;
+	size_t nin, nout, nqo;
+	const oq_rt *fout;   /* given float outputs, n x nout, or NULL */
+	size_t next, end;    /* the samples of this round: lane k runs next + k when below end */
+} lanes;
+
+static void lane_release(const lanes *L, lane *ln)
+{
+	for (size_t k = 0; ln->in && k < L->nin; k++)
+		oq_rt_release(&ln->in[k]);
+	for (size_t k = 0; ln->fo && k < L->nout; k++)
+		oq_rt_release(&ln->fo[k]);
+	for (size_t k = 0; ln->qo && k < L->nqo; k++)
+		oq_rt_release(&ln->qo[k]);
+	ln->i = SIZE_MAX;
+}
+
+/* Runs sample i on lane ln: its quantized outputs and point sums staged (fo: its float outputs). */
+static int lane_run(const lanes *L, lane *ln, size_t i)
+{
+	int rc;
+
+	ln->i = i;
+	memset(ln->c.acc, 0, 2 * ln->c.nq * sizeof *ln->c.acc);
+	if ((rc = oq_sample_load(L->s, i, L->le, ln->in, &ln->d)))
+		return rc;
+	for (size_t k = 0; k < L->nin; k++)
+		ln->qin[L->imap[k]] = ln->in[k]; /* borrowed views */
+	for (size_t k = 0; k < L->nin; k++) /* the executor observes node outputs only */
+		(void)observe(&ln->c, oq_exec_input(ln->qe, L->imap[k]), &ln->in[k]);
+	if ((!L->fout && (rc = oq_exec_run(ln->fe, ln->in, L->nin, ln->fo, L->nout, &ln->d))) ||
+	    (rc = oq_exec_run(ln->qe, ln->qin, L->nin, ln->qo, L->nqo, &ln->d)))
+		return rc;
+	return OQ_OK;
+}
+
+static void lanes_run(void *ctx, size_t begin, size_t end)
+{
+	const lanes *L = ctx;
+	for (size_t k = begin; k < end; k++)
+		if (L->next + k < L->end)
+			L->v[k].rc = lane_run(L, &L->v[k], L->next + k);
+}
+
+/* Adds lane ln's staged sample to f (outputs by omap), then releases it. */
+static void lane_commit(const lanes *L, lane *ln, oq_fidelity *f, const size_t *omap)
+{
+	add_outputs(f, L->fout ? L->fout + ln->i * L->nout : ln->fo, ln->qo, omap);
+	for (size_t q = 0; q < ln->c.nq; q++)
+		if (ln->c.pi[q] != SIZE_MAX && !ln->c.q[q].weight) {
+			f->pt[ln->c.pi[q]].r2 += ln->c.acc[2 * q];
+			f->pt[ln->c.pi[q]].d2 += ln->c.acc[2 * q + 1];
+		}
+	lane_release(L, ln);
+}
+
+/* Lane k's buffers and (k > 0) executors: clones of lane 0's, observed into its own sums. */
+static int lane_init(const lanes *L, lane *ln, const lane *l0, size_t k)
+{
+	oq_exec_opts eo = {.threads = 1};
+	int rc;
+
+	oq_diag_init(&ln->d);
+	ln->i = SIZE_MAX;
+	ln->in = oq_calloc(L->nin + 1, sizeof *ln->in);
+	ln->qin = oq_calloc(L->nin + 1, sizeof *ln->qin);
+	ln->fo = oq_calloc(L->nout + 1, sizeof *ln->fo);
+	ln->qo = oq_calloc(L->nqo + 1, sizeof *ln->qo);
+	if (!ln->in || !ln->qin || !ln->fo || !ln->qo)
+		return OQ_ENOMEM;
+	if (k == 0)
+		return OQ_OK;
+	ln->c = l0->c;
+	if (!(ln->c.acc = oq_calloc(2 * ln->c.nq + 1, sizeof *ln->c.acc)))
+		return OQ_ENOMEM;
+	if ((rc = oq_exec_clone(l0->qe, &eo, &ln->qe, &ln->d)))
+		return rc;
+	oq_exec_set_observer(ln->qe, observe, &ln->c);
+	if (l0->fe) {
+		if ((rc = oq_exec_clone(l0->fe, &eo, &ln->fe, &ln->d)))
+			return rc;
+		ln->own_fe = 1;
+	}
+	return OQ_OK;
+}
+
+static void lane_free(const lanes *L, lane *ln, size_t k)
+{
+	lane_release(L, ln);
+	free(ln->in);
+	free(ln->qin);
+	free(ln->fo);
+	free(ln->qo);
+	if (k > 0) {
+		free(ln->c.acc);
+		oq_exec_free(ln->qe);
+	}
+	if (ln->own_fe)
+		oq_exec_free(ln->fe);
+	memset(ln, 0, sizeof *ln);
+}
+
+/* Samples [b, e) of one fold on qe (lane 0's quantized executor, observed into c). */
+static int run_fold(lanes *L, oq_exec *fe, oq_exec *qe, octx *c, size_t b, size_t e, oq_fidelity *f,
+		    const size_t *omap, oq_diag *d)
+{
+	oq_pool *pool = oq_exec_pool(qe);
+	size_t nt = (size_t)oq_pool_threads(pool), nl = 1, want;
+	int rc = OQ_OK;
+
+	if (!(L->v = oq_calloc(nt + 1, sizeof *L->v)))
+		return oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
+	L->v[0].fe = L->fout ? NULL : fe;
+	L->v[0].qe = qe;
+	L->v[0].c = *c;
+	if (lane_init(L, &L->v[0], NULL, 0)) {
+		rc = oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
+		goto out;
+	}
+	/* the first sample alone, on every thread: it measures a lane's memory */
+	if (b < e) {
+		if ((rc = lane_run(L, &L->v[0], b)))
+			goto lane_err;
+		lane_commit(L, &L->v[0], f, omap);
+		b++;
+	}
+	want = e - b >= 2 ? oq_calib_lane_count((int)nt, oq_exec_peak_bytes(qe) +
+							    (L->fout ? 0 : oq_exec_peak_bytes(fe)) +
+							    ((size_t)4 << 20))
+			  : 0;
+	for (; nl < want; nl++)
+		if ((rc = lane_init(L, &L->v[nl], &L->v[0], nl))) {
+			rc = L->v[nl].d.count ? oq_err(d, rc, "%s", L->v[nl].d.msg)
+					      : oq_err(d, rc, "fold SQNR: out of memory");
+			nl++;
+			goto out;
+		}
+	L->nl = nl;
+	for (L->next = b, L->end = e; L->next < e; L->next += nl) {
+		if (nl > 1)
+			oq_pool_run(pool, nl, 1, lanes_run, L);
+		else
+			L->v[0].rc = lane_run(L, &L->v[0], L->next);
+		for (size_t k = 0; k < nl && L->next + k < e; k++) {
+			if (L->v[k].rc) {
+				rc = L->v[k].rc;
+				if (L->v[k].d.count)
+					rc = oq_err(d, rc, "%s", L->v[k].d.msg);
+				goto out;
+			}
+			lane_commit(L, &L->v[k], f, omap);
+		}
+	}
+	goto out;
+lane_err:
+	if (L->v[0].d.count)
+		rc = oq_err(d, rc, "%s", L->v[0].d.msg);
+out:
+	for (size_t k = 0; k < nl; k++)
+		lane_free(L, &L->v[k], k);
+	free(L->v);
+	L->v = NULL;
+	L->nl = 0;
+	return rc;
+}
+
 int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_ranges *fr, size_t n_folds,
 			       uint64_t n_total, const oq_rt *fout, size_t n_fout, oq_fid_make_fn make, void *ctx,
 			       oq_fidelity *out, oq_diag *d)
@@ -461,14 +687,15 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 	oq_exec *fe = NULL, *qe = NULL;
 	oq_model *qm = NULL;
 	oq_samples s;
-	oq_rt *in = NULL, *qin = NULL, *fo = NULL, *qo = NULL;
-	size_t *imap = NULL, *omap = NULL, nin, nout, nqo = 0, n;
+	size_t *imap = NULL, *omap = NULL, nin, nout, n;
+	lanes L;
 	octx c;
 	int rc;
 
 	memset(out, 0, sizeof *out);
 	memset(&s, 0, sizeof s);
 	memset(&c, 0, sizeof c);
+	memset(&L, 0, sizeof L);
 	if (n_folds < 2)
 		return oq_err(d, OQ_EINVAL, "fold SQNR: the statistics have no folds");
 	if ((rc = oq_exec_new(fm, &eo, &fe, d)) || (rc = oq_samples_scan(co->source, fe, &s, d)) ||
@@ -487,15 +714,12 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 	out->k = n_folds;
 	out->n = n;
 	out->n_out = nout;
-	in = oq_calloc(nin + 1, sizeof *in);
-	qin = oq_calloc(nin + 1, sizeof *qin);
-	fo = oq_calloc(nout + 1, sizeof *fo);
 	imap = oq_calloc(nin + 1, sizeof *imap);
 	omap = oq_calloc(nout + 1, sizeof *omap);
 	out->out = oq_calloc(nout + 1, sizeof *out->out);
 	out->r2 = oq_calloc(nout + 1, sizeof *out->r2);
 	out->d2 = oq_calloc(nout + 1, sizeof *out->d2);
-	if (!in || !qin || !fo || !imap || !omap || !out->out || !out->r2 || !out->d2) {
+	if (!imap || !omap || !out->out || !out->r2 || !out->d2) {
 		rc = oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
 		goto fail;
 	}
@@ -504,6 +728,12 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 			rc = oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
 			goto fail;
 		}
+	L.s = &s;
+	L.le = fe;
+	L.imap = imap;
+	L.nin = nin;
+	L.nout = nout;
+	L.fout = fout;
 	for (size_t f = 0; f < out->k; f++) {
 		size_t b = oq_folds_begin(f, n, out->k), e = oq_folds_begin(f + 1, n, out->k);
 
@@ -511,33 +741,10 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 			goto fail;
 		oq_exec_set_observer(qe, observe, &c);
 		oq_exec_set_observe_want(qe, want);
-		nqo = oq_exec_n_outputs(qe);
-		if (!(qo = oq_calloc(nqo + 1, sizeof *qo))) {
-			rc = oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
+		L.nqo = oq_exec_n_outputs(qe);
+		if ((rc = map_names(fe, qe, 0, imap, d)) || (rc = map_names(fe, qe, 1, omap, d)) ||
+		    (rc = run_fold(&L, fe, qe, &c, b, e, out, omap, d)))
 			goto fail;
-		}
-		if ((rc = map_names(fe, qe, 0, imap, d)) || (rc = map_names(fe, qe, 1, omap, d)))
-			goto fail;
-		for (size_t i = b; i < e; i++) {
-			if ((rc = oq_sample_load(&s, i, fe, in, d)))
-				goto fail;
-			for (size_t k = 0; k < nin; k++)
-				qin[imap[k]] = in[k]; /* borrowed views */
-			for (size_t k = 0; k < nin; k++) /* the executor observes node outputs only */
-				(void)observe(&c, oq_exec_input(qe, imap[k]), &in[k]);
-			if ((!fout && (rc = oq_exec_run(fe, in, nin, fo, nout, d))) ||
-			    (rc = oq_exec_run(qe, qin, nin, qo, nqo, d)))
-				goto fail;
-			add_outputs(out, fout ? fout + i * nout : fo, qo, omap);
-			for (size_t k = 0; k < nin; k++)
-				oq_rt_release(&in[k]);
-			for (size_t k = 0; k < nout; k++)
-				oq_rt_release(&fo[k]);
-			for (size_t k = 0; k < nqo; k++)
-				oq_rt_release(&qo[k]);
-		}
-		free(qo);
-		qo = NULL;
 		oq_exec_free(qe);
 		qe = NULL;
 		oq_model_free(qm);
@@ -546,16 +753,6 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 	}
 	rc = OQ_OK;
 fail:
-	for (size_t k = 0; in && k < nin; k++)
-		oq_rt_release(&in[k]);
-	for (size_t k = 0; fo && k < nout; k++)
-		oq_rt_release(&fo[k]);
-	for (size_t k = 0; qo && k < nqo; k++)
-		oq_rt_release(&qo[k]);
-	free(qo);
-	free(in);
-	free(qin);
-	free(fo);
 	free(imap);
 	free(omap);
 	octx_free(&c);
