@@ -96,6 +96,23 @@ static void setup(void)
 
 TestSuite(fidelity, .init = setup, .fini = tmpdir_remove);
 
+/* y = Conv(x, W = 1), x [1,1,1,2], written to tmpdir m.onnx (its path into model, 256 bytes). */
+static void conv_model(char *model)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg;
+
+	gen_opset(g, "", 13);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
+	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(1));
+	gen_node(g, mg, "Conv", "conv", "x,W", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
+	snprintf(model, 256, "%s", tmpdir_at("m.onnx"));
+	cr_assert_eq(gen_write(g, model), 0);
+	gen_free(g);
+}
+
 /*
  * y = Conv(x, W = 1), x [1,1,1,2]; 4 samples make 2 folds (folds.h: min(4, max(2, 4/2))):
  * fold 0 = samples 0, 1: x = (0, 1), (1, 0); fold 1 = samples 2, 3: x = (0, 2), (2, 0).
@@ -113,21 +130,11 @@ TestSuite(fidelity, .init = setup, .fini = tmpdir_remove);
 Test(fidelity, held_out_clipping_by_hand)
 {
 	const float xs[] = {0, 1, 1, 0, 0, 2, 2, 0};
-	gen_model *g = gen_new(8);
-	Onnx__GraphProto *mg;
 	char model[256], calib[256], log[8192];
 	const char *line, *warn;
 
-	gen_opset(g, "", 13);
-	mg = gen_graph(g);
-	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
-	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(1));
-	gen_node(g, mg, "Conv", "conv", "x,W", "y");
-	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
-	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
+	conv_model(model);
 	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
-	cr_assert_eq(gen_write(g, model), 0);
-	gen_free(g);
 	write_samples(calib, 4, GEN_SHAPE(1, 1, 1, 2), xs, 2);
 	quantize_log(model, calib, log, sizeof log);
 
@@ -153,21 +160,11 @@ Test(fidelity, held_out_clipping_by_hand)
 Test(fidelity, lanes_give_the_one_thread_report)
 {
 	const float xs[] = {0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 2, 2, 0, 2, 2};
-	gen_model *g = gen_new(8);
-	Onnx__GraphProto *mg;
 	char model[256], calib[256], log1[8192], log2[8192];
 	const char *l1, *l2, *w1, *w2;
 
-	gen_opset(g, "", 13);
-	mg = gen_graph(g);
-	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
-	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(1));
-	gen_node(g, mg, "Conv", "conv", "x,W", "y");
-	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
-	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
+	conv_model(model);
 	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
-	cr_assert_eq(gen_write(g, model), 0);
-	gen_free(g);
 	write_samples(calib, 12, GEN_SHAPE(1, 1, 1, 2), xs, 2);
 	quantize_log_threads(model, calib, 1, log1, sizeof log1);
 	quantize_log_threads(model, calib, 2, log2, sizeof log2);
@@ -188,20 +185,10 @@ Test(fidelity, lanes_give_the_one_thread_report)
 Test(fidelity, no_warning_when_folds_agree)
 {
 	const float xs[] = {0, 2, 2, 0, 0, 2, 2, 0};
-	gen_model *g = gen_new(8);
-	Onnx__GraphProto *mg;
 	char model[256], calib[256], log[8192];
 
-	gen_opset(g, "", 13);
-	mg = gen_graph(g);
-	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
-	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(1));
-	gen_node(g, mg, "Conv", "conv", "x,W", "y");
-	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
-	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
+	conv_model(model);
 	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
-	cr_assert_eq(gen_write(g, model), 0);
-	gen_free(g);
 	write_samples(calib, 4, GEN_SHAPE(1, 1, 1, 2), xs, 2);
 	quantize_log(model, calib, log, sizeof log);
 	/* x = 2 is exact on [0, 2] (255); x = 0 is the zero point: no error at all */
@@ -366,21 +353,11 @@ Test(fidelity, target_sqnr_raises_the_hard_weight_only)
 Test(fidelity, analyze_measures_an_output_point)
 {
 	const float xs[] = {0, 1, 1, 0, 0, 2, 2, 0};
-	gen_model *g = gen_new(8);
-	Onnx__GraphProto *mg;
 	char model[256], calib[256], text[8192];
 	const char *y;
 
-	gen_opset(g, "", 13);
-	mg = gen_graph(g);
-	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
-	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(1));
-	gen_node(g, mg, "Conv", "conv", "x,W", "y");
-	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
-	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
+	conv_model(model);
 	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
-	cr_assert_eq(gen_write(g, model), 0);
-	gen_free(g);
 	write_samples(calib, 4, GEN_SHAPE(1, 1, 1, 2), xs, 2);
 	analyze_json(model, calib, OQ_WROUND_NEAREST, text, sizeof text);
 	cr_assert_not_null(y = strstr(text, "{\"name\": \"y\", \"kind\": \"activation\""), "%s", text);
