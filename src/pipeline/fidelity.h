@@ -27,8 +27,12 @@
  *
  * Cost: the float model and one quantized model run each sample once more
  * (about two inferences per sample; one when the float outputs are given,
- * oq_fidelity_measure_ranges), plus k quantize passes.
- * Deterministic: sums in double, in sample order, element order fixed.
+ * oq_fidelity_measure_ranges), plus k quantize passes. With T threads the
+ * samples of a fold after its first run T at a time (lanes: one executor
+ * clone each, so T arenas).
+ * Deterministic: sums in double, added in sample order; an output's sums
+ * element by element, a point's per sample (in a fixed order of partial
+ * sums) and then added: the same bits for any thread count.
  */
 #ifndef OQ_FIDELITY_H
 #define OQ_FIDELITY_H
