@@ -683,7 +683,7 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 			       uint64_t n_total, const oq_rt *fout, size_t n_fout, oq_fid_make_fn make, void *ctx,
 			       oq_fidelity *out, oq_diag *d)
 {
-	oq_exec_opts eo = {.threads = co->threads};
+	oq_exec_opts eo = {.threads = co->threads}, qeo = {.threads = co->threads, .fold_dq = 1};
 	oq_exec *fe = NULL, *qe = NULL;
 	oq_model *qm = NULL;
 	oq_samples s;
@@ -737,7 +737,7 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 	for (size_t f = 0; f < out->k; f++) {
 		size_t b = oq_folds_begin(f, n, out->k), e = oq_folds_begin(f + 1, n, out->k);
 
-		if ((rc = make(ctx, &fr[f], &qm, d)) || (rc = points(fm, qm, f == 0, out, &c, d)) || (rc = oq_exec_new(qm, &eo, &qe, d)))
+		if ((rc = make(ctx, &fr[f], &qm, d)) || (rc = points(fm, qm, f == 0, out, &c, d)) || (rc = oq_exec_new(qm, &qeo, &qe, d)))
 			goto fail;
 		oq_exec_set_observer(qe, observe, &c);
 		oq_exec_set_observe_want(qe, want);
