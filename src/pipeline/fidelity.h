@@ -29,7 +29,9 @@
  * (about two inferences per sample; one when the float outputs are given,
  * oq_fidelity_measure_ranges), plus k quantize passes. With T threads the
  * samples of a fold after its first run T at a time (lanes: one executor
- * clone each, so T arenas).
+ * clone each, so T arenas). The quantized models run with their weights'
+ * DequantizeLinear folded into the plan (oq_exec_opts.fold_dq, as bias
+ * correction's): a MatMul / Gemm computes as the float model's does.
  * Deterministic: sums in double, added in sample order; an output's sums
  * element by element, a point's per sample (in a fixed order of partial
  * sums) and then added: the same bits for any thread count.
