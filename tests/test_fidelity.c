@@ -398,3 +398,107 @@ Test(fidelity, analyze_shows_the_weight_before_and_after_learned_rounding)
 	cr_expect(fabs(atof(near + 19) - 31.709) < 0.01, "W nearest: %s", text);
 	cr_expect_null(strstr(near + 1, "\"sqnr_db_nearest\": "), "an activation got a nearest figure: %s", text);
 }
+
+/*
+ * Learned rounding and --target-sqnr on x [1,3,1,2] -> Conv W1 = identity [3,3,1,1] -> y1 ->
+ * Conv W2 = (1, a, a), a = 0.6 / 127 [1,3,1,1] -> y; every sample holds the positions
+ * x = (2,2,2) and (3,3,3), minmax, no bias correction.
+ * x and y1 = x on [0, 3] (uint8 scale 3/255: 2 is code 170, 3 is 255) and W1 are exact.
+ * W2 (per channel scale 1/127): a / s = 0.6. Float y = c k, k = 1 + 1.2/127 = 1.0094488, on
+ * y's grid [0, 3k] (step 3k/255 = 0.0118759).
+ *  - nearest rounds both a up: W2 sums to 1 + 2/127, y = c 1.0157480. c = 3 clips to the
+ *    grid's top (exact); c = 2: 2.0314961 is code 171.06 -> 171, one step above 2k (code 170):
+ *    fold SQNR 10 log10(13 k^2 / step^2) = 49.73 dB < 60. W2 alone carries the noise; raised to
+ *    int16 (a -> 155 / 32767, y within 1e-5 of float) it is exact again. MACs: c1 3 outputs x
+ *    2 positions x 3 inputs = 18, c2 1 x 2 x 3 = 6: 18 / 24 = 0.75 stay 8-bit.
+ *  - AdaRound (the layer's loss sees only sum(e) through the inputs' mean, mostly) rounds one a
+ *    up, one down: W2 sums to 1 + 1/127, y = c 1.0078740: c = 2 is code 169.73 -> 170, c = 3
+ *    254.6 -> 255: exact, the target is met with no raise, 24 / 24 MACs stay 8-bit.
+ */
+static void sum_convs(void)
+{
+	const float a = 0.6f / 127, xs[] = {2, 3, 2, 3, 2, 3};
+	float all[4 * 6];
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg;
+
+	for (size_t i = 0; i < 4; i++)
+		memcpy(all + 6 * i, xs, sizeof xs);
+	gen_opset(g, "", 13);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 3, 1, 2));
+	gen_init(g, mg, "W1", OQ_DT_FLOAT, GEN_SHAPE(3, 3, 1, 1), GEN_VALS(1, 0, 0, 0, 1, 0, 0, 0, 1));
+	gen_init(g, mg, "W2", OQ_DT_FLOAT, GEN_SHAPE(1, 3, 1, 1), GEN_VALS(1, a, a));
+	gen_node(g, mg, "Conv", "c1", "x,W1", "y1");
+	gen_node(g, mg, "Conv", "c2", "y1,W2", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 2));
+	cr_assert_eq(gen_write(g, tmpdir_at("m.onnx")), 0);
+	gen_free(g);
+	write_samples(tmpdir_at("calib"), 4, GEN_SHAPE(1, 3, 1, 2), all, 6);
+}
+
+/* quantize tmpdir m.onnx --calib calib --target-sqnr 60 --weight-rounding ROUNDING (minmax, no
+ * bias correction): the report into rep, the log into log. */
+static void target_run(int rounding, char *rep, size_t nrep, char *log, size_t nlog)
+{
+	oq_pipeline_opts po;
+	oq_diag d;
+	char report[256], model[256], calib[256], out[256];
+	FILE *f, *lf = tmpfile();
+	size_t got;
+
+	cr_assert_not_null(lf);
+	snprintf(report, sizeof report, "%s", tmpdir_at("r.json"));
+	snprintf(model, sizeof model, "%s", tmpdir_at("m.onnx"));
+	snprintf(calib, sizeof calib, "%s", tmpdir_at("calib"));
+	snprintf(out, sizeof out, "%s", tmpdir_at("q.onnx"));
+	oq_diag_init(&d);
+	oq_pipeline_opts_init(&po, OQ_JOB_QUANTIZE);
+	po.in_path = model;
+	po.out_path = out;
+	po.calib.source = calib;
+	po.calib.method = OQ_CALIB_MINMAX;
+	po.calib.threads = 1;
+	po.q.prefer = OQ_PREFER_ACCURACY; /* these tiny models run faster in float: quantize them anyway */
+	po.q.weight_rounding = rounding;
+	po.bias_correction = OQ_BC_OFF;
+	po.target_sqnr = 60;
+	po.report_path = report;
+	po.log = lf;
+	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
+	rewind(lf);
+	got = fread(log, 1, nlog - 1, lf);
+	log[got] = 0;
+	fclose(lf);
+	cr_assert_not_null(f = fopen(report, "r"));
+	got = fread(rep, 1, nrep - 1, f);
+	rep[got] = 0;
+	fclose(f);
+}
+
+Test(fidelity, target_sqnr_nearest_raises_the_rounded_weight)
+{
+	char rep[4096], log[16384];
+
+	sum_convs();
+	target_run(OQ_WROUND_NEAREST, rep, sizeof rep, log, sizeof log);
+	cr_expect_not_null(strstr(rep, "\"reached\": true"), "%s", rep);
+	cr_expect_not_null(strstr(rep, "\"fold_sqnr_db_8bit\": 49.7"), "%s", rep);
+	cr_expect_not_null(strstr(rep, "\"macs\": 24,\n  \"macs_8bit\": 18,\n  \"macs_8bit_share\": 0.750000"), "%s", rep);
+	cr_expect_not_null(strstr(rep, "\"raised\": [\n    {\"name\": \"W2\", \"kind\": \"weight\", \"to\": \"int16\"}]"),
+			   "%s", rep);
+}
+
+Test(fidelity, target_sqnr_starts_from_learned_rounding)
+{
+	char rep[4096], log[16384];
+
+	sum_convs();
+	target_run(OQ_WROUND_ADAROUND, rep, sizeof rep, log, sizeof log);
+	cr_expect_not_null(strstr(rep, "\"reached\": true"), "%s", rep);
+	cr_expect_not_null(strstr(rep, "\"rounds\": 0,"), "%s", rep);
+	cr_expect_not_null(strstr(rep, "\"macs\": 24,\n  \"macs_8bit\": 24,\n  \"macs_8bit_share\": 1.000000"), "%s", rep);
+	cr_expect_not_null(strstr(rep, "\"raised\": []"), "%s", rep);
+	/* the guard ran the nearest job's own search and kept the learned one for its MACs */
+	cr_expect_not_null(strstr(log, "8-bit MACs 100.0 % with, 75.0 % without: kept"), "log:\n%s", log);
+}

@@ -670,8 +670,6 @@ static const char *broken_rule(const oq_pipeline_opts *o)
 		       "not --stats, not --weight-only)";
 	if (o->target_sqnr > 0 && method_of(o) == OQ_CALIB_EMA)
 		return "--target-sqnr: --method ema keeps no folds to measure on";
-	if (o->target_sqnr > 0 && q->weight_rounding != OQ_WROUND_NEAREST)
-		return "--target-sqnr works with nearest weight rounding (drop --weight-rounding)";
 	if (o->target_sqnr > 0 && o->bias_correction == OQ_BC_ANALYTIC)
 		return "--target-sqnr works with empirical or no bias correction, not analytic";
 	if (o->report_path && !(o->target_sqnr > 0))

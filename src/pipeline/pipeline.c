@@ -970,21 +970,47 @@ static double fold_db(const job *j)
 	return j->fid.k ? w : NAN;
 }
 
+/* The 8-bit share of the MACs a --target-sqnr search left (1 without one). */
+static double share8(const job *j)
+{
+	return j->target.db > 0 && j->target.macs > 0 ? j->target.macs8 / j->target.macs : 1.0;
+}
+
+/*
+ * Is job a better than job b for the guard? The worst output's fold SQNR (NaN: worst); with
+ * --target-sqnr, the search's own order first: reaching the target, then the larger 8-bit share
+ * of the MACs (the fold SQNR only breaks ties). Strict: equal is not better.
+ */
+static int guard_better(const job *a, const job *b)
+{
+	double x = fold_db(a), y = fold_db(b);
+
+	if (a->target.db > 0) {
+		if (a->target.reached != b->target.reached)
+			return a->target.reached;
+		if (share8(a) != share8(b))
+			return share8(a) > share8(b);
+	}
+	return !isnan(x) && (isnan(y) || x > y);
+}
+
 /*
  * The model-level guard of --cle and W8A8 --weight-rounding (both change the weights before
  * calibration): the job runs again without them (no CLE, nearest rounding) up to the fold
- * SQNR, and whichever has the better worst-output fold SQNR (held-out: fidelity.h) goes on;
- * the options must win strictly. The folds hold out the ranges; a learned rounding was learned
- * on every sample (its own per-layer guard held some out). Needs the fold measurement (a sample
- * folder); costs a second load, calibration, quantization (bias correction included) and fold
- * measurement, and both jobs' memory at once. *j becomes the job kept.
+ * SQNR, and whichever is better (guard_better: the worst-output fold SQNR, held-out:
+ * fidelity.h; with --target-sqnr, first the target reached and the 8-bit MAC share, each job
+ * running its own search) goes on; the options must win strictly. The folds hold out the
+ * ranges; a learned rounding was learned on every sample (its own per-layer guard held some
+ * out). Needs the fold measurement (a sample folder); costs a second load, calibration, search,
+ * quantization (bias correction included) and fold measurement, and both jobs' memory at once.
+ * *j becomes the job kept.
  */
 static int guard_weights(job *j, const oq_pipeline_opts *o, oq_diag *d)
 {
 	oq_pipeline_opts alt_o = *o;
 	job alt;
 	double with, without;
-	int rc;
+	int rc, keep;
 
 	if (!j->quantize || j->q.weight_only || j->fid.k < 2 ||
 	    (!j->q.cle && j->q.weight_rounding == OQ_WROUND_NEAREST))
@@ -993,6 +1019,7 @@ static int guard_weights(job *j, const oq_pipeline_opts *o, oq_diag *d)
 	alt_o.q.weight_rounding = OQ_WROUND_NEAREST;
 	alt_o.quiet = 1;
 	alt_o.verbose = 0;
+	alt_o.report_path = NULL;
 	job_init(&alt, &alt_o);
 	if ((rc = load(&alt, d)) || (rc = widen(&alt, d)) || (rc = rewrite(&alt, d)) ||
 	    (rc = learn_rounding(&alt, d)) || (rc = calibrate(&alt, d)) || (rc = reach_target(&alt, d)) ||
@@ -1002,12 +1029,22 @@ static int guard_weights(job *j, const oq_pipeline_opts *o, oq_diag *d)
 	}
 	with = fold_db(j);
 	without = fold_db(&alt);
-	if (j->log)
-		fprintf(j->log, "quantize: fold SQNR with %s%s%s %.2f dB, without %.2f dB: %s\n", j->q.cle ? "--cle" : "",
+	keep = guard_better(j, &alt);
+	if (j->log) {
+		fprintf(j->log, "quantize: fold SQNR with %s%s%s %.2f dB, without %.2f dB", j->q.cle ? "--cle" : "",
 			j->q.cle && j->q.weight_rounding != OQ_WROUND_NEAREST ? " and " : "",
-			j->q.weight_rounding != OQ_WROUND_NEAREST ? "learned rounding" : "", with, without,
-			with > without ? "kept" : "not kept (the model without them is written)");
-	if (!(with > without)) {
+			j->q.weight_rounding != OQ_WROUND_NEAREST ? "learned rounding" : "", with, without);
+		if (j->target.db > 0)
+			fprintf(j->log, "; --target-sqnr %s with, %s without; 8-bit MACs %.1f %% with, %.1f %% without",
+				j->target.reached ? "reached" : "not reached", alt.target.reached ? "reached" : "not reached",
+				100 * share8(j), 100 * share8(&alt));
+		fprintf(j->log, ": %s\n", keep ? "kept" : "not kept (the model without them is written)");
+	}
+	if (!keep && j->o.report_path && (rc = oq_target_json(&alt.target, j->o.report_path, d))) {
+		job_free(&alt);
+		return rc;
+	}
+	if (!keep) {
 		/* the kept job logs as the run asked (its timings are its own) */
 		alt.log = j->log;
 		alt.o.quiet = j->o.quiet;
