@@ -15,7 +15,7 @@
 #     the outputs (compare SQNR >= 100 dB, i.e. relative error ~1e-5);
 #   - --weight-rounding adaround|seq-mse with --bias-correction, weight-only (--calib accepted) and
 #     W8A8 with --cle: byte-identical for --threads 1 and 2, not worse than nearest on held-out
-#     samples; convert --passes ...,cle keeps the float outputs (100 dB);
+#     samples; W8A8 learned rounding with --target-sqnr: byte-identical for --threads 1 and 2; convert --passes ...,cle keeps the float outputs (100 dB);
 #   - errors: missing --calib, bad option values, unknown pass, a sample with
 #     the wrong shape, a missing or corrupt model: documented exit code, one
 #     line naming the problem, and a pre-existing output file untouched.
@@ -153,6 +153,14 @@ expect_exit 0 "W8A8 --weight-rounding adaround --cle" "$onnxq" quantize "$model"
 "$onnxq" quantize "$model" -o "$tmp/wa2.onnx" --calib "$calib" --weight-rounding adaround --cle --threads 2 --quiet 2>/dev/null
 if cmp -s "$tmp/wa.onnx" "$tmp/wa2.onnx"; then ok "W8A8 adaround + cle: threads 1 vs 2 byte-identical"; else
 	bad "W8A8 adaround + cle: threads 1 vs 2 byte-identical"; fi
+for alg in adaround seq-mse; do
+	expect_exit 0 "W8A8 --weight-rounding $alg --target-sqnr 40" "$onnxq" quantize "$model" -o "$tmp/wt.onnx" \
+		--calib "$calib" --prefer accuracy --weight-rounding $alg --target-sqnr 40 --threads 1 --quiet
+	"$onnxq" quantize "$model" -o "$tmp/wt2.onnx" --calib "$calib" --prefer accuracy --weight-rounding $alg \
+		--target-sqnr 40 --threads 2 --quiet 2>/dev/null
+	if cmp -s "$tmp/wt.onnx" "$tmp/wt2.onnx"; then ok "W8A8 $alg + target-sqnr: threads 1 vs 2 byte-identical"; else
+		bad "W8A8 $alg + target-sqnr: threads 1 vs 2 byte-identical"; fi
+done
 expect_exit 0 "convert --passes cleanup,fold-bn,cle" "$onnxq" convert "$model" -o "$tmp/cle.onnx" --passes cleanup,fold-bn,cle
 expect_exit 0 "cle keeps the float model (100 dB)" "$onnxq" compare "$model" "$tmp/cle.onnx" --data "$held" --min-sqnr 100
 
