@@ -977,21 +977,19 @@ static double share8(const job *j)
 }
 
 /*
- * Is job a better than job b for the guard? The worst output's fold SQNR (NaN: worst); with
- * --target-sqnr, the search's own order first: reaching the target, then the larger 8-bit share
- * of the MACs (the fold SQNR only breaks ties). Strict: equal is not better.
+ * Is job a better than job b for the guard? The higher worst-output fold SQNR (a NaN never
+ * wins); with --target-sqnr, the search's own order first: reaching the target, then the
+ * larger 8-bit share of the MACs (the fold SQNR only breaks ties). Strict: equal is not better.
  */
 static int guard_better(const job *a, const job *b)
 {
-	double x = fold_db(a), y = fold_db(b);
-
 	if (a->target.db > 0) {
 		if (a->target.reached != b->target.reached)
 			return a->target.reached;
 		if (share8(a) != share8(b))
 			return share8(a) > share8(b);
 	}
-	return !isnan(x) && (isnan(y) || x > y);
+	return fold_db(a) > fold_db(b);
 }
 
 /*
