@@ -5,6 +5,9 @@
  * ladder step at a time (8-bit -> 16-bit -> float, as per-tensor
  * overrides: {"dtype": "int16"/"uint16"} then {"skip": true}) until every
  * output's fold SQNR (fidelity.h) reaches DB or nothing is left to raise.
+ * With --weight-rounding the 8-bit weights are the learned ones (learned once,
+ * before calibration); a weight raised to 16 bits rounds to nearest (the
+ * learned spec no longer matches: oq_wlearned_apply).
  *
  * Order: `onnxq analyze` (analyze.h) measures each point's noise power on
  * the outputs when it alone is quantized. Each round takes the output
