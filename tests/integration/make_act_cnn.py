@@ -6,7 +6,12 @@ a Gemm. Channels 64 at 32x32 so that ONNX Runtime's integer kernels beat its flo
 Weights from a seeded generator; calibration and held-out samples [1, 3, 32, 32] in DIR/calib and
 DIR/held (8 and 4 .npy files).
 
-usage: make_act_cnn.py OUT_DIR     writes OUT_DIR/act_cnn.onnx and the sample folders
+Also chain_cnn.onnx (same input, same samples): four Conv -> SiLU units in series, 64 channels,
+no biases anywhere, global pooling and a Gemm: every value between units lies on the one path, so
+an error that wipes out one of them wipes out the output whatever happens elsewhere.
+
+usage: make_act_cnn.py OUT_DIR     writes OUT_DIR/act_cnn.onnx, OUT_DIR/chain_cnn.onnx and the
+                                   sample folders
 """
 import os
 import sys
@@ -25,9 +30,9 @@ def main():
         inits.append(numpy_helper.from_array(np.asarray(arr, np.float32), name))
         return name
 
-    def conv(name, x, cin, cout, k, group=1, stride=1):
+    def conv(name, x, cin, cout, k, group=1, stride=1, bias=0.1):
         w = rng.standard_normal((cout, cin // group, k, k)).astype(np.float32) * np.sqrt(2.0 / (cin // group * k * k))
-        b = rng.standard_normal(cout).astype(np.float32) * 0.1
+        b = rng.standard_normal(cout).astype(np.float32) * bias
         nodes.append(helper.make_node("Conv", [x, const(name + ".w", w), const(name + ".b", b)], [name], name=name,
                                       kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride, stride], group=group))
         return name
@@ -65,10 +70,27 @@ def main():
     onnx.checker.check_model(model)
     os.makedirs(out, exist_ok=True)
     onnx.save(model, os.path.join(out, "act_cnn.onnx"))
+
     for d, n in (("calib", 8), ("held", 4)):
         os.makedirs(os.path.join(out, d), exist_ok=True)
         for i in range(n):
             np.save(os.path.join(out, d, "%03d.npy" % i), rng.standard_normal((1, 3, 32, 32)).astype(np.float32))
+
+    inits.clear()
+    nodes.clear()
+    t = "x"
+    for i, cin in enumerate((3, 64, 64, 64)):
+        t = silu(conv("c%d" % (i + 1), t, cin, 64, 3, bias=0))
+    nodes.append(helper.make_node("GlobalAveragePool", [t], ["gap"], name="gap"))
+    nodes.append(helper.make_node("Flatten", ["gap"], ["flat"], name="flat"))
+    nodes.append(helper.make_node("Gemm", ["flat", const("fc.w", fw), const("fc.b", np.zeros(10))], ["logits"],
+                                  name="fc", transB=1))
+    graph = helper.make_graph(nodes, "chain_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
+    chain = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="make_act_cnn.py")
+    chain.ir_version = 8
+    onnx.checker.check_model(chain)
+    onnx.save(chain, os.path.join(out, "chain_cnn.onnx"))
 
 
 if __name__ == "__main__":
