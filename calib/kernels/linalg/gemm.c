@@ -2,6 +2,13 @@
  * gemm.c - batched, tiled, parallel GEMM over OpenBLAS (float32 and
  * double) and its direct-loop reference.
  *
+ * On an AVX-512 CPU a float32 product with A as stored, alpha 1 and beta 0
+ * or 1 (MatMul, Gemm without alpha / transA) runs gemm_packed.c's kernel
+ * instead, B packed per call: the bits then do not depend on the CPU model
+ * OpenBLAS detects (it may pick an older core's kernels, which sum in
+ * another order) and equal those of the same product with B constant and
+ * packed once by the plan. Otherwise:
+ *
  * The output of every batch item is cut into tiles of rows x columns whose
  * sizes depend only on (m, n, k, batch): enough tiles (>= 8) for two or more
  * threads to balance, none smaller than 32 rows / 64 columns, and no split
@@ -105,6 +112,30 @@ static void gemm_range(void *ctx, size_t begin, size_t end)
 	}
 }
 
+/* Item `item` of p on the packed kernel, B packed for this call; BLAS when packing fails. */
+static void packed_item(oq_kctx *k, const oq_gemm_batch *p, size_t item)
+{
+	const float *a = (const float *)p->a + (p->aoff ? p->aoff[item] : 0);
+	const float *b = (const float *)p->b + (p->boff ? p->boff[item] : 0);
+	float *c = (float *)p->c + (p->coff ? p->coff[item] : 0);
+	oq_packed_b pb;
+
+	if (oq_packed_b_pack(b, p->kd, p->n, p->tb, p->ldb, &pb) == OQ_OK) {
+		oq_packed_b_gemm(k, p->m, a, p->lda, &pb, c, p->ldc, p->beta != 0);
+		oq_packed_b_free(&pb);
+		return;
+	}
+	oq_linalg_blas_init();
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, p->tb ? CblasTrans : CblasNoTrans, (int)p->m, (int)p->n, (int)p->kd,
+		    1.0f, a, (int)p->lda, b, (int)p->ldb, (float)p->beta, c, (int)p->ldc);
+}
+
+static void packed_items(void *ctx, size_t begin, size_t end)
+{
+	for (size_t item = begin; item < end; item++)
+		packed_item(NULL, ctx, item);
+}
+
 void oq_gemm_run(oq_kctx *k, const oq_gemm_batch *p)
 {
 	gemm_job j;
@@ -115,6 +146,23 @@ void oq_gemm_run(oq_kctx *k, const oq_gemm_batch *p)
 	}
 	if (p->batch == 0 || p->m == 0 || p->n == 0)
 		return;
+	/*
+	 * float32, A as stored, alpha 1, beta 0 or 1: the packed kernel with B packed per call,
+	 * so a product gives the bits it gives with a constant B packed once (an FMA chain in k
+	 * order from C or 0), on any CPU OpenBLAS may take for another (its kernels sum in
+	 * orders of their own). Many small items go to the threads one item each; else the items
+	 * in turn, each split over the threads.
+	 */
+	if (p->t == OQ_LT_F32 && !p->ta && p->alpha == 1 && (p->beta == 0 || p->beta == 1) &&
+	    oq_packed_b_available()) {
+		double item_flops = 2.0 * (double)p->m * (double)p->n * (double)p->kd;
+		if (p->batch > 1 && item_flops < 4e6)
+			oq_k_parallel(k, p->batch, 1, packed_items, (void *)p);
+		else
+			for (size_t item = 0; item < p->batch; item++)
+				packed_item(k, p, item);
+		return;
+	}
 	oq_linalg_blas_init();
 	j.p = p;
 	tiles(p->m, p->n, p->kd, p->batch, &j.mt, &j.nt);
