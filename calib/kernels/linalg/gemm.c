@@ -20,6 +20,7 @@
 
 #include <cblas.h>
 #include <pthread.h>
+#include <strings.h>
 
 int oq_linalg_use_ref;
 
@@ -33,6 +34,26 @@ static void blas_one_thread(void)
 void oq_linalg_blas_init(void)
 {
 	pthread_once(&blas_once, blas_one_thread);
+}
+
+const char *oq_linalg_blas_core_wanted(void)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+	static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+	const char *core = openblas_get_corename();
+
+	__builtin_cpu_init();
+	if (!core || !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
+	    !__builtin_cpu_supports("avx512vl") || !__builtin_cpu_supports("avx512dq") ||
+	    !__builtin_cpu_supports("avx512cd"))
+		return NULL;
+	for (size_t i = 0; i < sizeof avx512 / sizeof *avx512; i++)
+		if (!strcasecmp(core, avx512[i]))
+			return NULL;
+	return "SkylakeX";
+#else
+	return NULL;
+#endif
 }
 
 static int64_t ceil_div(int64_t a, int64_t b)

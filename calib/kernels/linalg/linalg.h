@@ -203,6 +203,13 @@ int oq_conv_chain_run(oq_kctx *k, const oq_conv_geom *ga, const float *x, const 
 
 /* Calls openblas_set_num_threads(1) the first time. */
 void oq_linalg_blas_init(void);
+/*
+ * OpenBLAS chooses its kernels once, when it is loaded, by the CPU model; on a model it does
+ * not know (a virtual machine's nameless Xeon) it falls back to Prescott's SSE3 kernels. The
+ * core name to ask for through OPENBLAS_CORETYPE when that left an AVX-512 CPU (F, BW, VL,
+ * DQ, CD) without OpenBLAS's AVX-512 kernels ("SkylakeX"), else NULL.
+ */
+const char *oq_linalg_blas_core_wanted(void);
 
 /* --- shared kernel helpers (linalg.c) --- */
 
