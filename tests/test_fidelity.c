@@ -502,3 +502,27 @@ Test(fidelity, target_sqnr_starts_from_learned_rounding)
 	/* the guard ran the nearest job's own search and kept the learned one for its MACs */
 	cr_expect_not_null(strstr(log, "8-bit MACs 100.0 % with, 75.0 % without: kept"), "log:\n%s", log);
 }
+
+/*
+ * The give-back phase on the clipping model of held_out_clipping_by_hand (y = Conv(x, W = 1),
+ * folds of x = (0, 1), (1, 0) and (0, 2), (2, 0)), --target-sqnr 60. x and y clip on held-out
+ * folds (each alone 6.99 dB): 16 bits do not cure clipping (minmax ranges), float does. W = 1
+ * is exact in int8 (127 * 1/127). Raising: round 1 takes x and y to int16 (still clipped),
+ * round 2 the last 8-bit point W to int16, round 3 x and y to float: exact, reached. W went
+ * to 16 bits only because nothing else was left at 8; its noise alone is 0, so the give-back
+ * returns it, measures the model exact again and keeps it: raised = x and y (float) only.
+ */
+Test(fidelity, target_sqnr_gives_back_an_unneeded_raise)
+{
+	const float xs[] = {0, 1, 1, 0, 0, 2, 2, 0};
+	char model[256], rep[4096], log[16384];
+
+	conv_model(model);
+	write_samples(tmpdir_at("calib"), 4, GEN_SHAPE(1, 1, 1, 2), xs, 2);
+	target_run(OQ_WROUND_NEAREST, rep, sizeof rep, log, sizeof log);
+	cr_expect_not_null(strstr(rep, "\"reached\": true,\n  \"rounds\": 3,\n  \"given_back\": 1,"), "%s", rep);
+	cr_expect_not_null(strstr(rep, "\"raised\": [\n    {\"name\": \"x\", \"kind\": \"activation\", \"to\": \"float\"},\n"
+				       "    {\"name\": \"y\", \"kind\": \"activation\", \"to\": \"float\"}]"), "%s", rep);
+	cr_expect_not_null(strstr(log, "target-sqnr: round 2: 3 points at 16 bits, 0 float"), "log:\n%s", log);
+	cr_expect_not_null(strstr(log, "target-sqnr: give back 1 point to 8 bits: worst output 'y' inf dB\n"), "log:\n%s", log);
+}

@@ -897,6 +897,9 @@ static void summary(const job *j)
 			j->target.reached ? "reached on the folds" : "NOT reached (the best model found is written)",
 			j->target.rounds, j->target.seconds, j->target.n_ov,
 			j->target.macs > 0 ? 100 * j->target.macs8 / j->target.macs : 100.0);
+	if (j->target.tries_back)
+		fprintf(log, "quantize: --target-sqnr: %zu raised points went back to 8 bits (%zu measurements)\n",
+			j->target.given_back, j->target.tries_back);
 	report_fidelity(j);
 	/* (a model the placement left float on purpose is said so by summary_left_float) */
 	if (j->quantize && !count_op(g, "QuantizeLinear") && !count_op(g, "DequantizeLinear") &&

@@ -13,6 +13,8 @@
 
 #define MARGIN_DB 1.5      /* a round aims this far above the target (the noise estimate is rough) */
 #define MAC_FLOOR 1e-3     /* a point's cost is its MACs + this share of the model's */
+#define LOWER_TRIES 6      /* fold measurements the give-back phase may spend */
+#define LOWER_SHARE 0.5    /* a give-back try fills at most this share of an output's room */
 
 static double now(void)
 {
@@ -173,6 +175,128 @@ static size_t plan_round(const oq_analysis *a, int *level, size_t o, double d2o,
 	return steps;
 }
 
+/* One fold measurement of the model with `level`'s overrides; f is replaced. */
+static int measure_level(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, const oq_analysis *a,
+			 const int *level, int act16, int w16, oq_fid_make_fn make, oq_target_set_fn set, void *ctx,
+			 oq_fidelity *f, oq_diag *d)
+{
+	oq_override *ov = NULL;
+	int *kind = NULL;
+	size_t n_ov = 0;
+	int rc;
+
+	oq_fidelity_free(f);
+	rc = overrides(a, level, act16, w16, &ov, &kind, &n_ov, d);
+	if (!rc && !(rc = set(ctx, ov, n_ov, d)))
+		rc = oq_fidelity_measure(fm, co, folds, make, ctx, f, d);
+	oq_overrides_free(ov, n_ov);
+	free(kind);
+	return rc;
+}
+
+/*
+ * The give-back phase (target.h): best holds the levels that reached the target, d2 their
+ * per-output noise (updated as points go back to 8 bits), sqnr the per-output dB. order:
+ * scratch of a->n_pt entries. Returns the measurements spent in *tries.
+ */
+static int give_back(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, const oq_analysis *a,
+		     double db, int act16, int w16, oq_fid_make_fn make, oq_target_set_fn set, void *ctx,
+		     int *best, double *d2, double *sqnr, size_t *order, size_t *tries, size_t *lowered, FILE *log,
+		     oq_diag *d)
+{
+	int *level = oq_calloc(a->n_pt + 1, sizeof *level);
+	unsigned char *stuck = oq_calloc(a->n_pt + 1, 1);
+	double *room = oq_calloc(a->n_out + 1, sizeof *room), *fill = oq_calloc(a->n_out + 1, sizeof *fill);
+	oq_fidelity f;
+	size_t nc = 0, ng = 0;
+	int rc = OQ_OK;
+
+	memset(&f, 0, sizeof f);
+	*tries = *lowered = 0;
+	if (!level || !stuck || !room || !fill) {
+		rc = oq_err(d, OQ_ENOMEM, "target-sqnr: out of memory");
+		goto out;
+	}
+	/* candidates: the 16-bit points by their MACs, most first (ties: analysis order) */
+	for (size_t p = 0; p < a->n_pt; p++) {
+		size_t x = nc;
+		if (best[p] != 1)
+			continue;
+		for (; x > 0 && a->pt[p].macs > a->pt[order[x - 1]].macs; x--)
+			order[x] = order[x - 1];
+		order[x] = p;
+		nc++;
+	}
+	while (*tries < LOWER_TRIES) {
+		double w;
+		size_t at;
+		if (!ng) { /* a new group: the candidates left whose noise alone fits the room */
+			for (size_t o = 0; o < a->n_out; o++) {
+				room[o] = a->r2[o] > 0 ? LOWER_SHARE * (a->r2[o] / pow(10, db / 10) - d2[o]) : INFINITY;
+				fill[o] = 0;
+			}
+			memcpy(level, best, a->n_pt * sizeof *level);
+			for (size_t i = 0; i < nc; i++) {
+				size_t p = order[i], o;
+				if (stuck[p] || best[p] != 1)
+					continue;
+				for (o = 0; o < a->n_out; o++)
+					if (!(fill[o] + a->pt[p].d2[o] <= room[o]))
+						break;
+				if (o < a->n_out)
+					continue;
+				for (o = 0; o < a->n_out; o++)
+					fill[o] += a->pt[p].d2[o];
+				level[p] = 0;
+				ng++;
+			}
+			if (!ng)
+				break;
+		}
+		if ((rc = measure_level(fm, co, folds, a, level, act16, w16, make, set, ctx, &f, d)))
+			goto out;
+		++*tries;
+		w = worst_of(f.r2, f.d2, f.n_out, &at);
+		if (log)
+			fprintf(log, "target-sqnr: give back %zu point%s to 8 bits: worst output '%s' %.1f dB%s\n", ng,
+				ng == 1 ? "" : "s", f.out[at], w, !isnan(w) && w >= db ? "" : ", refused");
+		if (!isnan(w) && w >= db) {
+			*lowered += ng;
+			memcpy(best, level, a->n_pt * sizeof *best);
+			for (size_t o = 0; o < a->n_out; o++) {
+				d2[o] = f.d2[o];
+				sqnr[o] = oq_fidelity_db(f.r2[o], f.d2[o]);
+			}
+			ng = 0;
+			continue;
+		}
+		if (ng == 1) { /* that point stays raised */
+			for (size_t p = 0; p < a->n_pt; p++)
+				if (level[p] != best[p])
+					stuck[p] = 1;
+			ng = 0;
+			continue;
+		}
+		/* refused: try the first half of the group (the larger MACs) */
+		{
+			size_t keep = (ng + 1) / 2, k = 0;
+			for (size_t i = 0; i < nc; i++) {
+				size_t p = order[i];
+				if (level[p] != best[p] && ++k > keep)
+					level[p] = best[p];
+			}
+			ng = keep;
+		}
+	}
+out:
+	oq_fidelity_free(&f);
+	free(level);
+	free(stuck);
+	free(room);
+	free(fill);
+	return rc;
+}
+
 int oq_target_search(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, const oq_ranges *all,
 		     double db, int act16, int w16, oq_fid_make_fn make, oq_target_set_fn set, void *ctx,
 		     FILE *log, oq_target *out, oq_diag *d)
@@ -182,6 +306,7 @@ int oq_target_search(oq_model *fm, const oq_calib_opts *co, const oq_stats *fold
 	oq_override *ov = NULL;
 	int *level = NULL, *best = NULL, *kind = NULL;
 	size_t *order = NULL, n_ov = 0, o;
+	double *bd2 = NULL; /* per output: the best round's noise */
 	double t0 = now(), bw, w;
 	int rc;
 
@@ -194,10 +319,11 @@ int oq_target_search(oq_model *fm, const oq_calib_opts *co, const oq_stats *fold
 	level = oq_calloc(a.n_pt + 1, sizeof *level);
 	best = oq_calloc(a.n_pt + 1, sizeof *best);
 	order = oq_calloc(a.n_pt + 1, sizeof *order);
+	bd2 = oq_calloc(a.n_out + 1, sizeof *bd2);
 	out->out = oq_calloc(a.n_out + 1, sizeof *out->out);
 	out->sqnr = oq_calloc(a.n_out + 1, sizeof *out->sqnr);
 	out->sqnr0 = oq_calloc(a.n_out + 1, sizeof *out->sqnr0);
-	if (!level || !best || !order || !out->out || !out->sqnr || !out->sqnr0) {
+	if (!level || !best || !order || !bd2 || !out->out || !out->sqnr || !out->sqnr0) {
 		rc = oq_err(d, OQ_ENOMEM, "target-sqnr: out of memory");
 		goto fail;
 	}
@@ -207,6 +333,7 @@ int oq_target_search(oq_model *fm, const oq_calib_opts *co, const oq_stats *fold
 			goto fail;
 		}
 		out->sqnr[i] = out->sqnr0[i] = oq_fidelity_db(a.r2[i], a.qd2[i]);
+		bd2[i] = a.qd2[i];
 	}
 	/* round 0 is the analysis' fully quantized model */
 	bw = w = worst_of(a.r2, a.qd2, a.n_out, &o);
@@ -240,11 +367,18 @@ int oq_target_search(oq_model *fm, const oq_calib_opts *co, const oq_stats *fold
 		if (better(w, bw)) {
 			bw = w;
 			memcpy(best, level, a.n_pt * sizeof *best);
-			for (size_t i = 0; i < a.n_out; i++)
+			for (size_t i = 0; i < a.n_out; i++) {
 				out->sqnr[i] = oq_fidelity_db(f.r2[i], f.d2[i]);
+				bd2[i] = f.d2[i];
+			}
 		}
 	}
 	out->reached = !isnan(bw) && bw >= db;
+	oq_fidelity_free(&f);
+	if (out->reached && out->rounds &&
+	    (rc = give_back(fm, co, folds, &a, db, act16, w16, make, set, ctx, best, bd2, out->sqnr, order,
+			    &out->tries_back, &out->given_back, log, d)))
+		goto fail;
 	oq_overrides_free(ov, n_ov);
 	free(kind);
 	ov = NULL;
@@ -263,6 +397,7 @@ fail:
 	free(level);
 	free(best);
 	free(order);
+	free(bd2);
 	if (rc)
 		oq_target_free(out);
 	return rc;
@@ -277,8 +412,8 @@ int oq_target_json(const oq_target *t, const char *path, oq_diag *d)
 
 	if (!f)
 		return oq_err(d, OQ_EIO, "target-sqnr: cannot write %s", path);
-	fprintf(f, "{\n  \"target_sqnr_db\": %.4f,\n  \"reached\": %s,\n  \"rounds\": %zu,\n  \"seconds\": %.3f,\n",
-		t->db, t->reached ? "true" : "false", t->rounds, t->seconds);
+	fprintf(f, "{\n  \"target_sqnr_db\": %.4f,\n  \"reached\": %s,\n  \"rounds\": %zu,\n  \"given_back\": %zu,\n"
+		"  \"seconds\": %.3f,\n", t->db, t->reached ? "true" : "false", t->rounds, t->given_back, t->seconds);
 	fprintf(f, "  \"macs\": %.0f,\n  \"macs_8bit\": %.0f,\n  \"macs_8bit_share\": %.6f,\n  \"outputs\": [", t->macs,
 		t->macs8, t->macs > 0 ? t->macs8 / t->macs : 1.0);
 	for (size_t o = 0; o < t->n_out; o++) {

@@ -18,7 +18,16 @@
  * would leave the output 1.5 dB above the target (at least one step);
  * once no 8-bit point is left, 16-bit points go to float by their noise. Then the folds are measured again. The best round
  * (highest worst-output fold SQNR; ties: the earlier) is the result, so a
- * model is always written. Deterministic: every figure is a fold
+ * model is always written.
+ *
+ * Give-back: a round raises by estimate, with a margin, so once the target
+ * is reached some raised points may not be needed. The 16-bit points go
+ * back to 8 bits in groups, by their MACs (most first): a group takes the
+ * points whose noise alone fits in half of every output's room (its noise
+ * power left below the target's); it is measured and kept if every output
+ * stays at or above the target; a refused group is tried again with its
+ * first half, a refused single point stays raised. At most 6 measurements
+ * (LOWER_TRIES in target.c). The result is then the last kept group's. Deterministic: every figure is a fold
  * measurement or an analysis, both thread-independent.
  */
 #ifndef OQ_TARGET_H
@@ -36,7 +45,9 @@ typedef int (*oq_target_set_fn)(void *ctx, const oq_override *v, size_t n, oq_di
 typedef struct oq_target {
 	double db;           /* the target */
 	int reached;         /* every output at or above it */
-	size_t rounds;       /* fold measurements after the first */
+	size_t rounds;       /* fold measurements of the raising phase, after the first */
+	size_t tries_back;   /* fold measurements of the give-back phase */
+	size_t given_back;   /* 16-bit points it returned to 8 bits */
 	size_t n_out;
 	char **out;          /* output names */
 	double *sqnr;        /* per output: the best round's fold SQNR */
