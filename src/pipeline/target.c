@@ -194,6 +194,17 @@ static int measure_level(oq_model *fm, const oq_calib_opts *co, const oq_stats *
 	return rc;
 }
 
+/* A 16-bit point's cost back at 8 bits: its largest share of an output's power, per MAC it
+ * would return to 8 bits (MACs + MAC_FLOOR of the model's, as plan_round counts them). */
+static double back_score(const oq_analysis *a, size_t p)
+{
+	double s = 0;
+	for (size_t o = 0; o < a->n_out; o++)
+		if (a->r2[o] > 0 && a->pt[p].d2[o] / a->r2[o] > s)
+			s = a->pt[p].d2[o] / a->r2[o];
+	return s / (a->pt[p].macs + MAC_FLOOR * a->total_macs + 1);
+}
+
 /*
  * The give-back phase (target.h): best holds the levels that reached the target, d2 their
  * per-output noise (updated as points go back to 8 bits), sqnr the per-output dB. order:
@@ -217,12 +228,12 @@ static int give_back(oq_model *fm, const oq_calib_opts *co, const oq_stats *fold
 		rc = oq_err(d, OQ_ENOMEM, "target-sqnr: out of memory");
 		goto out;
 	}
-	/* candidates: the 16-bit points by their MACs, most first (ties: analysis order) */
+	/* candidates: the 16-bit points by their noise per MAC, least first (ties: analysis order) */
 	for (size_t p = 0; p < a->n_pt; p++) {
 		size_t x = nc;
 		if (best[p] != 1)
 			continue;
-		for (; x > 0 && a->pt[p].macs > a->pt[order[x - 1]].macs; x--)
+		for (; x > 0 && back_score(a, p) < back_score(a, order[x - 1]); x--)
 			order[x] = order[x - 1];
 		order[x] = p;
 		nc++;

@@ -22,12 +22,14 @@
  *
  * Give-back: a round raises by estimate, with a margin, so once the target
  * is reached some raised points may not be needed. The 16-bit points go
- * back to 8 bits in groups, by their MACs (most first): a group takes the
- * points whose noise alone fits in half of every output's room (its noise
- * power left below the target's); it is measured and kept if every output
- * stays at or above the target; a refused group is tried again with its
- * first half, a refused single point stays raised. At most 6 measurements
- * (LOWER_TRIES in target.c). The result is then the last kept group's. Deterministic: every figure is a fold
+ * back to 8 bits in groups, least noise per MAC first (a point's noise
+ * alone as a share of an output's power, the largest over the outputs, per
+ * MAC it returns to 8 bits): a group takes the points whose noise alone
+ * fits in half of every output's room (its noise power left below the
+ * target's); it is measured and kept if every output stays at or above the
+ * target; a refused group is tried again with its first half, a refused
+ * single point stays raised. At most 6 measurements (LOWER_TRIES in
+ * target.c). The result is then the last kept group's. Deterministic: every figure is a fold
  * measurement or an analysis, both thread-independent.
  */
 #ifndef OQ_TARGET_H
