@@ -767,6 +767,11 @@ static void summary_left_float(const job *j)
 		fprintf(j->log, "quantize: warning: the model was left float: ONNX Runtime runs it faster in float "
 			"(each of its %zu Conv/Gemm/MatMul units is); --prefer accuracy quantizes it anyway\n",
 			p->n_units);
+	else if (p->within_margin)
+		fprintf(j->log, "quantize: warning: the model was left float: of its %zu Conv/Gemm/MatMul units "
+			"%zu lose more than %.1f dB in 8 bits, and the other %zu are not expected to save %.0f%% "
+			"in integer kernels; --prefer accuracy quantizes it anyway\n", p->n_units, p->n_float_fidelity,
+			OQ_PLACEMENT_BUDGET_DB, p->n_float_speed, 100 * (1 - OQ_PLACEMENT_MARGIN));
 	else
 		fprintf(j->log, "quantize: warning: the model was left float: of its %zu Conv/Gemm/MatMul units "
 			"ONNX Runtime runs %zu faster in float, and %zu lose more than %.1f dB in 8 bits; "

@@ -1035,6 +1035,20 @@ int oq_placement_choose(const oq_pipeline_opts *o, const oq_placement_src *src, 
 		    (rc = fidelity_search(&pl, &me, &a, p, target, &p->sqnr_chosen, log, o->verbose, d)))
 			goto out;
 		t = total_ns(&pl);
+		/* what the units floated for fidelity leave may save too little: the speed search's
+		 * margin again, then every unit float (those of fidelity keep their reason) */
+		if (!(t <= OQ_PLACEMENT_MARGIN * t_float)) {
+			if (log && o->verbose)
+				fprintf(log, "placement: with the units floated for fidelity the expected time is %.0f%% "
+					"of all units float, more than %.0f%%: all float\n", t_float > 0 ? 100 * t / t_float : 100,
+					100 * OQ_PLACEMENT_MARGIN);
+			for (size_t i = 0; i < pl.nu; i++)
+				if (!pl.u[i].fl)
+					pl.u[i].fl = 1;
+			p->within_margin = 1;
+			p->sqnr_chosen = INFINITY;
+			t = total_ns(&pl);
+		}
 	}
 	p->n_float_speed = p->n_float_fidelity = 0;
 	for (size_t i = 0; i < pl.nu; i++) {

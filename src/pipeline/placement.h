@@ -42,7 +42,9 @@
  * gaining less than OQ_PLACEMENT_MIN_GAIN_DB is not floated: when none
  * gains that much, the summary says how far the budget was missed and which
  * groups of integer units trade it). Re-measuring each round finds an error
- * another one masked (a clipped value downstream of a worse one).
+ * another one masked (a clipped value downstream of a worse one). When the
+ * units still integer then save less than 1 - OQ_PLACEMENT_MARGIN of the
+ * all-float time, every unit goes float, as after the speed search.
  * Deterministic: the measurements are thread-independent
  * (calib/biascorr/measure.h).
  */

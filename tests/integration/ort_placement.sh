@@ -11,7 +11,8 @@
 #     Runtime, and `check --target ort` names them with "no QuantizeLinear after the Conv";
 #   - balanced measures the speed placement against accuracy's: with a narrow range forced on a
 #     value only the speed placement quantizes, it floats units for fidelity until its
-#     estimated SQNR is within 1 dB of accuracy's (speed keeps every unit integer);
+#     estimated SQNR is within 1 dB of accuracy's (speed keeps every unit integer); when the
+#     units left integer then save less than the speed search's margin, the model is written float;
 #   - it re-measures the groups still integer after each group it floats: an error masked by a
 #     larger one upstream is found once that one is float; errors that hide each other (no group
 #     gains alone) are named in the summary as traded for speed;
@@ -47,11 +48,11 @@ ops() {
 count() { awk -v op="$2" '{ n = $2; sub(/.*::/, "", n); if (n == op) s += $1 } END { print s + 0 }' "$tmp/$1.ops"; }
 
 # bought_back LOG: balanced's summary in LOG says the speed placement missed accuracy's estimate
-# by more than 1 dB and the chosen one is within 1 dB of it
+# by more than 1 dB and the chosen one is within 1 dB of it (inf: the model was left float)
 bought_back() {
 	"$py" - "$1" <<'EOF'
 import re, sys
-m = re.search(r"estimated output SQNR (-?[0-9.]+) dB \(accuracy-first (-?[0-9.]+), speed (-?[0-9.]+)\)",
+m = re.search(r"estimated output SQNR (-?[0-9.]+|inf) dB \(accuracy-first (-?[0-9.]+), speed (-?[0-9.]+)\)",
               open(sys.argv[1]).read())
 chosen, acc, speed = map(float, m.groups())
 sys.exit(0 if speed < acc - 1 and chosen >= acc - 1 else 1)
@@ -97,16 +98,20 @@ fi
 
 # balanced measures what speed costs: a narrow range forced on c2's output (a value only the
 # speed placement quantizes: under accuracy it lies inside the Conv + SiLU unit) wrecks the speed
-# placement's output; balanced floats units for fidelity until it is within 1 dB of accuracy's
+# placement's output; balanced floats units for fidelity until it is within 1 dB of accuracy's.
+# What the other units then save (c4 and c3 integer: 85 % of the all-float time expected) is
+# inside the speed search's margin (OQ_PLACEMENT_MARGIN, 0.85), so the model is written float and
+# the warning says both reasons.
 printf '{"tensors": {"c2": {"range": [-0.05, 0.05]}}}' >"$tmp/narrow.json"
 for pref in speed balanced; do
 	"$onnxq" quantize "$model" -o "$tmp/n$pref.onnx" --calib "$tmp/calib" --overrides "$tmp/narrow.json" \
 		--prefer "$pref" >"$tmp/n$pref.log" 2>&1 || bad "narrow c2, $pref: quantize: $(tail -n 1 "$tmp/n$pref.log")"
 done
 if grep -q '^placement: 4 of 5 .*, 0: fidelity)' "$tmp/nspeed.log" &&
-	grep -q '^placement: [0-9] of 5 .*, [1-9]: fidelity)' "$tmp/nbalanced.log" &&
+	grep -q '^placement: 0 of 5 .*, [1-9]: fidelity)' "$tmp/nbalanced.log" &&
+	grep -q 'left float: of its 5 Conv/Gemm/MatMul units [1-9] lose more than 1.0 dB in 8 bits, and the other [0-9] are not expected to save 15%' "$tmp/nbalanced.log" &&
 	bought_back "$tmp/nbalanced.log"
-then ok "narrow c2: balanced floats units for fidelity, within 1 dB of accuracy; speed does not"
+then ok "narrow c2: balanced floats units for fidelity, the rest saves too little: float; speed does not"
 else bad "narrow c2: $(grep -h '^placement' "$tmp/nspeed.log" "$tmp/nbalanced.log" | tr '\n' ';')"; fi
 
 # a masked error re-measured: c2's narrow range and a narrower one on c3's output (also inside
@@ -117,20 +122,24 @@ else bad "narrow c2: $(grep -h '^placement' "$tmp/nspeed.log" "$tmp/nbalanced.lo
 # {c1, c2} gains and goes float. c3's clipping then holds the model many dB below accuracy, and
 # round 1 re-measures {c3} and {c4} on top of {c1, c2} float: {c3} now removes the dominant error
 # and goes float; with c1..c3 float and c4 integer (accuracy quantizes c4's unit too) the
-# estimate is within the budget. So no trade is named, c1, c2, c3 are floated for fidelity and
-# c4 stays integer (measured once alone, c3 would have stayed integer and the budget missed).
+# estimate is within the budget. So no trade is named and c1, c2, c3 are floated for fidelity
+# (measured once alone, c3 would have stayed integer and the budget missed). c4 alone is then
+# expected at 93 % of the all-float time, inside the margin: it goes float too (faster so).
 printf '{"tensors": {"c2": {"range": [-0.05, 0.05]}, "c3": {"range": [-0.3, 0.3]}}}' >"$tmp/masked.json"
 if "$onnxq" quantize "$model" -o "$tmp/masked.onnx" --calib "$tmp/calib" --overrides "$tmp/masked.json" \
 	--verbose >"$tmp/masked.log" 2>&1; then
 	if ! grep -q '^placement: traded for speed' "$tmp/masked.log" &&
 		! grep -q '^placement: [0-9.]* dB below the accuracy-first placement' "$tmp/masked.log" &&
-		grep -q '^placement: 1 of 5 .*(1 float: faster so, 3: fidelity)' "$tmp/masked.log" &&
+		grep -q '^placement: round 1: group 1 (units 2..2) float' "$tmp/masked.log" &&
+		grep -q '^placement: group 1 float: estimated SQNR' "$tmp/masked.log" &&
+		grep -q '^placement: with the units floated for fidelity the expected time is 9[0-9]% of all units float' "$tmp/masked.log" &&
+		grep -q '^placement: 0 of 5 .*(2 float: faster so, 3: fidelity)' "$tmp/masked.log" &&
 		grep -q "^placement: unit 'c1' .*: float (fidelity)" "$tmp/masked.log" &&
 		grep -q "^placement: unit 'c2' .*: float (fidelity)" "$tmp/masked.log" &&
 		grep -q "^placement: unit 'c3' .*: float (fidelity)" "$tmp/masked.log" &&
-		grep -q "^placement: unit 'c4' .*: integer" "$tmp/masked.log" &&
+		grep -q "^placement: unit 'c4' .*: float (faster so)" "$tmp/masked.log" &&
 		bought_back "$tmp/masked.log"
-	then ok "narrow c2 and c3: balanced re-measures c3 after c1, c2 go float and floats it too"
+	then ok "narrow c2 and c3: balanced re-measures c3 after c1, c2 go float and floats it; c4 then saves too little"
 	else bad "narrow c2 and c3: $(grep -h '^placement: [^u]' "$tmp/masked.log" | tr '\n' ';')"; fi
 else
 	bad "narrow c2 and c3: quantize: $(tail -n 1 "$tmp/masked.log")"
