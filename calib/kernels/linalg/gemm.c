@@ -171,17 +171,15 @@ void oq_gemm_run(oq_kctx *k, const oq_gemm_batch *p)
 	 * float32, A as stored, alpha 1, beta 0 or 1: the packed kernel with B packed per call,
 	 * so a product gives the bits it gives with a constant B packed once (an FMA chain in k
 	 * order from C or 0), on any CPU OpenBLAS may take for another (its kernels sum in
-	 * orders of their own). Many small items go to the threads one item each; else the items
-	 * in turn, each split over the threads.
+	 * orders of their own). The items of a batch go to the threads one item each (attention's
+	 * heads: an item's product may be one panel wide, too narrow to split); one item is split.
 	 */
 	if (p->t == OQ_LT_F32 && !p->ta && p->alpha == 1 && (p->beta == 0 || p->beta == 1) &&
 	    oq_packed_b_available()) {
-		double item_flops = 2.0 * (double)p->m * (double)p->n * (double)p->kd;
-		if (p->batch > 1 && item_flops < 4e6)
+		if (p->batch > 1)
 			oq_k_parallel(k, p->batch, 1, packed_items, (void *)p);
 		else
-			for (size_t item = 0; item < p->batch; item++)
-				packed_item(k, p, item);
+			packed_item(k, p, 0);
 		return;
 	}
 	oq_linalg_blas_init();
