@@ -717,7 +717,7 @@ static int close_stdout(int rc)
 /*
  * Runs the process again with OPENBLAS_CORETYPE set when OpenBLAS left this AVX-512 CPU on an
  * older core's kernels (oq_linalg_blas_core_wanted): the learned rounding's products then run
- * twice as fast, in the summation order of a CPU OpenBLAS knows. At most once: with the
+ * on AVX-512 kernels, in the summation order of a CPU OpenBLAS knows. At most once: with the
  * variable set (here or by the user) it does not run again; when exec fails it goes on as is.
  */
 static void blas_core(char **argv)
