@@ -288,7 +288,7 @@ static int give_back(oq_model *fm, const oq_calib_opts *co, const oq_stats *fold
 			ng = 0;
 			continue;
 		}
-		/* refused: try the first half of the group (the larger MACs) */
+		/* refused: try the group's first half in candidate order (the least noise per MAC) */
 		{
 			size_t keep = (ng + 1) / 2, k = 0;
 			for (size_t i = 0; i < nc; i++) {
@@ -314,9 +314,8 @@ int oq_target_search(oq_model *fm, const oq_calib_opts *co, const oq_stats *fold
 {
 	oq_analysis a;
 	oq_fidelity f;
-	oq_override *ov = NULL;
-	int *level = NULL, *best = NULL, *kind = NULL;
-	size_t *order = NULL, n_ov = 0, o;
+	int *level = NULL, *best = NULL;
+	size_t *order = NULL, o;
 	double *bd2 = NULL; /* per output: the best round's noise */
 	double t0 = now(), bw, w;
 	int rc;
@@ -358,13 +357,7 @@ int oq_target_search(oq_model *fm, const oq_calib_opts *co, const oq_stats *fold
 
 		if (!steps)
 			break;
-		oq_overrides_free(ov, n_ov);
-		free(kind);
-		ov = NULL;
-		kind = NULL;
-		oq_fidelity_free(&f);
-		if ((rc = overrides(&a, level, act16, w16, &ov, &kind, &n_ov, d)) || (rc = set(ctx, ov, n_ov, d)) ||
-		    (rc = oq_fidelity_measure(fm, co, folds, make, ctx, &f, d)))
+		if ((rc = measure_level(fm, co, folds, &a, level, act16, w16, make, set, ctx, &f, d)))
 			goto fail;
 		out->rounds++;
 		w = worst_of(f.r2, f.d2, f.n_out, &o);
@@ -390,10 +383,6 @@ int oq_target_search(oq_model *fm, const oq_calib_opts *co, const oq_stats *fold
 	    (rc = give_back(fm, co, folds, &a, db, act16, w16, make, set, ctx, best, bd2, out->sqnr, order,
 			    &out->tries_back, &out->given_back, log, d)))
 		goto fail;
-	oq_overrides_free(ov, n_ov);
-	free(kind);
-	ov = NULL;
-	kind = NULL;
 	if ((rc = overrides(&a, best, act16, w16, &out->ov, &out->kind, &out->n_ov, d)) ||
 	    (rc = set(ctx, out->ov, out->n_ov, d)))
 		goto fail;
@@ -401,8 +390,6 @@ int oq_target_search(oq_model *fm, const oq_calib_opts *co, const oq_stats *fold
 	out->macs8 = macs8(fm, &a, best, d, &rc);
 	out->seconds = now() - t0;
 fail:
-	oq_overrides_free(ov, n_ov);
-	free(kind);
 	oq_fidelity_free(&f);
 	oq_analysis_free(&a);
 	free(level);
