@@ -20,6 +20,9 @@
  *   holding one value per channel of axis 1, e.g. [C,1,1] after a Conv):
  *                  W scales as above, the Add's bias becomes (bias-m)*a + b.
  * A missing bias counts as zeros. Arithmetic in double, epsilon default 1e-5.
+ * A Conv/ConvTranspose that takes a BN's place keeps what the BN knew of its
+ * output: channel c ~ N(b_c, s_c^2) (oq_value.bn), for cle's high-bias
+ * absorption; folding a Mul/Add into it later drops them.
  *
  * The same folding covers a BN exported as separate ops (PaddleOCR's det
  * model scales every Conv by Mul(constant) then Add(constant)):
@@ -142,6 +145,28 @@ static int bn_params(const oq_graph *g, const oq_node *bn, size_t *C, double **a
 	return OQ_OK;
 }
 
+/*
+ * The distribution BN declares for its output, N(beta_c, gamma_c^2) per channel (bias and |scale|),
+ * for cle's high-bias absorption (oq_bnstats); *st stays NULL when a value is not finite.
+ */
+static int bn_stats(const oq_graph *g, const oq_node *bn, size_t C, oq_bnstats **st)
+{
+	const oq_tensor *s = oq_value_const(g, bn->inputs[1]), *b = oq_value_const(g, bn->inputs[2]);
+
+	if (!(*st = oq_bnstats_new(C)))
+		return OQ_ENOMEM;
+	for (size_t c = 0; c < C; c++) {
+		(*st)->mean[c] = oq_tensor_get(b, c);
+		(*st)->std[c] = fabs(oq_tensor_get(s, c));
+		if (!isfinite((*st)->mean[c]) || !isfinite((*st)->std[c])) {
+			free(*st);
+			*st = NULL;
+			return OQ_OK;
+		}
+	}
+	return OQ_OK;
+}
+
 /* Per-channel bias values of a constant with `C` elements (or one broadcast element), 0 when absent. */
 static int bias_ok(const oq_tensor *t, size_t C)
 {
@@ -220,6 +245,7 @@ static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 	oq_node *p = x ? x->producer : NULL, *lin = p, *mm = NULL, *addn = NULL;
 	double *a = NULL, *sh = NULL;
 	float *nw = NULL, *nb = NULL;
+	oq_bnstats *st = NULL;
 	size_t C = 0, widx = 1, bidx = 2;
 	const oq_tensor *W, *B = NULL;
 	wmap wm = {0};
@@ -249,6 +275,9 @@ static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 	mm = lin->op == OQ_OP_MatMul ? lin : NULL;
 	if ((rc = bn_params(g, bn, &C, &a, &sh)) || !a)
 		return rc ? oq_err(d, rc, "fold-bn: out of memory") : OQ_OK;
+	/* a Conv/ConvTranspose writing y directly: y's statistics for cle's high-bias absorption */
+	if (!addn && (lin->op == OQ_OP_Conv || lin->op == OQ_OP_ConvTranspose) && (rc = bn_stats(g, bn, C, &st)))
+		goto out;
 
 	oq_node *wn = lin;
 	int orank = 2; /* rank of the linear op's output */
@@ -366,6 +395,12 @@ static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 		p->outputs[0] = y;
 		if (x->flags & OQ_V_VINFO)
 			oq_graph_remove_vinfo(g, x);
+		/* x's statistics (a BN folded before this one) describe a value nobody writes now */
+		free(x->bn);
+		x->bn = NULL;
+		free(y->bn);
+		y->bn = st;
+		st = NULL;
 	}
 	bn->dead = 1;
 	bn->outputs[0] = NULL; /* the producer (or the new Add) is y's only writer */
@@ -374,6 +409,7 @@ static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 out:
 	free(a);
 	free(sh);
+	free(st);
 	free(nw);
 	free(nb);
 	if (rc)
@@ -458,6 +494,9 @@ static int fold_affine(oq_graph *g, oq_node *n, oq_diag *d, int *done)
 	p->outputs[0] = y;
 	if (x->flags & OQ_V_VINFO)
 		oq_graph_remove_vinfo(g, x);
+	/* a folded BN's statistics do not describe y (scaled or shifted): none for cle */
+	free(x->bn);
+	x->bn = NULL;
 	n->dead = 1;
 	n->outputs[0] = NULL;
 	*done = 1;

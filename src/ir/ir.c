@@ -90,7 +90,21 @@ static void free_value(oq_value *v)
 	free_type(&v->type);
 	oq_tensor_free(v->init);
 	free(v->uses);
+	free(v->bn);
 	free(v);
+}
+
+oq_bnstats *oq_bnstats_new(size_t n)
+{
+	oq_bnstats *s;
+	if (n > (SIZE_MAX - sizeof *s) / (2 * sizeof(double)))
+		return NULL;
+	if (!(s = calloc(1, sizeof *s + 2 * n * sizeof(double))))
+		return NULL;
+	s->n = n;
+	s->mean = s->v;
+	s->std = s->v + n;
+	return s;
 }
 
 void oq_graph_free(oq_graph *g)

@@ -146,6 +146,20 @@ enum {
 	OQ_V_DROPPING = 32,  /* scratch mark of oq_graph_drop_unused_inits, clear between calls */
 };
 
+/*
+ * Channel c (axis 1) of a value modelled as N(mean[c], std[c]^2): the bias beta_c and |scale
+ * gamma_c| of the inference BatchNormalization that wrote it. fold-bn sets it on the value a
+ * Conv/ConvTranspose writes once the BN is folded into it (the statistics are otherwise gone);
+ * cle reads it for high-bias absorption and keeps it current for the channels it rescales and
+ * shifts. Not saved: a model loaded from a file has none.
+ */
+typedef struct oq_bnstats {
+	size_t n;            /* channels */
+	double *mean;        /* n entries (points into v) */
+	double *std;         /* n entries, >= 0 (points into v) */
+	double v[];          /* mean then std */
+} oq_bnstats;
+
 struct oq_value {
 	char *name;
 	oq_graph *graph;     /* graph whose scope holds this value */
@@ -160,6 +174,7 @@ struct oq_value {
 	const void *vinfo;   /* Onnx__ValueInfoProto it was declared by, or NULL */
 	size_t index;        /* position in graph->values */
 	unsigned qmark;      /* quantization hints set by passes (OQ_QM_*, passes/pass.h) */
+	oq_bnstats *bn;      /* the folded BN's statistics (see oq_bnstats), or NULL; owned */
 };
 
 struct oq_node {
@@ -255,6 +270,9 @@ oq_value *oq_graph_find(const oq_graph *g, const char *name);
 oq_value *oq_graph_value(oq_graph *g, const char *name);
 /* Follows OQ_V_OUTER links to the defining value. */
 oq_value *oq_value_resolve(oq_value *v);
+
+/* Statistics for n channels (zeroed), freed with free(). NULL on overflow/allocation failure. */
+oq_bnstats *oq_bnstats_new(size_t n);
 
 /* Frees a node that is no longer in any graph's node list. */
 void oq_node_free(oq_node *n);
