@@ -4,8 +4,9 @@
  * The table order is the pipeline order: cleanup makes PyTorch and Paddle
  * exports look alike (no Identity, weights as initializers), upgrade-opset
  * brings old models to an opset that has the Q/DQ features asked for,
- * fold-bn removes inference BatchNormalization, cle (opt-in: --cle or
- * --passes) equalizes the weight ranges of Conv pairs, fuse marks the quantization
+ * fold-bn removes inference BatchNormalization (keeping its statistics on
+ * the Conv's output for cle), cle (opt-in: --cle or --passes) equalizes the
+ * weight ranges of Conv pairs and absorbs high biases, fuse marks the quantization
  * units and quantize inserts Q/DQ from the calibrated ranges. Calibration
  * runs between fuse and quantize: the pipeline (src/pipeline/pipeline.c)
  * runs the stage oq_passes_rewrite, calibrates, then oq_passes_quantize.
@@ -35,7 +36,7 @@ const oq_pass oq_passes[] = {
 	{"fold-bn", oq_pass_fold_bn,
 	 "fold inference BatchNormalization into the Conv/ConvTranspose/Gemm/MatMul before it", NULL},
 	{"cle", oq_pass_cle,
-	 "cross-layer equalization of Conv -> [Relu] -> Conv weight ranges (--cle; float model unchanged)",
+	 "cross-layer equalization of Conv -> [Relu] -> Conv weight ranges and high-bias absorption (--cle)",
 	 want_cle},
 	{"fuse", oq_pass_fuse,
 	 "mark quantization units: Conv/Gemm/MatMul/Add + Relu/Clip/LeakyRelu, MatMul + bias Add, "

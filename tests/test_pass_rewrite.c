@@ -999,3 +999,148 @@ Test(cle, chain_depthwise_and_shared_weight)
 	}
 	done(&f);
 }
+
+/* ------------------------------------------------------------ cle: high-bias absorption */
+
+/*
+ * x[1,1,H,H] (x in [-1, 1)) -> Conv c1 (1x1) [-> BN] [-> act] -> Conv c2 (k2 x k2, pads pad2) -> y.
+ * With the BN: W1 = (2, 0.5), no bias, BN scale (1, 0.5), bias (4, -1), mean 0, var 1,
+ * epsilon 0, so fold-bn leaves W1 = (2, 0.25), b1 = (4, -1) and the statistics
+ * N(4, 1^2), N(-1, 0.5^2). Without it c1 holds those folded values directly (no statistics).
+ * W2 is chosen so that r2 = (0.5, 1) against r1 = (2, 0.25): s = (2, 0.5) in one sweep, then
+ * b1 = (2, -2) and the statistics N(2, 0.5^2), N(-2, 1^2).
+ *   1x1 W2[m, i]: m0 (0.5, 1), m1 (-0.25, 0.5); after cle m0 (1, 0.5), m1 (-0.5, 0.25).
+ *   2x2 W2[m, i, :]: kernel sums m0 (0.25, 0.5), m1 (1, 1); after cle m0 (0.5, 0.25), m1 (2, 0.5).
+ */
+static gen_model *absorb_chain(int bn, const char *act, int k2, int pad2, int bias2, int64_t H)
+{
+	static const double w2_1x1[4] = {0.5, 1, -0.25, 0.5};
+	static const double w2_2x2[16] = {0.5, 0.25, -0.5, 0, 1, 0.5, -1, 0, 0.25, 0.25, 0.25, 0.25, -0.5, 0.5, 1, 0};
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(1, 1, H, H));
+	if (bn) {
+		gen_init(gm, g, "W1", F, GEN_SHAPE(2, 1, 1, 1), GEN_VALS(2, 0.5));
+		gen_init(gm, g, "s", F, GEN_SHAPE(2), GEN_VALS(1, 0.5));
+		gen_init(gm, g, "b", F, GEN_SHAPE(2), GEN_VALS(4, -1));
+		gen_init(gm, g, "m", F, GEN_SHAPE(2), GEN_VALS(0, 0));
+		gen_init(gm, g, "v", F, GEN_SHAPE(2), GEN_VALS(1, 1));
+		gen_node(gm, g, "Conv", "c1", "x,W1", "c");
+		gen_attr_float(gm, gen_node(gm, g, "BatchNormalization", "bn", "c,s,b,m,v", "t"), "epsilon", 0);
+	} else {
+		gen_init(gm, g, "W1", F, GEN_SHAPE(2, 1, 1, 1), GEN_VALS(2, 0.25));
+		gen_init(gm, g, "B1", F, GEN_SHAPE(2), GEN_VALS(4, -1));
+		gen_node(gm, g, "Conv", "c1", "x,W1,B1", "t");
+	}
+	if (*act)
+		gen_node(gm, g, act, "a", "t", "r");
+	if (k2 == 1)
+		gen_init(gm, g, "W2", F, GEN_SHAPE(2, 2, 1, 1), w2_1x1);
+	else
+		gen_init(gm, g, "W2", F, GEN_SHAPE(2, 2, 2, 2), w2_2x2);
+	gen_init(gm, g, "B2", F, GEN_SHAPE(2), GEN_VALS(0.1, 0.2));
+	char in2[16];
+	snprintf(in2, sizeof in2, "%s,W2%s", *act ? "r" : "t", bias2 ? ",B2" : "");
+	Onnx__NodeProto *c2 = gen_node(gm, g, "Conv", "c2", in2, "y");
+	gen_attr_ints(gm, c2, "pads", 4, (const int64_t[]){pad2, pad2, pad2, pad2});
+	gen_output(gm, g, "y", F, -1, NULL);
+	return gm;
+}
+
+/*
+ * Relu: h = max(0, mean - 3 std) = (max(0, 2 - 1.5), max(0, -2 - 3)) = (0.5, 0) after the scales;
+ * b1 = (2 - 0.5, -2) = (1.5, -2), b2 = (0.1 + 1 * 0.5, 0.2 - 0.5 * 0.5) = (0.6, -0.05). The
+ * pre-activation of channel 0 is x + 2 >= 1 > h_0 on every input, so the float model is kept.
+ */
+Test(cle, absorbs_high_bias_through_relu)
+{
+	fx f = rewrite(absorb_chain(1, "Relu", 1, 0, 1, 3), "fold-bn,cle");
+	cr_assert_lt(f.err, TOL, "relative error %g", f.err);
+	cr_assert_float_eq(wat(&f, "t", 1, 0), 1, 1e-6);
+	cr_assert_float_eq(wat(&f, "t", 1, 1), 0.5, 1e-6);
+	cr_assert_float_eq(wat(&f, "t", 2, 0), 1.5, 1e-6, "b1[0] %g", wat(&f, "t", 2, 0));
+	cr_assert_float_eq(wat(&f, "t", 2, 1), -2, 1e-6, "b1[1] %g", wat(&f, "t", 2, 1));
+	cr_assert_float_eq(wat(&f, "y", 2, 0), 0.6, 1e-6, "b2[0] %g", wat(&f, "y", 2, 0));
+	cr_assert_float_eq(wat(&f, "y", 2, 1), -0.05, 1e-6, "b2[1] %g", wat(&f, "y", 2, 1));
+	/* the statistics follow: channel 0 now N(2 - 0.5, 0.5^2) */
+	const oq_bnstats *st = val(f.m, "t")->bn;
+	cr_assert(st && st->n == 2);
+	cr_assert_float_eq(st->mean[0], 1.5, 1e-12);
+	cr_assert_float_eq(st->std[0], 0.5, 1e-12);
+	cr_assert_float_eq(st->mean[1], -2, 1e-12);
+	cr_assert_float_eq(st->std[1], 1, 1e-12);
+	done(&f);
+}
+
+/*
+ * No activation, a 2x2 kernel without padding and no bias on c2: h = mean = (2, -2), b1 = (0, 0),
+ * b2 = (0.5 * 2 + 0.25 * -2, 2 * 2 + 0.5 * -2) = (0.5, 3) (kernel sums times h, a new bias);
+ * exact for every input.
+ */
+Test(cle, absorbs_the_mean_without_activation)
+{
+	fx f = rewrite(absorb_chain(1, "", 2, 0, 0, 4), "fold-bn,cle");
+	cr_assert_lt(f.err, TOL, "relative error %g", f.err);
+	cr_assert_float_eq(wat(&f, "t", 2, 0), 0, 1e-6, "b1[0] %g", wat(&f, "t", 2, 0));
+	cr_assert_float_eq(wat(&f, "t", 2, 1), 0, 1e-6, "b1[1] %g", wat(&f, "t", 2, 1));
+	cr_assert_eq(val(f.m, "y")->producer->n_inputs, 3, "c2 got a bias");
+	cr_assert_float_eq(wat(&f, "y", 2, 0), 0.5, 1e-6, "b2[0] %g", wat(&f, "y", 2, 0));
+	cr_assert_float_eq(wat(&f, "y", 2, 1), 3, 1e-6, "b2[1] %g", wat(&f, "y", 2, 1));
+	done(&f);
+}
+
+/* c2 pads by 1: its border would read 0 where the model read h, so only equalization happens. */
+Test(cle, no_absorption_into_a_padded_conv)
+{
+	const char *acts[] = {"Relu", ""};
+	for (int v = 0; v < 2; v++) {
+		fx f = rewrite(absorb_chain(1, acts[v], 1, 1, 1, 3), "fold-bn,cle");
+		cr_assert_lt(f.err, TOL, "'%s': relative error %g", acts[v], f.err);
+		cr_assert_float_eq(wat(&f, "t", 2, 0), 2, 1e-6, "'%s': b1[0] %g", acts[v], wat(&f, "t", 2, 0));
+		cr_assert_float_eq(wat(&f, "t", 2, 1), -2, 1e-6, "'%s': b1[1] %g", acts[v], wat(&f, "t", 2, 1));
+		cr_assert_float_eq(wat(&f, "y", 2, 0), 0.1, 1e-7, "'%s': b2[0] %g", acts[v], wat(&f, "y", 2, 0));
+		cr_assert_float_eq(wat(&f, "y", 2, 1), 0.2, 1e-7, "'%s': b2[1] %g", acts[v], wat(&f, "y", 2, 1));
+		done(&f);
+	}
+}
+
+/* The same folded weights and biases without a BN: no statistics, nothing absorbed. */
+Test(cle, no_absorption_without_batchnorm)
+{
+	const char *acts[] = {"Relu", ""};
+	for (int v = 0; v < 2; v++) {
+		fx f = rewrite(absorb_chain(0, acts[v], 1, 0, 1, 3), "fold-bn,cle");
+		cr_assert_lt(f.err, TOL, "'%s': relative error %g", acts[v], f.err);
+		cr_assert_null(val(f.m, "t")->bn);
+		cr_assert_float_eq(wat(&f, "t", 2, 0), 2, 1e-6, "'%s': b1[0] %g", acts[v], wat(&f, "t", 2, 0));
+		cr_assert_float_eq(wat(&f, "t", 2, 1), -2, 1e-6, "'%s': b1[1] %g", acts[v], wat(&f, "t", 2, 1));
+		cr_assert_float_eq(wat(&f, "y", 2, 0), 0.1, 1e-7, "'%s': b2[0] %g", acts[v], wat(&f, "y", 2, 0));
+		cr_assert_float_eq(wat(&f, "y", 2, 1), 0.2, 1e-7, "'%s': b2[1] %g", acts[v], wat(&f, "y", 2, 1));
+		done(&f);
+	}
+}
+
+/* --weight-only: activations stay float, so the inexact Relu rule is not applied (b1 = (2, -2)
+ * from equalization alone, b2 untouched); the exact linear case still is (b1 = 0). */
+Test(cle, weight_only_absorbs_only_exact_pairs)
+{
+	const char *acts[] = {"Relu", ""};
+	const double b1[2] = {2, 0};
+	for (int v = 0; v < 2; v++) {
+		gen_model *gm = absorb_chain(1, acts[v], 1, 0, 1, 3);
+		oq_model *m = NULL;
+		oq_pass_run r = {.list = "fold-bn,cle", .verify = 1};
+		oq_opts o;
+		oq_diag d;
+		oq_diag_init(&d);
+		oq_opts_init(&o);
+		o.weight_only = 1;
+		cr_assert_eq(gen_load(gm, &m, &d), OQ_OK, "load: %s", d.msg);
+		cr_assert_eq(oq_passes_run(m, &r, &o, &d), OQ_OK, "passes: %s", d.msg);
+		fx f = {gm, m, 0};
+		cr_assert_float_eq(wat(&f, "t", 2, 0), b1[v], 1e-6, "'%s': b1[0] %g", acts[v], wat(&f, "t", 2, 0));
+		if (v == 0)
+			cr_assert_float_eq(wat(&f, "y", 2, 0), 0.1, 1e-7, "b2[0] %g", wat(&f, "y", 2, 0));
+		done(&f);
+	}
+}

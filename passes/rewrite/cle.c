@@ -31,10 +31,32 @@
  * invariant under any per-channel factor and per-tensor grids under a common one, so both
  * layers' quantization errors stay as they were. Such pairs are therefore skipped, counted in
  * the log line (DFQ replaces Relu6 by Relu, which changes the float model; we keep it exact).
- * High-bias absorption is not done: it needs the BatchNormalization statistics that fold-bn
- * (which runs before) has folded away.
  *
- * Conditions: W1, W2 (and b1 when present) are float32 constants of the graph; every value on
+ * High-bias absorption (section 4.1.2), after the scales converged:
+ *
+ *   Conv1(X, W1, b1) -> A* -> Conv2(., W2, b2)
+ *     ==>  Conv1(X, W1, b1 - h) -> A* -> Conv2(., W2, b2 + W2 h),
+ *   (W2 h)_m = sum over Conv2's input channels i and kernel positions k of W2[m, i, k] h_i,
+ * where Conv1's output channel i before A* is modelled as N(beta_i, gamma_i^2) by the
+ * BatchNormalization fold-bn folded into Conv1 (oq_value.bn; both divided by s_i, like b1):
+ *   A* has Relu, LeakyRelu, PRelu or Clip(x, 0, none):  h_i = max(0, beta_i - 3 |gamma_i|);
+ *     a(x - h) = a(x) - h holds where x >= h >= 0, so the float model changes only where a
+ *     pre-activation falls below h_i (below the BN's 3-sigma bound);
+ *   otherwise (no activation, MaxPool, GlobalAveragePool, AveragePool not counting pads):
+ *     h_i = beta_i; every such op commutes with a per-channel shift, so the float model is
+ *     unchanged, and each channel is centred: the ranges' union is then 6 max |gamma_i|
+ *     wide, the narrowest a per-channel shift gives.
+ * The consumer sees a(x) - h everywhere only where it reads no padding, so every Conv2 must
+ * be a Conv (not ConvTranspose, whose output of a constant input is not constant at its
+ * borders) with pads all 0 and auto_pad NOTSET or VALID (SAME_* only with a 1x1 kernel, which
+ * never pads); an AveragePool that counts pads (count_include_pad with pads, auto_pad SAME_*
+ * or ceil_mode) does not commute with the shift either. Such pairs, and pairs whose Conv1
+ * had no BN (or fold-bn did not run in this process: the statistics are not saved), are
+ * equalized without absorption; the log line counts the first kind. So are Relu-like pairs
+ * with --weight-only: absorption narrows activation ranges, which stay float there, and the
+ * Relu rule is not exact. Conv2 may be grouped or depthwise, and gets a bias when it had none.
+ *
+ * Conditions: W1, W2 (and b1, b2 when present) are float32 constants of the graph; every value on
  * the path is private (not a graph output, not captured) and read by exactly one node, the
  * last one only by Conv/ConvTranspose nodes as their input 0 with a matching channel count.
  * A weight or bias another node also reads is copied, never changed in place
@@ -69,6 +91,9 @@ typedef struct pair {
 	size_t first;        /* index into the layer table */
 	size_t *second;      /* consumer layer indices */
 	size_t n_second;
+	double *s;           /* first's output channels: the product of the scales applied */
+	int relu;            /* A* has an op exact under a shift only where x >= h >= 0 (Relu) */
+	int absorb;          /* the consumers and A* admit high-bias absorption (see the header) */
 } pair;
 
 typedef struct cle {
@@ -78,6 +103,8 @@ typedef struct cle {
 	pair *pr;
 	size_t n_pr, cap_pr;
 	size_t n_clip;       /* pairs skipped: a Clip with bounds on the path */
+	size_t n_absorbed;   /* channels whose high bias moved into the consumers */
+	size_t n_noabsorb;   /* pairs with BN statistics that absorption skipped (padding, ...) */
 } cle;
 
 static size_t out_chan(const layer *l, size_t e)
@@ -129,6 +156,59 @@ static int homogeneous(const oq_graph *g, const oq_node *n, int *clip)
 		return ok;
 	}
 	return 0;
+}
+
+/* Are the int attribute's values (none: the op's default, all 0) all 0? */
+static int ints_zero(const oq_node *n, const char *name)
+{
+	const oq_attr *a = oq_node_attr(n, name);
+	for (size_t i = 0; a && i < a->n; i++)
+		if (a->ints[i])
+			return 0;
+	return 1;
+}
+
+/* auto_pad of n: 0 for NOTSET (or absent) and VALID, 1 for SAME_UPPER/SAME_LOWER. */
+static int auto_pads(const oq_node *n)
+{
+	const oq_attr *a = oq_node_attr(n, "auto_pad");
+	return a && a->type == OQ_ATTR_STRING && strcmp(a->s.p, "NOTSET") && strcmp(a->s.p, "VALID");
+}
+
+/*
+ * How homogeneous op n treats a per-channel shift x - h: 0 commutes for any h, 1 commutes where
+ * x >= h >= 0 (Relu-like), 2 does not commute (an AveragePool that counts padding).
+ */
+static int shift_kind(const oq_graph *g, const oq_node *n)
+{
+	if (oq_node_is(n, OQ_OP_Relu) || oq_node_is(n, OQ_OP_LeakyRelu) || oq_node_is(n, OQ_OP_PRelu))
+		return 1;
+	if (oq_node_is(n, OQ_OP_Clip)) {
+		const oq_attr *lo = oq_node_attr(n, "min");
+		if (lo || oq_node_attr(n, "max"))
+			return lo ? 1 : 0;
+		return const_is(g, n, 1, 0.0);
+	}
+	if (oq_node_is(n, OQ_OP_AveragePool) && oq_node_attr_int(n, "count_include_pad", 0) &&
+	    (!ints_zero(n, "pads") || auto_pads(n) || oq_node_attr_int(n, "ceil_mode", 0)))
+		return 2;
+	return 0;
+}
+
+/* Conv n reads no padding: pads all 0, auto_pad NOTSET/VALID or SAME_* with a kernel of ones. */
+static int reads_no_pad(const oq_graph *g, const oq_node *n)
+{
+	const oq_tensor *W;
+	if (!oq_node_is(n, OQ_OP_Conv) || !ints_zero(n, "pads"))
+		return 0;
+	if (!auto_pads(n))
+		return 1;
+	if (!(W = oq_value_const(g, n->inputs[1])))
+		return 0;
+	for (int k = 2; k < W->rank; k++)
+		if (W->dims[k] != 1)
+			return 0;
+	return 1;
 }
 
 /* The layer-table entry of Conv/ConvTranspose n (added on first sight); SIZE_MAX when n cannot take part. */
@@ -194,7 +274,8 @@ static int try_pair(cle *c, oq_node *n)
 	oq_value *v = n->n_outputs ? n->outputs[0] : NULL;
 	oq_node *u;
 	size_t f, *sec = NULL, ns = 0;
-	int rc, clip = 0;
+	int rc, clip = 0, kind = 0, shift_ok;
+	double *sc;
 
 	if (!v || n->n_outputs != 1 || v->graph != c->g)
 		return OQ_OK;
@@ -206,6 +287,10 @@ static int try_pair(cle *c, oq_node *n)
 		if (!homogeneous(c->g, u, &cl) && !cl)
 			break;
 		clip |= cl;
+		if (!cl) {
+			int k = shift_kind(c->g, u);
+			kind = k > kind ? k : kind;
+		}
 		v = u->outputs[0];
 	}
 	if (!oq_value_is_private(v) || v->n_uses == 0)
@@ -223,6 +308,7 @@ static int try_pair(cle *c, oq_node *n)
 		return rc;
 	if (!(sec = oq_calloc(v->n_uses, sizeof *sec)))
 		return OQ_ENOMEM;
+	shift_ok = kind < 2;
 	for (size_t k = 0; k < v->n_uses; k++) {
 		size_t s;
 		if (v->uses[k].node->dead)
@@ -232,24 +318,33 @@ static int try_pair(cle *c, oq_node *n)
 			free(sec);
 			return rc;
 		}
+		shift_ok &= reads_no_pad(c->g, v->uses[k].node);
 		sec[ns++] = s;
 	}
+	if (!(sc = oq_calloc(c->ly[f].n_out, sizeof *sc))) {
+		free(sec);
+		return OQ_ENOMEM;
+	}
+	for (size_t i = 0; i < c->ly[f].n_out; i++)
+		sc[i] = 1;
 	if (c->n_pr == c->cap_pr) {
 		size_t cap = c->cap_pr ? 2 * c->cap_pr : 16;
 		pair *p = realloc(c->pr, cap * sizeof *p);
 		if (!p) {
 			free(sec);
+			free(sc);
 			return OQ_ENOMEM;
 		}
 		c->pr = p;
 		c->cap_pr = cap;
 	}
-	c->pr[c->n_pr++] = (pair){.first = f, .second = sec, .n_second = ns};
+	c->pr[c->n_pr++] = (pair){.first = f, .second = sec, .n_second = ns, .s = sc, .relu = kind == 1,
+				  .absorb = shift_ok};
 	return OQ_OK;
 }
 
 /* One pair's scales from the current weights, applied; returns max |s_i - 1|. r1, r2: n_out scratch. */
-static double equalize(cle *c, const pair *p, double *r1, double *r2)
+static double equalize(cle *c, pair *p, double *r1, double *r2)
 {
 	layer *a = &c->ly[p->first];
 	size_t C = a->n_out;
@@ -279,6 +374,8 @@ static double equalize(cle *c, const pair *p, double *r1, double *r2)
 		a->w[e] /= r1[out_chan(a, e)];
 	for (size_t i = 0; a->b && i < C; i++)
 		a->b[i] /= r1[i];
+	for (size_t i = 0; i < C; i++)
+		p->s[i] *= r1[i];
 	a->changed = 1;
 	for (size_t k = 0; k < p->n_second; k++) {
 		layer *b = &c->ly[p->second[k]];
@@ -287,6 +384,59 @@ static double equalize(cle *c, const pair *p, double *r1, double *r2)
 		b->changed = 1;
 	}
 	return worst;
+}
+
+/* l's bias, zeros when it had none (store() then adds the input). */
+static int bias_of(layer *l)
+{
+	if (!l->b && !(l->b = oq_calloc(l->n_out, sizeof *l->b)))
+		return OQ_ENOMEM;
+	return OQ_OK;
+}
+
+/*
+ * Pair p's statistics (the value its first layer writes) follow the scales; when p admits it,
+ * its high biases h (see the header; h: n_out scratch) move from the first layer's bias into
+ * the consumers' biases and the statistics' means.
+ */
+static int absorb(cle *c, const pair *p, int weight_only, double *h)
+{
+	layer *a = &c->ly[p->first];
+	oq_bnstats *st = a->node->outputs[0]->bn;
+	size_t C = a->n_out, k = 0;
+	int rc;
+
+	if (!st || st->n != C)
+		return OQ_OK;
+	for (size_t i = 0; i < C; i++) {
+		st->mean[i] /= p->s[i];
+		st->std[i] /= p->s[i];
+		h[i] = p->relu ? fmax(0, st->mean[i] - 3 * st->std[i]) : st->mean[i];
+		k += h[i] != 0;
+	}
+	if (!p->absorb || (p->relu && weight_only)) {
+		c->n_noabsorb++;
+		return OQ_OK;
+	}
+	if (!k)
+		return OQ_OK;
+	if ((rc = bias_of(a)))
+		return rc;
+	for (size_t i = 0; i < C; i++) {
+		a->b[i] -= h[i];
+		st->mean[i] -= h[i];
+	}
+	a->changed = 1;
+	for (size_t j = 0; j < p->n_second; j++) {
+		layer *b = &c->ly[p->second[j]];
+		if ((rc = bias_of(b)))
+			return rc;
+		for (size_t e = 0; e < b->nw; e++)
+			b->b[out_chan(b, e)] += b->w[e] * h[in_chan(b, e)];
+		b->changed = 1;
+	}
+	c->n_absorbed += k;
+	return OQ_OK;
 }
 
 /* Writes a changed layer's weight and bias back (copies when shared). */
@@ -306,9 +456,12 @@ static int store(cle *c, const layer *l)
 	snprintf(base, sizeof base, "%.200s_cle", l->node->inputs[1]->name);
 	rc = oq_pass_set_const(c->g, l->node, 1, base, rank, dims, f);
 	if (!rc && l->b) {
+		const oq_value *bv = l->node->n_inputs > 2 ? l->node->inputs[2] : NULL;
 		for (size_t i = 0; i < l->n_out; i++)
 			f[i] = (float)l->b[i];
-		snprintf(base, sizeof base, "%.200s_cle", l->node->inputs[2]->name);
+		/* a bias absorption added is named after the weight */
+		snprintf(base, sizeof base, bv ? "%.200s_cle" : "%.200s_bias_cle",
+			 bv ? bv->name : l->node->inputs[1]->name);
 		rc = oq_pass_set_const(c->g, l->node, 2, base, 1, &bd, f);
 	}
 	free(f);
@@ -343,6 +496,8 @@ int oq_pass_cle(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 		if (worst < OQ_CLE_TOL)
 			break;
 	}
+	for (size_t k = 0; k < c.n_pr && !rc; k++)
+		rc = absorb(&c, &c.pr[k], o && o->weight_only, r1);
 	for (size_t i = 0; i < c.n_ly && !rc; i++)
 		if (c.ly[i].changed) {
 			rc = store(&c, &c.ly[i]);
@@ -352,16 +507,20 @@ int oq_pass_cle(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 		goto out;
 	*changed = n_changed > 0;
 	if (o && o->log)
-		fprintf(o->log, "cle: %zu layer pairs equalized (%zu layers rescaled, %zu sweeps, last max |s-1| %.2g); "
+		fprintf(o->log, "cle: %zu layer pairs equalized (%zu layers changed, %zu sweeps, last max |s-1| %.2g), "
+			"%zu channels' high biases absorbed (%zu pairs with BN statistics not: a consumer pads, a pool "
+			"counts pads, or a Relu with --weight-only); "
 			"%zu pairs skipped: a Clip with bounds between them\n", c.n_pr, n_changed,
-			sweeps + (sweeps < OQ_CLE_SWEEPS), worst, c.n_clip);
+			sweeps + (sweeps < OQ_CLE_SWEEPS), worst, c.n_absorbed, c.n_noabsorb, c.n_clip);
 out:
 	for (size_t i = 0; i < c.n_ly; i++) {
 		free(c.ly[i].w);
 		free(c.ly[i].b);
 	}
-	for (size_t k = 0; k < c.n_pr; k++)
+	for (size_t k = 0; k < c.n_pr; k++) {
 		free(c.pr[k].second);
+		free(c.pr[k].s);
+	}
 	free(c.ly);
 	free(c.pr);
 	free(r1);

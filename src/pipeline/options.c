@@ -468,8 +468,9 @@ const oq_option oq_pipeline_options[] = {
 	 "  --reduce-range          7-bit weights (older x86 integer kernels)\n"},
 	{"cle", OQ_ARG_NONE, QC, set_flag, F(q.cle),
 	 "  --cle                   cross-layer equalization: rescale Conv -> [Relu] -> Conv\n"
-	 "                          channel pairs to equal weight ranges (float model unchanged;\n"
-	 "                          meant for --granularity tensor)\n"},
+	 "                          channel pairs to equal weight ranges, and absorb the high\n"
+	 "                          biases of folded BatchNormalizations into the next Conv\n"
+	 "                          (meant for --granularity tensor)\n"},
 	{"weight-rounding", OQ_ARG_REQUIRED, QC, set_choice, F(q.weight_rounding),
 	 "  --weight-rounding R     nearest (default), adaround (learned up/down per weight) or\n"
 	 "                          seq-mse (searched scale per channel/block): least layer output\n"
