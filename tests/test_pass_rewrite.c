@@ -323,6 +323,102 @@ Test(cleanup, dead_code_and_unused_initializers)
 	done(&f);
 }
 
+/*
+ * Slice of a [3, 4] constant (0..11 row-major) with axes out of order and
+ * negative, a negative step and out-of-range bounds:
+ *   axis 1: start 3, end -100 (+4 -> -96, clamped to -1), step -2: columns 3, 1
+ *   axis -2 (0): start 1, end 100 (clamped to 3), step 1: rows 1, 2
+ * gives [[7, 5], [11, 9]].
+ */
+Test(cleanup, slice_axes_steps_and_clamped_bounds)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm);
+	gen_input(gm, g, "x", F, GEN_SHAPE(2, 2));
+	gen_init(gm, g, "a", F, GEN_SHAPE(3, 4), GEN_VALS(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11));
+	gen_init(gm, g, "st", OQ_DT_INT64, GEN_SHAPE(2), GEN_VALS(3, 1));
+	gen_init(gm, g, "en", OQ_DT_INT64, GEN_SHAPE(2), GEN_VALS(-100, 100));
+	gen_init(gm, g, "ax", OQ_DT_INT64, GEN_SHAPE(2), GEN_VALS(1, -2));
+	gen_init(gm, g, "sp", OQ_DT_INT32, GEN_SHAPE(2), GEN_VALS(-2, 1));
+	gen_node(gm, g, "Slice", "sl", "a,st,en,ax,sp", "as");
+	gen_node(gm, g, "Add", "add", "x,as", "y");
+	gen_output(gm, g, "y", F, GEN_SHAPE(2, 2));
+	fx f = rewrite(gm, "cleanup");
+	oq_graph *mg = f.m->graph;
+	cr_assert_eq(mg->n_nodes, 1, "%zu nodes", mg->n_nodes);
+	oq_value *as = val(f.m, "as");
+	cr_assert_not_null(as->init, "the Slice was not folded");
+	cr_assert_eq(as->init->rank, 2);
+	cr_assert_eq(as->init->dims[0], 2);
+	cr_assert_eq(as->init->dims[1], 2);
+	const double want[4] = {7, 5, 11, 9};
+	for (size_t i = 0; i < 4; i++)
+		cr_assert_float_eq(oq_tensor_get(as->init, i), want[i], 0, "element %zu", i);
+	cr_assert_eq(mg->n_inits, 1);
+	cr_assert_eq(f.err, 0);
+	done(&f);
+}
+
+/*
+ * Loop(2, true, h0 = x) whose body computes h = MatMul(h_in, Concat(a, b)),
+ * a and b outer initializers [1, 2] (as torch.jit.script exports build an
+ * LSTM's weights in its body). The Concat folds into one body initializer
+ * [2, 2] = {a0, a1, b0, b1}; b, read by nothing else, leaves the main graph
+ * and the body no longer captures it; a stays (the main graph's Add reads it).
+ */
+Test(cleanup, loop_body_concat_of_outer_constants_folds)
+{
+	gen_model *gm = new_model(13);
+	Onnx__GraphProto *g = gen_graph(gm), *b;
+	Onnx__NodeProto *n;
+	gen_input(gm, g, "x", F, GEN_SHAPE(1, 2));
+	gen_init(gm, g, "M", OQ_DT_INT64, 0, NULL, GEN_VALS(2));
+	gen_init(gm, g, "cond", OQ_DT_BOOL, 0, NULL, GEN_VALS(1));
+	gen_init(gm, g, "a", F, GEN_SHAPE(1, 2), GEN_VALS(0.75, -0.5));
+	gen_init(gm, g, "b", F, GEN_SHAPE(1, 2), GEN_VALS(0.25, 1.25));
+	n = gen_node(gm, g, "Loop", "loop", "M,cond,x", "h");
+	b = gen_attr_graph(gm, n, "body", "body");
+	gen_input(gm, b, "i", OQ_DT_INT64, 0, NULL);
+	gen_input(gm, b, "c_in", OQ_DT_BOOL, 0, NULL);
+	gen_input(gm, b, "h_in", F, GEN_SHAPE(1, 2));
+	gen_node(gm, b, "Identity", "c", "c_in", "c_out");
+	gen_attr_int(gm, gen_node(gm, b, "Concat", "cat", "a,b", "w"), "axis", 0);
+	gen_node(gm, b, "MatMul", "mm", "h_in,w", "h_out");
+	gen_output(gm, b, "c_out", OQ_DT_BOOL, 0, NULL);
+	gen_output(gm, b, "h_out", F, GEN_SHAPE(1, 2));
+	gen_node(gm, g, "Add", "add", "h,a", "y");
+	gen_output(gm, g, "y", F, GEN_SHAPE(1, 2));
+	fx f = rewrite(gm, "cleanup");
+	oq_graph *mg = f.m->graph, *body = NULL;
+	for (size_t i = 0; i < mg->n_nodes; i++)
+		if (oq_node_is(mg->nodes[i], OQ_OP_Loop))
+			body = oq_node_attr(mg->nodes[i], "body")->g;
+	cr_assert_not_null(body, "the Loop is gone");
+	cr_assert_eq(runmodel_count_op(body, "Concat"), 0, "the Concat was not folded");
+	cr_assert_eq(body->n_inits, 1, "%zu body initializers", body->n_inits);
+	oq_value *w = body->inits[0];
+	cr_assert_str_eq(w->name, "w");
+	cr_assert_eq(w->flags & OQ_V_OUTER, 0);
+	cr_assert_eq(w->init->dtype, F);
+	cr_assert_eq(w->init->rank, 2);
+	cr_assert_eq(w->init->dims[0], 2);
+	cr_assert_eq(w->init->dims[1], 2);
+	const double want[4] = {0.75, -0.5, 0.25, 1.25};
+	for (size_t i = 0; i < 4; i++)
+		cr_assert_float_eq(oq_tensor_get(w->init, i), want[i], 0, "element %zu", i);
+	cr_assert_eq(w->n_uses, 1);
+	cr_assert(oq_node_is(w->uses[0].node, OQ_OP_MatMul));
+	/* main graph: M, cond and a (the Add reads it); b went with the only body that read it */
+	cr_assert_eq(mg->n_inits, 3, "%zu main-graph initializers", mg->n_inits);
+	cr_assert_not_null(val(f.m, "a")->init);
+	oq_value *bm = oq_graph_find(mg, "b");
+	cr_assert(!bm || !bm->init, "b is still an initializer");
+	oq_value *bb = oq_graph_find(body, "b");
+	cr_assert(!bb || !(bb->flags & OQ_V_OUTER), "the body still captures b");
+	cr_assert_eq(f.err, 0);
+	done(&f);
+}
+
 /* ------------------------------------------------------------ fold-bn */
 
 /* Asserts no BN remains and outputs match. */

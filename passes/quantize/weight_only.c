@@ -182,7 +182,8 @@ static int collect(oq_graph *g, const oq_opts *o, FILE *log, int localize, oq_wp
 			}
 			if (!w->init && !((w->flags & OQ_V_OUTER) && oq_value_resolve(w)->init)) {
 				/* an activation, not a weight; a recurrent op's W / R computed by nodes
-				 * (torch.jit.script exports slice them from the parameters) is noted */
+				 * (torch.jit.script exports slice them from the parameters, and cleanup
+				 * folds only data-movement chains of constants) is noted */
 				if (log && r.w2_idx >= 0)
 					fprintf(log, "weight-only: node '%s' (%s): weight '%s' is computed by "
 					        "nodes, not an initializer: it stays float\n", n->name, n->op_type,

@@ -8,7 +8,7 @@
  *   y = Identity(x), y a graph output, x = P(..) ==> y = P(..)  (P renamed to write y)
  *   y = Constant(value=t)                ==>  initializer y = t
  *   y = Op(c1, ..., ck), every ci an initializer, Op in {Cast, Reshape,
- *       Transpose, Unsqueeze, Squeeze, Flatten, Concat}  ==>  initializer y
+ *       Transpose, Unsqueeze, Squeeze, Flatten, Concat, Slice}  ==>  initializer y
  *   y = Shape(x), x with a fully static declared shape  ==>  initializer y
  *   node whose outputs nobody reads      ==>  removed (until stable)
  *   initializer nobody reads             ==>  removed
@@ -18,8 +18,22 @@
  * implemented here directly; the tests check them against the executor.
  * A folded result over 64 MiB is left alone: the file would grow.
  *
- * Only the main graph is rewritten. A value a subgraph captures is never
- * removed or renamed, graph inputs and outputs keep their names.
+ * If/Loop/Scan bodies (at any depth, after the graph that holds them) get
+ * the Constant, folding and dead-code rules too, so a recurrent op's
+ * weights that a torch.jit.script export slices and concatenates inside a
+ * Loop body become body initializers the quantizer can read:
+ *
+ *   body: y = Concat(Slice(W, ...), ...), W an initializer of an enclosing
+ *         graph (captured)           ==>  body initializer y
+ *
+ * A captured initializer counts as a constant of the body (the enclosing
+ * graph does not change it between runs). A capture nothing in its body
+ * reads any more is dropped, so the enclosing graph's dead-code step
+ * removes an initializer only when no other node or body reads it.
+ * Identity/Dropout are removed in the main graph only.
+ *
+ * A value a subgraph captures is never removed or renamed, graph inputs
+ * and outputs keep their names.
  * An initializer that is also a graph input (IR >= 4) can be overridden
  * by the caller, so it is not a constant here.
  */
@@ -104,6 +118,20 @@ static oq_tensor *constant_value(oq_node *n, int *rc)
 }
 
 /* ------------------------------------------------------------ folding helpers */
+
+/*
+ * The constant v holds as g's nodes see it: an initializer of g, or for a
+ * value g captures, an initializer of the enclosing graph defining it.
+ * NULL when v is not a constant (oq_value_const's rules).
+ */
+static const oq_tensor *cst(const oq_graph *g, oq_value *v)
+{
+	oq_value *o;
+	if (!v || !(v->flags & OQ_V_OUTER))
+		return oq_value_const(g, v);
+	o = oq_value_resolve(v);
+	return o && o != v ? oq_value_const(o->graph, o) : NULL;
+}
 
 /* Stores v (already converted by the caller) as element i of t; 0 when the dtype is not handled. */
 static int put(oq_tensor *t, size_t i, double v, int64_t iv, int use_int)
@@ -236,7 +264,7 @@ static int64_t *axes_of(const oq_graph *g, const oq_node *n, size_t *cnt, int *h
 	}
 	if (n->n_inputs >= 2 && n->inputs[1]) {
 		*has = 1;
-		return int_list(oq_value_const(g, n->inputs[1]), cnt);
+		return int_list(cst(g, n->inputs[1]), cnt);
 	}
 	return NULL;
 }
@@ -404,7 +432,7 @@ out:
 
 static oq_tensor *fold_concat(const oq_graph *g, const oq_node *n, int *rc)
 {
-	const oq_tensor *x0 = n->n_inputs ? oq_value_const(g, n->inputs[0]) : NULL;
+	const oq_tensor *x0 = n->n_inputs ? cst(g, n->inputs[0]) : NULL;
 	int64_t ax = oq_node_attr_int(n, "axis", 0), d[OQ_MAX_RANK];
 	size_t es = x0 ? elem_size(x0->dtype) : 0, outer = 1, off = 0;
 	oq_tensor *y;
@@ -418,7 +446,7 @@ static oq_tensor *fold_concat(const oq_graph *g, const oq_node *n, int *rc)
 	memcpy(d, x0->dims, (size_t)x0->rank * sizeof *d);
 	d[ax] = 0;
 	for (size_t i = 0; i < n->n_inputs; i++) {
-		const oq_tensor *x = oq_value_const(g, n->inputs[i]);
+		const oq_tensor *x = cst(g, n->inputs[i]);
 		if (!x || x->dtype != x0->dtype || x->rank != x0->rank)
 			return NULL;
 		for (int k = 0; k < x->rank; k++)
@@ -433,7 +461,7 @@ static oq_tensor *fold_concat(const oq_graph *g, const oq_node *n, int *rc)
 	/* per outer index: each input contributes a contiguous block */
 	for (size_t o = 0; o < outer; o++)
 		for (size_t i = 0; i < n->n_inputs; i++) {
-			const oq_tensor *x = n->inputs[i]->init;
+			const oq_tensor *x = cst(g, n->inputs[i]);
 			size_t blk = outer ? x->nbytes / outer : 0;
 			if (blk)
 				memcpy((char *)y->data + off, (const char *)x->data + o * blk, blk);
@@ -442,16 +470,114 @@ static oq_tensor *fold_concat(const oq_graph *g, const oq_node *n, int *rc)
 	return y;
 }
 
-static oq_tensor *fold_shape(const oq_node *n, const oq_value *x, int *rc)
+/*
+ * Slice (starts/ends/axes attributes up to opset 9, inputs with steps from
+ * opset 10): each sliced axis starts at start and takes every step-th
+ * element before end, both clamped as the ONNX spec says; a step of 0, a
+ * repeated axis or lists of different lengths are not folded.
+ */
+static oq_tensor *fold_slice(const oq_graph *g, const oq_node *n, const oq_tensor *x, int *rc)
+{
+	static const char *const names[4] = {"starts", "ends", "axes", "steps"};
+	int64_t st[OQ_MAX_RANK], sp[OQ_MAX_RANK], od[OQ_MAX_RANK]; /* start, step, length */
+	int64_t istr[OQ_MAX_RANK], idx[OQ_MAX_RANK];
+	int64_t *l[4] = {NULL, NULL, NULL, NULL};
+	size_t cnt[4] = {0, 0, 0, 0}, es = elem_size(x->dtype);
+	unsigned char seen[OQ_MAX_RANK] = {0};
+	int r = x->rank;
+	oq_tensor *y = NULL;
+
+	if (!es || r < 1)
+		return NULL;
+	for (size_t k = 0; k < 4; k++) {
+		const oq_attr *a = oq_node_attr(n, names[k]);
+		if (a && a->type == OQ_ATTR_INTS) {
+			if (!(l[k] = oq_calloc(a->n ? a->n : 1, sizeof *l[k])))
+				goto out; /* out of memory: simply not folded */
+			if (a->n)
+				memcpy(l[k], a->ints, a->n * sizeof *l[k]);
+			cnt[k] = a->n;
+		} else if (k + 1 < n->n_inputs && n->inputs[k + 1]) {
+			if (!(l[k] = int_list(cst(g, n->inputs[k + 1]), &cnt[k])))
+				goto out;
+		} else if (k < 2) {
+			goto out;
+		}
+	}
+	if (cnt[1] != cnt[0] || cnt[0] > (size_t)r || (l[2] && cnt[2] != cnt[0]) ||
+	    (l[3] && cnt[3] != cnt[0]))
+		goto out;
+	for (int i = 0; i < r; i++) {
+		st[i] = 0;
+		sp[i] = 1;
+		od[i] = x->dims[i];
+	}
+	for (size_t k = 0; k < cnt[0]; k++) {
+		int64_t ax = l[2] ? l[2][k] : (int64_t)k, step = l[3] ? l[3][k] : 1;
+		int64_t dim, s = l[0][k], e = l[1][k];
+		if (ax < 0)
+			ax += r;
+		if (ax < 0 || ax >= r || seen[ax] || step == 0)
+			goto out;
+		seen[ax] = 1;
+		dim = x->dims[ax];
+		if (s < 0)
+			s += dim;
+		if (e < 0)
+			e += dim;
+		if (step == INT64_MIN) /* one element, as with -INT64_MAX, which can be negated */
+			step = -INT64_MAX;
+		if (step > 0) {
+			s = s < 0 ? 0 : s > dim ? dim : s;
+			e = e < 0 ? 0 : e > dim ? dim : e;
+			od[ax] = e > s ? 1 + (e - s - 1) / step : 0;
+		} else {
+			s = s < 0 ? 0 : s > dim - 1 ? dim - 1 : s;
+			e = e < -1 ? -1 : e > dim - 1 ? dim - 1 : e;
+			od[ax] = s > e ? 1 + (s - e - 1) / -step : 0;
+		}
+		st[ax] = s;
+		sp[ax] = step;
+	}
+	if (!(y = new_result(x->dtype, r, od, rc)))
+		goto out;
+	for (int64_t i = r - 1, s = 1; i >= 0; i--) {
+		istr[i] = s;
+		s *= x->dims[i];
+	}
+	memset(idx, 0, sizeof idx);
+	for (size_t o = 0; o < y->nelem; o++) {
+		int64_t src = 0;
+		for (int i = 0; i < r; i++)
+			src += (st[i] + idx[i] * sp[i]) * istr[i];
+		memcpy((char *)y->data + o * es, (const char *)x->data + (size_t)src * es, es);
+		for (int i = r - 1; i >= 0; i--) {
+			if (++idx[i] < od[i])
+				break;
+			idx[i] = 0;
+		}
+	}
+out:
+	for (size_t k = 0; k < 4; k++)
+		free(l[k]);
+	return y;
+}
+
+static oq_tensor *fold_shape(const oq_graph *g, const oq_node *n, oq_value *in, int *rc)
 {
 	int64_t d[OQ_MAX_RANK], r, st, en, len;
+	const oq_tensor *c = cst(g, in);
+	const oq_value *x = oq_value_resolve(in); /* a capture's type: its definition's */
 	oq_tensor *y;
 
-	if (x->init && oq_value_const(x->graph, x)) {
-		r = x->init->rank;
-		memcpy(d, x->init->dims, (size_t)r * sizeof *d);
+	if (c) {
+		r = c->rank;
+		memcpy(d, c->dims, (size_t)r * sizeof *d);
 	} else {
-		if (x->type.kind != OQ_TYPE_TENSOR || x->type.rank < 0 || x->type.rank > OQ_MAX_RANK)
+		/* a body's declared shapes may describe one iteration (a carried value can
+		 * grow): only the main graph's are taken as fixed */
+		if (x->graph->parent || x->type.kind != OQ_TYPE_TENSOR || x->type.rank < 0 ||
+		    x->type.rank > OQ_MAX_RANK)
 			return NULL;
 		r = x->type.rank;
 		for (int i = 0; i < r; i++)
@@ -483,16 +609,18 @@ static oq_tensor *fold_node(const oq_graph *g, const oq_node *n, int *rc)
 	    n->n_inputs < 1 || !n->inputs[0])
 		return NULL;
 	if (n->op == OQ_OP_Shape)
-		return fold_shape(n, n->inputs[0], rc);
+		return fold_shape(g, n, n->inputs[0], rc);
 	if (n->op == OQ_OP_Concat)
 		return fold_concat(g, n, rc);
-	if (!(x = oq_value_const(g, n->inputs[0])))
+	if (!(x = cst(g, n->inputs[0])))
 		return NULL;
 	switch (n->op) {
 	case OQ_OP_Cast:
 		return fold_cast(n, x, rc);
 	case OQ_OP_Reshape:
-		return n->n_inputs >= 2 ? fold_reshape(n, x, oq_value_const(g, n->inputs[1]), rc) : NULL;
+		return n->n_inputs >= 2 ? fold_reshape(n, x, cst(g, n->inputs[1]), rc) : NULL;
+	case OQ_OP_Slice:
+		return fold_slice(g, n, x, rc);
 	case OQ_OP_Transpose:
 		return fold_transpose(n, x, rc);
 	case OQ_OP_Unsqueeze:
@@ -593,6 +721,16 @@ static int drop_dead(oq_graph *g, int *changed)
 		}
 		free(uses);
 	}
+	/* captures nothing reads any more: the enclosing graph may drop what only they kept */
+	for (size_t i = 0; g->parent && i < g->n_values; i++) {
+		oq_value *v = g->values[i];
+		if (!(v->flags & OQ_V_OUTER) || v->n_uses || (v->flags & OQ_V_OUTPUT) ||
+		    oq_value_n_captures(v))
+			continue;
+		v->flags &= ~(unsigned)OQ_V_OUTER;
+		v->outer = NULL;
+		*changed = 1;
+	}
 	/* initializers nobody reads */
 	for (size_t i = g->n_inits; i-- > 0;) {
 		oq_value *v = g->inits[i];
@@ -615,16 +753,23 @@ static int drop_dead(oq_graph *g, int *changed)
 
 /* ------------------------------------------------------------ the pass */
 
-int oq_pass_cleanup(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
+/* What one run of the pass did, over the main graph and the bodies. */
+typedef struct counts {
+	size_t n_const;      /* Constant nodes made initializers */
+	size_t n_pass;       /* Identity/Dropout nodes removed */
+	size_t n_fold;       /* nodes folded into initializers */
+	size_t n_body;       /* of n_const + n_fold, how many inside bodies */
+	int changed;         /* some graph changed */
+} counts;
+
+/* Constant/identity/fold rounds over g's own nodes until none applies. */
+static int rewrite_rounds(oq_graph *g, counts *c)
 {
 	int rc;
-	size_t n_const = 0, n_pass = 0, n_fold = 0;
-
-	*changed = 0;
 	for (int round = 0; round < MAX_ROUNDS; round++) {
 		int any = 0;
 		if ((rc = oq_graph_sweep(g)))
-			goto nomem;
+			return rc;
 		for (size_t i = 0; i < g->n_nodes; i++) {
 			oq_node *n = g->nodes[i];
 			oq_tensor *t = NULL;
@@ -634,21 +779,22 @@ int oq_pass_cleanup(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 			    !(n->outputs[0]->flags & OQ_V_OUTPUT) && !n->outputs[0]->init) {
 				if (!(t = constant_value(n, &rc))) {
 					if (rc)
-						goto nomem;
+						return rc;
 					continue;
 				}
 				if ((rc = make_init(g, n->outputs[0], t)))
-					goto nomem;
+					return rc;
 				n->dead = 1;
-				n_const++;
+				c->n_const++;
+				c->n_body += g->parent != NULL;
 				any = 1;
 				continue;
 			}
-			if (is_passthrough(g, n)) {
+			if (!g->parent && is_passthrough(g, n)) {
 				int done;
 				if ((rc = drop_passthrough(g, n, &done)))
-					goto nomem;
-				n_pass += (size_t)done;
+					return rc;
+				c->n_pass += (size_t)done;
 				any |= done;
 				continue;
 			}
@@ -656,26 +802,60 @@ int oq_pass_cleanup(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
 			    !n->outputs[0]->init) {
 				if (!(t = fold_node(g, n, &rc))) {
 					if (rc)
-						goto nomem;
+						return rc;
 					continue;
 				}
 				if ((rc = make_init(g, n->outputs[0], t)))
-					goto nomem;
+					return rc;
 				n->dead = 1;
-				n_fold++;
+				c->n_fold++;
+				c->n_body += g->parent != NULL;
 				any = 1;
 			}
 		}
 		if (!any)
 			break;
-		*changed = 1;
+		c->changed = 1;
 	}
-	if ((rc = drop_dead(g, changed)))
-		goto nomem;
-	if (o && o->log && *changed)
-		fprintf(o->log, "cleanup: %zu Constant -> initializer, %zu Identity/Dropout removed, %zu folded\n",
-			n_const, n_pass, n_fold);
 	return OQ_OK;
-nomem:
-	return oq_err(d, rc, "cleanup: out of memory");
+}
+
+static int clean_graph(oq_graph *g, counts *c);
+
+static int clean_sub(oq_graph *sub, oq_node *owner, void *ctx)
+{
+	(void)owner;
+	return clean_graph(sub, ctx);
+}
+
+/* g's rounds, then its bodies' (they may read g's new initializers), then g's dead code (what
+ * only a body read may have gone). */
+static int clean_graph(oq_graph *g, counts *c)
+{
+	int rc;
+	if ((rc = rewrite_rounds(g, c)) || (rc = oq_graph_each_subgraph(g, clean_sub, c)))
+		return rc;
+	return drop_dead(g, &c->changed);
+}
+
+int oq_pass_cleanup(oq_graph *g, const oq_opts *o, oq_diag *d, int *changed)
+{
+	counts c = {0, 0, 0, 0, 0};
+	int rc;
+
+	*changed = 0;
+	if ((rc = clean_graph(g, &c)))
+		return oq_err(d, rc, "cleanup: out of memory");
+	*changed = c.changed;
+	if (o && o->log && *changed) {
+		fprintf(o->log,
+		        "cleanup: %zu Constant -> initializer, %zu Identity/Dropout removed, "
+		        "%zu folded",
+		        c.n_const, c.n_pass, c.n_fold);
+		if (c.n_body)
+			fprintf(o->log, " (%zu Constant/folded inside If/Loop/Scan bodies)",
+			        c.n_body);
+		fputc('\n', o->log);
+	}
+	return OQ_OK;
 }
