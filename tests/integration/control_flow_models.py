@@ -15,8 +15,15 @@ writes into OUTDIR (random weights, fixed seed):
                every frame's h
   lstm.onnx    input x float32[T, 1, 8] (T symbolic); torch.nn.LSTM(8, 16, bidirectional)
                (one ONNX LSTM, W [2, 64, 8], R [2, 64, 16] initializers) and a Linear head
-and the samples in OUTDIR/{branch,loop,scan,lstm}_{calib,test}/NNN/<input>.npy: branch samples
-take both branches (flag +1 and -1 alternate); loop, scan and lstm samples have 3 to 6 frames.
+  gru.onnx     the same with torch.nn.GRU (W [2, 48, 8], R [2, 48, 16])
+  rnn.onnx     the same with torch.nn.RNN (tanh; W [2, 16, 8], R [2, 16, 16])
+  lstm_loop.onnx  input x float32[T, 1, 8] (T symbolic); a scripted `for t in range(T)` runs
+               torch.nn.LSTM(8, 16) on frame t with the carried (h, c) and sums a Linear head
+               over the frames: the ONNX LSTM sits in the Loop body, and torch 1.13 builds its
+               W, R and B there with Slice / Concat / Unsqueeze from main-graph Constants
+               (gate reordering), not as initializers
+and the samples in OUTDIR/<model>_{calib,test}/NNN/<input>.npy: branch samples take both
+branches (flag +1 and -1 alternate); the other models' samples have 3 to 6 frames.
 """
 import os
 import sys
@@ -62,14 +69,30 @@ class Frames(torch.nn.Module):
 
 
 class Recurrent(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, cell=torch.nn.LSTM):
         super().__init__()
-        self.lstm = torch.nn.LSTM(8, 16, bidirectional=True)
+        self.rec = cell(8, 16, bidirectional=True)
         self.head = torch.nn.Linear(32, 4)
 
     def forward(self, x):
-        y, _ = self.lstm(x)
+        y, _ = self.rec(x)
         return self.head(y)
+
+
+class LstmFrames(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.zeros(1, 1, 16)
+        c = torch.zeros(1, 1, 16)
+        acc = torch.zeros(1, 4)
+        for t in range(x.size(0)):
+            y, (h, c) = self.lstm(x[t].unsqueeze(0), (h, c))
+            acc = acc + self.head(y[0])
+        return acc
 
 
 def scan_model(path, rng):
@@ -123,6 +146,14 @@ def main():
     torch.onnx.export(Recurrent().eval(), (torch.randn(4, 1, 8),), os.path.join(out, "lstm.onnx"),
                       opset_version=13, input_names=["x"], output_names=["y"],
                       dynamic_axes={"x": {0: "T"}})
+    # made after the models above, so their weights stay as they were
+    rec = {"gru": Recurrent(torch.nn.GRU).eval(), "rnn": Recurrent(torch.nn.RNN).eval(),
+           "lstm_loop": torch.jit.script(LstmFrames().eval())}
+    for name, model in rec.items():
+        torch.onnx.export(model, (torch.randn(4, 1, 8),), os.path.join(out, name + ".onnx"),
+                          opset_version=13, input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "T"}})
+    rng_rec = {name: np.random.default_rng(3 + k) for k, name in enumerate(rec)}
     for kind, n in (("calib", 8), ("test", 6)):
         for i in range(n):
             d = os.path.join(out, "branch_%s" % kind, "%03d" % i)
@@ -135,6 +166,9 @@ def main():
             save(os.path.join(d, "x.npy"), rng.standard_normal((t, 1, 8)).astype(np.float32))
             d = os.path.join(out, "lstm_%s" % kind, "%03d" % i)
             save(os.path.join(d, "x.npy"), rng_lstm.standard_normal((t, 1, 8)).astype(np.float32))
+            for name, r in rng_rec.items():
+                d = os.path.join(out, "%s_%s" % (name, kind), "%03d" % i)
+                save(os.path.join(d, "x.npy"), r.standard_normal((t, 1, 8)).astype(np.float32))
 
 
 if __name__ == "__main__":
