@@ -227,17 +227,47 @@ static int mkdir_p(const char *path, oq_diag *d)
 
 /* ---------------------------------------------------------------- samples */
 
+static void sample_free(const oq_samples *s, oq_sample *x)
+{
+	for (size_t k = 0; x->in && k < s->n_inputs; k++)
+		free(x->in[k].path);
+	free(x->in);
+	free(x->name);
+	free(x->where);
+}
+
 void oq_samples_free(oq_samples *s)
 {
-	for (size_t i = 0; i < s->n; i++) {
-		for (size_t k = 0; s->v[i].in && k < s->n_inputs; k++)
-			free(s->v[i].in[k].path);
-		free(s->v[i].in);
-		free(s->v[i].name);
-		free(s->v[i].where);
-	}
+	for (size_t i = 0; i < s->n; i++)
+		sample_free(s, &s->v[i]);
 	free(s->v);
 	memset(s, 0, sizeof *s);
+}
+
+size_t oq_samples_pick(size_t j, size_t n, size_t m)
+{
+	/* j n / m = j (n / m) + j (n % m) / m, and j (n % m) < m^2 does not overflow */
+	return m ? j * (n / m) + j * (n % m) / m : j;
+}
+
+size_t oq_samples_thin(oq_samples *s, size_t n, size_t cap)
+{
+	size_t m, j = 0;
+
+	if (n > s->n)
+		n = s->n;
+	if (!cap || n <= cap)
+		return n;
+	m = cap;
+	/* pick(j) >= j and increases with j: each kept sample moves down or stays */
+	for (size_t i = 0; i < s->n; i++) {
+		if (j < m && i == oq_samples_pick(j, n, m))
+			s->v[j++] = s->v[i];
+		else
+			sample_free(s, &s->v[i]);
+	}
+	s->n = m;
+	return m;
 }
 
 /* Appends an empty sample (sources zeroed). */

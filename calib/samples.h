@@ -93,6 +93,26 @@ int oq_sample_load(const oq_samples *s, size_t i, const oq_exec *e, oq_rt *input
 
 void oq_samples_free(oq_samples *s);
 
+/*
+ * The most calibration samples a measurement after calibration runs: bias
+ * correction's passes, the fold report and the measurements built on it
+ * (--target-sqnr, learned-rounding and CLE guards). Ranges always come from
+ * every sample; past this many, the measurements take an evenly spread subset
+ * (oq_samples_thin), so their cost stops growing with the sample count.
+ */
+#define OQ_MEASURE_SAMPLES 32
+
+/*
+ * Keeps m = min(n, cap) of s's first n samples (n <= s->n), evenly spread
+ * over them: sample j of the result is sample floor(j n / m) (oq_samples_pick),
+ * in order; the rest are freed. Returns m. cap 0, or n <= cap: s unchanged,
+ * returns n (the samples past n stay, as callers ignore them).
+ */
+size_t oq_samples_thin(oq_samples *s, size_t n, size_t cap);
+
+/* The index among n samples of sample j of m kept by oq_samples_thin: floor(j n / m). */
+size_t oq_samples_pick(size_t j, size_t n, size_t m);
+
 /* File name for a value: '/' replaced by '_' plus `ext`, into buf (NUL-terminated, truncated to n).
  */
 void oq_run_file_name(const char *value_name, const char *ext, char *buf, size_t n);

@@ -230,6 +230,46 @@ Test(run, flat_layout_lexical_order, .init = setup, .fini = teardown)
 	unbuild(&f);
 }
 
+/* 10 samples, at most 4 run: floor(j 10 / 4) = 0, 2, 5, 7 (hand-computed), in order; the others
+ * freed (ASan would see a leak or a double free); at most 10 or no cap: all of them, untouched. */
+Test(run, thin_keeps_evenly_spread_samples, .init = setup, .fini = teardown)
+{
+	static const char *const keep[] = {"000", "002", "005", "007"};
+	fixture f;
+	oq_samples s;
+	oq_diag d;
+	char name[16];
+
+	build(&f, 0, "x");
+	for (int i = 0; i < 10; i++) {
+		snprintf(name, sizeof name, "%03d.npy", i);
+		npy_f32(name, "(1, 3)", 3);
+	}
+	cr_assert_eq(scan_check(&f, &s, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(s.n, 10);
+	cr_expect_eq(oq_samples_thin(&s, 10, 0), 10);
+	cr_expect_eq(oq_samples_thin(&s, 10, 10), 10);
+	cr_expect_eq(oq_samples_thin(&s, 8, 32), 8, "n below the cap: n back");
+	cr_assert_eq(s.n, 10);
+	cr_assert_eq(oq_samples_thin(&s, 10, 4), 4);
+	cr_assert_eq(s.n, 4);
+	for (size_t j = 0; j < 4; j++) {
+		cr_expect_str_eq(s.v[j].name, keep[j]);
+		snprintf(name, sizeof name, "%s.npy", keep[j]);
+		cr_expect_str_eq(s.v[j].in[0].path, at(name));
+		cr_expect_eq(oq_samples_pick(j, 10, 4), (size_t)(keep[j][2] - '0'));
+	}
+	oq_samples_free(&s);
+	/* a limit first: 7 of 10 (the first 7), at most 3 run: 0, 2, 4 */
+	cr_assert_eq(scan_check(&f, &s, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_samples_thin(&s, 7, 3), 3);
+	cr_expect_str_eq(s.v[0].name, "000");
+	cr_expect_str_eq(s.v[1].name, "002");
+	cr_expect_str_eq(s.v[2].name, "004");
+	oq_samples_free(&s);
+	unbuild(&f);
+}
+
 Test(run, folder_layout_names_and_positions, .init = setup, .fini = teardown)
 {
 	fixture f;

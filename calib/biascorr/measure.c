@@ -624,7 +624,7 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 			nout = oq_exec_n_outputs(e0);
 			if ((rc = oq_samples_scan(o->source, e0, &s, d)))
 				goto out;
-			n = o->limit && o->limit < s.n ? o->limit : s.n;
+			n = oq_samples_thin(&s, o->limit && o->limit < s.n ? o->limit : s.n, OQ_MEASURE_SAMPLES);
 			if (cached && (cache->n != n || cache->nout != nout)) {
 				rc = oq_err(d, OQ_EINVAL, "bias correction: the samples changed between rounds "
 					    "(internal error)");

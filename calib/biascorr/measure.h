@@ -73,9 +73,11 @@ typedef struct oq_bc_float_cache {
 void oq_bc_float_cache_free(oq_bc_float_cache *c);
 
 /*
- * Runs the samples of o->source (a folder; o->limit applies, o->batch does
- * not: one sample at a time) through ref (float) and the quantized models
- * runs[0..n_runs) side by side: each sample runs ref once and every model
+ * Runs the samples of o->source (a folder; o->limit applies, then at most
+ * OQ_MEASURE_SAMPLES of them, evenly spread (oq_samples_thin): sample i
+ * below, and lo and hi, index that list; o->batch does not apply: one sample
+ * at a time) through ref (float) and the quantized models runs[0..n_runs)
+ * side by side: each sample runs ref once and every model
  * whose folds include the sample's. ref_nodes[i]: the node whose output 0 is
  * layer i's measured value in ref (NULL marks the layer failed). Resets and
  * fills every layer's sum_f / n_f from ref and sum_q / n_q from the run

@@ -679,6 +679,15 @@ out:
 	return rc;
 }
 
+/* The position among the m samples oq_samples_thin keeps of n of the first one at index i or later. */
+static size_t first_kept(size_t i, size_t n, size_t m)
+{
+	size_t j = 0;
+	while (j < m && oq_samples_pick(j, n, m) < i)
+		j++;
+	return j;
+}
+
 int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_ranges *fr, size_t n_folds,
 			       uint64_t n_total, const oq_rt *fout, size_t n_fout, oq_fid_make_fn make, void *ctx,
 			       oq_fidelity *out, oq_diag *d)
@@ -687,7 +696,7 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 	oq_exec *fe = NULL, *qe = NULL;
 	oq_model *qm = NULL;
 	oq_samples s;
-	size_t *imap = NULL, *omap = NULL, nin, nout, n;
+	size_t *imap = NULL, *omap = NULL, nin, nout, n, m;
 	lanes L;
 	octx c;
 	int rc;
@@ -707,12 +716,15 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 		            (unsigned long long)n_total);
 		goto fail;
 	}
+	/* fold f is the samples of [begin(f), begin(f + 1)) of all n that the thinning kept */
+	m = oq_samples_thin(&s, n, OQ_MEASURE_SAMPLES);
 	nin = oq_exec_n_inputs(fe);
 	nout = oq_exec_n_outputs(fe);
-	if (n_fout != n)
+	if (n_fout != m)
 		fout = NULL;
 	out->k = n_folds;
-	out->n = n;
+	out->n = m;
+	out->n_all = n;
 	out->n_out = nout;
 	imap = oq_calloc(nin + 1, sizeof *imap);
 	omap = oq_calloc(nout + 1, sizeof *omap);
@@ -735,7 +747,8 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 	L.nout = nout;
 	L.fout = fout;
 	for (size_t f = 0; f < out->k; f++) {
-		size_t b = oq_folds_begin(f, n, out->k), e = oq_folds_begin(f + 1, n, out->k);
+		size_t b = first_kept(oq_folds_begin(f, n, out->k), n, m),
+		       e = first_kept(oq_folds_begin(f + 1, n, out->k), n, m);
 
 		if ((rc = make(ctx, &fr[f], &qm, d)) || (rc = points(fm, qm, f == 0, out, &c, d)) || (rc = oq_exec_new(qm, &qeo, &qe, d)))
 			goto fail;

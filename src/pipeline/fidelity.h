@@ -10,7 +10,9 @@
  * caller's `make` (the same passes and options as the written model), and
  * the samples of fold f run through the float model and that quantized
  * model. So every sample is judged by a model whose ranges never saw it,
- * as unseen inputs will be.
+ * as unseen inputs will be. The ranges come from every sample; the runs
+ * from at most OQ_MEASURE_SAMPLES of them (calib/samples.h: evenly spread,
+ * each judged in the fold it belongs to).
  *
  *   output SQNR = 10 log10( sum r^2 / sum (r - q)^2 )   dB
  *
@@ -54,7 +56,8 @@ typedef struct oq_fid_point {
 
 /* A measurement. */
 typedef struct oq_fidelity {
-	size_t k, n;        /* folds, samples */
+	size_t k, n;        /* folds, samples run (at most OQ_MEASURE_SAMPLES) */
+	size_t n_all;       /* samples the folds cut (n of them run) */
 	size_t n_out;
 	char **out;         /* the float model's output names */
 	double *r2, *d2;    /* per output: sum r^2, sum (r - q)^2 over all samples (float32 outputs;

@@ -829,7 +829,11 @@ static void report_fidelity(const job *j)
 			fprintf(log, "quantize: no fold SQNR: one calibration sample (folds need two)\n");
 		return;
 	}
-	fprintf(log, "quantize: fold SQNR (held-out, %zu folds of %zu samples):", f->k, f->n);
+	if (f->n < f->n_all)
+		fprintf(log, "quantize: fold SQNR (held-out, %zu folds of %zu samples, %zu of them run):", f->k,
+			f->n_all, f->n);
+	else
+		fprintf(log, "quantize: fold SQNR (held-out, %zu folds of %zu samples):", f->k, f->n);
 	for (size_t o = 0; o < f->n_out; o++) {
 		double db = oq_fidelity_db(f->r2[o], f->d2[o]);
 		if (f->r2[o] == 0 && f->d2[o] == 0)

@@ -23,6 +23,9 @@
 #include "calib/samples.h"
 #include "passes/quantize/qweight.h"
 
+/* measure()'s folds index the samples bias correction runs: all of the first OQ_PLACEMENT_SAMPLES */
+_Static_assert(OQ_PLACEMENT_SAMPLES <= OQ_MEASURE_SAMPLES, "placement samples are thinned");
+
 void oq_placement_free(oq_placement *p)
 {
 	for (size_t i = 0; i < p->n_float_nodes; i++)
