@@ -634,3 +634,52 @@ Test(quant_kernel, row_fast_paths_match_scalar_rule)
 				oq_rt_release(&y[1]);
 			}
 }
+
+/*
+ * The per-row fast loop of int8/uint8 -> float32 DequantizeLinear (AVX-512 when the CPU has it, else
+ * the portable loop) bit for bit against ONNX's (x - zero_point) * scale computed here in float:
+ * Q then DQ (another scale) on 1013 values (a tail of 5 after 16-value steps) whose codes cover
+ * every byte value, for several scales and zero points.
+ */
+Test(quant_kernel, dq_row_fast_paths_match_the_definition)
+{
+	enum { N = 1013 };
+	static float x[N];
+	static const float scales[3] = {0.37f, 0.015625f, 3.0f}, dq_scales[3] = {0.1f, 7.0f, 1e-3f};
+	static const int zps[3] = {0, 17, -128};
+
+	for (int k = 0; k < 3; k++)
+		for (int dt = 0; dt < 2; dt++)
+			for (int z = 0; z < 3; z++) {
+				int ydt = dt ? OQ_DT_INT8 : OQ_DT_UINT8, lo = dt ? -128 : 0;
+				int zp = dt ? zps[z] : zps[z] + 128 * (zps[z] < 0);
+				oq_rt y[2];
+				for (int i = 0; i < N; i++) /* code lo + i % 256 */
+					x[i] = (float)(lo + i % 256 - zp) * scales[k];
+				for (int simd = 0; simd < 2; simd++) {
+					Onnx__GraphProto *g;
+					gen_model *m = start(13, &g);
+					oq_diag d;
+					gen_input(m, g, "x", OQ_DT_FLOAT, GEN_SHAPE(N));
+					gen_init(m, g, "s", OQ_DT_FLOAT, 0, NULL, GEN_VALS(scales[k]));
+					gen_init(m, g, "s2", OQ_DT_FLOAT, 0, NULL, GEN_VALS(dq_scales[k]));
+					gen_init(m, g, "z", ydt, 0, NULL, GEN_VALS(zp));
+					gen_node(m, g, "QuantizeLinear", "q", "x,s,z", "xq");
+					gen_node(m, g, "DequantizeLinear", "dq", "xq,s2,z", "y");
+					gen_output(m, g, "y", OQ_DT_FLOAT, GEN_SHAPE(N));
+					oq_quant_simd = simd;
+					cr_assert_eq(run(m, x, GEN_SHAPE(N), &y[simd], &d), OQ_OK, "%s", d.msg);
+					oq_quant_simd = 1;
+				}
+				for (int i = 0; i < N; i++) {
+					float want = ((float)(lo + i % 256) - (float)zp) * dq_scales[k];
+					const float *y0 = y[0].data, *y1 = y[1].data;
+					cr_assert(!memcmp(&y1[i], &want, 4), "%s scale %g zp %d: code %d -> %a, want %a",
+						  oq_dtype_name(ydt), (double)dq_scales[k], zp, lo + i % 256, (double)y1[i],
+						  (double)want);
+					cr_assert(!memcmp(&y0[i], &want, 4), "portable loop, element %d", i);
+				}
+				oq_rt_release(&y[0]);
+				oq_rt_release(&y[1]);
+			}
+}

@@ -245,8 +245,9 @@ size_t oq_exec_n_packed(const oq_exec *e);
 size_t oq_exec_n_packed_conv(const oq_exec *e);
 /* Non-zero: plans made from now on pack no constant MatMul / Gemm / Conv weight. For tests and bench. */
 extern int oq_exec_no_pack;
-/* QuantizeLinear float32 -> int8/uint8 with one scale per row: the AVX-512 loop when the CPU has
- * it (default 1); 0 keeps the portable loop (tests compare the two). */
+/* QuantizeLinear float32 -> int8/uint8 and DequantizeLinear int8/uint8 -> float32 with one scale
+ * per row: the AVX-512 loops when the CPU has it (default 1); 0 keeps the portable loops (tests
+ * compare the two). */
 extern int oq_quant_simd;
 
 /* The kernel for (op, opset), or NULL. */
