@@ -273,6 +273,11 @@ AVX512 static inline void pos_tile_12x32(int64_t kd, const float *const *ar, int
 #undef ST
 }
 
+/* Complete unrolling of a register tile's row and vector loops: their counts are constants, and
+ * the accumulators stay in registers only when every index is (GCC at -O2 keeps a loop, and the
+ * accumulator array in memory, with a load and a store around each FMA). */
+#define UNROLL _Pragma("GCC unroll 16")
+
 /*
  * The same product on narrower register tiles, for the tails of a block
  * (pos_tile_RxC: R output-channel rows x C positions, like pos_tile_12x32):
@@ -290,27 +295,27 @@ AVX512 static inline void pos_tile_12x32(int64_t kd, const float *const *ar, int
 		const float *ar[R];                                                                     \
 		__m512 acc[R][NV];                                                                      \
 		__mmask16 mk[NV];                                                                       \
-		for (int v = 0; v < NV; v++)                                                            \
+		UNROLL for (int v = 0; v < NV; v++)                                                     \
 			mk[v] = lane_mask(16 * v, nr);                                                  \
-		for (int r = 0; r < R; r++) {                                                           \
+		UNROLL for (int r = 0; r < R; r++) {                                                    \
 			ar[r] = mr > r ? ar0[r] : ar0[0];                                               \
-			for (int v = 0; v < NV; v++)                                                    \
+			UNROLL for (int v = 0; v < NV; v++)                                             \
 				acc[r][v] = load && mr > r ? _mm512_maskz_loadu_ps(mk[v], c + r * ldc + 16 * v) \
 					: _mm512_set1_ps(!load && bias && mr > r ? bias[r] : 0.0f);   \
 		}                                                                                       \
 		for (int64_t k = 0, o = 0; k < kd; k++, o += ks) {                                      \
 			__m512 b[NV];                                                                   \
-			for (int v = 0; v < NV; v++)                                                    \
+			UNROLL for (int v = 0; v < NV; v++)                                             \
 				b[v] = BLOAD;                                                           \
-			for (int r = 0; r < R; r++) {                                                   \
+			UNROLL for (int r = 0; r < R; r++) {                                            \
 				__m512 t = _mm512_set1_ps(ar[r][o]);                                    \
-				for (int v = 0; v < NV; v++)                                            \
+				UNROLL for (int v = 0; v < NV; v++)                                     \
 					acc[r][v] = _mm512_fmadd_ps(t, b[v], acc[r][v]);                \
 			}                                                                               \
 			BSTEP;                                                                          \
 		}                                                                                       \
-		for (int r = 0; r < R && r < mr; r++)                                                   \
-			for (int v = 0; v < NV; v++)                                                    \
+		UNROLL for (int r = 0; r < R && r < mr; r++)                                            \
+			UNROLL for (int v = 0; v < NV; v++)                                             \
 				_mm512_mask_storeu_ps(c + r * ldc + 16 * v, mk[v],                      \
 						      e ? tile_epi_vec(e, r, v, mk[v], acc[r][v]) : acc[r][v]); \
 	}
@@ -579,29 +584,29 @@ AVX512 void oq_conv_gemm_pos(int64_t mm, int64_t pp, int64_t kd, const tile_a *A
 		const float *a[R];                                                                     \
 		__m512 acc[R][NV], init[NV];                                                           \
 		__mmask16 pm = (__mmask16)((1u << rr) - 1u);                                           \
-		for (int v = 0; v < NV; v++)                                                           \
+		UNROLL for (int v = 0; v < NV; v++)                                                     \
 			init[v] = bias ? _mm512_maskz_loadu_ps(lane_mask(16 * v, nch), bias + 16 * v)     \
 				       : _mm512_setzero_ps();                                          \
-		for (int r = 0; r < R; r++) {                                                          \
+		UNROLL for (int r = 0; r < R; r++) {                                                    \
 			a[r] = ar[r < rr ? r : 0];                                                     \
-			for (int v = 0; v < NV; v++)                                                   \
+			UNROLL for (int v = 0; v < NV; v++)                                             \
 				acc[r][v] = init[v];                                                   \
 		}                                                                                      \
 		for (int64_t k = 0, ok = 0; k < kd; k++, ok += OSTEP, wp += OQ_PACKED_W_NR) {          \
 			__m512 w[NV];                                                                  \
 			int64_t o = OFF;                                                               \
-			for (int v = 0; v < NV; v++)                                                   \
+			UNROLL for (int v = 0; v < NV; v++)                                             \
 				w[v] = _mm512_load_ps(wp + 16 * v);                                    \
-			for (int r = 0; r < R; r++) {                                                  \
+			UNROLL for (int r = 0; r < R; r++) {                                            \
 				__m512 t = _mm512_set1_ps(a[r][o]);                                    \
-				for (int v = 0; v < NV; v++)                                           \
+				UNROLL for (int v = 0; v < NV; v++)                                     \
 					acc[r][v] = _mm512_fmadd_ps(t, w[v], acc[r][v]);               \
 			}                                                                              \
 		}                                                                                      \
-		for (int v = 0; v < NV; v++) {                                                         \
+		UNROLL for (int v = 0; v < NV; v++) {                                                   \
 			__m512 x[16];                                                                  \
 			int nl = nch - 16 * v < 16 ? nch - 16 * v : 16;                                \
-			for (int q = 0; q < 16; q++)                                                   \
+			UNROLL for (int q = 0; q < 16; q++)                                             \
 				x[q] = q < R ? acc[q < R ? q : 0][v] : _mm512_setzero_ps();            \
 			transpose16x16(x);                                                                    \
 			for (int l = 0; l < nl; l++)                                                   \
