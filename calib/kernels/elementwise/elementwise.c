@@ -212,8 +212,50 @@ static int b_is_bool_out(int op)
 		}                                                                \
 	} while (0)
 
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+
+#include "calib/exec/cpu.h"
+#define HAVE_ROW_AVX512 1
+
+/* row_f's Add/Sub/Mul/Div 16 elements at a time (a or b a broadcast scalar when its stride is 0),
+ * the same IEEE operation per element; returns how many it did (a multiple of 16). y may be a or b
+ * (each vector is loaded before its store). */
+__attribute__((target("avx512f"))) static size_t row_f_avx512(int op, size_t n, const float *a, int sa,
+								  const float *b, int sb, float *y)
+{
+	const __m512 a0 = _mm512_set1_ps(a[0]), b0 = _mm512_set1_ps(b[0]);
+	size_t i = 0;
+
+	for (; i + 16 <= n; i += 16) {
+		__m512 x = sa ? _mm512_loadu_ps(a + i) : a0, z = sb ? _mm512_loadu_ps(b + i) : b0, r;
+		switch (op) {
+		case B_ADD: r = _mm512_add_ps(x, z); break;
+		case B_SUB: r = _mm512_sub_ps(x, z); break;
+		case B_MUL: r = _mm512_mul_ps(x, z); break;
+		default: r = _mm512_div_ps(x, z); break;
+		}
+		_mm512_storeu_ps(y + i, r);
+	}
+	return i;
+}
+#endif
+
+/* Whether float32 Add/Sub/Mul/Div rows may take the AVX-512 loop (tests compare both). */
+int oq_elementwise_simd = 1;
+
 static void row_f(int op, size_t n, const float *a, int sa, const float *b, int sb, float *y)
 {
+#ifdef HAVE_ROW_AVX512
+	if (n >= 16 && (sa || sb) && (op == B_ADD || op == B_SUB || op == B_MUL || op == B_DIV) &&
+	    oq_elementwise_simd && oq_cpu_avx512()) {
+		size_t k = row_f_avx512(op, n, a, sa, b, sb, y);
+		a += sa ? k : 0;
+		b += sb ? k : 0;
+		y += k;
+		n -= k;
+	}
+#endif
 	switch (op) {
 	case B_ADD: LOOP2(float, float, x + z); break;
 	case B_SUB: LOOP2(float, float, x - z); break;
