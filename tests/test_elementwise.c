@@ -559,6 +559,44 @@ Test(elementwise, simd_rows_match_the_operation)
 }
 
 /*
+ * float32 Clip (both bounds, one bound, min > max) and Relu on the AVX-512 loop and on the portable
+ * loop against the definition computed here (x < lo ? lo : x > hi ? hi : x; min > max: max), bit for
+ * bit on a [1013] row holding -0, +-Inf and NaN (NaN stays NaN).
+ */
+Test(elementwise, simd_clip_relu_match_the_definition)
+{
+	enum { N = 1013 };
+	static double x[N];
+	const double bounds[4][2] = {{-1.5, 2.25}, {0, INFINITY}, {-INFINITY, 0.5}, {2, 1}};
+
+	for (int i = 0; i < N; i++)
+		x[i] = (float)((i * 7919 % 1000) / 97.0 - 5);
+	x[3] = -0.0, x[4] = INFINITY, x[5] = -INFINITY, x[6] = NAN, x[40] = 0.0;
+	for (int c = 0; c <= 4; c++) /* four Clips, then Relu */
+		for (int simd = 0; simd < 2; simd++) {
+			oq_rt in[3], y;
+			float lo = c < 4 ? (float)bounds[c][0] : 0, hi = c < 4 ? (float)bounds[c][1] : INFINITY;
+			in[0] = mk(OQ_DT_FLOAT, 1, (int64_t[]){N}, x);
+			oq_elementwise_simd = simd;
+			if (c < 4) {
+				in[1] = SCALAR(OQ_DT_FLOAT, bounds[c][0]);
+				in[2] = SCALAR(OQ_DT_FLOAT, bounds[c][1]);
+				RUN_OK("Clip", 13, "x,lo,hi", in, NULL, &y);
+			} else {
+				RUN_OK("Relu", 14, "x", in, NULL, &y);
+			}
+			oq_elementwise_simd = 1;
+			for (int i = 0; i < N; i++) {
+				float v = (float)x[i], want = lo > hi ? (v == v ? hi : v) : v < lo ? lo : v > hi ? hi : v;
+				float got = ((float *)y.data)[i];
+				cr_assert(!memcmp(&got, &want, 4) || (want != want && got != got),
+					  "case %d simd %d element %d: %a, want %a", c, simd, i, (double)got, (double)want);
+			}
+			oq_rt_release(&y);
+		}
+}
+
+/*
  * float32 Pow with a one-element exponent 2 runs as x * x: bit for bit the
  * definition (float)pow((double)x, 2) computed here, for exponents given as
  * float scalar, float [1], int64 scalar and double [1, 1], including -0,

@@ -249,8 +249,8 @@ extern int oq_exec_no_pack;
  * per row: the AVX-512 loops when the CPU has it (default 1); 0 keeps the portable loops (tests
  * compare the two). */
 extern int oq_quant_simd;
-/* float32 Add/Sub/Mul/Div rows: the AVX-512 loop when the CPU has it (default 1); 0 keeps the portable
- * loop (tests compare the two). */
+/* float32 Add/Sub/Mul/Div rows and Clip/Relu: the AVX-512 loops when the CPU has it (default 1); 0 keeps
+ * the portable loops (tests compare the two). */
 extern int oq_elementwise_simd;
 
 /* The kernel for (op, opset), or NULL. */

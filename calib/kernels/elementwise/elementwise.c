@@ -241,7 +241,7 @@ __attribute__((target("avx512f"))) static size_t row_f_avx512(int op, size_t n, 
 }
 #endif
 
-/* Whether float32 Add/Sub/Mul/Div rows may take the AVX-512 loop (tests compare both). */
+/* Whether float32 Add/Sub/Mul/Div rows and Clip/Relu may take the AVX-512 loops (tests compare both). */
 int oq_elementwise_simd = 1;
 
 static void row_f(int op, size_t n, const float *a, int sa, const float *b, int sb, float *y)
@@ -762,10 +762,38 @@ static double signd(double x)
 	return x > 0 ? 1 : x < 0 ? -1 : x; /* keeps 0, -0 and NaN */
 }
 
+#ifdef HAVE_ROW_AVX512
+/* un_f's Clip(x, lo, hi) (Relu: lo 0, hi +Inf) 16 elements at a time, the scalar loop's choice per
+ * element: lo where x < lo, hi where x > hi, else x (NaN and -0 pass through); returns how many. */
+__attribute__((target("avx512f"))) static size_t clip_f_avx512(size_t n, const float *x, float *y, float lo,
+								   float hi)
+{
+	const __m512 lv = _mm512_set1_ps(lo), hv = _mm512_set1_ps(hi);
+	size_t i = 0;
+
+	for (; i + 16 <= n; i += 16) {
+		__m512 v = _mm512_loadu_ps(x + i);
+		__mmask16 below = _mm512_cmp_ps_mask(v, lv, _CMP_LT_OQ), above = _mm512_cmp_ps_mask(v, hv, _CMP_GT_OQ);
+		v = _mm512_mask_mov_ps(v, below, lv);
+		_mm512_storeu_ps(y + i, _mm512_mask_mov_ps(v, above & (__mmask16)~below, hv));
+	}
+	return i;
+}
+#endif
+
 /* Float32 kernels: one loop per op. Returns 0 when the op has none. */
 static int un_f(int op, const op_params *p, size_t n, const float *xv, float *yv)
 {
 	const float al = (float)p->alpha, be = (float)p->beta, ga = (float)p->gamma;
+#ifdef HAVE_ROW_AVX512
+	/* Clip with lo <= hi (else the second pass below), and Relu */
+	if (n >= 16 && ((op == U_CLIP && !(al > be)) || op == U_RELU) && oq_elementwise_simd && oq_cpu_avx512()) {
+		size_t k = op == U_RELU ? clip_f_avx512(n, xv, yv, 0.0f, INFINITY) : clip_f_avx512(n, xv, yv, al, be);
+		xv += k;
+		yv += k;
+		n -= k;
+	}
+#endif
 	switch (op) {
 	case U_SQRT: LOOP1(float, float, sqrtf(x)); break;
 	case U_EXP: LOOP1(float, float, expf(x)); break;
