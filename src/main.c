@@ -715,25 +715,37 @@ static int close_stdout(int rc)
 }
 
 /*
- * Runs the process again with OPENBLAS_CORETYPE set when OpenBLAS left this AVX-512 CPU on an
- * older core's kernels (oq_linalg_blas_core_wanted): the learned rounding's products then run
- * on AVX-512 kernels, in the summation order of a CPU OpenBLAS knows. At most once: with the
- * variable set (here or by the user) it does not run again; when exec fails it goes on as is.
+ * Runs the process again with OpenBLAS's environment set, at most once (with both variables set,
+ * here or by the user, it does not run again; when exec fails it goes on as is):
+ * - OPENBLAS_NUM_THREADS=1 when unset: onnxq calls OpenBLAS from its own threads, one thread per
+ *   call (linalg.h), but the library starts its worker threads when it loads, before main, and
+ *   they spin in sched_yield for a while: CPU time for nothing;
+ * - OPENBLAS_CORETYPE when OpenBLAS left this AVX-512 CPU on an older core's kernels
+ *   (oq_linalg_blas_core_wanted): the learned rounding's products then run on AVX-512 kernels,
+ *   in the summation order of a CPU OpenBLAS knows.
  */
-static void blas_core(char **argv)
+static void blas_env(char **argv)
 {
-	const char *want;
+	const char *want = NULL;
+	int set_threads = !getenv("OPENBLAS_NUM_THREADS");
 
-	if (getenv("OPENBLAS_CORETYPE") || !(want = oq_linalg_blas_core_wanted()))
+	if (!getenv("OPENBLAS_CORETYPE"))
+		want = oq_linalg_blas_core_wanted();
+	if (!set_threads && !want)
 		return;
-	if (setenv("OPENBLAS_CORETYPE", want, 1))
+	if (set_threads && setenv("OPENBLAS_NUM_THREADS", "1", 1))
+		return;
+	if (want && setenv("OPENBLAS_CORETYPE", want, 1))
 		return;
 	execv("/proc/self/exe", argv);
-	unsetenv("OPENBLAS_CORETYPE");
+	if (set_threads)
+		unsetenv("OPENBLAS_NUM_THREADS");
+	if (want)
+		unsetenv("OPENBLAS_CORETYPE");
 }
 
 int main(int argc, char **argv)
 {
-	blas_core(argv);
+	blas_env(argv);
 	return close_stdout(dispatch(argc, argv));
 }
