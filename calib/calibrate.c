@@ -788,16 +788,26 @@ static void lane_run(void *ctx, size_t begin, size_t end)
 	}
 }
 
-/* Folds lane state l into c (same graph, folds and tracked values), fold by fold. */
-static int lane_merge(calib *c, const calib *l)
+/*
+ * Folds lane state l into c (same graph, folds and tracked values), fold by fold. A histogram c
+ * has no bins for yet takes l's (the lanes ran different folds): no copy, and l is left without
+ * them, to be freed as it is.
+ */
+static int lane_merge(calib *c, calib *l)
 {
 	size_t n = c->n;
 
 	for (size_t q = 0; q < c->nf * n; q++) {
 		int rc;
 		tstat_add(&c->fst[q], &l->fst[q]);
-		if (c->fh && c->track[q % n] && (rc = oq_hist_merge(&c->fh[q], &l->fh[q])))
+		if (!c->fh || !c->track[q % n])
+			continue;
+		if (!c->fh[q].bin && !c->fh[q].n_zero) {
+			c->fh[q] = l->fh[q];
+			oq_hist_init(&l->fh[q]);
+		} else if ((rc = oq_hist_merge(&c->fh[q], &l->fh[q]))) {
 			return rc;
+		}
 	}
 	return OQ_OK;
 }

@@ -83,6 +83,8 @@ static void rescale(oq_hist *h, int e)
 		uint64_t *b = h->bin + side * SIDE;
 		for (size_t k = 1; k < SIDE; k++) {
 			uint64_t v = b[k];
+			if (!v)
+				continue;
 			b[k] = 0;
 			b[s >= OQ_HIST_LOG2 ? 0 : k >> s] += v;
 		}
@@ -256,8 +258,10 @@ AVX512 static size_t sum_side_avx512(uint64_t *b, uint16_t *s0, uint16_t *s1, ui
 					 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s3 + k)))));
 		__m512i lo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(t));
 		__m512i hi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(t, 1));
-		_mm512_storeu_si512(b + k, _mm512_add_epi64(_mm512_loadu_si512(b + k), lo));
-		_mm512_storeu_si512(b + k + 8, _mm512_add_epi64(_mm512_loadu_si512(b + k + 8), hi));
+		if (_mm512_test_epi32_mask(t, t)) { /* bins no value reached stay unwritten */
+			_mm512_storeu_si512(b + k, _mm512_add_epi64(_mm512_loadu_si512(b + k), lo));
+			_mm512_storeu_si512(b + k + 8, _mm512_add_epi64(_mm512_loadu_si512(b + k + 8), hi));
+		}
 		_mm256_storeu_si256((__m256i *)(s0 + k), z);
 		_mm256_storeu_si256((__m256i *)(s1 + k), z);
 		_mm256_storeu_si256((__m256i *)(s2 + k), z);
@@ -279,7 +283,9 @@ static void sum_side(uint64_t *b, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint
 		k = sum_side_avx512(b, s0, s1, s2, s3, n);
 #endif
 	for (; k < n; k++) {
-		b[k] += (uint64_t)((uint32_t)s0[k] + s1[k] + s2[k] + s3[k]);
+		uint32_t v = (uint32_t)s0[k] + s1[k] + s2[k] + s3[k];
+		if (v)
+			b[k] += v;
 		s0[k] = s1[k] = s2[k] = s3[k] = 0;
 	}
 }
@@ -291,7 +297,9 @@ static void flush_sub(oq_hist *h, uint16_t (*sub)[NBINS + 2], size_t top)
 		sum_side(h->bin + side * SIDE, sub[0] + side * SIDE, sub[1] + side * SIDE, sub[2] + side * SIDE,
 			 sub[3] + side * SIDE, top + 1);
 	for (size_t k = ZSLOT; k <= BSLOT; k++) {
-		h->bin[k] += (uint64_t)((uint32_t)sub[0][k] + sub[1][k] + sub[2][k] + sub[3][k]);
+		uint32_t v = (uint32_t)sub[0][k] + sub[1][k] + sub[2][k] + sub[3][k];
+		if (v)
+			h->bin[k] += v;
 		sub[0][k] = sub[1][k] = sub[2][k] = sub[3][k] = 0;
 	}
 }
@@ -366,7 +374,8 @@ int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 	if (use_sub)
 		flush_sub(h, sub, top);
 	h->n_zero += nzero + h->bin[ZSLOT];
-	h->bin[ZSLOT] = h->bin[BSLOT] = 0;
+	if (h->bin[ZSLOT] || h->bin[BSLOT])
+		h->bin[ZSLOT] = h->bin[BSLOT] = 0;
 	return OQ_OK;
 }
 
@@ -416,7 +425,8 @@ int oq_hist_merge(oq_hist *a, const oq_hist *b)
 	s = a->e - b->e; /* >= 0 now */
 	for (size_t side = 0; side < 2; side++)
 		for (size_t k = 0; k < SIDE; k++)
-			if (!add_u64(&a->bin[side * SIDE + (s >= OQ_HIST_LOG2 ? 0 : k >> s)],
+			if (b->bin[side * SIDE + k] &&
+			    !add_u64(&a->bin[side * SIDE + (s >= OQ_HIST_LOG2 ? 0 : k >> s)],
 				     b->bin[side * SIDE + k]))
 				return OQ_EINVAL;
 	return OQ_OK;
@@ -438,8 +448,11 @@ void oq_hist_drain(oq_hist *dst, oq_hist *src)
 	if (!src->bin)
 		return;
 	for (size_t k = 0; k < NBINS; k++)
-		dst->bin[k] += src->bin[k];
-	memset(src->bin, 0, (NBINS + 2) * sizeof *src->bin);
+		if (src->bin[k]) {
+			dst->bin[k] += src->bin[k];
+			src->bin[k] = 0;
+		}
+	src->bin[ZSLOT] = src->bin[BSLOT] = 0;
 }
 
 int oq_hist_copy(oq_hist *dst, const oq_hist *src)

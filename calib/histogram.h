@@ -17,7 +17,10 @@
  * the larger e, added). Exact zeros are counted apart (0 is on every grid;
  * the MSE model uses that; percentile puts them back into their bin);
  * NaN/Inf are skipped (the min/max scan counts them). Memory is
- * O(tensors x bins) whatever the number of samples.
+ * O(tensors x bins) whatever the number of samples; the bins are zeroed
+ * at allocation and written only where a count lands (fill, merge, regrid,
+ * drain), so the pages of a side no value reaches (the negative side of a
+ * Relu's output) are never touched and take no resident memory.
  *
  * Range selection reads an oq_hbins: a run of equal-width bins over a fixed
  * range (oq_hist_view cuts it out of a histogram: the bins from the one
