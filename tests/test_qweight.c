@@ -300,6 +300,61 @@ Test(qweight, asymmetric_per_channel_uint8)
 	oq_tensor_free(z);
 }
 
+/*
+ * The per-channel 8-bit loop (one scale for a run of elements) against hand-read codes: ties to
+ * even either side of 0, saturation at the narrow int8 grid and at uint8's ends, a zero point.
+ * Fixed scales make every x / s exact.
+ */
+Test(qweight, per_channel_8bit_ties_and_saturation)
+{
+	/* int8 narrow [-127, 127], channel 0 scale 0.25, channel 1 scale 0.5, zero point 0:
+	 * 0.125/0.25 = 0.5 -> 0; 1.5 -> 2; 2.5 -> 2; -0.5 -> 0; -1.5 -> -2; 400 -> 127; -400 -> -127;
+	 * -127.5 -> -128 -> -127. Channel 1: 0.5 -> 0; 1.5 -> 2; 2.5 -> 2; -2.5 -> -2; 126.5 -> 126;
+	 * 127.5 -> 128 -> 127; -127.5 -> -127; 0 -> 0. */
+	const float w[16] = {0.125f, 0.375f, 0.625f, -0.125f, -0.375f, 100, -100, -31.875f,
+			     0.25f,  0.75f,  1.25f,  -1.25f,  63.25f,  63.75f, -63.75f, 0};
+	const int8_t want[16] = {0, 2, 2, 0, -2, 127, -127, -127, 0, 2, 2, -2, 126, 127, -127, 0};
+	const float fs[2] = {0.25f, 0.5f};
+	const int64_t fz[2] = {0, 0};
+	/* uint8 asymmetric, scale 0.25, zero point 10: 0.5 -> 0 -> 10; 2.5 -> 2 -> 12; -10 -> 0;
+	 * -10.5 -> -10 -> 0; -11 -> -1 -> 0 (saturated); 244.5 -> 244 -> 254; 245.5 -> 246 -> 256
+	 * -> 255; 4e30 -> 255 */
+	const float u[8] = {0.125f, 0.625f, -2.5f, -2.625f, -2.75f, 61.125f, 61.375f, 1e30f};
+	const uint8_t uwant[8] = {10, 12, 0, 0, 0, 254, 255, 255};
+	const float us[1] = {0.25f};
+	const int64_t uz[1] = {10};
+	oq_tensor *t = ftensor(2, (const int64_t[]){2, 8}, w), *q, *sc, *z;
+	oq_wspec sp = spec(OQ_DT_INT8, 0, 0, 1, OQ_GRID_NARROW);
+	oq_diag d;
+
+	oq_diag_init(&d);
+	sp.fixed_scale = fs;
+	sp.fixed_zp = fz;
+	sp.n_fixed = 2;
+	cr_assert_eq(oq_weight_quantize(t, &sp, &q, &sc, &z, &d), OQ_OK, "%s", d.msg);
+	for (size_t i = 0; i < 16; i++)
+		cr_expect_eq(((const int8_t *)q->data)[i], want[i], "element %zu: %d, want %d", i,
+			     ((const int8_t *)q->data)[i], want[i]);
+	oq_tensor_free(t);
+	oq_tensor_free(q);
+	oq_tensor_free(sc);
+	oq_tensor_free(z);
+
+	t = ftensor(2, (const int64_t[]){1, 8}, u);
+	sp = spec(OQ_DT_UINT8, 0, 0, 0, OQ_GRID_FULL);
+	sp.fixed_scale = us;
+	sp.fixed_zp = uz;
+	sp.n_fixed = 1;
+	cr_assert_eq(oq_weight_quantize(t, &sp, &q, &sc, &z, &d), OQ_OK, "%s", d.msg);
+	for (size_t i = 0; i < 8; i++)
+		cr_expect_eq(((const uint8_t *)q->data)[i], uwant[i], "element %zu: %d, want %d", i,
+			     ((const uint8_t *)q->data)[i], uwant[i]);
+	oq_tensor_free(t);
+	oq_tensor_free(q);
+	oq_tensor_free(sc);
+	oq_tensor_free(z);
+}
+
 Test(qweight, bad_specs)
 {
 	const float w[4] = {1, 2, 3, NAN};

@@ -519,7 +519,8 @@ static int k_quantize(oq_kctx *k)
 		oq_quant_range(ydt, &j.qmin, &j.qmax);
 	if ((rc = plan_shape(k, x, scale, zp, &j.sh)) || (rc = load_params(k, &j, scale, zp, ydt)))
 		goto fail;
-	if ((rc = oq_k_output(k, 0, ydt, x->rank, x->dims, &y)))
+	/* every element is written (rows x inner cover them); 4-bit codes share bytes: zeroed */
+	if ((rc = (oq_dtype_bits(ydt) < 8 ? oq_k_output : oq_k_output_raw)(k, 0, ydt, x->rank, x->dims, &y)))
 		goto fail;
 	j.x = x;
 	j.y = y;
@@ -560,7 +561,7 @@ static int k_dequantize(oq_kctx *k)
 	if ((rc = plan_shape(k, x, scale, zp, &j.sh)) ||
 	    (rc = load_params(k, &j, scale, zp, x->dtype)))
 		goto fail;
-	if ((rc = oq_k_output(k, 0, ydt, x->rank, x->dims, &y)))
+	if ((rc = oq_k_output_raw(k, 0, ydt, x->rank, x->dims, &y))) /* dq_rows writes every element */
 		goto fail;
 	j.x = x;
 	j.y = y;

@@ -345,8 +345,18 @@ static int fold_one(oq_graph *g, oq_node *bn, oq_diag *d, int *done)
 		rc = OQ_ENOMEM;
 		goto out;
 	}
-	for (size_t i = 0; i < W->nelem; i++)
-		nw[i] = (float)(oq_tensor_get(W, i) * a[chan(&wm, i)]);
+	if (wm.kind == 0) { /* channel-major: C runs of inner weights (W is float32, checked above) */
+		const unsigned char *wp = W->data; /* may be unaligned (borrowed from the file) */
+		for (size_t c = 0, i = 0; c < C; c++)
+			for (size_t k = 0; k < wm.inner; k++, i++) {
+				float wv;
+				memcpy(&wv, wp + 4 * i, 4);
+				nw[i] = (float)((double)wv * a[c]);
+			}
+	} else {
+		for (size_t i = 0; i < W->nelem; i++)
+			nw[i] = (float)(oq_tensor_get(W, i) * a[chan(&wm, i)]);
+	}
 	double beta = 1;
 	if (!addn && lin->op == OQ_OP_Gemm) {
 		const oq_attr *ba = oq_node_attr(lin, "beta");

@@ -112,8 +112,12 @@ static uint64_t get_bits(const oq_tensor *t, size_t i)
 		return (p[i / (size_t)per] >> shift) & ((1u << bits) - 1);
 	}
 	/* Little-endian assemble; works for unaligned borrowed data. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	memcpy(&v, p + i * (size_t)(bits / 8), (size_t)(bits / 8)); /* the low bytes of v */
+#else
 	for (int b = bits / 8 - 1; b >= 0; b--)
 		v = (v << 8) | p[i * (size_t)(bits / 8) + (size_t)b];
+#endif
 	return v;
 }
 
