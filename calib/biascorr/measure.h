@@ -100,4 +100,13 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 /* The most samples the last oq_bc_measure ran at a time (1: one after the other). */
 extern size_t oq_bc_measure_lanes;
 
+/*
+ * p[0..n) summed in double, the order fixed (so the bits): element j into partial sum j % 8 while
+ * eight remain, the partials added as ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)), then the tail in
+ * order. The per-channel sums of the measurement. oq_bc_sum_simd 0 keeps it off its AVX-512 loop
+ * (the same additions lane by lane; tests compare both).
+ */
+double oq_bc_sum_f32(const float *p, size_t n);
+extern int oq_bc_sum_simd;
+
 #endif
