@@ -466,6 +466,8 @@ static int has_sample_folder(const oq_pipeline_opts *o)
 	return o->calib.source && strncmp(o->calib.source, "random:", 7) != 0 && !o->stats_in;
 }
 
+static int fold_ranges(job *j, oq_diag *d);
+
 static int calibrate(job *j, oq_diag *d)
 {
 	oq_placement_src src;
@@ -497,8 +499,13 @@ static int calibrate(job *j, oq_diag *d)
 	if (rc)
 		return rc;
 	j->q.ranges = &j->ranges;
+	/* the fold report's held-out ranges, which the placement measures with too: the per-fold
+	 * statistics are freed before it runs */
+	if ((rc = fold_ranges(j, d)))
+		return rc;
 	/* runtime-aware placement: which units stay float (needs the samples; not with --stats) */
-	src = (oq_placement_src){&j->co, &j->folds, placement_copy, j};
+	src = (oq_placement_src){.co = &j->co, .folds = &j->folds, .fr = j->fr, .fr_k = j->fr_k, .fr_total = j->fr_total,
+				 .float_copy = placement_copy, .ctx = j};
 	t = step_begin();
 	rc = oq_placement_choose(&j->o, &src, &j->q, j->m, &j->placement, j->log, d);
 	step_end(j, OQ_ST_PLACEMENT, t);
@@ -643,10 +650,11 @@ static int reach_target(job *j, oq_diag *d)
 }
 
 /*
- * The fold report's held-out ranges, made from the per-fold statistics as soon as the placement
- * is chosen (the options the fold models use are final then), so that the statistics, the
- * largest thing calibration leaves, are freed before bias correction runs. --target-sqnr reads
- * them later: then they stay.
+ * The fold report's held-out ranges, made from the per-fold statistics right after calibration
+ * (on the model before the placement: a range depends on its tensor's statistics and grid, which
+ * the placement does not change), so that the statistics, the largest thing calibration leaves,
+ * are freed before the placement and bias correction run. --target-sqnr and analyze read them
+ * later: then they stay.
  */
 static int fold_ranges(job *j, oq_diag *d)
 {
@@ -654,7 +662,7 @@ static int fold_ranges(job *j, oq_diag *d)
 	step t;
 	int rc;
 
-	if (!j->quantize || j->folds.n_folds < 2 || j->o.target_sqnr > 0)
+	if (!j->quantize || j->o.job == OQ_JOB_ANALYZE || j->folds.n_folds < 2 || j->o.target_sqnr > 0)
 		return OQ_OK;
 	t = step_begin();
 	if ((rc = float_copy(j, &fm, d)))
@@ -1093,7 +1101,7 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 			rc = analyze(&j, d); /* `onnxq analyze` ends here */
 		goto out;
 	}
-	if ((rc = learn_rounding(&j, d)) || (rc = calibrate(&j, d)) || (rc = fold_ranges(&j, d)) ||
+	if ((rc = learn_rounding(&j, d)) || (rc = calibrate(&j, d)) ||
 	    (rc = reach_target(&j, d)) || (rc = correct_bias(&j, d)) || (rc = quantize(&j, d)) ||
 	    (rc = fidelity(&j, d)) || (rc = guard_weights(&j, o, d)) || (rc = narrow(&j, d)) ||
 	    (rc = encodings(&j, d)) || (rc = save(&j, d)) || (rc = export_encodings(&j, d)))

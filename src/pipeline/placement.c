@@ -642,6 +642,7 @@ typedef struct meas {
 	oq_ranges *fr;       /* k: fold f's ranges, from the other folds' statistics (NULL: each model
 			      * on the calibration ranges, when a fold's others hold fewer than
 			      * OQ_PLACEMENT_MIN_TRAIN samples) */
+	int fr_borrowed;     /* fr is the source's (oq_placement_src.fr), not freed here */
 	const char *shift;   /* the output whose mean error per channel the bias correction removes
 			      * (NULL: none), its channels and axis */
 	size_t shift_m;
@@ -922,16 +923,21 @@ static int meas_init(meas *me, const oq_opts *q, oq_diag *d)
 	oq_opts a = *q;
 	int rc;
 
-	if (folds && folds->n_folds >= 2) {
+	if ((folds && folds->n_folds >= 2) || (me->src->fr && me->src->fr_k >= 2)) {
 		size_t train = SIZE_MAX;
-		me->k = folds->n_folds;
-		me->n_all = (size_t)folds->n_total;
+		me->k = me->src->fr ? me->src->fr_k : folds->n_folds;
+		me->n_all = (size_t)(me->src->fr ? me->src->fr_total : folds->n_total);
 		for (size_t f = 0; f < me->k; f++) {
 			size_t in_f = oq_folds_begin(f + 1, me->n_all, me->k) - oq_folds_begin(f, me->n_all, me->k);
 			train = me->n_all - in_f < train ? me->n_all - in_f : train;
 		}
 		if (train < OQ_PLACEMENT_MIN_TRAIN)
 			goto shift;
+		if (me->src->fr) { /* the same held-out ranges, made before the statistics were freed */
+			me->fr = (oq_ranges *)me->src->fr;
+			me->fr_borrowed = 1;
+			goto shift;
+		}
 		if (!(me->fr = oq_calloc(me->k, sizeof *me->fr)))
 			return oq_err(d, OQ_ENOMEM, "placement: out of memory");
 		for (size_t f = 0; f < me->k; f++)
@@ -1086,9 +1092,10 @@ out:
 	free(pl.u);
 	free(pl.unit_of);
 	free(pl.mode);
-	for (size_t f = 0; me.fr && f < me.k; f++)
+	for (size_t f = 0; me.fr && !me.fr_borrowed && f < me.k; f++)
 		oq_ranges_free(&me.fr[f]);
-	free(me.fr);
+	if (!me.fr_borrowed)
+		free(me.fr);
 	oq_bc_float_cache_free(&me.cache);
 	oq_bc_targets_free(&me.b);
 	oq_value_sizes_free(&sz);

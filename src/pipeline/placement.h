@@ -76,7 +76,12 @@
 /* What the balanced search measures with: the run's own calibration and float model. */
 typedef struct oq_placement_src {
 	const oq_calib_opts *co; /* the calibration options of the run (its grid included) */
-	const oq_stats *folds;   /* its per-fold statistics (n_folds < 2: none) */
+	const oq_stats *folds;   /* its per-fold statistics (n_folds < 2: none, or freed: fr) */
+	const oq_ranges *fr;     /* fr_k held-out ranges, fold f's from the other folds' statistics
+				  * (oq_calibrate_held_out), made before the statistics were freed;
+				  * NULL: made here from folds */
+	size_t fr_k;
+	uint64_t fr_total;       /* the samples the folds cut */
 	/* a fresh copy of the float model as the run quantizes it: loaded, widened from float16 /
 	 * bfloat16 as the run widens it, the rewrites run with q */
 	int (*float_copy)(void *ctx, const oq_opts *q, oq_model **out, oq_diag *d);
