@@ -142,6 +142,8 @@ typedef struct oq_opts {
 	const oq_ranges *ranges;     /* calibrated activation ranges (quantize); NULL in weight-only */
 	int cle;             /* --cle: run the cle pass (cross-layer equalization) */
 	int weight_rounding; /* OQ_WROUND_*: --weight-rounding (learned before quantize, calib/rounding) */
+	int awq;             /* --awq: weight-only layers' input channels scaled on the calibration
+			      * samples before the rounding (calib/rounding/awq.h) */
 	const struct oq_wlearned_set *learned; /* its result: weights with learned scales / rounding
 			      * (passes/quantize/qweight.h), or NULL: round to nearest */
 	FILE *log;           /* verbose notes (what a pass did), or NULL */

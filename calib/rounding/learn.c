@@ -32,6 +32,11 @@
  *
  * Deterministic: samples in order, fixed stage cuts, moments and solvers whose partitions
  * depend on shapes only.
+ *
+ * --awq (awq.h) runs on the same layers, inputs and held-out samples before the rounding: the
+ * float model only (every stage unpaired, its layers' moments cut by the memory budget alone),
+ * each layer's scales searched and guarded from its moments, and applied to the model once
+ * every stage has run (the scales of one layer change no other layer's float input).
  */
 #include "calib/rounding/rounding.h"
 
@@ -43,6 +48,7 @@
 #include <unistd.h>
 
 #include "calib/exec/threadpool.h"
+#include "calib/rounding/awq.h"
 #include "calib/rounding/moments.h"
 #include "calib/samples.h"
 #include "src/io/onnx_io.h"
@@ -81,6 +87,7 @@ typedef struct wl {
 } wl;
 
 typedef struct learn {
+	const char *what;    /* names the step in messages: "weight rounding" or "awq" */
 	oq_model *m, *qm;
 	const oq_opts *o;
 	int bias;
@@ -90,6 +97,7 @@ typedef struct learn {
 	int guard;           /* some samples are held out (held_out()): each layer's result is
 			      * judged on them */
 	int held;            /* the sample being run is held out */
+	int awq;             /* --awq (awq.h): float inputs only, layers scaled, not rounded */
 	int mode;            /* what the observer does: */
 	oq_pool *pool;
 	int rc;
@@ -178,10 +186,10 @@ static int geometry(wl *l)
 
 /*
  * Weight-only bias correction: where layer l's bias lives, adding a zero bias to a Conv or Gemm
- * without one (the model computes the same). A MatMul needs an Add of a constant with one value
- * per output channel right after it.
+ * without one (the model computes the same; dry: l->bn is set as if, nothing added). A MatMul
+ * needs an Add of a constant with one value per output channel right after it.
  */
-static int bias_target(oq_graph *g, wl *l)
+static int bias_target(oq_graph *g, wl *l, int dry)
 {
 	oq_node *n = l->node;
 	const oq_tensor *B;
@@ -213,7 +221,7 @@ static int bias_target(oq_graph *g, wl *l)
 		B = oq_value_const(g, n->inputs[2]);
 		if (!B || B->dtype != OQ_DT_FLOAT || B->rank != 1 || B->nelem != l->M || n->inputs[2]->n_uses != 1)
 			return OQ_OK;
-	} else {
+	} else if (!dry) {
 		int64_t dim = (int64_t)l->M;
 		float *z = oq_calloc(l->M, sizeof *z);
 		char base[256];
@@ -304,7 +312,7 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 		else if (c->mode == M_PAIR && l->xq == v)
 			rc = oq_wr_accumulate(&l->g, t, l->frontier ? &l->keep : NULL, mo, c->pool);
 		if (rc)
-			rc = oq_err(c->d, rc, "weight rounding: node '%s' (%s): input '%s' (%s): %s", l->node->name,
+			rc = oq_err(c->d, rc, "%s: node '%s' (%s): input '%s' (%s): %s", c->what, l->node->name,
 				    l->node->op_type, v->name, oq_rt_describe(t, (char[96]){0}, 96),
 				    rc == OQ_ENOMEM ? "out of memory" : "not a float32 tensor of the expected shape");
 	}
@@ -728,7 +736,7 @@ static int run_stage(learn *c, oq_exec *ef, oq_exec *eq, const oq_samples *smp, 
 	int rc = OQ_OK;
 
 	if (!in || !outs) {
-		rc = oq_err(d, OQ_ENOMEM, "weight rounding: out of memory");
+		rc = oq_err(d, OQ_ENOMEM, "%s: out of memory", c->what);
 		goto out;
 	}
 	for (size_t i = 0; i < n && !rc; i++) {
@@ -739,7 +747,7 @@ static int run_stage(learn *c, oq_exec *ef, oq_exec *eq, const oq_samples *smp, 
 		for (size_t k = 0; k < c->nl && !rc; k++)
 			if (c->L[k].stage == c->stage && c->L[k].gin >= 0 && (rc = oq_wr_accumulate(
 				&c->L[k].g, &in[c->L[k].gin], NULL, c->held ? c->L[k].ho : c->L[k].mo, c->pool)))
-				rc = oq_err(d, rc, "weight rounding: node '%s': graph input does not fit its weight",
+				rc = oq_err(d, rc, "%s: node '%s': graph input does not fit its weight", c->what,
 					    c->L[k].node->name);
 		c->mode = eq ? M_STORE : M_SELF;
 		if (!rc)
@@ -796,7 +804,7 @@ static int find_layers(learn *c, oq_exec *ef, FILE *vlog, size_t *n_skipped, oq_
 		return rc;
 	if (!(c->L = oq_calloc(np + 1, sizeof *c->L))) {
 		free(plans);
-		return oq_err(d, OQ_ENOMEM, "weight rounding: out of memory");
+		return oq_err(d, OQ_ENOMEM, "%s: out of memory", c->what);
 	}
 	for (size_t i = 0; i < np; i++) {
 		wl *l = &c->L[c->nl];
@@ -812,8 +820,9 @@ static int find_layers(learn *c, oq_exec *ef, FILE *vlog, size_t *n_skipped, oq_
 		if (plans[i].w_idx != 1 || !l->x || l->x->init || !l->wv || !l->wv->init || oq_value_only_user(l->wv) != l->node ||
 		    !geometry(l) || oq_weight_grid(l->wv->init, &l->spec, &l->grid, &d2)) {
 			if (vlog)
-				fprintf(vlog, "weight rounding: node '%s' (%s): rounds to nearest (%s)\n", l->node->name,
-					l->node->op_type, d2.count ? d2.msg : "a layer kind or weight it does not learn");
+				fprintf(vlog, "%s: node '%s' (%s): %s (%s)\n", c->what, l->node->name, l->node->op_type,
+					c->awq ? "not scaled" : "rounds to nearest",
+					d2.count ? d2.msg : "a layer kind or weight it does not learn");
 			oq_wgrid_free(&l->grid);
 			(*n_skipped)++;
 			continue;
@@ -887,6 +896,7 @@ int oq_wround_learn_shifts(oq_model *m, const oq_opts *o, const oq_calib_opts *c
 	if (shifts)
 		memset(shifts, 0, sizeof *shifts);
 	memset(&c, 0, sizeof c);
+	c.what = "weight rounding";
 	c.m = m;
 	c.o = o;
 	c.bias = bias;
@@ -929,7 +939,7 @@ int oq_wround_learn_shifts(oq_model *m, const oq_opts *o, const oq_calib_opts *c
 	}
 	if (bias)
 		for (size_t i = 0; i < c.nl && !rc; i++) {
-			if ((rc = bias_target(m->graph, &c.L[i])) || (rc = oq_graph_rebuild_uses(m->graph)))
+			if ((rc = bias_target(m->graph, &c.L[i], 0)) || (rc = oq_graph_rebuild_uses(m->graph)))
 				rc = oq_err(d, rc, "weight rounding: out of memory");
 			else if (c.L[i].bn && !(c.L[i].db = oq_calloc(c.L[i].M, sizeof *c.L[i].db)))
 				rc = oq_err(d, OQ_ENOMEM, "weight rounding: out of memory");
@@ -1080,5 +1090,258 @@ out:
 		oq_wlearned_free(out);
 		oq_biascorr_shifts_free(shifts);
 	}
+	return rc;
+}
+
+/* ------------------------------------------------------------ --awq (awq.h) */
+
+/* A = E[x x^T] of moments mo as floats, centred (the covariance) with cent; not shrunk. */
+static void second_moments(const oq_wr_moments *mo, int cent, float *A)
+{
+	size_t K = mo->K;
+	double n = mo->n ? (double)mo->n : 1;
+	for (size_t a = 0; a < K; a++)
+		for (size_t b = 0; b < K; b++)
+			A[a * K + b] = (float)(mo->qq[a * K + b] / n - (cent ? (mo->sq[a] / n) * (mo->sq[b] / n) : 0));
+}
+
+/* m[c] = mean |x| of input channel c (per patch elements each) from moments mo. */
+static void magnitudes(const oq_wr_moments *mo, size_t per, double *m)
+{
+	double n = mo->n ? (double)mo->n : 1;
+	for (size_t c = 0; c < mo->K / per; c++) {
+		double a = 0;
+		for (size_t k = c * per; k < (c + 1) * per; k++)
+			a += mo->sa[k];
+		m[c] = a / (n * (double)per);
+	}
+}
+
+static double awq_db(double l0, double l)
+{
+	return l > 0 && l0 > 0 ? 10 * log10(l / l0) : 0;
+}
+
+/*
+ * Layer l's scales s[C] (all 1: none) and *a (alpha * OQ_AWQ_GRID, 0: none): the search on the
+ * learning samples, the held-out guard, the search again on all samples (awq.h); on centred
+ * moments with cent. *rejected: the guard sent the layer back to s = 1.
+ */
+static int awq_layer(learn *c, wl *l, size_t C, int cent, float *s, int *a, int *rejected, FILE *vlog)
+{
+	size_t K = l->g.K, KK;
+	oq_awq_layer Ly = {l->wv->init, &l->spec, l->M, K, l->cols, K / C};
+	oq_awq_fit fit;
+	double h0 = 0, h1 = 0, *m = NULL;
+	float *A = NULL;
+	int rc;
+
+	*a = *rejected = 0;
+	if (!oq_mul_size(K, K, &KK) || KK > SIZE_MAX / sizeof *A || !(A = oq_malloc(KK * sizeof *A)) ||
+	    !(m = oq_malloc(C * sizeof *m))) {
+		rc = oq_err(c->d, OQ_ENOMEM, "awq: node '%s': out of memory", l->node->name);
+		goto out;
+	}
+	second_moments(&l->mo[0], cent, A);
+	magnitudes(&l->mo[0], Ly.per, m);
+	if ((rc = oq_awq_search(&Ly, A, m, &fit, s, c->d)))
+		goto out;
+	if (fit.a && l->ho) {
+		second_moments(&l->ho[0], cent, A);
+		if ((rc = oq_awq_loss(&Ly, A, NULL, &h0, c->d)) || (rc = oq_awq_loss(&Ly, A, s, &h1, c->d)))
+			goto out;
+		if (!(h1 < h0)) {
+			*rejected = 1;
+			for (size_t k = 0; k < C; k++)
+				s[k] = 1;
+		}
+	}
+	/* a layer the held-out samples confirmed searches again on every sample */
+	if (fit.a && l->ho && !*rejected) {
+		oq_wr_moments_add(&l->mo[0], &l->ho[0]);
+		second_moments(&l->mo[0], cent, A);
+		magnitudes(&l->mo[0], Ly.per, m);
+		if ((rc = oq_awq_search(&Ly, A, m, &fit, s, c->d)))
+			goto out;
+	}
+	*a = *rejected ? 0 : fit.a;
+	if (vlog && *rejected)
+		fprintf(vlog, "awq: node '%s' (%s): %zu channels: not scaled (alpha %.2f: layer output error %+.2f dB, "
+			"%+.2f dB on the held-out samples)\n", l->node->name, l->node->op_type, C,
+			(double)fit.a / OQ_AWQ_GRID, awq_db(fit.loss0, fit.loss), awq_db(h0, h1));
+	else if (vlog && *a)
+		fprintf(vlog, "awq: node '%s' (%s): %zu channels: alpha %.2f: layer output error %+.2f dB%s\n",
+			l->node->name, l->node->op_type, C, (double)*a / OQ_AWQ_GRID, awq_db(fit.loss0, fit.loss),
+			l->ho ? " (held-out samples agree)" : "");
+	else if (vlog)
+		fprintf(vlog, "awq: node '%s' (%s): %zu channels: not scaled (no alpha lowers the layer's error)\n",
+			l->node->name, l->node->op_type, C);
+	rc = OQ_OK;
+out:
+	free(A);
+	free(m);
+	return rc;
+}
+
+int oq_awq_learn(oq_model *m, const oq_opts *o, const oq_calib_opts *co, int bias, size_t *n_scaled, FILE *log,
+		 oq_diag *d)
+{
+	learn c;
+	oq_exec *ef = NULL;
+	oq_exec_opts eo = {.threads = co->threads};
+	oq_samples smp = {0};
+	oq_wplan *plans = NULL;
+	oq_awq_path *paths = NULL;
+	float **S = NULL;
+	int *alpha = NULL;
+	size_t n, np = 0, n_skipped = 0, nst = 0, bytes = 0, scaled = 0, n_rejected = 0, n_path = 0;
+	FILE *vlog = o->log;
+	double t0 = now();
+	int rc, lo = OQ_AWQ_GRID + 1, hi = 0;
+
+	if (n_scaled)
+		*n_scaled = 0;
+	memset(&c, 0, sizeof c);
+	c.what = "awq";
+	c.awq = 1;
+	c.m = m;
+	c.o = o;
+	c.d = d;
+	if (!o->weight_only)
+		return oq_err(d, OQ_EUSAGE, "awq: --awq is for --weight-only (scaled input channels would change the "
+			      "activation ranges W8A8 calibrates)");
+	if (!co->source || !strncmp(co->source, "random:", 7))
+		return oq_err(d, OQ_EUSAGE, "awq: --awq measures each layer on calibration samples: give --calib DIR "
+			      "(a folder of samples)");
+	if ((rc = oq_exec_new(m, &eo, &ef, d)) || (rc = find_layers(&c, ef, vlog, &n_skipped, d)) ||
+	    (rc = oq_weight_only_plans(m->graph, o, &plans, &np, d)))
+		goto out;
+	/* the layers a path can absorb the scales of; the others leave the list */
+	if (!(paths = oq_calloc(c.nl + 1, sizeof *paths))) {
+		rc = oq_err(d, OQ_ENOMEM, "awq: out of memory");
+		goto out;
+	}
+	{
+		size_t k = 0;
+		for (size_t i = 0; i < c.nl; i++) {
+			wl *l = &c.L[i];
+			if (l->g.kind != OQ_WR_CONV && l->g.kind != OQ_WR_ROWS)
+				snprintf(paths[k].why, sizeof paths[k].why, "Gemm with transA");
+			else if (l->spec.n_fixed)
+				snprintf(paths[k].why, sizeof paths[k].why, "its grid is fixed (imported encodings)");
+			else if (oq_awq_path_of(m->graph, l->node, plans, np, &paths[k]) && paths[k].C &&
+				 l->g.K % paths[k].C == 0 && l->g.groups == 1) {
+				if (k != i) {
+					c.L[k] = *l;
+					memset(l, 0, sizeof *l);
+				}
+				k++;
+				continue;
+			}
+			if (vlog)
+				fprintf(vlog, "awq: node '%s' (%s): not scaled (%s)\n", l->node->name, l->node->op_type,
+					paths[k].why[0] ? paths[k].why : "no path");
+			n_path++;
+			oq_wgrid_free(&l->grid);
+			memset(l, 0, sizeof *l);
+		}
+		c.nl = k;
+	}
+	if (!(S = oq_calloc(c.nl + 1, sizeof *S)) || !(alpha = oq_calloc(c.nl + 1, sizeof *alpha))) {
+		rc = oq_err(d, OQ_ENOMEM, "awq: out of memory");
+		goto out;
+	}
+	/* stages: the memory budget alone (every input is the float model's) */
+	for (size_t i = 0; i < c.nl; i++) {
+		size_t b = layer_bytes(&c.L[i]);
+		if (bytes && bytes + b > OQ_WR_STAGE_BYTES) {
+			nst++;
+			bytes = 0;
+		}
+		c.L[i].stage = (int)nst;
+		bytes += b;
+	}
+	nst += c.nl > 0;
+	c.pool = oq_exec_pool(ef);
+	oq_exec_set_observer(ef, observe, &c);
+	oq_exec_set_observe_want(ef, want);
+	if (c.nl && ((rc = oq_samples_scan(co->source, ef, &smp, d)) || (rc = oq_samples_check(&smp, ef, d))))
+		goto out;
+	n = co->limit && co->limit < smp.n ? co->limit : smp.n;
+	c.guard = n >= 2;
+	for (size_t s = 0; s < nst; s++) {
+		c.stage = (int)s;
+		for (size_t i = 0; i < c.nl; i++) {
+			wl *l = &c.L[i];
+			if (l->stage != (int)s)
+				continue;
+			if (!(l->mo = oq_calloc(1, sizeof *l->mo)) || (c.guard && !(l->ho = oq_calloc(1, sizeof *l->ho))) ||
+			    oq_wr_moments_init(&l->mo[0], l->g.K, 0) || (l->ho && oq_wr_moments_init(&l->ho[0], l->g.K, 0))) {
+				rc = oq_err(d, OQ_ENOMEM, "awq: node '%s': out of memory for its input moments",
+					    l->node->name);
+				goto out;
+			}
+		}
+		if ((rc = run_stage(&c, ef, NULL, &smp, n, d)))
+			goto out;
+		for (size_t i = 0; i < c.nl; i++) {
+			wl *l = &c.L[i];
+			int rej, cent = 0;
+			if (l->stage != (int)s)
+				continue;
+			/* the bias correction that follows takes the mean error: the rest is what counts */
+			if (bias) {
+				if ((rc = bias_target(m->graph, l, 1)))
+					goto out;
+				cent = l->bn != NULL;
+				l->bn = NULL;
+			}
+			if (!(S[i] = oq_malloc(paths[i].C * sizeof *S[i]))) {
+				rc = oq_err(d, OQ_ENOMEM, "awq: out of memory");
+				goto out;
+			}
+			if ((rc = awq_layer(&c, l, paths[i].C, cent, S[i], &alpha[i], &rej, vlog)))
+				goto out;
+			n_rejected += (size_t)rej;
+			oq_wr_moments_free(&l->mo[0]);
+			if (l->ho)
+				oq_wr_moments_free(&l->ho[0]);
+			free(l->mo);
+			free(l->ho);
+			l->mo = l->ho = NULL;
+		}
+	}
+	/* the executor reads m's tensors: gone before they change */
+	oq_exec_free(ef);
+	ef = NULL;
+	for (size_t i = 0; i < c.nl && !rc; i++)
+		if (alpha[i]) {
+			rc = oq_awq_apply(m->graph, c.L[i].node, &paths[i], S[i], d);
+			scaled++;
+			lo = alpha[i] < lo ? alpha[i] : lo;
+			hi = alpha[i] > hi ? alpha[i] : hi;
+		}
+	if (rc)
+		goto out;
+	if (n_scaled)
+		*n_scaled = scaled;
+	if (log) {
+		fprintf(log, "awq: %zu of %zu layers scaled", scaled, c.nl + n_path + n_skipped);
+		if (scaled)
+			fprintf(log, " (alpha %.2f-%.2f)", (double)lo / OQ_AWQ_GRID, (double)hi / OQ_AWQ_GRID);
+		fprintf(log, "; %zu with no exact path for the scales, %zu refused by the held-out samples, %zu "
+			"no better scaled; %.1f s\n", n_path + n_skipped, n_rejected, c.nl - scaled - n_rejected,
+			now() - t0);
+	}
+out:
+	oq_exec_free(ef);
+	oq_samples_free(&smp);
+	for (size_t i = 0; S && i < c.nl; i++)
+		free(S[i]);
+	free(S);
+	free(alpha);
+	free(paths);
+	free(plans);
+	free_layers(&c);
 	return rc;
 }

@@ -3,7 +3,7 @@
  * sample, the patch x~_p the layer reads in the quantized-so-far model and x_p in the float
  * one, summed into
  *
- *   qq += x~_p x~_p^T,  qf += x~_p x_p^T,  sq += x~_p,  sf += x_p,  n += 1
+ *   qq += x~_p x~_p^T,  qf += x~_p x_p^T,  sq += x~_p,  sf += x_p,  sa += |x~_p|,  n += 1
  *
  * per conv group (K = C/group * prod(kernel) values per patch, in the weight's (c, ky, kx)
  * order; MatMul/Gemm: the K values of one row of the input's last axis, or one column for
@@ -39,6 +39,7 @@ void oq_wr_moments_free(oq_wr_moments *mo)
 	free(mo->qf);
 	free(mo->sq);
 	free(mo->sf);
+	free(mo->sa);
 	memset(mo, 0, sizeof *mo);
 }
 
@@ -50,11 +51,12 @@ int oq_wr_moments_init(oq_wr_moments *mo, size_t K, int paired)
 	mo->cap_rows = K / 2;
 	mo->qq = oq_calloc(K * K, sizeof *mo->qq);
 	mo->sq = oq_calloc(K, sizeof *mo->sq);
+	mo->sa = oq_calloc(K, sizeof *mo->sa);
 	if (paired) {
 		mo->qf = oq_calloc(K * K, sizeof *mo->qf);
 		mo->sf = oq_calloc(K, sizeof *mo->sf);
 	}
-	if (!mo->qq || !mo->sq || (paired && (!mo->qf || !mo->sf))) {
+	if (!mo->qq || !mo->sq || !mo->sa || (paired && (!mo->qf || !mo->sf))) {
 		oq_wr_moments_free(mo);
 		return OQ_ENOMEM;
 	}
@@ -71,6 +73,7 @@ void oq_wr_moments_add(oq_wr_moments *dst, const oq_wr_moments *src)
 	}
 	for (size_t k = 0; k < K; k++) {
 		dst->sq[k] += src->sq[k];
+		dst->sa[k] += src->sa[k];
 		if (dst->paired)
 			dst->sf[k] += src->sf[k];
 	}
@@ -238,11 +241,15 @@ static void keep_rows(oq_wr_moments *mo, const float *X, const float *Y, size_t 
 		memcpy(mo->rf + mo->n * K, Y, cap * K * sizeof *Y);
 }
 
-static void sums(const float *X, size_t cap, size_t K, double *s)
+/* s[k] += the sum of X[., k]; with a (may be NULL) a[k] += the sum of |X[., k]|. */
+static void sums(const float *X, size_t cap, size_t K, double *s, double *a)
 {
 	for (size_t j = 0; j < cap; j++)
-		for (size_t k = 0; k < K; k++)
+		for (size_t k = 0; k < K; k++) {
 			s[k] += (double)X[j * K + k];
+			if (a)
+				a[k] += fabs((double)X[j * K + k]);
+		}
 }
 
 /* Whole groups [b, e), one at a time (grouped convs: one thread per group). */
@@ -265,10 +272,10 @@ static void by_group(void *ctx, size_t b, size_t e)
 				patch(&J->f, gi, j, Xf + j * K);
 		}
 		gram_rows(Xq, Xq, cap, K, 0, K, tmp, mo->qq);
-		sums(Xq, cap, K, mo->sq);
+		sums(Xq, cap, K, mo->sq, mo->sa);
 		if (Xf && mo->paired) {
 			gram_rows(Xq, Xf, cap, K, 0, K, tmp, mo->qf);
-			sums(Xf, cap, K, mo->sf);
+			sums(Xf, cap, K, mo->sf, NULL);
 		}
 		if (mo->cap_rows)
 			keep_rows(mo, Xq, Xf, cap);
@@ -348,9 +355,9 @@ int oq_wr_accumulate(const oq_wr_geom *g, const oq_rt *xq, const oq_rt *xf, oq_w
 			build(&J, 0, cap);
 			tiles(&J, 0, nt);
 		}
-		sums(J.Xq, cap, K, mo[0].sq);
+		sums(J.Xq, cap, K, mo[0].sq, mo[0].sa);
 		if (J.Xf && mo[0].paired)
-			sums(J.Xf, cap, K, mo[0].sf);
+			sums(J.Xf, cap, K, mo[0].sf, NULL);
 		if (mo[0].cap_rows)
 			keep_rows(&mo[0], J.Xq, J.Xf, cap);
 		mo[0].n += cap;

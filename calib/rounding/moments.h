@@ -39,6 +39,7 @@ typedef struct oq_wr_moments {
 	double *qq;          /* K x K: sum of x~ x~^T */
 	double *qf;          /* K x K: sum of x~ x^T (paired) */
 	double *sq, *sf;     /* K: sums of x~ and (paired) x */
+	double *sa;          /* K: sums of |x~| (the activation magnitudes --awq scales by) */
 	uint64_t n;          /* patches summed */
 	float *rq, *rf;      /* the patches themselves (rows of K), while n <= cap_rows: a layer
 			      * with fewer positions than K / 2 works on them instead of K x K */

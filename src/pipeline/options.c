@@ -477,6 +477,13 @@ const oq_option oq_pipeline_options[] = {
 	 "                          error on the --calib samples, kept per layer where held-out\n"
 	 "                          samples confirm it (also with --weight-only, where\n"
 	 "                          --bias-correction then folds each layer's mean error into its bias)\n"},
+	{"awq", OQ_ARG_NONE, QC, set_flag, F(q.awq),
+	 "  --awq                   with --weight-only: scale each layer's input channels by\n"
+	 "                          mean |x|^alpha on the --calib samples (alpha searched per\n"
+	 "                          layer), divided back exactly where the input is written;\n"
+	 "                          before --weight-rounding; kept per layer where held-out\n"
+	 "                          samples confirm it, and where the model's calibration SQNR\n"
+	 "                          gains over the model without it (AWQ)\n"},
 	{"keep-activations", OQ_ARG_NONE, QC, set_flag, F(q.keep_activations),
 	 "  --keep-activations      keep Relu/Clip after Conv/Gemm instead of folding them into Q\n"},
 	{"weight-only", OQ_ARG_NONE, QC, set_flag, F(q.weight_only),
@@ -656,12 +663,15 @@ static const char *broken_rule(const oq_pipeline_opts *o)
 		return "--weight-only needs no --stats (weights are not calibrated)";
 	if (q->block_size && q->granularity != OQ_GRAN_BLOCK)
 		return "--block-size needs --granularity block";
-	if (q->weight_only && c->source && !q->weight_rounding && !bc_given)
-		return "--weight-only needs no --calib unless --weight-rounding adaround|seq-mse or "
-		       "--bias-correction learns on it (weights are not calibrated)";
-	if (q->weight_only && (q->weight_rounding || bc_given) && !c->source)
-		return "--weight-rounding / --bias-correction with --weight-only learn on calibration samples: "
-		       "give --calib DIR";
+	if (q->awq && !q->weight_only)
+		return "--awq is for --weight-only: scaling input channels would change the per-tensor "
+		       "activation ranges W8A8 calibrates";
+	if (q->weight_only && c->source && !q->weight_rounding && !bc_given && !q->awq)
+		return "--weight-only needs no --calib unless --weight-rounding adaround|seq-mse, "
+		       "--bias-correction or --awq learns on it (weights are not calibrated)";
+	if (q->weight_only && (q->weight_rounding || bc_given || q->awq) && !c->source)
+		return "--weight-rounding / --bias-correction / --awq with --weight-only learn on calibration "
+		       "samples: give --calib DIR";
 	if (c->ema_constant > 0 && c->method != OQ_CALIB_EMA)
 		return "--ema-constant applies to --method ema";
 	if (c->percentile > 0 && c->method != OQ_CALIB_PERCENTILE)
@@ -688,10 +698,10 @@ static const char *broken_rule(const oq_pipeline_opts *o)
 	if (q->weight_rounding && (o->stats_in || o->job == OQ_JOB_CALIBRATE))
 		return "--weight-rounding learns on the samples (--calib DIR): statistics files carry no layer "
 		       "inputs";
-	if ((q->weight_rounding || (bc_given && q->weight_only)) && c->source &&
+	if ((q->weight_rounding || q->awq || (bc_given && q->weight_only)) && c->source &&
 	    strncmp(c->source, "random:", 7) == 0)
-		return "--weight-rounding / weight-only --bias-correction learn on calibration samples: give "
-		       "--calib DIR (a folder of samples, not random:N)";
+		return "--weight-rounding / --awq / weight-only --bias-correction learn on calibration samples: "
+		       "give --calib DIR (a folder of samples, not random:N)";
 	if (q->op_types && !q->weight_only)
 		return "--op-types applies to --weight-only";
 	/* TensorRT: symmetric int8, or FP8 (E4M3) activations and weights together */

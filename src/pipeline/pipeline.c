@@ -9,7 +9,8 @@
  *   rewrite    cleanup, upgrade-opset, fold-bn, [cle,] fuse
  *              (oq_passes_rewrite); then --import-encodings, whose names are
  *              those an export of this pipeline writes
- *   learn      --weight-rounding adaround|seq-mse, and weight-only
+ *   learn      weight-only --awq (input channels scaled, awq.h), then
+ *              --weight-rounding adaround|seq-mse, and weight-only
  *              --bias-correction: each weight's rounding (and, weight-only,
  *              its layer's bias) learned on the calibration samples
  *              (calib/rounding/rounding.h); the quantize pass applies it
@@ -45,6 +46,7 @@
 #include <time.h>
 
 #include "calib/biascorr/measure.h"
+#include "calib/rounding/awq.h"
 #include "calib/rounding/rounding.h"
 #include "passes/quantize/encodings.h"
 #include "passes/quantize/overrides.h"
@@ -90,6 +92,7 @@ typedef struct job {
 	oq_bc_float_cache fout;   /* empirical bias correction's float outputs on the samples (the fold
 				   * report reuses them), or empty */
 	oq_biascorr_analytic *analytic;
+	size_t awq_scaled;        /* layers --awq scaled */
 	oq_wlearned_set learned;  /* learned rounding (q.learned points here once learned) */
 	oq_biascorr_shifts wshift; /* W8A8 empirical bias correction's start: the weights' shifts */
 	oq_save_info info;
@@ -414,9 +417,9 @@ static int rewrite(job *j, oq_diag *d)
 }
 
 /*
- * Learned weight rounding (--weight-rounding) and, with --weight-only, the bias correction of
- * each layer's mean error: on the rewritten float model, before calibration (which then sees
- * the weight-only biases it corrected; W8A8 biases are not touched here).
+ * Weight-only --awq, learned weight rounding (--weight-rounding) and, with --weight-only, the
+ * bias correction of each layer's mean error: on the rewritten float model, before calibration
+ * (which then sees the weight-only biases it corrected; W8A8 biases are not touched here).
  */
 static int has_sample_folder(const oq_pipeline_opts *o);
 
@@ -431,7 +434,12 @@ static int learn_rounding(job *j, oq_diag *d)
 	int rc;
 
 	j->t_learn = now();
-	if (!j->quantize || (j->q.weight_rounding == OQ_WROUND_NEAREST && !bias && !wshift))
+	if (!j->quantize)
+		return OQ_OK;
+	/* --awq (weight-only) first: the rounding and the bias correction see the scaled weights */
+	if (j->q.awq && (rc = oq_awq_learn(j->m, &j->q, &j->o.calib, bias, &j->awq_scaled, j->log, d)))
+		return rc;
+	if (j->q.weight_rounding == OQ_WROUND_NEAREST && !bias && !wshift)
 		return OQ_OK;
 	if (!wshift)
 		rc = oq_wround_learn(j->m, &j->q, &j->o.calib, bias, &j->learned, j->log, d);
@@ -1012,6 +1020,24 @@ static int guard_better(const job *a, const job *b)
 	return fold_db(a) > fold_db(b);
 }
 
+/* *j becomes alt (a job of the same run that a guard preferred); j's own is freed. */
+static void take_job(job *j, job *alt)
+{
+	/* the kept job logs as the run asked (its timings are its own) */
+	alt->log = j->log;
+	alt->o.quiet = j->o.quiet;
+	alt->o.verbose = j->o.verbose;
+	job_free(j);
+	*j = *alt;
+	/* the pointers into the job itself follow it */
+	if (j->q.learned)
+		j->q.learned = &j->learned;
+	if (j->q.ranges)
+		j->q.ranges = &j->ranges;
+	if (j->co.grid_ctx)
+		j->co.grid_ctx = &j->q;
+}
+
 /*
  * The model-level guard of --cle and W8A8 --weight-rounding (both change the weights before
  * calibration): the job runs again without them (no CLE, nearest rounding) up to the fold
@@ -1063,23 +1089,67 @@ static int guard_weights(job *j, const oq_pipeline_opts *o, oq_diag *d)
 		return rc;
 	}
 	if (!keep) {
-		/* the kept job logs as the run asked (its timings are its own) */
-		alt.log = j->log;
-		alt.o.quiet = j->o.quiet;
-		alt.o.verbose = j->o.verbose;
-		job_free(j);
-		*j = alt;
-		/* the pointers into the job itself follow it */
-		if (j->q.learned)
-			j->q.learned = &j->learned;
-		if (j->q.ranges)
-			j->q.ranges = &j->ranges;
-		if (j->co.grid_ctx)
-			j->co.grid_ctx = &j->q;
+		take_job(j, &alt);
 		return OQ_OK;
 	}
 	job_free(&alt);
 	return OQ_OK;
+}
+
+/*
+ * The model-level guard of weight-only --awq. Its scales are judged layer by layer (awq.h), but
+ * a layer's output error is not the model's, and learned rounding on the scaled weights may end
+ * worse than on the others: the job runs again without --awq, both quantized models run the
+ * calibration samples (at most OQ_MEASURE_SAMPLES, measure.h) next to the float model, and the
+ * scales stay only when the output SQNR gains: its mean over the samples strictly higher, its
+ * lowest sample not lower (oq_bc_sqnr_better). Costs a second job (its learned rounding
+ * included) and three runs of the samples; nothing when no layer was scaled. *j becomes the job
+ * kept.
+ */
+static int guard_awq(job *j, const oq_pipeline_opts *o, oq_diag *d)
+{
+	const unsigned all = (1u << OQ_BC_FOLDS) - 1;
+	oq_pipeline_opts alt_o = *o;
+	oq_bc_quantized runs[2];
+	oq_bc_targets b;
+	oq_model *fm = NULL;
+	job alt;
+	int rc, keep;
+
+	if (!j->quantize || !j->q.weight_only || !j->q.awq || !j->awq_scaled || !has_sample_folder(&j->o))
+		return OQ_OK;
+	alt_o.q.awq = 0;
+	alt_o.quiet = 1;
+	alt_o.verbose = 0;
+	job_init(&alt, &alt_o);
+	memset(runs, 0, sizeof runs);
+	memset(&b, 0, sizeof b);
+	if ((rc = load(&alt, d)) || (rc = widen(&alt, d)) || (rc = rewrite(&alt, d)) || (rc = learn_rounding(&alt, d)) ||
+	    (rc = quantize(&alt, d)) || (rc = float_copy(j, &fm, d)))
+		goto out;
+	runs[0] = (oq_bc_quantized){.qm = j->m, .folds = all};
+	runs[1] = (oq_bc_quantized){.qm = alt.m, .folds = all};
+	if ((rc = oq_bc_measure(fm, NULL, runs, 2, &j->o.calib, &b, NULL, d)))
+		goto out;
+	keep = oq_bc_sqnr_better(&runs[0].sqnr, &runs[1].sqnr, all);
+	if (j->log)
+		fprintf(j->log, "awq: calibration SQNR with the scales %.2f / %.2f dB (lowest / mean), without "
+			"%.2f / %.2f dB: %s\n", oq_bc_sqnr_min(&runs[0].sqnr, all), oq_bc_sqnr_mean(&runs[0].sqnr, all),
+			oq_bc_sqnr_min(&runs[1].sqnr, all), oq_bc_sqnr_mean(&runs[1].sqnr, all),
+			keep ? "kept" : "not kept (the model without them is written)");
+	if (!keep) {
+		take_job(j, &alt);
+		goto out;
+	}
+	job_free(&alt);
+out:
+	if (rc)
+		job_free(&alt);
+	oq_bc_sqnr_free(&runs[0].sqnr);
+	oq_bc_sqnr_free(&runs[1].sqnr);
+	oq_bc_targets_free(&b);
+	oq_model_free(fm);
+	return rc;
 }
 
 int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
@@ -1103,7 +1173,7 @@ int oq_pipeline_run(const oq_pipeline_opts *o, oq_diag *d)
 	}
 	if ((rc = learn_rounding(&j, d)) || (rc = calibrate(&j, d)) ||
 	    (rc = reach_target(&j, d)) || (rc = correct_bias(&j, d)) || (rc = quantize(&j, d)) ||
-	    (rc = fidelity(&j, d)) || (rc = guard_weights(&j, o, d)) || (rc = narrow(&j, d)) ||
+	    (rc = fidelity(&j, d)) || (rc = guard_weights(&j, o, d)) || (rc = guard_awq(&j, o, d)) || (rc = narrow(&j, d)) ||
 	    (rc = encodings(&j, d)) || (rc = save(&j, d)) || (rc = export_encodings(&j, d)))
 		goto out;
 	summary(&j);
