@@ -17,6 +17,8 @@
 #   wo8 adaround   WO --weight-rounding adaround @C
 #   wo8 seq-mse    WO --weight-rounding seq-mse @C
 #   wo8 ada+bc     WO --weight-rounding adaround --bias-correction @C
+#   wo8 awq        WO --awq @C                             (activation-aware input-channel scales)
+#   wo8 awq+ada+bc WO --awq --weight-rounding adaround --bias-correction @C
 #   w8a8           @C                                       (the default: mse ranges, empirical bias
 #                                                           correction)
 #   w8a8 bcw       @C --bias-correction-weights on          (empirical correction starting from
@@ -29,12 +31,14 @@
 #   int4 nearest   WO --weight-type int4 --granularity block --block-size 32   (rec only)
 #   int4 adaround  ... --weight-rounding adaround @C
 #   int4 ada+bc    ... --weight-rounding adaround --bias-correction @C
+#   int4 awq       ... --awq @C
+#   int4 awq+ada+bc ... --awq --weight-rounding adaround --bias-correction @C
 #
 # usage: bench/weight_rounding.sh ONNXQ [MODEL...]   (default: rec det cls mobilenet_v2)
 #   env OQ_CACHE (default <repo>/.cache), WR_THREADS, WR_VARIANTS (a subset of the names above,
 #   comma-separated, spaces as written)
 set -uo pipefail
-[ $# -ge 1 ] || { sed -n '2,30p' "$0"; exit 1; }
+[ $# -ge 1 ] || { sed -n '2,39p' "$0"; exit 1; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${OQ_CACHE:-$ROOT/.cache}
 export OQ_CACHE=$CACHE
@@ -60,6 +64,8 @@ wo8+cle|$WO --cle
 wo8 adaround|$WO --weight-rounding adaround @C
 wo8 seq-mse|$WO --weight-rounding seq-mse @C
 wo8 ada+bc|$WO --weight-rounding adaround --bias-correction @C
+wo8 awq|$WO --awq @C
+wo8 awq+ada+bc|$WO --awq --weight-rounding adaround --bias-correction @C
 w8a8|@C
 w8a8 bcw|@C --bias-correction-weights on
 w8a8 ada+bcw|@C --weight-rounding adaround --bias-correction-weights on
@@ -73,6 +79,8 @@ EOF
 int4 nearest|$I4
 int4 adaround|$I4 --weight-rounding adaround @C
 int4 ada+bc|$I4 --weight-rounding adaround --bias-correction @C
+int4 awq|$I4 --awq @C
+int4 awq+ada+bc|$I4 --awq --weight-rounding adaround --bias-correction @C
 EOF
 	fi
 }
