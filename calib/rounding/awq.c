@@ -242,6 +242,15 @@ static int channel_const(oq_awq_path *p, const oq_tensor *t, int sure, int *rank
 	return 1;
 }
 
+/* Is an output of a normalization other than its first (mean, variance) read or exported? */
+static int more_outputs_used(const oq_node *pr)
+{
+	for (size_t k = 1; k < pr->n_outputs; k++)
+		if (pr->outputs[k] && (pr->outputs[k]->n_uses || !oq_value_is_private(pr->outputs[k])))
+			return 1;
+	return 0;
+}
+
 /* The producer pr of a Conv layer's input: Conv, ConvTranspose (group 1) or BatchNormalization. */
 static int conv_producer(const oq_graph *g, oq_node *pr, const oq_wplan *plans, size_t np, oq_awq_path *p)
 {
@@ -271,9 +280,8 @@ static int conv_producer(const oq_graph *g, oq_node *pr, const oq_wplan *plans, 
 		    oq_node_attr_int(pr, "training_mode", 0) != 0)
 			return no(p, "BatchNormalization '%s' has no constant scale and bias of %zu values", pr->name,
 				  p->C);
-		for (size_t k = 1; k < pr->n_outputs; k++)
-			if (pr->outputs[k] && (pr->outputs[k]->n_uses || !oq_value_is_private(pr->outputs[k])))
-				return no(p, "BatchNormalization '%s' has more outputs in use", pr->name);
+		if (more_outputs_used(pr))
+			return no(p, "BatchNormalization '%s' has more outputs in use", pr->name);
 		st->kind = OQ_AWQ_NORM;
 	}
 	st->node = pr;
@@ -309,9 +317,8 @@ static int row_producer(const oq_graph *g, oq_node *pr, const oq_wplan *plans, s
 		    (pr->n_inputs > 2 && pr->inputs[2] && (!B || B->nelem != p->C || !last_axis_vector(B, p->C))))
 			return no(p, "LayerNormalization '%s' is not over the last axis with constant Scale and B of %zu "
 				  "values", pr->name, p->C);
-		for (size_t k = 1; k < pr->n_outputs; k++)
-			if (pr->outputs[k] && (pr->outputs[k]->n_uses || !oq_value_is_private(pr->outputs[k])))
-				return no(p, "LayerNormalization '%s' has more outputs in use", pr->name);
+		if (more_outputs_used(pr))
+			return no(p, "LayerNormalization '%s' has more outputs in use", pr->name);
 		st->kind = OQ_AWQ_NORM;
 	}
 	st->node = pr;
