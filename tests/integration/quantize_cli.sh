@@ -148,6 +148,19 @@ for alg in adaround seq-mse; do
 	if [ -n "$got" ] && [ -n "$near" ] && awk -v a="$got" -v b="$near" 'BEGIN { exit !(a >= b - 0.2) }'; then
 		ok "$alg not worse than nearest on held-out samples"; else bad "$alg not worse than nearest (${got:-?} vs ${near:-?} dB)"; fi
 done
+# --awq (weight-only): deterministic, checked, not worse than nearest; refused for W8A8
+expect_exit 0 "weight-only --awq --weight-rounding adaround --bias-correction" "$onnxq" quantize "$model" \
+	-o "$tmp/awq.onnx" --weight-only --op-types Conv,Gemm --awq --weight-rounding adaround --bias-correction \
+	--calib "$calib" --threads 1 --quiet
+expect_exit 0 "check weight-only --awq" "$onnxq" check "$tmp/awq.onnx"
+"$onnxq" quantize "$model" -o "$tmp/awq2.onnx" --weight-only --op-types Conv,Gemm --awq --weight-rounding adaround \
+	--bias-correction --calib "$calib" --threads 2 --quiet 2>/dev/null
+if cmp -s "$tmp/awq.onnx" "$tmp/awq2.onnx"; then ok "awq: threads 1 vs 2 byte-identical"; else
+	bad "awq: threads 1 vs 2 byte-identical"; fi
+got=$(sqnr_of "$tmp/awq.onnx")
+if [ -n "$got" ] && [ -n "$near" ] && awk -v a="$got" -v b="$near" 'BEGIN { exit !(a >= b - 0.2) }'; then
+	ok "awq not worse than nearest on held-out samples"; else bad "awq not worse than nearest (${got:-?} vs ${near:-?} dB)"; fi
+expect_exit 1 "W8A8 --awq refused" "$onnxq" quantize "$model" -o "$tmp/awq3.onnx" --calib "$calib" --awq --quiet
 expect_exit 0 "W8A8 --weight-rounding adaround --cle" "$onnxq" quantize "$model" -o "$tmp/wa.onnx" --calib "$calib" \
 	--weight-rounding adaround --cle --threads 1 --quiet
 "$onnxq" quantize "$model" -o "$tmp/wa2.onnx" --calib "$calib" --weight-rounding adaround --cle --threads 2 --quiet 2>/dev/null
