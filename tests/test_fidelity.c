@@ -5,6 +5,7 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include "gen_model.h"
 #include "src/io/npy.h"
+#include "src/pipeline/fidelity.h"
 #include "src/pipeline/pipeline.h"
 #include "tmpdir.h"
 
@@ -525,4 +527,57 @@ Test(fidelity, target_sqnr_gives_back_an_unneeded_raise)
 				       "    {\"name\": \"y\", \"kind\": \"activation\", \"to\": \"float\"}]"), "%s", rep);
 	cr_expect_not_null(strstr(log, "target-sqnr: round 2: 3 points at 16 bits, 0 float"), "log:\n%s", log);
 	cr_expect_not_null(strstr(log, "target-sqnr: give back 1 point to 8 bits: worst output 'y' inf dB\n"), "log:\n%s", log);
+}
+
+/* One block by hand: s = 0.5, z = 0, int8-like bounds [-4, 4] (values in [-2, 2]), the float
+ * value clamped to [-1.5, 1.5] (a folded Clip). x = 0.25 -> v 0.5 -> 0 (ties to even), f 0;
+ * 0.75 -> 1.5 -> 2, f 1.0; 3 -> 6 -> 4, f 2.0, r 1.5; -0.3 -> -0.6 -> -1, f -0.5. */
+Test(fidelity, point_sums_by_hand)
+{
+	const float x[] = {0.25f, 0.75f, 3.0f, -0.3f};
+	for (int simd = 0; simd <= 1; simd++) {
+		double r2 = 1.0, d2 = 2.0;
+		oq_fidelity_simd = simd;
+		oq_fidelity_sq_block(x, 4, 0.5f, -4.0f, 4.0f, -1.5f, 1.5f, &r2, &d2);
+		cr_assert_float_eq(r2, 1.0 + 0.0625 + 0.5625 + 2.25 + (double)-0.3f * -0.3f, 1e-12);
+		cr_assert_float_eq(d2, 2.0 + 0.0625 + 0.0625 + 0.25 + ((double)-0.3f + 0.5) * ((double)-0.3f + 0.5),
+				   1e-12);
+	}
+	oq_fidelity_simd = 1;
+}
+
+/* The AVX-512 loop gives the plain loop's bits: every block length up to 256 (tails of every
+ * size), ties, signed zeros, values past the grid (saturated), a zero point at the bound; and
+ * with NaN / +-Inf among the values. */
+Test(fidelity, point_sums_same_bits_on_every_path)
+{
+	float x[256];
+	uint32_t st = 12345;
+	for (int special = 0; special < 2; special++) {
+		for (size_t i = 0; i < 256; i++) {
+			st = st * 1664525u + 1013904223u;
+			x[i] = ((float)(st >> 8) / (float)(1u << 24) - 0.5f) * 20.0f;
+			if (i % 29 == 3)
+				x[i] = i % 2 ? 70.0f : -0.0f;
+			else if (i % 13 == 1)
+				x[i] = (float)(int)(x[i] * 4) * 0.25f + 0.125f; /* a tie of scale 0.25 */
+			else if (special && i % 37 == 5)
+				x[i] = i % 2 ? NAN : i % 3 ? INFINITY : -INFINITY;
+		}
+		for (size_t n = 0; n <= 256; n++)
+			for (int z = 0; z < 2; z++) {
+				double r2[2] = {0.5, 0.5}, d2[2] = {0.25, 0.25};
+				float qlo = z ? 0.0f : -128.0f, qhi = z ? 255.0f : 127.0f;
+				for (int simd = 0; simd <= 1; simd++) {
+					oq_fidelity_simd = simd;
+					oq_fidelity_sq_block(x, n, 0.25f, qlo, qhi, z ? 0.0f : -INFINITY, 8.0f, &r2[simd],
+							     &d2[simd]);
+				}
+				cr_assert(memcmp(&r2[0], &r2[1], sizeof r2[0]) == 0, "n %zu z %d: r2 %a vs %a", n, z,
+					  r2[0], r2[1]);
+				cr_assert(memcmp(&d2[0], &d2[1], sizeof d2[0]) == 0, "n %zu z %d: d2 %a vs %a", n, z,
+					  d2[0], d2[1]);
+			}
+	}
+	oq_fidelity_simd = 1;
 }

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "calib/exec/cpu.h"
 #include "calib/exec/exec.h"
 #include "calib/exec/threadpool.h"
 #include "calib/folds.h"
@@ -164,55 +165,39 @@ static int want(void *ctx, const oq_value *v)
 	return v->graph == c->g && c->map[v->index] >= 0;
 }
 
-#define FAKE_BLOCK 256 /* values fake_block computes at a time */
+#define FAKE_BLOCK 256 /* values a block sums (its partial sums start at 0) */
+#define SUM_LANES 8     /* partial sums of a block */
 
 /*
- * r[k] = x[k] clamped to [lo, hi] and f[k] = dq(q(x[k])) for k < n, one scale s and a zero point
- * z with qmin <= z <= qmax and both bounds within 2^22 of z (qlo = qmin - z, qhi = qmax - z): the
- * bits of oq_qpoint_fake, in a loop the compiler vectorises. Clamping x / s to [qlo, qhi] before
- * rounding equals saturating after it (the bounds are integers); adding then subtracting 1.5 *
- * 2^23 rounds to nearest even for |v| < 2^22 as rintf does; NaN gives the zero point (v = 0); and
+ * One block of n <= FAKE_BLOCK values of observe(): with r = x clamped to [lo, hi] and f =
+ * dq(q(x)) on one scale s and a zero point z with qmin <= z <= qmax and both bounds within 2^22
+ * of z (qlo = qmin - z, qhi = qmax - z), *r2 += sum r^2 and *d2 += sum (r - f)^2 in double:
+ * element k goes to partial sum k % SUM_LANES, the partials are combined pairwise,
+ * (((0+1)+(2+3))+((4+5)+(6+7))), and the result added last: the order depends on n and the
+ * data only. f has the bits of oq_qpoint_fake: clamping x / s to [qlo, qhi] before rounding
+ * equals saturating after it (the bounds are integers); adding then subtracting 1.5 * 2^23
+ * rounds to nearest even for |v| < 2^22 as rintf does; NaN gives the zero point (v = 0); and
  * q - z is v exactly, so (q - z) * s is v * s.
  */
-static void fake_block(const float *x, size_t n, float s, float qlo, float qhi, float lo, float hi, float *r,
-		       float *f)
+static void sq_block_c(const float *x, size_t n, float s, float qlo, float qhi, float lo, float hi, double *r2,
+		       double *d2)
 {
 	const float magic = 12582912.0f;
+	double a[SUM_LANES] = {0}, b[SUM_LANES] = {0};
 
 	for (size_t k = 0; k < n; k++) {
-		float v = x[k] / s;
+		float v = x[k] / s, f, r;
+		double xr, e;
 		v = v == v ? v : 0.0f;
 		v = v < qlo ? qlo : v;
 		v = v > qhi ? qhi : v;
 		v = (v + magic) - magic;
-		f[k] = v * s;
-		r[k] = x[k] < lo ? lo : x[k] > hi ? hi : x[k];
-	}
-}
-
-#define SUM_LANES 8 /* partial sums add_squares keeps */
-
-/*
- * *r2 += sum r[k]^2, *d2 += sum (r[k] - f[k])^2 over k < n, in double: element k goes to partial
- * sum k % SUM_LANES (independent chains the compiler can vectorise), the partials are combined
- * pairwise, (((0+1)+(2+3))+((4+5)+(6+7))), and the result added last. The order depends on n and
- * the data only, never on the thread count.
- */
-static void add_squares(const float *r, const float *f, size_t n, double *r2, double *d2)
-{
-	double a[SUM_LANES] = {0}, b[SUM_LANES] = {0};
-	size_t k = 0;
-
-	for (; k + SUM_LANES <= n; k += SUM_LANES)
-		for (size_t l = 0; l < SUM_LANES; l++) {
-			double x = r[k + l], e = x - f[k + l];
-			a[l] += x * x;
-			b[l] += e * e;
-		}
-	for (size_t l = 0; k < n; k++, l++) {
-		double x = r[k], e = x - f[k];
-		a[l] += x * x;
-		b[l] += e * e;
+		f = v * s;
+		r = x[k] < lo ? lo : x[k] > hi ? hi : x[k];
+		xr = r;
+		e = xr - f;
+		a[k % SUM_LANES] += xr * xr;
+		b[k % SUM_LANES] += e * e;
 	}
 	for (size_t w = 1; w < SUM_LANES; w *= 2)
 		for (size_t l = 0; l + w < SUM_LANES; l += 2 * w) {
@@ -223,6 +208,84 @@ static void add_squares(const float *r, const float *f, size_t n, double *r2, do
 	*d2 += b[0];
 }
 
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_SQ_AVX512 1
+
+/*
+ * sq_block_c, 16 values a step: the same float operations (division, the clamps as max / min
+ * with the bound first, which keep the C's choice on equal and signed-zero operands), and each
+ * half-vector widened to double and added to the 8 partial sums, lower half first: element k
+ * reaches partial k % 8 in the same order, so the sums have the same bits.
+ */
+__attribute__((target("avx512f"))) static void sq_block_avx512(const float *x, size_t n, float s, float qlo,
+								  float qhi, float lo, float hi, double *r2,
+								  double *d2)
+{
+	const __m512 sv = _mm512_set1_ps(s), qlov = _mm512_set1_ps(qlo), qhiv = _mm512_set1_ps(qhi);
+	const __m512 lov = _mm512_set1_ps(lo), hiv = _mm512_set1_ps(hi), magic = _mm512_set1_ps(12582912.0f);
+	__m512d a = _mm512_setzero_pd(), b = _mm512_setzero_pd();
+	double pa[SUM_LANES], pb[SUM_LANES];
+	size_t k = 0;
+
+	for (; k + 16 <= n; k += 16) {
+		__m512 xv = _mm512_loadu_ps(x + k), v = _mm512_div_ps(xv, sv), f, r;
+		__m512d xr, e;
+		v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+		v = _mm512_min_ps(qhiv, _mm512_max_ps(qlov, v));
+		v = _mm512_sub_ps(_mm512_add_ps(v, magic), magic);
+		f = _mm512_mul_ps(v, sv);
+		r = _mm512_min_ps(hiv, _mm512_max_ps(lov, xv));
+		xr = _mm512_cvtps_pd(_mm512_castps512_ps256(r));
+		e = _mm512_sub_pd(xr, _mm512_cvtps_pd(_mm512_castps512_ps256(f)));
+		a = _mm512_add_pd(a, _mm512_mul_pd(xr, xr));
+		b = _mm512_add_pd(b, _mm512_mul_pd(e, e));
+		xr = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(r), 1)));
+		e = _mm512_sub_pd(xr, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1))));
+		a = _mm512_add_pd(a, _mm512_mul_pd(xr, xr));
+		b = _mm512_add_pd(b, _mm512_mul_pd(e, e));
+	}
+	_mm512_storeu_pd(pa, a);
+	_mm512_storeu_pd(pb, b);
+	for (; k < n; k++) { /* k % 16 == 0 here, then on: partial k % 8 as in the loop */
+		const float magic1 = 12582912.0f;
+		float v = x[k] / s, f, r;
+		double xr, e;
+		v = v == v ? v : 0.0f;
+		v = v < qlo ? qlo : v;
+		v = v > qhi ? qhi : v;
+		v = (v + magic1) - magic1;
+		f = v * s;
+		r = x[k] < lo ? lo : x[k] > hi ? hi : x[k];
+		xr = r;
+		e = xr - f;
+		pa[k % SUM_LANES] += xr * xr;
+		pb[k % SUM_LANES] += e * e;
+	}
+	for (size_t w = 1; w < SUM_LANES; w *= 2)
+		for (size_t l = 0; l + w < SUM_LANES; l += 2 * w) {
+			pa[l] += pa[l + w];
+			pb[l] += pb[l + w];
+		}
+	*r2 += pa[0];
+	*d2 += pb[0];
+}
+#endif
+
+int oq_fidelity_simd = 1;
+
+void oq_fidelity_sq_block(const float *x, size_t n, float s, float qlo, float qhi, float lo, float hi,
+			  double *r2, double *d2)
+{
+#ifdef HAVE_SQ_AVX512
+	if (oq_fidelity_simd && n >= 16 && oq_cpu_avx512()) {
+		sq_block_avx512(x, n, s, qlo, qhi, lo, hi, r2, d2);
+		return;
+	}
+#endif
+	sq_block_c(x, n, s, qlo, qhi, lo, hi, r2, d2);
+}
+
 /* oq_observe_fn (always 0; also called for the graph inputs) */
 static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 {
@@ -231,7 +294,6 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 	double *acc;
 	const float *x, *sc;
 	size_t nch, outer = 1, inner = 1;
-	float rb[FAKE_BLOCK], fb[FAKE_BLOCK];
 	double r2, d2;
 	int a;
 
@@ -276,8 +338,8 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 			}
 			for (size_t k0 = 0; k0 < inner; k0 += FAKE_BLOCK) {
 				size_t m = inner - k0 < FAKE_BLOCK ? inner - k0 : FAKE_BLOCK;
-				fake_block(px + k0, m, s, (float)(qmin - z), (float)(qmax - z), lo, hi, rb, fb);
-				add_squares(rb, fb, m, &r2, &d2);
+				oq_fidelity_sq_block(px + k0, m, s, (float)(qmin - z), (float)(qmax - z), lo, hi, &r2,
+						     &d2);
 			}
 		}
 	acc[0] = r2;

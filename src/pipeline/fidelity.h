@@ -92,6 +92,17 @@ size_t oq_qpoint_channel(const oq_qpoint *q, const int64_t *dims, int rank, size
 /* dq(q(x)) on channel c: QuantizeLinear then DequantizeLinear, as ONNX Runtime computes them. */
 float oq_qpoint_fake(const oq_qpoint *q, size_t c, float x);
 
+/*
+ * A point's own sums over one block of n <= 256 values x of one channel: with r = x clamped to
+ * [lo, hi] and f = dq(q(x)) on scale s with integer bounds qlo = qmin - z, qhi = qmax - z (z the
+ * zero point, both bounds within 2^22 of it), *r2 += sum r^2 and *d2 += sum (r - f)^2, in double,
+ * element k into partial sum k % 8, the partials combined pairwise and added last: the same bits
+ * on every path. oq_fidelity_simd 0 keeps it off its AVX-512 loop (tests compare the two).
+ */
+void oq_fidelity_sq_block(const float *x, size_t n, float s, float qlo, float qhi, float lo, float hi,
+			  double *r2, double *d2);
+extern int oq_fidelity_simd;
+
 /* A quantized copy of the float model with ranges r (the caller's passes and options). */
 typedef int (*oq_fid_make_fn)(void *ctx, const oq_ranges *r, oq_model **out, oq_diag *d);
 
