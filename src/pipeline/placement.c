@@ -26,6 +26,9 @@
 /* measure()'s folds index the samples bias correction runs: all of the first OQ_PLACEMENT_SAMPLES */
 _Static_assert(OQ_PLACEMENT_SAMPLES <= OQ_MEASURE_SAMPLES, "placement samples are thinned");
 
+struct oq_placement_state;
+static void state_free(struct oq_placement_state *st);
+
 void oq_placement_free(oq_placement *p)
 {
 	for (size_t i = 0; i < p->n_float_nodes; i++)
@@ -36,6 +39,7 @@ void oq_placement_free(oq_placement *p)
 	free(p->size_names);
 	free(p->size_n);
 	free(p->size_last);
+	state_free(p->st);
 	memset(p, 0, sizeof *p);
 }
 
@@ -245,6 +249,26 @@ typedef struct plc {
 	int *unit_of;        /* per node index: its unit, -1 none */
 	int *mode;           /* per node index: 1 float, 0 integer (recomputed by cost) */
 } plc;
+
+/* What the speed search leaves for oq_placement_choose (oq_placement.st). */
+struct oq_placement_state {
+	plc pl;
+	oq_value_sizes sz;
+	double t_float;      /* expected time with every unit float */
+};
+
+static void state_free(struct oq_placement_state *st)
+{
+	if (!st)
+		return;
+	for (size_t i = 0; i < st->pl.nu; i++)
+		free(st->pl.u[i].nodes);
+	free(st->pl.u);
+	free(st->pl.unit_of);
+	free(st->pl.mode);
+	oq_value_sizes_free(&st->sz);
+	free(st);
+}
 
 static int op_in(const oq_node *n, const oq_op *ops, size_t k)
 {
@@ -961,18 +985,20 @@ shift:
 	return OQ_OK;
 }
 
-int oq_placement_choose(const oq_pipeline_opts *o, const oq_placement_src *src, oq_opts *q, oq_model *m,
-			oq_placement *p, FILE *log, oq_diag *d)
+/*
+ * The value sizes and, for the ORT profile's runtime-aware placement, the units and the speed
+ * search (p->st); p->speed_done either way.
+ */
+static int speed_phase(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_placement *p, FILE *log,
+		       oq_diag *d)
 {
+	struct oq_placement_state *st;
 	oq_calib_opts co;
-	oq_value_sizes sz = {0};
-	plc pl = {0};
-	meas me = {0};
-	double t_float, t;
-	size_t n_int = 0;
+	plc *pl;
 	int rc;
 
 	memset(p, 0, sizeof *p);
+	p->speed_done = 1;
 	/* sizes from the declared input shapes when they are fixed (a symbolic batch dim is 1), so
 	 * `quantize --stats` places as `--calib` does; else from the first calibration sample */
 	co = o->calib;
@@ -982,35 +1008,81 @@ int oq_placement_choose(const oq_pipeline_opts *o, const oq_placement_src *src, 
 		co.source = NULL;
 	if (!co.source)
 		return OQ_OK;
-	if ((rc = oq_value_sizes_measure(m, &co, &sz, d)) || (rc = keep_sizes(p, m->graph, &sz, d)) ||
+	if (!(st = oq_calloc(1, sizeof *st)))
+		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+	if ((rc = oq_value_sizes_measure(m, &co, &st->sz, d)) || (rc = keep_sizes(p, m->graph, &st->sz, d)) ||
 	    !oq_runtime_aware(q)) {
-		oq_value_sizes_free(&sz);
+		state_free(st);
 		return rc;
 	}
-	pl.g = m->graph;
-	pl.q = q;
-	pl.sz = &sz;
-	pl.unit_of = malloc((m->graph->n_nodes + 1) * sizeof *pl.unit_of);
-	pl.mode = oq_calloc(m->graph->n_nodes + 1, sizeof *pl.mode);
-	if (!pl.unit_of || !pl.mode) {
-		rc = oq_err(d, OQ_ENOMEM, "placement: out of memory");
-		goto out;
-	}
+	p->st = st;
+	pl = &st->pl;
+	pl->g = m->graph;
+	pl->q = q;
+	pl->sz = &st->sz;
+	pl->unit_of = malloc((m->graph->n_nodes + 1) * sizeof *pl->unit_of);
+	pl->mode = oq_calloc(m->graph->n_nodes + 1, sizeof *pl->mode);
+	if (!pl->unit_of || !pl->mode)
+		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
 	for (size_t i = 0; i < m->graph->n_nodes; i++)
-		pl.unit_of[i] = -1;
-	if ((rc = oq_graph_rebuild_uses(m->graph)) || (rc = build_units(&pl, d)))
-		goto out;
-	p->n_units = pl.nu;
-	for (size_t i = 0; i < pl.nu; i++)
-		pl.u[i].fl = 1;
-	t_float = total_ns(&pl);
-	if ((rc = speed_search(&pl, d)))
-		goto out;
-	p->within_margin = margin(&pl, t_float, o->verbose ? log : NULL);
-	keep_from_wbq(&pl);
-	t = total_ns(&pl);
-	for (size_t i = 0; i < pl.nu; i++)
-		n_int += !pl.u[i].fl;
+		pl->unit_of[i] = -1;
+	if ((rc = oq_graph_rebuild_uses(m->graph)) || (rc = build_units(pl, d)))
+		return rc;
+	p->n_units = pl->nu;
+	for (size_t i = 0; i < pl->nu; i++)
+		pl->u[i].fl = 1;
+	st->t_float = total_ns(pl);
+	if ((rc = speed_search(pl, d)))
+		return rc;
+	p->within_margin = margin(pl, st->t_float, o->verbose ? log : NULL);
+	keep_from_wbq(pl);
+	return OQ_OK;
+}
+
+int oq_placement_speed(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_placement *p, FILE *log,
+		       oq_diag *d)
+{
+	int rc = speed_phase(o, q, m, p, log, d);
+	if (rc)
+		return rc;
+	if (oq_placement_all_float(p)) {
+		if ((rc = float_list(&p->st->pl, p, d)))
+			return rc;
+		q->float_nodes = (const char *const *)p->float_nodes;
+		q->n_float_nodes = p->n_float_nodes;
+	}
+	return OQ_OK;
+}
+
+int oq_placement_all_float(const oq_placement *p)
+{
+	if (!p->st)
+		return 0;
+	for (size_t i = 0; i < p->st->pl.nu; i++)
+		if (!p->st->pl.u[i].fl)
+			return 0;
+	return 1;
+}
+
+int oq_placement_choose(const oq_pipeline_opts *o, const oq_placement_src *src, oq_opts *q, oq_model *m,
+			oq_placement *p, FILE *log, oq_diag *d)
+{
+	struct oq_placement_state *st;
+	plc *pl;
+	meas me = {0};
+	double t_float, t;
+	size_t n_int = 0;
+	int rc;
+
+	if (!p->speed_done && (rc = speed_phase(o, q, m, p, log, d)))
+		return rc;
+	if (!(st = p->st))
+		return OQ_OK;
+	pl = &st->pl;
+	t_float = st->t_float;
+	t = total_ns(pl);
+	for (size_t i = 0; i < pl->nu; i++)
+		n_int += !pl->u[i].fl;
 	/* balanced measures what the integer units cost (none: nothing to trade) */
 	if (q->prefer == OQ_PREFER_BALANCED && n_int && o->calib.source && strncmp(o->calib.source, "random:", 7) &&
 	    !o->stats_in) {
@@ -1032,7 +1104,7 @@ int oq_placement_choose(const oq_pipeline_opts *o, const oq_placement_src *src, 
 			goto out;
 		a = *q;
 		a.log = NULL;
-		if ((rc = measure_list(&me, &a, &pl, p, &p->sqnr_speed, d)))
+		if ((rc = measure_list(&me, &a, pl, p, &p->sqnr_speed, d)))
 			goto out;
 		p->sqnr_chosen = p->sqnr_speed;
 		p->measured = 1;
@@ -1041,9 +1113,9 @@ int oq_placement_choose(const oq_pipeline_opts *o, const oq_placement_src *src, 
 			fprintf(log, "placement: estimated SQNR (%s) accuracy-first %.2f dB, speed %.2f dB (budget %.1f dB)\n", me.fr ? "held-out folds" : "calibration ranges",
 				p->sqnr_accuracy, p->sqnr_speed, OQ_PLACEMENT_BUDGET_DB);
 		if (p->sqnr_speed < target &&
-		    (rc = fidelity_search(&pl, &me, &a, p, target, &p->sqnr_chosen, log, o->verbose, d)))
+		    (rc = fidelity_search(pl, &me, &a, p, target, &p->sqnr_chosen, log, o->verbose, d)))
 			goto out;
-		t = total_ns(&pl);
+		t = total_ns(pl);
 		/* what the units floated for fidelity leave may save too little: the speed search's
 		 * margin again, then every unit float (those of fidelity keep their reason) */
 		if (!(t <= OQ_PLACEMENT_MARGIN * t_float)) {
@@ -1051,18 +1123,18 @@ int oq_placement_choose(const oq_pipeline_opts *o, const oq_placement_src *src, 
 				fprintf(log, "placement: with the units floated for fidelity the expected time is %.0f%% "
 					"of all units float, more than %.0f%%: all float\n", t_float > 0 ? 100 * t / t_float : 100,
 					100 * OQ_PLACEMENT_MARGIN);
-			for (size_t i = 0; i < pl.nu; i++)
-				if (!pl.u[i].fl)
-					pl.u[i].fl = 1;
+			for (size_t i = 0; i < pl->nu; i++)
+				if (!pl->u[i].fl)
+					pl->u[i].fl = 1;
 			p->within_margin = 1;
 			p->sqnr_chosen = INFINITY;
-			t = total_ns(&pl);
+			t = total_ns(pl);
 		}
 	}
 	p->n_float_speed = p->n_float_fidelity = 0;
-	for (size_t i = 0; i < pl.nu; i++) {
-		p->n_float_speed += pl.u[i].fl == 1;
-		p->n_float_fidelity += pl.u[i].fl == 3;
+	for (size_t i = 0; i < pl->nu; i++) {
+		p->n_float_speed += pl->u[i].fl == 1;
+		p->n_float_fidelity += pl->u[i].fl == 3;
 	}
 	p->est_ratio = t_float > 0 ? t / t_float : 1;
 	if (log)
@@ -1077,27 +1149,23 @@ int oq_placement_choose(const oq_pipeline_opts *o, const oq_placement_src *src, 
 			"gains more than %.1f dB alone; the integer units above trade it for speed (--prefer "
 			"accuracy keeps them fused)\n", p->sqnr_accuracy - p->sqnr_chosen, OQ_PLACEMENT_BUDGET_DB,
 			OQ_PLACEMENT_MIN_GAIN_DB);
-	if ((rc = float_list(&pl, p, d)))
+	if ((rc = float_list(pl, p, d)))
 		goto out;
 	q->float_nodes = (const char *const *)p->float_nodes;
 	q->n_float_nodes = p->n_float_nodes;
 	if (log && o->verbose)
-		for (size_t i = 0; i < pl.nu; i++)
-			fprintf(log, "placement: unit '%s' (%s, %zu nodes, %.3g MMAC): %s\n", pl.u[i].head->name,
-				pl.u[i].head->op_type, pl.u[i].n_nodes, pl.u[i].macs / 1e6,
-				!pl.u[i].fl ? "integer" : pl.u[i].fl == 3 ? "float (fidelity)" : "float (faster so)");
+		for (size_t i = 0; i < pl->nu; i++)
+			fprintf(log, "placement: unit '%s' (%s, %zu nodes, %.3g MMAC): %s\n", pl->u[i].head->name,
+				pl->u[i].head->op_type, pl->u[i].n_nodes, pl->u[i].macs / 1e6,
+				!pl->u[i].fl ? "integer" : pl->u[i].fl == 3 ? "float (fidelity)" : "float (faster so)");
 out:
-	for (size_t i = 0; i < pl.nu; i++)
-		free(pl.u[i].nodes);
-	free(pl.u);
-	free(pl.unit_of);
-	free(pl.mode);
+	state_free(p->st);
+	p->st = NULL;
 	for (size_t f = 0; me.fr && !me.fr_borrowed && f < me.k; f++)
 		oq_ranges_free(&me.fr[f]);
 	if (!me.fr_borrowed)
 		free(me.fr);
 	oq_bc_float_cache_free(&me.cache);
 	oq_bc_targets_free(&me.b);
-	oq_value_sizes_free(&sz);
 	return rc;
 }

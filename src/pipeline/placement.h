@@ -2,7 +2,8 @@
  * placement.h - runtime-aware placement for the ORT profile (--prefer speed
  * | balanced): which Conv/Gemm/MatMul units run as ONNX Runtime's integer
  * kernels and which stay float (float weights, no Q/DQ inside), chosen
- * between the calibration and the quantize pass.
+ * between the calibration and the quantize pass (the speed search, which
+ * needs no ranges, may run before calibration: oq_placement_speed).
  *
  * A unit is a Conv / Gemm / MatMul whose weight the quantize pass would
  * quantize, with the elementwise nodes that compute only from its output
@@ -104,6 +105,8 @@ typedef struct oq_placement {
 	char **size_names;
 	int64_t *size_n, *size_last;
 	size_t n_sizes;
+	int speed_done;         /* the sizes and speed search ran (oq_placement_speed) */
+	struct oq_placement_state *st; /* their units, for oq_placement_choose (private) */
 } oq_placement;
 
 void oq_placement_free(oq_placement *p);
@@ -126,6 +129,17 @@ int oq_placement_range_needs(oq_model *m, const oq_opts *q, uint8_t *need, oq_di
  * a value not found is -1). OQ_OK with out empty when p has none.
  */
 int oq_placement_sizes(const oq_placement *p, const oq_graph *g, oq_value_sizes *out) OQ_WUR;
+
+/*
+ * The first half of oq_placement_choose, which needs no ranges: the value sizes and the speed
+ * search, kept in p for oq_placement_choose (run before calibration, m's graph unchanged
+ * between the two). When that leaves every unit float (oq_placement_all_float), q->float_nodes
+ * is set to them already, so that oq_quantize_range_needs sees what the quantize pass will.
+ */
+int oq_placement_speed(const oq_pipeline_opts *o, oq_opts *q, oq_model *m, oq_placement *p, FILE *log,
+		       oq_diag *d) OQ_WUR;
+/* Did the speed search run for the runtime-aware placement and leave every unit float? */
+int oq_placement_all_float(const oq_placement *p);
 
 /*
  * Chooses the placement for q (ranges set, m the rewritten float model) and

@@ -68,6 +68,17 @@ else bad "default placement: the tiny CNN stays float: $(grep placement "$tmp/qd
 if grep -q '^quantize: warning: the model was left float: ONNX Runtime runs it faster in float (.* 4 Conv/Gemm/MatMul units .*--prefer accuracy quantizes it anyway' "$tmp/qd.log"; then
 	ok "default placement: a warning says the model was left float and names --prefer accuracy"
 else bad "default placement: no warning that the model was left float: $(grep quantize: "$tmp/qd.log")"; fi
+# left float, nothing needs a range: no calibration, bias correction or fold report runs; with
+# --prefer accuracy all three do
+"$onnxq" quantize "$model" -o "$tmp/qv.onnx" --calib "$calib" --threads 1 --verbose >"$tmp/qv.log" 2>&1
+"$onnxq" quantize "$model" -o "$tmp/qav.onnx" --calib "$calib" --threads 1 --prefer accuracy --verbose >"$tmp/qav.log" 2>&1
+if grep -q '^placement: every unit float and no tensor needs a range: not calibrated' "$tmp/qv.log" &&
+	! grep -qE '^(calibrate|bias correction):|fold SQNR' "$tmp/qv.log" && grep -q '^calibrate: ' "$tmp/qav.log" &&
+	grep -q '^bias correction: ' "$tmp/qav.log" && grep -q 'fold SQNR' "$tmp/qav.log"; then
+	ok "left float: not calibrated, corrected or measured; --prefer accuracy is"
+else bad "left float: calibration skipped only when nothing is quantized: $(grep -E '^(placement: every|calibrate:|bias correction:)' "$tmp/qv.log" "$tmp/qav.log" | head -5)"; fi
+if cmp -s "$tmp/qv.onnx" "$tmp/qd.onnx"; then ok "left float: --verbose and --threads change no byte"; else
+	bad "left float: --verbose / --threads 1 wrote other bytes"; fi
 "$onnxq" quantize "$model" -o "$tmp/qa.onnx" --calib "$calib" --threads 1 --prefer accuracy --quiet
 "$onnxq" inspect --json "$tmp/qa.onnx" >"$tmp/insp.json" 2>/dev/null
 if grep -q '"QuantizeLinear"' "$tmp/insp.json" && grep -q '"DequantizeLinear"' "$tmp/insp.json" &&
@@ -198,6 +209,14 @@ cp "$calib/000.npy" "$tmp/badcal/000.npy"
 expect_exit 2 "wrong-shape sample" "$onnxq" quantize "$model" -o "$keep" --calib "$tmp/badcal"
 expect_msg "wrong-shape sample" "001.npy"
 untouched "wrong-shape sample"
+# a sample whose header is whole but whose data is cut short: an error even where the
+# placement leaves the model float and nothing is calibrated (the samples are still read)
+mkdir -p "$tmp/shortcal"
+cp "$calib/000.npy" "$tmp/shortcal/000.npy"
+head -c $(($(wc -c <"$calib/001.npy") - 8)) "$calib/001.npy" >"$tmp/shortcal/001.npy"
+expect_exit 2 "sample with short data" "$onnxq" quantize "$model" -o "$keep" --calib "$tmp/shortcal"
+expect_msg "sample with short data" "001.npy.*truncated"
+untouched "sample with short data"
 mkdir -p "$tmp/empty"
 expect_exit 2 "empty calibration folder" "$onnxq" quantize "$model" -o "$keep" --calib "$tmp/empty"
 untouched "empty calibration folder"
