@@ -750,6 +750,48 @@ static size_t first_kept(size_t i, size_t n, size_t m)
 	return j;
 }
 
+/* map[i] := the index among e's outputs of the output named names[i] (i < n). */
+static int map_outputs(const oq_graph *g, const oq_exec *e, size_t *map, oq_diag *d)
+{
+	for (size_t i = 0; i < g->n_outputs; i++) {
+		size_t k = 0;
+		while (k < oq_exec_n_outputs(e) && strcmp(g->outputs[i]->name, oq_exec_output(e, k)->name))
+			k++;
+		if (k == oq_exec_n_outputs(e))
+			return oq_err(d, OQ_EINVAL, "fold SQNR: the quantized model lacks output '%s'",
+				      g->outputs[i]->name);
+		map[i] = k;
+	}
+	return OQ_OK;
+}
+
+/*
+ * Scans the samples for e (the executor they are loaded for); m := how many of the first n (the
+ * statistics' count) run. OQ_EINVAL when n is not the statistics' count.
+ */
+static int scan(const oq_calib_opts *co, const oq_exec *e, uint64_t n_total, oq_samples *s, size_t *n,
+		size_t *m, oq_diag *d)
+{
+	int rc;
+
+	oq_samples_free(s);
+	memset(s, 0, sizeof *s);
+	if ((rc = oq_samples_scan(co->source, e, s, d)) || (rc = oq_samples_check(s, e, d)))
+		return rc;
+	*n = co->limit && co->limit < s->n ? co->limit : s->n;
+	if (*n != n_total)
+		return oq_err(d, OQ_EINVAL, "fold SQNR: %zu samples, but the statistics hold %llu", *n,
+			      (unsigned long long)n_total);
+	/* fold f is the samples of [begin(f), begin(f + 1)) of all n that the thinning kept */
+	*m = oq_samples_thin(s, *n, OQ_MEASURE_SAMPLES);
+	return OQ_OK;
+}
+
+/*
+ * With fm's outputs given (fout), fm is not run, and no executor is made for it (its packed
+ * weights would be the report's peak memory): each fold's quantized executor scans and loads the
+ * samples itself (its inputs are fm's). Else fm's executor runs beside them and loads them.
+ */
 int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_ranges *fr, size_t n_folds,
 			       uint64_t n_total, const oq_rt *fout, size_t n_fout, oq_fid_make_fn make, void *ctx,
 			       oq_fidelity *out, oq_diag *d)
@@ -758,7 +800,7 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 	oq_exec *fe = NULL, *qe = NULL;
 	oq_model *qm = NULL;
 	oq_samples s;
-	size_t *imap = NULL, *omap = NULL, nin, nout, n, m;
+	size_t *imap = NULL, *omap = NULL, nin = 0, nout = fm->graph->n_outputs, n = 0, m = 0;
 	lanes L;
 	octx c;
 	int rc;
@@ -769,55 +811,64 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 	memset(&L, 0, sizeof L);
 	if (n_folds < 2)
 		return oq_err(d, OQ_EINVAL, "fold SQNR: the statistics have no folds");
-	if ((rc = oq_exec_new(fm, &eo, &fe, d)) || (rc = oq_samples_scan(co->source, fe, &s, d)) ||
-	    (rc = oq_samples_check(&s, fe, d)))
+	if (!fout && ((rc = oq_exec_new(fm, &eo, &fe, d)) || (rc = scan(co, fe, n_total, &s, &n, &m, d))))
 		goto fail;
-	n = co->limit && co->limit < s.n ? co->limit : s.n;
-	if (n != n_total) {
-		rc = oq_err(d, OQ_EINVAL, "fold SQNR: %zu samples, but the statistics hold %llu", n,
-		            (unsigned long long)n_total);
-		goto fail;
-	}
-	/* fold f is the samples of [begin(f), begin(f + 1)) of all n that the thinning kept */
-	m = oq_samples_thin(&s, n, OQ_MEASURE_SAMPLES);
-	nin = oq_exec_n_inputs(fe);
-	nout = oq_exec_n_outputs(fe);
-	if (n_fout != m)
-		fout = NULL;
 	out->k = n_folds;
-	out->n = m;
-	out->n_all = n;
+	out->n_all = n_total;
 	out->n_out = nout;
-	imap = oq_calloc(nin + 1, sizeof *imap);
 	omap = oq_calloc(nout + 1, sizeof *omap);
 	out->out = oq_calloc(nout + 1, sizeof *out->out);
 	out->r2 = oq_calloc(nout + 1, sizeof *out->r2);
 	out->d2 = oq_calloc(nout + 1, sizeof *out->d2);
-	if (!imap || !omap || !out->out || !out->r2 || !out->d2) {
+	if (!omap || !out->out || !out->r2 || !out->d2) {
 		rc = oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
 		goto fail;
 	}
 	for (size_t o = 0; o < nout; o++)
-		if (!(out->out[o] = oq_strdup(oq_exec_output(fe, o)->name))) {
+		if (!(out->out[o] = oq_strdup(fm->graph->outputs[o]->name))) {
 			rc = oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
 			goto fail;
 		}
 	L.s = &s;
-	L.le = fe;
-	L.imap = imap;
-	L.nin = nin;
 	L.nout = nout;
-	L.fout = fout;
 	for (size_t f = 0; f < out->k; f++) {
-		size_t b = first_kept(oq_folds_begin(f, n, out->k), n, m),
-		       e = first_kept(oq_folds_begin(f + 1, n, out->k), n, m);
+		size_t b, e;
 
 		if ((rc = make(ctx, &fr[f], &qm, d)) || (rc = points(fm, qm, f == 0, out, &c, d)) || (rc = oq_exec_new(qm, &qeo, &qe, d)))
 			goto fail;
+		if (f == 0 && !fe) {
+			if ((rc = scan(co, qe, n_total, &s, &n, &m, d)))
+				goto fail;
+			if (n_fout != m) { /* not the outputs of these samples: fm runs after all */
+				fout = NULL;
+				if ((rc = oq_exec_new(fm, &eo, &fe, d)) || (rc = scan(co, fe, n_total, &s, &n, &m, d)))
+					goto fail;
+			}
+		}
+		if (f == 0) {
+			out->n = m;
+			L.fout = fout;
+			nin = oq_exec_n_inputs(fe ? fe : qe);
+			if (!(imap = oq_calloc(nin + 1, sizeof *imap))) {
+				rc = oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
+				goto fail;
+			}
+			L.nin = nin;
+			L.imap = imap;
+		}
+		L.le = fe ? fe : qe;
 		oq_exec_set_observer(qe, observe, &c);
 		oq_exec_set_observe_want(qe, want);
 		L.nqo = oq_exec_n_outputs(qe);
-		if ((rc = map_names(fe, qe, 0, imap, d)) || (rc = map_names(fe, qe, 1, omap, d)) ||
+		if (!fe && oq_exec_n_inputs(qe) != nin) {
+			rc = oq_err(d, OQ_EINVAL, "fold SQNR: fold %zu's model has other inputs (internal error)", f);
+			goto fail;
+		}
+		for (size_t k = 0; !fe && k < nin; k++)
+			imap[k] = k;
+		b = first_kept(oq_folds_begin(f, n, out->k), n, m);
+		e = first_kept(oq_folds_begin(f + 1, n, out->k), n, m);
+		if ((fe && (rc = map_names(fe, qe, 0, imap, d))) || (rc = map_outputs(fm->graph, qe, omap, d)) ||
 		    (rc = run_fold(&L, fe, qe, &c, b, e, out, omap, d)))
 			goto fail;
 		oq_exec_free(qe);

@@ -122,7 +122,8 @@ int oq_fidelity_measure(oq_model *fm, const oq_calib_opts *co, const oq_stats *f
  * then the measurement with them (n_folds folds of n_total samples). Together the same as
  * oq_fidelity_measure, bit for bit. fout (or NULL): fm's outputs on the samples, n_fout x its
  * output count, sample-major, as its executor computes them (bias correction's float outputs,
- * calib/biascorr/measure.h): then fm is not run again (used only when n_fout is the sample count).
+ * calib/biascorr/measure.h): then fm is not run again, nor planned (each fold's quantized executor
+ * scans and loads the samples; used only when n_fout is the sample count).
  */
 int oq_fidelity_ranges(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, oq_ranges **fr,
 		       oq_diag *d) OQ_WUR;
