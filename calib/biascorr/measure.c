@@ -246,11 +246,13 @@ static void release(oq_rt *t, size_t n)
 
 void oq_bc_float_cache_free(oq_bc_float_cache *c)
 {
-	size_t limit = c->limit;
+	size_t limit = c->limit, pf = c->peak_f, pq = c->peak_q;
 	release(c->out, c->n * c->nout);
 	free(c->out);
 	memset(c, 0, sizeof *c);
 	c->limit = limit;
+	c->peak_f = pf;
+	c->peak_q = pq;
 }
 
 /*
@@ -630,6 +632,7 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 		pass P;
 		lane *v = NULL;
 		size_t nl = 0, first, left = 0, worst = SIZE_MAX;
+		int known;
 		oq_exec *e0;
 		oq_pool *pool;
 
@@ -746,17 +749,20 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 			oq_exec_set_observer(ef, observe, &v[0].sf);
 		if (eq && r == sums)
 			oq_exec_set_observer(eq, observe, &v[0].sq);
-		/* the first sample alone, on every thread: it measures a lane's memory */
-		if (first < n) {
+		/* the first sample alone, on every thread: it measures a lane's memory (unless an
+		 * earlier pass measured executors of this kind: cache->peak_f / peak_q) */
+		known = cache && (!ef || cache->peak_f) && (!eq || cache->peak_q);
+		if (first < n && !known) {
 			lane_loop(&P, &v[0], first + 1);
 			atomic_store(&P.next, first + 1);
 		}
-		for (size_t i = first + 1; i < n; i++)
+		for (size_t i = known ? first : first + 1; i < n; i++)
 			left += in_pass(&P, i);
 		if (!v[0].rc && left >= 2) {
 			size_t want_l = oq_calib_lane_count(
-			    oq_pool_threads(pool), (ef ? oq_exec_peak_bytes(ef) : 0) +
-			                               (eq ? oq_exec_peak_bytes(eq) : 0) + ((size_t)4 << 20));
+			    oq_pool_threads(pool), (ef ? known ? cache->peak_f : oq_exec_peak_bytes(ef) : 0) +
+			                               (eq ? known ? cache->peak_q : oq_exec_peak_bytes(eq) : 0) +
+			                               ((size_t)4 << 20));
 			want_l = want_l > left ? left : want_l;
 			for (size_t k = 1; k < want_l; k++, nl++)
 				if ((rc = lane_init(&P, &v[k], &v[0], k))) {
@@ -777,6 +783,10 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 				worst = k;
 		rc = worst == SIZE_MAX ? OQ_OK : v[worst].d.count ? oq_err(d, v[worst].rc, "%s", v[worst].d.msg)
 		                                                 : v[worst].rc;
+		if (cache && ef && oq_exec_peak_bytes(ef) > cache->peak_f)
+			cache->peak_f = oq_exec_peak_bytes(ef);
+		if (cache && eq && oq_exec_peak_bytes(eq) > cache->peak_q)
+			cache->peak_q = oq_exec_peak_bytes(eq);
 	pass_out:
 		for (size_t k = 0; v && k < nl; k++)
 			lane_free(&P, &v[k]);

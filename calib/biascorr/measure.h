@@ -65,6 +65,11 @@ typedef struct oq_bc_float_cache {
 	int state;     /* 0: empty; 1: filled by a float-only oq_bc_measure (out and every layer's
 			* sum_f / n_f are the float model's on all samples); -1: the same call found the
 			* outputs over the limit: sum_f / n_f are valid, the float model runs each time */
+	size_t peak_f, peak_q; /* the largest arena peak a float / quantized executor reached in the
+				* passes so far (0: none yet; kept by oq_bc_float_cache_free): a later
+				* pass sizes its lanes from them instead of running its first sample
+				* alone to measure it (the models a caller measures differ in a few
+				* nodes; the lane count changes no result) */
 } oq_bc_float_cache;
 
 #define OQ_BC_FLOAT_CACHE_BYTES ((size_t)512 << 20)

@@ -677,9 +677,13 @@ static void lane_free(const lanes *L, lane *ln, size_t k)
 	memset(ln, 0, sizeof *ln);
 }
 
-/* Samples [b, e) of one fold on qe (lane 0's quantized executor, observed into c). */
+/*
+ * Samples [b, e) of one fold on qe (lane 0's quantized executor, observed into c). *lane_bytes: a
+ * lane's memory as an earlier fold measured it (0: none yet; then the first sample runs alone, on
+ * every thread, to measure it), updated after the fold.
+ */
 static int run_fold(lanes *L, oq_exec *fe, oq_exec *qe, octx *c, size_t b, size_t e, oq_fidelity *f,
-		    const size_t *omap, oq_diag *d)
+		    const size_t *omap, size_t *lane_bytes, oq_diag *d)
 {
 	oq_pool *pool = oq_exec_pool(qe);
 	size_t nt = (size_t)oq_pool_threads(pool), nl = 1, want;
@@ -694,16 +698,18 @@ static int run_fold(lanes *L, oq_exec *fe, oq_exec *qe, octx *c, size_t b, size_
 		rc = oq_err(d, OQ_ENOMEM, "fold SQNR: out of memory");
 		goto out;
 	}
-	/* the first sample alone, on every thread: it measures a lane's memory */
-	if (b < e) {
+	/* the first sample alone, on every thread: it measures a lane's memory (the folds' models
+	 * differ in their scales only) */
+	if (b < e && !*lane_bytes) {
 		if ((rc = lane_run(L, &L->v[0], b)))
 			goto lane_err;
 		lane_commit(L, &L->v[0], f, omap);
 		b++;
 	}
-	want = e - b >= 2 ? oq_calib_lane_count((int)nt, oq_exec_peak_bytes(qe) +
-							    (L->fout ? 0 : oq_exec_peak_bytes(fe)) +
-							    ((size_t)4 << 20))
+	want = e - b >= 2 ? oq_calib_lane_count((int)nt, *lane_bytes ? *lane_bytes
+								     : oq_exec_peak_bytes(qe) +
+									       (L->fout ? 0 : oq_exec_peak_bytes(fe)) +
+									       ((size_t)4 << 20))
 			  : 0;
 	for (; nl < want; nl++)
 		if ((rc = lane_init(L, &L->v[nl], &L->v[0], nl))) {
@@ -728,6 +734,8 @@ static int run_fold(lanes *L, oq_exec *fe, oq_exec *qe, octx *c, size_t b, size_
 			lane_commit(L, &L->v[k], f, omap);
 		}
 	}
+	if (!*lane_bytes && oq_exec_peak_bytes(qe)) /* (a fold with no sample measured nothing) */
+		*lane_bytes = oq_exec_peak_bytes(qe) + (L->fout ? 0 : oq_exec_peak_bytes(fe)) + ((size_t)4 << 20);
 	goto out;
 lane_err:
 	if (L->v[0].d.count)
@@ -800,7 +808,7 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 	oq_exec *fe = NULL, *qe = NULL;
 	oq_model *qm = NULL;
 	oq_samples s;
-	size_t *imap = NULL, *omap = NULL, nin = 0, nout = fm->graph->n_outputs, n = 0, m = 0;
+	size_t *imap = NULL, *omap = NULL, nin = 0, nout = fm->graph->n_outputs, n = 0, m = 0, lane_bytes = 0;
 	lanes L;
 	octx c;
 	int rc;
@@ -869,7 +877,7 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 		b = first_kept(oq_folds_begin(f, n, out->k), n, m);
 		e = first_kept(oq_folds_begin(f + 1, n, out->k), n, m);
 		if ((fe && (rc = map_names(fe, qe, 0, imap, d))) || (rc = map_outputs(fm->graph, qe, omap, d)) ||
-		    (rc = run_fold(&L, fe, qe, &c, b, e, out, omap, d)))
+		    (rc = run_fold(&L, fe, qe, &c, b, e, out, omap, &lane_bytes, d)))
 			goto fail;
 		oq_exec_free(qe);
 		qe = NULL;
