@@ -14,6 +14,7 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "calib/exec/exec.h"
@@ -121,6 +122,29 @@ Test(quant_math, saturation_and_zero_point)
 	/* +-Inf saturate */
 	cr_expect_eq(oq_quant_int(INFINITY, 1, 0, -128, 127), 127);
 	cr_expect_eq(oq_quant_int(-INFINITY, 1, 0, -128, 127), -128);
+}
+
+/* A row at once: by hand (scale 0.5: 0.25 -> 0.5 -> 0 ties to even, 0.75 -> 1.5 -> 2, -0.75 ->
+ * -2, 300 and -100 -> saturated, NaN -> the zero point), on int8 with a narrow range and uint8 with a zero
+ * point, from an unaligned source; and oq_quant_int's value for every element of a sweep. */
+Test(quant_math, row8_by_hand_and_as_the_scalar_step)
+{
+	float x[6] = {0.25f, 0.75f, -0.75f, 300.0f, -100.0f, NAN}, sweep[200];
+	unsigned char buf[4 * 200 + 1], q[200];
+	const unsigned char want_s[6] = {0, 2, 0xFE, 127, 0x81 /* -127 */, 0};
+	const unsigned char want_u[6] = {10, 12, 8, 255, 0, 10};
+
+	memcpy(buf + 1, x, sizeof x);
+	oq_quant_row8(buf + 1, 6, 0.5f, 0, -127, 127, q);
+	cr_assert_arr_eq(q, want_s, 6);
+	oq_quant_row8(buf + 1, 6, 0.5f, 10, 0, 255, q);
+	cr_assert_arr_eq(q, want_u, 6);
+	for (int i = 0; i < 200; i++)
+		sweep[i] = (float)(i - 100) * 0.0625f + (i % 3 ? 0.03125f : 0.0f); /* ties every third */
+	memcpy(buf + 1, sweep, sizeof sweep);
+	oq_quant_row8(buf + 1, 200, 0.0625f, -3, -128, 127, q);
+	for (int i = 0; i < 200; i++)
+		cr_assert_eq((int8_t)q[i], oq_quant_int(sweep[i], 0.0625f, -3, -128, 127), "element %d", i);
 }
 
 Test(quant_math, float8_known_encodings)

@@ -334,50 +334,20 @@ __attribute__((target("avx512f"))) static size_t dq_row_avx512(const void *x, in
  * the AVX-512 loops (tests compare both). */
 int oq_quant_simd = 1;
 
-/*
- * The common case, float32 -> uint8/int8 with one scale for the whole row,
- * as a loop the compiler vectorises (after q_row_avx512's whole vectors on
- * AVX-512 CPUs): clamping x/scale to [qmin-zp, qmax-zp]
- * before rounding equals saturating after it (the bounds are integers), and
- * adding then subtracting 1.5 * 2^23 rounds to nearest even for |v| < 2^22
- * under the default rounding mode, like nearbyintf. NaN becomes the zero
- * point, as in oq_quant_int. (x - zp) is exact in float for 8-bit values,
- * so the DQ loop matches the generic path bit for bit.
- */
+/* The common case, float32 -> uint8/int8 with one scale for the whole row: q_row_avx512's whole
+ * vectors on AVX-512 CPUs, then oq_quant_row8 (the same operations). */
 static void q_row_f32_8(int ydt, const float *x, void *y, size_t n, float scale, int32_t zp)
 {
-	const float magic = 12582912.0f;
-	float lo = (float)((ydt == OQ_DT_UINT8 ? 0 : -128) - zp);
-	float hi = (float)((ydt == OQ_DT_UINT8 ? 255 : 127) - zp);
+	int32_t qmin = ydt == OQ_DT_UINT8 ? 0 : -128, qmax = ydt == OQ_DT_UINT8 ? 255 : 127;
 #ifdef HAVE_Q_AVX512
 	if (oq_quant_simd && oq_cpu_avx512()) {
-		size_t k = q_row_avx512(x, y, n, scale, zp, lo, hi);
+		size_t k = q_row_avx512(x, y, n, scale, zp, (float)(qmin - zp), (float)(qmax - zp));
 		x += k;
 		y = (char *)y + k;
 		n -= k;
 	}
 #endif
-	if (ydt == OQ_DT_UINT8) {
-		uint8_t *q = y;
-		for (size_t i = 0; i < n; i++) {
-			float v = x[i] / scale;
-			v = v == v ? v : 0.0f;
-			v = v < lo ? lo : v;
-			v = v > hi ? hi : v;
-			v = (v + magic) - magic;
-			q[i] = (uint8_t)((int32_t)v + zp);
-		}
-	} else {
-		int8_t *q = y;
-		for (size_t i = 0; i < n; i++) {
-			float v = x[i] / scale;
-			v = v == v ? v : 0.0f;
-			v = v < lo ? lo : v;
-			v = v > hi ? hi : v;
-			v = (v + magic) - magic;
-			q[i] = (int8_t)((int32_t)v + zp);
-		}
-	}
+	oq_quant_row8(x, n, scale, zp, qmin, qmax, y);
 }
 
 /* Q over rows [b, e) of the [outer * alen] row space. */

@@ -336,31 +336,6 @@ static inline int64_t qval(const wq *st, const oq_tensor *w, size_t idx, size_t 
 	return oq_quantize_value(x, st->scale[g], st->zp[g], st->qmin, st->qmax);
 }
 
-/*
- * n float32 values at src (any alignment) to 8-bit codes of one group, as oq_quantize_value
- * gives them, without its branches and 64-bit integers: clamping x / scale to [qmin - zp,
- * qmax - zp] before rounding equals saturating after it (integer bounds), and adding then
- * subtracting 1.5 * 2^23 rounds to nearest even for |v| < 2^22 under the default rounding mode,
- * like rintf. NaN would give the zero point in both (ranges() refuses NaN weights before).
- */
-static void quantize_run_8(const unsigned char *src, size_t n, float scale, int64_t zp, int64_t qmin,
-			   int64_t qmax, unsigned char *out)
-{
-	const float magic = 12582912.0f, lo = (float)(qmin - zp), hi = (float)(qmax - zp);
-	const int32_t z = (int32_t)zp;
-
-	for (size_t i = 0; i < n; i++) {
-		float x, v;
-		memcpy(&x, src + 4 * i, 4);
-		v = x / scale;
-		v = v == v ? v : 0.0f;
-		v = v < lo ? lo : v;
-		v = v > hi ? hi : v;
-		v = (v + magic) - magic;
-		out[i] = (unsigned char)((int32_t)v + z); /* int8: the two's complement byte */
-	}
-}
-
 /* Quantizes every element of w (only group `only` when only != SIZE_MAX). */
 static void quantize_elems(const oq_tensor *w, wq *st, int dtype, size_t only)
 {
@@ -374,8 +349,9 @@ static void quantize_elems(const oq_tensor *w, wq *st, int dtype, size_t only)
 		for (size_t a = 0; a < L->alen; a++) {
 			size_t gb = o * L->so + (a / L->blk) * L->sa;
 			if (fast) { /* one group for the whole run of inner elements */
-				quantize_run_8((const unsigned char *)w->data + 4 * idx, L->inner, st->scale[gb],
-					       st->zp[gb], st->qmin, st->qmax, out + idx);
+				/* the per-element path's qval, as one row (its bits) */
+				oq_quant_row8((const unsigned char *)w->data + 4 * idx, L->inner, st->scale[gb],
+					      (int32_t)st->zp[gb], (int32_t)st->qmin, (int32_t)st->qmax, out + idx);
 				idx += L->inner;
 				continue;
 			}

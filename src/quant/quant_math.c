@@ -69,6 +69,24 @@ int32_t oq_quant_int(float x, float scale, int32_t zp, int32_t qmin, int32_t qma
 	return (int32_t)q;
 }
 
+void oq_quant_row8(const void *src, size_t n, float scale, int32_t zp, int32_t qmin, int32_t qmax, void *out)
+{
+	const float magic = 12582912.0f, lo = (float)(qmin - zp), hi = (float)(qmax - zp);
+	const unsigned char *x = src;
+	unsigned char *q = out;
+
+	for (size_t i = 0; i < n; i++) {
+		float v;
+		memcpy(&v, x + 4 * i, sizeof v);
+		v = v / scale;
+		v = v == v ? v : 0.0f;
+		v = v < lo ? lo : v;
+		v = v > hi ? hi : v;
+		v = (v + magic) - magic;
+		q[i] = (unsigned char)((int32_t)v + zp);
+	}
+}
+
 /* A small float format. */
 typedef struct sf_format {
 	int dtype;

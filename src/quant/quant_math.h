@@ -25,6 +25,7 @@
 #ifndef OQ_QUANT_MATH_H
 #define OQ_QUANT_MATH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Integer range of an integer dtype (int4..int32, uint4..uint16); 0 when not an integer dtype. */
@@ -32,6 +33,18 @@ int oq_quant_range(int dtype, int32_t *qmin, int32_t *qmax);
 
 /* One integer quantization step: clamp(nearbyintf(x / scale) + zp, qmin, qmax); NaN gives zp. */
 int32_t oq_quant_int(float x, float scale, int32_t zp, int32_t qmin, int32_t qmax);
+
+/*
+ * A row of n float32 values (src: 4n bytes, any alignment) to 8-bit codes with one scale and zero
+ * point: out[i] = the low byte of oq_quant_int(x[i], scale, zp, qmin, qmax) (int8 codes as two's
+ * complement bytes), for 8-bit bounds and qmin <= zp <= qmax. Branch-free, so the compiler
+ * vectorises it: clamping x / scale to [qmin - zp, qmax - zp] before rounding equals saturating
+ * after it (the bounds are integers), and adding then subtracting 1.5 * 2^23 rounds to nearest
+ * even for |v| < 2^22 under the default rounding mode, like nearbyintf; NaN gives zp. The
+ * executor's QuantizeLinear runs an AVX-512 loop of the same operations before it.
+ */
+void oq_quant_row8(const void *src, size_t n, float scale, int32_t zp, int32_t qmin, int32_t qmax,
+		   void *out);
 
 /* Small float types (float8 x4, float4e2m1): 1 when dtype is one of them. */
 int oq_quant_is_smallfloat(int dtype);
