@@ -735,7 +735,16 @@ Test(biascorr, empirical_gain_margin_hand)
  * shift is 0 (e1 + e3 = (11 - 10.6f) + (15 - 15.4f) = 0 exactly): nothing
  * changes on fold 0. Not kept: no bias.
  */
+static void pipeline_case_b(const float *xs, int want_bias, int64_t want, int has_bias, const char *keep_out);
+
 static void pipeline_case(const float *xs, int want_bias, int64_t want)
+{
+	pipeline_case_b(xs, want_bias, want, 0, NULL);
+}
+
+/* pipeline_case; has_bias: the Conv has a zero bias already; keep_out: the quantized model is
+ * copied there (before the temporary folder goes). */
+static void pipeline_case_b(const float *xs, int want_bias, int64_t want, int has_bias, const char *keep_out)
 {
 	gen_model *g = gen_new(8);
 	Onnx__GraphProto *mg;
@@ -757,7 +766,9 @@ static void pipeline_case(const float *xs, int want_bias, int64_t want)
 	mg = gen_graph(g);
 	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1));
 	gen_init(g, mg, "W", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(1));
-	gen_node(g, mg, "Conv", "conv", "x,W", "y");
+	if (has_bias)
+		gen_init(g, mg, "B", OQ_DT_FLOAT, GEN_SHAPE(1), GEN_VALS(0));
+	gen_node(g, mg, "Conv", "conv", has_bias ? "x,W,B" : "x,W", "y");
 	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1));
 	cr_assert_eq(gen_write(g, in), 0);
 	write_samples(cal, 4, GEN_SHAPE(1, 1, 1, 1), xs, 1);
@@ -786,17 +797,23 @@ static void pipeline_case(const float *xs, int want_bias, int64_t want)
 	} else {
 		const oq_node *dq;
 		const oq_tensor *b;
+		int32_t bias;
 		cr_assert(conv->n_inputs >= 3 && conv->inputs[2], "the round was not kept: no bias");
 		dq = conv->inputs[2]->producer;
 		cr_assert(dq && dq->op == OQ_OP_DequantizeLinear && dq->inputs[0]->init);
 		b = dq->inputs[0]->init;
 		cr_assert_eq(b->dtype, OQ_DT_INT32);
 		cr_assert_eq(b->nelem, 1);
-		cr_expect_eq(((const int32_t *)b->data)[0], want, "bias %d, want %d", ((const int32_t *)b->data)[0],
-			     (int)want);
+		memcpy(&bias, b->data, sizeof bias); /* borrowed data may be unaligned */
+		cr_expect_eq(bias, want, "bias %d, want %d", (int)bias, (int)want);
 	}
 	oq_model_free(m);
 	gen_free(g);
+	if (keep_out) {
+		char cmd[400];
+		snprintf(cmd, sizeof cmd, "cp '%s' '%s'", out, keep_out);
+		cr_assert_eq(system(cmd), 0);
+	}
 	rm_rf(dir);
 }
 
@@ -810,6 +827,43 @@ Test(biascorr, empirical_pipeline_shift_fails_cross_validation)
 {
 	static const float xs[] = {1.6f, 10.6f, 5.6f, 15.4f};
 	pipeline_case(xs, 0, 0);
+}
+
+/*
+ * Tails (measure.h): with a bias already in the Conv, the last layer's round changes only that
+ * bias, so its fold candidates (fold 0's shift on fold 1's two samples, then fold 1's on fold
+ * 0's) run only the nodes the bias reaches, from the values round 0 kept: 4 tail runs, and the
+ * model written (bias -51 as above) is the same bytes as with whole runs.
+ */
+Test(biascorr, empirical_pipeline_tails_same_model)
+{
+	static const float xs[] = {1.6f, 10.6f, 5.6f, 15.6f};
+	char a[64] = "/tmp/oq_bct_XXXXXX", pa[96], pb[96];
+	size_t before = oq_bc_tail_runs;
+	FILE *fa, *fb;
+	int ca, cb;
+
+	cr_assert_not_null(mkdtemp(a));
+	snprintf(pa, sizeof pa, "%s/tail.onnx", a);
+	snprintf(pb, sizeof pb, "%s/whole.onnx", a);
+	oq_bc_tail = 1;
+	pipeline_case_b(xs, 1, -51, 1, pa);
+	cr_expect_eq(oq_bc_tail_runs - before, 4, "%zu tail runs", oq_bc_tail_runs - before);
+	oq_bc_tail = 0;
+	before = oq_bc_tail_runs;
+	pipeline_case_b(xs, 1, -51, 1, pb);
+	oq_bc_tail = 1;
+	cr_expect_eq(oq_bc_tail_runs, before, "tail runs with oq_bc_tail 0");
+	cr_assert_not_null(fa = fopen(pa, "rb"));
+	cr_assert_not_null(fb = fopen(pb, "rb"));
+	do {
+		ca = fgetc(fa);
+		cb = fgetc(fb);
+		cr_assert_eq(ca, cb, "the models differ");
+	} while (ca != EOF);
+	fclose(fa);
+	fclose(fb);
+	rm_rf(a);
 }
 
 /*

@@ -272,6 +272,7 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 	oq_bc_quantized run0;
 	oq_bc_sqnr bs = {0};
 	oq_bc_float_cache cache = {0};
+	oq_bc_prefix tail = {0};
 	int kept = 0, wkept = -1;
 	int rc;
 
@@ -300,7 +301,11 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 	if ((rc = oq_bc_measure(ref, rn, NULL, 0, calib, &b, &cache, d)) ||
 	    (rc = quantize_corrected(mk, &b, &best, qn, d)))
 		goto out;
-	run0 = (oq_bc_quantized){.qm = best, .nodes = qn, .folds = all};
+	/* the last layer's round changes one bias: run0 keeps what the nodes it reaches read, and its
+	 * candidates run only those nodes (measure.h; while best is still run0's model) */
+	if (b.n && (rc = oq_bc_prefix_plan(best, qn + (b.n - 1), 1, &tail, d)))
+		goto out;
+	run0 = (oq_bc_quantized){.qm = best, .nodes = qn, .folds = all, .keep = &tail};
 	if ((rc = oq_bc_measure(ref, rn, &run0, 1, calib, &b, &cache, d)))
 		goto out;
 	take_diffs(&b, diff);
@@ -331,6 +336,9 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 			if ((rc = quantize_corrected(mk, &b, &cand, k < OQ_BC_FOLDS ? NULL : qn, d)))
 				goto out;
 			run = (oq_bc_quantized){.qm = cand, .nodes = k < OQ_BC_FOLDS ? NULL : qn, .folds = on};
+			if (k < OQ_BC_FOLDS && lo == b.n - 1 && hi == b.n && !kept && wkept != 1 &&
+			    oq_bc_prefix_fits(&tail, best, cand))
+				run.from = &tail;
 			if ((rc = oq_bc_measure(ref, rn, &run, 1, calib, &b, &cache, d)))
 				goto out;
 			keep = k < OQ_BC_FOLDS ? oq_bc_sqnr_holds(&run.sqnr, &bs, on)
@@ -394,6 +402,7 @@ out:
 	free(rn);
 	free(qn);
 	oq_bc_float_cache_free(&cache);
+	oq_bc_prefix_free(&tail);
 	oq_bc_targets_free(&b);
 	return rc;
 }

@@ -53,6 +53,11 @@ typedef struct side {
 	int q;                 /* 1: a quantized model (sum_q), 0: the float one (sum_f) */
 	int on;                /* 0: stage nothing (the float sums are taken in one pass only) */
 	stage *st;             /* the sample being run */
+	oq_bc_prefix *keep;    /* the base run of tails: values to keep (NULL: none) */
+	size_t i;              /* the sample being run (keep) */
+	atomic_size_t *kbytes; /* bytes kept so far, all lanes */
+	atomic_int *kover;     /* set when they would pass OQ_BC_PREFIX_BYTES */
+	int krc;               /* a copy failed (OQ_ENOMEM) */
 } side;
 
 /* Evaluated when the executor plans its fusion: independent of `on`. */
@@ -62,7 +67,7 @@ static int want(void *ctx, const oq_value *v)
 	for (size_t i = 0; i < s->b->n; i++)
 		if (s->vals[i] == v)
 			return 1;
-	return 0;
+	return s->keep && v->index < s->keep->n_values && s->keep->kmap[v->index] >= 0;
 }
 
 /*
@@ -134,9 +139,13 @@ static void add(const side *s, size_t i, const oq_rt *t)
 	s->st->n[s->q][i] += (uint64_t)(outer * inner);
 }
 
+static int keep_value(side *s, const oq_value *v, const oq_rt *t);
+
 static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 {
 	side *s = ctx;
+	if (s->keep && !s->krc)
+		s->krc = keep_value(s, v, t);
 	if (!s->on)
 		return 0;
 	for (size_t i = 0; i < s->b->n; i++)
@@ -278,6 +287,196 @@ static int keep(oq_bc_float_cache *c, size_t i, oq_rt *of)
 	return 0;
 }
 
+/* ------------------------------------------------------------ tails */
+
+int oq_bc_tail = 1;
+size_t oq_bc_tail_runs;
+
+void oq_bc_prefix_free(oq_bc_prefix *p)
+{
+	for (size_t i = 0; p->kept && p->have && i < p->n * p->nk; i++)
+		if (p->have[i])
+			oq_rt_release(&p->kept[i]);
+	free(p->kept);
+	free(p->have);
+	free(p->part);
+	free(p->vidx);
+	free(p->kmap);
+	memset(p, 0, sizeof *p);
+}
+
+/* Marks the producer of v for part when it computes from initializers only; returns 1 if it did. */
+static int mark_const_producer(const oq_graph *g, unsigned char *part, const oq_value *v)
+{
+	const oq_node *n = v->producer;
+	if (!n || n->graph != g || part[n->index])
+		return 0;
+	for (size_t k = 0; k < n->n_inputs; k++)
+		if (n->inputs[k] && !n->inputs[k]->init)
+			return 0;
+	part[n->index] = 1;
+	return 1;
+}
+
+int oq_bc_prefix_plan(const oq_model *qm, oq_node *const *nodes, size_t nn, oq_bc_prefix *p, oq_diag *d)
+{
+	const oq_graph *g = qm->graph;
+	int changed = 1;
+
+	memset(p, 0, sizeof *p);
+	p->state = -1;
+	if (!oq_bc_tail || g->n_subgraphs)
+		return OQ_OK;
+	p->n_nodes = g->n_nodes;
+	p->n_values = g->n_values;
+	p->part = oq_calloc(g->n_nodes + 1, 1);
+	p->kmap = malloc((g->n_values + 1) * sizeof *p->kmap);
+	p->vidx = oq_calloc(g->n_values + 1, sizeof *p->vidx);
+	if (!p->part || !p->kmap || !p->vidx) {
+		oq_bc_prefix_free(p);
+		return oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+	}
+	for (size_t i = 0; i < g->n_values; i++)
+		p->kmap[i] = -1;
+	for (size_t i = 0; i < nn; i++) {
+		if (!nodes[i] || nodes[i]->graph != g || nodes[i]->index >= g->n_nodes ||
+		    g->nodes[nodes[i]->index] != nodes[i]) { /* a layer not found: no tails */
+			oq_bc_prefix_free(p);
+			p->state = -1;
+			return OQ_OK;
+		}
+		p->part[nodes[i]->index] = 1;
+	}
+	/* downstream, and the constant feeders (a bias DequantizeLinear), to a fixed point (any node order) */
+	while (changed) {
+		changed = 0;
+		for (size_t i = 0; i < g->n_nodes; i++) {
+			const oq_node *n = g->nodes[i];
+			for (size_t k = 0; k < n->n_inputs; k++) {
+				const oq_value *v = n->inputs[k];
+				if (!v || v->graph != g)
+					continue;
+				if (!p->part[i] && v->producer && v->producer->graph == g && p->part[v->producer->index]) {
+					p->part[i] = 1;
+					changed = 1;
+				} else if (p->part[i]) {
+					changed |= mark_const_producer(g, p->part, v);
+				}
+			}
+		}
+	}
+	/* what part reads from the rest, and the graph outputs it does not compute */
+	for (size_t i = 0; i < g->n_nodes + g->n_outputs; i++) {
+		const oq_node *n = i < g->n_nodes ? g->nodes[i] : NULL;
+		size_t nin = n ? n->n_inputs : 1;
+		if (n && !p->part[i])
+			continue;
+		for (size_t k = 0; k < nin; k++) {
+			const oq_value *v = n ? n->inputs[k] : g->outputs[i - g->n_nodes];
+			if (!v || v->init || (v->producer && v->producer->graph == g && p->part[v->producer->index]))
+				continue;
+			if (v->graph != g || !v->producer || v->producer->graph != g) { /* an input, outer or body value */
+				oq_bc_prefix_free(p);
+				p->state = -1;
+				return OQ_OK;
+			}
+			if (p->kmap[v->index] < 0) {
+				p->kmap[v->index] = (long)p->nk;
+				p->vidx[p->nk++] = v->index;
+			}
+		}
+	}
+	p->state = 0;
+	return OQ_OK;
+}
+
+/* The same attribute (scalars and lists; a tensor or graph attribute: never the same here). */
+static int same_attr(const oq_attr *a, const oq_attr *b)
+{
+	if (strcmp(a->name, b->name) || a->type != b->type || a->n != b->n || a->i != b->i ||
+	    memcmp(&a->f, &b->f, sizeof a->f) || a->s.len != b->s.len || (a->s.len && memcmp(a->s.p, b->s.p, a->s.len)))
+		return 0;
+	if (a->type == OQ_ATTR_INTS && a->n && memcmp(a->ints, b->ints, a->n * sizeof *a->ints))
+		return 0;
+	if (a->type == OQ_ATTR_FLOATS && a->n && memcmp(a->floats, b->floats, a->n * sizeof *a->floats))
+		return 0;
+	return a->type != OQ_ATTR_TENSOR && a->type != OQ_ATTR_GRAPH && a->type != OQ_ATTR_TENSORS &&
+	       a->type != OQ_ATTR_GRAPHS && a->type != OQ_ATTR_SPARSE_TENSOR && a->type != OQ_ATTR_SPARSE_TENSORS &&
+	       a->type != OQ_ATTR_STRINGS && a->type != OQ_ATTR_TYPE_PROTO && a->type != OQ_ATTR_TYPE_PROTOS;
+}
+
+static int same_tensor(const oq_tensor *a, const oq_tensor *b)
+{
+	return a->dtype == b->dtype && a->rank == b->rank && a->nbytes == b->nbytes && !a->strs && !b->strs &&
+	       (!a->rank || !memcmp(a->dims, b->dims, (size_t)a->rank * sizeof *a->dims)) &&
+	       (!a->nbytes || !memcmp(a->data, b->data, a->nbytes));
+}
+
+int oq_bc_prefix_fits(const oq_bc_prefix *p, const oq_model *bm, const oq_model *cm)
+{
+	const oq_graph *a = bm->graph, *b = cm->graph;
+	unsigned char *changed;
+	int ok = 1;
+
+	if (p->state != 1 || a->n_nodes != p->n_nodes || a->n_values != p->n_values || b->n_nodes != a->n_nodes ||
+	    b->n_values != a->n_values || b->n_subgraphs || b->n_outputs != a->n_outputs ||
+	    !(changed = oq_calloc(a->n_values + 1, 1)))
+		return 0;
+	for (size_t i = 0; ok && i < a->n_values; i++) {
+		const oq_value *x = a->values[i], *y = b->values[i];
+		ok = !strcmp(x->name, y->name) && !x->init == !y->init && x->flags == y->flags;
+		if (ok && x->init && !same_tensor(x->init, y->init))
+			changed[i] = 1;
+	}
+	for (size_t i = 0; ok && i < a->n_outputs; i++)
+		ok = a->outputs[i]->index == b->outputs[i]->index;
+	for (size_t i = 0; ok && i < a->n_nodes; i++) {
+		const oq_node *x = a->nodes[i], *y = b->nodes[i];
+		ok = !strcmp(x->op_type, y->op_type) && !strcmp(x->domain, y->domain) && x->n_inputs == y->n_inputs &&
+		     x->n_outputs == y->n_outputs && x->n_attrs == y->n_attrs;
+		for (size_t k = 0; ok && k < x->n_inputs; k++) {
+			ok = !x->inputs[k] == !y->inputs[k] && (!x->inputs[k] || x->inputs[k]->index == y->inputs[k]->index);
+			/* a changed initializer read outside part would change what the base computed */
+			ok = ok && !(x->inputs[k] && !p->part[i] && changed[x->inputs[k]->index]);
+		}
+		for (size_t k = 0; ok && k < x->n_outputs; k++)
+			ok = !x->outputs[k] == !y->outputs[k] &&
+			     (!x->outputs[k] || x->outputs[k]->index == y->outputs[k]->index);
+		for (size_t k = 0; ok && !p->part[i] && k < x->n_attrs; k++)
+			ok = same_attr(&x->attrs[k], &y->attrs[k]);
+	}
+	free(changed);
+	return ok;
+}
+
+/* Keeps a copy of v (t) when the base run of s->keep reads it, for sample s->i: each lane writes
+ * its own sample's slots; the byte count is shared. */
+static int keep_value(side *s, const oq_value *v, const oq_rt *t)
+{
+	oq_bc_prefix *p = s->keep;
+	oq_rt *dst;
+	long k;
+
+	if (p->state != 0 || v->index >= p->n_values || (k = p->kmap[v->index]) < 0 || t->kind != OQ_RT_TENSOR ||
+	    atomic_load(s->kover))
+		return OQ_OK;
+	dst = &p->kept[s->i * p->nk + (size_t)k];
+	if (p->have[s->i * p->nk + (size_t)k])
+		return OQ_OK;
+	/* a value whose copies on every sample would pass the budget: none kept, from the first */
+	if (t->nbytes > OQ_BC_PREFIX_BYTES / p->n / p->nk ||
+	    atomic_fetch_add(s->kbytes, t->nbytes) + t->nbytes > OQ_BC_PREFIX_BYTES) {
+		atomic_store(s->kover, 1);
+		return OQ_OK;
+	}
+	if (oq_rt_copy(dst, t)) {
+		oq_rt_release(dst);
+		return OQ_ENOMEM;
+	}
+	p->have[s->i * p->nk + (size_t)k] = 1;
+	return OQ_OK;
+}
+
 /* ------------------------------------------------------------ one pass over the samples */
 
 /*
@@ -297,6 +496,8 @@ typedef struct lane {
 	side sf, sq;
 	stage st;
 	oq_rt *in, *of, *oqs;
+	const oq_rt **vals;    /* tail runs: per value of the quantized model, the kept one or NULL */
+	int tail;              /* the sample staged ran its tail only */
 	oq_diag d;
 	size_t err_at;
 	int rc;
@@ -315,6 +516,9 @@ typedef struct pass {
 	oq_bc_outerr *err;     /* each sample's errors out (NULL: none) */
 	size_t err_k;          /* the output whose channel sums err wants (SIZE_MAX: none) */
 	oq_bc_float_cache *cache;
+	const oq_bc_prefix *from; /* run the tails of this plan (NULL: whole runs) */
+	atomic_size_t kbytes;     /* the base run's kept bytes (keep) */
+	atomic_int kover;
 	lane *v;
 	atomic_size_t next;    /* the next sample to hand out */
 	atomic_size_t stop;    /* the smallest failing sample, SIZE_MAX: none */
@@ -440,8 +644,19 @@ static int run_sample(pass *P, lane *ln, size_t i)
 	else if ((rc = oq_exec_run(ln->ef, ln->in, P->nin, ln->of, P->nout, &ln->d)))
 		return rc;
 	if (ln->eq) {
-		if ((rc = oq_exec_run(ln->eq, ln->in, P->nin, ln->oqs, P->nout, &ln->d)))
+		const oq_bc_prefix *t = P->from;
+		int tail = t && ln->vals;
+		for (size_t k = 0; tail && k < t->nk; k++)
+			if ((tail = t->have[i * t->nk + k]))
+				ln->vals[t->vidx[k]] = &t->kept[i * t->nk + k];
+		ln->sq.i = i;
+		ln->tail = tail;
+		if (tail) {
+			if ((rc = oq_exec_run_part(ln->eq, t->part, ln->vals, ln->oqs, P->nout, &ln->d)))
+				return rc;
+		} else if ((rc = oq_exec_run(ln->eq, ln->in, P->nin, ln->oqs, P->nout, &ln->d))) {
 			return rc;
+		}
 		for (size_t k = 0; k < P->nout; k++)
 			ln->st.db[k] = sqnr(&ro[k], &ln->oqs[k]);
 		if (P->err) /* sample i's own slots: no other lane writes them */
@@ -478,6 +693,7 @@ static void lane_loop(pass *P, lane *ln, size_t end)
 		if (!rc && P->turn == i) {
 			if ((rc = commit(P, ln, i)))
 				rc = oq_err(&ln->d, rc, "bias correction: out of memory");
+			oq_bc_tail_runs += (size_t)ln->tail;
 			P->turn = pass_next(P, i + 1);
 			pthread_cond_broadcast(&P->cv);
 		}
@@ -510,6 +726,7 @@ static void lane_free(const pass *P, lane *ln)
 	free(ln->in);
 	free(ln->of);
 	free(ln->oqs);
+	free(ln->vals);
 	stage_free(&ln->st);
 	if (ln->own) {
 		oq_exec_free(ln->ef);
@@ -528,7 +745,8 @@ static int lane_init(pass *P, lane *ln, const lane *l0, size_t k)
 	ln->in = oq_calloc(P->nin ? P->nin : 1, sizeof *ln->in);
 	ln->of = oq_calloc(P->nout ? P->nout : 1, sizeof *ln->of);
 	ln->oqs = oq_calloc(P->nout ? P->nout : 1, sizeof *ln->oqs);
-	if (!ln->in || !ln->of || !ln->oqs || stage_alloc(P, &ln->st))
+	if (!ln->in || !ln->of || !ln->oqs || stage_alloc(P, &ln->st) ||
+	    (P->from && !(ln->vals = oq_calloc(P->from->n_values + 1, sizeof *ln->vals))))
 		return oq_err(&ln->d, OQ_ENOMEM, "bias correction: out of memory");
 	ln->sf.st = ln->sq.st = &ln->st;
 	if (k == 0)
@@ -542,7 +760,7 @@ static int lane_init(pass *P, lane *ln, const lane *l0, size_t k)
 		return rc;
 	if (ln->ef)
 		oq_exec_set_observer(ln->ef, observe, &ln->sf);
-	if (ln->eq && P->sq_on) /* the run whose measured values are summed */
+	if (ln->eq && (P->sq_on || ln->sq.keep)) /* the run whose measured values are summed or kept */
 		oq_exec_set_observer(ln->eq, observe, &ln->sq);
 	return OQ_OK;
 }
@@ -615,8 +833,8 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 				qvals[i] = runs[sums].nodes[i]->outputs[0];
 		}
 	}
-	tf = (side){b, off, skip, fvals, 0, 0, NULL};
-	tq = (side){b, off, skip, qvals, 1, 1, NULL};
+	tf = (side){b, off, skip, fvals, 0, 0, NULL, NULL, 0, NULL, NULL, 0};
+	tq = (side){b, off, skip, qvals, 1, 1, NULL, NULL, 0, NULL, NULL, 0};
 	if (!cached) {
 		if ((rc = oq_exec_new(ref, &eo, &ef, d)))
 			goto out;
@@ -632,15 +850,19 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 		pass P;
 		lane *v = NULL;
 		size_t nl = 0, first, left = 0, worst = SIZE_MAX;
+		oq_bc_prefix *kp;
 		int known;
 		oq_exec *e0;
 		oq_pool *pool;
 
 		memset(&P, 0, sizeof P);
+		/* the base of tails keeps their inputs (observed); a candidate runs its tails */
+		kp = !fonly && oq_bc_tail && runs[r].keep && runs[r].keep->state == 0 ? runs[r].keep : NULL;
+		tq.keep = kp;
 		if (!fonly) {
 			if ((rc = oq_exec_new(runs[r].qm, &eo, &eq, d)))
 				goto out;
-			if (r == sums) {
+			if (r == sums || kp) {
 				oq_exec_set_observer(eq, observe, &tq);
 				oq_exec_set_observe_want(eq, want);
 			}
@@ -724,8 +946,23 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 		if (P.err)
 			P.err->out_k = P.err_k;
 		P.cache = cache;
+		if (!fonly && oq_bc_tail && r != sums && !kp && runs[r].from && runs[r].from->state == 1 &&
+		    runs[r].from->n == n)
+			P.from = runs[r].from;
+		atomic_init(&P.kbytes, 0);
+		atomic_init(&P.kover, 0);
+		tq.kbytes = &P.kbytes;
+		tq.kover = &P.kover;
 		pthread_mutex_init(&P.mu, NULL);
 		pthread_cond_init(&P.cv, NULL);
+		if (kp && (n > SIZE_MAX / sizeof *kp->kept / (kp->nk + 1) ||
+			   !(kp->kept = oq_calloc(n * kp->nk + 1, sizeof *kp->kept)) ||
+			   !(kp->have = oq_calloc(n * kp->nk + 1, 1)))) {
+			rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+			goto pass_out;
+		}
+		if (kp)
+			kp->n = n;
 		atomic_init(&P.next, 0);
 		atomic_init(&P.stop, SIZE_MAX);
 		P.turn = first = pass_next(&P, 0);
@@ -747,7 +984,7 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 		}
 		if (ef)
 			oq_exec_set_observer(ef, observe, &v[0].sf);
-		if (eq && r == sums)
+		if (eq && (r == sums || kp))
 			oq_exec_set_observer(eq, observe, &v[0].sq);
 		/* the first sample alone, on every thread: it measures a lane's memory (unless an
 		 * earlier pass measured executors of this kind: cache->peak_f / peak_q) */
@@ -783,6 +1020,17 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 				worst = k;
 		rc = worst == SIZE_MAX ? OQ_OK : v[worst].d.count ? oq_err(d, v[worst].rc, "%s", v[worst].d.msg)
 		                                                 : v[worst].rc;
+		if (kp) { /* every sample's values kept, or none (a tail needs them all) */
+			int lost = atomic_load(&P.kover);
+			for (size_t k = 0; k < nl; k++)
+				lost |= v[k].sq.krc != 0;
+			for (size_t i = 0; lost && i < kp->n * kp->nk; i++)
+				if (kp->have[i]) {
+					oq_rt_release(&kp->kept[i]);
+					kp->have[i] = 0;
+				}
+			kp->state = lost ? -1 : 1;
+		}
 		if (cache && ef && oq_exec_peak_bytes(ef) > cache->peak_f)
 			cache->peak_f = oq_exec_peak_bytes(ef);
 		if (cache && eq && oq_exec_peak_bytes(eq) > cache->peak_q)

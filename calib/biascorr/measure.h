@@ -37,6 +37,48 @@ typedef struct oq_bc_outerr {
 
 void oq_bc_outerr_free(oq_bc_outerr *e);
 
+/*
+ * A tail run: a candidate that differs from a base model only in the initializers read by the
+ * nodes of `part` (one layer's bias: its node, a bias DequantizeLinear, what computes from them)
+ * runs only those nodes, the values they read from the rest taken from the base model's run of
+ * the same sample (oq_exec_run_part): the same outputs, bit for bit, at the cost of the tail.
+ * A measurement of the base with `keep` set copies those values for every sample it runs; one
+ * of a candidate with `from` set (state 1, the candidate checked by oq_bc_prefix_fits) runs the
+ * tails. The copies are bounded by OQ_BC_PREFIX_BYTES, a small share of a run's memory (a value
+ * whose copies on all samples would pass it is not copied at all): past it, state -1 and full
+ * runs (a classifier's last layer reads a vector per sample; a detector's head, a map).
+ */
+typedef struct oq_bc_prefix {
+	unsigned char *part;  /* per node of the base's main graph: computed by a tail run */
+	size_t n_nodes, n_values;
+	size_t *vidx, nk;     /* the values a tail run reads and does not compute (value indices) */
+	long *kmap;           /* per value: its index in vidx, or -1 */
+	oq_rt *kept;          /* n x nk (owned where `have`), sample-major */
+	unsigned char *have;  /* n x nk: kept[k] holds a copy */
+	size_t n;
+	size_t bytes;
+	int state;            /* 0: planned, nothing kept; 1: kept (a sample the base ran); -1: none */
+} oq_bc_prefix;
+
+#define OQ_BC_PREFIX_BYTES ((size_t)16 << 20)
+
+/*
+ * Plans p on base model qm for a change of the initializers read by nodes[0..nn) (the layers
+ * whose biases a round corrects): part = those nodes, every node downstream of them, and the
+ * nodes computing only from initializers whose outputs part reads (a bias DequantizeLinear);
+ * the values kept: what part reads from the rest, and the graph outputs it does not compute
+ * (values of the main graph only: a graph input or a body's value read there leaves p at -1).
+ */
+int oq_bc_prefix_plan(const oq_model *qm, oq_node *const *nodes, size_t nn, oq_bc_prefix *p, oq_diag *d) OQ_WUR;
+/* Does candidate cm differ from base bm (p's plan) only in initializers that part alone reads,
+ * with the same nodes and values (by name and op) otherwise? */
+int oq_bc_prefix_fits(const oq_bc_prefix *p, const oq_model *bm, const oq_model *cm);
+void oq_bc_prefix_free(oq_bc_prefix *p);
+/* 1 (default): candidates that fit run their tails only; 0: full runs (tests compare the two). */
+extern int oq_bc_tail;
+/* Tail runs made so far (tests). */
+extern size_t oq_bc_tail_runs;
+
 /* One quantized model of a measurement. */
 typedef struct oq_bc_quantized {
 	oq_model *qm;           /* same inputs and outputs as the float model */
@@ -50,6 +92,8 @@ typedef struct oq_bc_quantized {
 				 * measurement that fills it, whose n and nout then stay: a later
 				 * one rewrites the rows of the samples it runs; the caller frees
 				 * them: oq_bc_outerr_free) */
+	oq_bc_prefix *keep;     /* optional: qm is the base of these tails (state 0: copy them) */
+	const oq_bc_prefix *from; /* optional: run the tails of p (state 1; nodes NULL: no sums) */
 } oq_bc_quantized;
 
 /*
