@@ -481,8 +481,10 @@ static int keep_value(side *s, const oq_value *v, const oq_rt *t)
 
 /*
  * Lanes (as calibration's, calib/calibrate.c): the first sample of a pass
- * runs alone on the pass' executors; then, with T threads and memory for
- * it, T lanes run one sample each, lane 0 on those executors and lane k on
+ * runs alone on the pass' executors, which measures a lane's memory (not
+ * when an earlier pass measured executors of the same kinds: the cache's
+ * peak_f / peak_q); then, with T threads and memory for it, T lanes run one
+ * sample each, lane 0 on those executors and lane k on
  * clones of them (shared plan and weights), as the items of one parallel-for
  * over the pool. A lane stages its sample's sums and SQNRs and waits for
  * its turn: samples are committed in index order, so every double sum is

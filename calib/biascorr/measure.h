@@ -138,8 +138,9 @@ void oq_bc_float_cache_free(oq_bc_float_cache *c);
  * samples and layers), the float sums stay and the float model runs only
  * if its outputs were over the limit; cache may be NULL. A random source
  * is OQ_EUNSUP (nothing to measure on). Models are run one after the other;
- * with several threads the samples after the first of each pass run several
- * at a time (measure.c's lanes, as calibration's; oq_calib_lanes applies), each
+ * with several threads the samples run several at a time (after the first
+ * of a pass, unless the cache knows an earlier pass' executor memory:
+ * measure.c's lanes, as calibration's; oq_calib_lanes applies), each
  * sample's sums staged and added in sample order, so the sums and SQNRs do
  * not depend on the thread count, bit for bit.
  */
