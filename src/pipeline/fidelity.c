@@ -179,13 +179,13 @@ static int want(void *ctx, const oq_value *v)
  * rounds to nearest even for |v| < 2^22 as rintf does; NaN gives the zero point (v = 0); and
  * q - z is v exactly, so (q - z) * s is v * s.
  */
-static void sq_block_c(const float *x, size_t n, float s, float qlo, float qhi, float lo, float hi, double *r2,
-		       double *d2)
+/* Elements [k, n) of a block into the partial sums a, b (element k into partial k % SUM_LANES). */
+static inline void sq_elems(const float *x, size_t k, size_t n, float s, float qlo, float qhi, float lo, float hi,
+			    double *a, double *b)
 {
 	const float magic = 12582912.0f;
-	double a[SUM_LANES] = {0}, b[SUM_LANES] = {0};
 
-	for (size_t k = 0; k < n; k++) {
+	for (; k < n; k++) {
 		float v = x[k] / s, f, r;
 		double xr, e;
 		v = v == v ? v : 0.0f;
@@ -199,6 +199,11 @@ static void sq_block_c(const float *x, size_t n, float s, float qlo, float qhi, 
 		a[k % SUM_LANES] += xr * xr;
 		b[k % SUM_LANES] += e * e;
 	}
+}
+
+/* The partials combined pairwise, (((0+1)+(2+3))+((4+5)+(6+7))), and added to *r2, *d2. */
+static inline void sq_combine(double *a, double *b, double *r2, double *d2)
+{
 	for (size_t w = 1; w < SUM_LANES; w *= 2)
 		for (size_t l = 0; l + w < SUM_LANES; l += 2 * w) {
 			a[l] += a[l + w];
@@ -206,6 +211,15 @@ static void sq_block_c(const float *x, size_t n, float s, float qlo, float qhi, 
 		}
 	*r2 += a[0];
 	*d2 += b[0];
+}
+
+static void sq_block_c(const float *x, size_t n, float s, float qlo, float qhi, float lo, float hi, double *r2,
+		       double *d2)
+{
+	double a[SUM_LANES] = {0}, b[SUM_LANES] = {0};
+
+	sq_elems(x, 0, n, s, qlo, qhi, lo, hi, a, b);
+	sq_combine(a, b, r2, d2);
 }
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -247,28 +261,8 @@ __attribute__((target("avx512f"))) static void sq_block_avx512(const float *x, s
 	}
 	_mm512_storeu_pd(pa, a);
 	_mm512_storeu_pd(pb, b);
-	for (; k < n; k++) { /* k % 16 == 0 here, then on: partial k % 8 as in the loop */
-		const float magic1 = 12582912.0f;
-		float v = x[k] / s, f, r;
-		double xr, e;
-		v = v == v ? v : 0.0f;
-		v = v < qlo ? qlo : v;
-		v = v > qhi ? qhi : v;
-		v = (v + magic1) - magic1;
-		f = v * s;
-		r = x[k] < lo ? lo : x[k] > hi ? hi : x[k];
-		xr = r;
-		e = xr - f;
-		pa[k % SUM_LANES] += xr * xr;
-		pb[k % SUM_LANES] += e * e;
-	}
-	for (size_t w = 1; w < SUM_LANES; w *= 2)
-		for (size_t l = 0; l + w < SUM_LANES; l += 2 * w) {
-			pa[l] += pa[l + w];
-			pb[l] += pb[l + w];
-		}
-	*r2 += pa[0];
-	*d2 += pb[0];
+	sq_elems(x, k, n, s, qlo, qhi, lo, hi, pa, pb); /* k % 16 == 0: partial k % 8, as in the loop */
+	sq_combine(pa, pb, r2, d2);
 }
 #endif
 
