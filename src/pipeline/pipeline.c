@@ -48,7 +48,6 @@
 #include "calib/biascorr/measure.h"
 #include "calib/rounding/awq.h"
 #include "calib/rounding/rounding.h"
-#include "calib/samples.h"
 #include "passes/quantize/encodings.h"
 #include "passes/quantize/overrides.h"
 #include "passes/rewrite/precision.h"
@@ -82,7 +81,7 @@ typedef struct job {
 	oq_ranges ranges;
 	oq_placement placement;   /* runtime-aware placement: its float units (j->q.float_nodes) */
 	int left_float;           /* the placement left every unit float and nothing needs a range:
-				   * no calibration, bias correction or fold report (early_placement) */
+				   * no bias correction or fold report (early_placement) */
 	oq_calib_opts co;         /* the calibration options (the fold measurement repeats them) */
 	oq_stats folds;           /* per-fold statistics of a sample folder (n_folds 0: none) */
 	oq_fidelity fid;          /* the fold SQNR (fid.k 0: not measured) */
@@ -482,9 +481,11 @@ static int fold_ranges(job *j, oq_diag *d);
 /*
  * The placement's speed search before calibration (it needs the value sizes only): when it
  * leaves every unit of the main graph float (ONNX Runtime runs the model faster in float) and
- * then no tensor needs a range, there is nothing to calibrate, correct or measure, and
- * j->left_float says so. Not for analyze or --target-sqnr (they rank and raise points from the
- * statistics), nor with control-flow bodies (quantized whatever the main graph's placement).
+ * then no tensor needs a range, nothing is quantized: bias correction and the fold report would
+ * measure the float model against itself, and j->left_float skips them. Calibration still runs
+ * (its checks of the samples, the statistics file and the options stand). Not for analyze or
+ * --target-sqnr (they rank and raise points from the statistics), nor with control-flow bodies
+ * (quantized whatever the main graph's placement).
  */
 static int early_placement(job *j, oq_diag *d)
 {
@@ -507,50 +508,8 @@ static int early_placement(job *j, oq_diag *d)
 	free(need);
 	j->left_float = !rc && !any;
 	if (j->left_float && j->o.verbose && j->log)
-		fprintf(j->log, "placement: every unit float and no tensor needs a range: not calibrated\n");
-	return rc;
-}
-
-/*
- * A left-float model's calibration samples are still checked as calibration would read them
- * (every file of the samples within --calib-limit: headers, then contents), so bad data is an
- * error whatever the placement decides.
- */
-static int check_samples(job *j, oq_diag *d)
-{
-	oq_exec_opts eo = {.threads = 1};
-	oq_exec *e = NULL;
-	oq_samples s;
-	oq_rt *in = NULL;
-	size_t n, n_all, nin;
-	int rc;
-
-	memset(&s, 0, sizeof s);
-	if (!has_sample_folder(&j->o))
-		return OQ_OK;
-	if ((rc = oq_exec_new(j->m, &eo, &e, d)) || (rc = oq_samples_scan(j->o.calib.source, e, &s, d)))
-		goto out;
-	n = j->o.calib.limit && j->o.calib.limit < s.n ? j->o.calib.limit : s.n;
-	nin = oq_exec_n_inputs(e);
-	n_all = s.n;
-	s.n = n; /* the samples calibration would run */
-	rc = n ? oq_samples_check(&s, e, d) : OQ_OK;
-	s.n = n_all;
-	if (rc)
-		goto out;
-	if (!(in = oq_calloc(nin + 1, sizeof *in))) {
-		rc = oq_err(d, OQ_ENOMEM, "quantize: out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < n && !rc; i++) {
-		rc = oq_sample_load(&s, i, e, in, d);
-		for (size_t k = 0; k < nin; k++)
-			oq_rt_release(&in[k]);
-	}
-out:
-	free(in);
-	oq_samples_free(&s);
-	oq_exec_free(e);
+		fprintf(j->log, "placement: every unit float and no tensor needs a range: no bias correction or "
+			"fold report\n");
 	return rc;
 }
 
@@ -566,16 +525,6 @@ static int calibrate(job *j, oq_diag *d)
 		return OQ_OK;
 	if ((rc = early_placement(j, d)))
 		return rc;
-	if (j->left_float) { /* the placement's summary (no measurement: every unit float) */
-		if ((rc = check_samples(j, d)))
-			return rc;
-		j->q.ranges = &j->ranges;
-		src = (oq_placement_src){.co = &j->o.calib, .float_copy = placement_copy, .ctx = j};
-		t = step_begin();
-		rc = oq_placement_choose(&j->o, &src, &j->q, j->m, &j->placement, j->log, d);
-		step_end(j, OQ_ST_PLACEMENT, t);
-		return rc;
-	}
 	if ((rc = range_needs(j, d)))
 		return rc;
 	co = calib_opts(j);
@@ -765,7 +714,8 @@ static int fold_ranges(job *j, oq_diag *d)
 	step t;
 	int rc;
 
-	if (!j->quantize || j->o.job == OQ_JOB_ANALYZE || j->folds.n_folds < 2 || j->o.target_sqnr > 0)
+	if (!j->quantize || j->o.job == OQ_JOB_ANALYZE || j->folds.n_folds < 2 || j->o.target_sqnr > 0 ||
+	    j->left_float)
 		return OQ_OK;
 	t = step_begin();
 	if ((rc = float_copy(j, &fm, d)))
@@ -788,7 +738,7 @@ static int fidelity(job *j, oq_diag *d)
 	step t;
 	int rc;
 
-	if (!j->quantize || (!j->fr && j->folds.n_folds < 2))
+	if (!j->quantize || j->left_float || (!j->fr && j->folds.n_folds < 2))
 		return OQ_OK;
 	t = step_begin();
 	if ((rc = float_copy(j, &fm, d)))
