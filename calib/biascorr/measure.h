@@ -56,7 +56,6 @@ typedef struct oq_bc_prefix {
 	oq_rt *kept;          /* n x nk (owned where `have`), sample-major */
 	unsigned char *have;  /* n x nk: kept[k] holds a copy */
 	size_t n;
-	size_t bytes;
 	int state;            /* 0: planned, nothing kept; 1: kept (a sample the base ran); -1: none */
 } oq_bc_prefix;
 
