@@ -707,3 +707,207 @@ Test(quant_kernel, dq_row_fast_paths_match_the_definition)
 				oq_rt_release(&y[1]);
 			}
 }
+
+/* ------------------------------------------------------ Q -> DQ pairs */
+
+/* What a pair test saw: the output, the pairs planned, and the codes an observer was handed. */
+typedef struct pair_run {
+	oq_rt y;
+	size_t n_qdq;
+	int codes_seen; /* observer calls on the Q's output */
+} pair_run;
+
+static int saw_code(void *ctx, const oq_value *v, const oq_rt *t)
+{
+	(void)t;
+	((pair_run *)ctx)->codes_seen += !strcmp(v->name, "xq");
+	return 0;
+}
+
+static int want_all(void *ctx, const oq_value *v)
+{
+	(void)ctx;
+	(void)v;
+	return 1;
+}
+
+static int want_no_code(void *ctx, const oq_value *v)
+{
+	(void)ctx;
+	return strcmp(v->name, "xq") != 0;
+}
+
+/* Runs g on x with the executor's pairing on or off (no_qdq); observe: 0 none, 1 an observer
+ * wanting every value, 2 one wanting all but the code "xq". */
+static void run_pair(gen_model *g, const float *x, int rank, const int64_t *dims, int no_qdq, int observe,
+		     pair_run *r)
+{
+	oq_model *m = NULL;
+	oq_exec *e = NULL;
+	oq_rt in;
+	oq_exec_opts o = {.threads = 2};
+	oq_diag d;
+
+	oq_diag_init(&d);
+	memset(r, 0, sizeof *r);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "load: %s", d.msg);
+	oq_exec_no_qdq = no_qdq;
+	cr_assert_eq(oq_exec_new(m, &o, &e, &d), OQ_OK, "%s", d.msg);
+	oq_exec_no_qdq = 0;
+	if (observe) {
+		oq_exec_set_observer(e, saw_code, r);
+		oq_exec_set_observe_want(e, observe == 1 ? want_all : want_no_code);
+	}
+	r->n_qdq = oq_exec_n_qdq(e);
+	cr_assert_eq(oq_rt_alloc(&in, OQ_DT_FLOAT, rank, dims), OQ_OK);
+	memcpy(in.data, x, in.nbytes);
+	cr_assert_eq(oq_exec_run(e, &in, 1, &r->y, 1, &d), OQ_OK, "%s", d.msg);
+	oq_rt_release(&in);
+	oq_exec_free(e);
+	oq_model_free(m);
+	gen_free(g);
+}
+
+/* The same outputs bit for bit. */
+static void expect_same_bits(const oq_rt *a, const oq_rt *b)
+{
+	cr_assert_eq(a->dtype, OQ_DT_FLOAT);
+	cr_assert_eq(b->dtype, OQ_DT_FLOAT);
+	cr_assert_eq(a->nelem, b->nelem);
+	for (size_t i = 0; i < a->nelem; i++)
+		cr_assert(!memcmp((const float *)a->data + i, (const float *)b->data + i, 4), "element %zu: %a vs %a", i,
+			  (double)((const float *)a->data)[i], (double)((const float *)b->data)[i]);
+}
+
+/* x -> Q -> DQ -> y, the DQ reading the Q's own scale "s" and zero point "z" (or "s2" when other_scale). */
+static gen_model *pair_model(int64_t opset, int zdt, int rank, const int64_t *dims, const double *s, const double *z,
+			     size_t ns, int64_t axis, int other_scale, int code_out)
+{
+	Onnx__GraphProto *g;
+	gen_model *m = start(opset, &g);
+	int64_t sdim[1] = {(int64_t)ns};
+
+	gen_input(m, g, "x", OQ_DT_FLOAT, rank, dims);
+	gen_init(m, g, "s", OQ_DT_FLOAT, ns > 1, sdim, s);
+	gen_init(m, g, "s2", OQ_DT_FLOAT, ns > 1, sdim, s);
+	gen_init(m, g, "z", zdt, ns > 1, sdim, z);
+	gen_attr_int(m, gen_node(m, g, "QuantizeLinear", "q", "x,s,z", "xq"), "axis", axis);
+	gen_attr_int(m, gen_node(m, g, "DequantizeLinear", "dq", other_scale ? "xq,s2,z" : "xq,s,z", "y"), "axis", axis);
+	gen_output(m, g, "y", OQ_DT_FLOAT, rank, dims);
+	if (code_out)
+		gen_output(m, g, "xq", zdt, rank, dims);
+	return m;
+}
+
+Test(quant_kernel, q_dq_pair_by_hand_and_as_the_two_kernels)
+{
+	/* [2, 40] per axis 0: row 0 scale 0.5, uint8 zp 128 (codes -128..127 around it); row 1 scale
+	 * 3, zp 3 (-3..252). 40 values a row: AVX-512 vectors and a scalar tail. */
+	static const double s[2] = {0.5, 3}, z[2] = {128, 3};
+	const int64_t dims[2] = {2, 40};
+	float x[80];
+	pair_run a, b;
+
+	for (int i = 0; i < 80; i++)
+		x[i] = (float)(i % 40 - 20) * 0.37f * (i < 40 ? 1.0f : 6.0f);
+	x[0] = 1.25f;    /* 2.5 -> 2 (ties to even) -> code 130 -> (130 - 128) * 0.5 = 1 */
+	x[1] = -0.75f;   /* -1.5 -> -2 -> 126 -> -1 */
+	x[2] = 1000;     /* 2000, clamped to 255 - 128 = 127 -> 63.5 */
+	x[3] = -1000;    /* clamped to 0 - 128 -> -64 */
+	x[4] = NAN;      /* 0 -> the zero point -> 0 */
+	x[5] = -0.0f;    /* -0 / 0.5 -> 0 -> +0 */
+	x[39] = 0.75f;   /* in the tail: 1.5 -> 2 -> 1 */
+	x[40] = 7.5f;    /* row 1: 2.5 -> 2 -> 6 */
+	x[41] = -20;     /* -6.67, clamped to 0 - 3 -> -9 */
+	x[42] = 760;     /* 253.3, clamped to 255 - 3 = 252 -> 756 */
+	x[43] = INFINITY; /* clamped -> 756 */
+	x[79] = 4.5f;    /* tail: 1.5 -> 2 -> 6 */
+	run_pair(pair_model(13, OQ_DT_UINT8, 2, dims, s, z, 2, 0, 0, 0), x, 2, dims, 0, 0, &a);
+	run_pair(pair_model(13, OQ_DT_UINT8, 2, dims, s, z, 2, 0, 0, 0), x, 2, dims, 1, 0, &b);
+	cr_assert_eq(a.n_qdq, 1, "the pair runs as one kernel");
+	cr_assert_eq(b.n_qdq, 0);
+	{
+		const float *y = a.y.data;
+		static const struct { int i; float v; } want[] = {{0, 1}, {1, -1}, {2, 63.5f}, {3, -64}, {4, 0}, {39, 1},
+								 {40, 6}, {41, -9}, {42, 756}, {43, 756}, {79, 6}};
+		for (size_t k = 0; k < sizeof want / sizeof *want; k++)
+			cr_expect_eq(y[want[k].i], want[k].v, "element %d: %g, want %g", want[k].i, (double)y[want[k].i],
+				     (double)want[k].v);
+		cr_expect(!signbit(y[5]) && y[5] == 0, "-0 gives +0");
+	}
+	expect_same_bits(&a.y, &b.y);
+	for (int simd = 0; simd < 2; simd++) { /* the portable loop too */
+		pair_run c;
+		oq_quant_simd = simd;
+		run_pair(pair_model(13, OQ_DT_UINT8, 2, dims, s, z, 2, 0, 0, 0), x, 2, dims, 0, 0, &c);
+		oq_quant_simd = 1;
+		expect_same_bits(&a.y, &c.y);
+		oq_rt_release(&c.y);
+	}
+	oq_rt_release(&a.y);
+	oq_rt_release(&b.y);
+}
+
+Test(quant_kernel, q_dq_pair_per_tensor_int8_many_rows)
+{
+	/* one scale 0.25, int8 zp -5 over 3 x 37 values: 0.125 -> 0.5 -> 0 -> 0; 31.9 -> 127.6 -> 128
+	 * (under 127 + 5) -> 32; -40 -> -160, clamped to -128 + 5 -> -30.75 */
+	static const double s[1] = {0.25}, z[1] = {-5};
+	const int64_t dims[2] = {3, 37};
+	float x[111];
+	pair_run a, b;
+
+	for (int i = 0; i < 111; i++)
+		x[i] = (float)((i * 7919) % 301 - 150) * 0.113f;
+	x[0] = 0.125f;
+	x[1] = 31.9f;
+	x[110] = -40;
+	run_pair(pair_model(13, OQ_DT_INT8, 2, dims, s, z, 1, 1, 0, 0), x, 2, dims, 0, 0, &a);
+	run_pair(pair_model(13, OQ_DT_INT8, 2, dims, s, z, 1, 1, 0, 0), x, 2, dims, 1, 0, &b);
+	cr_assert_eq(a.n_qdq, 1);
+	cr_expect_eq(((float *)a.y.data)[0], 0);
+	cr_expect_eq(((float *)a.y.data)[1], 32);
+	cr_expect_eq(((float *)a.y.data)[110], -30.75f);
+	expect_same_bits(&a.y, &b.y);
+	oq_rt_release(&a.y);
+	oq_rt_release(&b.y);
+}
+
+Test(quant_kernel, q_dq_pairs_only_where_the_code_is_not_needed)
+{
+	static const double s[1] = {0.5}, z[1] = {3};
+	const int64_t dims[1] = {20};
+	float x[20];
+	pair_run a, b;
+
+	for (int i = 0; i < 20; i++)
+		x[i] = (float)i * 0.3f - 2;
+	/* the DQ reads another scale value (equal numbers): not a pair */
+	run_pair(pair_model(13, OQ_DT_UINT8, 1, dims, s, z, 1, 0, 1, 0), x, 1, dims, 0, 0, &a);
+	cr_expect_eq(a.n_qdq, 0);
+	oq_rt_release(&a.y);
+	/* the code is a graph output too: not a pair */
+	run_pair(pair_model(13, OQ_DT_UINT8, 1, dims, s, z, 1, 0, 0, 1), x, 1, dims, 0, 0, &a);
+	cr_expect_eq(a.n_qdq, 0);
+	oq_rt_release(&a.y);
+	/* an observer that wants the code gets it (the pair runs as two kernels), one that does not
+	 * leaves the pair whole; the outputs agree */
+	run_pair(pair_model(13, OQ_DT_UINT8, 1, dims, s, z, 1, 0, 0, 0), x, 1, dims, 0, 1, &a);
+	run_pair(pair_model(13, OQ_DT_UINT8, 1, dims, s, z, 1, 0, 0, 0), x, 1, dims, 0, 2, &b);
+	cr_expect_eq(a.codes_seen, 1);
+	cr_expect_eq(b.codes_seen, 0);
+	expect_same_bits(&a.y, &b.y);
+	oq_rt_release(&a.y);
+	oq_rt_release(&b.y);
+	/* int16 codes (opset 21): planned as a pair, handed back to the two kernels at run time */
+	{
+		static const double z16[1] = {-7};
+		run_pair(pair_model(21, OQ_DT_INT16, 1, dims, s, z16, 1, 0, 0, 0), x, 1, dims, 0, 0, &a);
+		run_pair(pair_model(21, OQ_DT_INT16, 1, dims, s, z16, 1, 0, 0, 0), x, 1, dims, 1, 0, &b);
+		cr_expect_eq(a.n_qdq, 1);
+		cr_expect_eq(((float *)a.y.data)[0], -2); /* -2 / 0.5 = -4 -> -2 */
+		expect_same_bits(&a.y, &b.y);
+		oq_rt_release(&a.y);
+		oq_rt_release(&b.y);
+	}
+}

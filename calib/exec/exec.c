@@ -195,9 +195,10 @@ void oq_exec_set_observe_want(oq_exec *e, oq_observe_want_fn want)
 		for (size_t i = 0; i < p->g->n_nodes; i++) {
 			node_plan *np = &p->nodes[i];
 			int keep;
-			if (!np->fuse)
+			if (!np_heads(np))
 				continue;
-			/* the head's output, and the BN's when an activation follows it */
+			/* the head's output (a pair's code: never stored), and the BN's when an activation
+			 * follows it */
 			keep = want && !want(e->observe_ctx, p->g->nodes[i]->outputs[0]);
 			for (int j = 0; keep && j < np->n_members; j++)
 				if (np->members[j] != np->tail &&
@@ -220,7 +221,7 @@ const oq_value *oq_exec_output(const oq_exec *e, size_t i)
 size_t oq_exec_peak_bytes(const oq_exec *e) { return e->peak; }
 
 /* What the plans' counters for tests and bench count (exec.h, kernel.h). */
-enum { N_FUSED, N_CHAINED, N_FOLDED, N_PACKED_B, N_PACKED_W };
+enum { N_FUSED, N_CHAINED, N_FOLDED, N_PACKED_B, N_PACKED_W, N_QDQ };
 
 /* Node np has property what. */
 static int node_has(const node_plan *np, int what)
@@ -230,6 +231,7 @@ static int node_has(const node_plan *np, int what)
 	case N_CHAINED: return np->chain != 0;
 	case N_FOLDED: return np->folded != 0;
 	case N_PACKED_B: return np->packed_b != NULL;
+	case N_QDQ: return np->qdq != 0;
 	default: return np->packed_w != NULL;
 	}
 }
@@ -248,6 +250,7 @@ size_t oq_exec_n_fused(const oq_exec *e) { return count_nodes(e, N_FUSED); }
 size_t oq_exec_n_chained(const oq_exec *e) { return count_nodes(e, N_CHAINED); }
 size_t oq_exec_n_folded(const oq_exec *e) { return count_nodes(e, N_FOLDED); }
 size_t oq_exec_n_packed(const oq_exec *e) { return count_nodes(e, N_PACKED_B); }
+size_t oq_exec_n_qdq(const oq_exec *e) { return count_nodes(e, N_QDQ); }
 size_t oq_exec_n_packed_conv(const oq_exec *e) { return count_nodes(e, N_PACKED_W); }
 
 /* ------------------------------------------------------------ profile */
@@ -273,7 +276,7 @@ static void label_of(const plan *p, size_t ni, int grouped, char *l, size_t n)
 
 	l[0] = 0;
 	label_add(l, n, "+", p->g->nodes[ni]->op_type);
-	for (int j = 0; grouped && np->fuse && j < np->n_members; j++)
+	for (int j = 0; grouped && np_heads(np) && j < np->n_members; j++)
 		label_add(l, n, "+", p->g->nodes[np->members[j]]->op_type);
 	if (grouped == 2 && np->chain) {
 		const node_plan *bp = &p->nodes[np->chain];

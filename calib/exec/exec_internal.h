@@ -23,6 +23,7 @@ typedef struct node_plan {
 	oq_value **extra;      /* local values read by this node's subgraphs */
 	size_t n_extra;
 	oq_kfuse *fuse;        /* head (Conv) of a fused group: what it runs instead, else NULL */
+	int qdq;               /* head (QuantizeLinear) of a Q -> DQ pair run as oq_k_qdq (tail, members: the DQ) */
 	size_t tail;           /* head: index of the group's last node (its output is the group's) */
 	size_t members[OQ_FUSE_MAX_STEPS + 2]; /* head: indices of the absorbed nodes */
 	int n_members;
@@ -95,6 +96,12 @@ struct oq_exec {
 	prof *profs;           /* per plan run so far while profiling */
 	uint64_t nested;       /* profiling: ns spent in nodes nested in the node running now (subgraphs) */
 };
+
+/* np heads a group (a fused Conv group or a Q -> DQ pair): its tail's outputs are what it makes. */
+static inline int np_heads(const node_plan *np)
+{
+	return np->fuse != NULL || np->qdq;
+}
 
 /* An attribute of n of that type, or dflt. */
 static inline float node_float(const oq_node *n, const char *name, float dflt)

@@ -582,6 +582,47 @@ static int plan_fusion(plan *p)
 	return OQ_OK;
 }
 
+/* ------------------------------------------------------------ Q -> DQ pairs */
+
+int oq_exec_no_qdq;
+
+/*
+ * Pairs: a QuantizeLinear (ai.onnx, on a computed value) whose output's only
+ * reader is a DequantizeLinear with the same scale and zero point values,
+ * the same axis, no block_size and no output_dtype runs as one kernel
+ * (oq_k_qdq) that writes the DQ's output and never stores the code. The
+ * kernel checks the types at run time and hands the pair back (OQ_K_UNFUSED)
+ * when they are not float32 -> uint8 / int8; observers that want the code
+ * get the two nodes (oq_exec_set_observe_want).
+ */
+static void plan_qdq(plan *p)
+{
+	const oq_graph *g = p->g;
+
+	for (size_t i = 0; i < g->n_nodes && !oq_exec_no_qdq; i++) {
+		const oq_node *q = g->nodes[i], *dq;
+		node_plan *np = &p->nodes[i];
+
+		if (q->op != OQ_OP_QuantizeLinear || q->domain[0] || np->absorbed || np_heads(np) || np->folded ||
+		    q->n_inputs < 2 || q->n_inputs > 3 || q->n_outputs != 1 || !q->inputs[0] || !q->inputs[1] ||
+		    const_tensor(q->inputs[0]) || node_int(q, "block_size", 0) || node_int(q, "output_dtype", 0))
+			continue;
+		dq = only_use(q->outputs[0]);
+		if (!dq || dq->op != OQ_OP_DequantizeLinear || dq->domain[0] || g->nodes[dq->index] != dq ||
+		    p->nodes[dq->index].absorbed || dq->n_outputs != 1 || !dq->outputs[0] ||
+		    dq->n_inputs != q->n_inputs || dq->inputs[0] != q->outputs[0] || dq->inputs[1] != q->inputs[1] ||
+		    (q->n_inputs == 3 && dq->inputs[2] != q->inputs[2]) || dq->opset != q->opset ||
+		    node_int(dq, "axis", 1) != node_int(q, "axis", 1) || node_int(dq, "block_size", 0) ||
+		    node_int(dq, "output_dtype", 0))
+			continue;
+		np->qdq = 1;
+		np->tail = dq->index;
+		np->members[0] = dq->index;
+		np->n_members = 1;
+		p->nodes[dq->index].absorbed = 1;
+	}
+}
+
 /* ------------------------------------------------------------ chains */
 
 /*
@@ -751,6 +792,7 @@ int oq_plan_get(oq_exec *e, const oq_graph *g, plan **out, oq_diag *d)
 		return oq_err(d, OQ_ENOMEM, "run: out of memory");
 	}
 	plan_chains(p);
+	plan_qdq(p);
 	planning = e->planning;
 	e->planning = 1; /* folded outputs are plan constants, not arena activations */
 	rc = oq_plan_fold(e, p, d);

@@ -200,7 +200,7 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 		const node_plan *bp = np->chain && !watched && !f->over ? &f->p->nodes[np->chain] : NULL;
 		oq_kchain kc;
 		uint64_t t0 = 0, saved = 0;
-		int grouped;
+		int grouped, qdq = fused && np->qdq;
 
 		if (f->part && !f->part[ni])
 			continue; /* its outputs are given */
@@ -214,7 +214,7 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 					rc = observe_const(e, f->p, n->outputs[i], d);
 			continue;
 		}
-		if (fused && np->fuse) {
+		if (fused && np_heads(np)) {
 			ovals = g->nodes[np->tail]->outputs;
 			n_out = 1;
 		}
@@ -292,8 +292,8 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 			k.chain = &kc;
 		}
 		t0 = prof_start(e, f, &saved);
-		rc = bp ? oq_k_conv_chain(&k) : k.fuse ? oq_k_conv_fused(&k) : np->fn(&k);
-		grouped = bp ? 2 : k.fuse ? 1 : 0;
+		rc = bp ? oq_k_conv_chain(&k) : k.fuse ? oq_k_conv_fused(&k) : qdq ? oq_k_qdq(&k) : np->fn(&k);
+		grouped = bp ? 2 : k.fuse || qdq ? 1 : 0;
 		if (rc == OQ_K_UNFUSED) {
 			/* a tensor operand does not fit the output at run time: the group runs node by node */
 			if (!f->unfused && !(f->unfused = oq_calloc(g->n_nodes, 1))) {
@@ -304,6 +304,7 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 				f->unfused[np->members[j]] = 1;
 			k.fuse = NULL;
 			k.fuse_in = NULL;
+			qdq = 0;
 			ovals = n->outputs;
 			n_out = k.n_out = n->n_outputs;
 			for (size_t i = 0; i < n_out; i++)
@@ -343,7 +344,7 @@ static int run_frame(oq_exec *e, frame *f, oq_diag *d)
 				use_done(e, f, np->extra[i]);
 			/* the absorbed nodes' reads are done too (their parameters may be
 			 * Identity / Constant outputs: released now, or on arrival if produced later) */
-			for (int j = 0; k.fuse && j < np->n_members; j++) {
+			for (int j = 0; (k.fuse || qdq) && j < np->n_members; j++) {
 				const oq_node *mn = g->nodes[np->members[j]];
 				for (size_t i = 0; i < mn->n_inputs; i++)
 					use_done(e, f, mn->inputs[i]);
@@ -545,7 +546,7 @@ static int part_counts(frame *f, oq_diag *d)
 		for (size_t i = 0; i < np->n_extra; i++)
 			if (np->extra[i] && !(np->extra[i]->flags & OQ_V_OUTER) && np->extra[i]->graph == g)
 				f->remaining[np->extra[i]->index]--;
-		for (int j = 0; np->fuse && j < np->n_members; j++) {
+		for (int j = 0; np_heads(np) && j < np->n_members; j++) {
 			if (!f->part[np->members[j]])
 				continue;
 			if (!f->unfused && !(f->unfused = oq_calloc(g->n_nodes, 1)))

@@ -228,6 +228,19 @@ int oq_k_conv_fused(oq_kctx *k);
  * linalg.c.
  */
 int oq_k_conv_chain(oq_kctx *k);
+/*
+ * Runs a QuantizeLinear (k->node, its inputs) to uint8 / int8 and the
+ * DequantizeLinear that reads it with the same scale and zero point as one
+ * kernel: output 0 is the float32 DQ output, bit-identical to the two
+ * kernels run in turn (the code is never stored). OQ_K_UNFUSED, having
+ * written nothing, when x or the scale is not float32, the code type is
+ * another, or the scale is blocked. quant.c.
+ */
+int oq_k_qdq(oq_kctx *k);
+/* Q -> DQ pairs in e's plans so far (they run as oq_k_qdq). For tests and bench. */
+size_t oq_exec_n_qdq(const oq_exec *e);
+/* Non-zero: plans made from now on pair no Q -> DQ. For tests and bench. */
+extern int oq_exec_no_qdq;
 /* Conv -> depthwise chains in e's plans so far (they run when no observer is set). For tests and bench. */
 size_t oq_exec_n_chained(const oq_exec *e);
 /* Non-zero: plans made from now on chain nothing. For tests and bench. */

@@ -49,6 +49,7 @@ typedef struct qjob {
 	float *zpf;         /* nscale float zero points (float8/float4 types) */
 	int32_t qmin, qmax; /* integer Q range */
 	int saturate;       /* float8 Q: saturate out-of-range values */
+	int qdt;            /* oq_k_qdq: the code type (uint8 or int8) */
 } qjob;
 
 static int is_ms(const oq_kctx *k)
@@ -350,6 +351,55 @@ static void q_row_f32_8(int ydt, const float *x, void *y, size_t n, float scale,
 	oq_quant_row8(x, n, scale, zp, qmin, qmax, y);
 }
 
+#ifdef HAVE_Q_AVX512
+/* qdq_row_f32_8's loop 16 values at a time: q_row_avx512's steps up to the integer code, then
+ * dq_row_avx512's ((float) code - zp) * scale, lane by lane; returns how many it did. */
+__attribute__((target("avx512f"))) static size_t qdq_row_avx512(const float *x, float *y, size_t n, float scale,
+								int32_t zp, float lo, float hi)
+{
+	const __m512 sv = _mm512_set1_ps(scale), lov = _mm512_set1_ps(lo), hiv = _mm512_set1_ps(hi);
+	const __m512 magic = _mm512_set1_ps(12582912.0f), zf = _mm512_set1_ps((float)zp);
+	const __m512i zv = _mm512_set1_epi32(zp);
+	size_t i = 0;
+
+	for (; i + 16 <= n; i += 16) {
+		__m512 v = _mm512_div_ps(_mm512_loadu_ps(x + i), sv);
+		v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+		v = _mm512_max_ps(v, lov);
+		v = _mm512_min_ps(v, hiv);
+		v = _mm512_sub_ps(_mm512_add_ps(v, magic), magic);
+		v = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvttps_epi32(v), zv));
+		_mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_sub_ps(v, zf), sv));
+	}
+	return i;
+}
+#endif
+
+/*
+ * QuantizeLinear to uint8 / int8 then DequantizeLinear with the same scale and zero point, for one
+ * row of float32 values with one scale: y = ((float) q - zp) * scale with q the code
+ * oq_quant_row8 stores (in [qmin, qmax], so the 8-bit store and the DQ's read give q back).
+ */
+static void qdq_row_f32_8(int qdt, const float *x, float *y, size_t n, float scale, int32_t zp)
+{
+	int32_t qmin = qdt == OQ_DT_UINT8 ? 0 : -128, qmax = qdt == OQ_DT_UINT8 ? 255 : 127;
+	const float magic = 12582912.0f, lo = (float)(qmin - zp), hi = (float)(qmax - zp), z = (float)zp;
+	size_t i = 0;
+
+#ifdef HAVE_Q_AVX512
+	if (oq_quant_simd && oq_cpu_avx512())
+		i = qdq_row_avx512(x, y, n, scale, zp, lo, hi);
+#endif
+	for (; i < n; i++) {
+		float v = x[i] / scale;
+		v = v == v ? v : 0.0f;
+		v = v < lo ? lo : v;
+		v = v > hi ? hi : v;
+		v = (v + magic) - magic;
+		y[i] = ((float)((int32_t)v + zp) - z) * scale;
+	}
+}
+
 /* Q over rows [b, e) of the [outer * alen] row space. */
 static void q_rows(void *ctx, size_t b, size_t e)
 {
@@ -536,6 +586,48 @@ static int k_dequantize(oq_kctx *k)
 	j.x = x;
 	j.y = y;
 	rc = run_rows(k, &j, 0, dq_rows);
+fail:
+	free_job(&j);
+	return rc;
+}
+
+/* oq_k_qdq over rows [b, e). */
+static void qdq_rows(void *ctx, size_t b, size_t e)
+{
+	const qjob *j = ctx;
+	const qshape *sh = &j->sh;
+
+	for (size_t r = b; r < e; r++) {
+		size_t s = sidx(sh, r / sh->alen, r % sh->alen, 0), base = r * sh->inner;
+		qdq_row_f32_8(j->qdt, (const float *)j->x->data + base, (float *)j->y->data + base, sh->inner,
+			      j->scale[s], j->zpi[s]);
+	}
+}
+
+int oq_k_qdq(oq_kctx *k)
+{
+	oq_rt *x = oq_k_in(k, 0), *scale = oq_k_in(k, 1), *zp = oq_k_in(k, 2), *y;
+	qjob j;
+	int rc, qdt = zp ? zp->dtype : OQ_DT_UINT8;
+
+	memset(&j, 0, sizeof j);
+	if (!x || !scale || x->dtype != OQ_DT_FLOAT || scale->dtype != OQ_DT_FLOAT ||
+	    (qdt != OQ_DT_UINT8 && qdt != OQ_DT_INT8))
+		return OQ_K_UNFUSED;
+	if (k->opset >= 21 && oq_k_int(k, "output_dtype", 0) && oq_k_int(k, "output_dtype", 0) != qdt)
+		return OQ_K_UNFUSED;
+	if ((rc = plan_shape(k, x, scale, zp, &j.sh)))
+		return rc;
+	if (j.sh.si || j.sh.block != 1)
+		return OQ_K_UNFUSED; /* blocked: not fused */
+	if ((rc = load_params(k, &j, scale, zp, qdt)))
+		goto fail;
+	if ((rc = oq_k_output_raw(k, 0, OQ_DT_FLOAT, x->rank, x->dims, &y))) /* every element is written */
+		goto fail;
+	j.x = x;
+	j.y = y;
+	j.qdt = qdt;
+	rc = run_rows(k, &j, 0, qdq_rows);
 fail:
 	free_job(&j);
 	return rc;
