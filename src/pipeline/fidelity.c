@@ -402,6 +402,62 @@ int oq_qpoints(const oq_model *fm, const oq_model *qm, oq_qpoint **out, size_t *
 }
 
 /*
+ * A weight point's own error into pt: with a = the float weight and b = ((float) code - z) *
+ * scale as DequantizeLinear computes it, r2 += a^2 and d2 += (a - b)^2 in double, element after
+ * element. Float weights with 8-bit codes are read in place, channel by channel (the same terms
+ * in the same order); other types through the tensor getters.
+ */
+static void weight_sums(const oq_qpoint *q, oq_fid_point *pt)
+{
+	const oq_tensor *ft = q->fv->init, *qt = q->x->init;
+	const float *sc = q->s->data;
+	double r2 = pt->r2, d2 = pt->d2;
+
+	if (ft->dtype == OQ_DT_FLOAT && (qt->dtype == OQ_DT_INT8 || qt->dtype == OQ_DT_UINT8) && ft->data && qt->data) {
+		const unsigned char *fw = ft->data;
+		const unsigned char *qw = qt->data;
+		size_t nch = q->s->nelem, outer = 1, inner = 1;
+		int a = q->axis < 0 ? q->axis + qt->rank : q->axis, u8 = qt->dtype == OQ_DT_UINT8;
+
+		if (nch == 1 || a < 0 || a >= qt->rank) {
+			nch = 1;
+			inner = qt->nelem;
+		} else {
+			for (int k = 0; k < a; k++)
+				outer *= (size_t)qt->dims[k];
+			for (int k = a + 1; k < qt->rank; k++)
+				inner *= (size_t)qt->dims[k];
+		}
+		for (size_t o = 0, e = 0; o < outer; o++)
+			for (size_t ch = 0; ch < nch; ch++) {
+				float s = sc[ch];
+				int64_t z = q->z ? oq_tensor_get_int(q->z, ch) : 0;
+				for (size_t k = 0; k < inner; k++, e++) {
+					float w;
+					int64_t c = u8 ? (int64_t)qw[e] : (int64_t)(signed char)qw[e];
+					double b, er;
+					memcpy(&w, fw + 4 * e, sizeof w);
+					b = (float)(c - z) * s;
+					er = (double)w - b;
+					r2 += (double)w * w;
+					d2 += er * er;
+				}
+			}
+	} else {
+		for (size_t e = 0; e < qt->nelem; e++) {
+			size_t ch = oq_qpoint_channel(q, qt->dims, qt->rank, e);
+			double a = oq_tensor_get(ft, e), s = sc[ch];
+			int64_t z = q->z ? oq_tensor_get_int(q->z, ch) : 0;
+			double b = (float)(oq_tensor_get_int(qt, e) - z) * (float)s, er = a - b;
+			r2 += a * a;
+			d2 += er * er;
+		}
+	}
+	pt->r2 = r2;
+	pt->d2 = d2;
+}
+
+/*
  * The points of quantized model qm into c (activations, observed while qm runs); with `first`,
  * f->pt is built from them and the weights' own errors are summed against fm's initializers.
  */
@@ -435,18 +491,8 @@ static int points(const oq_model *fm, const oq_model *qm, int first, oq_fidelity
 		}
 		c->pi[i] = (size_t)p;
 		if (q->weight) {
-			const oq_tensor *ft = q->fv->init, *qt = q->x->init;
-			oq_fid_point *pt = &f->pt[p];
-			if (!first)
-				continue;
-			for (size_t e = 0; e < qt->nelem; e++) {
-				size_t ch = oq_qpoint_channel(q, qt->dims, qt->rank, e);
-				double a = oq_tensor_get(ft, e), s = ((const float *)q->s->data)[ch];
-				int64_t z = q->z ? oq_tensor_get_int(q->z, ch) : 0;
-				double b = (float)(oq_tensor_get_int(qt, e) - z) * (float)s, er = a - b;
-				pt->r2 += a * a;
-				pt->d2 += er * er;
-			}
+			if (first)
+				weight_sums(q, &f->pt[p]);
 			continue;
 		}
 		c->map[q->x->index] = (long)i;
