@@ -555,6 +555,71 @@ Test(exec_fold, packed_conv_weights)
 }
 
 /*
+ * A Conv weight written as a Constant node (as paddle2onnx exports do), 64 x 32 x 3 x 3 floats
+ * (73 KiB, above the size at which a computed constant is left to the runs): the plan holds the
+ * Constant's value and packs it for the Conv, as it does for an initializer. The outputs are the
+ * bits of the same model with an initializer weight, and of runs that fold nothing.
+ */
+static gen_model *const_weight_conv(const double *w, int as_node)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *gp;
+	Onnx__NodeProto *n;
+
+	gen_opset(g, "", 13);
+	gp = gen_graph(g);
+	gen_input(g, gp, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 32, 9, 9));
+	if (as_node) {
+		n = gen_node(g, gp, "Constant", "wc", "", "W");
+		gen_attr(g, n, "value", OQ_ATTR_TENSOR)->t =
+			gen_tensor(g, "", OQ_DT_FLOAT, 4, (const int64_t[]){64, 32, 3, 3}, w);
+	} else {
+		gen_init(g, gp, "W", OQ_DT_FLOAT, GEN_SHAPE(64, 32, 3, 3), w);
+	}
+	n = gen_node(g, gp, "Conv", "c", "x,W", "y");
+	gen_attr_ints(g, n, "pads", 4, (const int64_t[]){1, 1, 1, 1});
+	gen_output(g, gp, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 64, 9, 9));
+	return g;
+}
+
+Test(exec_fold, constant_node_weight_held_and_packed)
+{
+	double *w = rvals(64 * 32 * 9, 11), *xv = rvals(32 * 81, 12);
+	gen_model *g = const_weight_conv(w, 1), *gi = const_weight_conv(w, 0);
+	oq_model *m = NULL;
+	oq_exec *e = NULL;
+	oq_exec_opts o = {.threads = 1};
+	oq_diag d;
+	oq_rt in, a, b, c;
+
+	__builtin_cpu_init();
+	cr_assert_eq(oq_rt_alloc(&in, OQ_DT_FLOAT, 4, (const int64_t[]){1, 32, 9, 9}), OQ_OK);
+	for (size_t i = 0; i < in.nelem; i++)
+		((float *)in.data)[i] = (float)xv[i];
+	oq_diag_init(&d);
+	cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_exec_new(m, &o, &e, &d), OQ_OK, "%s", d.msg);
+	cr_expect_eq(oq_exec_n_folded(e), 1, "the Constant is held by the plan");
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
+		cr_expect_eq(oq_exec_n_packed_conv(e), 1, "its value packed for the Conv");
+	oq_exec_free(e);
+	oq_model_free(m);
+	run(g, 1, 1, NULL, &in, 1, &a, 1, NULL, NULL, 0);
+	run(g, 2, 0, NULL, &in, 1, &b, 1, NULL, NULL, 0);
+	run(gi, 1, 1, NULL, &in, 1, &c, 1, NULL, NULL, 0);
+	expect_same(&a, &b, "y (nothing folded)");
+	expect_same(&a, &c, "y (initializer weight)");
+	oq_rt_release(&a);
+	oq_rt_release(&b);
+	oq_rt_release(&c);
+	oq_rt_release(&in);
+	free(w);
+	free(xv);
+	gen_free(g);
+	gen_free(gi);
+}
+
+/*
  * oq_exec_opts.fold_dq: DequantizeLinear of constant int8 weights computed
  * once by the plan, and the float weights packed for their Conv and MatMul.
  *   Wd = DequantizeLinear(Wq, s, zp)    Wq int8 [32, 8, 1, 1], per-channel s (axis 0), zp 0

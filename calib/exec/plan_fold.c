@@ -121,8 +121,9 @@ static void plan_freed(plan *p, size_t bytes)
  * observer). The same kernel computes the same bits as it would in a run
  * (kernels do not depend on the thread count). A kernel error, a sequence
  * output or an output above twice the inputs' bytes + 64 KiB (e.g. a big
- * ConstantOfShape, better made per run and freed) leave the node to the
- * runs, which report its errors. Identity / Reshape-like outputs
+ * ConstantOfShape, better made per run and freed; not a Constant, whose
+ * value the model holds anyway) leave the node to the runs, which report
+ * its errors. Identity / Reshape-like outputs
  * share their input's bytes instead of a copy; `pinned` marks such inputs.
  */
 static int fold_node(oq_exec *e, plan *p, size_t ni, unsigned char *pinned, const unsigned char *gone,
@@ -186,9 +187,24 @@ static int fold_node(oq_exec *e, plan *p, size_t ni, unsigned char *pinned, cons
 			e->live -= out[i]->nbytes; /* not an activation */
 	}
 	/* an output much larger than the inputs is cheaper to recompute than to hold (a
-	 * ConstantOfShape), except a dequantized weight when asked for (fold_dq) */
-	if (rc || (out_bytes / 2 > in_bytes + 32768 && n->op != OQ_OP_DequantizeLinear))
+	 * ConstantOfShape), except a dequantized weight when asked for (fold_dq) and a Constant's
+	 * value (a weight exporters write as a node: held in the model anyway, and packed once
+	 * when a product reads it) */
+	if (rc || (out_bytes / 2 > in_bytes + 32768 && n->op != OQ_OP_DequantizeLinear && n->op != OQ_OP_Constant))
 		keep = 0;
+	/* a Constant's value in the model's own aligned bytes: a view of them, not a second copy */
+	if (keep && n->op == OQ_OP_Constant && out[0] && out[0]->kind == OQ_RT_TENSOR && n->n_attrs == 1 &&
+	    n->attrs[0].type == OQ_ATTR_TENSOR && n->attrs[0].t) {
+		oq_rt view;
+		if (!oq_rt_from_tensor(&view, n->attrs[0].t) && view.borrowed && view.dtype == out[0]->dtype &&
+		    view.nbytes == out[0]->nbytes && !out[0]->wide && !out[0]->borrowed) {
+			plan_freed(p, out[0]->nbytes);
+			oq_rt_release(out[0]);
+			*out[0] = view;
+		} else {
+			oq_rt_release(&view);
+		}
+	}
 	for (size_t i = 0; i < n->n_outputs; i++) {
 		oq_value *v = n->outputs[i];
 		if (keep && v && !p->inits[v->index]) {
