@@ -364,6 +364,12 @@ fail:
 	return OQ_ENOMEM;
 }
 
+/* v is observed: not a main-graph value the quantize pass reads no range of (need_only). */
+static int needed(const calib *c, const oq_value *v)
+{
+	return !c->need || v->graph != c->g || v->index >= c->g->n_values || c->need[v->index];
+}
+
 static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 {
 	calib *c = ctx;
@@ -372,7 +378,7 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 
 	if (c->extra && (rc = c->extra(c->extra_ctx, v, t)))
 		return rc;
-	if ((i = slot_of(c, v)) == SIZE_MAX || !is_observed_dtype(t->dtype))
+	if ((i = slot_of(c, v)) == SIZE_MAX || !is_observed_dtype(t->dtype) || !needed(c, v))
 		return 0;
 	q = c->fold * c->n + i;
 	if ((rc = fold(c, &c->fst[q], c->em ? &c->em[i] : NULL, c->h && c->track[i] ? &c->fh[q] : NULL,
@@ -385,7 +391,7 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 static int want(void *ctx, const oq_value *v)
 {
 	const calib *c = ctx;
-	return !(v->qmark & c->skip);
+	return !(v->qmark & c->skip) && needed(c, v);
 }
 
 /* ------------------------------------------------------------ sources */
@@ -1241,7 +1247,8 @@ static int prepare(oq_model *m, const oq_calib_opts *o, job *j, calib *c, oq_dia
 	/* Values nobody quantizes need no range; declining them lets the executor keep its
 	 * fused Conv groups. The bias-correction observer (extra) wants every value. */
 	c->skip = o->skip_qmark;
-	if (c->skip && !c->extra)
+	c->need = o->need_only ? o->hist_need : NULL;
+	if ((c->skip || c->need) && !c->extra)
 		oq_exec_set_observe_want(j->e, want);
 	if (o->progress && isatty(fileno(o->progress)))
 		j->tty = o->progress;

@@ -80,6 +80,9 @@ typedef struct oq_calib_opts {
 			      * oq_folds_count(folds, samples) folds, whatever the method; ema: none),
 			      * as oq_calibrate_stats writes them for --method auto; the ranges are
 			      * the same bits either way. NULL: not kept */
+	int need_only;       /* 1 (quantize): main-graph values hist_need marks 0 are not observed at
+			      * all (no range: the quantize pass reads none of them), so their
+			      * scans cost nothing and the executor may keep their groups fused */
 	unsigned skip_qmark; /* values with (qmark & skip_qmark) need no range: the executor may keep
 			      * its fused Conv groups whose intermediates all carry such a mark (no
 			      * range is then reported for those); 0 = every value */

@@ -54,6 +54,8 @@ typedef struct calib {
 			    * (fold_totals) */
 	oq_hist *fh;       /* the same for h (histogram methods; h itself when nf is 1) */
 	unsigned skip;     /* oq_calib_opts.skip_qmark */
+	const uint8_t *need; /* oq_calib_opts.need_only: hist_need (main-graph values marked 0 are not
+			      * observed), else NULL */
 	const oq_value *oom; /* the value whose histogram could not be allocated, or NULL */
 	oq_pool *pool;     /* the executor's threads: large float32 tensors are scanned in parallel */
 	oq_hist *ph;       /* oq_pool_threads(pool) private histograms of the parallel fill (unallocated

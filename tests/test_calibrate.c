@@ -13,7 +13,7 @@
  * and +0.0 in different samples) and threads 1 vs 2, bit for bit; --calib
  * limit; random:N[:SEED] (warning, determinism, the seed matters, bad
  * specs); the empty-folder message; a bad sample named before anything runs;
- * the non-terminal summary line.
+ * the non-terminal summary line; need_only observing only the needed values.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -561,5 +561,56 @@ Test(calibrate, values_inside_if_and_loop_bodies, .init = setup, .fini = teardow
 	expect_range(&r, "ty", 0, 6, 0);
 	cr_expect_null(oq_ranges_find(&r, "ey"));
 	oq_ranges_free(&r);
+	unbuild(&f);
+}
+
+/*
+ * need_only: the values hist_need marks 0 are not observed (no range), those it marks get the
+ * ranges of a run that observes everything, bit for bit (mse: their histograms are the same).
+ * On build_matmul: need x and r; y (the MatMul output) has no range.
+ */
+Test(calibrate, need_only_observes_the_needed_values, .init = setup, .fini = teardown)
+{
+	fixture f;
+	oq_calib_opts o;
+	oq_ranges all, some;
+	oq_diag d;
+	uint8_t *need;
+	char *log;
+	size_t n;
+	FILE *p;
+
+	build_matmul(&f);
+	need = calloc(f.m->graph->n_values + 1, 1);
+	cr_assert(need);
+	need[oq_graph_find(f.m->graph, "x")->index] = 1;
+	need[oq_graph_find(f.m->graph, "r")->index] = 1;
+	memset(&o, 0, sizeof o);
+	o.source = "random:5:7";
+	o.threads = 2;
+	o.method = OQ_CALIB_MSE;
+	o.hist_need = need;
+	oq_diag_init(&d);
+	cr_assert_eq(oq_calibrate(f.m, &o, &all, &d), OQ_OK, "%s", d.msg);
+	o.need_only = 1;
+	cr_assert_not_null(p = open_memstream(&log, &n));
+	o.progress = p;
+	cr_assert_eq(oq_calibrate(f.m, &o, &some, &d), OQ_OK, "%s", d.msg);
+	fclose(p);
+	cr_expect_eq(all.n, 3);
+	cr_assert_eq(some.n, 2, "x and r only");
+	cr_expect_null(oq_ranges_find(&some, "y"));
+	for (size_t i = 0; i < some.n; i++) {
+		const oq_range *a = oq_ranges_find(&all, some.v[i].name);
+		cr_assert_not_null(a);
+		cr_expect(!memcmp(&a->min, &some.v[i].min, sizeof a->min) && !memcmp(&a->max, &some.v[i].max, sizeof a->max),
+			  "%s: [%a, %a] vs [%a, %a]", a->name, (double)a->min, (double)a->max, (double)some.v[i].min,
+			  (double)some.v[i].max);
+	}
+	cr_expect(strstr(log, "2 tensors observed") != NULL, "%s", log);
+	free(log);
+	free(need);
+	oq_ranges_free(&all);
+	oq_ranges_free(&some);
 	unbuild(&f);
 }

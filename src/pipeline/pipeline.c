@@ -528,6 +528,9 @@ static int calibrate(job *j, oq_diag *d)
 	if ((rc = range_needs(j, d)))
 		return rc;
 	co = calib_opts(j);
+	/* quantize reads no other range: the rest are not scanned at all (a statistics file keeps
+	 * every tensor's min/max) */
+	co.need_only = 1;
 	co.grid = calib_grid;
 	co.grid_ctx = &j->q;
 	co.stats = j->o.stats_in ? &j->stats : NULL;
