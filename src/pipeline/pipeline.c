@@ -529,8 +529,9 @@ static int calibrate(job *j, oq_diag *d)
 		return rc;
 	co = calib_opts(j);
 	/* quantize reads no other range: the rest are not scanned at all (a statistics file keeps
-	 * every tensor's min/max) */
-	co.need_only = 1;
+	 * every tensor's min/max). Not with If/Loop/Scan bodies: the quantize pass also gives a Q to
+	 * a main-graph value a body captures, which need does not mark. */
+	co.need_only = !j->m->graph->n_subgraphs;
 	co.grid = calib_grid;
 	co.grid_ctx = &j->q;
 	co.stats = j->o.stats_in ? &j->stats : NULL;
