@@ -911,3 +911,48 @@ Test(quant_kernel, q_dq_pairs_only_where_the_code_is_not_needed)
 		oq_rt_release(&b.y);
 	}
 }
+
+/* DequantizeLinear per axis on the last axis (a MatMul weight per column: every row of the
+ * kernel's row space is one element): [3, 37] codes, 37 scales and zero points, both 8-bit
+ * types, every element against the definition (code - zp) * scale; by hand: int8 code -5 in
+ * column 2 (scale 0.75, zp -1): (-5 + 1) * 0.75 = -3. */
+Test(quant_kernel, dq_per_axis_on_the_last_axis)
+{
+	double q[3 * 37], sc[37], zp[37];
+
+	for (int u8 = 0; u8 < 2; u8++) {
+		for (int i = 0; i < 3 * 37; i++)
+			q[i] = u8 ? (i * 53) % 256 : (i * 53) % 256 - 128;
+		for (int c = 0; c < 37; c++) {
+			sc[c] = 0.25 * (c + 1);
+			zp[c] = u8 ? (c * 7) % 256 : (c * 7) % 256 - 128;
+		}
+		if (!u8) {
+			q[2] = -5;
+			zp[2] = -1;
+		}
+		for (int simd = 0; simd < 2; simd++) {
+			Onnx__GraphProto *g;
+			gen_model *m = start(13, &g);
+			oq_rt y;
+			oq_diag d;
+			int dt = u8 ? OQ_DT_UINT8 : OQ_DT_INT8;
+			gen_init(m, g, "q", dt, GEN_SHAPE(3, 37), q);
+			gen_init(m, g, "s", OQ_DT_FLOAT, GEN_SHAPE(37), sc);
+			gen_init(m, g, "z", dt, GEN_SHAPE(37), zp);
+			gen_attr_int(m, gen_node(m, g, "DequantizeLinear", "dq", "q,s,z", "y"), "axis", 1);
+			gen_output(m, g, "y", OQ_DT_FLOAT, GEN_SHAPE(3, 37));
+			oq_quant_simd = simd;
+			cr_assert_eq(run(m, NULL, 0, NULL, &y, &d), OQ_OK, "%s", d.msg);
+			oq_quant_simd = 1;
+			for (int i = 0; i < 3 * 37; i++) {
+				float want = ((float)q[i] - (float)zp[i % 37]) * (float)sc[i % 37];
+				cr_assert(!memcmp((float *)y.data + i, &want, 4), "%s simd %d element %d: %g, want %g",
+					  u8 ? "uint8" : "int8", simd, i, (double)((float *)y.data)[i], (double)want);
+			}
+			if (!u8)
+				cr_expect_eq(((float *)y.data)[2], -3.0f);
+			oq_rt_release(&y);
+		}
+	}
+}

@@ -437,6 +437,45 @@ static void q_rows(void *ctx, size_t b, size_t e)
 	}
 }
 
+#ifdef HAVE_Q_AVX512
+/* dq_last_axis' loop, 16 elements a step (the scales and zero points of 16 consecutive channels). */
+__attribute__((target("avx512f"))) static size_t dq_last_avx512(const void *x, int is_u8, float *y, size_t n,
+								 const float *sc, const int32_t *zp)
+{
+	size_t i = 0;
+
+	for (; i + 16 <= n; i += 16) {
+		__m128i b = _mm_loadu_si128((const __m128i *)((const char *)x + i));
+		__m512i w = is_u8 ? _mm512_cvtepu8_epi32(b) : _mm512_cvtepi8_epi32(b);
+		__m512 z = _mm512_cvtepi32_ps(_mm512_loadu_si512(zp + i));
+		_mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(w), z), _mm512_loadu_ps(sc + i)));
+	}
+	return i;
+}
+#endif
+
+/* DQ of 8-bit x per axis on its last axis, elements [b, e): y = ((float) x - (float) zp[a]) * scale[a], a
+ * the element's index along the axis, in runs of consecutive a. */
+static void dq_last_axis(const qjob *j, int is_u8, size_t b, size_t e)
+{
+	size_t alen = j->sh.alen;
+	float *y = j->y->data;
+
+	while (b < e) {
+		size_t a = b % alen, n = alen - a < e - b ? alen - a : e - b, i = 0;
+		const float *sc = j->scale + a;
+		const int32_t *zp = j->zpi + a;
+		const char *x = (const char *)j->x->data + b;
+#ifdef HAVE_Q_AVX512
+		if (oq_quant_simd && oq_cpu_avx512())
+			i = dq_last_avx512(x, is_u8, y + b, n, sc, zp);
+#endif
+		for (; i < n; i++)
+			y[b + i] = ((float)(is_u8 ? (int)(uint8_t)x[i] : (int)(int8_t)x[i]) - (float)zp[i]) * sc[i];
+		b += n;
+	}
+}
+
 /* DQ over rows [b, e). */
 static void dq_rows(void *ctx, size_t b, size_t e)
 {
@@ -446,6 +485,13 @@ static void dq_rows(void *ctx, size_t b, size_t e)
 	const void *xp = j->x->data;
 	void *yp = j->y->data;
 
+	if (sh->inner == 1 && sh->si == 0 && sh->so == 0 && sh->block == 1 && ydt == OQ_DT_FLOAT &&
+	    (xdt == OQ_DT_UINT8 || xdt == OQ_DT_INT8)) {
+		/* per axis on the last axis (a MatMul weight per column): each row is one element, so
+		 * the rows go along the axis together, element r with scale r % alen (same formula) */
+		dq_last_axis(j, xdt == OQ_DT_UINT8, b, e);
+		return;
+	}
 	for (size_t r = b; r < e; r++) {
 		size_t o = r / sh->alen, a = r % sh->alen, base = r * sh->inner;
 		if (sh->si == 0 && ydt == OQ_DT_FLOAT && (xdt == OQ_DT_UINT8 || xdt == OQ_DT_INT8)) {
