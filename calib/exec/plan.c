@@ -603,7 +603,7 @@ static void plan_qdq(plan *p)
 		const oq_node *q = g->nodes[i], *dq;
 		node_plan *np = &p->nodes[i];
 
-		if (q->op != OQ_OP_QuantizeLinear || q->domain[0] || np->absorbed || np_heads(np) || np->folded ||
+		if (q->op != OQ_OP_QuantizeLinear || q->domain[0] || np->absorbed || np_heads(np) ||
 		    q->n_inputs < 2 || q->n_inputs > 3 || q->n_outputs != 1 || !q->inputs[0] || !q->inputs[1] ||
 		    const_tensor(q->inputs[0]) || node_int(q, "block_size", 0) || node_int(q, "output_dtype", 0))
 			continue;

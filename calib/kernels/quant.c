@@ -351,55 +351,6 @@ static void q_row_f32_8(int ydt, const float *x, void *y, size_t n, float scale,
 	oq_quant_row8(x, n, scale, zp, qmin, qmax, y);
 }
 
-#ifdef HAVE_Q_AVX512
-/* qdq_row_f32_8's loop 16 values at a time: q_row_avx512's steps up to the integer code, then
- * dq_row_avx512's ((float) code - zp) * scale, lane by lane; returns how many it did. */
-__attribute__((target("avx512f"))) static size_t qdq_row_avx512(const float *x, float *y, size_t n, float scale,
-								int32_t zp, float lo, float hi)
-{
-	const __m512 sv = _mm512_set1_ps(scale), lov = _mm512_set1_ps(lo), hiv = _mm512_set1_ps(hi);
-	const __m512 magic = _mm512_set1_ps(12582912.0f), zf = _mm512_set1_ps((float)zp);
-	const __m512i zv = _mm512_set1_epi32(zp);
-	size_t i = 0;
-
-	for (; i + 16 <= n; i += 16) {
-		__m512 v = _mm512_div_ps(_mm512_loadu_ps(x + i), sv);
-		v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
-		v = _mm512_max_ps(v, lov);
-		v = _mm512_min_ps(v, hiv);
-		v = _mm512_sub_ps(_mm512_add_ps(v, magic), magic);
-		v = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_cvttps_epi32(v), zv));
-		_mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_sub_ps(v, zf), sv));
-	}
-	return i;
-}
-#endif
-
-/*
- * QuantizeLinear to uint8 / int8 then DequantizeLinear with the same scale and zero point, for one
- * row of float32 values with one scale: y = ((float) q - zp) * scale with q the code
- * oq_quant_row8 stores (in [qmin, qmax], so the 8-bit store and the DQ's read give q back).
- */
-static void qdq_row_f32_8(int qdt, const float *x, float *y, size_t n, float scale, int32_t zp)
-{
-	int32_t qmin = qdt == OQ_DT_UINT8 ? 0 : -128, qmax = qdt == OQ_DT_UINT8 ? 255 : 127;
-	const float magic = 12582912.0f, lo = (float)(qmin - zp), hi = (float)(qmax - zp), z = (float)zp;
-	size_t i = 0;
-
-#ifdef HAVE_Q_AVX512
-	if (oq_quant_simd && oq_cpu_avx512())
-		i = qdq_row_avx512(x, y, n, scale, zp, lo, hi);
-#endif
-	for (; i < n; i++) {
-		float v = x[i] / scale;
-		v = v == v ? v : 0.0f;
-		v = v < lo ? lo : v;
-		v = v > hi ? hi : v;
-		v = (v + magic) - magic;
-		y[i] = ((float)((int32_t)v + zp) - z) * scale;
-	}
-}
-
 /* Q over rows [b, e) of the [outer * alen] row space. */
 static void q_rows(void *ctx, size_t b, size_t e)
 {
@@ -435,6 +386,25 @@ static void q_rows(void *ctx, size_t b, size_t e)
 				    oq_quant_int(xv, j->scale[s], j->zpi[s], j->qmin, j->qmax));
 		}
 	}
+}
+
+/* The common case of DQ, 8-bit codes to float32 with one scale for the whole row: dq_row_avx512's
+ * whole vectors on AVX-512 CPUs, then y = ((float) x - zp) * scale one at a time. */
+static void dq_row_8_f32(int is_u8, const void *x, float *y, size_t n, float scale, int32_t zp)
+{
+	float z = (float)zp;
+	size_t i = 0;
+
+#ifdef HAVE_Q_AVX512
+	if (oq_quant_simd && oq_cpu_avx512())
+		i = dq_row_avx512(x, is_u8, y, n, scale, z);
+#endif
+	if (is_u8)
+		for (const uint8_t *p = x; i < n; i++)
+			y[i] = ((float)p[i] - z) * scale;
+	else
+		for (const int8_t *p = x; i < n; i++)
+			y[i] = ((float)p[i] - z) * scale;
 }
 
 #ifdef HAVE_Q_AVX512
@@ -495,21 +465,9 @@ static void dq_rows(void *ctx, size_t b, size_t e)
 	for (size_t r = b; r < e; r++) {
 		size_t o = r / sh->alen, a = r % sh->alen, base = r * sh->inner;
 		if (sh->si == 0 && ydt == OQ_DT_FLOAT && (xdt == OQ_DT_UINT8 || xdt == OQ_DT_INT8)) {
-			size_t s = sidx(sh, o, a, 0), i0 = 0;
-			float sc = j->scale[s], z = (float)j->zpi[s], *y = (float *)yp + base;
-#ifdef HAVE_Q_AVX512
-			if (oq_quant_simd && oq_cpu_avx512())
-				i0 = dq_row_avx512((const char *)xp + base, xdt == OQ_DT_UINT8, y, sh->inner, sc, z);
-#endif
-			if (xdt == OQ_DT_UINT8) {
-				const uint8_t *x = (const uint8_t *)xp + base;
-				for (size_t i = i0; i < sh->inner; i++)
-					y[i] = ((float)x[i] - z) * sc;
-			} else {
-				const int8_t *x = (const int8_t *)xp + base;
-				for (size_t i = i0; i < sh->inner; i++)
-					y[i] = ((float)x[i] - z) * sc;
-			}
+			size_t s = sidx(sh, o, a, 0);
+			dq_row_8_f32(xdt == OQ_DT_UINT8, (const char *)xp + base, (float *)yp + base, sh->inner,
+				     j->scale[s], j->zpi[s]);
 			continue;
 		}
 		for (size_t i = 0; i < sh->inner; i++) {
@@ -637,16 +595,25 @@ fail:
 	return rc;
 }
 
-/* oq_k_qdq over rows [b, e). */
+#define QDQ_CHUNK 1024 /* codes oq_k_qdq holds at a time (on the stack, in L1) */
+
+/* oq_k_qdq over rows [b, e): each row through the Q row into codes, then the DQ row, a chunk at a
+ * time, so the bits are the two kernels' and the codes never reach memory beyond the chunk. */
 static void qdq_rows(void *ctx, size_t b, size_t e)
 {
 	const qjob *j = ctx;
 	const qshape *sh = &j->sh;
+	unsigned char code[QDQ_CHUNK];
 
 	for (size_t r = b; r < e; r++) {
 		size_t s = sidx(sh, r / sh->alen, r % sh->alen, 0), base = r * sh->inner;
-		qdq_row_f32_8(j->qdt, (const float *)j->x->data + base, (float *)j->y->data + base, sh->inner,
-			      j->scale[s], j->zpi[s]);
+		const float *x = (const float *)j->x->data + base;
+		float *y = (float *)j->y->data + base;
+		for (size_t i = 0; i < sh->inner; i += QDQ_CHUNK) {
+			size_t m = sh->inner - i < QDQ_CHUNK ? sh->inner - i : QDQ_CHUNK;
+			q_row_f32_8(j->qdt, x + i, code, m, j->scale[s], j->zpi[s]);
+			dq_row_8_f32(j->qdt == OQ_DT_UINT8, code, y + i, m, j->scale[s], j->zpi[s]);
+		}
 	}
 }
 

@@ -280,6 +280,29 @@ void oq_fidelity_sq_block(const float *x, size_t n, float s, float qlo, float qh
 	sq_block_c(x, n, s, qlo, qhi, lo, hi, r2, d2);
 }
 
+/*
+ * A tensor of q's point (dims, rank, nelem elements) as [outer, nch, inner] around q's channel
+ * axis: element i = (o * nch + ch) * inner + k has channel ch (oq_qpoint_channel); one scale:
+ * [1, 1, nelem].
+ */
+static void point_shape(const oq_qpoint *q, const int64_t *dims, int rank, size_t nelem, size_t *outer, size_t *nch,
+			size_t *inner)
+{
+	int a = q->axis < 0 ? q->axis + rank : q->axis;
+
+	*outer = *inner = 1;
+	*nch = q->s->nelem;
+	if (*nch == 1 || a < 0 || a >= rank) {
+		*nch = 1;
+		*inner = nelem;
+		return;
+	}
+	for (int k = 0; k < a; k++)
+		*outer *= (size_t)dims[k];
+	for (int k = a + 1; k < rank; k++)
+		*inner *= (size_t)dims[k];
+}
+
 /* oq_observe_fn (always 0; also called for the graph inputs) */
 static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 {
@@ -287,9 +310,8 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 	const oq_qpoint *q;
 	double *acc;
 	const float *x, *sc;
-	size_t nch, outer = 1, inner = 1;
+	size_t nch, outer, inner;
 	double r2, d2;
-	int a;
 
 	if (v->graph != c->g || c->map[v->index] < 0 || t->dtype != OQ_DT_FLOAT)
 		return 0;
@@ -302,18 +324,7 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 	/* element i = (o * nch + ch) * inner + k, visited in that order: the sums are added block by
 	 * block (add_squares) in element order, each term as oq_qpoint_fake and oq_qpoint_channel
 	 * give it */
-	nch = q->s->nelem;
-	a = q->axis < 0 ? q->axis + t->rank : q->axis;
-	if (nch == 1 || a < 0 || a >= t->rank) {
-		nch = 1;
-		a = t->rank;
-	}
-	for (int k = 0; k < a; k++)
-		outer *= (size_t)t->dims[k];
-	for (int k = a + 1; k < t->rank; k++)
-		inner *= (size_t)t->dims[k];
-	if (nch == 1)
-		inner = t->nelem, outer = 1;
+	point_shape(q, t->dims, t->rank, t->nelem, &outer, &nch, &inner);
 	r2 = acc[0];
 	d2 = acc[1];
 	for (size_t o = 0; o < outer; o++)
@@ -404,55 +415,40 @@ int oq_qpoints(const oq_model *fm, const oq_model *qm, oq_qpoint **out, size_t *
 /*
  * A weight point's own error into pt: with a = the float weight and b = ((float) code - z) *
  * scale as DequantizeLinear computes it, r2 += a^2 and d2 += (a - b)^2 in double, element after
- * element. Float weights with 8-bit codes are read in place, channel by channel (the same terms
- * in the same order); other types through the tensor getters.
+ * element, channel by channel. Float weights and 8-bit codes are read in place, other types
+ * through the tensor getters.
  */
 static void weight_sums(const oq_qpoint *q, oq_fid_point *pt)
 {
 	const oq_tensor *ft = q->fv->init, *qt = q->x->init;
 	const float *sc = q->s->data;
+	const unsigned char *fw = ft->dtype == OQ_DT_FLOAT ? ft->data : NULL;
+	const unsigned char *qw = qt->dtype == OQ_DT_INT8 || qt->dtype == OQ_DT_UINT8 ? qt->data : NULL;
+	int u8 = qt->dtype == OQ_DT_UINT8;
 	double r2 = pt->r2, d2 = pt->d2;
+	size_t outer, nch, inner;
 
-	if (ft->dtype == OQ_DT_FLOAT && (qt->dtype == OQ_DT_INT8 || qt->dtype == OQ_DT_UINT8) && ft->data && qt->data) {
-		const unsigned char *fw = ft->data;
-		const unsigned char *qw = qt->data;
-		size_t nch = q->s->nelem, outer = 1, inner = 1;
-		int a = q->axis < 0 ? q->axis + qt->rank : q->axis, u8 = qt->dtype == OQ_DT_UINT8;
-
-		if (nch == 1 || a < 0 || a >= qt->rank) {
-			nch = 1;
-			inner = qt->nelem;
-		} else {
-			for (int k = 0; k < a; k++)
-				outer *= (size_t)qt->dims[k];
-			for (int k = a + 1; k < qt->rank; k++)
-				inner *= (size_t)qt->dims[k];
-		}
-		for (size_t o = 0, e = 0; o < outer; o++)
-			for (size_t ch = 0; ch < nch; ch++) {
-				float s = sc[ch];
-				int64_t z = q->z ? oq_tensor_get_int(q->z, ch) : 0;
-				for (size_t k = 0; k < inner; k++, e++) {
-					float w;
-					int64_t c = u8 ? (int64_t)qw[e] : (int64_t)(signed char)qw[e];
-					double b, er;
-					memcpy(&w, fw + 4 * e, sizeof w);
-					b = (float)(c - z) * s;
-					er = (double)w - b;
-					r2 += (double)w * w;
-					d2 += er * er;
-				}
-			}
-	} else {
-		for (size_t e = 0; e < qt->nelem; e++) {
-			size_t ch = oq_qpoint_channel(q, qt->dims, qt->rank, e);
-			double a = oq_tensor_get(ft, e), s = sc[ch];
+	point_shape(q, qt->dims, qt->rank, qt->nelem, &outer, &nch, &inner);
+	for (size_t o = 0, e = 0; o < outer; o++)
+		for (size_t ch = 0; ch < nch; ch++) {
+			float s = sc[ch];
 			int64_t z = q->z ? oq_tensor_get_int(q->z, ch) : 0;
-			double b = (float)(oq_tensor_get_int(qt, e) - z) * (float)s, er = a - b;
-			r2 += a * a;
-			d2 += er * er;
+			for (size_t k = 0; k < inner; k++, e++) {
+				int64_t c = !qw ? oq_tensor_get_int(qt, e) : u8 ? (int64_t)qw[e] : (int64_t)(signed char)qw[e];
+				double a, b, er;
+				if (fw) {
+					float w;
+					memcpy(&w, fw + 4 * e, sizeof w);
+					a = w;
+				} else {
+					a = oq_tensor_get(ft, e);
+				}
+				b = (float)(c - z) * s;
+				er = a - b;
+				r2 += a * a;
+				d2 += er * er;
+			}
 		}
-	}
 	pt->r2 = r2;
 	pt->d2 = d2;
 }
