@@ -1159,7 +1159,8 @@ static int keeps_folds(const oq_calib_opts *o)
  */
 static int prepare(oq_model *m, const oq_calib_opts *o, job *j, calib *c, oq_diag *d)
 {
-	oq_exec_opts eo = {.threads = 0, .max_loop_iterations = o->max_loop_iterations};
+	oq_exec_opts eo = {.threads = 0, .max_loop_iterations = o->max_loop_iterations,
+			   .max_live_bytes = o->max_live_bytes};
 	uint64_t n_random = 0, b, e;
 	uint32_t ns = o->n_shards ? o->n_shards : 1;
 	int rc;

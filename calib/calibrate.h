@@ -46,6 +46,8 @@ typedef int (*oq_calib_grid_fn)(void *ctx, const oq_value *v, int *dtype, int *a
 typedef struct oq_calib_opts {
 	const char *source;  /* --calib DIR or "random:N[:SEED]" */
 	int64_t max_loop_iterations; /* --max-loop-iterations (oq_exec_opts); <= 0: the default */
+	int64_t max_live_bytes; /* oq_exec_opts.max_live_bytes of every executor; <= 0: no limit
+				 * (no option sets it: for embedders and the fuzz targets) */
 	size_t limit;        /* --calib-limit N: first N samples in lexical order; 0 = all */
 	int threads;         /* executor threads; <= 0: all cores */
 	FILE *progress;      /* progress / summary / warnings (stderr), or NULL for quiet */

@@ -356,6 +356,63 @@ Test(exec_fold, what_is_not_folded)
 }
 
 /*
+ * oq_exec_opts.max_live_bytes: two ConstantOfShape outputs of 75000 floats
+ * (300000 bytes each) and their sum (Add, made while both are held): 900000
+ * bytes at once. 900000 holds them; 800000 fails at the Add, 500000 at the
+ * second ConstantOfShape, 200000 at the first, each named (the plan folds
+ * none of them: a folded ConstantOfShape refused by the limit is left to the
+ * runs). x [1] is the caller's; the sums are 4 bytes: y = x + 0 = 2.5.
+ */
+Test(exec_fold, max_live_bytes_fails_naming_the_node)
+{
+	static const int64_t limits[] = {900000, 800000, 500000, 200000};
+	static const char *const fails[] = {NULL, "'both'", "'big2'", "'big1'"};
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *gp;
+	oq_rt x;
+
+	gen_opset(g, "", 13);
+	gp = gen_graph(g);
+	gen_input(g, gp, "x", OQ_DT_FLOAT, GEN_SHAPE(1));
+	gen_init(g, gp, "shape", OQ_DT_INT64, GEN_SHAPE(1), GEN_VALS(75000));
+	gen_node(g, gp, "ConstantOfShape", "big1", "shape", "z1");
+	gen_node(g, gp, "ConstantOfShape", "big2", "shape", "z2");
+	gen_node(g, gp, "Add", "both", "z1,z2", "z");
+	gen_node(g, gp, "ReduceSum", "sum", "z", "s");
+	gen_node(g, gp, "Add", "add", "x,s", "y");
+	gen_output(g, gp, "y", OQ_DT_FLOAT, -1, NULL);
+	cr_assert_eq(oq_rt_alloc(&x, OQ_DT_FLOAT, 1, (const int64_t[]){1}), OQ_OK);
+	((float *)x.data)[0] = 2.5f;
+	for (int i = 0; i < 4; i++) {
+		oq_model *m = NULL;
+		oq_exec *e = NULL;
+		oq_exec_opts o = {.threads = 1, .max_live_bytes = limits[i]};
+		oq_diag d;
+		oq_rt y = {0};
+		int rc;
+
+		oq_diag_init(&d);
+		cr_assert_eq(gen_load(g, &m, &d), OQ_OK, "load: %s", d.msg);
+		cr_assert_eq(oq_exec_new(m, &o, &e, &d), OQ_OK, "exec_new: %s", d.msg);
+		rc = oq_exec_run(e, &x, 1, &y, 1, &d);
+		if (!fails[i]) {
+			cr_expect_eq(rc, OQ_OK, "limit %lld: %s", (long long)limits[i], d.msg);
+			if (!rc)
+				expect_floats(&y, (const double[]){2.5}, 1, "y");
+		} else {
+			cr_expect_eq(rc, OQ_ENOMEM, "limit %lld: status %d", (long long)limits[i], rc);
+			cr_expect(strstr(d.msg, fails[i]) && strstr(d.msg, "300000 bytes"), "limit %lld: %s",
+				  (long long)limits[i], d.msg);
+		}
+		oq_rt_release(&y);
+		oq_exec_free(e);
+		oq_model_free(m);
+	}
+	oq_rt_release(&x);
+	gen_free(g);
+}
+
+/*
  * A folded weight that only a MatMul reads is packed and let go (a shell
  * with its shape); an observer still sees it, rebuilt from the panels, with
  * the bits of an unfolded, unpacked run. Also a Gemm whose B (transB) is

@@ -446,6 +446,15 @@ Test(linalg, bad_shapes_are_errors)
 	cr_expect(strstr(err, "channels"), "message: %s", err);
 	for (int i = 0; i < 2; i++)
 		oq_rt_release(&v[i]);
+	/* a kernel with a zero-sized spatial dim (found by fuzz_quantize: a division by zero) */
+	cin[1].dims[1] = 3;
+	cin[1].dims[2] = 0;
+	for (int i = 0; i < 2; i++)
+		make_rt(&cin[i], &v[i]);
+	cr_expect_eq(run_op("Conv", 13, cin, 2, v, NULL, NULL, OQ_DT_FLOAT, 1, &out, err, sizeof err), OQ_EINVAL);
+	cr_expect(strstr(err, "empty kernel"), "message: %s", err);
+	for (int i = 0; i < 2; i++)
+		oq_rt_release(&v[i]);
 }
 
 Test(linalg, conv_integer_zero_points)

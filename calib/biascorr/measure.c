@@ -775,7 +775,8 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 	oq_exec *ef = NULL, *eq = NULL;
 	/* the quantized models' weights dequantized and packed once (fold_dq): the float model's
 	 * executor holds as much already */
-	oq_exec_opts eo = {.threads = o->threads, .fold_dq = 1, .max_loop_iterations = o->max_loop_iterations};
+	oq_exec_opts eo = {.threads = o->threads, .fold_dq = 1, .max_loop_iterations = o->max_loop_iterations,
+			   .max_live_bytes = o->max_live_bytes};
 	oq_samples s = {0};
 	const oq_value **fvals = NULL, **qvals = NULL;
 	size_t *off = NULL, n_ch = 0, nin = 0, nout = 0, n = 0, sums = n_runs;

@@ -68,6 +68,8 @@ int oq_exec_new(oq_model *m, const oq_exec_opts *o, oq_exec **out, oq_diag *d)
 	e->m = m;
 	e->fold_dq = o ? o->fold_dq : 0;
 	e->max_loop = o && o->max_loop_iterations > 0 ? o->max_loop_iterations : OQ_MAX_LOOP_ITERATIONS;
+	e->max_live = o && o->max_live_bytes > 0 && (uint64_t)o->max_live_bytes < SIZE_MAX
+			      ? (size_t)o->max_live_bytes : SIZE_MAX;
 	/* the pool and scratch first: the plan runs kernels to fold constants */
 	if ((rc = oq_pool_new(threads, &e->pool))) {
 		rc = oq_err(d, rc, "run: cannot start %d threads", threads);
@@ -154,6 +156,7 @@ int oq_exec_clone(const oq_exec *src, const oq_exec_opts *o, oq_exec **out, oq_d
 	e->m = src->m;
 	e->fold_dq = src->fold_dq;
 	e->max_loop = src->max_loop;
+	e->max_live = src->max_live;
 	e->plans = src->plans;
 	e->borrowed = src->plans;
 	if ((rc = oq_pool_new(threads, &e->pool))) {

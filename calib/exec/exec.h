@@ -83,6 +83,12 @@ typedef struct oq_exec_opts {
 	int64_t max_loop_iterations;  /* iterations one Loop node may run before it fails naming the
 				       * node (a trip count of 2^62 with cond true never ends);
 				       * <= 0: OQ_MAX_LOOP_ITERATIONS. Clones keep their source's. */
+	int64_t max_live_bytes;       /* bytes of node outputs a run may hold at once (the values
+				       * counted by oq_exec_peak_bytes, a constant folded by the plan
+				       * included while it is made): the output that would pass it
+				       * fails naming its node (OQ_ENOMEM) instead of the process
+				       * growing without bound on a hostile file; <= 0: no limit.
+				       * Clones keep their source's. */
 } oq_exec_opts;
 
 /* The default of oq_exec_opts.max_loop_iterations (--max-loop-iterations). */

@@ -88,6 +88,9 @@ struct oq_exec {
 	int planning;          /* making a plan: outputs (folded constants) outside the arena */
 	int fold_dq;           /* oq_exec_opts.fold_dq */
 	int64_t max_loop;      /* oq_exec_opts.max_loop_iterations (resolved) */
+	size_t max_live;       /* oq_exec_opts.max_live_bytes; SIZE_MAX: no limit */
+	int refused;           /* set when an output was refused for max_live (its OQ_ENOMEM is the
+				* model's, not the machine's) */
 	struct buf *scratch;   /* per pool thread: oq_k_scratch's buffer */
 	int n_scratch;         /* scratch entries: threads, or for a clone (which may run inside its
 				* source's pool, on a thread of that pool's index) also the source's */

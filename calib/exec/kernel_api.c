@@ -63,6 +63,13 @@ static int output(oq_kctx *k, size_t i, int dtype, int rank, const int64_t *dims
 		memset(r, 0, sizeof *r);
 		rc = rank < 0 || rank > OQ_RT_MAX_RANK ? OQ_EUNSUP
 		     : oq_shape_size(dtype, rank, dims, &r->nelem, &r->nbytes) ? OQ_EINVAL : OQ_OK;
+		if (!rc && r->nbytes > k->e->max_live - (k->e->live < k->e->max_live ? k->e->live : k->e->max_live)) {
+			size_t nbytes = r->nbytes;
+			free(r);
+			k->e->refused = 1;
+			return oq_k_err(k, OQ_ENOMEM, "output #%zu of %zu bytes would pass the executor's limit of "
+					"%zu bytes of values held at once", i, nbytes, k->e->max_live);
+		}
 		if (!rc) {
 			r->dtype = dtype;
 			r->rank = rank;

@@ -172,10 +172,13 @@ static int fold_node(oq_exec *e, plan *p, size_t ni, unsigned char *pinned, cons
 	k.n_in = n->n_inputs;
 	k.out = out;
 	k.n_out = n->n_outputs;
+	e->refused = 0;
 	rc = p->nodes[ni].fn(&k);
 	for (size_t i = 0; !rc && i < n->n_outputs; i++)
 		if (out[i])
 			rc = oq_exec_widen(e, out[i]);
+	if (rc == OQ_ENOMEM && e->refused)
+		rc = OQ_EINVAL; /* above max_live_bytes: the runs say so */
 	if (rc == OQ_ENOMEM)
 		keep = 0;
 	for (size_t i = 0; i < n->n_outputs; i++) {

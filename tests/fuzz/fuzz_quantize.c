@@ -4,8 +4,9 @@
  *
  * Per input: load from memory (no external data), the rewrites (cleanup,
  * upgrade-opset, fold-bn, fuse), calibration on one random sample (minmax,
- * one thread, Loop nodes bounded at 1000 iterations), the quantize pass,
- * and a save to a temporary file that must load again. Any status is fine
+ * one thread, Loop nodes bounded at 1000 iterations, the values held at
+ * once at 256 MiB), the quantize pass, and a save to a temporary file that
+ * must load again. Any status is fine
  * as long as a failure carries a message; crashes, sanitizer reports,
  * leaks and timeouts are findings. With OQ_FUZZ_PASSES_ONLY=1 in the
  * environment it stops after the rewrites (load + passes: many more runs a
@@ -76,6 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	co.threads = 1;
 	co.method = OQ_CALIB_MINMAX;
 	co.max_loop_iterations = 1000;
+	co.max_live_bytes = 256 << 20; /* a file may ask for any size: below -rss_limit_mb */
 	oq_diag_init(&d);
 	rc = oq_calibrate(m, &co, &ranges, &d);
 	fuzz_expect_message(rc, &d, "fuzz_quantize: calibration");

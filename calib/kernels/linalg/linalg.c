@@ -143,6 +143,9 @@ int oq_linalg_conv_geom(oq_kctx *k, const oq_rt *x, const oq_rt *w, int transpos
 	for (int d = 0; d < nsp; d++) {
 		g->in[d] = x->dims[d + 2];
 		g->k[d] = w->dims[d + 2];
+		if (g->k[d] < 1)
+			return oq_k_err(k, OQ_EINVAL, "W has an empty kernel (spatial dim %d is %lld)", d,
+					(long long)g->k[d]);
 		if (has_ks && ks[d] != g->k[d])
 			return oq_k_err(k, OQ_EINVAL, "kernel_shape[%d] is %lld but W has %lld", d, (long long)ks[d],
 					(long long)g->k[d]);
