@@ -53,6 +53,7 @@ enum {
 	CH_LCNET,           /* Mul(s, t) -> Add(., per-channel) -> x*clip(x+3,0,6)/6 -> Mul(., 0.5) -> Sub(1.5, .) */
 	CH_SILU,            /* Mul(t, Sigmoid(t)) */
 	CH_BROADCAST,       /* Add(t, r) with r [1, M, 1, 1]: shape differs at run time */
+	CH_QDQ,             /* a quantized HardSwish unit as onnxq writes it (see build) */
 };
 
 typedef struct model {
@@ -152,6 +153,47 @@ static gen_model *build(model *s)
 		gen_node(g, gp, "Div", "div6", "u4,six", "u5");
 		gen_node(g, gp, "Mul", "mulh", "u5,half", "u6");
 		gen_node(g, gp, "Sub", "sub", "k15,u6", "y");
+		break;
+	}
+	case CH_QDQ: {
+		/* t -> Q/DQ (uint8, zp 128: t beyond +-3 saturates) -> Add(DQ(int8 96, 1/32) = 3) -> Q/DQ (uint8,
+		 * [0, 6]: the Clip folded into the Q) -> Mul with t's DQ -> Q (int8, zp -5) -> DQ with the
+		 * scale / 6 (a Div folded) -> Add(DQ(per-channel int8 constants, 0.05)) -> Q (int8, zp 3)
+		 * -> DQ with zp 1: every step a QDQ or a constant, one group */
+		double *pq = calloc((size_t)s->m, sizeof *pq);
+		char in[32];
+		cr_assert(pq);
+		for (int64_t i = 0; i < s->m; i++)
+			pq[i] = (double)((i * 37) % 201 - 100);
+		gen_init(g, gp, "s1", OQ_DT_FLOAT, 0, NULL, GEN_VALS(6.0 / 255));
+		gen_init(g, gp, "z1", OQ_DT_UINT8, 0, NULL, GEN_VALS(128));
+		gen_init(g, gp, "k3q", OQ_DT_INT8, 0, NULL, GEN_VALS(96));
+		gen_init(g, gp, "k3s", OQ_DT_FLOAT, 0, NULL, GEN_VALS(1.0 / 32));
+		gen_init(g, gp, "k3z", OQ_DT_INT8, 0, NULL, GEN_VALS(0));
+		gen_init(g, gp, "s2", OQ_DT_FLOAT, 0, NULL, GEN_VALS(6.0 / 255));
+		gen_init(g, gp, "s3", OQ_DT_FLOAT, 0, NULL, GEN_VALS(36.0 / 255));
+		gen_init(g, gp, "z3", OQ_DT_INT8, 0, NULL, GEN_VALS(-5));
+		gen_init(g, gp, "s4", OQ_DT_FLOAT, 0, NULL, GEN_VALS(6.0 / 255));
+		gen_init(g, gp, "pq", OQ_DT_INT8, GEN_SHAPE(s->m, 1, 1), pq);
+		gen_init(g, gp, "ps", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0.05));
+		gen_init(g, gp, "s5", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0.05));
+		gen_init(g, gp, "z5", OQ_DT_INT8, 0, NULL, GEN_VALS(3));
+		gen_init(g, gp, "z6", OQ_DT_INT8, 0, NULL, GEN_VALS(1));
+		free(pq);
+		snprintf(in, sizeof in, "%s,s1,z1", last);
+		gen_node(g, gp, "QuantizeLinear", "q1", in, "c1");
+		gen_node(g, gp, "DequantizeLinear", "dq1", "c1,s1,z1", "d1");
+		gen_node(g, gp, "DequantizeLinear", "dqk", "k3q,k3s,k3z", "k3");
+		gen_node(g, gp, "Add", "add3", "d1,k3", "u1");
+		gen_node(g, gp, "QuantizeLinear", "q2", "u1,s2", "c2");
+		gen_node(g, gp, "DequantizeLinear", "dq2", "c2,s2", "d2");
+		gen_node(g, gp, "Mul", "gate", "d1,d2", "u3");
+		gen_node(g, gp, "QuantizeLinear", "q3", "u3,s3,z3", "c3");
+		gen_node(g, gp, "DequantizeLinear", "dq3", "c3,s4,z3", "d3");
+		gen_node(g, gp, "DequantizeLinear", "dqp", "pq,ps", "pc");
+		gen_node(g, gp, "Add", "addp", "d3,pc", "u5");
+		gen_node(g, gp, "QuantizeLinear", "q5", "u5,s5,z5", "c5");
+		gen_node(g, gp, "DequantizeLinear", "dq5", "c5,s5,z6", "y");
 		break;
 	}
 	case CH_SILU: {
@@ -256,6 +298,30 @@ static size_t run(oq_model *m, int threads, int observed, const oq_rt *in, size_
 	return nf;
 }
 
+/* The calls a profiled run of m made: the fused group's head when the whole chain is one group, and
+ * the two DequantizeLinear of constants (computed every run: the plan folds them with fold_dq only). */
+static void expect_one_call(oq_model *m, const oq_rt *in, size_t n_in, const char *what)
+{
+	oq_exec *e = NULL;
+	oq_exec_opts o = {.threads = 1};
+	oq_exec_prof *pr = NULL;
+	oq_diag d;
+	oq_rt y;
+	size_t n = 0;
+
+	oq_diag_init(&d);
+	cr_assert_eq(oq_exec_new(m, &o, &e, &d), OQ_OK, "exec_new: %s", d.msg);
+	oq_exec_profile(e, 1);
+	cr_assert_eq(oq_exec_run(e, in, n_in, &y, 1, &d), OQ_OK, "run: %s", d.msg);
+	cr_assert_eq(oq_exec_profile_get(e, &pr, &n), OQ_OK);
+	cr_expect(n == 3 && !strcmp(pr[0].node->name, "conv") && !strcmp(pr[1].node->name, "dqk") &&
+			  !strcmp(pr[2].node->name, "dqp"),
+		  "%s: %zu calls, the first '%s' (%s)", what, n, n ? pr[0].node->name : "", n ? pr[0].label : "");
+	free(pr);
+	oq_rt_release(&y);
+	oq_exec_free(e);
+}
+
 static void same_bits(const oq_rt *a, const oq_rt *b, const char *what)
 {
 	cr_assert(a->nbytes == b->nbytes && !memcmp(a->data, b->data, a->nbytes), "%s: not bit-identical", what);
@@ -300,9 +366,24 @@ static void check(model *s, uint64_t sd, size_t want_fused, const char *name)
 	for (size_t i = 0; i < fused.nelem; i++)
 		tol = fmax(tol, fabs(ref[i]));
 	tol *= 1e-5;
-	for (size_t i = 0; i < fused.nelem; i++)
+	for (size_t i = 0; i < fused.nelem && s->chain != CH_QDQ; i++)
 		cr_assert(fabs(((float *)fused.data)[i] - ref[i]) <= tol, "%s: element %zu is %.9g, want %.9g", name, i,
 			  (double)((float *)fused.data)[i], ref[i]);
+	if (s->chain == CH_QDQ) {
+		/* a rounding boundary moves with the last bit of the Conv, so no reference within a
+		 * tolerance: the unfused run below (the Q and DQ kernels) is the judge; here only that
+		 * every output is a code of the last DQ, ((int8) - 1) * 0.05, and that codes vary */
+		double lo = 1e9, hi = -1e9;
+		for (size_t i = 0; i < fused.nelem; i++) {
+			double c = ((float *)fused.data)[i] / (double)0.05f + 1;
+			cr_assert(fabs(c - rint(c)) < 1e-3 && rint(c) >= -128 && rint(c) <= 127,
+				  "%s: element %zu = %.9g is no code", name, i, (double)((float *)fused.data)[i]);
+			lo = fmin(lo, c);
+			hi = fmax(hi, c);
+		}
+		cr_assert(hi - lo >= 50, "%s: codes %.0f..%.0f", name, lo, hi);
+		expect_one_call(m, in, n_in, name);
+	}
 	snprintf(what, sizeof what, "%s: fused vs unfused", name);
 	same_bits(&fused, &unf, what);
 	snprintf(what, sizeof what, "%s: 1 vs 2 threads", name);
@@ -372,6 +453,21 @@ Test(exec_steps, silu_gate)
 	model v = {.c = 24, .h = 5, .w = 9, .m = 24, .k = 5, .stride = 1, .pad = 2, .group = 24, .bn = 0,
 		   .chain = CH_LCNET};
 	check(&v, 11, 1, "lcnet depthwise 5x9");
+}
+
+Test(exec_steps, quantized_hardswish_unit)
+{
+	/* Q -> DQ pairs as steps (same and different scales and zero points), DQ'd constants (scalar
+	 * and per channel): dense 3x3, 1x1 direct and depthwise, 16-lane tails */
+	model s = {.c = 6, .h = 13, .w = 21, .m = 30, .k = 3, .stride = 1, .pad = 1, .group = 1, .bn = 0,
+		   .chain = CH_QDQ};
+	check(&s, 12, 1, "quantized unit dense");
+	model t = {.c = 24, .h = 10, .w = 19, .m = 12, .k = 1, .stride = 1, .pad = 0, .group = 1, .bn = 1,
+		   .chain = CH_QDQ};
+	check(&t, 13, 1, "quantized unit 1x1");
+	model u = {.c = 12, .h = 17, .w = 37, .m = 12, .k = 3, .stride = 2, .pad = 1, .group = 12, .bn = 0,
+		   .chain = CH_QDQ};
+	check(&u, 14, 1, "quantized unit depthwise");
 }
 
 Test(exec_steps, broadcast_residual_runs_unfused)

@@ -25,7 +25,7 @@ typedef struct node_plan {
 	oq_kfuse *fuse;        /* head (Conv) of a fused group: what it runs instead, else NULL */
 	int qdq;               /* head (QuantizeLinear) of a Q -> DQ pair run as oq_k_qdq (tail, members: the DQ) */
 	size_t tail;           /* head: index of the group's last node (its output is the group's) */
-	size_t members[OQ_FUSE_MAX_STEPS + 2]; /* head: indices of the absorbed nodes */
+	size_t members[OQ_FUSE_MAX_NODES + 2]; /* head: indices of the absorbed nodes */
 	int n_members;
 	oq_value *fuse_in[OQ_FUSE_MAX_T]; /* head: the values of the group's tensor operands */
 	int absorbed;          /* a later member of a fused group: skipped when running fused */

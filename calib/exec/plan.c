@@ -351,6 +351,113 @@ static int epi_bop(const oq_node *n, int *bop)
 }
 
 /*
+ * A per-tensor scale: a float32 constant of one element (what the Q / DQ
+ * kernels read as float32 for the whole tensor).
+ */
+static int scale_scalar(const oq_value *v, float *out)
+{
+	const oq_tensor *t = const_tensor(v);
+	if (!t || t->dtype != OQ_DT_FLOAT || t->nelem != 1 || !t->data)
+		return 0;
+	*out = (float)oq_tensor_get(t, 0);
+	return 1;
+}
+
+static int has_zp(const oq_node *n)
+{
+	return n->n_inputs >= 3 && n->inputs[2];
+}
+
+/* n's zero point (input 2) as an 8-bit constant of one element, or absent (uint8 0): *dt, *zp. */
+static int zp_scalar(const oq_node *n, int *dt, int32_t *zp)
+{
+	const oq_tensor *t;
+
+	if (!has_zp(n)) {
+		*dt = OQ_DT_UINT8;
+		*zp = 0;
+		return 1;
+	}
+	t = const_tensor(n->inputs[2]);
+	if (!t || (t->dtype != OQ_DT_UINT8 && t->dtype != OQ_DT_INT8) || t->nelem != 1 || !t->data)
+		return 0;
+	*dt = t->dtype;
+	*zp = (int32_t)oq_tensor_get(t, 0);
+	return 1;
+}
+
+/* A per-tensor DequantizeLinear (ai.onnx) with a float32 scale and an 8-bit or no zero point. */
+static int dq_per_tensor(const oq_node *dq, float *scale, int *dt, int32_t *zp)
+{
+	return dq && dq->op == OQ_OP_DequantizeLinear && !dq->domain[0] && dq->n_inputs >= 2 && dq->n_inputs <= 3 &&
+	       dq->n_outputs == 1 && dq->outputs[0] && dq->inputs[0] && scale_scalar(dq->inputs[1], scale) &&
+	       zp_scalar(dq, dt, zp) && !node_int(dq, "block_size", 0) && !node_int(dq, "output_dtype", 0);
+}
+
+/*
+ * v = DequantizeLinear(c) of an 8-bit constant c, per tensor, as the
+ * constant operand of a step (the shapes of epi_const): the float values
+ * of the DQ kernel, ((float) c - zp) * scale. 1 (st->s or st->c filled),
+ * 0 (not such a value) or OQ_ENOMEM.
+ */
+static int dq_const(const oq_value *v, int r, int64_t m, oq_epi_step *st)
+{
+	const oq_node *dq = v && !(v->flags & OQ_V_OUTER) ? v->producer : NULL;
+	const oq_tensor *t;
+	float scale, *c;
+	int dt;
+	int32_t zp;
+
+	if (!dq_per_tensor(dq, &scale, &dt, &zp) || !(t = const_tensor(dq->inputs[0])) || !t->data ||
+	    (t->dtype != OQ_DT_UINT8 && t->dtype != OQ_DT_INT8) || (has_zp(dq) && t->dtype != dt))
+		return 0;
+	if (t->nelem == 1) {
+		st->s = ((float)oq_tensor_get(t, 0) - (float)zp) * scale;
+		return 1;
+	}
+	if (m <= 0 || t->rank > r || t->rank < r - 1 || t->nelem != (size_t)m)
+		return 0;
+	for (int d = 0; d < t->rank; d++)
+		if (t->dims[d] != (d == t->rank - (r - 1) ? m : 1))
+			return 0;
+	if (!(c = oq_calloc((size_t)m, sizeof *c)))
+		return OQ_ENOMEM;
+	for (size_t i = 0; i < (size_t)m; i++)
+		c[i] = ((float)oq_tensor_get(t, i) - (float)zp) * scale;
+	st->c = c;
+	return 1;
+}
+
+/*
+ * q (reading cur, a float32 value) and the DequantizeLinear that alone reads
+ * its code as one QDQ step: per tensor, 8-bit, float32 scales (the pair of
+ * oq_k_qdq, but the two scales and zero points may differ: a Div folded
+ * into the DQ's scale). Fills st; *dq the DQ. 1 or 0.
+ */
+static int qdq_step(const oq_node *q, const oq_value *cur, oq_epi_step *st, const oq_node **dq)
+{
+	float qs, ds;
+	int qdt, ddt;
+	int32_t qzp, dzp;
+
+	*dq = NULL;
+	if (q->op != OQ_OP_QuantizeLinear || q->domain[0] || q->n_inputs < 2 || q->n_inputs > 3 || q->n_outputs != 1 ||
+	    q->inputs[0] != cur || !q->outputs[0] || !scale_scalar(q->inputs[1], &qs) || !zp_scalar(q, &qdt, &qzp) ||
+	    node_int(q, "block_size", 0) || node_int(q, "output_dtype", 0))
+		return 0;
+	*dq = only_use(q->outputs[0]);
+	if (!dq_per_tensor(*dq, &ds, &ddt, &dzp) || (*dq)->inputs[0] != q->outputs[0] || (has_zp(*dq) && ddt != qdt))
+		return 0;
+	st->kind = OQ_EPI_QDQ;
+	st->qs = qs;
+	st->qlo = (float)((qdt == OQ_DT_UINT8 ? 0 : -128) - qzp);
+	st->qhi = (float)((qdt == OQ_DT_UINT8 ? 255 : 127) - qzp);
+	st->qoff = (float)(qzp - dzp);
+	st->ds = ds;
+	return 1;
+}
+
+/*
  * v as the constant operand of a step on a Conv output of rank r with m
  * channels: a float32 scalar, or a float32 tensor of rank <= r whose dims
  * (right-aligned to the output's) are 1 except m on the channel axis, so
@@ -362,6 +469,8 @@ static int epi_const(const oq_value *v, int r, int64_t m, oq_epi_step *st)
 	const oq_tensor *t;
 
 	if (const_scalar(v, &st->s))
+		return 1;
+	if (dq_const(v, r, m, st))
 		return 1;
 	t = f32_init(v);
 	if (!t || m <= 0 || t->rank > r || t->rank < r - 1 || t->nelem != (size_t)m || !t->data)
@@ -377,7 +486,7 @@ static int epi_const(const oq_value *v, int r, int64_t m, oq_epi_step *st)
 typedef struct grow_grp {
 	oq_epi_step st[OQ_FUSE_MAX_STEPS];
 	int n;                  /* steps */
-	size_t nodes[OQ_FUSE_MAX_STEPS]; /* the nodes the steps absorb, in order */
+	size_t nodes[OQ_FUSE_MAX_NODES]; /* the nodes the steps absorb, in order */
 	int n_nodes;
 	oq_value *fuse_in[OQ_FUSE_MAX_T];
 	int n_t;
@@ -396,20 +505,31 @@ static int ready_before(const oq_value *v, const plan *p, size_t head)
 
 /*
  * n (reading cur) as one step appended to G: a binary op with a constant or
- * an early tensor, or an activation. Only constants and activations when
- * gate (inside g of a gate). 1 on success, 0 when n cannot be a step,
- * OQ_ENOMEM.
+ * an early tensor, an activation, or n a QuantizeLinear with its
+ * DequantizeLinear (qdq_step: two nodes, one step). No tensor operand when
+ * gate (inside g of a gate). 1 on success (*last: the node whose output is
+ * the step's), 0 when n cannot be a step, OQ_ENOMEM.
  */
 static int add_step(const plan *p, size_t head, const oq_node *n, const oq_value *cur, int r, int64_t m, int gate,
-		    grow_grp *G)
+		    grow_grp *G, const oq_node **last)
 {
 	oq_epi_step *st = &G->st[G->n];
+	const oq_node *dq;
 	int bop, rc;
 
-	if (G->n >= OQ_FUSE_MAX_STEPS || p->nodes[n->index].absorbed || p->g->nodes[n->index] != n)
+	if (G->n >= OQ_FUSE_MAX_STEPS || G->n_nodes + 2 > OQ_FUSE_MAX_NODES || p->nodes[n->index].absorbed ||
+	    p->g->nodes[n->index] != n)
 		return 0;
 	memset(st, 0, sizeof *st);
-	if (epi_bop(n, &bop) && (n->inputs[0] == cur) != (n->inputs[1] == cur)) {
+	if (qdq_step(n, cur, st, &dq)) {
+		if (p->nodes[dq->index].absorbed || p->g->nodes[dq->index] != dq)
+			return 0;
+		G->nodes[G->n_nodes++] = n->index;
+		G->nodes[G->n_nodes++] = dq->index;
+		G->n++;
+		*last = dq;
+		return 1;
+	} else if (epi_bop(n, &bop) && (n->inputs[0] == cur) != (n->inputs[1] == cur)) {
 		const oq_value *other = n->inputs[n->inputs[0] == cur];
 		st->bop = bop;
 		st->rev = n->inputs[1] == cur;
@@ -431,6 +551,7 @@ static int add_step(const plan *p, size_t head, const oq_node *n, const oq_value
 	}
 	G->nodes[G->n_nodes++] = n->index;
 	G->n++;
+	*last = n;
 	return 1;
 }
 
@@ -456,13 +577,14 @@ static int gate_from(const plan *p, size_t head, const oq_value *cur, const oq_n
 	G->st[G->n].rev = mul->inputs[0] != cur;
 	G->n++;
 	while (n && n != mul) {
-		if ((rc = add_step(p, head, n, x, r, m, 1, G)) != 1)
+		const oq_node *last;
+		if ((rc = add_step(p, head, n, x, r, m, 1, G, &last)) != 1)
 			goto undo;
-		x = n->outputs[0];
+		x = last->outputs[0];
 		n = only_use(x);
 	}
 	rc = 0;
-	if (!n || G->n == n0 + 1 ||
+	if (!n || G->n == n0 + 1 || G->n_nodes >= OQ_FUSE_MAX_NODES ||
 	    !((mul->inputs[0] == cur && mul->inputs[1] == x) || (mul->inputs[1] == cur && mul->inputs[0] == x)))
 		goto undo;
 	G->st[n0].n_gate = G->n - n0 - 1;
@@ -498,13 +620,13 @@ static int grow_steps(const plan *p, size_t head, const oq_value *cur, int r, in
 		      const oq_node **tail)
 {
 	for (;;) {
-		const oq_node *n = only_use(cur), *mul = NULL;
+		const oq_node *n = only_use(cur), *mul = NULL, *last = NULL;
 		int rc;
-		if (n && (rc = add_step(p, head, n, cur, r, m, 0, G)) != 0) {
+		if (n && (rc = add_step(p, head, n, cur, r, m, 0, G, &last)) != 0) {
 			if (rc < 0)
 				return rc;
-			*tail = n;
-			cur = n->outputs[0];
+			*tail = last;
+			cur = last->outputs[0];
 			continue;
 		}
 		if ((rc = add_gate(p, head, cur, r, m, G, &mul)) < 0)

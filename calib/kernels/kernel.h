@@ -51,13 +51,17 @@ typedef enum oq_epi_kind {
 	OQ_EPI_CONST,       /* y = y op c (or c op y when rev): c a scalar or one value per channel */
 	OQ_EPI_TENSOR,      /* y = y op t (or t op y): t a tensor of the output's shape, e.g. a residual */
 	OQ_EPI_ACT,         /* y = act(y) */
-	OQ_EPI_GATE,        /* y = y * g(y): g the next n_gate steps (CONST or ACT), e.g. x * clip(x + 3, 0, 6) */
+	OQ_EPI_GATE,        /* y = y * g(y): g the next n_gate steps (CONST, ACT or QDQ), e.g. x * clip(x + 3, 0, 6) */
+	OQ_EPI_QDQ,         /* a per-tensor QuantizeLinear to 8 bits and the DequantizeLinear reading it:
+			     * v = y / qs (NaN: 0), clamped to [qlo, qhi], rounded half to even; y = (v + qoff) * ds
+			     * - the Q and DQ kernels' float operations, the code never stored */
 } oq_epi_kind;
 
 typedef enum oq_epi_bop { OQ_EPI_ADD, OQ_EPI_SUB, OQ_EPI_MUL, OQ_EPI_DIV } oq_epi_bop;
 
 #define OQ_FUSE_MAX_T 2     /* tensor operands of one group */
 #define OQ_FUSE_MAX_STEPS 16 /* steps of one group */
+#define OQ_FUSE_MAX_NODES (2 * OQ_FUSE_MAX_STEPS) /* nodes the steps of one group absorb (a QDQ: two) */
 
 typedef struct oq_epi_step {
 	int kind;           /* oq_epi_kind */
@@ -68,6 +72,8 @@ typedef struct oq_epi_step {
 	int t;              /* TENSOR: index of the operand (oq_kfuse.t, oq_kctx.fuse_in) */
 	oq_act act;         /* ACT */
 	int n_gate;         /* GATE: steps that follow and form g */
+	float qs, qlo, qhi; /* QDQ: the Q's scale; qmin - zp and qmax - zp of its zero point zp */
+	float qoff, ds;     /* QDQ: zp - the DQ's zero point (exact: small integers); the DQ's scale */
 } oq_epi_step;
 
 /*

@@ -123,6 +123,21 @@ static void bop_vec(int bop, int rev, const float *t, float *y, size_t n)
 
 #define GATE_CHUNK 256
 
+/* An OQ_EPI_QDQ step on y[0..n): oq_quant_row8's operations, then the DQ kernel's (see kernel.h). */
+static void qdq_scalar(const oq_epi_step *st, float *y, size_t n)
+{
+	const float magic = 12582912.0f, qs = st->qs, lo = st->qlo, hi = st->qhi, off = st->qoff, ds = st->ds;
+
+	for (size_t i = 0; i < n; i++) {
+		float v = y[i] / qs;
+		v = v == v ? v : 0.0f;
+		v = v < lo ? lo : v;
+		v = v > hi ? hi : v;
+		v = (v + magic) - magic;
+		y[i] = (v + off) * ds;
+	}
+}
+
 /*
  * Steps [s, s + ns) of ep on y[0..n), the elements of channel ch starting at
  * element off of the output (where the tensor operands are read).
@@ -140,6 +155,9 @@ void oq_conv_epi_steps(const oq_kfuse *ep, const oq_epi_step *s, int ns, int64_t
 			break;
 		case OQ_EPI_ACT:
 			oq_act_apply(&st->act, y, n);
+			break;
+		case OQ_EPI_QDQ:
+			qdq_scalar(st, y, n);
 			break;
 		case OQ_EPI_GATE:
 			/* g(y) of a chunk in tmp, then y * g(y) (or g(y) * y, the Mul's operand order) */
@@ -256,6 +274,7 @@ AVX512 static void epi_steps_avx512(const epi_regs *ev, int i0, int ns, size_t o
 		switch (s[i].kind == OQ_EPI_CONST ? s[i].bop * 2 + s[i].rev
 			: s[i].kind == OQ_EPI_TENSOR ? 8 + s[i].bop * 2 + s[i].rev
 			: s[i].kind == OQ_EPI_ACT ? 16 + (s[i].act.kind == OQ_ACT_RELU)
+			: s[i].kind == OQ_EPI_QDQ ? 19
 			: 18) {
 		case OQ_EPI_ADD * 2: EACH_VEC(_mm512_add_ps(v[q], c));
 		case OQ_EPI_ADD * 2 + 1: EACH_VEC(_mm512_add_ps(c, v[q]));
@@ -275,6 +294,19 @@ AVX512 static void epi_steps_avx512(const epi_regs *ev, int i0, int ns, size_t o
 		case 8 + OQ_EPI_DIV * 2 + 1: EACH_VEC(_mm512_div_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
 		case 16: EACH_VEC(_mm512_min_ps(hi, _mm512_max_ps(c, v[q]))); /* Clip */
 		case 17: EACH_VEC(_mm512_max_ps(z, v[q]));                    /* Relu */
+		case 19: { /* QDQ: qdq_scalar's operations lane by lane (those of the Q kernel's q_row_avx512) */
+			const __m512 qs = _mm512_set1_ps(s[i].qs), lo = _mm512_set1_ps(s[i].qlo);
+			const __m512 qhi = _mm512_set1_ps(s[i].qhi), off = _mm512_set1_ps(s[i].qoff);
+			const __m512 ds = _mm512_set1_ps(s[i].ds), magic = _mm512_set1_ps(12582912.0f);
+			for (int q = 0; q < EPI_VECS; q++) {
+				__m512 u = _mm512_div_ps(v[q], qs);
+				u = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(u, u, _CMP_ORD_Q), u);
+				u = _mm512_min_ps(_mm512_max_ps(u, lo), qhi);
+				u = _mm512_sub_ps(_mm512_add_ps(u, magic), magic);
+				v[q] = _mm512_mul_ps(_mm512_add_ps(u, off), ds);
+			}
+			break;
+		}
 		default: { /* GATE */
 			__m512 g[EPI_VECS];
 			for (int q = 0; q < EPI_VECS; q++)
