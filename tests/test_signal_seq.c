@@ -219,6 +219,16 @@ Test(vision, errors)
 	gen_attr_ints(t.g, n, "kernel_shape", 2, (int64_t[]){2, 2});
 	cr_assert_eq(tg_run(&t, "y", &y, 1, msg, 1), OQ_EINVAL);
 	cr_assert(strstr(msg, "outside the output"), "%s", msg);
+
+	/* a NaN roi with an adaptive grid (sampling_ratio 0): an error, not a NaN cast to an integer
+	 * (found by fuzz_quantize) */
+	tg_init(&t, 16);
+	tg_in(&t, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 2, 2), GEN_VALS(1, 2, 3, 4));
+	tg_in(&t, "r", OQ_DT_FLOAT, GEN_SHAPE(1, 4), GEN_VALS(0, 0, NAN, 1));
+	tg_in(&t, "b", OQ_DT_INT64, GEN_SHAPE(1), GEN_VALS(0));
+	gen_node(t.g, t.mg, "RoiAlign", "ra", "x,r,b", "y");
+	cr_assert_eq(tg_run(&t, "y", &y, 1, msg, 1), OQ_EINVAL);
+	cr_assert(strstr(msg, "sampling grid out of range"), "%s", msg);
 }
 
 /* ------------------------------------------------------------ sequences */

@@ -239,7 +239,7 @@ static int roialign(oq_kctx *k)
 		return rc;
 	for (int64_t r = 0; r < nr; r++) {
 		int64_t b = oq_rt_get_int(bi, (size_t)r), gh, gw;
-		double off = half ? 0.5 : 0.0, x1, y1, rw, rh, bh, bw, cnt;
+		double off = half ? 0.5 : 0.0, x1, y1, rw, rh, bh, bw, cnt, gd, wd;
 		if (b < 0 || b >= x->dims[0])
 			return oq_k_err(k, OQ_EINVAL, "roi %lld: batch index %lld out of range [0, %lld)", (long long)r,
 					(long long)b, (long long)x->dims[0]);
@@ -253,8 +253,13 @@ static int roialign(oq_kctx *k)
 		}
 		bh = rh / (double)oh;
 		bw = rw / (double)ow;
-		gh = sr > 0 ? sr : (int64_t)ceil(rh / (double)oh);
-		gw = sr > 0 ? sr : (int64_t)ceil(rw / (double)ow);
+		gd = ceil(rh / (double)oh);
+		wd = ceil(rw / (double)ow);
+		/* NaN or a huge roi: out of range before any conversion to an integer */
+		if (sr <= 0 && !(gd >= 0 && wd >= 0 && gd <= (1 << 20) && wd <= (1 << 20)))
+			return oq_k_err(k, OQ_EINVAL, "roi %lld: sampling grid out of range", (long long)r);
+		gh = sr > 0 ? sr : (int64_t)gd;
+		gw = sr > 0 ? sr : (int64_t)wd;
 		if (gh < 0 || gw < 0 || gh > (1 << 20) || gw > (1 << 20))
 			return oq_k_err(k, OQ_EINVAL, "roi %lld: sampling grid out of range", (long long)r);
 		cnt = gh * gw > 0 ? (double)(gh * gw) : 1.0;
