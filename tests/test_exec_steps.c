@@ -16,6 +16,7 @@
  * run node by node, with the same results.
  */
 #include <criterion/criterion.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 #include "gen_model.h"
 #include "calib/kernels/kernel.h"
 #include "calib/kernels/linalg/linalg.h"
+#include "src/quant/quant_math.h"
 
 static uint64_t rng = 1;
 
@@ -468,6 +470,78 @@ Test(exec_steps, quantized_hardswish_unit)
 	model u = {.c = 12, .h = 17, .w = 37, .m = 12, .k = 3, .stride = 2, .pad = 1, .group = 12, .bn = 0,
 		   .chain = CH_QDQ};
 	check(&u, 14, 1, "quantized unit depthwise");
+}
+
+/*
+ * One QDQ step (oq_epi_apply) on values at and next to the rounding ties
+ * (k + 1/2) * qs, the clamp bounds, huge, tiny, signed zeros, infinities
+ * and NaN, against the Q kernel's scalar expression (oq_quant_row8: a
+ * division) and the DQ formula ((float) code - dzp) * ds, bit for bit: on
+ * the AVX-512 epilogue (whose quotient is a product by 1 / qs checked near
+ * ties) and the SSE one. Scales with a normal reciprocal and one without
+ * (qr 0: division only).
+ */
+Test(exec_steps, qdq_step_ties_and_edges)
+{
+	static const float scales[] = {6.0f / 255, 0.1f, 1.0f / 3, 0.0123f, 0.125f, 36.0f / 255, 1e-30f, 3e-39f};
+	static const int32_t zps[][3] = {{0, 0, 1}, {128, 128, 1}, {-5, -5, 0}, {3, 1, 0}}; /* qzp, dzp, uint8 */
+	enum { N = 4200 };
+	float *x = calloc(N, sizeof *x), *y = calloc(N, sizeof *y), *want = calloc(N, sizeof *want);
+	unsigned char code[N];
+
+	cr_assert(x && y && want);
+	for (size_t si = 0; si < sizeof scales / sizeof *scales; si++)
+		for (size_t zi = 0; zi < sizeof zps / sizeof *zps; zi++) {
+			float qs = scales[si], ds = qs * 0.75f;
+			int32_t qzp = zps[zi][0], dzp = zps[zi][1], u8 = zps[zi][2];
+			int32_t qmin = u8 ? 0 : -128, qmax = u8 ? 255 : 127;
+			oq_epi_step st = {.kind = OQ_EPI_QDQ, .qs = qs, .qlo = (float)(qmin - qzp),
+					  .qhi = (float)(qmax - qzp), .qoff = (float)(qzp - dzp), .ds = ds,
+					  .qr = isnormal(qs) && isnormal(1.0f / qs) ? 1.0f / qs : 0.0f};
+			oq_kfuse f = {.steps = &st, .n_steps = 1};
+			size_t n = 0;
+
+			cr_assert(si == sizeof scales / sizeof *scales - 1 ? st.qr == 0 : st.qr != 0);
+			for (int k = -300; k < 300; k++) {
+				float t = ((float)k + 0.5f) * qs;
+				x[n++] = t;
+				x[n++] = nextafterf(t, INFINITY);
+				x[n++] = nextafterf(t, -INFINITY);
+				x[n++] = nextafterf(nextafterf(t, INFINITY), INFINITY);
+				x[n++] = nextafterf(nextafterf(t, -INFINITY), -INFINITY);
+				x[n++] = (float)k * qs;
+			}
+			x[n++] = NAN;
+			x[n++] = -NAN;
+			x[n++] = INFINITY;
+			x[n++] = -INFINITY;
+			x[n++] = 0.0f;
+			x[n++] = -0.0f;
+			x[n++] = FLT_MAX;
+			x[n++] = -FLT_MAX;
+			x[n++] = 1e-45f;
+			x[n++] = -1e-45f;
+			x[n++] = qs * (float)(qmax - qzp) + qs * 0.49f;
+			x[n++] = qs * (float)(qmin - qzp) - qs * 0.51f;
+			while (n < N)
+				x[n++] = (float)(frand() * 300) * qs;
+			oq_quant_row8(x, N, qs, qzp, qmin, qmax, code);
+			for (size_t i = 0; i < N; i++)
+				want[i] = ((float)(u8 ? (int32_t)code[i] : (int32_t)(int8_t)code[i]) - (float)dzp) * ds;
+			for (int sse = 0; sse < 2; sse++) {
+				memcpy(y, x, N * sizeof *y);
+				oq_linalg_no_avx512 = sse;
+				oq_epi_apply(&f, 0, 0, y, N);
+				oq_linalg_no_avx512 = 0;
+				for (size_t i = 0; i < N; i++)
+					cr_assert(!memcmp(&y[i], &want[i], sizeof *y),
+						  "scale %.9g zp %d/%d %s: x %.9g -> %.9g, want %.9g", (double)qs, qzp, dzp,
+						  sse ? "SSE" : "AVX-512", (double)x[i], (double)y[i], (double)want[i]);
+			}
+		}
+	free(x);
+	free(y);
+	free(want);
 }
 
 Test(exec_steps, broadcast_residual_runs_unfused)

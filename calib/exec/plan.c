@@ -454,6 +454,7 @@ static int qdq_step(const oq_node *q, const oq_value *cur, oq_epi_step *st, cons
 	st->qhi = (float)((qdt == OQ_DT_UINT8 ? 255 : 127) - qzp);
 	st->qoff = (float)(qzp - dzp);
 	st->ds = ds;
+	st->qr = isnormal(qs) && isnormal(1.0f / qs) ? 1.0f / qs : 0.0f;
 	return 1;
 }
 

@@ -74,6 +74,7 @@ typedef struct oq_epi_step {
 	int n_gate;         /* GATE: steps that follow and form g */
 	float qs, qlo, qhi; /* QDQ: the Q's scale; qmin - zp and qmax - zp of its zero point zp */
 	float qoff, ds;     /* QDQ: zp - the DQ's zero point (exact: small integers); the DQ's scale */
+	float qr;           /* QDQ: 1 / qs when qs and 1 / qs are normal floats, else 0 (see conv_epilogue.c) */
 } oq_epi_step;
 
 /*

@@ -255,6 +255,50 @@ AVX512 void oq_conv_epi_regs_make(const oq_kfuse *ep, int64_t ch, int late, epi_
 #define EPI_VECS 8 /* vectors per block of epi_steps_avx512 */
 
 /*
+ * An OQ_EPI_QDQ step on the EPI_VECS vectors v, the bits of qdq_scalar (the
+ * Q kernel divides). A division per value would dominate the epilogue, so
+ * with st->qr each quotient is first taken as v * qr: two roundings, within
+ * 4 ulp of the correctly rounded v / qs (qs and qr normal: no overflow to
+ * infinity or zero that the quotient lacks), so after the same NaN rule
+ * and clamp (|u| <= 255: 4 ulp < 2^-14) it rounds to the same integer
+ * unless it lies within 2^-12 of a half-integer (its distance to the
+ * integer it rounds to >= 1/2 - 2^-12); when a lane does, the block takes
+ * the division. Past the clamp both are clamped, or both
+ * within 4 ulp of the bound (an integer), which rounds to the bound. The
+ * vectors go through each stage together (independent chains, one branch).
+ */
+AVX512 static void qdq_avx512(const oq_epi_step *st, __m512 *v)
+{
+	const __m512 lo = _mm512_set1_ps(st->qlo), hi = _mm512_set1_ps(st->qhi);
+	const __m512 magic = _mm512_set1_ps(12582912.0f), off = _mm512_set1_ps(st->qoff), ds = _mm512_set1_ps(st->ds);
+	__m512 u[EPI_VECS];
+	__mmask16 near = 0;
+
+	if (st->qr != 0.0f) {
+		const __m512 qr = _mm512_set1_ps(st->qr), t0 = _mm512_set1_ps(0.5f - 1.0f / 4096);
+		for (int q = 0; q < EPI_VECS; q++) {
+			__m512 w = _mm512_mul_ps(v[q], qr);
+			w = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(w, w, _CMP_ORD_Q), w);
+			w = _mm512_min_ps(_mm512_max_ps(w, lo), hi);
+			/* |w| <= 255: rounding to nearest even as the +- 1.5 * 2^23 of the Q kernel does */
+			u[q] = _mm512_roundscale_ps(w, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+			near |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(w, u[q])), t0, _CMP_GE_OQ);
+		}
+	}
+	if (st->qr == 0.0f || near) {
+		const __m512 qs = _mm512_set1_ps(st->qs);
+		for (int q = 0; q < EPI_VECS; q++) {
+			__m512 w = _mm512_div_ps(v[q], qs);
+			w = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(w, w, _CMP_ORD_Q), w);
+			w = _mm512_min_ps(_mm512_max_ps(w, lo), hi);
+			u[q] = _mm512_sub_ps(_mm512_add_ps(w, magic), magic);
+		}
+	}
+	for (int q = 0; q < EPI_VECS; q++)
+		v[q] = _mm512_mul_ps(_mm512_add_ps(u[q], off), ds);
+}
+
+/*
  * Steps [i0, i0 + ns) of ev->ep on EPI_VECS vectors v (128 values from output
  * element o; lanes m[q] of vector q valid), step by step over the block so
  * the dispatch is paid once per 128 values: the expressions of
@@ -294,19 +338,9 @@ AVX512 static void epi_steps_avx512(const epi_regs *ev, int i0, int ns, size_t o
 		case 8 + OQ_EPI_DIV * 2 + 1: EACH_VEC(_mm512_div_ps(_mm512_maskz_loadu_ps(m[q], t + 16 * q), v[q]));
 		case 16: EACH_VEC(_mm512_min_ps(hi, _mm512_max_ps(c, v[q]))); /* Clip */
 		case 17: EACH_VEC(_mm512_max_ps(z, v[q]));                    /* Relu */
-		case 19: { /* QDQ: qdq_scalar's operations lane by lane (those of the Q kernel's q_row_avx512) */
-			const __m512 qs = _mm512_set1_ps(s[i].qs), lo = _mm512_set1_ps(s[i].qlo);
-			const __m512 qhi = _mm512_set1_ps(s[i].qhi), off = _mm512_set1_ps(s[i].qoff);
-			const __m512 ds = _mm512_set1_ps(s[i].ds), magic = _mm512_set1_ps(12582912.0f);
-			for (int q = 0; q < EPI_VECS; q++) {
-				__m512 u = _mm512_div_ps(v[q], qs);
-				u = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(u, u, _CMP_ORD_Q), u);
-				u = _mm512_min_ps(_mm512_max_ps(u, lo), qhi);
-				u = _mm512_sub_ps(_mm512_add_ps(u, magic), magic);
-				v[q] = _mm512_mul_ps(_mm512_add_ps(u, off), ds);
-			}
+		case 19: /* QDQ: the bits of qdq_scalar */
+			qdq_avx512(&s[i], v);
 			break;
-		}
 		default: { /* GATE */
 			__m512 g[EPI_VECS];
 			for (int q = 0; q < EPI_VECS; q++)
