@@ -178,8 +178,8 @@ static int scan_par(calib *c, oq_hist *h, const float *p, size_t n, float *lo, f
 	oq_pool_run(c->pool, nch, 1, pscan_fill, &ps);
 	for (size_t k = 0; k < nch; k++)
 		rc = rc ? rc : ps.rc[k];
-	for (int t = 1; t < nt; t++)
-		oq_hist_drain(h, &c->ph[t]);
+	for (int t = 1; t < nt && !rc; t++)
+		rc = oq_hist_drain(h, &c->ph[t]);
 	return rc;
 }
 
@@ -808,7 +808,7 @@ static int lane_merge(calib *c, calib *l)
 		tstat_add(&c->fst[q], &l->fst[q]);
 		if (!c->fh || !c->track[q % n])
 			continue;
-		if (!c->fh[q].bin && !c->fh[q].n_zero) {
+		if (!oq_hist_has_bins(&c->fh[q]) && !c->fh[q].n_zero) {
 			c->fh[q] = l->fh[q];
 			oq_hist_init(&l->fh[q]);
 		} else if ((rc = oq_hist_merge(&c->fh[q], &l->fh[q]))) {
@@ -899,7 +899,7 @@ static size_t lane_count(const job *j, const calib *c)
 	/* a clone: the activations of the first run, its histograms, scratch */
 	return oq_calib_lane_count(oq_pool_threads(c->pool),
 	                           oq_exec_peak_bytes(j->e) +
-	                               hist * (2 * OQ_HIST_SIDE + 2) * sizeof(uint64_t) +
+	                               hist * (2 * OQ_HIST_SIDE + 2) * sizeof(uint32_t) +
 	                               ((size_t)4 << 20));
 }
 

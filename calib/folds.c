@@ -147,7 +147,7 @@ static int one_fold(const oq_fold *f, size_t k, size_t fi, int dtype, int form, 
 		if ((rc = oq_hist_merge(&tr, f[g].h)))
 			goto done;
 	}
-	if (!tr.bin || !f[fi].h->bin || !(f[fi].lo <= f[fi].hi))
+	if (!oq_hist_has_bins(&tr) || !oq_hist_has_bins(f[fi].h) || !(f[fi].lo <= f[fi].hi))
 		goto done;
 	if ((rc = oq_hist_view(f[fi].h, f[fi].lo, f[fi].hi, mirrored, &v)))
 		goto done;
@@ -204,7 +204,7 @@ int oq_auto_select(const oq_fold *f, size_t k, int dtype, int form, int target, 
 	}
 	out->lo = lo;
 	out->hi = hi;
-	if (!all.bin) {
+	if (!oq_hist_has_bins(&all)) {
 		rc = OQ_EINVAL;
 		goto done;
 	}

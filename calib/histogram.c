@@ -56,8 +56,85 @@ void oq_hist_init(oq_hist *h)
 
 void oq_hist_free(oq_hist *h)
 {
-	free(h->bin);
+	free(h->b32);
+	free(h->b64);
 	oq_hist_init(h);
+}
+
+uint64_t oq_hist_narrow_max = UINT32_MAX;
+
+/* The sum of h's bin counts (the fill's slots are empty between calls), saturating. */
+static uint64_t bins_sum(const oq_hist *h)
+{
+	uint64_t t = 0;
+	for (size_t k = 0; k < NBINS; k++) {
+		uint64_t v = oq_hist_at(h, k);
+		t = v > UINT64_MAX - t ? UINT64_MAX : t + v;
+	}
+	return t;
+}
+
+/* Moves h's counts (bins and slots) to 64 bits. OQ_ENOMEM (h unchanged). */
+static int widen(oq_hist *h)
+{
+	uint64_t *w;
+
+	if (!h->b32)
+		return OQ_OK;
+	if (!(w = oq_malloc((NBINS + 2) * sizeof *w)))
+		return OQ_ENOMEM;
+	for (size_t k = 0; k < NBINS + 2; k++)
+		w[k] = h->b32[k];
+	free(h->b32);
+	h->b32 = NULL;
+	h->b64 = w;
+	return OQ_OK;
+}
+
+/*
+ * Room in h's counts for n more values: its bound raised by n while that stays within
+ * oq_hist_narrow_max (after a recount of the exact sum, when the running bound would pass it),
+ * else 64-bit counts. h has bins. OQ_ENOMEM.
+ */
+static int room(oq_hist *h, uint64_t n)
+{
+	uint64_t max = oq_hist_narrow_max;
+
+	if (!h->b32)
+		return OQ_OK;
+	if (n > max || h->bound > max - n)
+		h->bound = bins_sum(h);
+	if (n > max || h->bound > max - n)
+		return widen(h);
+	h->bound += n;
+	return OQ_OK;
+}
+
+uint64_t *oq_hist_wide_bins(oq_hist *h, int e)
+{
+	if (!oq_hist_has_bins(h)) {
+		e = e < OQ_HIST_EMIN ? OQ_HIST_EMIN : e > OQ_HIST_EMAX ? OQ_HIST_EMAX : e;
+		if (!(h->b64 = oq_calloc(NBINS + 2, sizeof *h->b64)))
+			return NULL;
+		h->e = e;
+		return h->b64;
+	}
+	return widen(h) ? NULL : h->b64;
+}
+
+void oq_hist_fit(oq_hist *h)
+{
+	uint64_t t;
+	uint32_t *n;
+
+	if (!h->b64 || (t = bins_sum(h)) > oq_hist_narrow_max || !(n = oq_malloc((NBINS + 2) * sizeof *n)))
+		return;
+	for (size_t k = 0; k < NBINS + 2; k++)
+		n[k] = (uint32_t)h->b64[k]; /* each count is at most their sum */
+	free(h->b64);
+	h->b64 = NULL;
+	h->b32 = n;
+	h->bound = t;
 }
 
 int oq_hist_exponent(double a)
@@ -80,13 +157,16 @@ static void rescale(oq_hist *h, int e)
 {
 	int s = e - h->e;
 	for (size_t side = 0; side < 2; side++) {
-		uint64_t *b = h->bin + side * SIDE;
+		size_t o = side * SIDE;
 		for (size_t k = 1; k < SIDE; k++) {
-			uint64_t v = b[k];
-			if (!v)
-				continue;
-			b[k] = 0;
-			b[s >= OQ_HIST_LOG2 ? 0 : k >> s] += v;
+			size_t to = o + (s >= OQ_HIST_LOG2 ? 0 : k >> s);
+			if (h->b64 && h->b64[o + k]) {
+				h->b64[to] += h->b64[o + k];
+				h->b64[o + k] = 0;
+			} else if (h->b32 && h->b32[o + k]) {
+				h->b32[to] += h->b32[o + k]; /* within the bound */
+				h->b32[o + k] = 0;
+			}
 		}
 	}
 	h->e = e;
@@ -95,10 +175,11 @@ static void rescale(oq_hist *h, int e)
 int oq_hist_reserve(oq_hist *h, int e)
 {
 	e = e < OQ_HIST_EMIN ? OQ_HIST_EMIN : e > OQ_HIST_EMAX ? OQ_HIST_EMAX : e;
-	if (!h->bin) {
-		if (!(h->bin = oq_calloc(NBINS + 2, sizeof *h->bin)))
+	if (!oq_hist_has_bins(h)) {
+		if (!(h->b32 = oq_calloc(NBINS + 2, sizeof *h->b32)))
 			return OQ_ENOMEM;
 		h->e = e;
+		h->bound = 0;
 	} else if (e > h->e) {
 		rescale(h, e);
 	}
@@ -126,6 +207,7 @@ int oq_hist_add_f32_ref(oq_hist *h, const float *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		float x = p[i];
+		size_t k;
 		int rc;
 		if (!(fabsf(x) < INFINITY))
 			continue;
@@ -133,9 +215,13 @@ int oq_hist_add_f32_ref(oq_hist *h, const float *p, size_t n)
 			h->n_zero++;
 			continue;
 		}
-		if ((rc = oq_hist_reserve(h, oq_hist_exponent(fabsf(x)))))
+		if ((rc = oq_hist_reserve(h, oq_hist_exponent(fabsf(x)))) || (rc = room(h, 1)))
 			return rc;
-		h->bin[bin_of(x, scale_of(h->e))]++;
+		k = bin_of(x, scale_of(h->e));
+		if (h->b64)
+			h->b64[k]++;
+		else
+			h->b32[k]++;
 	}
 	return OQ_OK;
 }
@@ -175,12 +261,12 @@ static inline size_t idx_tail(const float *p, size_t m, float sc, uint32_t top, 
 }
 
 static size_t idx_c(const float *p, size_t m, float sc, uint32_t topi, uint16_t *idx, uint64_t *nzero,
-		    uint64_t *bin)
+		    oq_hist *h)
 {
 	const float top = (float)topi;
 
 	(void)nzero;
-	(void)bin;
+	(void)h;
 	for (size_t j = 0; j < m; j++) {
 		/* sign and magnitude from the bits (fabsf or x < 0 ? ... made GCC 12 give up
 		 * vectorising the loop) */
@@ -204,7 +290,7 @@ static size_t idx_c(const float *p, size_t m, float sc, uint32_t topi, uint16_t 
 
 /* The same with 16 values a step: compare masks, zeros by popcount, indices compressed. */
 AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t topi, uint16_t *idx,
-				uint64_t *nzero, uint64_t *bin)
+				uint64_t *nzero, oq_hist *h)
 {
 	const __m512 scv = _mm512_set1_ps(sc), inf = _mm512_set1_ps(INFINITY);
 	const __m512 zero = _mm512_setzero_ps();
@@ -230,7 +316,11 @@ AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t top
 			 * free where nothing is flat) */
 			__m512i b0 = _mm512_permutexvar_epi32(_mm512_setzero_si512(), b);
 			if (_mm512_cmpeq_epi32_mask(b, b0) == 0xFFFF) {
-				bin[(uint32_t)_mm_cvtsi128_si32(_mm512_castsi512_si128(b))] += 16;
+				uint32_t kb = (uint32_t)_mm_cvtsi128_si32(_mm512_castsi512_si128(b));
+				if (h->b64)
+					h->b64[kb] += 16;
+				else
+					h->b32[kb] += 16;
 				continue;
 			}
 			skip = 8;
@@ -269,23 +359,56 @@ AVX512 static size_t sum_side_avx512(uint64_t *b, uint16_t *s0, uint16_t *s1, ui
 	}
 	return k;
 }
+
+/* The same into 32-bit counts. */
+AVX512 static size_t sum_side32_avx512(uint32_t *b, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint16_t *s3,
+				       size_t n)
+{
+	const __m256i z = _mm256_setzero_si256();
+	size_t k = 0;
+
+	for (; k + 16 <= n; k += 16) {
+		__m512i t = _mm512_add_epi32(
+			_mm512_add_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s0 + k))),
+					 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s1 + k)))),
+			_mm512_add_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s2 + k))),
+					 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s3 + k)))));
+		if (_mm512_test_epi32_mask(t, t)) /* bins no value reached stay unwritten */
+			_mm512_storeu_si512(b + k, _mm512_add_epi32(_mm512_loadu_si512(b + k), t));
+		_mm256_storeu_si256((__m256i *)(s0 + k), z);
+		_mm256_storeu_si256((__m256i *)(s1 + k), z);
+		_mm256_storeu_si256((__m256i *)(s2 + k), z);
+		_mm256_storeu_si256((__m256i *)(s3 + k), z);
+	}
+	return k;
+}
 #else
 #define idx_avx512 idx_c
 #endif
 
-/* b[k] += s0[k] + s1[k] + s2[k] + s3[k] for k < n, and the four cleared. */
-static void sum_side(uint64_t *b, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint16_t *s3, size_t n)
+/* h's count k += v (within its bound when 32-bit). */
+static inline void bump(oq_hist *h, size_t k, uint32_t v)
+{
+	if (h->b64)
+		h->b64[k] += v;
+	else
+		h->b32[k] += v;
+}
+
+/* h's counts [o, o + n) += s0[k] + s1[k] + s2[k] + s3[k] (k < n), and the four cleared. */
+static void sum_side(oq_hist *h, size_t o, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint16_t *s3, size_t n)
 {
 	size_t k = 0;
 
 #if defined(__GNUC__) && defined(__x86_64__)
 	if (oq_hist_simd && oq_cpu_avx512())
-		k = sum_side_avx512(b, s0, s1, s2, s3, n);
+		k = h->b64 ? sum_side_avx512(h->b64 + o, s0, s1, s2, s3, n)
+			   : sum_side32_avx512(h->b32 + o, s0, s1, s2, s3, n);
 #endif
 	for (; k < n; k++) {
 		uint32_t v = (uint32_t)s0[k] + s1[k] + s2[k] + s3[k];
 		if (v)
-			b[k] += v;
+			bump(h, o + k, v);
 		s0[k] = s1[k] = s2[k] = s3[k] = 0;
 	}
 }
@@ -294,12 +417,12 @@ static void sum_side(uint64_t *b, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint
 static void flush_sub(oq_hist *h, uint16_t (*sub)[NBINS + 2], size_t top)
 {
 	for (size_t side = 0; side < 2; side++)
-		sum_side(h->bin + side * SIDE, sub[0] + side * SIDE, sub[1] + side * SIDE, sub[2] + side * SIDE,
+		sum_side(h, side * SIDE, sub[0] + side * SIDE, sub[1] + side * SIDE, sub[2] + side * SIDE,
 			 sub[3] + side * SIDE, top + 1);
 	for (size_t k = ZSLOT; k <= BSLOT; k++) {
 		uint32_t v = (uint32_t)sub[0][k] + sub[1][k] + sub[2][k] + sub[3][k];
 		if (v)
-			h->bin[k] += v;
+			bump(h, k, v);
 		sub[0][k] = sub[1][k] = sub[2][k] = sub[3][k] = 0;
 	}
 }
@@ -324,7 +447,7 @@ int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 	 * dependency, and 16-bit counts keep the bins in use within L1. Only bins [0, top] of each
 	 * side and the two slots are cleared and summed: worth it for enough values per bin. */
 	uint16_t sub[NSUB][NBINS + 2];
-	size_t (*kern)(const float *, size_t, float, uint32_t, uint16_t *, uint64_t *, uint64_t *) =
+	size_t (*kern)(const float *, size_t, float, uint32_t, uint16_t *, uint64_t *, oq_hist *) =
 		oq_hist_simd && oq_cpu_avx512() ? idx_avx512 : idx_c;
 	uint64_t nzero = 0;
 	uint32_t top;
@@ -338,7 +461,7 @@ int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 	}
 	if (amax > FLT_MAX)
 		amax = FLT_MAX;
-	if ((rc = oq_hist_reserve(h, oq_hist_exponent(amax))))
+	if ((rc = oq_hist_reserve(h, oq_hist_exponent(amax))) || (rc = room(h, n)))
 		return rc;
 	sc = scale_of(h->e);
 	u = amax * sc;
@@ -353,7 +476,7 @@ int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 	}
 	for (size_t i = 0, blocks = 0; i < n; i += FILL_BLOCK) {
 		size_t m = n - i < FILL_BLOCK ? n - i : FILL_BLOCK;
-		size_t k = kern(p + i, m, sc, top, idx, &nzero, h->bin), j = 0;
+		size_t k = kern(p + i, m, sc, top, idx, &nzero, h), j = 0;
 		if (use_sub) {
 			for (; j + NSUB <= k; j += NSUB) {
 				uint64_t w;
@@ -368,14 +491,20 @@ int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 				blocks = 0;
 			}
 		}
-		for (; j < k; j++)
-			h->bin[idx[j]]++;
+		if (h->b64)
+			for (; j < k; j++)
+				h->b64[idx[j]]++;
+		else
+			for (; j < k; j++)
+				h->b32[idx[j]]++;
 	}
 	if (use_sub)
 		flush_sub(h, sub, top);
-	h->n_zero += nzero + h->bin[ZSLOT];
-	if (h->bin[ZSLOT] || h->bin[BSLOT])
-		h->bin[ZSLOT] = h->bin[BSLOT] = 0;
+	h->n_zero += nzero + oq_hist_at(h, ZSLOT);
+	if (h->b64)
+		h->b64[ZSLOT] = h->b64[BSLOT] = 0;
+	else
+		h->b32[ZSLOT] = h->b32[BSLOT] = 0;
 	return OQ_OK;
 }
 
@@ -418,53 +547,78 @@ int oq_hist_merge(oq_hist *a, const oq_hist *b)
 
 	if (!add_u64(&a->n_zero, b->n_zero))
 		return OQ_EINVAL;
-	if (!b->bin)
+	if (!oq_hist_has_bins(b))
 		return OQ_OK;
-	if ((rc = oq_hist_reserve(a, b->e)))
+	if ((rc = oq_hist_reserve(a, b->e)) || (rc = room(a, b->b32 ? b->bound : bins_sum(b))))
 		return rc;
 	s = a->e - b->e; /* >= 0 now */
 	for (size_t side = 0; side < 2; side++)
-		for (size_t k = 0; k < SIDE; k++)
-			if (b->bin[side * SIDE + k] &&
-			    !add_u64(&a->bin[side * SIDE + (s >= OQ_HIST_LOG2 ? 0 : k >> s)],
-				     b->bin[side * SIDE + k]))
+		for (size_t k = 0; k < SIDE; k++) {
+			uint64_t v = oq_hist_at(b, side * SIDE + k);
+			size_t to = side * SIDE + (s >= OQ_HIST_LOG2 ? 0 : k >> s);
+			if (!v)
+				continue;
+			if (a->b32)
+				a->b32[to] += (uint32_t)v; /* within a's bound */
+			else if (!add_u64(&a->b64[to], v))
 				return OQ_EINVAL;
+		}
 	return OQ_OK;
 }
 
 int oq_hist_regrid(oq_hist *h, int e)
 {
 	e = e < OQ_HIST_EMIN ? OQ_HIST_EMIN : e > OQ_HIST_EMAX ? OQ_HIST_EMAX : e;
-	if (!h->bin && !(h->bin = oq_calloc(NBINS + 2, sizeof *h->bin)))
+	if (!oq_hist_has_bins(h) && !(h->b32 = oq_calloc(NBINS + 2, sizeof *h->b32)))
 		return OQ_ENOMEM;
 	h->e = e; /* every count is 0: any grid describes them */
+	h->bound = 0;
 	return OQ_OK;
 }
 
-void oq_hist_drain(oq_hist *dst, oq_hist *src)
+int oq_hist_drain(oq_hist *dst, oq_hist *src)
 {
+	int rc;
+
+	if (oq_hist_has_bins(src)) {
+		if ((!oq_hist_has_bins(dst) && (rc = oq_hist_regrid(dst, src->e))) ||
+		    (rc = room(dst, src->b32 ? src->bound : bins_sum(src))))
+			return rc;
+		for (size_t k = 0; k < NBINS; k++) {
+			uint64_t v = oq_hist_at(src, k);
+			if (!v)
+				continue;
+			if (dst->b64)
+				dst->b64[k] += v;
+			else
+				dst->b32[k] += (uint32_t)v; /* within dst's bound */
+			if (src->b64)
+				src->b64[k] = 0;
+			else
+				src->b32[k] = 0;
+		}
+		src->bound = 0;
+	}
 	dst->n_zero += src->n_zero;
 	src->n_zero = 0;
-	if (!src->bin)
-		return;
-	for (size_t k = 0; k < NBINS; k++)
-		if (src->bin[k]) {
-			dst->bin[k] += src->bin[k];
-			src->bin[k] = 0;
-		}
-	src->bin[ZSLOT] = src->bin[BSLOT] = 0;
+	return OQ_OK;
 }
 
 int oq_hist_copy(oq_hist *dst, const oq_hist *src)
 {
 	oq_hist_init(dst);
 	dst->n_zero = src->n_zero;
-	if (!src->bin)
-		return OQ_OK;
-	if (!(dst->bin = oq_malloc((NBINS + 2) * sizeof *dst->bin)))
-		return OQ_ENOMEM;
-	memcpy(dst->bin, src->bin, (NBINS + 2) * sizeof *dst->bin);
+	if (src->b32) {
+		if (!(dst->b32 = oq_malloc((NBINS + 2) * sizeof *dst->b32)))
+			return OQ_ENOMEM;
+		memcpy(dst->b32, src->b32, (NBINS + 2) * sizeof *dst->b32);
+	} else if (src->b64) {
+		if (!(dst->b64 = oq_malloc((NBINS + 2) * sizeof *dst->b64)))
+			return OQ_ENOMEM;
+		memcpy(dst->b64, src->b64, (NBINS + 2) * sizeof *dst->b64);
+	}
 	dst->e = src->e;
+	dst->bound = src->bound;
 	return OQ_OK;
 }
 
@@ -611,7 +765,7 @@ int oq_hist_view(const oq_hist *h, double lo, double hi, int abs, oq_hbins *out)
 	int rc;
 
 	memset(out, 0, sizeof *out);
-	if (!h->bin || !(lo <= hi))
+	if (!oq_hist_has_bins(h) || !(lo <= hi))
 		return OQ_EINVAL;
 	if (abs) {
 		g0 = 0;
@@ -626,9 +780,9 @@ int oq_hist_view(const oq_hist *h, double lo, double hi, int abs, oq_hbins *out)
 	for (long g = g0; g <= g1; g++) {
 		size_t k = (size_t)(g - g0);
 		if (abs)
-			out->bin[k] = h->bin[k] + h->bin[SIDE + k]; /* no overflow: counts are checked */
+			out->bin[k] = oq_hist_at(h, k) + oq_hist_at(h, SIDE + k); /* no overflow: counts are checked */
 		else
-			out->bin[k] = g >= 0 ? h->bin[g] : h->bin[SIDE + (size_t)(-1 - g)];
+			out->bin[k] = oq_hist_at(h, g >= 0 ? (size_t)g : SIDE + (size_t)(-1 - g));
 	}
 	return OQ_OK;
 }

@@ -62,14 +62,45 @@ enum {
 int oq_calib_method_parse(const char *s);
 const char *oq_calib_method_name(int method);
 
-/* The histogram of one tensor's finite values (see the header comment). */
+/*
+ * The histogram of one tensor's finite values (see the header comment). The counts are held in
+ * 32 bits (b32) while they must fit: `bound`, an upper bound of their sum (every value handed to
+ * a fill, the bounds of merged histograms), stays at most oq_hist_narrow_max; the histogram that
+ * would pass it moves to 64-bit counts (b64) first, once and for good. Either holds the same
+ * counts: the width is memory, never a result (a calibration's tensors rarely see 2^32 values,
+ * so most histograms take half the bytes).
+ */
 typedef struct oq_hist {
-	int e;           /* grid exponent: a side's bins cover [0, 2^e); OQ_HIST_EMIN while bin is NULL */
-	uint64_t *bin;   /* 2 * SIDE counts, [0, SIDE) for x > 0, [SIDE, 2 SIDE) for x < 0 (bin k:
+	int e;           /* grid exponent: a side's bins cover [0, 2^e); OQ_HIST_EMIN while no bins */
+	uint32_t *b32;   /* 2 * SIDE counts, [0, SIDE) for x > 0, [SIDE, 2 SIDE) for x < 0 (bin k:
 			  * |x| in [k w, (k+1) w)), then 2 scratch slots of the fill; NULL until the
-			  * first finite non-zero value */
-	uint64_t n_zero; /* exact zeros (+0 and -0), not in bin[] */
+			  * first finite non-zero value, or when b64 holds them */
+	uint64_t *b64;   /* the same in 64 bits (NULL while b32 will do) */
+	uint64_t bound;  /* b32: at least the sum of its counts (<= oq_hist_narrow_max) */
+	uint64_t n_zero; /* exact zeros (+0 and -0), not in the bins */
 } oq_hist;
+
+/* UINT32_MAX: the largest bound of a histogram with 32-bit counts (tests lower it to check the
+ * move to 64 bits). */
+extern uint64_t oq_hist_narrow_max;
+
+/* Whether h has bins (a finite non-zero value was counted, or a grid was set). */
+static inline int oq_hist_has_bins(const oq_hist *h)
+{
+	return h->b32 || h->b64;
+}
+/* Count of bin k of h (k < 2 * OQ_HIST_SIDE; 0 without bins). */
+static inline uint64_t oq_hist_at(const oq_hist *h, size_t k)
+{
+	return h->b64 ? h->b64[k] : h->b32 ? h->b32[k] : 0;
+}
+/* h's bins as 64-bit counts to write into directly (a file's counts, a test's): moves h to 64
+ * bits, or allocates them on grid e when h has none (e is ignored otherwise). NULL: out of
+ * memory. oq_hist_fit after
+ * the writes gives back the 32-bit form where the counts allow. */
+uint64_t *oq_hist_wide_bins(oq_hist *h, int e);
+/* 32-bit counts again when their sum fits (else, or without memory for it, h stays as it is). */
+void oq_hist_fit(oq_hist *h);
 
 void oq_hist_init(oq_hist *h);
 void oq_hist_free(oq_hist *h);
@@ -96,8 +127,9 @@ int oq_hist_merge(oq_hist *a, const oq_hist *b) OQ_WUR;
 int oq_hist_regrid(oq_hist *h, int e) OQ_WUR;
 /* dst += src bin by bin, then src's counts are zero. Both on one grid (src set up by
  * oq_hist_regrid to dst->e, or src without bins) and counts of values actually scanned (no
- * overflow check: 2^64 values are out of reach). */
-void oq_hist_drain(oq_hist *dst, oq_hist *src);
+ * overflow check: 2^64 values are out of reach). OQ_ENOMEM when dst must move to 64 bits and
+ * cannot (src then unchanged). */
+int oq_hist_drain(oq_hist *dst, oq_hist *src) OQ_WUR;
 /* dst = a copy of src (dst uninitialised). OQ_ENOMEM. */
 int oq_hist_copy(oq_hist *dst, const oq_hist *src) OQ_WUR;
 

@@ -96,7 +96,7 @@ static int pick_prep(const calib *c, const oq_calib_opts *o, size_t i, sel *x, o
 			              name);
 		return OQ_OK; /* the quantize pass does not read this range */
 	}
-	if (!h->bin) /* no non-zero value: min/max is the range */
+	if (!oq_hist_has_bins(h)) /* no non-zero value: min/max is the range */
 		return OQ_OK;
 	if ((rc = grid_of(c, o, i, &dtype, &sym, d)))
 		return rc;

@@ -105,9 +105,9 @@ uint64_t oq_stats_fingerprint(const oq_model *m)
 static void stat_free(oq_stat *r, uint32_t nf)
 {
 	free(r->name);
-	free(r->h.bin);
+	oq_hist_free(&r->h);
 	for (uint32_t f = 0; r->fold && f < nf; f++)
-		free(r->fold[f].h.bin);
+		oq_hist_free(&r->fold[f].h);
 	free(r->fold);
 }
 
@@ -189,10 +189,9 @@ static void put_body(wbuf *w, double lo, double hi, uint64_t n_bad, const oq_his
 	put_u64(w, n_bad);
 	if (!hist)
 		return;
-	for (size_t side = 0; side < 2 && h->bin; side++) {
-		const uint64_t *b = h->bin + side * OQ_HIST_SIDE;
+	for (size_t side = 0; side < 2 && oq_hist_has_bins(h); side++) {
 		used[side] = OQ_HIST_SIDE;
-		while (used[side] && !b[used[side] - 1])
+		while (used[side] && !oq_hist_at(h, side * OQ_HIST_SIDE + used[side] - 1))
 			used[side]--;
 	}
 	put_u64(w, h->n_zero);
@@ -200,7 +199,7 @@ static void put_body(wbuf *w, double lo, double hi, uint64_t n_bad, const oq_his
 	for (size_t side = 0; side < 2; side++) {
 		put_u32(w, used[side]);
 		for (uint32_t k = 0; k < used[side]; k++)
-			put_u64(w, h->bin[side * OQ_HIST_SIDE + k]);
+			put_u64(w, oq_hist_at(h, side * OQ_HIST_SIDE + k));
 	}
 }
 
@@ -311,6 +310,7 @@ static int corrupt(oq_diag *d, const char *what, const char *why)
 static int get_body(rbuf *r, int kind, uint32_t flags, double *lo, double *hi, uint64_t *n_bad,
 		    oq_hist *h, uint64_t *total, const char *what, oq_diag *d)
 {
+	uint64_t *b;
 	uint32_t e;
 
 	if (!get_f64(r, lo) || !get_f64(r, hi) || !get_u64(r, n_bad))
@@ -341,10 +341,10 @@ static int get_body(rbuf *r, int kind, uint32_t flags, double *lo, double *hi, u
 		/* bins hold finite non-zero values, so the record has a finite range */
 		if (!(*lo <= *hi) || !(flags & 1))
 			return corrupt(d, what, "histogram without a range");
-		if (oq_hist_reserve(h, (int)e + OQ_HIST_EMIN))
+		if (!(b = oq_hist_wide_bins(h, (int)e + OQ_HIST_EMIN)))
 			return oq_err(d, OQ_ENOMEM, "stats: out of memory");
 		for (size_t k = 0; k < used; k++) {
-			uint64_t *c = &h->bin[side * OQ_HIST_SIDE + k];
+			uint64_t *c = &b[side * OQ_HIST_SIDE + k];
 			(void)get_u64(r, c);
 			/* the total bounds every sum the histogram code forms (merged bins, |x| views) */
 			if (*c > UINT64_MAX - *total)
@@ -352,8 +352,9 @@ static int get_body(rbuf *r, int kind, uint32_t flags, double *lo, double *hi, u
 			*total += *c;
 		}
 	}
-	if (!h->bin && e)
+	if (!oq_hist_has_bins(h) && e)
 		return corrupt(d, what, "bad histogram exponent"); /* no bins: written as 0 */
+	oq_hist_fit(h);
 	return OQ_OK;
 }
 
@@ -632,8 +633,8 @@ static int copy_stat(oq_stat *dst, const oq_stat *src, uint32_t nf)
 static uint64_t hist_total(const oq_hist *h, int *ok)
 {
 	uint64_t t = h->n_zero;
-	for (size_t k = 0; h->bin && k < 2 * (size_t)OQ_HIST_SIDE; k++)
-		if (!add_u64(&t, h->bin[k]))
+	for (size_t k = 0; oq_hist_has_bins(h) && k < 2 * (size_t)OQ_HIST_SIDE; k++)
+		if (!add_u64(&t, oq_hist_at(h, k)))
 			*ok = 0;
 	return t;
 }

@@ -66,23 +66,28 @@ static void fill(int how, oq_hist *h, const float *p, size_t n)
 /* Count of bin k of side `neg` (0: x > 0, 1: x < 0). */
 static uint64_t at_bin(const oq_hist *h, int neg, size_t k)
 {
-	return h->bin ? h->bin[(size_t)neg * SIDE + k] : 0;
+	return oq_hist_at(h, (size_t)neg * SIDE + k);
 }
 
 /* Sum of all bins. */
 static uint64_t in_bins(const oq_hist *h)
 {
 	uint64_t t = 0;
-	for (size_t k = 0; h->bin && k < 2 * (size_t)SIDE; k++)
-		t += h->bin[k];
+	for (size_t k = 0; k < 2 * (size_t)SIDE; k++)
+		t += oq_hist_at(h, k);
 	return t;
 }
 
 static int same_hist(const oq_hist *a, const oq_hist *b)
 {
-	if (a->n_zero != b->n_zero || !a->bin != !b->bin)
+	if (a->n_zero != b->n_zero || oq_hist_has_bins(a) != oq_hist_has_bins(b))
 		return 0;
-	return !a->bin || (a->e == b->e && !memcmp(a->bin, b->bin, 2 * SIDE * sizeof *a->bin));
+	if (oq_hist_has_bins(a) && a->e != b->e)
+		return 0;
+	for (size_t k = 0; k < 2 * (size_t)SIDE; k++)
+		if (oq_hist_at(a, k) != oq_hist_at(b, k))
+			return 0;
+	return 1;
 }
 
 Test(observers, histogram_bins_by_hand)
@@ -189,7 +194,7 @@ Test(observers, fast_fill_matches_scalar_reference)
 			fill(0, &ref, x + cut, n - cut);
 			uint64_t nonzero = 0;
 			for (size_t k = 0; k < 2 * (size_t)SIDE; k++)
-				nonzero += ref.bin[k] != 0;
+				nonzero += oq_hist_at(&ref, k) != 0;
 			cr_expect(n < 1000 || (nonzero > 100 && ref.n_zero > 0), "data too thin");
 			for (int how = 1; how < 3; how++) {
 				/* the second call starts mid-vector and (usually) raises e */
@@ -332,6 +337,87 @@ Test(observers, merge_and_copy_are_exact)
 	oq_hist_free(&a);
 	oq_hist_free(&b);
 	oq_hist_free(&c);
+	free(x);
+}
+
+/*
+ * 32-bit counts move to 64 bits when their bound would pass oq_hist_narrow_max (lowered here to
+ * 1000): every fill path, merge, drain and copy keep the counts of the histograms that never
+ * move (the default limit), and a bound inflated by zeros is recounted before a move.
+ */
+Test(observers, counts_move_to_64_bits_and_stay_the_same)
+{
+	const size_t n = 6000;
+	float *x = edge_data(n, 7, 3.0f);
+	float zeros[900] = {0}, ones[150];
+	oq_hist ref, h, a, b, c;
+
+	for (size_t i = 0; i < 150; i++)
+		ones[i] = 1.0f;
+	for (int how = 0; how < 3; how++) {
+		oq_hist_init(&ref);
+		oq_hist_init(&h);
+		for (size_t i = 0; i < n; i += 700)
+			fill(how, &ref, x + i, n - i < 700 ? n - i : 700);
+		cr_expect(ref.b32 && !ref.b64, "fill %d: 32-bit under the default limit", how);
+		oq_hist_narrow_max = 1000;
+		for (size_t i = 0; i < n; i += 700) {
+			fill(how, &h, x + i, n - i < 700 ? n - i : 700);
+			/* 700 values (a few zeros, NaN, Inf among them) fit; 1400 do not */
+			cr_expect(i == 0 ? h.b32 && !h.b64 : h.b64 && !h.b32, "fill %d: width after %zu values",
+				  how, i + 700);
+		}
+		oq_hist_narrow_max = UINT32_MAX;
+		cr_expect(same_hist(&h, &ref), "fill %d: counts differ after the move", how);
+		oq_hist_free(&h);
+		oq_hist_free(&ref);
+	}
+
+	/* merge: two 32-bit halves whose bounds add past the limit; drain the same */
+	oq_hist_init(&ref);
+	fill(2, &ref, x, n);
+	oq_hist_init(&a);
+	oq_hist_init(&b);
+	fill(2, &a, x, 800);
+	fill(1, &b, x + 800, n - 800);
+	oq_hist_narrow_max = 1000;
+	cr_assert_eq(oq_hist_merge(&a, &b), OQ_OK);
+	cr_expect(a.b64 && !a.b32 && same_hist(&a, &ref), "merge");
+	cr_assert_eq(oq_hist_copy(&c, &a), OQ_OK);
+	cr_expect(c.b64 && same_hist(&c, &ref), "copy of 64-bit counts");
+	oq_hist_free(&c);
+	oq_hist_free(&a);
+	oq_hist_init(&a);
+	oq_hist_narrow_max = UINT32_MAX;
+	fill(2, &a, x, 800);
+	cr_assert_eq(oq_hist_regrid(&c, b.e), OQ_OK); /* c: empty bins on b's grid */
+	oq_hist_narrow_max = 1000;
+	cr_assert_eq(oq_hist_drain(&c, &b), OQ_OK); /* 5200 > 1000: c moves, b empties */
+	cr_expect(c.b64 && in_bins(&b) == 0 && b.n_zero == 0, "drain");
+	cr_assert_eq(oq_hist_merge(&c, &a), OQ_OK);
+	cr_expect(same_hist(&c, &ref), "drain, then merge");
+	/* back to 32 bits where the sum fits (under the default limit) */
+	oq_hist_narrow_max = UINT32_MAX;
+	oq_hist_fit(&c);
+	cr_expect(c.b32 && !c.b64 && same_hist(&c, &ref), "fit");
+	oq_hist_free(&a);
+	oq_hist_free(&b);
+	oq_hist_free(&c);
+	oq_hist_free(&ref);
+
+	/* 850 zeros and 50 ones count 900 against the bound, 50 in the bins: with 150 more ones
+	 * the bound is recounted (50 + 150 = 200), and the counts stay 32-bit (bin of 1 at e = 1:
+	 * 2048) */
+	oq_hist_narrow_max = 1000;
+	oq_hist_init(&h);
+	memcpy(zeros + 850, ones, 50 * sizeof *ones);
+	fill(2, &h, zeros, 900);
+	cr_expect(h.b32 && h.bound == 900, "bound %llu", (unsigned long long)h.bound);
+	fill(2, &h, ones, 150);
+	cr_expect(h.b32 && !h.b64 && h.bound == 200 && at_bin(&h, 0, 2048) == 200 && h.n_zero == 850,
+		  "recount: bound %llu", (unsigned long long)h.bound);
+	oq_hist_narrow_max = UINT32_MAX;
+	oq_hist_free(&h);
 	free(x);
 }
 

@@ -29,6 +29,15 @@
 
 /* ------------------------------------------------------------ fixture */
 
+/* Whether a and b hold the same counts (either may be 32- or 64-bit). */
+static int same_bins(const oq_hist *a, const oq_hist *b)
+{
+	for (size_t k = 0; k < 2 * (size_t)OQ_HIST_SIDE; k++)
+		if (oq_hist_at(a, k) != oq_hist_at(b, k))
+			return 0;
+	return 1;
+}
+
 static void setup(void)
 {
 	cr_assert_not_null(tmpdir_make("oq_stats"));
@@ -280,19 +289,19 @@ static void expect_hand_x(const oq_stats *hs, const char *what)
 		if (!strcmp(hs->v[i].name, "x"))
 			x = &hs->v[i];
 	cr_assert_not_null(x, "%s: no record of x", what);
-	cr_assert_not_null(x->h.bin, "%s: no bins", what);
+	cr_assert(oq_hist_has_bins(&x->h), "%s: no bins", what);
 	cr_expect(x->lo == -2.5 && x->hi == 5.0 && x->n_bad == 1, "%s: [%g, %g], %llu bad", what,
 	          x->lo, x->hi, (unsigned long long)x->n_bad);
 	cr_expect_eq(x->h.e, 3, "%s: e %d", what, x->h.e);
 	for (size_t k = 0; k < 2 * (size_t)OQ_HIST_SIDE; k++)
-		in_bins += x->h.bin[k];
+		in_bins += oq_hist_at(&x->h, k);
 	cr_expect_eq(in_bins, 14, "%s: %llu in bins", what, (unsigned long long)in_bins);
 	cr_expect_eq(x->h.n_zero, 5, "%s", what);
 	for (int v = 1; v <= 5; v++)
-		cr_expect_eq(x->h.bin[512 * v], 1, "%s: bin of %d", what, v);
-	cr_expect_eq(x->h.bin[128], 4, "%s: bin of 0.25", what);
+		cr_expect_eq(oq_hist_at(&x->h, 512 * v), 1, "%s: bin of %d", what, v);
+	cr_expect_eq(oq_hist_at(&x->h, 128), 4, "%s: bin of 0.25", what);
 	for (int v = 1; v <= 5; v++) /* -0.5 v on the negative side */
-		cr_expect_eq(x->h.bin[OQ_HIST_SIDE + 256 * v], 1, "%s: bin of -%g", what, 0.5 * v);
+		cr_expect_eq(oq_hist_at(&x->h, OQ_HIST_SIDE + 256 * v), 1, "%s: bin of -%g", what, 0.5 * v);
 }
 
 Test(stats, hist_counts, .init = setup, .fini = teardown)
@@ -390,10 +399,12 @@ static void handmade(oq_stats *s, int kind, uint32_t shard)
 	s->v[0].hist = s->v[1].hist = kind == OQ_STATS_HIST;
 	if (kind == OQ_STATS_HIST) {
 		s->v[0].h.n_zero = 7;
-		cr_assert_eq(oq_hist_reserve(&s->v[1].h, 2 + (int)(shard % 2)), OQ_OK);
-		s->v[1].h.bin[0] = 2 + shard;
-		s->v[1].h.bin[100] = 5;
-		s->v[1].h.bin[OQ_HIST_SIDE + 7] = 1;
+		uint64_t *b = oq_hist_wide_bins(&s->v[1].h, 2 + (int)(shard % 2));
+		cr_assert_not_null(b);
+		b[0] = 2 + shard;
+		b[100] = 5;
+		b[OQ_HIST_SIDE + 7] = 1;
+		oq_hist_fit(&s->v[1].h);
 		s->v[1].h.n_zero = 7;
 	}
 	s->v[1].lo = -1.0 - shard;
@@ -416,12 +427,12 @@ Test(stats, round_trip)
 	cr_expect(!t.covered[0] && !t.covered[1] && t.covered[2] && !t.covered[3]);
 	cr_assert_eq(t.n, 2);
 	cr_expect_str_eq(t.v[0].name, "a");
-	cr_expect(t.v[0].lo == 1.5 && t.v[0].hi == 1.5 && t.v[0].n_bad == 3 && !t.v[0].h.bin &&
+	cr_expect(t.v[0].lo == 1.5 && t.v[0].hi == 1.5 && t.v[0].n_bad == 3 && !oq_hist_has_bins(&t.v[0].h) &&
 	          t.v[0].h.n_zero == 7);
 	cr_expect_str_eq(t.v[1].name, "b");
-	cr_assert_not_null(t.v[1].h.bin);
-	cr_expect(t.v[1].h.e == 2 && t.v[1].h.bin[0] == 4 && t.v[1].h.bin[100] == 5 &&
-	          t.v[1].h.bin[OQ_HIST_SIDE + 7] == 1 && t.v[1].h.n_zero == 7);
+	cr_assert(oq_hist_has_bins(&t.v[1].h));
+	cr_expect(t.v[1].h.e == 2 && oq_hist_at(&t.v[1].h, 0) == 4 && oq_hist_at(&t.v[1].h, 100) == 5 &&
+	          oq_hist_at(&t.v[1].h, OQ_HIST_SIDE + 7) == 1 && t.v[1].h.n_zero == 7);
 	/* fixed layout: magic, version 2 little-endian, kind 2, 4096 bins a side */
 	cr_expect(memcmp(buf, "ONNXQSTA\2\0\0\0\2\0\0\0\0\x10\0\0", 20) == 0);
 	/* trailing empty bins are left out: record b stores e, 101 positive bins (0..100) and 8
@@ -430,6 +441,16 @@ Test(stats, round_trip)
 	 * bins: 8+4+4+4), record b (33; zeros, e, 101, bins, 8, bins) and the checksum */
 	cr_expect_eq(len, 61 + 33 + 20 + 33 + 8 + 4 + 4 + 808 + 4 + 64 + 8, "%zu", len);
 	cr_expect_eq(t.sum, s.sum);
+	/* small counts come back 32-bit; a count past 2^32 comes back 64-bit, the same */
+	cr_expect(t.v[1].h.b32 && !t.v[1].h.b64);
+	free(buf);
+	oq_stats_free(&t);
+	cr_assert_not_null(oq_hist_wide_bins(&s.v[1].h, 0));
+	s.v[1].h.b64[100] = (uint64_t)1 << 33;
+	cr_assert_eq(oq_stats_encode(&s, &buf, &len, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_stats_decode(buf, len, "mem", &t, &d), OQ_OK, "%s", d.msg);
+	cr_expect(t.v[1].h.b64 && !t.v[1].h.b32 && oq_hist_at(&t.v[1].h, 100) == (uint64_t)1 << 33 &&
+	          oq_hist_at(&t.v[1].h, 0) == 4, "a count of 2^33 read back");
 	free(buf);
 	oq_stats_free(&s);
 	oq_stats_free(&t);
@@ -580,7 +601,7 @@ Test(stats, random_edits_are_refused_or_safe)
 			accepted++;
 			for (size_t i = 0; i < t.n; i++) {
 				const oq_stat *v = &t.v[i];
-				for (int abs = 0; abs < 2 && v->h.bin && v->lo <= v->hi; abs++) {
+				for (int abs = 0; abs < 2 && oq_hist_has_bins(&v->h) && v->lo <= v->hi; abs++) {
 					oq_hbins b;
 					double lo, hi;
 					if (oq_hist_view(&v->h, v->lo, v->hi, abs, &b) != OQ_OK)
@@ -673,9 +694,9 @@ Test(stats, merge_hand)
 	oq_diag_init(&d);
 	cr_assert_eq(oq_stats_merge(&h1, &h2, "h2.bin", &d), OQ_OK, "%s", d.msg);
 	cr_expect_eq(h1.v[1].h.e, 3);
-	cr_expect(h1.v[1].h.bin[0] == 5 && h1.v[1].h.bin[50] == 5 && h1.v[1].h.bin[100] == 5 &&
-	          h1.v[1].h.bin[OQ_HIST_SIDE + 3] == 1 && h1.v[1].h.bin[OQ_HIST_SIDE + 7] == 1 &&
-	          h1.v[1].h.n_zero == 14 && h1.v[0].h.n_zero == 14 && !h1.v[0].h.bin);
+	cr_expect(oq_hist_at(&h1.v[1].h, 0) == 5 && oq_hist_at(&h1.v[1].h, 50) == 5 && oq_hist_at(&h1.v[1].h, 100) == 5 &&
+	          oq_hist_at(&h1.v[1].h, OQ_HIST_SIDE + 3) == 1 && oq_hist_at(&h1.v[1].h, OQ_HIST_SIDE + 7) == 1 &&
+	          h1.v[1].h.n_zero == 14 && h1.v[0].h.n_zero == 14 && !oq_hist_has_bins(&h1.v[0].h));
 	cr_expect(h1.v[1].lo == -2 && h1.v[1].hi == 3);
 	oq_stats_free(&h1);
 	oq_stats_free(&h2);
@@ -724,7 +745,8 @@ Test(stats, merge_refusals)
 	/* counts that would overflow 64 bits */
 	handmade(&a, OQ_STATS_HIST, 1);
 	handmade(&b, OQ_STATS_HIST, 2);
-	b.v[1].h.bin[5] = UINT64_MAX - 10;
+	cr_assert_not_null(oq_hist_wide_bins(&b.v[1].h, 0));
+	b.v[1].h.b64[5] = UINT64_MAX - 10;
 	expect_merge_err(&a, &b, "histogram count overflows");
 	oq_stats_free(&b);
 	oq_stats_free(&a);
@@ -1175,7 +1197,7 @@ Test(stats, parallel_scan_matches_reference, .init = setup, .fini = teardown)
 				if (!strcmp(st.v[i].name, names[t]))
 					x = &st.v[i];
 			cr_assert_not_null(x, "no record for %s", names[t]);
-			cr_assert_not_null(x->h.bin);
+			cr_assert(oq_hist_has_bins(&x->h));
 			cr_expect(x->lo == lo[t] && x->hi == hi[t],
 			          "%d threads, %s: [%a, %a], expected [%a, %a]", threads, names[t], x->lo,
 			          x->hi, lo[t], hi[t]);
@@ -1185,7 +1207,7 @@ Test(stats, parallel_scan_matches_reference, .init = setup, .fini = teardown)
 			cr_expect_eq(x->h.e, ref[t].e, "%d threads, %s: e %d, reference %d", threads,
 			             names[t], x->h.e, ref[t].e);
 			cr_expect_eq(x->h.n_zero, ref[t].n_zero, "%d threads, %s: zeros", threads, names[t]);
-			cr_expect(!memcmp(x->h.bin, ref[t].bin, 2 * OQ_HIST_SIDE * sizeof *x->h.bin),
+			cr_expect(same_bins(&x->h, &ref[t]),
 			          "%d threads, %s: the bins differ from the reference", threads, names[t]);
 		}
 		oq_stats_free(&st);

@@ -56,6 +56,8 @@ mkdir -p "$work/corpus" "$work/rcorpus"
 if [ -x "$onnxq" ]; then
 	"$onnxq" calibrate "$root/models/tiny_cnn.onnx" --calib random:2 --method minmax -o "$work/st.bin" --quiet 2>/dev/null &&
 		{ printf '\003'; cat "$work/st.bin"; } >"$work/rcorpus/stats"
+	"$onnxq" calibrate "$root/models/tiny_cnn.onnx" --calib random:2 --method mse -o "$work/sth.bin" --quiet 2>/dev/null &&
+		{ printf '\003'; cat "$work/sth.bin"; } >"$work/rcorpus/stats_hist"
 fi
 
 # run_target TARGET CORPUS [ARGS...]: one check
