@@ -872,7 +872,9 @@ Test(biascorr, empirical_pipeline_tails_same_model)
  * 64 K values spanning 1e-3 to 1e6 (so double sums depend on their order, and each sample runs
  * long enough for the lanes to overlap) measured at 1 and at 3 threads, float-only (cache) and
  * with two quantized runs: every sum, count and SQNR is the same bit for bit, and the float sums
- * match y = 2 x + 0.5 summed here (to 1e-9), fold f the samples i with i % 2 == f.
+ * match y = 2 x + 0.5 summed here (to 1e-9), fold f the samples i with i % 2 == f. The one-thread
+ * pass keeps the float outputs in memory, the three-thread one in its temporary file: the same
+ * outputs read back.
  */
 Test(biascorr, empirical_measure_lanes_match_one_at_a_time)
 {
@@ -912,8 +914,14 @@ Test(biascorr, empirical_measure_lanes_match_one_at_a_time)
 			memset(&co, 0, sizeof co);
 			co.source = dir;
 			co.threads = t ? 3 : 1;
+			oq_bc_spill = t;
 			cr_assert_eq(oq_bc_targets_find(mf->graph, &o, &b[t], &d), OQ_OK, "%s", d.msg);
 			cr_assert_eq(oq_bc_measure(mf, rn, NULL, 0, &co, &b[t], &cache[t], &d), OQ_OK, "%s", d.msg);
+			oq_bc_spill = 1;
+			for (int i = 0; i < NS; i++)
+				cr_expect(t ? cache[t].at[i] != SIZE_MAX && !cache[t].out[i].data
+				            : cache[t].at[i] == SIZE_MAX && cache[t].out[i].data,
+				          "sample %d: %s", i, t ? "not in the file" : "not in memory");
 			cr_expect_eq(oq_bc_measure_lanes, t ? 3 : 1, "%zu at a time", oq_bc_measure_lanes);
 			runs[t][0] = (oq_bc_quantized){.qm = mq, .nodes = qn, .folds = 3};
 			runs[t][1] = (oq_bc_quantized){.qm = mc, .folds = 2};
@@ -942,8 +950,15 @@ Test(biascorr, empirical_measure_lanes_match_one_at_a_time)
 			for (int i = 0; i < NS; i++)
 				cr_expect(!memcmp(&runs[0][r].sqnr.per[i], &runs[1][r].sqnr.per[i], sizeof(double)),
 				          "run %d sample %d", r, i);
-		for (int i = 0; i < NS; i++)
-			cr_expect(!memcmp(cache[0].out[i].data, cache[1].out[i].data, W * sizeof(float)), "cached output %d", i);
+		for (int i = 0; i < NS; i++) {
+			oq_rt got[2] = {{0}, {0}};
+			const oq_rt *o2[2];
+			for (int t = 0; t < 2; t++)
+				cr_assert_eq(oq_bc_float_cache_get(&cache[t], (size_t)i, &got[t], &o2[t], &d), OQ_OK, "%s", d.msg);
+			cr_expect(o2[0] == cache[0].out + i && o2[1] == &got[1] && o2[1]->nbytes == W * sizeof(float) &&
+			          !memcmp(o2[0]->data, o2[1]->data, W * sizeof(float)), "cached output %d", i);
+			oq_rt_release(&got[1]);
+		}
 		for (int r = 0; r < 2; r++)
 			oq_bc_sqnr_free(&runs[1][r].sqnr);
 		oq_bc_float_cache_free(&cache[1]);
@@ -953,6 +968,29 @@ Test(biascorr, empirical_measure_lanes_match_one_at_a_time)
 		oq_bc_sqnr_free(&runs[0][r].sqnr);
 	oq_bc_float_cache_free(&cache[0]);
 	oq_bc_targets_free(&b[0]);
+	{
+		/* no temporary file can be made: the outputs stay in memory, the measurement the same */
+		const char *keep = getenv("TMPDIR");
+		char *saved = keep ? strdup(keep) : NULL;
+		oq_calib_opts co;
+		memset(&co, 0, sizeof co);
+		co.source = dir;
+		co.threads = 3;
+		setenv("TMPDIR", "/nonexistent-oq-dir", 1);
+		cr_assert_eq(oq_bc_targets_find(mf->graph, &o, &b[1], &d), OQ_OK, "%s", d.msg);
+		cr_assert_eq(oq_bc_measure(mf, rn, NULL, 0, &co, &b[1], &cache[1], &d), OQ_OK, "%s", d.msg);
+		if (saved)
+			setenv("TMPDIR", saved, 1);
+		else
+			unsetenv("TMPDIR");
+		free(saved);
+		for (int i = 0; i < NS; i++)
+			cr_expect(cache[1].state == 1 && cache[1].at[i] == SIZE_MAX && cache[1].out[i].data, "sample %d", i);
+		for (int f = 0; f < 2; f++)
+			cr_expect(fabs(b[1].v[0].sum_f[f] - hand[f]) <= 1e-9 * fabs(hand[f]), "no file: fold %d", f);
+		oq_bc_float_cache_free(&cache[1]);
+		oq_bc_targets_free(&b[1]);
+	}
 	free_models(mf, mq, mc, gf, gq, gc);
 	free(xs);
 	rm_rf(dir);

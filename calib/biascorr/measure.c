@@ -18,12 +18,14 @@
  */
 #include "calib/biascorr/measure.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__GNUC__) && defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -253,23 +255,137 @@ static void release(oq_rt *t, size_t n)
 		oq_rt_release(&t[k]);
 }
 
+int oq_bc_spill = 1;
+
 void oq_bc_float_cache_free(oq_bc_float_cache *c)
 {
 	size_t limit = c->limit, pf = c->peak_f, pq = c->peak_q;
 	release(c->out, c->n * c->nout);
 	free(c->out);
+	free(c->at);
+	if (c->has_fd)
+		close(c->fd);
 	memset(c, 0, sizeof *c);
 	c->limit = limit;
 	c->peak_f = pf;
 	c->peak_q = pq;
 }
 
+/* The cache's file, unlinked at once (none when it cannot be made: the outputs stay in memory). */
+static void spill_open(oq_bc_float_cache *c)
+{
+	const char *dir = getenv("TMPDIR");
+	char path[4096];
+	int fd;
+
+	if (!oq_bc_spill || (size_t)snprintf(path, sizeof path, "%s/onnxq-bc-XXXXXX", dir && *dir ? dir : "/tmp") >= sizeof path ||
+	    (fd = mkstemp(path)) < 0)
+		return;
+	unlink(path);
+	c->fd = fd;
+	c->has_fd = 1;
+	c->fsize = 0;
+}
+
+/* Writes n bytes of p at offset at: 0, or -1 (a short or failed write). */
+static int write_at(int fd, const void *p, size_t n, size_t at)
+{
+	const char *b = p;
+	while (n) {
+		ssize_t w = pwrite(fd, b, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n, (off_t)at);
+		if (w <= 0) {
+			if (w < 0 && errno == EINTR)
+				continue;
+			return -1;
+		}
+		b += w;
+		n -= (size_t)w;
+		at += (size_t)w;
+	}
+	return 0;
+}
+
+/* Keeps sample i's outputs in the file when they are all plain tensors and the writes succeed:
+ * their types and shapes in c->out, data NULL. 1 when kept so. */
+static int spill(oq_bc_float_cache *c, size_t i, const oq_rt *of)
+{
+	size_t at = c->fsize;
+
+	if (!c->has_fd)
+		return 0;
+	for (size_t k = 0; k < c->nout; k++)
+		if (of[k].kind != OQ_RT_TENSOR || of[k].strs || (of[k].nbytes && !of[k].data))
+			return 0;
+	for (size_t k = 0; k < c->nout; k++) {
+		if (write_at(c->fd, of[k].data, of[k].nbytes, at)) {
+			close(c->fd); /* a full disk: memory from here on */
+			c->has_fd = 0;
+			return 0;
+		}
+		at += of[k].nbytes;
+	}
+	for (size_t k = 0; k < c->nout; k++) {
+		oq_rt *t = &c->out[i * c->nout + k];
+		*t = of[k];
+		t->data = NULL;
+		t->borrowed = 0;
+		t->cap = 0;
+	}
+	c->at[i] = c->fsize;
+	c->fsize = at;
+	return 1;
+}
+
+int oq_bc_float_cache_get(const oq_bc_float_cache *c, size_t i, oq_rt *buf, const oq_rt **out, oq_diag *d)
+{
+	const oq_rt *src = c->out + i * c->nout;
+	size_t at;
+
+	*out = src;
+	if (!c->at || c->at[i] == SIZE_MAX)
+		return OQ_OK;
+	at = c->at[i];
+	for (size_t k = 0; k < c->nout; k++) {
+		char *b;
+		size_t n;
+		if (oq_rt_alloc(&buf[k], src[k].dtype, src[k].rank, src[k].dims))
+			return oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+		if (buf[k].nbytes != src[k].nbytes)
+			return oq_err(d, OQ_EINVAL, "bias correction: a kept float output changed size (internal error)");
+		buf[k].wide = src[k].wide;
+		for (b = buf[k].data, n = buf[k].nbytes; n;) {
+			ssize_t r = pread(c->fd, b, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n, (off_t)at);
+			if (r <= 0) {
+				if (r < 0 && errno == EINTR)
+					continue;
+				return oq_err(d, OQ_EIO, "bias correction: cannot read back the float outputs from its "
+					      "temporary file: %s", r < 0 ? strerror(errno) : "file shorter than written");
+			}
+			b += r;
+			n -= (size_t)r;
+			at += (size_t)r;
+		}
+	}
+	*out = buf;
+	return OQ_OK;
+}
+
 /*
- * Keeps the float outputs of sample i (moved from of, or copied when
+ * Keeps the float outputs of sample i (in the file, or moved from of, or copied when
  * borrowed): 0, 1 when they would pass the limit, or OQ_ENOMEM.
  */
 static int keep(oq_bc_float_cache *c, size_t i, oq_rt *of)
 {
+	size_t all = 0;
+
+	for (size_t k = 0; k < c->nout; k++)
+		all += of[k].nbytes;
+	if (c->bytes + all > (c->limit ? c->limit : OQ_BC_FLOAT_CACHE_BYTES))
+		return 1;
+	if (spill(c, i, of)) {
+		c->bytes += all;
+		return 0;
+	}
 	for (size_t k = 0; k < c->nout; k++) {
 		oq_rt *t = &c->out[i * c->nout + k];
 		if (c->bytes + of[k].nbytes > (c->limit ? c->limit : OQ_BC_FLOAT_CACHE_BYTES))
@@ -641,10 +757,12 @@ static int run_sample(pass *P, lane *ln, size_t i)
 	stage_clear(P, &ln->st);
 	if ((rc = oq_sample_load(P->s, i, ln->eq ? ln->eq : ln->ef, ln->in, &ln->d)))
 		return rc;
-	if (P->cached)
-		ro = P->cache->out + i * P->nout;
-	else if ((rc = oq_exec_run(ln->ef, ln->in, P->nin, ln->of, P->nout, &ln->d)))
+	if (P->cached) {
+		if ((rc = oq_bc_float_cache_get(P->cache, i, ln->of, &ro, &ln->d)))
+			return rc;
+	} else if ((rc = oq_exec_run(ln->ef, ln->in, P->nin, ln->of, P->nout, &ln->d))) {
 		return rc;
+	}
 	if (ln->eq) {
 		const oq_bc_prefix *t = P->from;
 		int tail = t && ln->vals;
@@ -899,10 +1017,14 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 				}
 			}
 			if (fonly) {
-				if (!(cache->out = oq_calloc(n && nout ? n * nout : 1, sizeof *cache->out))) {
+				if (!(cache->out = oq_calloc(n && nout ? n * nout : 1, sizeof *cache->out)) ||
+				    !(cache->at = malloc((n ? n : 1) * sizeof *cache->at))) {
 					rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
 					goto out;
 				}
+				for (size_t i = 0; i < n; i++)
+					cache->at[i] = SIZE_MAX;
+				spill_open(cache);
 				cache->n = n;
 				cache->nout = nout;
 				cache->state = 1; /* until the limit is passed */

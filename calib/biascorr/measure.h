@@ -98,12 +98,23 @@ typedef struct oq_bc_quantized {
 /*
  * The float model's outputs on every sample, kept from one measurement to
  * the next (the float model and the samples do not change between rounds,
- * only the quantized models do), up to a byte limit.
+ * only the quantized models do), up to a byte limit. A sample whose outputs
+ * are all plain tensors is kept in an unlinked temporary file (in $TMPDIR,
+ * else /tmp) rather than in memory, and read back where it is used
+ * (oq_bc_float_cache_get): the outputs of 32 samples are often the largest
+ * thing bias correction and the fold report would hold (a recognizer's
+ * per-step probabilities, a detector's map), and the page cache keeps them
+ * only while memory is free. No file (it cannot be made or written): memory.
  */
 typedef struct oq_bc_float_cache {
-	oq_rt *out;    /* n x nout outputs, sample-major (owned) */
+	oq_rt *out;    /* n x nout outputs, sample-major (owned); a spilled sample's hold their types and
+			* shapes only (data NULL) */
+	size_t *at;    /* n: file offset of sample i's outputs (one after the other), SIZE_MAX: in out */
+	int fd;        /* the file, when has_fd */
+	int has_fd;
+	size_t fsize;  /* bytes written to it */
 	size_t n, nout;
-	size_t bytes;  /* payload bytes held */
+	size_t bytes;  /* payload bytes kept (in memory or in the file) */
 	size_t limit;  /* at most this many bytes; 0: OQ_BC_FLOAT_CACHE_BYTES */
 	int state;     /* 0: empty; 1: filled by a float-only oq_bc_measure (out and every layer's
 			* sum_f / n_f are the float model's on all samples); -1: the same call found the
@@ -117,8 +128,17 @@ typedef struct oq_bc_float_cache {
 
 #define OQ_BC_FLOAT_CACHE_BYTES ((size_t)512 << 20)
 
-/* Frees the outputs and resets *c to empty (limit kept). */
+/* Frees the outputs (closes the file) and resets *c to empty (limit kept). */
 void oq_bc_float_cache_free(oq_bc_float_cache *c);
+/*
+ * Sample i's nout float outputs (c->state 1): *out = c's own entries when in memory, else buf[0..nout)
+ * (empty on entry), filled from the file, which the caller releases after use (oq_rt_release).
+ * OQ_EIO (naming the file's trouble) or OQ_ENOMEM.
+ */
+int oq_bc_float_cache_get(const oq_bc_float_cache *c, size_t i, oq_rt *buf, const oq_rt **out,
+			  oq_diag *d) OQ_WUR;
+/* 0: keep the outputs in memory only (tests compare the two). */
+extern int oq_bc_spill;
 
 /*
  * Runs the samples of o->source (a folder; o->limit applies, then at most

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "calib/exec/cpu.h"
+#include "calib/biascorr/measure.h"
 #include "calib/exec/exec.h"
 #include "calib/exec/threadpool.h"
 #include "calib/folds.h"
@@ -582,7 +583,7 @@ int oq_fidelity_measure(oq_model *fm, const oq_calib_opts *co, const oq_stats *f
 	memset(out, 0, sizeof *out);
 	if ((rc = oq_fidelity_ranges(fm, co, folds, &fr, d)))
 		return rc;
-	rc = oq_fidelity_measure_ranges(fm, co, fr, folds->n_folds, folds->n_total, NULL, 0, make, ctx, out, d);
+	rc = oq_fidelity_measure_ranges(fm, co, fr, folds->n_folds, folds->n_total, NULL, make, ctx, out, d);
 	oq_fidelity_ranges_free(fr, folds->n_folds);
 	return rc;
 }
@@ -601,6 +602,7 @@ typedef struct lane {
 	int own_fe;       /* fe is this lane's clone (qe always is, but lane 0's) */
 	octx c;           /* the fold's points, shared but acc (the lane's own) */
 	oq_rt *in, *qin, *fo, *qo;
+	const oq_rt *fro; /* the staged sample's float outputs: fo, or the given ones */
 	size_t i;         /* the sample staged, or SIZE_MAX */
 	oq_diag d;
 	int rc;
@@ -613,7 +615,7 @@ typedef struct lanes {
 	const oq_exec *le;   /* the executor samples are loaded for (read only) */
 	const size_t *imap;
 	size_t nin, nout, nqo;
-	const oq_rt *fout;   /* given float outputs, n x nout, or NULL */
+	const oq_bc_float_cache *fout; /* given float outputs, or NULL */
 	size_t next, end;    /* the samples of this round: lane k runs next + k when below end */
 } lanes;
 
@@ -641,7 +643,9 @@ static int lane_run(const lanes *L, lane *ln, size_t i)
 		ln->qin[L->imap[k]] = ln->in[k]; /* borrowed views */
 	for (size_t k = 0; k < L->nin; k++) /* the executor observes node outputs only */
 		(void)observe(&ln->c, oq_exec_input(ln->qe, L->imap[k]), &ln->in[k]);
-	if ((!L->fout && (rc = oq_exec_run(ln->fe, ln->in, L->nin, ln->fo, L->nout, &ln->d))) ||
+	ln->fro = ln->fo;
+	if ((L->fout ? (rc = oq_bc_float_cache_get(L->fout, i, ln->fo, &ln->fro, &ln->d))
+		     : (rc = oq_exec_run(ln->fe, ln->in, L->nin, ln->fo, L->nout, &ln->d))) ||
 	    (rc = oq_exec_run(ln->qe, ln->qin, L->nin, ln->qo, L->nqo, &ln->d)))
 		return rc;
 	return OQ_OK;
@@ -658,7 +662,7 @@ static void lanes_run(void *ctx, size_t begin, size_t end)
 /* Adds lane ln's staged sample to f (outputs by omap), then releases it. */
 static void lane_commit(const lanes *L, lane *ln, oq_fidelity *f, const size_t *omap)
 {
-	add_outputs(f, L->fout ? L->fout + ln->i * L->nout : ln->fo, ln->qo, omap);
+	add_outputs(f, ln->fro, ln->qo, omap);
 	for (size_t q = 0; q < ln->c.nq; q++)
 		if (ln->c.pi[q] != SIZE_MAX && !ln->c.q[q].weight) {
 			f->pt[ln->c.pi[q]].r2 += ln->c.acc[2 * q];
@@ -837,8 +841,8 @@ static int scan(const oq_calib_opts *co, const oq_exec *e, uint64_t n_total, oq_
  * samples itself (its inputs are fm's). Else fm's executor runs beside them and loads them.
  */
 int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_ranges *fr, size_t n_folds,
-			       uint64_t n_total, const oq_rt *fout, size_t n_fout, oq_fid_make_fn make, void *ctx,
-			       oq_fidelity *out, oq_diag *d)
+			       uint64_t n_total, const oq_bc_float_cache *fout, oq_fid_make_fn make,
+			       void *ctx, oq_fidelity *out, oq_diag *d)
 {
 	oq_exec_opts eo = {.threads = co->threads}, qeo = {.threads = co->threads, .fold_dq = 1};
 	oq_exec *fe = NULL, *qe = NULL;
@@ -883,7 +887,8 @@ int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_r
 		if (f == 0 && !fe) {
 			if ((rc = scan(co, qe, n_total, &s, &n, &m, d)))
 				goto fail;
-			if (n_fout != m) { /* not the outputs of these samples: fm runs after all */
+			if (fout->state != 1 || fout->n != m || fout->nout != nout) {
+				/* not the outputs of these samples: fm runs after all */
 				fout = NULL;
 				if ((rc = oq_exec_new(fm, &eo, &fe, d)) || (rc = scan(co, fe, n_total, &s, &n, &m, d)))
 					goto fail;

@@ -46,6 +46,8 @@
 #include "calib/calibrate.h"
 #include "calib/stats_file.h"
 
+struct oq_bc_float_cache;
+
 /* One quantization point of the quantized models. */
 typedef struct oq_fid_point {
 	char *name;    /* the float model's value (activation) or initializer (weight) name */
@@ -120,17 +122,17 @@ int oq_fidelity_measure(oq_model *fm, const oq_calib_opts *co, const oq_stats *f
  * memory) can be freed before it runs: the held-out ranges of each fold of folds (fr[f]: the ranges
  * of every fold but f, oq_calibrate_held_out; folds->n_folds entries, oq_fidelity_ranges_free),
  * then the measurement with them (n_folds folds of n_total samples). Together the same as
- * oq_fidelity_measure, bit for bit. fout (or NULL): fm's outputs on the samples, n_fout x its
- * output count, sample-major, as its executor computes them (bias correction's float outputs,
- * calib/biascorr/measure.h): then fm is not run again, nor planned (each fold's quantized executor
- * scans and loads the samples; used only when n_fout is the sample count).
+ * oq_fidelity_measure, bit for bit. fout (or NULL): fm's outputs on the samples as its executor
+ * computes them (bias correction's float outputs, calib/biascorr/measure.h, state 1): then fm is
+ * not run again, nor planned (each fold's quantized executor scans and loads the samples; used
+ * only when fout holds as many samples as the measurement runs).
  */
 int oq_fidelity_ranges(oq_model *fm, const oq_calib_opts *co, const oq_stats *folds, oq_ranges **fr,
 		       oq_diag *d) OQ_WUR;
 void oq_fidelity_ranges_free(oq_ranges *fr, size_t k);
 int oq_fidelity_measure_ranges(oq_model *fm, const oq_calib_opts *co, const oq_ranges *fr, size_t n_folds,
-			       uint64_t n_total, const oq_rt *fout, size_t n_fout, oq_fid_make_fn make, void *ctx,
-			       oq_fidelity *out, oq_diag *d) OQ_WUR;
+			       uint64_t n_total, const struct oq_bc_float_cache *fout, oq_fid_make_fn make,
+			       void *ctx, oq_fidelity *out, oq_diag *d) OQ_WUR;
 
 void oq_fidelity_free(oq_fidelity *f);
 

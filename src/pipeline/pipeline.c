@@ -748,8 +748,8 @@ static int fidelity(job *j, oq_diag *d)
 	if ((rc = float_copy(j, &fm, d)))
 		return rc;
 	if (j->fr)
-		rc = oq_fidelity_measure_ranges(fm, &j->co, j->fr, j->fr_k, j->fr_total, j->fout.out, j->fout.n,
-						fold_model, j, &j->fid, d);
+		rc = oq_fidelity_measure_ranges(fm, &j->co, j->fr, j->fr_k, j->fr_total,
+						j->fout.state == 1 ? &j->fout : NULL, fold_model, j, &j->fid, d);
 	else
 		rc = oq_fidelity_measure(fm, &j->co, &j->folds, fold_model, j, &j->fid, d);
 	oq_bc_float_cache_free(&j->fout);
