@@ -334,28 +334,36 @@ AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t top
 	return k + idx_tail(p + j, m - j, sc, topi, idx + k, nzero);
 }
 
-/* sum_side for the first n / 16 * 16 bins, 16 a step; returns how many it did. */
-AVX512 static size_t sum_side_avx512(uint64_t *b, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint16_t *s3, size_t n)
+/* The sums of bins [k, k + 16) of the four sub-histograms, which are cleared. */
+AVX512 static inline __m512i sub_sum16(uint16_t *s0, uint16_t *s1, uint16_t *s2, uint16_t *s3, size_t k)
 {
 	const __m256i z = _mm256_setzero_si256();
+	__m512i t = _mm512_add_epi32(
+		_mm512_add_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s0 + k))),
+				 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s1 + k)))),
+		_mm512_add_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s2 + k))),
+				 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s3 + k)))));
+	_mm256_storeu_si256((__m256i *)(s0 + k), z);
+	_mm256_storeu_si256((__m256i *)(s1 + k), z);
+	_mm256_storeu_si256((__m256i *)(s2 + k), z);
+	_mm256_storeu_si256((__m256i *)(s3 + k), z);
+	return t;
+}
+
+/* sum_side for the first n / 16 * 16 bins, 16 a step; returns how many it did. Bins no value
+ * reached stay unwritten. */
+AVX512 static size_t sum_side_avx512(uint64_t *b, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint16_t *s3, size_t n)
+{
 	size_t k = 0;
 
 	for (; k + 16 <= n; k += 16) {
-		__m512i t = _mm512_add_epi32(
-			_mm512_add_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s0 + k))),
-					 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s1 + k)))),
-			_mm512_add_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s2 + k))),
-					 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s3 + k)))));
-		__m512i lo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(t));
-		__m512i hi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(t, 1));
-		if (_mm512_test_epi32_mask(t, t)) { /* bins no value reached stay unwritten */
+		__m512i t = sub_sum16(s0, s1, s2, s3, k);
+		if (_mm512_test_epi32_mask(t, t)) {
+			__m512i lo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(t));
+			__m512i hi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(t, 1));
 			_mm512_storeu_si512(b + k, _mm512_add_epi64(_mm512_loadu_si512(b + k), lo));
 			_mm512_storeu_si512(b + k + 8, _mm512_add_epi64(_mm512_loadu_si512(b + k + 8), hi));
 		}
-		_mm256_storeu_si256((__m256i *)(s0 + k), z);
-		_mm256_storeu_si256((__m256i *)(s1 + k), z);
-		_mm256_storeu_si256((__m256i *)(s2 + k), z);
-		_mm256_storeu_si256((__m256i *)(s3 + k), z);
 	}
 	return k;
 }
@@ -364,21 +372,12 @@ AVX512 static size_t sum_side_avx512(uint64_t *b, uint16_t *s0, uint16_t *s1, ui
 AVX512 static size_t sum_side32_avx512(uint32_t *b, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint16_t *s3,
 				       size_t n)
 {
-	const __m256i z = _mm256_setzero_si256();
 	size_t k = 0;
 
 	for (; k + 16 <= n; k += 16) {
-		__m512i t = _mm512_add_epi32(
-			_mm512_add_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s0 + k))),
-					 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s1 + k)))),
-			_mm512_add_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s2 + k))),
-					 _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(s3 + k)))));
-		if (_mm512_test_epi32_mask(t, t)) /* bins no value reached stay unwritten */
+		__m512i t = sub_sum16(s0, s1, s2, s3, k);
+		if (_mm512_test_epi32_mask(t, t))
 			_mm512_storeu_si512(b + k, _mm512_add_epi32(_mm512_loadu_si512(b + k), t));
-		_mm256_storeu_si256((__m256i *)(s0 + k), z);
-		_mm256_storeu_si256((__m256i *)(s1 + k), z);
-		_mm256_storeu_si256((__m256i *)(s2 + k), z);
-		_mm256_storeu_si256((__m256i *)(s3 + k), z);
 	}
 	return k;
 }
