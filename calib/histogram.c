@@ -74,6 +74,25 @@ static uint64_t bins_sum(const oq_hist *h)
 	return t;
 }
 
+/* h's count k += v: within its bound when 32-bit (room), and 64-bit counts of values scanned
+ * cannot overflow (2^64 values are out of reach). */
+static inline void bump(oq_hist *h, size_t k, uint64_t v)
+{
+	if (h->b64)
+		h->b64[k] += v;
+	else
+		h->b32[k] += (uint32_t)v;
+}
+
+/* h's count k := 0. */
+static inline void clear(oq_hist *h, size_t k)
+{
+	if (h->b64)
+		h->b64[k] = 0;
+	else
+		h->b32[k] = 0;
+}
+
 /* Moves h's counts (bins and slots) to 64 bits. OQ_ENOMEM (h unchanged). */
 static int widen(oq_hist *h)
 {
@@ -159,14 +178,11 @@ static void rescale(oq_hist *h, int e)
 	for (size_t side = 0; side < 2; side++) {
 		size_t o = side * SIDE;
 		for (size_t k = 1; k < SIDE; k++) {
-			size_t to = o + (s >= OQ_HIST_LOG2 ? 0 : k >> s);
-			if (h->b64 && h->b64[o + k]) {
-				h->b64[to] += h->b64[o + k];
-				h->b64[o + k] = 0;
-			} else if (h->b32 && h->b32[o + k]) {
-				h->b32[to] += h->b32[o + k]; /* within the bound */
-				h->b32[o + k] = 0;
-			}
+			uint64_t v = oq_hist_at(h, o + k);
+			if (!v)
+				continue;
+			clear(h, o + k);
+			bump(h, o + (s >= OQ_HIST_LOG2 ? 0 : k >> s), v);
 		}
 	}
 	h->e = e;
@@ -207,7 +223,6 @@ int oq_hist_add_f32_ref(oq_hist *h, const float *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		float x = p[i];
-		size_t k;
 		int rc;
 		if (!(fabsf(x) < INFINITY))
 			continue;
@@ -217,11 +232,7 @@ int oq_hist_add_f32_ref(oq_hist *h, const float *p, size_t n)
 		}
 		if ((rc = oq_hist_reserve(h, oq_hist_exponent(fabsf(x)))) || (rc = room(h, 1)))
 			return rc;
-		k = bin_of(x, scale_of(h->e));
-		if (h->b64)
-			h->b64[k]++;
-		else
-			h->b32[k]++;
+		bump(h, bin_of(x, scale_of(h->e)), 1);
 	}
 	return OQ_OK;
 }
@@ -316,11 +327,7 @@ AVX512 static size_t idx_avx512(const float *p, size_t m, float sc, uint32_t top
 			 * free where nothing is flat) */
 			__m512i b0 = _mm512_permutexvar_epi32(_mm512_setzero_si512(), b);
 			if (_mm512_cmpeq_epi32_mask(b, b0) == 0xFFFF) {
-				uint32_t kb = (uint32_t)_mm_cvtsi128_si32(_mm512_castsi512_si128(b));
-				if (h->b64)
-					h->b64[kb] += 16;
-				else
-					h->b32[kb] += 16;
+				bump(h, (uint32_t)_mm_cvtsi128_si32(_mm512_castsi512_si128(b)), 16);
 				continue;
 			}
 			skip = 8;
@@ -384,15 +391,6 @@ AVX512 static size_t sum_side32_avx512(uint32_t *b, uint16_t *s0, uint16_t *s1, 
 #else
 #define idx_avx512 idx_c
 #endif
-
-/* h's count k += v (within its bound when 32-bit). */
-static inline void bump(oq_hist *h, size_t k, uint32_t v)
-{
-	if (h->b64)
-		h->b64[k] += v;
-	else
-		h->b32[k] += v;
-}
 
 /* h's counts [o, o + n) += s0[k] + s1[k] + s2[k] + s3[k] (k < n), and the four cleared. */
 static void sum_side(oq_hist *h, size_t o, uint16_t *s0, uint16_t *s1, uint16_t *s2, uint16_t *s3, size_t n)
@@ -500,10 +498,8 @@ int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 	if (use_sub)
 		flush_sub(h, sub, top);
 	h->n_zero += nzero + oq_hist_at(h, ZSLOT);
-	if (h->b64)
-		h->b64[ZSLOT] = h->b64[BSLOT] = 0;
-	else
-		h->b32[ZSLOT] = h->b32[BSLOT] = 0;
+	clear(h, ZSLOT);
+	clear(h, BSLOT);
 	return OQ_OK;
 }
 
@@ -557,10 +553,9 @@ int oq_hist_merge(oq_hist *a, const oq_hist *b)
 			size_t to = side * SIDE + (s >= OQ_HIST_LOG2 ? 0 : k >> s);
 			if (!v)
 				continue;
-			if (a->b32)
-				a->b32[to] += (uint32_t)v; /* within a's bound */
-			else if (!add_u64(&a->b64[to], v))
+			if (a->b64 && v > UINT64_MAX - a->b64[to])
 				return OQ_EINVAL;
+			bump(a, to, v);
 		}
 	return OQ_OK;
 }
@@ -587,14 +582,8 @@ int oq_hist_drain(oq_hist *dst, oq_hist *src)
 			uint64_t v = oq_hist_at(src, k);
 			if (!v)
 				continue;
-			if (dst->b64)
-				dst->b64[k] += v;
-			else
-				dst->b32[k] += (uint32_t)v; /* within dst's bound */
-			if (src->b64)
-				src->b64[k] = 0;
-			else
-				src->b32[k] = 0;
+			bump(dst, k, v);
+			clear(src, k);
 		}
 		src->bound = 0;
 	}

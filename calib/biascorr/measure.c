@@ -382,14 +382,8 @@ static int keep(oq_bc_float_cache *c, size_t i, oq_rt *of)
 		all += of[k].nbytes;
 	if (c->bytes + all > (c->limit ? c->limit : OQ_BC_FLOAT_CACHE_BYTES))
 		return 1;
-	if (spill(c, i, of)) {
-		c->bytes += all;
-		return 0;
-	}
-	for (size_t k = 0; k < c->nout; k++) {
+	for (size_t k = 0, mem = !spill(c, i, of); mem && k < c->nout; k++) {
 		oq_rt *t = &c->out[i * c->nout + k];
-		if (c->bytes + of[k].nbytes > (c->limit ? c->limit : OQ_BC_FLOAT_CACHE_BYTES))
-			return 1;
 		if (of[k].borrowed) {
 			int rc = oq_rt_copy(t, &of[k]);
 			if (rc)
@@ -398,8 +392,8 @@ static int keep(oq_bc_float_cache *c, size_t i, oq_rt *of)
 			*t = of[k];
 			memset(&of[k], 0, sizeof of[k]);
 		}
-		c->bytes += t->nbytes;
 	}
+	c->bytes += all;
 	return 0;
 }
 
