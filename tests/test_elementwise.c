@@ -517,9 +517,9 @@ Test(elementwise, fast_path_matches_reference)
 }
 
 /*
- * float32 Add/Sub/Mul/Div rows on the AVX-512 loop (when the CPU has it) and on the portable loop
- * (oq_elementwise_simd 0) against the IEEE operation on the same floats computed here, bit for
- * bit: a [1013] row (16-lane steps and a tail of 5) with a [1013] row, with a scalar [1] on either
+ * float32 Add/Sub/Mul/Div rows on the CPU's best loop (AVX-512 or AVX2), on the AVX2 loop
+ * (oq_elementwise_simd 2) and on the portable loop (0), where the CPU has them, against the IEEE operation on the same floats computed here, bit for
+ * bit: a [1013] row (16- or 8-lane steps and a tail of 5) with a [1013] row, with a scalar [1] on either
  * side, signed zeros, Inf, NaN and division by zero among the values.
  */
 Test(elementwise, simd_rows_match_the_operation)
@@ -536,7 +536,7 @@ Test(elementwise, simd_rows_match_the_operation)
 	a[7] = -0.0, b[7] = 0.0, a[8] = INFINITY, b[9] = NAN, b[10] = 0.0, a[11] = -INFINITY, b[11] = INFINITY;
 	for (size_t o = 0; o < 4; o++)
 		for (int form = 0; form < 3; form++) /* b a row, b a scalar, a a scalar */
-			for (int simd = 0; simd < 2; simd++) {
+			for (int simd = 0; simd < 3; simd++) {
 				oq_rt in[2], y;
 				in[0] = form == 2 ? mk(OQ_DT_FLOAT, 1, (int64_t[]){1}, &one_a)
 						  : mk(OQ_DT_FLOAT, 1, (int64_t[]){N}, a);
@@ -559,8 +559,8 @@ Test(elementwise, simd_rows_match_the_operation)
 }
 
 /*
- * float32 Clip (both bounds, one bound, min > max) and Relu on the AVX-512 loop and on the portable
- * loop against the definition computed here (x < lo ? lo : x > hi ? hi : x; min > max: max), bit for
+ * float32 Clip (both bounds, one bound, min > max) and Relu on the AVX-512, AVX2 and portable loops
+ * (as above) against the definition computed here (x < lo ? lo : x > hi ? hi : x; min > max: max), bit for
  * bit on a [1013] row holding -0, +-Inf and NaN (NaN stays NaN).
  */
 Test(elementwise, simd_clip_relu_match_the_definition)
@@ -573,7 +573,7 @@ Test(elementwise, simd_clip_relu_match_the_definition)
 		x[i] = (float)((i * 7919 % 1000) / 97.0 - 5);
 	x[3] = -0.0, x[4] = INFINITY, x[5] = -INFINITY, x[6] = NAN, x[40] = 0.0;
 	for (int c = 0; c <= 4; c++) /* four Clips, then Relu */
-		for (int simd = 0; simd < 2; simd++) {
+		for (int simd = 0; simd < 3; simd++) {
 			oq_rt in[3], y;
 			float lo = c < 4 ? (float)bounds[c][0] : 0, hi = c < 4 ? (float)bounds[c][1] : INFINITY;
 			in[0] = mk(OQ_DT_FLOAT, 1, (int64_t[]){N}, x);

@@ -269,8 +269,8 @@ extern int oq_exec_no_pack;
  * per row: the AVX-512 loops when the CPU has it (default 1); 0 keeps the portable loops (tests
  * compare the two). */
 extern int oq_quant_simd;
-/* float32 Add/Sub/Mul/Div rows and Clip/Relu: the AVX-512 loops when the CPU has it (default 1); 0 keeps
- * the portable loops (tests compare the two). */
+/* float32 Add/Sub/Mul/Div rows and Clip/Relu: 1 (default) the CPU's best vector loops (AVX-512, else
+ * AVX2), 2 at most AVX2, 0 the portable loops (tests compare them). */
 extern int oq_elementwise_simd;
 
 /* The kernel for (op, opset), or NULL. */

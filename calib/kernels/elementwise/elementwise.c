@@ -239,17 +239,51 @@ __attribute__((target("avx512f"))) static size_t row_f_avx512(int op, size_t n, 
 	}
 	return i;
 }
+
+/* row_f_avx512 on 8 lanes (AVX2 CPUs without AVX-512): a multiple of 8. */
+__attribute__((target("avx2"))) static size_t row_f_avx2(int op, size_t n, const float *a, int sa, const float *b,
+							   int sb, float *y)
+{
+	const __m256 a0 = _mm256_set1_ps(a[0]), b0 = _mm256_set1_ps(b[0]);
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256 x = sa ? _mm256_loadu_ps(a + i) : a0, z = sb ? _mm256_loadu_ps(b + i) : b0, r;
+		switch (op) {
+		case B_ADD: r = _mm256_add_ps(x, z); break;
+		case B_SUB: r = _mm256_sub_ps(x, z); break;
+		case B_MUL: r = _mm256_mul_ps(x, z); break;
+		default: r = _mm256_div_ps(x, z); break;
+		}
+		_mm256_storeu_ps(y + i, r);
+	}
+	return i;
+}
+
+/* The vector loop the CPU has (oq_elementwise_simd allowing): 16 AVX-512, 8 AVX2, else 0. */
+static int simd_lanes(void)
+{
+	if (!oq_elementwise_simd)
+		return 0;
+	if (oq_elementwise_simd == 1 && oq_cpu_avx512())
+		return 16;
+	return oq_cpu_avx2_fma() ? 8 : 0;
+}
 #endif
 
-/* Whether float32 Add/Sub/Mul/Div rows and Clip/Relu may take the AVX-512 loops (tests compare both). */
+/*
+ * Which vector loops float32 Add/Sub/Mul/Div rows and Clip/Relu may take: 1 the CPU's best
+ * (AVX-512, else AVX2), 2 at most AVX2, 0 none (tests compare all three).
+ */
 int oq_elementwise_simd = 1;
 
 static void row_f(int op, size_t n, const float *a, int sa, const float *b, int sb, float *y)
 {
 #ifdef HAVE_ROW_AVX512
-	if (n >= 16 && (sa || sb) && (op == B_ADD || op == B_SUB || op == B_MUL || op == B_DIV) &&
-	    oq_elementwise_simd && oq_cpu_avx512()) {
-		size_t k = row_f_avx512(op, n, a, sa, b, sb, y);
+	int lanes;
+	if (n >= 8 && (sa || sb) && (op == B_ADD || op == B_SUB || op == B_MUL || op == B_DIV) &&
+	    (lanes = simd_lanes()) != 0) {
+		size_t k = lanes == 16 ? row_f_avx512(op, n, a, sa, b, sb, y) : row_f_avx2(op, n, a, sa, b, sb, y);
 		a += sa ? k : 0;
 		b += sb ? k : 0;
 		y += k;
@@ -779,6 +813,21 @@ __attribute__((target("avx512f"))) static size_t clip_f_avx512(size_t n, const f
 	}
 	return i;
 }
+
+/* clip_f_avx512 on 8 lanes: a multiple of 8. */
+__attribute__((target("avx2"))) static size_t clip_f_avx2(size_t n, const float *x, float *y, float lo, float hi)
+{
+	const __m256 lv = _mm256_set1_ps(lo), hv = _mm256_set1_ps(hi);
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_loadu_ps(x + i);
+		__m256 below = _mm256_cmp_ps(v, lv, _CMP_LT_OQ), above = _mm256_cmp_ps(v, hv, _CMP_GT_OQ);
+		v = _mm256_blendv_ps(v, lv, below);
+		_mm256_storeu_ps(y + i, _mm256_blendv_ps(v, hv, _mm256_andnot_ps(below, above)));
+	}
+	return i;
+}
 #endif
 
 /* Float32 kernels: one loop per op. Returns 0 when the op has none. */
@@ -786,9 +835,11 @@ static int un_f(int op, const op_params *p, size_t n, const float *xv, float *yv
 {
 	const float al = (float)p->alpha, be = (float)p->beta, ga = (float)p->gamma;
 #ifdef HAVE_ROW_AVX512
+	int lanes;
 	/* Clip with lo <= hi (else the second pass below), and Relu */
-	if (n >= 16 && ((op == U_CLIP && !(al > be)) || op == U_RELU) && oq_elementwise_simd && oq_cpu_avx512()) {
-		size_t k = op == U_RELU ? clip_f_avx512(n, xv, yv, 0.0f, INFINITY) : clip_f_avx512(n, xv, yv, al, be);
+	if (n >= 8 && ((op == U_CLIP && !(al > be)) || op == U_RELU) && (lanes = simd_lanes()) != 0) {
+		float lo = op == U_RELU ? 0.0f : al, hi = op == U_RELU ? INFINITY : be;
+		size_t k = lanes == 16 ? clip_f_avx512(n, xv, yv, lo, hi) : clip_f_avx2(n, xv, yv, lo, hi);
 		xv += k;
 		yv += k;
 		n -= k;
