@@ -791,8 +791,10 @@ Test(linalg, random_gemm_matmul_fast_vs_ref)
  * channel-blocked kernel (16 channels per vector, used when the blocks are
  * nearly full: channels a multiple of 16 here every third seed) and the row
  * kernels (16 outputs per vector, masked loads at the row edges, horizontal
- * stride 1 and 2; forced with oq_linalg_dw_rows), and the SSE kernel on a
- * zero-padded copy (oq_linalg_no_avx512). All add b + w * x over every tap
+ * stride 1 and 2; forced with oq_linalg_dw_rows), the AVX2 kernel on a
+ * zero-padded copy (oq_linalg_no_avx512; on an AVX2 CPU all three above are
+ * it) and the SSE kernel on that copy (oq_linalg_use_blas turns AVX2
+ * off). All add b + w * x over every tap
  * in (i, j) order with separate multiply and add, so their outputs must be
  * the same bits; also the same for 1 and 2 threads and within 1e-4 of the
  * double-precision reference. Shapes: channels not a multiple of 8 or 16,
@@ -803,13 +805,13 @@ Test(linalg, random_gemm_matmul_fast_vs_ref)
 Test(linalg, depthwise_avx512_vs_sse_vs_ref)
 {
 	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
-		cr_skip_test("no AVX-512F on this CPU: nothing to compare");
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("no AVX2 and FMA on this CPU: nothing to compare");
 	for (uint64_t sd = 1; sd <= 120; sd++) {
 		int64_t c, kh, kw, sh, sw, dh, dw, pads[4], h, w;
 		tin in[3];
 		attrs a;
-		oq_rt vals[3], o1, o2, os, orow, oref;
+		oq_rt vals[3], o1, o2, os, osse, orow, oref;
 		char what[192], err[1024] = "";
 		size_t nin;
 		seed(5000 + sd);
@@ -858,13 +860,19 @@ Test(linalg, depthwise_avx512_vs_sse_vs_ref)
 		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 1, &os, err, sizeof err), 0,
 			     "%s: %s", what, err);
 		oq_linalg_no_avx512 = 0;
+		oq_linalg_use_blas = 1;
+		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 1, &osse, err, sizeof err),
+			     0, "%s: %s", what, err);
+		oq_linalg_use_blas = 0;
 		oq_linalg_use_ref = 1;
 		cr_assert_eq(run_op("Conv", 11, in, nin, vals, set_attrs, &a, OQ_DT_FLOAT, 1, &oref, err, sizeof err),
 			     0, "%s: %s", what, err);
 		oq_linalg_use_ref = 0;
-		cr_assert(o1.nelem > 0 && o1.nbytes == os.nbytes && o1.nbytes == o2.nbytes && o1.nelem == oref.nelem,
+		cr_assert(o1.nelem > 0 && o1.nbytes == os.nbytes && o1.nbytes == o2.nbytes && o1.nelem == oref.nelem &&
+				  o1.nbytes == osse.nbytes,
 			  "%s: output sizes", what);
-		cr_expect(!memcmp(o1.data, os.data, o1.nbytes), "%s: AVX-512 and SSE outputs differ", what);
+		cr_expect(!memcmp(o1.data, os.data, o1.nbytes), "%s: AVX-512 and AVX2 outputs differ", what);
+		cr_expect(!memcmp(o1.data, osse.data, o1.nbytes), "%s: AVX-512 and SSE outputs differ", what);
 		cr_expect(o1.nbytes == orow.nbytes && !memcmp(o1.data, orow.data, o1.nbytes),
 			  "%s: channel-blocked and row kernels differ", what);
 		cr_expect(!memcmp(o1.data, o2.data, o1.nbytes), "%s: threads 1 and 2 differ", what);
@@ -880,6 +888,7 @@ Test(linalg, depthwise_avx512_vs_sse_vs_ref)
 		oq_rt_release(&o1);
 		oq_rt_release(&o2);
 		oq_rt_release(&os);
+		oq_rt_release(&osse);
 		oq_rt_release(&orow);
 		oq_rt_release(&oref);
 	}

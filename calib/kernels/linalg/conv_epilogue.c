@@ -9,8 +9,8 @@
  * element-wise kernels' float32 formulas in the same operand order - so a
  * fused group's outputs are bit-identical to its nodes run one by one.
  * The AVX-512 versions (epi_regs: BN, Relu and Clip on the registers, the
- * steps EPI_VECS vectors at a time) give the same bits as the portable
- * loops (tests compare them).
+ * steps EPI_VECS vectors at a time) and the AVX2 loops of the steps give
+ * the same bits as the portable loops (tests compare them).
  */
 #include "calib/kernels/linalg/conv_internal.h"
 #include "calib/exec/cpu.h"
@@ -121,6 +121,73 @@ static void bop_vec(int bop, int rev, const float *t, float *y, size_t n)
 	}
 }
 
+#if defined(HAVE_X86_KERNELS)
+/*
+ * bop_scalar (t NULL) and bop_vec 8 values at a time on AVX2, the same IEEE
+ * operation in the same operand order per value; returns how many it did
+ * (a multiple of 8).
+ */
+AVX2_FMA static size_t bop_avx2(int bop, int rev, float v, const float *t, float *y, size_t n)
+{
+	const __m256 c = _mm256_set1_ps(v);
+	size_t i = 0;
+#define BOP_LOOP(EXPR)                                                    \
+	for (; i + 8 <= n; i += 8) {                                      \
+		__m256 x = _mm256_loadu_ps(y + i), z = t ? _mm256_loadu_ps(t + i) : c; \
+		_mm256_storeu_ps(y + i, EXPR);                            \
+	}                                                                 \
+	break
+	switch (bop * 2 + !!rev) {
+	case OQ_EPI_ADD * 2: BOP_LOOP(_mm256_add_ps(x, z));
+	case OQ_EPI_ADD * 2 + 1: BOP_LOOP(_mm256_add_ps(z, x));
+	case OQ_EPI_SUB * 2: BOP_LOOP(_mm256_sub_ps(x, z));
+	case OQ_EPI_SUB * 2 + 1: BOP_LOOP(_mm256_sub_ps(z, x));
+	case OQ_EPI_MUL * 2: BOP_LOOP(_mm256_mul_ps(x, z));
+	case OQ_EPI_MUL * 2 + 1: BOP_LOOP(_mm256_mul_ps(z, x));
+	case OQ_EPI_DIV * 2: BOP_LOOP(_mm256_div_ps(x, z));
+	case OQ_EPI_DIV * 2 + 1: BOP_LOOP(_mm256_div_ps(z, x));
+	default: break;
+	}
+#undef BOP_LOOP
+	return i;
+}
+
+/* qdq_scalar 8 values at a time on AVX2 (each choice a compare and blend: the same bits); a multiple of 8. */
+AVX2_FMA static size_t qdq_avx2(const oq_epi_step *st, float *y, size_t n)
+{
+	const __m256 magic = _mm256_set1_ps(12582912.0f), qs = _mm256_set1_ps(st->qs), lo = _mm256_set1_ps(st->qlo);
+	const __m256 hi = _mm256_set1_ps(st->qhi), off = _mm256_set1_ps(st->qoff), ds = _mm256_set1_ps(st->ds);
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_div_ps(_mm256_loadu_ps(y + i), qs);
+		v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+		v = _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
+		v = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GT_OQ));
+		v = _mm256_sub_ps(_mm256_add_ps(v, magic), magic);
+		_mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_add_ps(v, off), ds));
+	}
+	return i;
+}
+#endif
+
+/* y op= v (t NULL) or y op= t, the vector loop first where the CPU has one. */
+static void bop_run(int bop, int rev, float v, const float *t, float *y, size_t n)
+{
+#if defined(HAVE_X86_KERNELS)
+	if (n >= 8 && oq_conv_use_avx2()) {
+		size_t k = bop_avx2(bop, rev, v, t, y, n);
+		y += k;
+		t = t ? t + k : NULL;
+		n -= k;
+	}
+#endif
+	if (t)
+		bop_vec(bop, rev, t, y, n);
+	else
+		bop_scalar(bop, rev, v, y, n);
+}
+
 #define GATE_CHUNK 256
 
 /* An OQ_EPI_QDQ step on y[0..n): oq_quant_row8's operations, then the DQ kernel's (see kernel.h). */
@@ -148,17 +215,23 @@ void oq_conv_epi_steps(const oq_kfuse *ep, const oq_epi_step *s, int ns, int64_t
 		const oq_epi_step *st = &s[i];
 		switch (st->kind) {
 		case OQ_EPI_CONST:
-			bop_scalar(st->bop, st->rev, st->c ? st->c[ch] : st->s, y, n);
+			bop_run(st->bop, st->rev, st->c ? st->c[ch] : st->s, NULL, y, n);
 			break;
 		case OQ_EPI_TENSOR:
-			bop_vec(st->bop, st->rev, ep->t[st->t] + off, y, n);
+			bop_run(st->bop, st->rev, 0.0f, ep->t[st->t] + off, y, n);
 			break;
 		case OQ_EPI_ACT:
 			oq_act_apply(&st->act, y, n);
 			break;
-		case OQ_EPI_QDQ:
-			qdq_scalar(st, y, n);
+		case OQ_EPI_QDQ: {
+			size_t k = 0;
+#if defined(HAVE_X86_KERNELS)
+			if (oq_conv_use_avx2())
+				k = qdq_avx2(st, y, n);
+#endif
+			qdq_scalar(st, y + k, n - k);
 			break;
+		}
 		case OQ_EPI_GATE:
 			/* g(y) of a chunk in tmp, then y * g(y) (or g(y) * y, the Mul's operand order) */
 			for (size_t c0 = 0; c0 < n; c0 += GATE_CHUNK) {
@@ -166,7 +239,7 @@ void oq_conv_epi_steps(const oq_kfuse *ep, const oq_epi_step *s, int ns, int64_t
 				size_t m = n - c0 < GATE_CHUNK ? n - c0 : GATE_CHUNK;
 				memcpy(tmp, y + c0, m * sizeof *tmp);
 				oq_conv_epi_steps(ep, st + 1, st->n_gate, ch, off + c0, tmp, m);
-				bop_vec(OQ_EPI_MUL, st->rev, tmp, y + c0, m);
+				bop_run(OQ_EPI_MUL, st->rev, 0.0f, tmp, y + c0, m);
 			}
 			i += st->n_gate;
 			break;
