@@ -464,8 +464,15 @@ Test(exec_fuse, gemm_edges_own_and_blas)
 }
 
 /* One fused run of s with the given engine switches; the output in *y. */
-static void run_engine(const spec *s, uint64_t sd, int no_avx512, int threads, oq_rt *y)
+/*
+ * s run on one engine: mode 0 the CPU's best, 1 without AVX-512 (oq_linalg_no_avx512: the AVX2
+ * kernels), 2 without the own GEMMs (oq_linalg_use_blas: BLAS, SSE depthwise, the portable
+ * epilogue), 3 the best unfused (an observer on every value: each node its own kernel); nan puts
+ * NaN into a few inputs (NaN must pass BN and Relu / Clip alike).
+ */
+static void run_engine(const spec *s, uint64_t sd, int mode, int nan, int threads, oq_rt *y)
 {
+	seen ob;
 	params p;
 	gen_model *g;
 	oq_model *m = NULL;
@@ -479,9 +486,14 @@ static void run_engine(const spec *s, uint64_t sd, int no_avx512, int threads, o
 	cr_assert_eq(oq_rt_alloc(&x, OQ_DT_FLOAT, 4, (const int64_t[]){s->n, s->c, s->h, s->w}), OQ_OK);
 	for (size_t i = 0; i < x.nelem; i++)
 		((float *)x.data)[i] = (float)frand();
-	oq_linalg_no_avx512 = no_avx512;
-	run(m, threads, NULL, &x, y, 1);
+	for (size_t i = 5; nan && i < x.nelem; i += 97)
+		((float *)x.data)[i] = NAN;
+	oq_linalg_no_avx512 = mode == 1;
+	oq_linalg_use_blas = mode == 2;
+	memset(&ob, 0, sizeof ob);
+	run(m, threads, mode == 3 ? &ob : NULL, &x, y, 1);
 	oq_linalg_no_avx512 = 0;
+	oq_linalg_use_blas = 0;
 	oq_rt_release(&x);
 	oq_model_free(m);
 	gen_free(g);
@@ -493,7 +505,9 @@ Test(exec_fuse, avx512_gemm_bit_identical_to_avx2)
 	/* Both GEMMs form init + sum_k w*x in k order with one FMA per term, so their outputs must be
 	 * the same bits. Edges of the 12 x 32 AVX-512 tile: 13 and 25 channels (1-row remainders),
 	 * 63 positions (31-column masked panel), 4 positions (one partial panel), kc = 360 (two
-	 * depth slices), 1x1 direct with 300 channels (two slices), grouped, bias on and off. */
+	 * depth slices), 1x1 direct with 300 channels (two slices), grouped, bias on and off, BN +
+	 * Clip; also with NaN among the inputs, and the fused outputs the same bits as the unfused
+	 * run's (each node its own kernel), so the AVX2 GEMM's epilogue is checked on AVX2 CPUs too. */
 	static const spec cases[] = {
 		{.opset = 13, .n = 2, .c = 40, .h = 9, .w = 7, .m = 13, .k = 3, .stride = 1, .pad = 1, .group = 1,
 		 .bias = 1, .bn = 1, .act = "Relu"},
@@ -503,32 +517,40 @@ Test(exec_fuse, avx512_gemm_bit_identical_to_avx2)
 		 .bias = 1},
 		{.opset = 13, .n = 1, .c = 8, .h = 40, .w = 30, .m = 70, .k = 3, .stride = 1, .pad = 1, .group = 1,
 		 .bias = 1, .act = "Relu"},
+		{.opset = 13, .n = 1, .c = 24, .h = 11, .w = 13, .m = 19, .k = 1, .stride = 1, .pad = 0, .group = 1,
+		 .bias = 1, .bn = 1, .act = "Clip", .lo = 0, .hi = 0.3f},
 	};
 	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
-		cr_skip_test("no AVX-512F on this CPU: nothing to compare");
-	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-		oq_rt a, b, c;
-		run_engine(&cases[i], 60 + i, 0, 1, &a);
-		run_engine(&cases[i], 60 + i, 1, 1, &b);
-		run_engine(&cases[i], 60 + i, 0, 2, &c);
-		cr_assert(a.nbytes == b.nbytes && !memcmp(a.data, b.data, a.nbytes),
-			  "case %zu: AVX-512 and AVX2 GEMM outputs differ", i);
-		cr_assert(a.nbytes == c.nbytes && !memcmp(a.data, c.data, a.nbytes),
-			  "case %zu: AVX-512 output differs between 1 and 2 threads", i);
-		oq_rt_release(&a);
-		oq_rt_release(&b);
-		oq_rt_release(&c);
-	}
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("no AVX2 and FMA on this CPU: nothing to compare");
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+		for (int nan = 0; nan < 2; nan++) {
+			oq_rt a, b, c, u;
+			run_engine(&cases[i], 60 + i, 0, nan, 1, &a);
+			run_engine(&cases[i], 60 + i, 1, nan, 1, &b);
+			run_engine(&cases[i], 60 + i, 0, nan, 2, &c);
+			run_engine(&cases[i], 60 + i, 3, nan, 1, &u);
+			cr_assert(a.nbytes == b.nbytes && !memcmp(a.data, b.data, a.nbytes),
+				  "case %zu nan %d: AVX-512 and AVX2 GEMM outputs differ", i, nan);
+			cr_assert(a.nbytes == u.nbytes && !memcmp(a.data, u.data, a.nbytes),
+				  "case %zu nan %d: fused and unfused outputs differ", i, nan);
+			oq_rt_release(&u);
+			cr_assert(a.nbytes == c.nbytes && !memcmp(a.data, c.data, a.nbytes),
+				  "case %zu nan %d: AVX-512 output differs between 1 and 2 threads", i, nan);
+			oq_rt_release(&a);
+			oq_rt_release(&b);
+			oq_rt_release(&c);
+		}
 }
 
 Test(exec_fuse, avx512_depthwise_epilogue_bit_identical_to_sse)
 {
-	/* The AVX-512 depthwise kernel runs BN (in double), Relu and Clip on the registers and the
-	 * other activations on the stored row; the SSE kernel runs oq_epi_apply on each row. Same
-	 * bits expected for: BN + Relu, Clip (lo < hi), Clip with lo > hi (every value becomes hi,
-	 * done on the row), HardSwish and LeakyRelu (on the row), no epilogue; 5x5 stride 2, 3x3
-	 * stride 1 and 2; widths 7, 17, 19, 33; 13 and 24 channels (row kernels), 16, 32, 40 and 48
+	/* The AVX-512 and AVX2 depthwise kernels run BN (in double), Relu and Clip on the registers
+	 * and the other activations on the stored row; the SSE kernel runs the portable
+	 * oq_epi_apply on each row. Same bits expected, also with NaN among the inputs, for: BN +
+	 * Relu, Clip (lo < hi), Clip with lo > hi (every value becomes hi, done on the row),
+	 * HardSwish and LeakyRelu (on the row), no epilogue; 5x5 stride 2, 3x3 stride 1 and 2;
+	 * widths 7, 17, 19, 33; 13 and 24 channels (row kernels), 16, 32, 40 and 48
 	 * (channel-blocked, BN per lane); 2 images. */
 	static const spec cases[] = {
 		{.opset = 13, .n = 2, .c = 13, .h = 9, .w = 17, .m = 13, .k = 3, .stride = 1, .pad = 1, .group = 13,
@@ -556,21 +578,26 @@ Test(exec_fuse, avx512_depthwise_epilogue_bit_identical_to_sse)
 		 .group = 40, .bias = 1, .act = "LeakyRelu"},
 	};
 	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
-		cr_skip_test("no AVX-512F on this CPU: nothing to compare");
-	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-		oq_rt a, b, c;
-		run_engine(&cases[i], 80 + i, 0, 1, &a);
-		run_engine(&cases[i], 80 + i, 1, 1, &b);
-		run_engine(&cases[i], 80 + i, 0, 2, &c);
-		cr_assert(a.nbytes == b.nbytes && !memcmp(a.data, b.data, a.nbytes),
-			  "case %zu: AVX-512 and SSE depthwise outputs differ", i);
-		cr_assert(a.nbytes == c.nbytes && !memcmp(a.data, c.data, a.nbytes),
-			  "case %zu: AVX-512 output differs between 1 and 2 threads", i);
-		oq_rt_release(&a);
-		oq_rt_release(&b);
-		oq_rt_release(&c);
-	}
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("no AVX2 and FMA on this CPU: nothing to compare");
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+		for (int nan = 0; nan < 2; nan++) {
+			oq_rt a, b, c, e;
+			run_engine(&cases[i], 80 + i, 0, nan, 1, &a);
+			run_engine(&cases[i], 80 + i, 1, nan, 1, &b);
+			run_engine(&cases[i], 80 + i, 2, nan, 1, &e);
+			run_engine(&cases[i], 80 + i, 0, nan, 2, &c);
+			cr_assert(a.nbytes == b.nbytes && !memcmp(a.data, b.data, a.nbytes),
+				  "case %zu nan %d: AVX-512 and AVX2 depthwise outputs differ", i, nan);
+			cr_assert(a.nbytes == e.nbytes && !memcmp(a.data, e.data, a.nbytes),
+				  "case %zu nan %d: vector and SSE depthwise outputs differ", i, nan);
+			cr_assert(a.nbytes == c.nbytes && !memcmp(a.data, c.data, a.nbytes),
+				  "case %zu nan %d: output differs between 1 and 2 threads", i, nan);
+			oq_rt_release(&a);
+			oq_rt_release(&b);
+			oq_rt_release(&c);
+			oq_rt_release(&e);
+		}
 }
 
 Test(exec_fuse, observer_without_intermediates_keeps_fusion)

@@ -259,8 +259,8 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 			bm = col;
 			ldb = pp;
 		}
-		/* bias first, then C = W * col + C */
-		for (int64_t r = 0; j->b && r < mm; r++) {
+		/* bias first, then C = W * col + C (the AVX2 GEMM starts each sum from the bias itself) */
+		for (int64_t r = 0; j->b && !j->avx2 && r < mm; r++) {
 			int64_t ch = grp * j->mg + m0 + r;
 			if (j->t == OQ_LT_F32) {
 				float v = ((const float *)j->b)[ch], *yr = (float *)j->y + yo + r * P;
@@ -273,9 +273,16 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 			}
 		}
 #if defined(HAVE_X86_KERNELS)
-		if (j->avx2) {
-			oq_conv_avx2_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, bm, ldb, (float *)j->y + yo, P, j->b != NULL);
-		} else
+		if (j->avx2) { /* BN, Relu and Clip on the registers, the rest in a pass over each row */
+			oq_conv_epi2 e;
+			int regs = oq_conv_avx2_epi(j->ep, grp * j->mg + m0, &e);
+			oq_conv_avx2_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, bm, ldb, (float *)j->y + yo, P,
+					  j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, regs ? &e : NULL);
+			for (int64_t r = 0; j->ep && (j->ep->n_steps || oq_conv_late_act(j->ep)) && r < mm; r++)
+				oq_conv_epi_after_regs(j->ep, grp * j->mg + m0 + r, (size_t)(yo + r * P),
+						       (float *)j->y + yo + r * P, (size_t)pp);
+			continue;
+		}
 #endif
 		{
 			oq_gemm_batch gb;

@@ -75,12 +75,14 @@ static inline void dw_pad_row(float *yr, int64_t ow_n, const float *x0, int64_t 
 #if defined(HAVE_X86_KERNELS)
 /*
  * dw_pad_row's vector loop 8 outputs at a time (AVX2: the same multiply and
- * add per tap in the same order, so the same bits); returns how many
- * outputs it wrote, a multiple of 8. The stride-2 loads read p[0..15] for
- * outputs ow..ow+7, no further than the 4-output loop reads for ow_n.
+ * add per tap in the same order, so the same bits), e (NULL: none) applied
+ * before each store; returns how many outputs it wrote, a multiple of 8.
+ * The stride-2 loads read p[0..15] for outputs ow..ow+7, no further than
+ * the 4-output loop reads for ow_n.
  */
 AVX2_FMA static inline int64_t dw_pad_row8(float *yr, int64_t ow_n, const float *x0, int64_t wp, int64_t sw,
-					   int64_t dw, const float *w, int64_t kh, int64_t kw, float b)
+					   int64_t dw, const float *w, int64_t kh, int64_t kw, float b,
+					   const oq_conv_epi2 *e)
 {
 	__m256 vb = _mm256_set1_ps(b);
 	int64_t ow = 0;
@@ -94,7 +96,7 @@ AVX2_FMA static inline int64_t dw_pad_row8(float *yr, int64_t ow_n, const float 
 					acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[i * kw + j]),
 									       _mm256_loadu_ps(xr + j * dw)));
 			}
-			_mm256_storeu_ps(yr + ow, acc);
+			_mm256_storeu_ps(yr + ow, e ? oq_conv_avx2_epi8(e, 0, acc) : acc);
 		}
 	} else if (sw == 2) {
 		for (; ow + 8 <= ow_n; ow += 8) {
@@ -110,7 +112,7 @@ AVX2_FMA static inline int64_t dw_pad_row8(float *yr, int64_t ow_n, const float 
 					acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[i * kw + j]), ev));
 				}
 			}
-			_mm256_storeu_ps(yr + ow, acc);
+			_mm256_storeu_ps(yr + ow, e ? oq_conv_avx2_epi8(e, 0, acc) : acc);
 		}
 	}
 	return ow;
@@ -118,13 +120,13 @@ AVX2_FMA static inline int64_t dw_pad_row8(float *yr, int64_t ow_n, const float 
 
 /* dw_pad_row8 with the common kernel sizes as constants (the tap loops unroll). */
 AVX2_FMA static int64_t dw_pad_row_avx2(float *yr, int64_t ow_n, const float *x0, int64_t wp, int64_t sw, int64_t dw,
-					const float *w, int64_t kh, int64_t kw, float b)
+					const float *w, int64_t kh, int64_t kw, float b, const oq_conv_epi2 *e)
 {
 	if (kh == 3 && kw == 3)
-		return dw_pad_row8(yr, ow_n, x0, wp, sw, dw, w, 3, 3, b);
+		return dw_pad_row8(yr, ow_n, x0, wp, sw, dw, w, 3, 3, b, e);
 	if (kh == 5 && kw == 5)
-		return dw_pad_row8(yr, ow_n, x0, wp, sw, dw, w, 5, 5, b);
-	return dw_pad_row8(yr, ow_n, x0, wp, sw, dw, w, kh, kw, b);
+		return dw_pad_row8(yr, ow_n, x0, wp, sw, dw, w, 5, 5, b, e);
+	return dw_pad_row8(yr, ow_n, x0, wp, sw, dw, w, kh, kw, b, e);
 }
 #endif
 
@@ -166,6 +168,10 @@ static void dw_pad_range(void *ctx, size_t begin, size_t end)
 		float *yc = j->y + (int64_t)it * OH * OW;
 		const float *wc = j->w + ch * g->k_size;
 		float b = j->b ? j->b[ch] : 0.0f;
+#if defined(HAVE_X86_KERNELS)
+		oq_conv_epi2 ev;
+		int regs = avx2 && oq_conv_avx2_epi(j->ep, ch, &ev);
+#endif
 		/* zero-padded copy: buf[r][q] = x[r - pad0][q - pad1] */
 		for (int64_t r = 0; r < j->hp; r++) {
 			int64_t ih = r - g->pad[0];
@@ -183,10 +189,15 @@ static void dw_pad_range(void *ctx, size_t begin, size_t end)
 		}
 		for (int64_t oh = 0; oh < OH; oh++) {
 			const float *x0 = buf + oh * sh * j->wp;
-			int64_t rs = g->dil[0] * j->wp, d = 0; /* outputs the AVX2 loop wrote */
+			int64_t rs = g->dil[0] * j->wp, d = 0, de = 0; /* outputs the AVX2 loop wrote; with e applied */
+			size_t off = (size_t)(yc + oh * OW - j->y);
 #if defined(HAVE_X86_KERNELS)
 			if (avx2)
-				d = dw_pad_row_avx2(row, j->ow4, x0, rs, sw, dw, wc, kh, kw, b);
+				d = dw_pad_row_avx2(row, j->ow4, x0, rs, sw, dw, wc, kh, kw, b, regs ? &ev : NULL);
+			if (regs) {
+				de = d < OW ? d : OW;
+				oq_conv_epi_after_regs(j->ep, ch, off, row, (size_t)de);
+			}
 #endif
 			if (kh == 3 && kw == 3)
 				dw_pad_row(row + d, j->ow4 - d, x0 + d * sw, rs, sw, dw, wc, 3, 3, b);
@@ -194,7 +205,7 @@ static void dw_pad_range(void *ctx, size_t begin, size_t end)
 				dw_pad_row(row + d, j->ow4 - d, x0 + d * sw, rs, sw, dw, wc, 5, 5, b);
 			else
 				dw_pad_row(row + d, j->ow4 - d, x0 + d * sw, rs, sw, dw, wc, kh, kw, b);
-			oq_epi_apply(j->ep, ch, (size_t)(yc + oh * OW - j->y), row, (size_t)OW);
+			oq_epi_apply(j->ep, ch, off + (size_t)de, row + de, (size_t)(OW - de));
 			memcpy(yc + oh * OW, row, (size_t)OW * sizeof *row);
 		}
 	}

@@ -251,6 +251,57 @@ void oq_conv_epi_steps(const oq_kfuse *ep, const oq_epi_step *s, int ns, int64_t
 
 #if defined(HAVE_X86_KERNELS)
 AVX512 static void epi_apply_avx512(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n);
+
+/*
+ * oq_epi_apply on AVX2: BN and Relu / Clip (lo <= hi) in one pass of 8
+ * lanes, with the portable loops' expressions (BN: x * a + b in double,
+ * rounded once; Relu and Clip as the SSE loops of oq_act_apply), then the
+ * late activation and the steps as there. The same bits.
+ */
+AVX2_FMA static void epi_apply_avx2(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n)
+{
+	oq_conv_epi2 e;
+
+	if (oq_conv_avx2_epi(ep, ch, &e)) {
+		/* full vectors in place; the tail through a copy (masked stores are slow on some CPUs) */
+		for (size_t i = 0; i < n; i += 8) {
+			float t[8] = {0};
+			float *p = n - i >= 8 ? y + i : t;
+			__m256 v;
+			if (p == t)
+				memcpy(t, y + i, (n - i) * sizeof *t);
+			v = oq_conv_avx2_epi8(&e, 0, _mm256_loadu_ps(p));
+			_mm256_storeu_ps(p, v);
+			if (p == t)
+				memcpy(y + i, t, (n - i) * sizeof *t);
+		}
+	}
+	oq_conv_epi_after_regs(ep, ch, off, y, n);
+}
+
+int oq_conv_avx2_epi(const oq_kfuse *ep, int64_t ch0, oq_conv_epi2 *e)
+{
+	int late = !ep || oq_conv_late_act(ep);
+
+	memset(e, 0, sizeof *e);
+	if (!ep)
+		return 0;
+	e->scale = ep->scale ? ep->scale + ch0 : NULL;
+	e->shift = ep->scale ? ep->shift + ch0 : NULL;
+	if (!late && (ep->act.kind == OQ_ACT_RELU || ep->act.kind == OQ_ACT_CLIP)) {
+		e->act = 1;
+		e->lo = ep->act.kind == OQ_ACT_RELU ? 0.0f : ep->act.a;
+		e->hi = ep->act.kind == OQ_ACT_RELU ? INFINITY : ep->act.b;
+	}
+	return e->scale || e->act;
+}
+
+void oq_conv_epi_after_regs(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n)
+{
+	if (oq_conv_late_act(ep))
+		oq_act_apply(&ep->act, y, n);
+	oq_conv_epi_steps(ep, ep->steps, ep->n_steps, ch, off, y, n);
+}
 #endif
 
 void oq_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n)
@@ -260,6 +311,10 @@ void oq_epi_apply(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n
 #if defined(HAVE_X86_KERNELS)
 	if (oq_conv_use_avx512()) {
 		epi_apply_avx512(ep, ch, off, y, n);
+		return;
+	}
+	if (oq_conv_use_avx2()) {
+		epi_apply_avx2(ep, ch, off, y, n);
 		return;
 	}
 #endif

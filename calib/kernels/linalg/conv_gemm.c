@@ -48,11 +48,13 @@
  */
 
 /*
- * C[mr, nr] (ldc) = (load ? C : 0) + A[mr, kd] (rows lda apart) * B[kd, nr] (rows ldb apart),
- * mr <= 6, nr <= 16 (masked loads and stores below 16).
+ * C[mr, nr] (ldc) = (load ? C : bias ? bias[r] : 0) + A[mr, kd] (rows lda apart) * B[kd, nr]
+ * (rows ldb apart), then e applied (when not NULL), mr <= 6, nr <= 16 (masked loads and
+ * stores below 16).
  */
 AVX2_FMA static inline void avx2_tile_6x16(int64_t kd, const float *a, int64_t lda, int mr, const float *b, int64_t ldb,
-					   float *c, int64_t ldc, int load, int nr)
+					   float *c, int64_t ldc, int load, const float *bias, const oq_conv_epi2 *e,
+					   int nr)
 {
 	const float *a0 = a, *a1 = mr > 1 ? a + lda : a, *a2 = mr > 2 ? a + 2 * lda : a;
 	const float *a3 = mr > 3 ? a + 3 * lda : a, *a4 = mr > 4 ? a + 4 * lda : a, *a5 = mr > 5 ? a + 5 * lda : a;
@@ -71,7 +73,7 @@ AVX2_FMA static inline void avx2_tile_6x16(int64_t kd, const float *a, int64_t l
 			x1 = nr < 16 ? _mm256_maskload_ps(c + (r) * ldc + 8, m1)                  \
 				     : _mm256_loadu_ps(c + (r) * ldc + 8);                         \
 		} else {                                                                          \
-			x0 = x1 = _mm256_setzero_ps();                                            \
+			x0 = x1 = bias && mr > (r) ? _mm256_set1_ps(bias[r]) : _mm256_setzero_ps(); \
 		}                                                                                 \
 	} while (0)
 	LD(0, c00, c01);
@@ -110,6 +112,10 @@ AVX2_FMA static inline void avx2_tile_6x16(int64_t kd, const float *a, int64_t l
 #define ST(r, x0, x1)                                                          \
 	do {                                                                   \
 		if (mr > (r)) {                                                \
+			if (e) {                                               \
+				x0 = oq_conv_avx2_epi8(e, r, x0);              \
+				x1 = oq_conv_avx2_epi8(e, r, x1);              \
+			}                                                      \
 			if (nr < 16) {                                         \
 				_mm256_maskstore_ps(c + (r) * ldc, m0, x0);     \
 				_mm256_maskstore_ps(c + (r) * ldc + 8, m1, x1); \
@@ -129,19 +135,27 @@ AVX2_FMA static inline void avx2_tile_6x16(int64_t kd, const float *a, int64_t l
 }
 
 AVX2_FMA void oq_conv_avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *b,
-				int64_t ldb, float *c, int64_t ldc, int has_init)
+				int64_t ldb, float *c, int64_t ldc, const float *bias, const oq_conv_epi2 *epi)
 {
 	int64_t k0 = 0;
 	do {
 		int64_t kb = kd - k0 < KC_DEPTH ? kd - k0 : KC_DEPTH;
-		int load = k0 > 0 || has_init;
+		int load = k0 > 0, last = k0 + kb == kd;
 		for (int64_t mb = 0; mb < mm; mb += MC_ROWS) {
 			int64_t me = mb + MC_ROWS < mm ? mb + MC_ROWS : mm;
 			for (int64_t p = 0; p < pp; p += 16) {
 				int nr = pp - p < 16 ? (int)(pp - p) : 16;
-				for (int64_t m = mb; m < me; m += 6)
+				for (int64_t m = mb; m < me; m += 6) {
+					oq_conv_epi2 e;
+					if (last && epi) {
+						e = *epi;
+						e.scale = e.scale ? e.scale + m : NULL;
+						e.shift = e.shift ? e.shift + m : NULL;
+					}
 					avx2_tile_6x16(kb, a + m * lda + k0, lda, me - m < 6 ? (int)(me - m) : 6, b + k0 * ldb + p, ldb,
-						       c + m * ldc + p, ldc, load, nr);
+						       c + m * ldc + p, ldc, load, bias ? bias + m : NULL, last && epi ? &e : NULL,
+						       nr);
+				}
 			}
 		}
 		k0 += kb;

@@ -200,9 +200,47 @@ AVX512 void oq_conv_gemm_chan_off(int64_t mm, int64_t pp, int64_t kd, const floa
 				  const int64_t *offs, float *c, int64_t ldc, const float *bias, const tile_epi *e);
 /* Channels in the lanes (oq_conv_gemm_chan) fill more lanes than positions for this shape. conv.c. */
 int oq_conv_use_chan_lanes(const oq_conv_geom *g, int64_t kc, int64_t mg);
-/* C[mm, pp] (ldc) = (has_init ? C : 0) + A[mm, kd] (lda) * B[kd, pp] (ldb) on AVX2 + FMA. conv_gemm.c. */
+/*
+ * What the AVX2 GEMM applies to its sums before the last store: BN (scale / shift per row, from
+ * the tile's first row; NULL: none) and act (0: none, else Relu or Clip with lo <= hi as
+ * min(hi, max(lo, x)); Relu: lo 0, hi +Inf). oq_conv_avx2_epi fills it from a fused epilogue.
+ */
+typedef struct oq_conv_epi2 {
+	const double *scale, *shift;
+	int act;
+	float lo, hi;
+} oq_conv_epi2;
+
+/*
+ * Eight values of row r (from e's first row) through e: BN as x * a + b in double rounded once,
+ * then Relu / Clip as min(hi, max(lo, x)) (NaN and -0 pass): the bits of oq_epi_apply.
+ */
+AVX2_FMA static inline __m256 oq_conv_avx2_epi8(const oq_conv_epi2 *e, int64_t r, __m256 x)
+{
+	if (e->scale) {
+		const __m256d a = _mm256_set1_pd(e->scale[r]), b = _mm256_set1_pd(e->shift[r]);
+		__m256d l = _mm256_add_pd(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), a), b);
+		__m256d u = _mm256_add_pd(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), a), b);
+		x = _mm256_set_m128(_mm256_cvtpd_ps(u), _mm256_cvtpd_ps(l));
+	}
+	if (e->act)
+		x = _mm256_min_ps(_mm256_set1_ps(e->hi), _mm256_max_ps(_mm256_set1_ps(e->lo), x));
+	return x;
+}
+
+/*
+ * C[mm, pp] (ldc) = (bias ? bias[row] : 0) + A[mm, kd] (lda) * B[kd, pp] (ldb) on AVX2 + FMA,
+ * then epi (NULL: none) applied (C is only written). conv_gemm.c.
+ */
 AVX2_FMA void oq_conv_avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *b,
-				int64_t ldb, float *c, int64_t ldc, int has_init);
+				int64_t ldb, float *c, int64_t ldc, const float *bias, const oq_conv_epi2 *epi);
+/*
+ * e for rows from channel ch0 of ep: its BN and its Relu / Clip unless they must run late
+ * (oq_conv_late_act). 0 when that leaves nothing to do in registers. conv_epilogue.c.
+ */
+int oq_conv_avx2_epi(const oq_kfuse *ep, int64_t ch0, oq_conv_epi2 *e);
+/* The rest of oq_epi_apply after oq_conv_avx2_epi's part: the late activation and the steps. */
+void oq_conv_epi_after_regs(const oq_kfuse *ep, int64_t ch, size_t off, float *y, size_t n);
 /* The epilogue of a GEMM tile: rows of channels ch0 .. ch0 + mm - 1, pp values each, ldc apart, the first at output element off. conv_epilogue.c. */
 AVX512 void oq_conv_epi_tile(const oq_kfuse *ep, int64_t ch0, int64_t mm, size_t off, float *y, int64_t ldc,
 			     int64_t pp);
