@@ -99,7 +99,8 @@ float oq_qpoint_fake(const oq_qpoint *q, size_t c, float x);
  * [lo, hi] and f = dq(q(x)) on scale s with integer bounds qlo = qmin - z, qhi = qmax - z (z the
  * zero point, both bounds within 2^22 of it), *r2 += sum r^2 and *d2 += sum (r - f)^2, in double,
  * element k into partial sum k % 8, the partials combined pairwise and added last: the same bits
- * on every path. oq_fidelity_simd 0 keeps it off its AVX-512 loop (tests compare the two).
+ * on every path. oq_fidelity_simd 1 (default) takes the CPU's best vector loop (AVX-512, else
+ * AVX2), 2 at most AVX2, 0 the portable loop (tests compare them).
  */
 void oq_fidelity_sq_block(const float *x, size_t n, float s, float qlo, float qhi, float lo, float hi,
 			  double *r2, double *d2);
