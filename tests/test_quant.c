@@ -603,8 +603,8 @@ Test(quant_kernel, dynamic_quantize)
 }
 
 /*
- * The per-row fast loop of float32 -> int8/uint8 QuantizeLinear (AVX-512 when the CPU has it,
- * else the portable loop; oq_quant_simd 0 forces the latter) against the scalar rule
+ * The per-row fast loops of float32 -> int8/uint8 QuantizeLinear (AVX-512 or AVX2 when the CPU
+ * has it, oq_quant_simd 2 caps them at AVX2, 0 forces the portable loop) against the scalar rule
  * oq_quant_int element by element: 1013 values (a tail of 5 after 16-value steps) with exact
  * ties k + 0.5 of the scale, NaN, +-Inf, huge values, -0, for several scales and zero points.
  */
@@ -630,10 +630,10 @@ Test(quant_kernel, row_fast_paths_match_scalar_rule)
 			for (int z = 0; z < 3; z++) {
 				int ydt = dt ? OQ_DT_INT8 : OQ_DT_UINT8;
 				int zp = dt ? zps[z] : zps[z] + 128 * (zps[z] < 0);
-				oq_rt y[2];
+				oq_rt y[3];
 				for (int i = 60; i < 200; i++) /* exact ties of this scale */
 					x[i] = ((float)(i - 130) + 0.5f) * scales[k];
-				for (int simd = 0; simd < 2; simd++) {
+				for (int simd = 0; simd < 3; simd++) {
 					Onnx__GraphProto *g;
 					gen_model *m = start(13, &g);
 					oq_diag d;
@@ -653,15 +653,17 @@ Test(quant_kernel, row_fast_paths_match_scalar_rule)
 					             oq_dtype_name(ydt), (double)scales[k], zp, i, (double)x[i],
 					             (long long)oq_rt_get_int(&y[1], i), want);
 					cr_assert_eq(oq_rt_get_int(&y[0], i), want, "portable loop, x[%d]", i);
+					cr_assert_eq(oq_rt_get_int(&y[2], i), want, "AVX2 loop, x[%d]", i);
 				}
 				oq_rt_release(&y[0]);
 				oq_rt_release(&y[1]);
+				oq_rt_release(&y[2]);
 			}
 }
 
 /*
- * The per-row fast loop of int8/uint8 -> float32 DequantizeLinear (AVX-512 when the CPU has it, else
- * the portable loop) bit for bit against ONNX's (x - zero_point) * scale computed here in float:
+ * The per-row fast loops of int8/uint8 -> float32 DequantizeLinear (AVX-512 or AVX2 when the CPU has
+ * it, capped at AVX2 with oq_quant_simd 2, and the portable loop) bit for bit against ONNX's (x - zero_point) * scale computed here in float:
  * Q then DQ (another scale) on 1013 values (a tail of 5 after 16-value steps) whose codes cover
  * every byte value, for several scales and zero points.
  */
@@ -677,10 +679,10 @@ Test(quant_kernel, dq_row_fast_paths_match_the_definition)
 			for (int z = 0; z < 3; z++) {
 				int ydt = dt ? OQ_DT_INT8 : OQ_DT_UINT8, lo = dt ? -128 : 0;
 				int zp = dt ? zps[z] : zps[z] + 128 * (zps[z] < 0);
-				oq_rt y[2];
+				oq_rt y[3];
 				for (int i = 0; i < N; i++) /* code lo + i % 256 */
 					x[i] = (float)(lo + i % 256 - zp) * scales[k];
-				for (int simd = 0; simd < 2; simd++) {
+				for (int simd = 0; simd < 3; simd++) {
 					Onnx__GraphProto *g;
 					gen_model *m = start(13, &g);
 					oq_diag d;
@@ -702,9 +704,11 @@ Test(quant_kernel, dq_row_fast_paths_match_the_definition)
 						  oq_dtype_name(ydt), (double)dq_scales[k], zp, lo + i % 256, (double)y1[i],
 						  (double)want);
 					cr_assert(!memcmp(&y0[i], &want, 4), "portable loop, element %d", i);
+					cr_assert(!memcmp((const float *)y[2].data + i, &want, 4), "AVX2 loop, element %d", i);
 				}
 				oq_rt_release(&y[0]);
 				oq_rt_release(&y[1]);
+				oq_rt_release(&y[2]);
 			}
 }
 
@@ -836,7 +840,7 @@ Test(quant_kernel, q_dq_pair_by_hand_and_as_the_two_kernels)
 		cr_expect(!signbit(y[5]) && y[5] == 0, "-0 gives +0");
 	}
 	expect_same_bits(&a.y, &b.y);
-	for (int simd = 0; simd < 2; simd++) { /* the portable loop too */
+	for (int simd = 0; simd < 3; simd++) { /* the portable loop too */
 		pair_run c;
 		oq_quant_simd = simd;
 		run_pair(pair_model(13, OQ_DT_UINT8, 2, dims, s, z, 2, 0, 0, 0), x, 2, dims, 0, 0, &c);
@@ -931,7 +935,7 @@ Test(quant_kernel, dq_per_axis_on_the_last_axis)
 			q[2] = -5;
 			zp[2] = -1;
 		}
-		for (int simd = 0; simd < 2; simd++) {
+		for (int simd = 0; simd < 3; simd++) {
 			Onnx__GraphProto *g;
 			gen_model *m = start(13, &g);
 			oq_rt y;

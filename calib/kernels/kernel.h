@@ -266,8 +266,8 @@ size_t oq_exec_n_packed_conv(const oq_exec *e);
 /* Non-zero: plans made from now on pack no constant MatMul / Gemm / Conv weight. For tests and bench. */
 extern int oq_exec_no_pack;
 /* QuantizeLinear float32 -> int8/uint8 and DequantizeLinear int8/uint8 -> float32 with one scale
- * per row: the AVX-512 loops when the CPU has it (default 1); 0 keeps the portable loops (tests
- * compare the two). */
+ * per row: 1 (default) the CPU's best vector loops (AVX-512, else AVX2), 2 at most AVX2, 0 the
+ * portable loops (tests compare them). */
 extern int oq_quant_simd;
 /* float32 Add/Sub/Mul/Div rows and Clip/Relu: 1 (default) the CPU's best vector loops (AVX-512, else
  * AVX2), 2 at most AVX2, 0 the portable loops (tests compare them). */

@@ -329,24 +329,70 @@ __attribute__((target("avx512f"))) static size_t dq_row_avx512(const void *x, in
 	}
 	return i;
 }
+
+/* q_row_avx512 on AVX2, 8 values at a time: the same float operations; the clamped codes packed
+ * to bytes with saturating packs (exact: they are within [qmin, qmax]). A multiple of 8. */
+__attribute__((target("avx2"))) static size_t q_row_avx2(const float *x, void *y, size_t n, float scale,
+							   int32_t zp, float lo, float hi, int is_u8)
+{
+	const __m256 sv = _mm256_set1_ps(scale), lov = _mm256_set1_ps(lo), hiv = _mm256_set1_ps(hi);
+	const __m256 magic = _mm256_set1_ps(12582912.0f);
+	const __m256i zv = _mm256_set1_epi32(zp);
+	char *q = y;
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m256 v = _mm256_div_ps(_mm256_loadu_ps(x + i), sv);
+		__m256i c;
+		__m128i h;
+		v = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+		v = _mm256_max_ps(v, lov); /* v < lo ? lo : v with v not NaN */
+		v = _mm256_min_ps(v, hiv);
+		v = _mm256_sub_ps(_mm256_add_ps(v, magic), magic);
+		c = _mm256_add_epi32(_mm256_cvttps_epi32(v), zv);
+		h = _mm_packs_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+		_mm_storel_epi64((__m128i *)(q + i), is_u8 ? _mm_packus_epi16(h, h) : _mm_packs_epi16(h, h));
+	}
+	return i;
+}
+
+/* dq_row_avx512 on AVX2, 8 values at a time; a multiple of 8. */
+__attribute__((target("avx2"))) static size_t dq_row_avx2(const void *x, int is_u8, float *y, size_t n,
+							    float scale, float z)
+{
+	const __m256 sv = _mm256_set1_ps(scale), zv = _mm256_set1_ps(z);
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		__m128i b = _mm_loadl_epi64((const __m128i *)((const char *)x + i));
+		__m256i w = is_u8 ? _mm256_cvtepu8_epi32(b) : _mm256_cvtepi8_epi32(b);
+		_mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(w), zv), sv));
+	}
+	return i;
+}
 #endif
 
-/* Whether QuantizeLinear's float32 -> 8-bit rows and DequantizeLinear's 8-bit -> float32 rows may take
- * the AVX-512 loops (tests compare both). */
+/*
+ * Which vector loops QuantizeLinear's float32 -> 8-bit rows and DequantizeLinear's 8-bit -> float32
+ * rows may take: 1 the CPU's best (AVX-512, else AVX2 where there is one), 2 at most AVX2, 0 the
+ * portable loops (tests compare them).
+ */
 int oq_quant_simd = 1;
 
 /* The common case, float32 -> uint8/int8 with one scale for the whole row: q_row_avx512's whole
- * vectors on AVX-512 CPUs, then oq_quant_row8 (the same operations). */
+ * vectors on AVX-512 CPUs (q_row_avx2's on AVX2 ones), then oq_quant_row8 (the same operations). */
 static void q_row_f32_8(int ydt, const float *x, void *y, size_t n, float scale, int32_t zp)
 {
 	int32_t qmin = ydt == OQ_DT_UINT8 ? 0 : -128, qmax = ydt == OQ_DT_UINT8 ? 255 : 127;
 #ifdef HAVE_Q_AVX512
-	if (oq_quant_simd && oq_cpu_avx512()) {
-		size_t k = q_row_avx512(x, y, n, scale, zp, (float)(qmin - zp), (float)(qmax - zp));
-		x += k;
-		y = (char *)y + k;
-		n -= k;
-	}
+	size_t k = 0;
+	if (oq_quant_simd == 1 && oq_cpu_avx512())
+		k = q_row_avx512(x, y, n, scale, zp, (float)(qmin - zp), (float)(qmax - zp));
+	else if (oq_quant_simd && oq_cpu_avx2_fma())
+		k = q_row_avx2(x, y, n, scale, zp, (float)(qmin - zp), (float)(qmax - zp), ydt == OQ_DT_UINT8);
+	x += k;
+	y = (char *)y + k;
+	n -= k;
 #endif
 	oq_quant_row8(x, n, scale, zp, qmin, qmax, y);
 }
@@ -389,15 +435,17 @@ static void q_rows(void *ctx, size_t b, size_t e)
 }
 
 /* The common case of DQ, 8-bit codes to float32 with one scale for the whole row: dq_row_avx512's
- * whole vectors on AVX-512 CPUs, then y = ((float) x - zp) * scale one at a time. */
+ * (AVX2: dq_row_avx2's) whole vectors, then y = ((float) x - zp) * scale one at a time. */
 static void dq_row_8_f32(int is_u8, const void *x, float *y, size_t n, float scale, int32_t zp)
 {
 	float z = (float)zp;
 	size_t i = 0;
 
 #ifdef HAVE_Q_AVX512
-	if (oq_quant_simd && oq_cpu_avx512())
+	if (oq_quant_simd == 1 && oq_cpu_avx512())
 		i = dq_row_avx512(x, is_u8, y, n, scale, z);
+	else if (oq_quant_simd && oq_cpu_avx2_fma())
+		i = dq_row_avx2(x, is_u8, y, n, scale, z);
 #endif
 	if (is_u8)
 		for (const uint8_t *p = x; i < n; i++)
@@ -437,7 +485,7 @@ static void dq_last_axis(const qjob *j, int is_u8, size_t b, size_t e)
 		const int32_t *zp = j->zpi + a;
 		const char *x = (const char *)j->x->data + b;
 #ifdef HAVE_Q_AVX512
-		if (oq_quant_simd && oq_cpu_avx512())
+		if (oq_quant_simd == 1 && oq_cpu_avx512())
 			i = dq_last_avx512(x, is_u8, y + b, n, sc, zp);
 #endif
 		for (; i < n; i++)
