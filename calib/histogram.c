@@ -271,8 +271,9 @@ static inline size_t idx_tail(const float *p, size_t m, float sc, uint32_t top, 
 	return k;
 }
 
-static size_t idx_c(const float *p, size_t m, float sc, uint32_t topi, uint16_t *idx, uint64_t *nzero,
-		    oq_hist *h)
+/* Inlined into idx_c and idx_c_avx2, which the compiler vectorises 4 and 8 lanes wide. */
+static inline __attribute__((always_inline)) size_t idx_body(const float *p, size_t m, float sc, uint32_t topi,
+							     uint16_t *idx, uint64_t *nzero, oq_hist *h)
 {
 	const float top = (float)topi;
 
@@ -293,6 +294,12 @@ static size_t idx_c(const float *p, size_t m, float sc, uint32_t topi, uint16_t 
 		idx[j] = (uint16_t)(!fin ? (uint32_t)BSLOT : x == 0.0f ? (uint32_t)ZSLOT : (uint32_t)u + neg);
 	}
 	return m;
+}
+
+static size_t idx_c(const float *p, size_t m, float sc, uint32_t topi, uint16_t *idx, uint64_t *nzero,
+		    oq_hist *h)
+{
+	return idx_body(p, m, sc, topi, idx, nzero, h);
 }
 
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -388,8 +395,16 @@ AVX512 static size_t sum_side32_avx512(uint32_t *b, uint16_t *s0, uint16_t *s1, 
 	}
 	return k;
 }
+
+/* idx_c compiled for AVX2 (integer results from the same float operations: the same indices). */
+__attribute__((target("avx2"))) static size_t idx_c_avx2(const float *p, size_t m, float sc, uint32_t topi,
+							   uint16_t *idx, uint64_t *nzero, oq_hist *h)
+{
+	return idx_body(p, m, sc, topi, idx, nzero, h);
+}
 #else
 #define idx_avx512 idx_c
+#define idx_c_avx2 idx_c
 #endif
 
 /* h's counts [o, o + n) += s0[k] + s1[k] + s2[k] + s3[k] (k < n), and the four cleared. */
@@ -398,7 +413,7 @@ static void sum_side(oq_hist *h, size_t o, uint16_t *s0, uint16_t *s1, uint16_t 
 	size_t k = 0;
 
 #if defined(__GNUC__) && defined(__x86_64__)
-	if (oq_hist_simd && oq_cpu_avx512())
+	if (oq_hist_simd == 1 && oq_cpu_avx512())
 		k = h->b64 ? sum_side_avx512(h->b64 + o, s0, s1, s2, s3, n)
 			   : sum_side32_avx512(h->b32 + o, s0, s1, s2, s3, n);
 #endif
@@ -445,7 +460,10 @@ int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 	 * side and the two slots are cleared and summed: worth it for enough values per bin. */
 	uint16_t sub[NSUB][NBINS + 2];
 	size_t (*kern)(const float *, size_t, float, uint32_t, uint16_t *, uint64_t *, oq_hist *) =
-		oq_hist_simd && oq_cpu_avx512() ? idx_avx512 : idx_c;
+		!oq_hist_simd			       ? idx_c
+		: oq_hist_simd == 1 && oq_cpu_avx512() ? idx_avx512
+		: oq_cpu_avx2_fma()		       ? idx_c_avx2
+						       : idx_c;
 	uint64_t nzero = 0;
 	uint32_t top;
 	float sc, u;
@@ -627,8 +645,10 @@ void oq_minmax_f32_ref(const float *p, size_t n, float *lo, float *hi, uint64_t 
 	}
 }
 
-/* LANES independent lanes of compare-and-select (vectorisable without -ffast-math). */
-static void minmax_c(const float *p, size_t n, float *lo_out, float *hi_out, uint64_t *bad_out)
+/* LANES independent lanes of compare-and-select (vectorisable without -ffast-math); inlined into
+ * minmax_c and minmax_c_avx2. */
+static inline __attribute__((always_inline)) void minmax_body(const float *p, size_t n, float *lo_out,
+							      float *hi_out, uint64_t *bad_out)
 {
 	float lo[LANES], hi[LANES];
 	uint32_t bad[LANES];
@@ -665,7 +685,19 @@ static void minmax_c(const float *p, size_t n, float *lo_out, float *hi_out, uin
 	}
 }
 
+static void minmax_c(const float *p, size_t n, float *lo_out, float *hi_out, uint64_t *bad_out)
+{
+	minmax_body(p, n, lo_out, hi_out, bad_out);
+}
+
 #if defined(__GNUC__) && defined(__x86_64__)
+/* minmax_c compiled for AVX2: per lane the same compares and selects, so the same results. */
+__attribute__((target("avx2"))) static void minmax_c_avx2(const float *p, size_t n, float *lo_out, float *hi_out,
+							    uint64_t *bad_out)
+{
+	minmax_body(p, n, lo_out, hi_out, bad_out);
+}
+
 /* Masked min/max (NaN/Inf lanes keep the old value), two accumulators against the latency. */
 AVX512 static void minmax_avx512(const float *p, size_t n, float *lo_out, float *hi_out,
 				 uint64_t *bad_out)
@@ -696,12 +728,15 @@ AVX512 static void minmax_avx512(const float *p, size_t n, float *lo_out, float 
 }
 #else
 #define minmax_avx512 minmax_c
+#define minmax_c_avx2 minmax_c
 #endif
 
 void oq_minmax_f32(const float *p, size_t n, float *lo, float *hi, uint64_t *bad)
 {
-	if (oq_hist_simd && oq_cpu_avx512())
+	if (oq_hist_simd == 1 && oq_cpu_avx512())
 		minmax_avx512(p, n, lo, hi, bad);
+	else if (oq_hist_simd && oq_cpu_avx2_fma())
+		minmax_c_avx2(p, n, lo, hi, bad);
 	else
 		minmax_c(p, n, lo, hi, bad);
 }

@@ -140,8 +140,8 @@ int oq_hist_copy(oq_hist *dst, const oq_hist *src) OQ_WUR;
 void oq_minmax_f32(const float *p, size_t n, float *lo, float *hi, uint64_t *bad);
 void oq_minmax_f32_ref(const float *p, size_t n, float *lo, float *hi, uint64_t *bad);
 
-/* 1 (default): oq_hist_add_f32 and oq_minmax_f32 use AVX-512 when the CPU has it; 0: plain C
- * (tests check both paths against the references). */
+/* 1 (default): oq_hist_add_f32 and oq_minmax_f32 use AVX-512 when the CPU has it, else AVX2; 2:
+ * at most AVX2; 0: plain C (tests check every path against the references). */
 extern int oq_hist_simd;
 /* 1 (default): the AVX-512 fill counts a 16-value vector whose values share one bin at once; 0:
  * value by value (for the benchmark). Same counts either way. */
