@@ -692,10 +692,10 @@ Test(elementwise, bad_inputs_are_errors)
 }
 
 /*
- * Erf's AVX-512 path (oq_erf_f32) against its scalar reference oq_erf_ref
- * (same operations): the same bits for every element of arrays whose
- * lengths leave every tail of a 16-lane vector, at any offset (without
- * AVX-512, oq_erf_f32 is documented to call erff: its bits then); and the
+ * Erf's AVX-512 and AVX2 paths (oq_erf_f32 at each oq_vm_simd level) against
+ * its scalar reference oq_erf_ref (same operations): the same bits for every
+ * element of arrays whose lengths leave every tail of a vector, at any offset
+ * (without either, oq_erf_f32 is documented to call erff: its bits then); the
  * reference within 2 ulp of erf in double over a sweep of magnitudes from
  * subnormal to past the saturation point, with NaN, +-Inf and -0 exact.
  */
@@ -730,16 +730,20 @@ Test(elementwise, erf_vector_vs_ref)
 	for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
 		x[i * 7] = special[i];
 	x[N - 1] = NAN;
-	for (size_t off = 0; off < 17; off++)
-		for (size_t n = 0; n + off <= N; n += n < 40 ? 1 : 997) {
-			oq_erf_f32(x + off, y, n);
-			for (size_t i = 0; i < n; i++) {
-				float r = oq_vm_fast() ? oq_erf_ref(x[off + i]) : erff(x[off + i]);
-				cr_assert(memcmp(&r, &y[i], 4) == 0 || (isnan(r) && isnan(y[i])),
-					  "erf(%.9g): vector %.9g, reference %.9g (offset %zu, n %zu)", x[off + i], y[i], r,
-					  off, n);
+	for (int level = 0; level <= 2; level++) { /* oq_vm_simd: none, the best, at most AVX2 */
+		oq_vm_simd = level;
+		for (size_t off = 0; off < 17; off++)
+			for (size_t n = 0; n + off <= N; n += n < 40 ? 1 : 997) {
+				oq_erf_f32(x + off, y, n);
+				for (size_t i = 0; i < n; i++) {
+					float r = oq_vm_fast() ? oq_erf_ref(x[off + i]) : erff(x[off + i]);
+					cr_assert(memcmp(&r, &y[i], 4) == 0 || (isnan(r) && isnan(y[i])),
+						  "level %d: erf(%.9g): vector %.9g, reference %.9g (offset %zu, n %zu)",
+						  level, x[off + i], y[i], r, off, n);
+				}
 			}
-		}
+	}
+	oq_vm_simd = 1;
 	for (int i = 0; i < N; i++) {
 		float r = oq_erf_ref(x[i]), w = (float)erf((double)x[i]);
 		if (isnan(x[i]))

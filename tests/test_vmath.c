@@ -3,9 +3,9 @@
  * kernels that use it (Softmax / LogSoftmax over the last axis, ReduceMean /
  * ReduceSum over contiguous axes).
  *
- * - The AVX-512 entry points against their scalar references (same
- *   operations): bit-identical for every length (every tail of a 16-lane
- *   vector) and offset.
+ * - The AVX-512 and AVX2 entry points (oq_vm_simd 1 and 2, where the CPU
+ *   runs them) against their scalar references (same operations):
+ *   bit-identical for every length (every tail of a vector) and offset.
  * - The references against the definitions in double / long double: exp
  *   within 1 ulp, sums within 1e-15 relative (they add in double).
  * - Through the executor: Softmax, LogSoftmax and ReduceMean against the
@@ -46,50 +46,64 @@ static int64_t ulp_diff(float a, float b)
 	return ia > ib ? (int64_t)ia - ib : (int64_t)ib - ia;
 }
 
-static int vec_cpu(void)
+/* The vector paths this CPU has: oq_vm_simd levels 1 (AVX-512) and 2 (AVX2), each if it runs here. */
+static int level_runs(int level)
 {
 	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+	if (!__builtin_cpu_supports("fma"))
+		return 0;
+	return level == 1 ? __builtin_cpu_supports("avx512f") : __builtin_cpu_supports("avx2");
 }
 
 Test(vmath, sums_and_exp_vector_vs_ref)
 {
 	enum { N = 2100 };
 	float *x = malloc(N * sizeof *x), *y1 = malloc(N * sizeof *y1), *y2 = malloc(N * sizeof *y2);
+	int levels = 0;
 
 	cr_assert(x && y1 && y2);
-	if (!vec_cpu())
-		cr_skip_test("no AVX-512F on this CPU: the vector paths do not run");
 	rng = 77;
 	for (int i = 0; i < N; i++) /* magnitudes over 2^-20 .. 2^20, both signs */
 		x[i] = (float)(frand() * ldexp(1.0, (int)(frand() * 20)));
-	for (size_t off = 0; off < 17; off++)
-		for (size_t n = 0; n + off <= N; n += n < 48 ? 1 : 331) {
-			double a = oq_vm_sum(x + off, n), b = oq_vm_sum_ref(x + off, n);
-			int nan;
-			float m = oq_vm_max(x + off, n, &nan), mr = -INFINITY;
-			cr_assert(memcmp(&a, &b, sizeof a) == 0, "sum n %zu off %zu: %.17g vs %.17g", n, off, a, b);
-			for (size_t i = 0; i < n; i++)
-				mr = x[off + i] > mr ? x[off + i] : mr;
-			cr_assert(m == mr && !nan, "max n %zu off %zu", n, off);
-			if (n == 0)
-				continue;
-			a = oq_vm_expsum(x + off, m, y1, n);
-			b = oq_vm_expsum_ref(x + off, m, y2, n);
-			cr_assert(memcmp(&a, &b, sizeof a) == 0, "expsum n %zu off %zu: %.17g vs %.17g", n, off, a, b);
-			cr_assert(memcmp(y1, y2, n * sizeof *y1) == 0, "exp values n %zu off %zu", n, off);
+	for (int level = 1; level <= 2; level++) {
+		if (!level_runs(level))
+			continue;
+		levels++;
+		oq_vm_simd = level;
+		for (size_t off = 0; off < 17; off++)
+			for (size_t n = 0; n + off <= N; n += n < 48 ? 1 : 331) {
+				double a = oq_vm_sum(x + off, n), b = oq_vm_sum_ref(x + off, n);
+				int nan;
+				float m = oq_vm_max(x + off, n, &nan), mr = -INFINITY;
+				cr_assert(memcmp(&a, &b, sizeof a) == 0, "sum n %zu off %zu: %.17g vs %.17g", n, off, a, b);
+				for (size_t i = 0; i < n; i++)
+					mr = x[off + i] > mr ? x[off + i] : mr;
+				cr_assert(m == mr && !nan, "max n %zu off %zu", n, off);
+				if (n == 0)
+					continue;
+				a = oq_vm_expsum(x + off, m, y1, n);
+				b = oq_vm_expsum_ref(x + off, m, y2, n);
+				cr_assert(memcmp(&a, &b, sizeof a) == 0, "expsum n %zu off %zu: %.17g vs %.17g", n, off, a, b);
+				cr_assert(memcmp(y1, y2, n * sizeof *y1) == 0, "exp values n %zu off %zu", n, off);
+			}
+		x[5] = NAN;
+		{
+			int nan = 0;
+			oq_vm_max(x, 40, &nan);
+			cr_assert(nan, "NaN in a line is reported");
+			oq_vm_max(x + 6, 40, &nan);
+			cr_assert(!nan);
+			oq_vm_max(x, 6, &nan);
+			cr_assert(nan, "NaN in a line's tail is reported");
 		}
-	x[5] = NAN;
-	{
-		int nan = 0;
-		oq_vm_max(x, 40, &nan);
-		cr_assert(nan, "NaN in a line is reported");
-		oq_vm_max(x + 6, 40, &nan);
-		cr_assert(!nan);
+		x[5] = 0.5f;
 	}
+	oq_vm_simd = 1;
 	free(x);
 	free(y1);
 	free(y2);
+	if (!levels)
+		cr_skip_test("no AVX-512F or AVX2 with FMA on this CPU: the vector paths do not run");
 }
 
 Test(vmath, refs_against_definitions)
@@ -112,6 +126,62 @@ Test(vmath, refs_against_definitions)
 	}
 	cr_assert(fabsl(oq_vm_sum_ref(x, N) - exact) <= 1e-15L * fabsl(exact) + 1e-300L);
 	cr_assert(oq_vm_sum_ref(x, 0) == 0);
+}
+
+/*
+ * Sigmoid: the vector paths (every level this CPU runs, every tail of a
+ * vector and offset, in place too) give oq_vm_sigmoid_ref's bits; the
+ * reference is within 2 ulp of 1 / (1 + exp(-x)) in double over a sweep of
+ * magnitudes 2^-30 .. 2^7 (subnormal results included), and exact at the
+ * special values (hand values: sigmoid(0) = 0.5, +Inf 1, -Inf 0, NaN NaN).
+ */
+Test(vmath, sigmoid)
+{
+	enum { N = 1200 };
+	float x[N], y1[N], y2[N];
+
+	rng = 31;
+	for (int i = 0; i < N; i++)
+		x[i] = (float)(frand() * ldexp(1.0, (int)(frand() * 7)));
+	x[3] = NAN;
+	x[4] = INFINITY;
+	x[5] = -INFINITY;
+	x[6] = -0.0f;
+	x[7] = -100.0f; /* subnormal result */
+	x[8] = -110.0f; /* 0 */
+	x[9] = 90.0f;
+	for (int level = 0; level <= 2; level++) {
+		if (level && !level_runs(level))
+			continue;
+		oq_vm_simd = level;
+		for (size_t off = 0; off < 17; off++)
+			for (size_t n = 0; n + off <= N; n += n < 40 ? 1 : 97) {
+				oq_vm_sigmoid(x + off, y1, n);
+				memcpy(y2, x + off, n * sizeof *y2);
+				oq_vm_sigmoid(y2, y2, n);
+				for (size_t i = 0; i < n; i++) {
+					float r = oq_vm_sigmoid_ref(x[off + i]);
+					cr_assert(!memcmp(&r, y1 + i, 4) && !memcmp(&r, y2 + i, 4),
+						  "level %d: sigmoid(%.9g) = %.9g / %.9g in place, reference %.9g (n %zu off %zu)",
+						  level, (double)x[off + i], (double)y1[i], (double)y2[i], (double)r, n, off);
+				}
+			}
+	}
+	oq_vm_simd = 1;
+	for (int i = 0; i <= 40000; i++) {
+		double v = (i % 2 ? -1 : 1) * ldexp(1.0, -30 + (int)(37.0 * i / 40000));
+		float xf = (float)(v * (1 + (i % 1000) / 1000.0)), g = oq_vm_sigmoid_ref(xf);
+		float w = (float)(1.0 / (1.0 + exp(-(double)xf)));
+		cr_assert(ulp_diff(g, w) <= 2, "sigmoid(%.9g) = %.9g, want %.9g", (double)xf, (double)g, (double)w);
+	}
+	for (float v = -104.0f; v <= -80.0f; v += 0.125f) { /* results near and below the least normal */
+		float g = oq_vm_sigmoid_ref(v), w = (float)(1.0 / (1.0 + exp(-(double)v)));
+		cr_assert(ulp_diff(g, w) <= 2, "sigmoid(%.9g) = %.9g, want %.9g", (double)v, (double)g, (double)w);
+	}
+	cr_assert(oq_vm_sigmoid_ref(0.0f) == 0.5f && oq_vm_sigmoid_ref(-0.0f) == 0.5f);
+	cr_assert(oq_vm_sigmoid_ref(INFINITY) == 1.0f && oq_vm_sigmoid_ref(-INFINITY) == 0.0f);
+	cr_assert(isnan(oq_vm_sigmoid_ref(NAN)));
+	cr_assert(oq_vm_sigmoid_ref(-110.0f) == 0.0f && oq_vm_sigmoid_ref(110.0f) == 1.0f);
 }
 
 /* ----------------------------------------------------- through the executor */

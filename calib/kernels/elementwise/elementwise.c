@@ -759,14 +759,6 @@ static int u_bool_out(int op)
 		}                                        \
 	} while (0)
 
-static float sigmoidf(float x)
-{
-	if (x >= 0)
-		return 1 / (1 + expf(-x));
-	float e = expf(x);
-	return e / (1 + e);
-}
-
 static double sigmoid(double x)
 {
 	if (x >= 0)
@@ -857,7 +849,7 @@ static int un_f(int op, const op_params *p, size_t n, const float *xv, float *yv
 	case U_ROUND: LOOP1(float, float, nearbyintf(x)); break;
 	case U_ERF: oq_erf_f32(xv, yv, n); break;
 	case U_TANH: LOOP1(float, float, tanhf(x)); break;
-	case U_SIGMOID: LOOP1(float, float, sigmoidf(x)); break;
+	case U_SIGMOID: oq_vm_sigmoid(xv, yv, n); break;
 	case U_RELU: LOOP1(float, float, x < 0 ? 0 : x); break;
 	case U_LEAKY: LOOP1(float, float, x < 0 ? al * x : x); break;
 	case U_ELU: LOOP1(float, float, x < 0 ? al * (expf(x) - 1) : x); break;
@@ -871,7 +863,7 @@ static int un_f(int op, const op_params *p, size_t n, const float *xv, float *yv
 		LOOP1(float, float, 0.5f * x * (1 + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x))));
 		break;
 	case U_MISH: LOOP1(float, float, x * tanhf(softplusf(x))); break;
-	case U_SWISH: LOOP1(float, float, x * sigmoidf(al * x)); break;
+	case U_SWISH: LOOP1(float, float, x * oq_vm_sigmoid_ref(al * x)); break;
 	case U_CLIP: {
 		float lo = (float)p->alpha, hi = (float)p->beta;
 		LOOP1(float, float, x < lo ? lo : x > hi ? hi : x);

@@ -14,18 +14,10 @@
  */
 #include "calib/kernels/linalg/conv_internal.h"
 #include "calib/exec/cpu.h"
+#include "calib/kernels/vmath.h"
 
 #include <math.h>
 #include <string.h>
-
-/* As elementwise.c's float Sigmoid: no overflow of exp for large |x|. */
-static float sigmoid_f(float x)
-{
-	if (x >= 0)
-		return 1 / (1 + expf(-x));
-	float e = expf(x);
-	return e / (1 + e);
-}
 
 /* Same float32 expressions as the element-wise kernels (elementwise.c un_f). */
 void oq_act_apply(const oq_act *act, float *y, size_t n)
@@ -80,9 +72,8 @@ void oq_act_apply(const oq_act *act, float *y, size_t n)
 			y[i] = x * fmaxf(0, fminf(1, x / 6 + 0.5f));
 		}
 		break;
-	case OQ_ACT_SIGMOID:
-		for (size_t i = 0; i < n; i++)
-			y[i] = sigmoid_f(y[i]);
+	case OQ_ACT_SIGMOID: /* as elementwise.c's float Sigmoid */
+		oq_vm_sigmoid(y, y, n);
 		break;
 	default:
 		break;
