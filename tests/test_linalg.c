@@ -1100,139 +1100,150 @@ Test(linalg, conv_packed_weights_vs_in_place)
  * dilations 1..2, begin and end pads 0..3 (an end pad larger than needed
  * widens the padded copy), batch 1..2, depth up to 40 x 25; and within
  * rounding of the direct-loop reference. The counter proves the in-place
- * path ran.
+ * path ran. Then the same on the AVX2 engine (oq_linalg_no_avx512; any
+ * channel count: oq_conv_avx2_gemm_rows on the padded rows against its
+ * im2col path), where the CPU has each.
  */
 Test(linalg, conv_in_place_rows_vs_im2col_bits)
 {
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("fma"))
-		cr_skip_test("no AVX-512F on this CPU: nothing to compare");
-	size_t runs0 = oq_linalg_in_place_runs;
-	for (uint64_t sd = 1; sd <= 64; sd++) {
-		oq_conv_geom g;
-		oq_packed_w cw;
-		oq_kfuse ep;
-		oq_epi_step st[4];
-		double scale[72], shift[72];
-		int64_t nw, nx, ny, pe[2];
-		float *x, *w, *b, *r, *y1, *y2, *y3, *y4;
-		int kind = (int)(sd % 6);
-		char what[200];
+	int engines = 0;
 
-		seed(7300 + sd);
-		memset(&g, 0, sizeof g);
-		g.nsp = 2;
-		g.n = irand(1, 2);
-		g.c = sd <= 48 ? irand(1, 40) : irand(43, 64);
-		g.m = sd <= 24 ? (int64_t)sd : sd <= 48 ? irand(1, 24) : irand(25, 72);
-		g.group = 1;
-		for (int d = 0; d < 2; d++) {
-			g.k[d] = d == 0 ? irand(sd <= 48 ? 1 : 2, 5) : irand(2, 5);
-			g.dil[d] = irand(0, 3) ? 1 : 2;
-			g.stride[d] = 1;
-			g.pad[d] = irand(0, 3);
-			pe[d] = irand(0, 3);
-			g.in[d] = d == 1 ? (sd > 56 ? irand(64, 100) : irand(20, 70)) : irand(1, 12);
-			g.out[d] = g.in[d] + g.pad[d] + pe[d] - (g.k[d] - 1) * g.dil[d];
-			if (g.out[d] < 1) { /* the padded extent must hold one kernel */
-				g.in[d] += 1 - g.out[d];
-				g.out[d] = 1;
+	__builtin_cpu_init();
+	for (int avx2 = 0; avx2 <= 1; avx2++) { /* the AVX-512 engine, then the AVX2 one (oq_linalg_no_avx512) */
+		if (!__builtin_cpu_supports("fma") || !(avx2 ? __builtin_cpu_supports("avx2") : __builtin_cpu_supports("avx512f")))
+			continue;
+		engines++;
+		oq_linalg_no_avx512 = avx2;
+		size_t runs0 = oq_linalg_in_place_runs;
+		for (uint64_t sd = 1; sd <= 64; sd++) {
+			oq_conv_geom g;
+			oq_packed_w cw;
+			oq_kfuse ep;
+			oq_epi_step st[4];
+			double scale[72], shift[72];
+			int64_t nw, nx, ny, pe[2];
+			float *x, *w, *b, *r, *y1, *y2, *y3, *y4;
+			int kind = (int)(sd % 6);
+			char what[200];
+
+			seed(7300 + sd);
+			memset(&g, 0, sizeof g);
+			g.nsp = 2;
+			g.n = irand(1, 2);
+			g.c = sd <= 48 ? irand(1, 40) : irand(43, 64);
+			g.m = sd <= 24 ? (int64_t)sd : sd <= 48 ? irand(1, 24) : irand(25, 72);
+			g.group = 1;
+			for (int d = 0; d < 2; d++) {
+				g.k[d] = d == 0 ? irand(sd <= 48 ? 1 : 2, 5) : irand(2, 5);
+				g.dil[d] = irand(0, 3) ? 1 : 2;
+				g.stride[d] = 1;
+				g.pad[d] = irand(0, 3);
+				pe[d] = irand(0, 3);
+				g.in[d] = d == 1 ? (sd > 56 ? irand(64, 100) : irand(20, 70)) : irand(1, 12);
+				g.out[d] = g.in[d] + g.pad[d] + pe[d] - (g.k[d] - 1) * g.dil[d];
+				if (g.out[d] < 1) { /* the padded extent must hold one kernel */
+					g.in[d] += 1 - g.out[d];
+					g.out[d] = 1;
+				}
 			}
-		}
-		g.in_size = g.in[0] * g.in[1];
-		g.out_size = g.out[0] * g.out[1];
-		g.k_size = g.k[0] * g.k[1];
-		nx = g.n * g.c * g.in_size;
-		nw = g.m * g.c * g.k_size;
-		ny = g.n * g.m * g.out_size;
-		x = malloc((size_t)nx * sizeof *x);
-		w = malloc((size_t)nw * sizeof *w);
-		b = malloc((size_t)g.m * sizeof *b);
-		r = malloc((size_t)ny * sizeof *r);
-		y1 = malloc((size_t)ny * sizeof *y1);
-		y2 = malloc((size_t)ny * sizeof *y2);
-		y3 = malloc((size_t)ny * sizeof *y3);
-		y4 = malloc((size_t)ny * sizeof *y4);
-		cr_assert(x && w && b && r && y1 && y2 && y3 && y4);
-		for (int64_t i = 0; i < nx; i++)
-			x[i] = (float)frand() * 2;
-		for (int64_t i = 0; i < nw; i++)
-			w[i] = (float)frand();
-		for (int64_t i = 0; i < g.m; i++) {
-			b[i] = (float)frand();
-			scale[i] = frand() + 1.5;
-			shift[i] = frand();
-		}
-		for (int64_t i = 0; i < ny; i++)
-			r[i] = (float)frand();
-		memset(&ep, 0, sizeof ep);
-		memset(st, 0, sizeof st);
-		if (kind == 1)
-			ep.act = (oq_act){OQ_ACT_RELU, 0, 0};
-		if (kind == 2 || kind == 3)
-			ep.act = (oq_act){OQ_ACT_CLIP, 0.0f, 6.0f};
-		if (kind == 3) {
-			ep.scale = scale;
-			ep.shift = shift;
-		}
-		if (kind == 4) { /* + residual, then Relu */
-			st[0] = (oq_epi_step){.kind = OQ_EPI_TENSOR, .bop = OQ_EPI_ADD, .t = 0};
-			st[1] = (oq_epi_step){.kind = OQ_EPI_ACT, .act = {OQ_ACT_RELU, 0, 0}};
-			ep.steps = st;
-			ep.n_steps = 2;
-			ep.n_t = 1;
-			ep.t[0] = r;
-		}
-		if (kind == 5) { /* x * (clip(x + 3, 0, 6) / 6) */
-			st[0] = (oq_epi_step){.kind = OQ_EPI_GATE, .n_gate = 3};
-			st[1] = (oq_epi_step){.kind = OQ_EPI_CONST, .bop = OQ_EPI_ADD, .s = 3.0f};
-			st[2] = (oq_epi_step){.kind = OQ_EPI_ACT, .act = {OQ_ACT_CLIP, 0.0f, 6.0f}};
-			st[3] = (oq_epi_step){.kind = OQ_EPI_CONST, .bop = OQ_EPI_DIV, .s = 6.0f};
-			ep.steps = st;
-			ep.n_steps = 4;
-		}
-		snprintf(what, sizeof what,
-			 "seed %llu: n %lld c %lld m %lld %lldx%lld k %lldx%lld d %lld,%lld pads %lld,%lld,%lld,%lld epi %d",
-			 (unsigned long long)sd, (long long)g.n, (long long)g.c, (long long)g.m, (long long)g.in[0],
-			 (long long)g.in[1], (long long)g.k[0], (long long)g.k[1], (long long)g.dil[0],
-			 (long long)g.dil[1], (long long)g.pad[0], (long long)g.pad[1], (long long)pe[0],
-			 (long long)pe[1], kind);
-		cr_assert_eq(oq_packed_w_pack(w, g.m, g.c * g.k_size, 1, &cw), OQ_OK, "%s: pack", what);
-		cr_assert_eq(oq_conv_run_epilogue(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, kind ? &ep : NULL, y1), OQ_OK);
-		cr_assert_eq(oq_conv_run_packed(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, kind ? &ep : NULL, y2),
-			     OQ_OK);
-		oq_linalg_no_in_place = 1;
-		cr_assert_eq(oq_conv_run_epilogue(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, kind ? &ep : NULL, y3), OQ_OK);
-		oq_linalg_no_in_place = 0;
-		/* and both against the direct-loop reference (double sums), within rounding */
-		oq_linalg_use_ref = 1;
-		cr_assert_eq(oq_conv_run_epilogue(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, kind ? &ep : NULL, y4), OQ_OK);
-		oq_linalg_use_ref = 0;
-		for (int64_t i = 0; i < ny; i++)
-			if (!(fabs((double)y1[i] - y4[i]) <= 1e-4 + 1e-4 * fabs((double)y4[i]))) {
-				cr_expect(0, "%s: element %lld in place %.8g reference %.8g", what, (long long)i, y1[i], y4[i]);
-				break;
+			g.in_size = g.in[0] * g.in[1];
+			g.out_size = g.out[0] * g.out[1];
+			g.k_size = g.k[0] * g.k[1];
+			nx = g.n * g.c * g.in_size;
+			nw = g.m * g.c * g.k_size;
+			ny = g.n * g.m * g.out_size;
+			x = malloc((size_t)nx * sizeof *x);
+			w = malloc((size_t)nw * sizeof *w);
+			b = malloc((size_t)g.m * sizeof *b);
+			r = malloc((size_t)ny * sizeof *r);
+			y1 = malloc((size_t)ny * sizeof *y1);
+			y2 = malloc((size_t)ny * sizeof *y2);
+			y3 = malloc((size_t)ny * sizeof *y3);
+			y4 = malloc((size_t)ny * sizeof *y4);
+			cr_assert(x && w && b && r && y1 && y2 && y3 && y4);
+			for (int64_t i = 0; i < nx; i++)
+				x[i] = (float)frand() * 2;
+			for (int64_t i = 0; i < nw; i++)
+				w[i] = (float)frand();
+			for (int64_t i = 0; i < g.m; i++) {
+				b[i] = (float)frand();
+				scale[i] = frand() + 1.5;
+				shift[i] = frand();
 			}
-		oq_linalg_no_in_place = 1;
-		cr_assert_eq(oq_conv_run_packed(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, kind ? &ep : NULL, y4),
-			     OQ_OK);
-		oq_linalg_no_in_place = 0;
-		cr_expect(!memcmp(y1, y3, (size_t)ny * sizeof *y1), "%s: in place and im2col differ", what);
-		cr_expect(!memcmp(y2, y4, (size_t)ny * sizeof *y1), "%s: in place and im2col differ (packed W)", what);
-		cr_expect(!memcmp(y1, y2, (size_t)ny * sizeof *y1), "%s: packed and in-place weights differ", what);
-		oq_packed_w_free(&cw);
-		free(x);
-		free(w);
-		free(b);
-		free(r);
-		free(y1);
-		free(y2);
-		free(y3);
-		free(y4);
-	}
-	/* 2 runs of every seed whose output rows are wide enough (at least 8 x the widest tap) */
-	cr_expect(oq_linalg_in_place_runs - runs0 >= 40, "the in-place path ran %zu times",
-		  oq_linalg_in_place_runs - runs0);
+			for (int64_t i = 0; i < ny; i++)
+				r[i] = (float)frand();
+			memset(&ep, 0, sizeof ep);
+			memset(st, 0, sizeof st);
+			if (kind == 1)
+				ep.act = (oq_act){OQ_ACT_RELU, 0, 0};
+			if (kind == 2 || kind == 3)
+				ep.act = (oq_act){OQ_ACT_CLIP, 0.0f, 6.0f};
+			if (kind == 3) {
+				ep.scale = scale;
+				ep.shift = shift;
+			}
+			if (kind == 4) { /* + residual, then Relu */
+				st[0] = (oq_epi_step){.kind = OQ_EPI_TENSOR, .bop = OQ_EPI_ADD, .t = 0};
+				st[1] = (oq_epi_step){.kind = OQ_EPI_ACT, .act = {OQ_ACT_RELU, 0, 0}};
+				ep.steps = st;
+				ep.n_steps = 2;
+				ep.n_t = 1;
+				ep.t[0] = r;
+			}
+			if (kind == 5) { /* x * (clip(x + 3, 0, 6) / 6) */
+				st[0] = (oq_epi_step){.kind = OQ_EPI_GATE, .n_gate = 3};
+				st[1] = (oq_epi_step){.kind = OQ_EPI_CONST, .bop = OQ_EPI_ADD, .s = 3.0f};
+				st[2] = (oq_epi_step){.kind = OQ_EPI_ACT, .act = {OQ_ACT_CLIP, 0.0f, 6.0f}};
+				st[3] = (oq_epi_step){.kind = OQ_EPI_CONST, .bop = OQ_EPI_DIV, .s = 6.0f};
+				ep.steps = st;
+				ep.n_steps = 4;
+			}
+			snprintf(what, sizeof what,
+				 "%s seed %llu: n %lld c %lld m %lld %lldx%lld k %lldx%lld d %lld,%lld pads %lld,%lld,%lld,%lld epi %d",
+				 avx2 ? "AVX2" : "AVX-512", (unsigned long long)sd, (long long)g.n, (long long)g.c, (long long)g.m, (long long)g.in[0],
+				 (long long)g.in[1], (long long)g.k[0], (long long)g.k[1], (long long)g.dil[0],
+				 (long long)g.dil[1], (long long)g.pad[0], (long long)g.pad[1], (long long)pe[0],
+				 (long long)pe[1], kind);
+			cr_assert_eq(oq_packed_w_pack(w, g.m, g.c * g.k_size, 1, &cw), OQ_OK, "%s: pack", what);
+			cr_assert_eq(oq_conv_run_epilogue(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, kind ? &ep : NULL, y1), OQ_OK);
+			cr_assert_eq(oq_conv_run_packed(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, kind ? &ep : NULL, y2),
+				     OQ_OK);
+			oq_linalg_no_in_place = 1;
+			cr_assert_eq(oq_conv_run_epilogue(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, kind ? &ep : NULL, y3), OQ_OK);
+			oq_linalg_no_in_place = 0;
+			/* and both against the direct-loop reference (double sums), within rounding */
+			oq_linalg_use_ref = 1;
+			cr_assert_eq(oq_conv_run_epilogue(NULL, OQ_LT_F32, &g, x, w, sd % 2 ? b : NULL, kind ? &ep : NULL, y4), OQ_OK);
+			oq_linalg_use_ref = 0;
+			for (int64_t i = 0; i < ny; i++)
+				if (!(fabs((double)y1[i] - y4[i]) <= 1e-4 + 1e-4 * fabs((double)y4[i]))) {
+					cr_expect(0, "%s: element %lld in place %.8g reference %.8g", what, (long long)i, y1[i], y4[i]);
+					break;
+				}
+			oq_linalg_no_in_place = 1;
+			cr_assert_eq(oq_conv_run_packed(NULL, OQ_LT_F32, &g, x, NULL, &cw, sd % 2 ? b : NULL, kind ? &ep : NULL, y4),
+				     OQ_OK);
+			oq_linalg_no_in_place = 0;
+			cr_expect(!memcmp(y1, y3, (size_t)ny * sizeof *y1), "%s: in place and im2col differ", what);
+			cr_expect(!memcmp(y2, y4, (size_t)ny * sizeof *y1), "%s: in place and im2col differ (packed W)", what);
+			cr_expect(!memcmp(y1, y2, (size_t)ny * sizeof *y1), "%s: packed and in-place weights differ", what);
+			oq_packed_w_free(&cw);
+			free(x);
+			free(w);
+			free(b);
+			free(r);
+			free(y1);
+			free(y2);
+			free(y3);
+			free(y4);
+		}
+		/* 2 runs of every seed whose output rows are wide enough (at least 8 x the widest tap) */
+		cr_expect(oq_linalg_in_place_runs - runs0 >= 40, "%s: the in-place path ran %zu times", avx2 ? "AVX2" : "AVX-512",
+			  oq_linalg_in_place_runs - runs0);
+	oq_linalg_no_avx512 = 0;
+		}
+	if (!engines)
+		cr_skip_test("no AVX-512F or AVX2 with FMA on this CPU: nothing to compare");
 }
 
 /*

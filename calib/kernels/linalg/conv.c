@@ -445,6 +445,11 @@ int oq_conv_use_chan_lanes(const oq_conv_geom *g, int64_t kc, int64_t mg)
  * it (at most IN_PLACE_MAX_M; with many channels the output rows are
  * copied out as many short runs) and where the extra columns are at most
  * 1 / IN_PLACE_WASTE of the positions.
+ * On AVX2 (no AVX-512) the tile is oq_conv_avx2_gemm_rows on the same rows
+ * (B's row k at xp + off[k]), with BN and Relu / Clip on its registers and
+ * the rest of the epilogue over the copied-out rows: the bits of its
+ * im2col path. There the copy-out is worth it for any channel count (the
+ * alternative im2col writes kc values per position, the copy-out m).
  */
 #define IN_PLACE_WASTE 8         /* at most 1 / IN_PLACE_WASTE of the positions computed and dropped */
 #define IN_PLACE_MAX_M 24        /* output channels at most */
@@ -462,12 +467,14 @@ typedef struct in_place_job {
 	int64_t kc, rt, nt;    /* depth; output rows per tile, tiles per image */
 	const int64_t *off;    /* [kc] start of row k of B in an image's xp */
 	int chan;              /* channels in the lanes (oq_conv_gemm_chan_off; A packed), not positions */
+	int avx2;              /* oq_conv_avx2_gemm_rows, A in place (no AVX-512) */
 	atomic_int oom;
 } in_place_job;
 
-static int in_place_fits(const oq_conv_geom *g, int64_t kc, int chan)
+static int in_place_fits(const oq_conv_geom *g, int64_t kc, int chan, int avx2)
 {
-	return !oq_linalg_no_in_place && g->nsp == 2 && g->group == 1 && (chan || g->m <= IN_PLACE_MAX_M) && g->stride[0] == 1 &&
+	return !oq_linalg_no_in_place && g->nsp == 2 && g->group == 1 && (chan || avx2 || g->m <= IN_PLACE_MAX_M) &&
+	       g->stride[0] == 1 &&
 	       g->stride[1] == 1 && g->k_size > 1 && kc <= 65536 /* its row pointers in the thread's buffer */ &&
 	       IN_PLACE_WASTE * (g->k[1] - 1) * g->dil[1] <= g->out[1];
 }
@@ -537,6 +544,21 @@ static void in_place_range(void *ctx, size_t begin, size_t end)
 				oq_conv_epi_tile(j->ep, 0, M, (size_t)yo, j->y + yo, P, (oh1 - oh0) * OW);
 			continue;
 		}
+		if (j->avx2) {
+			oq_conv_epi2 e;
+			int regs = oq_conv_avx2_epi(j->ep, 0, &e);
+			for (int64_t k = 0; k < j->kc; k++)
+				br[k] = xn + j->off[k];
+			oq_conv_avx2_gemm_rows(M, pp, j->kc, j->A.a, j->A.lda, br, c, pp, j->b, regs ? &e : NULL);
+			for (int64_t m = 0; m < M; m++)
+				for (int64_t oh = oh0; oh < oh1; oh++)
+					memcpy(j->y + yo + m * P + (oh - oh0) * OW, c + m * pp + (oh - oh0) * j->wp,
+					       (size_t)OW * sizeof(float));
+			for (int64_t m = 0; j->ep && (j->ep->n_steps || oq_conv_late_act(j->ep)) && m < M; m++)
+				oq_conv_epi_after_regs(j->ep, m, (size_t)(yo + m * P), j->y + yo + m * P,
+						       (size_t)((oh1 - oh0) * OW));
+			continue;
+		}
 		if (j->chan) {
 			oq_conv_gemm_chan_off(M, pp, j->kc, j->A.a, j->A.pstride, xn, j->off, c, pp, j->b, NULL);
 		} else {
@@ -559,7 +581,7 @@ static void in_place_range(void *ctx, size_t begin, size_t end)
  * the padded copy cannot be allocated: the caller then takes the im2col path.
  */
 static int conv_in_place(oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const oq_packed_w *pw,
-			 int chan, const float *b, const oq_kfuse *ep, float *y, int64_t kc, int *rc)
+			 int chan, int avx2, const float *b, const oq_kfuse *ep, float *y, int64_t kc, int *rc)
 {
 	in_place_job j;
 	int64_t *off, hr, wr, items;
@@ -600,6 +622,7 @@ static int conv_in_place(oq_kctx *k, const oq_conv_geom *g, const float *x, cons
 	j.kc = kc;
 	j.off = off;
 	j.chan = chan;
+	j.avx2 = avx2;
 	if (pw) {
 		j.A.a = pw->p;
 		j.A.pstride = kc * OQ_PACKED_W_NR;
@@ -724,8 +747,8 @@ static int conv_run(oq_kctx *k, oq_ltype t, const oq_conv_geom *g0, const void *
 	(void)pw;
 #endif
 #if defined(HAVE_X86_KERNELS)
-	if (j.avx512 && !j.direct && in_place_fits(&g, j.kc, j.chan) &&
-	    !conv_in_place(k, &g, x, w, j.packed_w, j.chan, b, ep, y, j.kc, &rc)) {
+	if ((j.avx512 || j.avx2) && !j.direct && in_place_fits(&g, j.kc, j.chan, !j.avx512) &&
+	    !conv_in_place(k, &g, x, w, j.packed_w, j.chan, !j.avx512, b, ep, y, j.kc, &rc)) {
 		oq_packed_w_free(&own);
 		return rc;
 	}

@@ -49,12 +49,13 @@
 
 /*
  * C[mr, nr] (ldc) = (load ? C : bias ? bias[r] : 0) + A[mr, kd] (rows lda apart) * B[kd, nr]
- * (rows ldb apart), then e applied (when not NULL), mr <= 6, nr <= 16 (masked loads and
- * stores below 16).
+ * (rows ldb apart from b, or row k at br[k] + b0 when br is not NULL), then e applied (when not
+ * NULL), mr <= 6, nr <= 16 (masked loads and stores below 16). Inlined into callers with br a
+ * constant NULL or not, so the row choice leaves the loop.
  */
-AVX2_FMA static inline void avx2_tile_6x16(int64_t kd, const float *a, int64_t lda, int mr, const float *b, int64_t ldb,
-					   float *c, int64_t ldc, int load, const float *bias, const oq_conv_epi2 *e,
-					   int nr)
+AVX2_FMA static inline __attribute__((always_inline)) void
+avx2_tile_6x16(int64_t kd, const float *a, int64_t lda, int mr, const float *b, int64_t ldb, const float *const *br,
+	       int64_t bcol, float *c, int64_t ldc, int load, const float *bias, const oq_conv_epi2 *e, int nr)
 {
 	const float *a0 = a, *a1 = mr > 1 ? a + lda : a, *a2 = mr > 2 ? a + 2 * lda : a;
 	const float *a3 = mr > 3 ? a + 3 * lda : a, *a4 = mr > 4 ? a + 4 * lda : a, *a5 = mr > 5 ? a + 5 * lda : a;
@@ -86,7 +87,7 @@ AVX2_FMA static inline void avx2_tile_6x16(int64_t kd, const float *a, int64_t l
 	/* one k-loop body, instantiated with plain loads (full 16 columns) and masked loads */
 #define KLOOP(LOADB)                                                                       \
 	for (int64_t k = 0; k < kd; k++) {                                                 \
-		const float *bk = b + k * ldb;                                             \
+		const float *bk = br ? br[k] + bcol : b + k * ldb;                         \
 		__m256 b0 = LOADB(bk, m0), b1 = LOADB(bk + 8, m1), t;                      \
 		FMA2(a0, c00, c01);                                                        \
 		FMA2(a1, c10, c11);                                                        \
@@ -134,8 +135,10 @@ AVX2_FMA static inline void avx2_tile_6x16(int64_t kd, const float *a, int64_t l
 #undef ST
 }
 
-AVX2_FMA void oq_conv_avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *b,
-				int64_t ldb, float *c, int64_t ldc, const float *bias, const oq_conv_epi2 *epi)
+/* oq_conv_avx2_gemm, B's rows at b (ldb apart) or at br[k] (br not NULL). */
+AVX2_FMA static inline __attribute__((always_inline)) void
+avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *b, int64_t ldb,
+	  const float *const *br, float *c, int64_t ldc, const float *bias, const oq_conv_epi2 *epi)
 {
 	int64_t k0 = 0;
 	do {
@@ -152,7 +155,8 @@ AVX2_FMA void oq_conv_avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float 
 						e.scale = e.scale ? e.scale + m : NULL;
 						e.shift = e.shift ? e.shift + m : NULL;
 					}
-					avx2_tile_6x16(kb, a + m * lda + k0, lda, me - m < 6 ? (int)(me - m) : 6, b + k0 * ldb + p, ldb,
+					avx2_tile_6x16(kb, a + m * lda + k0, lda, me - m < 6 ? (int)(me - m) : 6,
+						       br ? NULL : b + k0 * ldb + p, ldb, br ? br + k0 : NULL, p,
 						       c + m * ldc + p, ldc, load, bias ? bias + m : NULL, last && epi ? &e : NULL,
 						       nr);
 				}
@@ -160,6 +164,19 @@ AVX2_FMA void oq_conv_avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float 
 		}
 		k0 += kb;
 	} while (k0 < kd);
+}
+
+AVX2_FMA void oq_conv_avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *b,
+				int64_t ldb, float *c, int64_t ldc, const float *bias, const oq_conv_epi2 *epi)
+{
+	avx2_gemm(mm, pp, kd, a, lda, b, ldb, NULL, c, ldc, bias, epi);
+}
+
+AVX2_FMA void oq_conv_avx2_gemm_rows(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda,
+				     const float *const *br, float *c, int64_t ldc, const float *bias,
+				     const oq_conv_epi2 *epi)
+{
+	avx2_gemm(mm, pp, kd, a, lda, NULL, 0, br, c, ldc, bias, epi);
 }
 
 int oq_conv_use_avx2(void)

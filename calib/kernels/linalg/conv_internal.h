@@ -234,6 +234,10 @@ AVX2_FMA static inline __m256 oq_conv_avx2_epi8(const oq_conv_epi2 *e, int64_t r
  */
 AVX2_FMA void oq_conv_avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *b,
 				int64_t ldb, float *c, int64_t ldc, const float *bias, const oq_conv_epi2 *epi);
+/* The same with row k of B at br[k] (the in-place path: rows of a padded input), the same bits. */
+AVX2_FMA void oq_conv_avx2_gemm_rows(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda,
+				     const float *const *br, float *c, int64_t ldc, const float *bias,
+				     const oq_conv_epi2 *epi);
 /*
  * e for rows from channel ch0 of ep: its BN and its Relu / Clip unless they must run late
  * (oq_conv_late_act). 0 when that leaves nothing to do in registers. conv_epilogue.c.
