@@ -791,10 +791,11 @@ Test(linalg, random_gemm_matmul_fast_vs_ref)
  * channel-blocked kernel (16 channels per vector, used when the blocks are
  * nearly full: channels a multiple of 16 here every third seed) and the row
  * kernels (16 outputs per vector, masked loads at the row edges, horizontal
- * stride 1 and 2; forced with oq_linalg_dw_rows), the AVX2 kernel on a
- * zero-padded copy (oq_linalg_no_avx512; on an AVX2 CPU all three above are
- * it) and the SSE kernel on that copy (oq_linalg_use_blas turns AVX2
- * off). All add b + w * x over every tap
+ * stride 1 and 2; forced with oq_linalg_dw_rows), the AVX2 kernels
+ * (oq_linalg_no_avx512; on an AVX2 CPU the best engine too): 8 channels in
+ * the lanes where the 8-channel blocks are nearly full, else (and with
+ * oq_linalg_dw_rows) the rows of a zero-padded copy, and the SSE kernel on
+ * that copy (oq_linalg_use_blas turns AVX2 off). All add b + w * x over every tap
  * in (i, j) order with separate multiply and add, so their outputs must be
  * the same bits; also the same for 1 and 2 threads and within 1e-4 of the
  * double-precision reference. Shapes: channels not a multiple of 8 or 16,

@@ -10,6 +10,7 @@
  *   outputs) as one flat row of positions.
  * - dw_rows (AVX-512): 16 outputs of a row per vector, horizontal stride 1
  *   or 2, read straight from the input with masked loads at the edges.
+ * - dw_chan8 (AVX2 without AVX-512): dw_chan with 8 channels in the lanes.
  * - dw_pad (AVX2, SSE, portable): each channel plane copied into a
  *   zero-padded buffer, 8 outputs at a time (AVX2), then 4 (SSE).
  * The fused epilogue runs on the registers where it can (BN, Relu, Clip),
@@ -674,6 +675,252 @@ AVX512 static void dw_chan_range(void *ctx, size_t begin, size_t end)
 }
 #endif
 
+#if defined(HAVE_X86_KERNELS)
+/* ------------------------------- AVX2: 8 channels in the lanes (dw_chan8) */
+
+/*
+ * dw_chan on AVX2: 8 channels per vector, the same design and the same
+ * sums (b + w * x over the taps in (i, j) order, separate multiply and
+ * add), so the bits of dw_pad_row. The ring holds transposed input rows
+ * [wp][8] (half of the dw_chan scratch; the job's wp covers groups of 8
+ * columns and of 8 positions), BN per lane (x * a + b in double, rounded
+ * once) and Relu / Clip run on the registers, 8 positions are transposed
+ * back and stored as 8 channel rows; the late activation and the steps run
+ * on the stored rows. On planes of 7 x 7 and 14 x 14 the row kernel wastes
+ * most lanes of a vector and pays its per-row costs once per channel.
+ */
+
+/* r[0..7] (8 rows of 8) transposed in place. */
+AVX2_FMA static inline void transpose8x8(__m256 *r)
+{
+	__m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+	__m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+	__m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+	__m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+	__m256 s0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), s1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+	__m256 s2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), s3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+	__m256 s4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), s5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+	__m256 s6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), s7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+	r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+	r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+	r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+	r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+	r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+	r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+	r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+	r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* Lanes 0..n-1 all ones (n <= 8). */
+AVX2_FMA static inline __m256i lanes_mask(int64_t n)
+{
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* Input row ih of channels c0 .. c0 + nc - 1 (xc: channel c0's plane) into dst[pad + w][8], lanes >= nc zero. */
+AVX2_FMA static void dw_chan8_row_in(const oq_conv_geom *g, const float *xc, int nc, int64_t ih, float *dst)
+{
+	int64_t W = g->in[1];
+	const float *src[8];
+
+	for (int l = 0; l < 8; l++)
+		src[l] = xc + (int64_t)(l < nc ? l : 0) * g->in_size + ih * W;
+	dst += g->pad[1] * 8;
+	for (int64_t w0 = 0; w0 < W; w0 += 8, dst += 64) {
+		__m256i m = lanes_mask(W - w0 < 8 ? W - w0 : 8);
+		__m256 r[8];
+		for (int l = 0; l < 8; l++)
+			r[l] = l < nc ? _mm256_maskload_ps(src[l] + w0, m) : _mm256_setzero_ps();
+		transpose8x8(r);
+		for (int q = 0; q < 8; q++)
+			_mm256_store_ps(dst + q * 8, r[q]);
+	}
+}
+
+/* Per-lane BN (a, b: channels 0..3 and 4..7; bn 0: none) and Relu / Clip (act) on 8 channels. */
+typedef struct chan8_epi {
+	int bn, act;
+	__m256d a_lo, a_hi, b_lo, b_hi;
+	__m256 lo, hi;
+} chan8_epi;
+
+AVX2_FMA static inline __m256 chan8_epi_apply(const chan8_epi *e, __m256 x)
+{
+	if (e->bn) {
+		__m256d l = _mm256_add_pd(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), e->a_lo), e->b_lo);
+		__m256d u = _mm256_add_pd(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), e->a_hi), e->b_hi);
+		x = _mm256_set_m128(_mm256_cvtpd_ps(u), _mm256_cvtpd_ps(l));
+	}
+	if (e->act)
+		x = _mm256_min_ps(e->hi, _mm256_max_ps(e->lo, x));
+	return x;
+}
+
+/* 8 output positions from ow0 of one output row (as dw_chan_8pos), through e, into out[q]. */
+AVX2_FMA static inline void dw_chan8_8pos(const float *const *rows, const __m256 *wv, __m256 bias, const chan8_epi *e,
+					  int64_t ow0, int64_t kh, int64_t kw, int64_t sw, int64_t dw, __m256 *out)
+{
+	__m256 a0 = bias, a1 = bias, a2 = bias, a3 = bias, a4 = bias, a5 = bias, a6 = bias, a7 = bias;
+	for (int64_t i = 0; i < kh; i++) {
+		const float *r = rows[i] + ow0 * sw * 8;
+		for (int64_t j = 0; j < kw; j++) {
+			__m256 wt = wv[i * kw + j];
+			const float *p = r + j * dw * 8;
+			int64_t st = sw * 8;
+			a0 = _mm256_add_ps(a0, _mm256_mul_ps(wt, _mm256_load_ps(p)));
+			a1 = _mm256_add_ps(a1, _mm256_mul_ps(wt, _mm256_load_ps(p + st)));
+			a2 = _mm256_add_ps(a2, _mm256_mul_ps(wt, _mm256_load_ps(p + 2 * st)));
+			a3 = _mm256_add_ps(a3, _mm256_mul_ps(wt, _mm256_load_ps(p + 3 * st)));
+			a4 = _mm256_add_ps(a4, _mm256_mul_ps(wt, _mm256_load_ps(p + 4 * st)));
+			a5 = _mm256_add_ps(a5, _mm256_mul_ps(wt, _mm256_load_ps(p + 5 * st)));
+			a6 = _mm256_add_ps(a6, _mm256_mul_ps(wt, _mm256_load_ps(p + 6 * st)));
+			a7 = _mm256_add_ps(a7, _mm256_mul_ps(wt, _mm256_load_ps(p + 7 * st)));
+		}
+	}
+	out[0] = chan8_epi_apply(e, a0);
+	out[1] = chan8_epi_apply(e, a1);
+	out[2] = chan8_epi_apply(e, a2);
+	out[3] = chan8_epi_apply(e, a3);
+	out[4] = chan8_epi_apply(e, a4);
+	out[5] = chan8_epi_apply(e, a5);
+	out[6] = chan8_epi_apply(e, a6);
+	out[7] = chan8_epi_apply(e, a7);
+}
+
+/* Output rows [oh0, oh1) of one 8-channel block (as dw_chan_rows). */
+AVX2_FMA static inline void dw_chan8_rows(const dw_chan_job *j, const float *xc, float *yc, int nc, const __m256 *wv,
+					  __m256 bias, const chan8_epi *e, float *ring, const float *zero, int64_t oh0,
+					  int64_t oh1, int64_t kh, int64_t kw, int64_t sw)
+{
+	const oq_conv_geom *g = j->g;
+	int64_t H = g->in[0], OW = g->out[1], OHW = g->out_size, dh = g->dil[0], dw = g->dil[1];
+	int64_t have[DW_MAX_TAPS], span = j->span;
+	const float *rows[DW_MAX_TAPS];
+
+	for (int64_t s = 0; s < span; s++)
+		have[s] = -1;
+	for (int64_t oh = oh0; oh < oh1; oh++) {
+		for (int64_t i = 0; i < kh; i++) {
+			int64_t ih = oh * g->stride[0] - g->pad[0] + i * dh, s;
+			if (ih < 0 || ih >= H) {
+				rows[i] = zero;
+				continue;
+			}
+			s = ih % span;
+			rows[i] = ring + s * j->wp * 8;
+			if (have[s] != ih) {
+				dw_chan8_row_in(g, xc, nc, ih, ring + s * j->wp * 8);
+				have[s] = ih;
+			}
+		}
+		for (int64_t ow0 = 0; ow0 < OW; ow0 += 8) {
+			int64_t nw = OW - ow0 < 8 ? OW - ow0 : 8;
+			__m256 r[8];
+			dw_chan8_8pos(rows, wv, bias, e, ow0, kh, kw, sw, dw, r);
+			transpose8x8(r);
+			for (int l = 0; l < nc; l++) {
+				float *yr = yc + l * OHW + oh * OW + ow0;
+				if (nw == 8) {
+					_mm256_storeu_ps(yr, r[l]);
+				} else {
+					float t[8];
+					_mm256_storeu_ps(t, r[l]);
+					memcpy(yr, t, (size_t)nw * sizeof *t);
+				}
+			}
+		}
+	}
+}
+
+/* dw_chan8 takes g: 8-channel blocks nearly full, the kernel within the ring's taps. */
+static int dw_chan8_fits(const oq_conv_geom *g)
+{
+	return !oq_linalg_dw_rows && g->k_size <= DW_MAX_TAPS && (g->k[0] - 1) * g->dil[0] + 1 <= DW_MAX_TAPS &&
+	       g->c * 5 > round_up(g->c, 8) * 4;
+}
+
+/* Output rows [oh0, oh1) of channels c0 .. c0 + 7 (fewer at the end); ring and zero as dw_chan_block's. */
+AVX2_FMA static void dw_chan8_block(const dw_chan_job *j, const float *xc, float *yc, int64_t c0, int64_t oh0, int64_t oh1,
+				    float *ring, const float *zero)
+{
+	const oq_conv_geom *g = j->g;
+	int64_t OW = g->out[1], kh = g->k[0], kw = g->k[1], sw = g->stride[1], taps = g->k_size;
+	int nc = g->c - c0 < 8 ? (int)(g->c - c0) : 8, late = j->ep && oq_conv_late_act(j->ep);
+	__m256 wv[DW_MAX_TAPS], bias = _mm256_setzero_ps();
+	chan8_epi e;
+	oq_conv_epi2 e2;
+
+	for (int64_t t = 0; t < taps; t++) {
+		float tw[8] = {0};
+		for (int l = 0; l < nc; l++)
+			tw[l] = j->w[(c0 + l) * taps + t];
+		wv[t] = _mm256_loadu_ps(tw);
+	}
+	if (j->b) {
+		float tb[8] = {0};
+		memcpy(tb, j->b + c0, (size_t)nc * sizeof *tb);
+		bias = _mm256_loadu_ps(tb);
+	}
+	/* BN and Relu / Clip on the registers (oq_conv_avx2_epi's choice), per lane */
+	memset(&e, 0, sizeof e);
+	oq_conv_avx2_epi(j->ep, c0, &e2);
+	if (e2.scale) {
+		double ta[8] = {0}, tb[8] = {0};
+		memcpy(ta, e2.scale, (size_t)nc * sizeof *ta);
+		memcpy(tb, e2.shift, (size_t)nc * sizeof *tb);
+		e.bn = 1;
+		e.a_lo = _mm256_loadu_pd(ta);
+		e.a_hi = _mm256_loadu_pd(ta + 4);
+		e.b_lo = _mm256_loadu_pd(tb);
+		e.b_hi = _mm256_loadu_pd(tb + 4);
+	}
+	if (e2.act) {
+		e.act = 1;
+		e.lo = _mm256_set1_ps(e2.lo);
+		e.hi = _mm256_set1_ps(e2.hi);
+	}
+	if (kh == 3 && kw == 3 && sw == 1 && g->dil[1] == 1)
+		dw_chan8_rows(j, xc, yc, nc, wv, bias, &e, ring, zero, oh0, oh1, 3, 3, 1);
+	else if (kh == 3 && kw == 3 && sw == 2 && g->dil[1] == 1)
+		dw_chan8_rows(j, xc, yc, nc, wv, bias, &e, ring, zero, oh0, oh1, 3, 3, 2);
+	else if (kh == 5 && kw == 5 && sw == 1 && g->dil[1] == 1)
+		dw_chan8_rows(j, xc, yc, nc, wv, bias, &e, ring, zero, oh0, oh1, 5, 5, 1);
+	else if (kh == 5 && kw == 5 && sw == 2 && g->dil[1] == 1)
+		dw_chan8_rows(j, xc, yc, nc, wv, bias, &e, ring, zero, oh0, oh1, 5, 5, 2);
+	else
+		dw_chan8_rows(j, xc, yc, nc, wv, bias, &e, ring, zero, oh0, oh1, kh, kw, sw);
+	/* what the registers did not do: the late activation and the steps, on the stored rows */
+	for (int l = 0; j->ep && (late || j->ep->n_steps) && l < nc; l++)
+		for (int64_t oh = oh0; oh < oh1; oh++) {
+			float *yr = yc + l * g->out_size + oh * OW;
+			oq_conv_epi_after_regs(j->ep, c0 + l, (size_t)(yr - j->y), yr, (size_t)OW);
+		}
+}
+
+AVX2_FMA static void dw_chan8_range(void *ctx, size_t begin, size_t end)
+{
+	dw_chan_job *j = ctx;
+	const oq_conv_geom *g = j->g;
+	size_t need = oq_conv_dw_chan_scratch_floats(j) * sizeof(float);
+	float *own = j->k ? NULL : aligned_alloc(64, need), *ring = j->k ? oq_k_scratch(j->k, need) : own;
+
+	if (!ring) {
+		atomic_store(&j->oom, 1);
+		return;
+	}
+	/* the side columns of every ring row and the zero row: never written below */
+	memset(ring, 0, need);
+	for (size_t it = begin; it < end; it++) {
+		int64_t band = (int64_t)it % j->nband, rest = (int64_t)it / j->nband;
+		int64_t blk = rest % j->nblk, n = rest / j->nblk, c0 = blk * 8;
+		int64_t oh0 = band * j->band, oh1 = oh0 + j->band < g->out[0] ? oh0 + j->band : g->out[0];
+		dw_chan8_block(j, j->x + (n * g->c + c0) * g->in_size, j->y + (n * g->c + c0) * g->out_size, c0, oh0, oh1,
+			       ring, ring + (size_t)j->span * (size_t)j->wp * 8);
+	}
+	free(own);
+}
+#endif
+
 /* ----------------------------------------------------------- dispatcher */
 
 int oq_conv_depthwise(oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const float *b,
@@ -693,6 +940,23 @@ int oq_conv_depthwise(oq_kctx *k, const oq_conv_geom *g, const float *x, const f
 	}
 	if (oq_conv_use_avx512() && (g->stride[1] == 1 || g->stride[1] == 2) && g->k[0] * g->k[1] <= DW_MAX_TAPS)
 		fn = dw_flat_fits(g) ? dw_flat_range : dw_rows_range;
+	if (!oq_conv_use_avx512() && oq_conv_use_avx2() && dw_chan8_fits(g)) {
+		dw_chan_job dc;
+		int64_t items;
+		oq_conv_dw_chan_setup(&dc, k, g, x, w, b, ep, y);
+		/* 8-channel blocks: the bands recut for their count */
+		dc.nblk = ceil_div(g->c, 8);
+		dc.nband = ceil_div(DW_CHAN_ITEMS, g->n * dc.nblk);
+		if (dc.nband > g->out[0] / 8)
+			dc.nband = g->out[0] / 8;
+		if (dc.nband < 1)
+			dc.nband = 1;
+		dc.band = ceil_div(g->out[0], dc.nband);
+		dc.nband = ceil_div(g->out[0], dc.band);
+		items = g->n * dc.nblk * dc.nband;
+		oq_k_parallel(k, (size_t)items, 1, dw_chan8_range, &dc);
+		return atomic_load(&dc.oom) ? OQ_ENOMEM : OQ_OK;
+	}
 #endif
 	memset(&d, 0, sizeof d);
 	d.k = k;
