@@ -1101,9 +1101,9 @@ Test(linalg, conv_packed_weights_vs_in_place)
  * dilations 1..2, begin and end pads 0..3 (an end pad larger than needed
  * widens the padded copy), batch 1..2, depth up to 40 x 25; and within
  * rounding of the direct-loop reference. The counter proves the in-place
- * path ran. Then the same on the AVX2 engine (oq_linalg_no_avx512; any
- * channel count: oq_conv_avx2_gemm_rows on the padded rows against its
- * im2col path), where the CPU has each.
+ * path ran. Then the same on the AVX2 engine (oq_linalg_no_avx512; up to
+ * 64 channels, fewer than the depth: oq_conv_avx2_gemm_rows on the padded
+ * rows against its im2col path), where the CPU has each.
  */
 Test(linalg, conv_in_place_rows_vs_im2col_bits)
 {

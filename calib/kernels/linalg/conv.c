@@ -448,13 +448,15 @@ int oq_conv_use_chan_lanes(const oq_conv_geom *g, int64_t kc, int64_t mg)
  * On AVX2 (no AVX-512) the tile is oq_conv_avx2_gemm_rows on the same rows
  * (B's row k at xp + off[k]), with BN and Relu / Clip on its registers and
  * the rest of the epilogue over the copied-out rows: the bits of its
- * im2col path. There the copy-out is worth it for any channel count (the
- * alternative im2col writes kc values per position, the copy-out m).
+ * im2col path. There it is worth it where the copy-out moves fewer values
+ * per position than im2col writes (m < kc) and m is at most
+ * IN_PLACE_AVX2_MAX_M (with more channels it measured slower).
  */
 #define IN_PLACE_WASTE 8         /* at most 1 / IN_PLACE_WASTE of the positions computed and dropped */
 #define IN_PLACE_MAX_M 24        /* output channels at most */
 #define IN_PLACE_TILE_BYTES (96u << 10) /* a tile's rows at the padded width, all channels, at most */
-#define IN_PLACE_ROW_OW 64       /* channels in the lanes: output rows at least this wide are written in place */
+#define IN_PLACE_ROW_OW 64
+#define IN_PLACE_AVX2_MAX_M 64   /* AVX2: output channels at most (measured: more run slower than im2col) */       /* channels in the lanes: output rows at least this wide are written in place */
 
 typedef struct in_place_job {
 	oq_kctx *k;
@@ -473,8 +475,8 @@ typedef struct in_place_job {
 
 static int in_place_fits(const oq_conv_geom *g, int64_t kc, int chan, int avx2)
 {
-	return !oq_linalg_no_in_place && g->nsp == 2 && g->group == 1 && (chan || avx2 || g->m <= IN_PLACE_MAX_M) &&
-	       g->stride[0] == 1 &&
+	return !oq_linalg_no_in_place && g->nsp == 2 && g->group == 1 &&
+	       (chan || (avx2 ? g->m <= IN_PLACE_AVX2_MAX_M && kc > g->m : g->m <= IN_PLACE_MAX_M)) && g->stride[0] == 1 &&
 	       g->stride[1] == 1 && g->k_size > 1 && kc <= 65536 /* its row pointers in the thread's buffer */ &&
 	       IN_PLACE_WASTE * (g->k[1] - 1) * g->dil[1] <= g->out[1];
 }
