@@ -1248,6 +1248,90 @@ Test(linalg, conv_in_place_rows_vs_im2col_bits)
 }
 
 /*
+ * The AVX2 conv GEMM (oq_linalg_no_avx512: the 6 x 16 tile, its at most
+ * 8-column tail tile, the in-place rows) against a scalar reference written
+ * here: each output is init (bias or +0) then fmaf(w, x, acc) over the
+ * im2col order (channel, kernel row, kernel column), a padded input giving
+ * x = 0, which is the kernel's documented arithmetic, so the bits must be
+ * equal. Shapes: 1x1 and 3x3 (pad 1, stride 1 and 2), planes 1x1 .. 15x15
+ * and 7x7, 14x14, 20x20 (every tail of a 16-column panel), 1..70 output
+ * channels (every 6-row tail, in place and not), 1..20 input channels.
+ */
+Test(linalg, conv_avx2_bits_vs_fmaf)
+{
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("no AVX2 and FMA on this CPU: nothing to compare");
+	oq_linalg_no_avx512 = 1;
+	for (uint64_t sd = 1; sd <= 90; sd++) {
+		oq_conv_geom g;
+		int64_t k, h, w, nx, nw, ny;
+		float *x, *wt, *b, *y;
+		int bias;
+
+		seed(9100 + sd);
+		memset(&g, 0, sizeof g);
+		k = irand(0, 2) ? 3 : 1;
+		h = sd % 9 == 0 ? 7 : sd % 9 == 1 ? 14 : sd % 9 == 2 ? 20 : irand(1, 15);
+		w = sd % 9 <= 2 ? h : irand(1, 15);
+		g.nsp = 2;
+		g.n = 1;
+		g.c = irand(1, 20);
+		g.m = sd % 4 == 0 ? irand(40, 70) : irand(1, 13);
+		g.group = 1;
+		g.k[0] = g.k[1] = k;
+		g.stride[0] = g.stride[1] = k == 3 && irand(0, 3) == 0 ? 2 : 1;
+		g.dil[0] = g.dil[1] = 1;
+		g.pad[0] = g.pad[1] = k == 3 ? 1 : 0;
+		g.in[0] = h;
+		g.in[1] = w;
+		for (int d = 0; d < 2; d++)
+			g.out[d] = (g.in[d] + 2 * g.pad[d] - k) / g.stride[d] + 1;
+		g.in_size = h * w;
+		g.out_size = g.out[0] * g.out[1];
+		g.k_size = k * k;
+		nx = g.c * g.in_size;
+		nw = g.m * g.c * g.k_size;
+		ny = g.m * g.out_size;
+		x = malloc((size_t)nx * sizeof *x);
+		wt = malloc((size_t)nw * sizeof *wt);
+		b = malloc((size_t)g.m * sizeof *b);
+		y = malloc((size_t)ny * sizeof *y);
+		cr_assert(x && wt && b && y);
+		for (int64_t i = 0; i < nx; i++)
+			x[i] = (float)frand();
+		for (int64_t i = 0; i < nw; i++)
+			wt[i] = (float)frand();
+		for (int64_t i = 0; i < g.m; i++)
+			b[i] = (float)frand();
+		bias = irand(0, 1);
+		cr_assert_eq(oq_conv_run_epilogue(NULL, OQ_LT_F32, &g, x, wt, bias ? b : NULL, NULL, y), OQ_OK);
+		for (int64_t m = 0; m < g.m; m++)
+			for (int64_t oh = 0; oh < g.out[0]; oh++)
+				for (int64_t ow = 0; ow < g.out[1]; ow++) {
+					float acc = bias ? b[m] : 0.0f, got = y[m * g.out_size + oh * g.out[1] + ow];
+					for (int64_t c = 0; c < g.c; c++)
+						for (int64_t i = 0; i < k; i++)
+							for (int64_t j = 0; j < k; j++) {
+								int64_t ih = oh * g.stride[0] - g.pad[0] + i, iw = ow * g.stride[1] - g.pad[1] + j;
+								float xv = ih >= 0 && ih < h && iw >= 0 && iw < w ? x[c * g.in_size + ih * w + iw] : 0.0f;
+								acc = fmaf(wt[((m * g.c + c) * k + i) * k + j], xv, acc);
+							}
+					cr_assert(!memcmp(&acc, &got, sizeof acc),
+						  "seed %llu: c %lld m %lld %lldx%lld k %lld s %lld: output (%lld, %lld, %lld) %.9g, want %.9g",
+						  (unsigned long long)sd, (long long)g.c, (long long)g.m, (long long)h, (long long)w,
+						  (long long)k, (long long)g.stride[0], (long long)m, (long long)oh, (long long)ow,
+						  (double)got, (double)acc);
+				}
+		free(x);
+		free(wt);
+		free(b);
+		free(y);
+	}
+	oq_linalg_no_avx512 = 0;
+}
+
+/*
  * The engine alone: pack / unpack round trip in both orientations, and
  * oq_packed_b_gemm (AVX-512 tiles, depth slices of 768) bit-identical to
  * oq_packed_b_gemm_ref (fmaf in k order) over every row tail of the 6-row tile,

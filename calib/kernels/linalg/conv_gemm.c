@@ -101,11 +101,29 @@ avx2_tile_6x16(int64_t kd, const float *a, int64_t lda, int mr, const float *b, 
 	 x1 = _mm256_fmadd_ps(t, b1, x1))
 #define LOADU(p, m) _mm256_loadu_ps(p)
 #define LOADM(p, m) _mm256_maskload_ps(p, m)
+	/* at most 8 columns (the tail of a short row of positions): the second vector's lanes are all
+	 * masked off (loaded as 0, never stored), so only the first is computed */
+#define KLOOP8(LOADB)                                                                      \
+	for (int64_t k = 0; k < kd; k++) {                                                 \
+		const float *bk = br ? br[k] + bcol : b + k * ldb;                         \
+		__m256 b0 = LOADB(bk, m0);                                                 \
+		c00 = _mm256_fmadd_ps(_mm256_broadcast_ss(a0 + k), b0, c00);               \
+		c10 = _mm256_fmadd_ps(_mm256_broadcast_ss(a1 + k), b0, c10);               \
+		c20 = _mm256_fmadd_ps(_mm256_broadcast_ss(a2 + k), b0, c20);               \
+		c30 = _mm256_fmadd_ps(_mm256_broadcast_ss(a3 + k), b0, c30);               \
+		c40 = _mm256_fmadd_ps(_mm256_broadcast_ss(a4 + k), b0, c40);               \
+		c50 = _mm256_fmadd_ps(_mm256_broadcast_ss(a5 + k), b0, c50);               \
+	}
 	if (nr == 16) {
 		KLOOP(LOADU)
+	} else if (nr == 8) {
+		KLOOP8(LOADU)
+	} else if (nr < 8) {
+		KLOOP8(LOADM)
 	} else {
 		KLOOP(LOADM)
 	}
+#undef KLOOP8
 #undef KLOOP
 #undef FMA2
 #undef LOADU
