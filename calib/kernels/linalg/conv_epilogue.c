@@ -228,8 +228,14 @@ void oq_conv_epi_steps(const oq_kfuse *ep, const oq_epi_step *s, int ns, int64_t
 			for (size_t c0 = 0; c0 < n; c0 += GATE_CHUNK) {
 				float tmp[GATE_CHUNK];
 				size_t m = n - c0 < GATE_CHUNK ? n - c0 : GATE_CHUNK;
-				memcpy(tmp, y + c0, m * sizeof *tmp);
-				oq_conv_epi_steps(ep, st + 1, st->n_gate, ch, off + c0, tmp, m);
+				if (st->n_gate >= 1 && st[1].kind == OQ_EPI_ACT && st[1].act.kind == OQ_ACT_SIGMOID) {
+					/* SiLU and its kin: the first step straight from y, no copy */
+					oq_vm_sigmoid(y + c0, tmp, m);
+					oq_conv_epi_steps(ep, st + 2, st->n_gate - 1, ch, off + c0, tmp, m);
+				} else {
+					memcpy(tmp, y + c0, m * sizeof *tmp);
+					oq_conv_epi_steps(ep, st + 1, st->n_gate, ch, off + c0, tmp, m);
+				}
 				bop_run(OQ_EPI_MUL, st->rev, 0.0f, tmp, y + c0, m);
 			}
 			i += st->n_gate;
