@@ -455,21 +455,23 @@ int oq_conv_use_chan_lanes(const oq_conv_geom *g, int64_t kc, int64_t mg)
 #define IN_PLACE_WASTE 8         /* at most 1 / IN_PLACE_WASTE of the positions computed and dropped */
 #define IN_PLACE_MAX_M 24        /* output channels at most */
 #define IN_PLACE_TILE_BYTES (96u << 10) /* a tile's rows at the padded width, all channels, at most */
-#define IN_PLACE_ROW_OW 64
-#define IN_PLACE_AVX2_MAX_M 64   /* AVX2: output channels at most (measured: more run slower than im2col) */       /* channels in the lanes: output rows at least this wide are written in place */
+#define IN_PLACE_ROW_OW 64       /* channels in the lanes: output rows at least this wide are written in place */
+#define IN_PLACE_AVX2_MAX_M 64   /* AVX2: output channels at most (measured: more run slower than im2col) */
 
 typedef struct in_place_job {
 	oq_kctx *k;
 	const oq_conv_geom *g;
 	const float *x, *b;
 	const oq_kfuse *ep;
-	float *y, *xp;         /* output; the padded input of every image */
+	float *y, *xp;         /* output; the padded input of every image (not avx2) */
 	tile_a A;              /* the weights (group 1) */
 	int64_t hp, wp;        /* padded plane */
 	int64_t kc, rt, nt;    /* depth; output rows per tile, tiles per image */
-	const int64_t *off;    /* [kc] start of row k of B in an image's xp */
+	const int64_t *off;    /* [kc] start of row k of B in an image's xp (avx2: in a tile's copy) */
 	int chan;              /* channels in the lanes (oq_conv_gemm_chan_off; A packed), not positions */
-	int avx2;              /* oq_conv_avx2_gemm_rows, A in place (no AVX-512) */
+	int avx2;              /* oq_conv_avx2_gemm_rows, A in place (no AVX-512), on a per-tile copy */
+	int64_t nrl;           /* avx2: input rows per channel in a tile's copy (rt + the kernel's span - 1) */
+	size_t nloc;           /* avx2: floats of that copy, with the zero slack the widest tap reads past it */
 	atomic_int oom;
 } in_place_job;
 
@@ -508,19 +510,22 @@ static void in_place_range(void *ctx, size_t begin, size_t end)
 	const oq_conv_geom *g = j->g;
 	int64_t M = g->m, P = g->out_size, OW = g->out[1], OH = g->out[0];
 	/* the tile's rows, then (64-byte aligned) the row pointers of B */
-	size_t nc = (size_t)round_up(M * j->rt * j->wp, 16), need = nc * sizeof(float) + (size_t)j->kc * sizeof(float *);
+	size_t nc = (size_t)round_up(M * j->rt * j->wp, 16), nl = (size_t)round_up((int64_t)j->nloc, 16);
+	size_t need = (nc + nl) * sizeof(float) + (size_t)j->kc * sizeof(float *);
 	void *own = j->k ? NULL : malloc(need), *buf = j->k ? oq_k_scratch(j->k, need) : own;
-	float *c = buf;
-	const float **br = (const float **)(c + nc);
+	float *c = buf, *loc = c + nc;
+	const float **br = (const float **)(loc + nl);
 
 	if (!buf) {
 		atomic_store(&j->oom, 1);
 		return;
 	}
+	if (j->avx2) /* the slack past the copy: never written below */
+		memset(loc, 0, nl * sizeof *loc);
 	for (size_t it = begin; it < end; it++) {
 		int64_t n = (int64_t)it / j->nt, oh0 = (int64_t)it % j->nt * j->rt;
 		int64_t oh1 = oh0 + j->rt < OH ? oh0 + j->rt : OH, pp = (oh1 - oh0) * j->wp;
-		const float *xn = j->xp + n * g->c * j->hp * j->wp + oh0 * j->wp;
+		const float *xn = j->avx2 ? NULL : j->xp + n * g->c * j->hp * j->wp + oh0 * j->wp;
 		int64_t yo = n * M * P + oh0 * OW;
 		if (j->chan && OW >= IN_PLACE_ROW_OW) {
 			/* row by row straight into y: no dropped columns, no copy, the epilogue in registers where it can */
@@ -549,8 +554,22 @@ static void in_place_range(void *ctx, size_t begin, size_t end)
 		if (j->avx2) {
 			oq_conv_epi2 e;
 			int regs = oq_conv_avx2_epi(j->ep, 0, &e);
+			int64_t H = g->in[0], W = g->in[1], p1 = g->pad[1];
+			/* the input rows this tile reads, zero-padded: [c][nrl][wp] (from row oh0 - pad0) */
+			for (int64_t ch = 0; ch < g->c; ch++)
+				for (int64_t r = 0; r < j->nrl; r++) {
+					int64_t ih = oh0 - g->pad[0] + r;
+					float *d = loc + (ch * j->nrl + r) * j->wp;
+					if (ih < 0 || ih >= H) {
+						memset(d, 0, (size_t)j->wp * sizeof *d);
+						continue;
+					}
+					memset(d, 0, (size_t)p1 * sizeof *d);
+					memcpy(d + p1, j->x + ((n * g->c + ch) * H + ih) * W, (size_t)W * sizeof *d);
+					memset(d + p1 + W, 0, (size_t)(j->wp - p1 - W) * sizeof *d);
+				}
 			for (int64_t k = 0; k < j->kc; k++)
-				br[k] = xn + j->off[k];
+				br[k] = loc + j->off[k];
 			oq_conv_avx2_gemm_rows(M, pp, j->kc, j->A.a, j->A.lda, br, c, pp, j->b, regs ? &e : NULL);
 			for (int64_t m = 0; m < M; m++)
 				for (int64_t oh = oh0; oh < oh1; oh++)
@@ -596,25 +615,41 @@ static int conv_in_place(oq_kctx *k, const oq_conv_geom *g, const float *x, cons
 	wr = g->out[1] + (g->k[1] - 1) * g->dil[1];
 	j.hp = g->pad[0] + g->in[0] > hr ? g->pad[0] + g->in[0] : hr;
 	j.wp = g->pad[1] + g->in[1] > wr ? g->pad[1] + g->in[1] : wr;
+	/* whole output rows per tile, within IN_PLACE_TILE_BYTES at the padded width, and at least
+	 * TILES_MIN tiles where there are rows (shape only) */
+	j.rt = (int64_t)(IN_PLACE_TILE_BYTES / sizeof(float)) / (g->m * j.wp);
+	j.rt = j.rt < 1 ? 1 : j.rt;
+	if (g->n * ceil_div(g->out[0], j.rt) < TILES_MIN)
+		j.rt = ceil_div(g->out[0], ceil_div(TILES_MIN, g->n));
+	j.rt = j.rt < 1 ? 1 : j.rt;
+	j.nt = ceil_div(g->out[0], j.rt);
 	/* rows readable past the last position of a tile: the last panel's 32 and the widest tap */
 	slack = (size_t)((g->k[1] - 1) * g->dil[1] + 2 * TILE_NR);
-	if (!oq_mul_size((size_t)(g->n * g->c), (size_t)(j.hp * j.wp), &nxp) || nxp > SIZE_MAX / sizeof(float) - slack)
+	/* AVX2: each tile copies the rows it reads (its threads' scratch), not the whole input */
+	j.nrl = j.rt + (g->k[0] - 1) * g->dil[0];
+	if (avx2 && (!oq_mul_size((size_t)g->c, (size_t)(j.nrl * j.wp), &j.nloc) || j.nloc > SIZE_MAX / 8 - slack))
 		return 1;
-	nxp += slack;
+	j.nloc += avx2 ? slack : 0;
+	nxp = 0;
+	if (!avx2 && (!oq_mul_size((size_t)(g->n * g->c), (size_t)(j.hp * j.wp), &nxp) ||
+		      nxp > SIZE_MAX / sizeof(float) - slack))
+		return 1;
+	nxp += avx2 ? 0 : slack;
 	/* the executor's buffer for the whole call (kept across calls), else our own */
-	own = k ? NULL : aligned_alloc(64, (nxp * sizeof(float) + 63) / 64 * 64);
-	j.xp = k ? oq_k_shared(k, nxp * sizeof(float)) : own;
+	own = k || avx2 ? NULL : aligned_alloc(64, (nxp * sizeof(float) + 63) / 64 * 64);
+	j.xp = avx2 ? NULL : k ? oq_k_shared(k, nxp * sizeof(float)) : own;
 	off = malloc((size_t)kc * sizeof *off);
-	if (!j.xp || !off) {
+	if ((!avx2 && !j.xp) || !off) {
 		free(own);
 		free(off);
 		return 1;
 	}
-	memset(j.xp + nxp - slack, 0, slack * sizeof(float));
+	if (!avx2)
+		memset(j.xp + nxp - slack, 0, slack * sizeof(float));
 	for (int64_t q = 0, c = 0; c < g->c; c++)
 		for (int64_t i = 0; i < g->k[0]; i++)
 			for (int64_t jj = 0; jj < g->k[1]; jj++)
-				off[q++] = c * j.hp * j.wp + i * g->dil[0] * j.wp + jj * g->dil[1];
+				off[q++] = c * (avx2 ? j.nrl : j.hp) * j.wp + i * g->dil[0] * j.wp + jj * g->dil[1];
 	j.k = k;
 	j.g = g;
 	j.x = x;
@@ -632,16 +667,9 @@ static int conv_in_place(oq_kctx *k, const oq_conv_geom *g, const float *x, cons
 		j.A.a = w;
 		j.A.lda = kc;
 	}
-	/* whole output rows per tile, within IN_PLACE_TILE_BYTES at the padded width, and at least
-	 * TILES_MIN tiles where there are rows (shape only) */
-	j.rt = (int64_t)(IN_PLACE_TILE_BYTES / sizeof(float)) / (g->m * j.wp);
-	j.rt = j.rt < 1 ? 1 : j.rt;
-	if (g->n * ceil_div(g->out[0], j.rt) < TILES_MIN)
-		j.rt = ceil_div(g->out[0], ceil_div(TILES_MIN, g->n));
-	j.rt = j.rt < 1 ? 1 : j.rt;
-	j.nt = ceil_div(g->out[0], j.rt);
 	atomic_init(&j.oom, 0);
-	oq_k_parallel(k, (size_t)(g->n * g->c), 1, in_place_pad, &j);
+	if (!avx2)
+		oq_k_parallel(k, (size_t)(g->n * g->c), 1, in_place_pad, &j);
 	items = g->n * j.nt;
 	oq_k_parallel(k, (size_t)items, 1, in_place_range, &j);
 	free(own);
