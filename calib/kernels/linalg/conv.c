@@ -445,11 +445,12 @@ int oq_conv_use_chan_lanes(const oq_conv_geom *g, int64_t kc, int64_t mg)
  * it (at most IN_PLACE_MAX_M; with many channels the output rows are
  * copied out as many short runs) and where the extra columns are at most
  * 1 / IN_PLACE_WASTE of the positions.
- * On AVX2 (no AVX-512) the tile is oq_conv_avx2_gemm_rows on the same rows
- * (B's row k at xp + off[k]), with BN and Relu / Clip on its registers and
- * the rest of the epilogue over the copied-out rows: the bits of its
- * im2col path. There it is worth it where the copy-out moves fewer values
- * per position than im2col writes (m < kc) and m is at most
+ * On AVX2 (no AVX-512) each tile copies only the input rows it reads into
+ * its thread's scratch ([c][nrl][Wp], zero-padded; off[k] then indexes that
+ * copy) and runs oq_conv_avx2_gemm_rows on them, with BN and Relu / Clip on
+ * its registers and the rest of the epilogue over the copied-out rows: the
+ * bits of its im2col path. There it is worth it where the copy-out moves
+ * fewer values per position than im2col writes (m < kc) and m is at most
  * IN_PLACE_AVX2_MAX_M (with more channels it measured slower).
  */
 #define IN_PLACE_WASTE 8         /* at most 1 / IN_PLACE_WASTE of the positions computed and dropped */
