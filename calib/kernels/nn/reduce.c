@@ -12,7 +12,7 @@
  * back; L2, LogSum and LogSumExp go through double). LogSumExp subtracts the
  * maximum first. float32 ReduceSum / ReduceMean over one contiguous run
  * (the last axes, as LayerNorm exports use) add in 16 double stripes on an
- * AVX-512 CPU (oq_vm_sum) instead of one serial chain: both sum in double,
+ * AVX-512 or AVX2 CPU (oq_vm_sum) instead of one serial chain: both sum in double,
  * only the order of the additions differs. Work is split over output
  * elements.
  */
@@ -113,7 +113,7 @@ typedef struct rjob {
 	oq_nn_getf getf;       /* float path */
 	oq_nn_geti geti;       /* integer path (NULL for floats) */
 	oq_rt *y;
-	const float *xf;       /* float32 data whose reduced elements are contiguous on an AVX-512 CPU (ReduceSum/Mean) */
+	const float *xf;       /* float32 data whose reduced elements are contiguous, where oq_vm_fast (ReduceSum/Mean) */
 } rjob;
 
 /*

@@ -7,7 +7,7 @@
  * with stride `inner` (inner = 1 for the coerced form). Softmax subtracts the
  * line maximum before exp, sums in double; Hardmax marks the first maximum.
  * Contiguous lines (inner 1: the last axis, as in attention) run on the
- * vector path of vmath.h on an AVX-512 CPU (its own exp, within an ulp or
+ * vector path of vmath.h on an AVX-512 or AVX2 CPU (its own exp, within an ulp or
  * so of expf, and the sum in 16 double stripes); lines with NaN or an
  * infinite maximum, strided lines and other CPUs take the scalar loop.
  * Work is split over lines; a line's result does not depend on the split.
@@ -26,7 +26,7 @@ typedef struct smjob {
 	const float *x;
 	float *y;
 	size_t n, inner;
-	int vec;           /* contiguous lines (inner 1) of Softmax / LogSoftmax on an AVX-512 CPU */
+	int vec;           /* contiguous lines (inner 1) of Softmax / LogSoftmax where oq_vm_fast */
 } smjob;
 
 /*
