@@ -521,8 +521,10 @@ static void in_place_range(void *ctx, size_t begin, size_t end)
 		atomic_store(&j->oom, 1);
 		return;
 	}
-	if (j->avx2) /* the slack past the copy: never written below */
-		memset(loc, 0, nl * sizeof *loc);
+	if (j->avx2) { /* the slack past the copy: never written below (each tile writes the copy whole) */
+		size_t copy = (size_t)(g->c * j->nrl * j->wp);
+		memset(loc + copy, 0, (nl - copy) * sizeof *loc);
+	}
 	for (size_t it = begin; it < end; it++) {
 		int64_t n = (int64_t)it / j->nt, oh0 = (int64_t)it % j->nt * j->rt;
 		int64_t oh1 = oh0 + j->rt < OH ? oh0 + j->rt : OH, pp = (oh1 - oh0) * j->wp;

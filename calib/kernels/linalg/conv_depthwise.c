@@ -617,6 +617,21 @@ AVX512 void oq_conv_dw_chan_block(const dw_chan_job *j, const float *xc, float *
 	}
 }
 
+/* dc's blocks of `lanes` channels, and bands of at least 8 rows: enough items for the threads when the planes are big. */
+static void dw_chan_cut(dw_chan_job *dc, int64_t lanes)
+{
+	const oq_conv_geom *g = dc->g;
+
+	dc->nblk = ceil_div(g->c, lanes);
+	dc->nband = ceil_div(DW_CHAN_ITEMS, g->n * dc->nblk);
+	if (dc->nband > g->out[0] / 8)
+		dc->nband = g->out[0] / 8;
+	if (dc->nband < 1)
+		dc->nband = 1;
+	dc->band = ceil_div(g->out[0], dc->nband);
+	dc->nband = ceil_div(g->out[0], dc->band);
+}
+
 /* A channel-blocked job for g (depthwise, oq_conv_dw_chan_fits), cut into bands of output rows for the threads. */
 void oq_conv_dw_chan_setup(dw_chan_job *dc, oq_kctx *k, const oq_conv_geom *g, const float *x, const float *w, const float *b,
 			   const oq_kfuse *ep, float *y)
@@ -628,20 +643,12 @@ void oq_conv_dw_chan_setup(dw_chan_job *dc, oq_kctx *k, const oq_conv_geom *g, c
 	dc->b = b;
 	dc->y = y;
 	dc->ep = ep;
-	dc->nblk = ceil_div(g->c, 16);
 	dc->span = (g->k[0] - 1) * g->dil[0] + 1;
 	dc->wp = g->pad[1] + round_up(g->in[1], 16);
 	/* whole groups of 8 positions read zero columns past the row */
 	if ((round_up(g->out[1], 8) - 1) * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 1 > dc->wp)
 		dc->wp = (round_up(g->out[1], 8) - 1) * g->stride[1] + (g->k[1] - 1) * g->dil[1] + 1;
-	/* bands of at least 8 rows, enough items for the threads when the planes are big */
-	dc->nband = ceil_div(DW_CHAN_ITEMS, g->n * dc->nblk);
-	if (dc->nband > g->out[0] / 8)
-		dc->nband = g->out[0] / 8;
-	if (dc->nband < 1)
-		dc->nband = 1;
-	dc->band = ceil_div(g->out[0], dc->nband);
-	dc->nband = ceil_div(g->out[0], dc->band);
+	dw_chan_cut(dc, 16);
 	atomic_init(&dc->oom, 0);
 }
 
@@ -944,15 +951,7 @@ int oq_conv_depthwise(oq_kctx *k, const oq_conv_geom *g, const float *x, const f
 		dw_chan_job dc;
 		int64_t items;
 		oq_conv_dw_chan_setup(&dc, k, g, x, w, b, ep, y);
-		/* 8-channel blocks: the bands recut for their count */
-		dc.nblk = ceil_div(g->c, 8);
-		dc.nband = ceil_div(DW_CHAN_ITEMS, g->n * dc.nblk);
-		if (dc.nband > g->out[0] / 8)
-			dc.nband = g->out[0] / 8;
-		if (dc.nband < 1)
-			dc.nband = 1;
-		dc.band = ceil_div(g->out[0], dc.nband);
-		dc.nband = ceil_div(g->out[0], dc.band);
+		dw_chan_cut(&dc, 8);
 		items = g->n * dc.nblk * dc.nband;
 		oq_k_parallel(k, (size_t)items, 1, dw_chan8_range, &dc);
 		return atomic_load(&dc.oom) ? OQ_ENOMEM : OQ_OK;
