@@ -253,8 +253,8 @@ int oq_hist_runs = 1;
  * amax is right, and a wrong amax cannot reach a bin the fill did not
  * clear). The plain-C kernel writes one per value, ZSLOT for an exact
  * zero and BSLOT for NaN/Inf (branch-free, so the compiler vectorises it).
- * The AVX-512 kernel counts zeros in *nzero instead and stores only the
- * indices of finite non-zero values.
+ * The AVX-512 and AVX2 kernels count zeros in *nzero instead and store only
+ * the indices of finite non-zero values.
  */
 static inline size_t idx_tail(const float *p, size_t m, float sc, uint32_t top, uint16_t *idx,
 			      uint64_t *nzero)
@@ -271,7 +271,7 @@ static inline size_t idx_tail(const float *p, size_t m, float sc, uint32_t top, 
 	return k;
 }
 
-/* Inlined into idx_c and idx_c_avx2, which the compiler vectorises 4 and 8 lanes wide. */
+/* The body of idx_c, which the compiler vectorises. */
 static inline __attribute__((always_inline)) size_t idx_body(const float *p, size_t m, float sc, uint32_t topi,
 							     uint16_t *idx, uint64_t *nzero, oq_hist *h)
 {
@@ -396,15 +396,96 @@ AVX512 static size_t sum_side32_avx512(uint32_t *b, uint16_t *s0, uint16_t *s1, 
 	return k;
 }
 
-/* idx_c compiled for AVX2 (integer results from the same float operations: the same indices). */
-__attribute__((target("avx2"))) static size_t idx_c_avx2(const float *p, size_t m, float sc, uint32_t topi,
-							   uint16_t *idx, uint64_t *nzero, oq_hist *h)
+/*
+ * compress_lut[m]: the lanes of an 8-bit mask m in ascending order, one per
+ * nibble from the lowest (lane i of the j-th set bit in nibble j; the
+ * nibbles past popcount(m) are 0). The AVX2 fill's compress: AVX2 has no
+ * compress instruction, so a permutation from this table packs the indices
+ * of the finite non-zero values of 8 at the front.
+ */
+static const uint32_t compress_lut[256] = {
+	0x00000000, 0x00000000, 0x00000001, 0x00000010, 0x00000002, 0x00000020, 0x00000021, 0x00000210,
+	0x00000003, 0x00000030, 0x00000031, 0x00000310, 0x00000032, 0x00000320, 0x00000321, 0x00003210,
+	0x00000004, 0x00000040, 0x00000041, 0x00000410, 0x00000042, 0x00000420, 0x00000421, 0x00004210,
+	0x00000043, 0x00000430, 0x00000431, 0x00004310, 0x00000432, 0x00004320, 0x00004321, 0x00043210,
+	0x00000005, 0x00000050, 0x00000051, 0x00000510, 0x00000052, 0x00000520, 0x00000521, 0x00005210,
+	0x00000053, 0x00000530, 0x00000531, 0x00005310, 0x00000532, 0x00005320, 0x00005321, 0x00053210,
+	0x00000054, 0x00000540, 0x00000541, 0x00005410, 0x00000542, 0x00005420, 0x00005421, 0x00054210,
+	0x00000543, 0x00005430, 0x00005431, 0x00054310, 0x00005432, 0x00054320, 0x00054321, 0x00543210,
+	0x00000006, 0x00000060, 0x00000061, 0x00000610, 0x00000062, 0x00000620, 0x00000621, 0x00006210,
+	0x00000063, 0x00000630, 0x00000631, 0x00006310, 0x00000632, 0x00006320, 0x00006321, 0x00063210,
+	0x00000064, 0x00000640, 0x00000641, 0x00006410, 0x00000642, 0x00006420, 0x00006421, 0x00064210,
+	0x00000643, 0x00006430, 0x00006431, 0x00064310, 0x00006432, 0x00064320, 0x00064321, 0x00643210,
+	0x00000065, 0x00000650, 0x00000651, 0x00006510, 0x00000652, 0x00006520, 0x00006521, 0x00065210,
+	0x00000653, 0x00006530, 0x00006531, 0x00065310, 0x00006532, 0x00065320, 0x00065321, 0x00653210,
+	0x00000654, 0x00006540, 0x00006541, 0x00065410, 0x00006542, 0x00065420, 0x00065421, 0x00654210,
+	0x00006543, 0x00065430, 0x00065431, 0x00654310, 0x00065432, 0x00654320, 0x00654321, 0x06543210,
+	0x00000007, 0x00000070, 0x00000071, 0x00000710, 0x00000072, 0x00000720, 0x00000721, 0x00007210,
+	0x00000073, 0x00000730, 0x00000731, 0x00007310, 0x00000732, 0x00007320, 0x00007321, 0x00073210,
+	0x00000074, 0x00000740, 0x00000741, 0x00007410, 0x00000742, 0x00007420, 0x00007421, 0x00074210,
+	0x00000743, 0x00007430, 0x00007431, 0x00074310, 0x00007432, 0x00074320, 0x00074321, 0x00743210,
+	0x00000075, 0x00000750, 0x00000751, 0x00007510, 0x00000752, 0x00007520, 0x00007521, 0x00075210,
+	0x00000753, 0x00007530, 0x00007531, 0x00075310, 0x00007532, 0x00075320, 0x00075321, 0x00753210,
+	0x00000754, 0x00007540, 0x00007541, 0x00075410, 0x00007542, 0x00075420, 0x00075421, 0x00754210,
+	0x00007543, 0x00075430, 0x00075431, 0x00754310, 0x00075432, 0x00754320, 0x00754321, 0x07543210,
+	0x00000076, 0x00000760, 0x00000761, 0x00007610, 0x00000762, 0x00007620, 0x00007621, 0x00076210,
+	0x00000763, 0x00007630, 0x00007631, 0x00076310, 0x00007632, 0x00076320, 0x00076321, 0x00763210,
+	0x00000764, 0x00007640, 0x00007641, 0x00076410, 0x00007642, 0x00076420, 0x00076421, 0x00764210,
+	0x00007643, 0x00076430, 0x00076431, 0x00764310, 0x00076432, 0x00764320, 0x00764321, 0x07643210,
+	0x00000765, 0x00007650, 0x00007651, 0x00076510, 0x00007652, 0x00076520, 0x00076521, 0x00765210,
+	0x00007653, 0x00076530, 0x00076531, 0x00765310, 0x00076532, 0x00765320, 0x00765321, 0x07653210,
+	0x00007654, 0x00076540, 0x00076541, 0x00765410, 0x00076542, 0x00765420, 0x00765421, 0x07654210,
+	0x00076543, 0x00765430, 0x00765431, 0x07654310, 0x00765432, 0x07654320, 0x07654321, 0x76543210,
+};
+
+/*
+ * idx_avx512 on 8 lanes: compare masks, zeros counted by popcount, a vector
+ * of 8 values in one bin counted as one +8 (with the same skip rule), and the
+ * indices of the other finite non-zero values packed by compress_lut.
+ */
+__attribute__((target("avx2,popcnt"))) static size_t idx_avx2(const float *p, size_t m, float sc, uint32_t topi,
+							       uint16_t *idx, uint64_t *nzero, oq_hist *h)
 {
-	return idx_body(p, m, sc, topi, idx, nzero, h);
+	const __m256 scv = _mm256_set1_ps(sc), inf = _mm256_set1_ps(INFINITY), zero = _mm256_setzero_ps();
+	const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	const __m256i top = _mm256_set1_epi32((int)topi), side = _mm256_set1_epi32((int)SIDE);
+	const __m256i nib = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), low4 = _mm256_set1_epi32(15);
+	uint64_t z = 0;
+	size_t j = 0, k = 0;
+	unsigned skip = oq_hist_runs ? 0 : UINT_MAX;
+
+	for (; j + 8 <= m; j += 8) {
+		__m256 x = _mm256_loadu_ps(p + j), a = _mm256_and_ps(x, absm);
+		__m256 fin = _mm256_cmp_ps(a, inf, _CMP_LT_OQ);
+		__m256 nzv = _mm256_and_ps(fin, _mm256_cmp_ps(a, zero, _CMP_GT_OQ));
+		unsigned nz = (unsigned)_mm256_movemask_ps(nzv), fm = (unsigned)_mm256_movemask_ps(fin);
+		/* NaN/Inf lanes convert to 0x80000000 and are clamped, then packed away */
+		__m256i b = _mm256_min_epu32(_mm256_cvttps_epi32(_mm256_mul_ps(a, scv)), top);
+		__m256i neg = _mm256_and_si256(_mm256_castps_si256(nzv), _mm256_srai_epi32(_mm256_castps_si256(x), 31));
+		__m256i perm;
+		b = _mm256_add_epi32(b, _mm256_and_si256(neg, side));
+		if (nz == 0xFF && !skip) {
+			__m256i b0 = _mm256_permutevar8x32_epi32(b, _mm256_setzero_si256());
+			if (_mm256_movemask_epi8(_mm256_cmpeq_epi32(b, b0)) == -1) {
+				bump(h, (uint32_t)_mm_cvtsi128_si32(_mm256_castsi256_si128(b)), 8);
+				continue;
+			}
+			skip = 8;
+		}
+		skip -= skip > 0;
+		z += (unsigned)__builtin_popcount(fm & ~nz);
+		perm = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)compress_lut[nz]), nib), low4);
+		b = _mm256_permutevar8x32_epi32(b, perm);
+		_mm_storeu_si128((__m128i *)(idx + k),
+				 _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1)));
+		k += (unsigned)__builtin_popcount(nz);
+	}
+	*nzero += z;
+	return k + idx_tail(p + j, m - j, sc, topi, idx + k, nzero);
 }
 #else
 #define idx_avx512 idx_c
-#define idx_c_avx2 idx_c
+#define idx_avx2 idx_c
 #endif
 
 /* h's counts [o, o + n) += s0[k] + s1[k] + s2[k] + s3[k] (k < n), and the four cleared. */
@@ -445,9 +526,9 @@ _Static_assert(NBINS + 2 <= 65536, "histogram bins must fit uint16_t indices");
 /*
  * The caller's min/max scan gives the block's largest |x|, which fixes e
  * before any value is counted; then the indices of a block are computed
- * branch-free (AVX-512: zeros counted by mask / popcount, the indices of
- * finite non-zero values compacted; a vector of 16 values that share one
- * bin counted as one +16; plain C: zeros and NaN / Inf through two scratch
+ * branch-free (AVX-512 and AVX2: zeros counted by mask / popcount, the
+ * indices of finite non-zero values compacted; a vector of 16 / 8 values
+ * that share one bin counted as one +16 / +8; plain C: zeros and NaN / Inf through two scratch
  * slots after the bins) and counted into interleaved 16-bit
  * sub-histograms.
  */
@@ -462,7 +543,7 @@ int oq_hist_add_f32(oq_hist *h, const float *p, size_t n, float amax)
 	size_t (*kern)(const float *, size_t, float, uint32_t, uint16_t *, uint64_t *, oq_hist *) =
 		!oq_hist_simd			       ? idx_c
 		: oq_hist_simd == 1 && oq_cpu_avx512() ? idx_avx512
-		: oq_cpu_avx2_fma()		       ? idx_c_avx2
+		: oq_cpu_avx2_fma()		       ? idx_avx2
 						       : idx_c;
 	uint64_t nzero = 0;
 	uint32_t top;

@@ -243,9 +243,9 @@ static void expect_fast_fills_match(const float *x, size_t n, oq_hist *ref)
 }
 
 /* Runs of values sharing one bin (flat regions: whole 16-value vectors in one bin are counted at
- * once by the AVX-512 path): runs of 1..40 of one value or of neighbours in the same bin, on
- * either side, at the top of the grid (amax itself), broken by zeros and NaN, starting at any
- * offset within a vector. */
+ * once by the AVX-512 path, 8-value ones by the AVX2 path): runs of 1..40 of one value or of
+ * neighbours in the same bin, on either side, at the top of the grid (amax itself), broken by
+ * zeros and NaN, starting at any offset within a vector. */
 Test(observers, fast_fill_runs_in_one_bin)
 {
 	const size_t n = 3 * 255 * 1024 + 333;
