@@ -1521,6 +1521,14 @@ static int folds_out(const oq_model *m, const job *j, calib *c, oq_stats *out, o
 	return rc;
 }
 
+/* Online CPUs (at least 1): the threads of o->threads <= 0. */
+static int online_cpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n > 0 ? (int)n : 1;
+}
+
 int oq_calibrate_held_out(oq_model *m, const oq_calib_opts *o, const oq_stats *s, size_t held,
 			  oq_ranges *out, oq_diag *d)
 {
@@ -1572,7 +1580,13 @@ int oq_calibrate_held_out(oq_model *m, const oq_calib_opts *o, const oq_stats *s
 			g++;
 		}
 	}
-	rc = oq_calib_collect(&c, &q, out, d);
+	/* the selections run over a pool of o->threads (each tensor's alone: the same ranges) */
+	if (c.h && (rc = oq_pool_new(o->threads > 0 ? o->threads : online_cpus(), &c.pool)))
+		rc = oq_err(d, rc, "calibrate: cannot start %d threads", o->threads);
+	else
+		rc = oq_calib_collect(&c, &q, out, d);
+	oq_pool_free(c.pool);
+	c.pool = NULL;
 fail:
 	stats_free(&c);
 	free(c.track);
