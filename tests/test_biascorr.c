@@ -735,16 +735,18 @@ Test(biascorr, empirical_gain_margin_hand)
  * shift is 0 (e1 + e3 = (11 - 10.6f) + (15 - 15.4f) = 0 exactly): nothing
  * changes on fold 0. Not kept: no bias.
  */
-static void pipeline_case_b(const float *xs, int want_bias, int64_t want, int has_bias, const char *keep_out);
+static void pipeline_case_b(const float *xs, size_t ns, int want_bias, int64_t want, int has_bias,
+			    const char *keep_out);
 
 static void pipeline_case(const float *xs, int want_bias, int64_t want)
 {
-	pipeline_case_b(xs, want_bias, want, 0, NULL);
+	pipeline_case_b(xs, 4, want_bias, want, 0, NULL);
 }
 
-/* pipeline_case; has_bias: the Conv has a zero bias already; keep_out: the quantized model is
- * copied there (before the temporary folder goes). */
-static void pipeline_case_b(const float *xs, int want_bias, int64_t want, int has_bias, const char *keep_out)
+/* pipeline_case on ns samples; has_bias: the Conv has a zero bias already; keep_out: the
+ * quantized model is copied there (before the temporary folder goes). */
+static void pipeline_case_b(const float *xs, size_t ns, int want_bias, int64_t want, int has_bias,
+			    const char *keep_out)
 {
 	gen_model *g = gen_new(8);
 	Onnx__GraphProto *mg;
@@ -771,7 +773,7 @@ static void pipeline_case_b(const float *xs, int want_bias, int64_t want, int ha
 	gen_node(g, mg, "Conv", "conv", has_bias ? "x,W,B" : "x,W", "y");
 	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1));
 	cr_assert_eq(gen_write(g, in), 0);
-	write_samples(cal, 4, GEN_SHAPE(1, 1, 1, 1), xs, 1);
+	write_samples(cal, ns, GEN_SHAPE(1, 1, 1, 1), xs, 1);
 	cr_assert_not_null(f = fopen(ov, "w"));
 	fputs("{\"tensors\": {\"x\": {\"scale\": 1, \"zero_point\": 0}, \"y\": {\"skip\": true}}}\n", f);
 	cr_assert_eq(fclose(f), 0);
@@ -829,6 +831,64 @@ Test(biascorr, empirical_pipeline_shift_fails_cross_validation)
 	pipeline_case(xs, 0, 0);
 }
 
+/* Whether files a and b hold the same bytes. */
+static int same_file(const char *a, const char *b)
+{
+	FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+	int ca, cb, same = fa && fb;
+
+	while (same && ((ca = fgetc(fa)) != EOF) + ((cb = fgetc(fb)) != EOF))
+		same = ca == cb;
+	if (fa)
+		fclose(fa);
+	if (fb)
+		fclose(fb);
+	return same;
+}
+
+/*
+ * The probe (biascorr.h) on the pipeline above with 32 samples: the rounds are tried first on
+ * samples 0-1, 8-9, 16-17 and 24-25 (sample i in fold i % 2). A shift that holds everywhere
+ * (x = k + 0.6, k = 1..32: every error +0.4, as in the kept case above) passes there, and the
+ * rounds keep it: bias -51. Errors whose sign flips every eight samples (x = k + 0.6 on samples
+ * 0-7, 16-23, k + 0.4 on 8-15, 24-31: +0.4 and -0.4) leave both folds of the probe, as both
+ * folds of all samples, no shift (sums of +0.4 and -0.4 in equal numbers): the probe stops,
+ * and the Conv gets no bias. Either way the model is the bytes the rounds alone write
+ * (oq_bc_probe 0).
+ */
+Test(biascorr, empirical_probe_stops_only_where_no_round_passes)
+{
+	float hold[32], flip[32];
+	char dir[64] = "/tmp/oq_bcq_XXXXXX", pa[96], pb[96];
+	size_t before;
+
+	for (int i = 0; i < 32; i++) {
+		hold[i] = (float)(i + 1) + 0.6f;
+		flip[i] = (float)(i + 1) + (i / 8 % 2 ? 0.4f : 0.6f);
+	}
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(pa, sizeof pa, "%s/probe.onnx", dir);
+	snprintf(pb, sizeof pb, "%s/rounds.onnx", dir);
+
+	before = oq_bc_probe_stops;
+	pipeline_case_b(hold, 32, 1, -51, 0, pa);
+	cr_expect_eq(oq_bc_probe_stops, before, "the probe stopped a shift that holds");
+	oq_bc_probe = 0;
+	pipeline_case_b(hold, 32, 1, -51, 0, pb);
+	oq_bc_probe = 1;
+	cr_expect(same_file(pa, pb), "a shift that holds: the models differ");
+
+	before = oq_bc_probe_stops;
+	pipeline_case_b(flip, 32, 0, 0, 0, pa);
+	cr_expect_eq(oq_bc_probe_stops, before + 1, "the probe did not stop a shift that flips");
+	oq_bc_probe = 0;
+	pipeline_case_b(flip, 32, 0, 0, 0, pb);
+	oq_bc_probe = 1;
+	cr_expect_eq(oq_bc_probe_stops, before + 1, "the probe ran with oq_bc_probe 0");
+	cr_expect(same_file(pa, pb), "a shift that flips: the models differ");
+	rm_rf(dir);
+}
+
 /*
  * Tails (measure.h): with a bias already in the Conv, the last layer's round changes only that
  * bias, so its fold candidates (fold 0's shift on fold 1's two samples, then fold 1's on fold
@@ -840,29 +900,19 @@ Test(biascorr, empirical_pipeline_tails_same_model)
 	static const float xs[] = {1.6f, 10.6f, 5.6f, 15.6f};
 	char a[64] = "/tmp/oq_bct_XXXXXX", pa[96], pb[96];
 	size_t before = oq_bc_tail_runs;
-	FILE *fa, *fb;
-	int ca, cb;
 
 	cr_assert_not_null(mkdtemp(a));
 	snprintf(pa, sizeof pa, "%s/tail.onnx", a);
 	snprintf(pb, sizeof pb, "%s/whole.onnx", a);
 	oq_bc_tail = 1;
-	pipeline_case_b(xs, 1, -51, 1, pa);
+	pipeline_case_b(xs, 4, 1, -51, 1, pa);
 	cr_expect_eq(oq_bc_tail_runs - before, 4, "%zu tail runs", oq_bc_tail_runs - before);
 	oq_bc_tail = 0;
 	before = oq_bc_tail_runs;
-	pipeline_case_b(xs, 1, -51, 1, pb);
+	pipeline_case_b(xs, 4, 1, -51, 1, pb);
 	oq_bc_tail = 1;
 	cr_expect_eq(oq_bc_tail_runs, before, "tail runs with oq_bc_tail 0");
-	cr_assert_not_null(fa = fopen(pa, "rb"));
-	cr_assert_not_null(fb = fopen(pb, "rb"));
-	do {
-		ca = fgetc(fa);
-		cb = fgetc(fb);
-		cr_assert_eq(ca, cb, "the models differ");
-	} while (ca != EOF);
-	fclose(fa);
-	fclose(fb);
+	cr_expect(same_file(pa, pb), "the models differ");
 	rm_rf(a);
 }
 

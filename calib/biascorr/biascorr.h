@@ -37,6 +37,16 @@ enum {
 
 /* Empirical mode: forward groups before the last layer's round, by default. */
 #define OQ_BC_ROUNDS 0
+/* The probe before the rounds (oq_biascorr_empirical): one pair of samples in every
+ * OQ_BC_PROBE_EVERY pairs, only with more than OQ_BC_PROBE_MIN samples measured, and the margin
+ * in standard errors a fold candidate's gain must pass there for the rounds to be measured. */
+#define OQ_BC_PROBE_EVERY 4
+#define OQ_BC_PROBE_MIN 16
+#define OQ_BC_PROBE_MARGIN 1.0
+/* 1 (default): the probe runs; 0: the rounds are measured whatever it would find (tests). */
+extern int oq_bc_probe;
+/* Measurements the probe stopped so far (tests). */
+extern size_t oq_bc_probe_stops;
 
 /* Analytic mode in progress: the layers and the input sums calibration adds to. */
 typedef struct oq_biascorr_analytic oq_biascorr_analytic;
@@ -98,9 +108,16 @@ typedef struct oq_biascorr_models {
  * model's calibration SQNR improves by more than OQ_BC_MARGIN standard
  * errors (oq_bc_sqnr_holds on all samples: w was measured without the
  * activation quantizers, so the judge is not the estimate; each layer's
- * shift already passed learned rounding's held-out guard). *out receives
- * the quantized model kept (the uncorrected one when no round is kept);
- * `log` gets a summary line.
+ * shift already passed learned rounding's held-out guard). Without w, a
+ * probe comes first (with more than OQ_BC_PROBE_MIN samples measured): each
+ * round's fold checks on a quarter of the samples, every correction 0
+ * before, a loose test (gain above OQ_BC_PROBE_MARGIN standard errors);
+ * when no round passes it, no round is measured on all samples and the
+ * uncorrected model is kept (a round that cannot pass a loose test on a
+ * quarter of the samples is not expected to pass the strict one on all;
+ * the cost is one more quantized run of that quarter where one does).
+ * *out receives the quantized model kept (the uncorrected one when no
+ * round is kept); `log` gets a summary line.
  * fout (may be NULL): receives the float model's outputs on every sample
  * when the measurement kept them all (calib/biascorr/measure.h; state 1),
  * else is left empty, for a later measurement on the same samples.

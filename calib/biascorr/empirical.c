@@ -232,6 +232,159 @@ static int weights_round(oq_model *ref, const oq_biascorr_models *mk, const oq_o
 	return OQ_OK;
 }
 
+int oq_bc_probe = 1;
+size_t oq_bc_probe_stops;
+
+/* Round r's layers [*lo, *hi) of b (rounds forward groups over layers [0, n-1), then the last
+ * layer alone). */
+static void round_layers(const oq_bc_targets *b, int r, int rounds, size_t *lo, size_t *hi)
+{
+	size_t nf = b->n - 1;
+
+	*lo = r < rounds ? nf * (size_t)r / (size_t)rounds : nf;
+	*hi = r < rounds ? nf * (size_t)(r + 1) / (size_t)rounds : b->n;
+}
+
+/* Layer sums of the float model (their probe overwrites them): a copy to put back. */
+typedef struct fsums {
+	double **sum_f;
+	uint64_t (*n_f)[OQ_BC_FOLDS];
+	int *failed;
+	uint8_t *nonfinite;
+	size_t n_samples, n_nonfinite;
+} fsums;
+
+static void fsums_free(fsums *s, size_t n)
+{
+	for (size_t i = 0; s->sum_f && i < n; i++)
+		free(s->sum_f[i]);
+	free(s->sum_f);
+	free(s->n_f);
+	free(s->failed);
+	free(s->nonfinite);
+	memset(s, 0, sizeof *s);
+}
+
+static int fsums_save(const oq_bc_targets *b, fsums *s)
+{
+	memset(s, 0, sizeof *s);
+	if (!(s->sum_f = oq_calloc(b->n + 1, sizeof *s->sum_f)) || !(s->n_f = oq_calloc(b->n + 1, sizeof *s->n_f)) ||
+	    !(s->failed = oq_calloc(b->n + 1, sizeof *s->failed)) ||
+	    !(s->nonfinite = oq_malloc(b->n_samples ? b->n_samples : 1)))
+		goto fail;
+	for (size_t i = 0; i < b->n; i++) {
+		const oq_bc_target *l = &b->v[i];
+		if (!(s->sum_f[i] = oq_malloc((OQ_BC_FOLDS * l->M + 1) * sizeof **s->sum_f)))
+			goto fail;
+		memcpy(s->sum_f[i], l->sum_f, OQ_BC_FOLDS * l->M * sizeof **s->sum_f);
+		memcpy(s->n_f[i], l->n_f, sizeof l->n_f);
+		s->failed[i] = l->failed;
+	}
+	if (b->n_samples)
+		memcpy(s->nonfinite, b->nonfinite, b->n_samples);
+	s->n_samples = b->n_samples;
+	s->n_nonfinite = b->n_nonfinite;
+	return OQ_OK;
+fail:
+	fsums_free(s, b->n);
+	return OQ_ENOMEM;
+}
+
+/* b's float sums as s saved them (the same layers; b's nonfinite holds n_samples entries or more). */
+static void fsums_restore(oq_bc_targets *b, const fsums *s)
+{
+	for (size_t i = 0; i < b->n; i++) {
+		oq_bc_target *l = &b->v[i];
+		memcpy(l->sum_f, s->sum_f[i], OQ_BC_FOLDS * l->M * sizeof *l->sum_f);
+		memcpy(l->n_f, s->n_f[i], sizeof l->n_f);
+		l->failed = s->failed[i];
+	}
+	memset(b->nonfinite, 0, b->n_samples);
+	if (s->n_samples)
+		memcpy(b->nonfinite, s->nonfinite, s->n_samples);
+	b->n_samples = s->n_samples;
+	b->n_nonfinite = s->n_nonfinite;
+}
+
+/*
+ * The probe (biascorr.h). First the float model on every sample, as the rounds start (cache
+ * and float sums filled; a cache left at state -1: *go 1, the rounds decide). Then, on the
+ * probe samples (oq_bc_quantized.every = OQ_BC_PROBE_EVERY: two in eight, one of each fold),
+ * the uncorrected model `base` (its measured nodes qn) with the float model beside it, and
+ * each round's fold candidates as the rounds would make them first (every correction 0
+ * before). *go: 1 when some round's every fold candidate gains more than OQ_BC_PROBE_MARGIN
+ * standard errors on the other fold's probe samples, or when there are at most
+ * OQ_BC_PROBE_MIN samples (the probe would be most of them: the rounds decide); else 0, no
+ * round can pass. The float sums and the corrections end as the float-only pass left them.
+ */
+static int probe(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, const oq_calib_opts *calib,
+		 int rounds, oq_node **rn, oq_node **qn, oq_model *base, oq_bc_targets *b, double **zero,
+		 double **diff, oq_bc_float_cache *cache, int *go, oq_diag *d)
+{
+	const unsigned all = (1u << OQ_BC_FOLDS) - 1;
+	oq_bc_quantized run0 = {.qm = base, .nodes = qn, .folds = all, .every = OQ_BC_PROBE_EVERY};
+	oq_bc_float_cache pk = {0};
+	oq_model *cand = NULL;
+	fsums fs = {0};
+	size_t np;
+	int rc;
+
+	*go = 1;
+	if ((rc = oq_bc_measure(ref, rn, NULL, 0, calib, b, cache, d)))
+		return rc;
+	if (cache->state != 1 || cache->n <= OQ_BC_PROBE_MIN)
+		return OQ_OK;
+	if (fsums_save(b, &fs))
+		return oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+	/* the float model runs beside base: its sums on the probe samples alone (an empty cache
+	 * but for the executors' peaks, which size the lanes) */
+	pk.peak_f = cache->peak_f;
+	rc = oq_bc_measure(ref, rn, &run0, 1, calib, b, &pk, d);
+	cache->peak_q = pk.peak_q;
+	if (rc)
+		goto out;
+	take_diffs(b, diff);
+	for (size_t i = np = 0; i < cache->n; i++)
+		np += i / OQ_BC_FOLDS % OQ_BC_PROBE_EVERY == 0;
+	*go = 0;
+	for (int r = 0; r <= rounds && !*go; r++) {
+		size_t lo, hi;
+		int pass = 1;
+		round_layers(b, r, rounds, &lo, &hi);
+		for (int k = 0; k < OQ_BC_FOLDS && pass && lo < hi; k++) {
+			unsigned on = all & ~(1u << k);
+			oq_bc_quantized run;
+			double g, se;
+			set_corr(b, zero, diff, lo, hi, k);
+			rc = quantize_corrected(mk, b, &cand, NULL, d);
+			set_corr(b, zero, diff, lo, hi, -1);
+			if (rc)
+				goto out;
+			run = (oq_bc_quantized){.qm = cand, .folds = on, .every = OQ_BC_PROBE_EVERY};
+			if ((rc = oq_bc_measure(ref, rn, &run, 1, calib, b, cache, d)))
+				goto out;
+			oq_bc_sqnr_gain(&run.sqnr, &run0.sqnr, on, &g, &se);
+			pass = g > OQ_BC_PROBE_MARGIN * se; /* NaN: no */
+			if (q->log)
+				fprintf(q->log, "bias correction: probe (%zu of %zu samples): round %d (layers %zu..%zu): "
+					"fold %d's shift on the other samples: gain %.2f +- %.2f dB%s\n", np, cache->n,
+					r + 1, lo, hi - 1, k, g, se, pass ? "" : ": cannot pass");
+			oq_bc_sqnr_free(&run.sqnr);
+			oq_model_free(cand);
+			cand = NULL;
+		}
+		*go = pass && lo < hi;
+	}
+out:
+	if (fs.sum_f)
+		fsums_restore(b, &fs);
+	fsums_free(&fs, b->n);
+	oq_model_free(cand);
+	oq_bc_sqnr_free(&run0.sqnr);
+	oq_bc_float_cache_free(&pk);
+	return rc;
+}
+
 /*
  * The rounds (contract in biascorr.h; round 0 is the uncorrected model).
  * Round r adds the shifts measured on the best model so far to the
@@ -297,10 +450,32 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 			goto out;
 		}
 	}
-	/* the float model alone first (its outputs kept), then one quantized model at a time */
-	if ((rc = oq_bc_measure(ref, rn, NULL, 0, calib, &b, &cache, d)) ||
-	    (rc = quantize_corrected(mk, &b, &best, qn, d)))
+	if ((rc = quantize_corrected(mk, &b, &best, qn, d)))
 		goto out;
+	/* the float model alone first (its outputs kept), then one quantized model at a time; the
+	 * probe runs the float model as the rounds would, then a few samples: when no round can
+	 * pass there, none is measured on all */
+	if (oq_bc_probe && b.n && !(w && w->n)) {
+		int go;
+		if ((rc = probe(ref, mk, q, calib, rounds, rn, qn, best, &b, saved, diff, &cache, &go, d)))
+			goto out;
+		if (!go) {
+			if (log)
+				fprintf(log, "bias correction: %zu layers, %d forward groups + the last layer: no round "
+					"gains on the probe samples, none measured on all\n", b.n, rounds);
+			oq_bc_probe_stops++;
+			*out = best;
+			best = NULL;
+			if (fout && cache.state == 1) {
+				*fout = cache;
+				memset(&cache, 0, sizeof cache);
+			}
+			rc = OQ_OK;
+			goto out;
+		}
+	} else if ((rc = oq_bc_measure(ref, rn, NULL, 0, calib, &b, &cache, d))) {
+		goto out;
+	}
 	/* the last layer's round changes one bias: run0 keeps what the nodes it reaches read, and its
 	 * candidates run only those nodes (measure.h; while best is still run0's model) */
 	if (b.n && (rc = oq_bc_prefix_plan(best, qn + (b.n - 1), 1, &tail, d)))
@@ -316,14 +491,13 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 	if (w && w->n && (rc = weights_round(ref, mk, q, calib, w, rn, qn, &b, &cache, diff, &best, &bs, &wkept, d)))
 		goto out;
 	for (int r = 0; r <= rounds && b.n; r++) {
-		/* rounds forward groups over layers [0, n-1), then the last layer alone */
-		size_t nf = b.n - 1, lo = r < rounds ? nf * (size_t)r / (size_t)rounds : nf,
-		       hi = r < rounds ? nf * (size_t)(r + 1) / (size_t)rounds : b.n;
+		size_t lo, hi;
 		oq_bc_quantized run;
 		char msg[640];
 		double g, se;
 		size_t len;
 		int keep = 1;
+		round_layers(&b, r, rounds, &lo, &hi);
 		if (lo == hi)
 			continue;
 		for (size_t i = lo; i < hi; i++)

@@ -623,6 +623,7 @@ typedef struct pass {
 	size_t n, nin, nout;
 	unsigned folds;        /* the samples this pass runs: bit i % OQ_BC_FOLDS, */
 	size_t lo, hi;         /* and lo <= i < hi (hi 0: no bound) */
+	size_t every;          /* and (i / OQ_BC_FOLDS) % every == 0 (0, 1: no bound) */
 	int fonly, cached, sf_on, sq_on;
 	oq_bc_sqnr *q;        /* SQNR out (NULL: float only) */
 	oq_bc_outerr *err;     /* each sample's errors out (NULL: none) */
@@ -641,7 +642,8 @@ typedef struct pass {
 
 static int in_pass(const pass *P, size_t i)
 {
-	return (P->folds >> (i % OQ_BC_FOLDS) & 1u) && i >= P->lo && (!P->hi || i < P->hi);
+	return (P->folds >> (i % OQ_BC_FOLDS) & 1u) && i >= P->lo && (!P->hi || i < P->hi) &&
+	       (P->every < 2 || i / OQ_BC_FOLDS % P->every == 0);
 }
 
 /* The first sample at or after i that the pass runs (P->n: none). */
@@ -891,7 +893,7 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 			   .max_live_bytes = o->max_live_bytes};
 	oq_samples s = {0};
 	const oq_value **fvals = NULL, **qvals = NULL;
-	size_t *off = NULL, n_ch = 0, nin = 0, nout = 0, n = 0, sums = n_runs;
+	size_t *off = NULL, n_ch = 0, nin = 0, nout = 0, n = 0, n_all = 0, sums = n_runs;
 	uint8_t *skip = NULL;
 	side tf, tq; /* the observers' templates (want reads only b and vals) */
 	/* float only: fill the cache; float sums already taken (a float-only call); outputs kept */
@@ -989,7 +991,8 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 			nout = oq_exec_n_outputs(e0);
 			if ((rc = oq_samples_scan(o->source, e0, &s, d)))
 				goto out;
-			n = oq_samples_thin(&s, o->limit && o->limit < s.n ? o->limit : s.n, OQ_MEASURE_SAMPLES);
+			n_all = o->limit && o->limit < s.n ? o->limit : s.n;
+			n = oq_samples_thin(&s, n_all, OQ_MEASURE_SAMPLES);
 			if (cached && (cache->n != n || cache->nout != nout)) {
 				rc = oq_err(d, OQ_EINVAL, "bias correction: the samples changed between rounds "
 					    "(internal error)");
@@ -1020,6 +1023,7 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 					cache->at[i] = SIZE_MAX;
 				spill_open(cache);
 				cache->n = n;
+				cache->n_all = n_all;
 				cache->nout = nout;
 				cache->state = 1; /* until the limit is passed */
 			}
@@ -1042,6 +1046,7 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 		P.folds = fonly ? (1u << OQ_BC_FOLDS) - 1 : runs[r].folds;
 		P.lo = fonly ? 0 : runs[r].lo;
 		P.hi = fonly ? 0 : runs[r].hi;
+		P.every = fonly ? 0 : runs[r].every;
 		P.fonly = fonly;
 		P.cached = cached;
 		/* the float sums once: in a float-only call or alongside the quantized sums */
