@@ -37,10 +37,9 @@ enum {
 
 /* Empirical mode: forward groups before the last layer's round, by default. */
 #define OQ_BC_ROUNDS 0
-/* The probe before the rounds (oq_biascorr_empirical): one pair of samples in every
- * OQ_BC_PROBE_EVERY pairs, only with more than OQ_BC_PROBE_MIN samples measured, and the margin
- * in standard errors a fold candidate's gain must pass there for the rounds to be measured. */
-#define OQ_BC_PROBE_EVERY 4
+/* The probe before the rounds (oq_biascorr_empirical; its samples: tables.h): only with more
+ * than OQ_BC_PROBE_MIN samples measured, and the margin in standard errors a fold candidate's
+ * gain must pass there for the rounds to be measured. */
 #define OQ_BC_PROBE_MIN 16
 #define OQ_BC_PROBE_MARGIN 1.0
 /* 1 (default): the probe runs; 0: the rounds are measured whatever it would find (tests). */

@@ -61,9 +61,10 @@ int oq_bc_targets_find(oq_graph *g, const oq_opts *o, oq_bc_targets *b, oq_diag 
 		l->M = M;
 		l->corr = oq_calloc(M ? M : 1, sizeof *l->corr);
 		l->sum_f = oq_calloc(M ? OQ_BC_FOLDS * M : 1, sizeof *l->sum_f);
+		l->sum_fp = oq_calloc(M ? OQ_BC_FOLDS * M : 1, sizeof *l->sum_fp);
 		l->sum_q = oq_calloc(M ? OQ_BC_FOLDS * M : 1, sizeof *l->sum_q);
 		b->n++;
-		if (!l->node || !l->measured || !l->corr || !l->sum_f || !l->sum_q) {
+		if (!l->node || !l->measured || !l->corr || !l->sum_f || !l->sum_fp || !l->sum_q) {
 			free(p);
 			return oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
 		}
@@ -245,77 +246,32 @@ static void round_layers(const oq_bc_targets *b, int r, int rounds, size_t *lo, 
 	*hi = r < rounds ? nf * (size_t)(r + 1) / (size_t)rounds : b->n;
 }
 
-/* Layer sums of the float model (their probe overwrites them): a copy to put back. */
-typedef struct fsums {
-	double **sum_f;
-	uint64_t (*n_f)[OQ_BC_FOLDS];
-	int *failed;
-	uint8_t *nonfinite;
-	size_t n_samples, n_nonfinite;
-} fsums;
-
-static void fsums_free(fsums *s, size_t n)
-{
-	for (size_t i = 0; s->sum_f && i < n; i++)
-		free(s->sum_f[i]);
-	free(s->sum_f);
-	free(s->n_f);
-	free(s->failed);
-	free(s->nonfinite);
-	memset(s, 0, sizeof *s);
-}
-
-static int fsums_save(const oq_bc_targets *b, fsums *s)
-{
-	memset(s, 0, sizeof *s);
-	if (!(s->sum_f = oq_calloc(b->n + 1, sizeof *s->sum_f)) || !(s->n_f = oq_calloc(b->n + 1, sizeof *s->n_f)) ||
-	    !(s->failed = oq_calloc(b->n + 1, sizeof *s->failed)) ||
-	    !(s->nonfinite = oq_malloc(b->n_samples ? b->n_samples : 1)))
-		goto fail;
-	for (size_t i = 0; i < b->n; i++) {
-		const oq_bc_target *l = &b->v[i];
-		if (!(s->sum_f[i] = oq_malloc((OQ_BC_FOLDS * l->M + 1) * sizeof **s->sum_f)))
-			goto fail;
-		memcpy(s->sum_f[i], l->sum_f, OQ_BC_FOLDS * l->M * sizeof **s->sum_f);
-		memcpy(s->n_f[i], l->n_f, sizeof l->n_f);
-		s->failed[i] = l->failed;
-	}
-	if (b->n_samples)
-		memcpy(s->nonfinite, b->nonfinite, b->n_samples);
-	s->n_samples = b->n_samples;
-	s->n_nonfinite = b->n_nonfinite;
-	return OQ_OK;
-fail:
-	fsums_free(s, b->n);
-	return OQ_ENOMEM;
-}
-
-/* b's float sums as s saved them (the same layers; b's nonfinite holds n_samples entries or more). */
-static void fsums_restore(oq_bc_targets *b, const fsums *s)
+/* Swaps each layer's float sums of all samples and of the probe samples. */
+static void swap_probe_sums(oq_bc_targets *b)
 {
 	for (size_t i = 0; i < b->n; i++) {
 		oq_bc_target *l = &b->v[i];
-		memcpy(l->sum_f, s->sum_f[i], OQ_BC_FOLDS * l->M * sizeof *l->sum_f);
-		memcpy(l->n_f, s->n_f[i], sizeof l->n_f);
-		l->failed = s->failed[i];
+		double *t = l->sum_f;
+		uint64_t n[OQ_BC_FOLDS];
+		l->sum_f = l->sum_fp;
+		l->sum_fp = t;
+		memcpy(n, l->n_f, sizeof n);
+		memcpy(l->n_f, l->n_fp, sizeof n);
+		memcpy(l->n_fp, n, sizeof n);
 	}
-	memset(b->nonfinite, 0, b->n_samples);
-	if (s->n_samples)
-		memcpy(b->nonfinite, s->nonfinite, s->n_samples);
-	b->n_samples = s->n_samples;
-	b->n_nonfinite = s->n_nonfinite;
 }
 
 /*
  * The probe (biascorr.h). First the float model on every sample, as the rounds start (cache
- * and float sums filled; a cache left at state -1: *go 1, the rounds decide). Then, on the
- * probe samples (oq_bc_quantized.every = OQ_BC_PROBE_EVERY: two in eight, one of each fold),
- * the uncorrected model `base` (its measured nodes qn) with the float model beside it, and
- * each round's fold candidates as the rounds would make them first (every correction 0
- * before). *go: 1 when some round's every fold candidate gains more than OQ_BC_PROBE_MARGIN
- * standard errors on the other fold's probe samples, or when there are at most
- * OQ_BC_PROBE_MIN samples (the probe would be most of them: the rounds decide); else 0, no
- * round can pass. The float sums and the corrections end as the float-only pass left them.
+ * and float sums filled, and each layer's float sums of the probe samples, tables.h; a cache
+ * left at state -1: *go 1, the rounds decide). Then, on the probe samples alone
+ * (oq_bc_quantized.every), the uncorrected model `base` (its measured nodes qn) and each
+ * round's fold candidates as the rounds would make them first (every correction 0 before),
+ * the float outputs read from the cache. *go: 1 when some round's every fold candidate gains
+ * more than OQ_BC_PROBE_MARGIN standard errors on the other fold's probe samples, or when at
+ * most OQ_BC_PROBE_MIN samples are measured (the probe would be most of them: the rounds
+ * decide); else 0, no round can pass. The float sums and the corrections end as the float
+ * pass left them.
  */
 static int probe(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, const oq_calib_opts *calib,
 		 int rounds, oq_node **rn, oq_node **qn, oq_model *base, oq_bc_targets *b, double **zero,
@@ -323,9 +279,7 @@ static int probe(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, 
 {
 	const unsigned all = (1u << OQ_BC_FOLDS) - 1;
 	oq_bc_quantized run0 = {.qm = base, .nodes = qn, .folds = all, .every = OQ_BC_PROBE_EVERY};
-	oq_bc_float_cache pk = {0};
 	oq_model *cand = NULL;
-	fsums fs = {0};
 	size_t np;
 	int rc;
 
@@ -334,14 +288,9 @@ static int probe(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, 
 		return rc;
 	if (cache->state != 1 || cache->n <= OQ_BC_PROBE_MIN)
 		return OQ_OK;
-	if (fsums_save(b, &fs))
-		return oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
-	/* the float model runs beside base: its sums on the probe samples alone (an empty cache
-	 * but for the executors' peaks, which size the lanes) */
-	pk.peak_f = cache->peak_f;
-	rc = oq_bc_measure(ref, rn, &run0, 1, calib, b, &pk, d);
-	cache->peak_q = pk.peak_q;
-	if (rc)
+	/* the shifts of the probe samples: their float sums against base's on the same samples */
+	swap_probe_sums(b);
+	if ((rc = oq_bc_measure(ref, rn, &run0, 1, calib, b, cache, d)))
 		goto out;
 	take_diffs(b, diff);
 	for (size_t i = np = 0; i < cache->n; i++)
@@ -376,12 +325,9 @@ static int probe(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, 
 		*go = pass && lo < hi;
 	}
 out:
-	if (fs.sum_f)
-		fsums_restore(b, &fs);
-	fsums_free(&fs, b->n);
+	swap_probe_sums(b);
 	oq_model_free(cand);
 	oq_bc_sqnr_free(&run0.sqnr);
-	oq_bc_float_cache_free(&pk);
 	return rc;
 }
 

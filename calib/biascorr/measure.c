@@ -715,6 +715,12 @@ static int commit(pass *P, lane *ln, size_t i)
 			for (size_t m = 0; m < L->M; m++)
 				S[m] += st->s[q][P->off[l] + m];
 			*(q ? &L->n_q[f] : &L->n_f[f]) += st->n[q][l];
+			if (q || !L->sum_fp || i / OQ_BC_FOLDS % OQ_BC_PROBE_EVERY)
+				continue;
+			S = L->sum_fp + (size_t)f * L->M;
+			for (size_t m = 0; m < L->M; m++)
+				S[m] += st->s[q][P->off[l] + m];
+			L->n_fp[f] += st->n[q][l];
 		}
 	}
 	if (P->q) {
@@ -906,6 +912,9 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 		if (!fsums) {
 			memset(l->sum_f, 0, OQ_BC_FOLDS * l->M * sizeof *l->sum_f);
 			memset(l->n_f, 0, sizeof l->n_f);
+			if (l->sum_fp)
+				memset(l->sum_fp, 0, OQ_BC_FOLDS * l->M * sizeof *l->sum_fp);
+			memset(l->n_fp, 0, sizeof l->n_fp);
 			l->failed = !ref_nodes[i] || !ref_nodes[i]->n_outputs;
 		}
 		memset(l->sum_q, 0, OQ_BC_FOLDS * l->M * sizeof *l->sum_q);

@@ -23,6 +23,7 @@ void oq_bc_targets_free(oq_bc_targets *b)
 		free(b->v[i].measured);
 		free(b->v[i].corr);
 		free(b->v[i].sum_f);
+		free(b->v[i].sum_fp);
 		free(b->v[i].sum_q);
 	}
 	free(b->v);

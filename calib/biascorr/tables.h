@@ -56,6 +56,10 @@ void oq_bc_sums_free(oq_bc_sums *s);
  * correction estimated on one fold can be judged on the other.
  */
 #define OQ_BC_FOLDS 2
+/* The probe samples of empirical bias correction (biascorr.h): i / OQ_BC_FOLDS %
+ * OQ_BC_PROBE_EVERY == 0, a pair of consecutive samples (one per fold) in every
+ * OQ_BC_PROBE_EVERY pairs. */
+#define OQ_BC_PROBE_EVERY 4
 
 typedef struct oq_bc_target {
 	char *node;          /* layer node name (Conv, ConvTranspose, Gemm, MatMul) */
@@ -66,6 +70,8 @@ typedef struct oq_bc_target {
 	double *sum_f, *sum_q; /* OQ_BC_FOLDS x M: sums of the measured output per fold and channel,
 			      * float / quantized model (sum_f[f * M + m]) */
 	uint64_t n_f[OQ_BC_FOLDS], n_q[OQ_BC_FOLDS]; /* elements summed per channel in each fold */
+	double *sum_fp;      /* OQ_BC_FOLDS x M or NULL: sum_f of the probe samples alone (with it) */
+	uint64_t n_fp[OQ_BC_FOLDS];
 	int failed;          /* the measured value did not fit (dtype, channel dim): no correction */
 } oq_bc_target;
 
