@@ -91,6 +91,21 @@ __attribute__((target("avx512f"))) static size_t sum8_avx512(const float *p, siz
 	_mm512_storeu_pd(acc, a);
 	return j;
 }
+
+/* The same on AVX2: partials 0-3 and 4-7 as two vectors. */
+__attribute__((target("avx2"))) static size_t sum8_avx2(const float *p, size_t n, double *acc)
+{
+	__m256d a = _mm256_setzero_pd(), b = _mm256_setzero_pd();
+	size_t j = 0;
+
+	for (; j + 8 <= n; j += 8) {
+		a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm_loadu_ps(p + j)));
+		b = _mm256_add_pd(b, _mm256_cvtps_pd(_mm_loadu_ps(p + j + 4)));
+	}
+	_mm256_storeu_pd(acc, a);
+	_mm256_storeu_pd(acc + 4, b);
+	return j;
+}
 #endif
 
 int oq_bc_sum_simd = 1;
@@ -101,8 +116,10 @@ double oq_bc_sum_f32(const float *p, size_t n)
 	size_t j = 0;
 
 #ifdef HAVE_SUM_AVX512
-	if (oq_bc_sum_simd && n >= 8 && oq_cpu_avx512())
+	if (oq_bc_sum_simd == 1 && n >= 8 && oq_cpu_avx512())
 		j = sum8_avx512(p, n, acc);
+	else if (oq_bc_sum_simd && n >= 8 && oq_cpu_avx2_fma())
+		j = sum8_avx2(p, n, acc);
 #endif
 	for (; j + 8 <= n; j += 8)
 		for (int k = 0; k < 8; k++)

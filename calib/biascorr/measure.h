@@ -175,8 +175,9 @@ extern size_t oq_bc_measure_lanes;
 /*
  * p[0..n) summed in double, the order fixed (so the bits): element j into partial sum j % 8 while
  * eight remain, the partials added as ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)), then the tail in
- * order. The per-channel sums of the measurement. oq_bc_sum_simd 0 keeps it off its AVX-512 loop
- * (the same additions lane by lane; tests compare both).
+ * order. The per-channel sums of the measurement. oq_bc_sum_simd 1 (default) takes the CPU's best
+ * vector loop (AVX-512, else AVX2), 2 at most AVX2, 0 the plain loop (the same additions lane by
+ * lane; tests compare them).
  */
 double oq_bc_sum_f32(const float *p, size_t n);
 extern int oq_bc_sum_simd;
