@@ -370,6 +370,12 @@ Test(observers, counts_move_to_64_bits_and_stay_the_same)
 		}
 		oq_hist_narrow_max = UINT32_MAX;
 		cr_expect(same_hist(&h, &ref), "fill %d: counts differ after the move", how);
+		/* n values at once (n >= top + 64: through the sub-histograms, flushed into 64-bit
+		 * counts), against the reference fill of the same values into ref */
+		cr_assert_eq(h.e, ref.e);
+		fill(how, &h, x, n);
+		fill(0, &ref, x, n);
+		cr_expect(h.b64 && same_hist(&h, &ref), "fill %d: 64-bit counts of a large fill", how);
 		oq_hist_free(&h);
 		oq_hist_free(&ref);
 	}
