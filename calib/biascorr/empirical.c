@@ -294,7 +294,7 @@ static int probe(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, 
 		goto out;
 	take_diffs(b, diff);
 	for (size_t i = np = 0; i < cache->n; i++)
-		np += i / OQ_BC_FOLDS % OQ_BC_PROBE_EVERY == 0;
+		np += (size_t)oq_bc_probe_sample(i);
 	*go = 0;
 	for (int r = 0; r <= rounds && !*go; r++) {
 		size_t lo, hi;

@@ -728,16 +728,13 @@ static int commit(pass *P, lane *ln, size_t i)
 				L->failed = 1;
 				continue;
 			}
-			S = (q ? L->sum_q : L->sum_f) + (size_t)f * L->M;
-			for (size_t m = 0; m < L->M; m++)
-				S[m] += st->s[q][P->off[l] + m];
-			*(q ? &L->n_q[f] : &L->n_f[f]) += st->n[q][l];
-			if (q || !L->sum_fp || i / OQ_BC_FOLDS % OQ_BC_PROBE_EVERY)
-				continue;
-			S = L->sum_fp + (size_t)f * L->M;
-			for (size_t m = 0; m < L->M; m++)
-				S[m] += st->s[q][P->off[l] + m];
-			L->n_fp[f] += st->n[q][l];
+			/* the float side of a probe sample also into the probe's sums (tables.h) */
+			for (int p = 0; p < (!q && L->sum_fp && oq_bc_probe_sample(i) ? 2 : 1); p++) {
+				S = (q ? L->sum_q : p ? L->sum_fp : L->sum_f) + (size_t)f * L->M;
+				for (size_t m = 0; m < L->M; m++)
+					S[m] += st->s[q][P->off[l] + m];
+				*(q ? &L->n_q[f] : p ? &L->n_fp[f] : &L->n_f[f]) += st->n[q][l];
+			}
 		}
 	}
 	if (P->q) {
@@ -916,7 +913,7 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 			   .max_live_bytes = o->max_live_bytes};
 	oq_samples s = {0};
 	const oq_value **fvals = NULL, **qvals = NULL;
-	size_t *off = NULL, n_ch = 0, nin = 0, nout = 0, n = 0, n_all = 0, sums = n_runs;
+	size_t *off = NULL, n_ch = 0, nin = 0, nout = 0, n = 0, sums = n_runs;
 	uint8_t *skip = NULL;
 	side tf, tq; /* the observers' templates (want reads only b and vals) */
 	/* float only: fill the cache; float sums already taken (a float-only call); outputs kept */
@@ -1017,8 +1014,7 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 			nout = oq_exec_n_outputs(e0);
 			if ((rc = oq_samples_scan(o->source, e0, &s, d)))
 				goto out;
-			n_all = o->limit && o->limit < s.n ? o->limit : s.n;
-			n = oq_samples_thin(&s, n_all, OQ_MEASURE_SAMPLES);
+			n = oq_samples_thin(&s, o->limit && o->limit < s.n ? o->limit : s.n, OQ_MEASURE_SAMPLES);
 			if (cached && (cache->n != n || cache->nout != nout)) {
 				rc = oq_err(d, OQ_EINVAL, "bias correction: the samples changed between rounds "
 					    "(internal error)");
@@ -1049,7 +1045,6 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 					cache->at[i] = SIZE_MAX;
 				spill_open(cache);
 				cache->n = n;
-				cache->n_all = n_all;
 				cache->nout = nout;
 				cache->state = 1; /* until the limit is passed */
 			}

@@ -116,7 +116,6 @@ typedef struct oq_bc_float_cache {
 	int has_fd;
 	size_t fsize;  /* bytes written to it */
 	size_t n, nout;
-	size_t n_all;  /* the samples n was thinned from (o->limit applied) */
 	size_t bytes;  /* payload bytes kept (in memory or in the file) */
 	size_t limit;  /* at most this many bytes; 0: OQ_BC_FLOAT_CACHE_BYTES */
 	int state;     /* 0: empty; 1: filled by a float-only oq_bc_measure (out and every layer's
@@ -146,8 +145,8 @@ extern int oq_bc_spill;
 /*
  * Runs the samples of o->source (a folder; o->limit applies, then at most
  * OQ_MEASURE_SAMPLES of them, evenly spread (oq_samples_thin): sample i
- * below, and lo and hi, index that list; o->batch does not apply: one
- * sample at a time) through ref (float) and the quantized models runs[0..n_runs)
+ * below, and lo and hi, index that list; o->batch does not apply: one sample
+ * at a time) through ref (float) and the quantized models runs[0..n_runs)
  * side by side: each sample runs ref once and every model
  * whose folds include the sample's. ref_nodes[i]: the node whose output 0 is
  * layer i's measured value in ref (NULL marks the layer failed). Resets and

@@ -60,6 +60,10 @@ void oq_bc_sums_free(oq_bc_sums *s);
  * OQ_BC_PROBE_EVERY == 0, a pair of consecutive samples (one per fold) in every
  * OQ_BC_PROBE_EVERY pairs. */
 #define OQ_BC_PROBE_EVERY 4
+static inline int oq_bc_probe_sample(size_t i)
+{
+	return i / OQ_BC_FOLDS % OQ_BC_PROBE_EVERY == 0;
+}
 
 typedef struct oq_bc_target {
 	char *node;          /* layer node name (Conv, ConvTranspose, Gemm, MatMul) */
