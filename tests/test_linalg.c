@@ -1332,6 +1332,107 @@ Test(linalg, conv_avx2_bits_vs_fmaf)
 }
 
 /*
+ * The AVX2 GEMM's narrow last panel (oq_conv_avx2_tail: the last 1..4
+ * columns of a width not a multiple of 16, channels in the lanes) against
+ * its 6 x 16 tile there, bit for bit: planes 7 x 7, 1 x 1, 2 x 9, 1 x 19,
+ * 14 x 14, 4 x 5 (tails 1, 1, 2, 3, 4, 4), 1x1 and 3x3 kernels (3x3
+ * stride 1 on up to 64 channels reads the padded rows in place), depths
+ * below 8, not a multiple of 8 and past one depth slice (256: C carries the
+ * partial sums), 16..200 output channels (row blocks of 96 and their
+ * tails), with and without bias, and each epilogue the registers apply
+ * (Relu, Clip, BN + Clip) or that runs after them (residual Add + Relu).
+ */
+Test(linalg, conv_avx2_tail_vs_tile_bits)
+{
+	static const int64_t planes[][2] = {{7, 7}, {1, 1}, {2, 9}, {1, 19}, {14, 14}, {4, 5}};
+
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+		cr_skip_test("no AVX2 and FMA on this CPU: nothing to compare");
+	oq_linalg_no_avx512 = 1;
+	for (uint64_t sd = 1; sd <= 60; sd++) {
+		oq_conv_geom g;
+		oq_kfuse ep;
+		oq_epi_step st[2];
+		double scale[200], shift[200];
+		int64_t nx, nw, ny;
+		float *x, *w, *b, *r, *y0, *y1;
+		int kind = (int)(sd % 5), bias = (int)(sd / 5 % 2);
+
+		seed(9700 + sd);
+		memset(&g, 0, sizeof g);
+		g.nsp = 2;
+		g.n = 1;
+		g.k[0] = g.k[1] = sd % 3 == 0 ? 3 : 1;
+		g.c = sd % 4 == 0 ? irand(1, 7) : sd % 4 == 1 ? irand(9, 64) : irand(257, 400);
+		g.m = sd % 6 == 0 ? irand(97, 200) : irand(16, 96);
+		g.group = 1;
+		g.stride[0] = g.stride[1] = 1;
+		g.dil[0] = g.dil[1] = 1;
+		g.pad[0] = g.pad[1] = g.k[0] == 3 ? 1 : 0;
+		g.out[0] = g.in[0] = planes[sd % 6][0];
+		g.out[1] = g.in[1] = planes[sd % 6][1];
+		g.in_size = g.out_size = g.in[0] * g.in[1];
+		g.k_size = g.k[0] * g.k[1];
+		nx = g.c * g.in_size;
+		nw = g.m * g.c * g.k_size;
+		ny = g.m * g.out_size;
+		x = malloc((size_t)nx * sizeof *x);
+		w = malloc((size_t)nw * sizeof *w);
+		b = malloc((size_t)g.m * sizeof *b);
+		r = malloc((size_t)ny * sizeof *r);
+		y0 = malloc((size_t)ny * sizeof *y0);
+		y1 = malloc((size_t)ny * sizeof *y1);
+		cr_assert(x && w && b && r && y0 && y1);
+		for (int64_t i = 0; i < nx; i++)
+			x[i] = (float)frand() * 2;
+		for (int64_t i = 0; i < nw; i++)
+			w[i] = (float)frand();
+		for (int64_t i = 0; i < g.m; i++) {
+			b[i] = (float)frand();
+			scale[i] = frand() + 1.5;
+			shift[i] = frand();
+		}
+		for (int64_t i = 0; i < ny; i++)
+			r[i] = (float)frand();
+		memset(&ep, 0, sizeof ep);
+		if (kind == 1)
+			ep.act = (oq_act){OQ_ACT_RELU, 0, 0};
+		if (kind == 2 || kind == 3)
+			ep.act = (oq_act){OQ_ACT_CLIP, 0.0f, 6.0f};
+		if (kind == 3) {
+			ep.scale = scale;
+			ep.shift = shift;
+		}
+		if (kind == 4) {
+			st[0] = (oq_epi_step){.kind = OQ_EPI_TENSOR, .bop = OQ_EPI_ADD, .t = 0};
+			st[1] = (oq_epi_step){.kind = OQ_EPI_ACT, .act = {OQ_ACT_RELU, 0, 0}};
+			ep.steps = st;
+			ep.n_steps = 2;
+			ep.n_t = 1;
+			ep.t[0] = r;
+		}
+		oq_conv_avx2_tail = 0;
+		cr_assert_eq(oq_conv_run_epilogue(NULL, OQ_LT_F32, &g, x, w, bias ? b : NULL, kind ? &ep : NULL, y0), OQ_OK);
+		oq_conv_avx2_tail = 1;
+		cr_assert_eq(oq_conv_run_epilogue(NULL, OQ_LT_F32, &g, x, w, bias ? b : NULL, kind ? &ep : NULL, y1), OQ_OK);
+		for (int64_t i = 0; i < ny; i++)
+			cr_assert(!memcmp(&y0[i], &y1[i], sizeof *y0),
+				  "seed %llu: c %lld m %lld %lldx%lld k %lld epi %d bias %d: output %lld (channel %lld) %.9g, "
+				  "tile %.9g", (unsigned long long)sd, (long long)g.c, (long long)g.m, (long long)g.out[0],
+				  (long long)g.out[1], (long long)g.k[0], kind, bias, (long long)i, (long long)(i / g.out_size),
+				  (double)y1[i], (double)y0[i]);
+		free(x);
+		free(w);
+		free(b);
+		free(r);
+		free(y0);
+		free(y1);
+	}
+	oq_linalg_no_avx512 = 0;
+}
+
+/*
  * The engine alone: pack / unpack round trip in both orientations, and
  * oq_packed_b_gemm (AVX-512 tiles, depth slices of 768) bit-identical to
  * oq_packed_b_gemm_ref (fmaf in k order) over every row tail of the 6-row tile,

@@ -31,6 +31,7 @@
 
 int oq_linalg_use_blas = 0;
 int oq_linalg_no_avx512 = 0;
+int oq_conv_avx2_tail = 1;
 int oq_linalg_dw_rows = 0;
 int oq_linalg_no_in_place = 0;
 _Atomic size_t oq_linalg_in_place_runs = 0;

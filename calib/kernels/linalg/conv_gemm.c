@@ -153,12 +153,154 @@ avx2_tile_6x16(int64_t kd, const float *a, int64_t lda, int mr, const float *b, 
 #undef ST
 }
 
+/*
+ * The last few columns of a product whose width is not a multiple of 16 (a 7 x 7 plane: 49 = 3 x
+ * 16 + 1; a 1 x 1 plane: 1), channels in the lanes: a 6 x 16 tile there would compute 8 lanes for
+ * each useful one, with six accumulators too few to hide the FMA latency. Here A is transposed in
+ * blocks of TAIL_K depth (8 x 8 register transposes into `at`), and each of V vectors of 8 rows
+ * meets each of the NR columns: V x NR accumulators, each one output's init + sum_k w * x in k
+ * order with one FMA per term, so the same bits as the tile. Rows past mm read row 0 and are not
+ * stored; the epilogue e runs lane by lane with each lane's channel (the arithmetic of
+ * oq_conv_avx2_epi8).
+ */
+enum { TAIL_K = 128, TAIL_MAX = 4, TAIL_V = 4 };
+
+/* 8 rows of A from row r (rows past rv: row 0) at depth k .. k + 7, transposed into at[(k - k0) * ld]. */
+AVX2_FMA static inline __attribute__((always_inline)) void
+tail_t8(const float *a, int64_t lda, int64_t r, int64_t rv, int64_t k, float *at, int64_t ld)
+{
+	__m256 x[8], t[8];
+
+	for (int i = 0; i < 8; i++)
+		x[i] = _mm256_loadu_ps(a + (r + i < rv ? r + i : 0) * lda + k);
+	for (int i = 0; i < 8; i += 2) {
+		t[i] = _mm256_unpacklo_ps(x[i], x[i + 1]);
+		t[i + 1] = _mm256_unpackhi_ps(x[i], x[i + 1]);
+	}
+	for (int i = 0; i < 8; i += 4) {
+		x[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+		x[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+		x[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+		x[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+	}
+	for (int i = 0; i < 4; i++) {
+		_mm256_storeu_ps(at + i * ld, _mm256_permute2f128_ps(x[i], x[i + 4], 0x20));
+		_mm256_storeu_ps(at + (i + 4) * ld, _mm256_permute2f128_ps(x[i], x[i + 4], 0x31));
+	}
+}
+
+/* Rows [g0, g0 + 8 V) (rv valid in all) x columns [0, NR) of the tail; V, NR constants. */
+AVX2_FMA static inline __attribute__((always_inline)) void
+tail_block(const int V, const int NR, int64_t g0, int64_t rv, int64_t kd, const float *a, int64_t lda,
+	   const float *b, int64_t ldb, const float *const *br, int64_t bcol, float *c, int64_t ldc,
+	   int load, const float *bias, const oq_conv_epi2 *e, float *at)
+{
+	__m256 acc[TAIL_V][TAIL_MAX];
+	float buf[8];
+
+	for (int v = 0; v < V; v++) {
+		__m256 init = _mm256_setzero_ps();
+		if (bias && !load) {
+			for (int l = 0; l < 8; l++)
+				buf[l] = 8 * v + l < rv ? bias[g0 + 8 * v + l] : 0.0f;
+			init = _mm256_loadu_ps(buf);
+		}
+		for (int j = 0; j < NR; j++) {
+			acc[v][j] = init;
+			if (load) {
+				for (int l = 0; l < 8; l++)
+					buf[l] = 8 * v + l < rv ? c[(g0 + 8 * v + l) * ldc + j] : 0.0f;
+				acc[v][j] = _mm256_loadu_ps(buf);
+			}
+		}
+	}
+	for (int64_t k0 = 0; k0 < kd; k0 += TAIL_K) {
+		int64_t kb = kd - k0 < TAIL_K ? kd - k0 : TAIL_K, k8 = kb & ~(int64_t)7;
+		for (int v = 0; v < V; v++) {
+			for (int64_t k = 0; k < k8; k += 8)
+				tail_t8(a, lda, g0 + 8 * v, g0 + rv, k0 + k, at + k * 8 * V + 8 * v, 8 * V);
+			for (int64_t k = k8; k < kb; k++)
+				for (int l = 0; l < 8; l++)
+					at[k * 8 * V + 8 * v + l] = a[(8 * v + l < rv ? g0 + 8 * v + l : 0) * lda + k0 + k];
+		}
+		for (int64_t k = 0; k < kb; k++) {
+			const float *bk = br ? br[k0 + k] + bcol : b + (k0 + k) * ldb;
+			for (int j = 0; j < NR; j++) {
+				__m256 x = _mm256_broadcast_ss(bk + j);
+				for (int v = 0; v < V; v++)
+					acc[v][j] = _mm256_fmadd_ps(_mm256_loadu_ps(at + k * 8 * V + 8 * v), x, acc[v][j]);
+			}
+		}
+	}
+	for (int v = 0; v < V; v++)
+		for (int j = 0; j < NR; j++) {
+			__m256 y = acc[v][j];
+			int64_t r = g0 + 8 * v, n = rv - 8 * v < 8 ? rv - 8 * v : 8;
+			if (n <= 0)
+				break;
+			if (e && e->scale) {
+				double sc[8] = {0}, sh[8] = {0};
+				for (int64_t l = 0; l < n; l++) {
+					sc[l] = e->scale[r + l];
+					sh[l] = e->shift[r + l];
+				}
+				__m256d lo = _mm256_add_pd(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(y)),
+									 _mm256_loadu_pd(sc)), _mm256_loadu_pd(sh));
+				__m256d hi = _mm256_add_pd(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(y, 1)),
+									 _mm256_loadu_pd(sc + 4)), _mm256_loadu_pd(sh + 4));
+				y = _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
+			}
+			if (e && e->act)
+				y = _mm256_min_ps(_mm256_set1_ps(e->hi), _mm256_max_ps(_mm256_set1_ps(e->lo), y));
+			_mm256_storeu_ps(buf, y);
+			for (int64_t l = 0; l < n; l++)
+				c[(r + l) * ldc + j] = buf[l];
+		}
+}
+
+/*
+ * C[m, j] (ldc) = (load ? C : bias ? bias[m] : 0) + A[m, kd] * B[kd, j] for every row m < mm and
+ * column j < nr <= TAIL_MAX (B's column 0 at b, or br[k] + bcol), then e (when not NULL).
+ */
+AVX2_FMA static void avx2_tail_cols(int64_t mm, int64_t kd, const float *a, int64_t lda, const float *b,
+				    int64_t ldb, const float *const *br, int64_t bcol, int nr, float *c, int64_t ldc,
+				    int load, const float *bias, const oq_conv_epi2 *e)
+{
+	float at[TAIL_K * 8 * TAIL_V];
+	/* V x NR <= 12 accumulators, at least 4 independent */
+	const int V = nr <= 3 ? 4 : 2, G = 8 * V;
+
+	for (int64_t g0 = 0; g0 < mm; g0 += G) {
+		int64_t rv = mm - g0 < G ? mm - g0 : G;
+		switch (nr) {
+		case 1:
+			tail_block(4, 1, g0, rv, kd, a, lda, b, ldb, br, bcol, c, ldc, load, bias, e, at);
+			break;
+		case 2:
+			tail_block(4, 2, g0, rv, kd, a, lda, b, ldb, br, bcol, c, ldc, load, bias, e, at);
+			break;
+		case 3:
+			tail_block(4, 3, g0, rv, kd, a, lda, b, ldb, br, bcol, c, ldc, load, bias, e, at);
+			break;
+		default:
+			tail_block(2, 4, g0, rv, kd, a, lda, b, ldb, br, bcol, c, ldc, load, bias, e, at);
+			break;
+		}
+	}
+}
+
 /* oq_conv_avx2_gemm, B's rows at b (ldb apart) or at br[k] (br not NULL). */
 AVX2_FMA static inline __attribute__((always_inline)) void
 avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *b, int64_t ldb,
 	  const float *const *br, float *c, int64_t ldc, const float *bias, const oq_conv_epi2 *epi)
 {
-	int64_t k0 = 0;
+	int64_t k0 = 0, tail = pp % 16;
+
+	/* a narrow last panel over enough rows: channels in the lanes (avx2_tail_cols), per block of
+	 * rows and depth slice, after the tiles that read the same rows of A */
+	if (tail > TAIL_MAX || mm < 16 || !oq_conv_avx2_tail)
+		tail = 0;
+	pp -= tail;
 	do {
 		int64_t kb = kd - k0 < KC_DEPTH ? kd - k0 : KC_DEPTH;
 		int load = k0 > 0, last = k0 + kb == kd;
@@ -178,6 +320,17 @@ avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const
 						       c + m * ldc + p, ldc, load, bias ? bias + m : NULL, last && epi ? &e : NULL,
 						       nr);
 				}
+			}
+			if (tail) {
+				oq_conv_epi2 e;
+				if (last && epi) {
+					e = *epi;
+					e.scale = e.scale ? e.scale + mb : NULL;
+					e.shift = e.shift ? e.shift + mb : NULL;
+				}
+				avx2_tail_cols(me - mb, kb, a + mb * lda + k0, lda, br ? NULL : b + k0 * ldb + pp, ldb,
+					       br ? br + k0 : NULL, pp, (int)tail, c + mb * ldc + pp, ldc, load,
+					       bias ? bias + mb : NULL, last && epi ? &e : NULL);
 			}
 		}
 		k0 += kb;

@@ -39,6 +39,12 @@ extern int oq_linalg_use_blas;
  */
 extern int oq_linalg_no_avx512;
 /*
+ * 1 (default): the AVX2 conv GEMM computes the last 1..4 columns of a product
+ * whose width is not a multiple of 16 with channels in the lanes; 0: with its
+ * 6 x 16 tile. Both give the same bits (tests compare them).
+ */
+extern int oq_conv_avx2_tail;
+/*
  * Non-zero: float32 depthwise Conv on AVX-512 CPUs runs the row kernel
  * (16 positions per vector) instead of the channel-blocked one (16 channels
  * per vector); both give the same bits. For tests and benchmarks.
