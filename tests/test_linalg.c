@@ -1434,67 +1434,75 @@ Test(linalg, conv_avx2_tail_vs_tile_bits)
 
 /*
  * The engine alone: pack / unpack round trip in both orientations, and
- * oq_packed_b_gemm (AVX-512 tiles, depth slices of 768) bit-identical to
- * oq_packed_b_gemm_ref (fmaf in k order) over every row tail of the 6-row tile,
- * column counts around the 64-column panel, depths 0, 1 and across a slice
+ * oq_packed_b_gemm (AVX-512 tiles, then the AVX2 ones: depth slices of 768)
+ * bit-identical to oq_packed_b_gemm_ref (fmaf in k order) over every row
+ * tail of the 6-row tile, column counts around the 64-column panel and the
+ * AVX2 tiles' 16- and 32-column chunks, depths 0, 1 and across a slice
  * boundary, with and without accumulating onto C.
  */
 Test(linalg, packed_gemm_vs_ref_bits)
 {
 	static const int64_t ms[] = {1, 2, 3, 4, 5, 6, 7, 11, 13, 197, 241};
-	static const int64_t ns[] = {1, 15, 16, 17, 63, 64, 65, 130, 200};
+	static const int64_t ns[] = {1, 15, 16, 17, 33, 63, 64, 65, 130, 200};
 	static const int64_t ks[] = {0, 1, 7, 64, 769, 1600};
 
-	seed(7100);
-	for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
-		for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
-			int64_t kd = ks[ki], n = ns[ni];
-			float *b = rand_floats((size_t)(kd * n)), *back = malloc((size_t)(kd * n + 1) * sizeof *back);
-			oq_packed_b pb[2];
-			for (int tb = 0; tb < 2; tb++) {
-				cr_assert_eq(oq_packed_b_pack(b, kd, n, tb, tb ? kd : n, &pb[tb]), OQ_OK);
-				oq_packed_b_unpack(&pb[tb], tb, back);
-				cr_expect(kd * n == 0 || !memcmp(b, back, (size_t)(kd * n) * sizeof *b),
-					  "unpack(pack(B)) != B (kd %lld n %lld tb %d)", (long long)kd, (long long)n, tb);
-			}
-			for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
-				int64_t m = ms[mi], lda = kd + (mi % 3), ldc = n + (ni % 2);
-				float *a = rand_floats((size_t)(m * lda)), *c0 = rand_floats((size_t)(m * ldc));
-				float *c1 = malloc((size_t)(m * ldc) * sizeof *c1), *c2 = malloc((size_t)(m * ldc) * sizeof *c2);
-				for (int load = 0; load < 2; load++)
-					for (int tb = 0; tb < 2; tb++) {
-						memcpy(c1, c0, (size_t)(m * ldc) * sizeof *c1);
-						memcpy(c2, c0, (size_t)(m * ldc) * sizeof *c2);
-						oq_packed_b_gemm(NULL, m, a, lda, &pb[tb], c1, ldc, load);
-						oq_packed_b_gemm_ref(m, a, lda, &pb[tb], c2, ldc, load);
-						cr_expect(!memcmp(c1, c2, (size_t)(m * ldc) * sizeof *c1),
-							  "m %lld n %lld kd %lld load %d tb %d: fast and ref differ",
-							  (long long)m, (long long)n, (long long)kd, load, tb);
-						/* the ref against the definition (double), and untouched padding columns */
-						for (int64_t i = 0; i < m; i++)
-							for (int64_t j = 0; j < ldc; j++) {
-								double s = load ? c0[i * ldc + j] : 0, r = c2[i * ldc + j];
-								if (j >= n) {
-									cr_assert(r == c0[i * ldc + j], "column %lld past n written",
-										  (long long)j);
-									continue;
+	__builtin_cpu_init();
+	for (int eng = 0; eng < 2; eng++) {
+		if (eng == 0 && !__builtin_cpu_supports("avx512f"))
+			continue; /* the AVX-512 tiles (where the CPU has them), then the AVX2 ones */
+		oq_linalg_no_avx512 = eng;
+		seed(7100);
+		for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+			for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+				int64_t kd = ks[ki], n = ns[ni];
+				float *b = rand_floats((size_t)(kd * n)), *back = malloc((size_t)(kd * n + 1) * sizeof *back);
+				oq_packed_b pb[2];
+				for (int tb = 0; tb < 2; tb++) {
+					cr_assert_eq(oq_packed_b_pack(b, kd, n, tb, tb ? kd : n, &pb[tb]), OQ_OK);
+					oq_packed_b_unpack(&pb[tb], tb, back);
+					cr_expect(kd * n == 0 || !memcmp(b, back, (size_t)(kd * n) * sizeof *b),
+						  "unpack(pack(B)) != B (kd %lld n %lld tb %d)", (long long)kd, (long long)n, tb);
+				}
+				for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+					int64_t m = ms[mi], lda = kd + (mi % 3), ldc = n + (ni % 2);
+					float *a = rand_floats((size_t)(m * lda)), *c0 = rand_floats((size_t)(m * ldc));
+					float *c1 = malloc((size_t)(m * ldc) * sizeof *c1), *c2 = malloc((size_t)(m * ldc) * sizeof *c2);
+					for (int load = 0; load < 2; load++)
+						for (int tb = 0; tb < 2; tb++) {
+							memcpy(c1, c0, (size_t)(m * ldc) * sizeof *c1);
+							memcpy(c2, c0, (size_t)(m * ldc) * sizeof *c2);
+							oq_packed_b_gemm(NULL, m, a, lda, &pb[tb], c1, ldc, load);
+							oq_packed_b_gemm_ref(m, a, lda, &pb[tb], c2, ldc, load);
+							cr_expect(!memcmp(c1, c2, (size_t)(m * ldc) * sizeof *c1),
+								  "m %lld n %lld kd %lld load %d tb %d: fast and ref differ",
+								  (long long)m, (long long)n, (long long)kd, load, tb);
+							/* the ref against the definition (double), and untouched padding columns */
+							for (int64_t i = 0; i < m; i++)
+								for (int64_t j = 0; j < ldc; j++) {
+									double s = load ? c0[i * ldc + j] : 0, r = c2[i * ldc + j];
+									if (j >= n) {
+										cr_assert(r == c0[i * ldc + j], "column %lld past n written",
+											  (long long)j);
+										continue;
+									}
+									for (int64_t q = 0; q < kd; q++)
+										s += (double)a[i * lda + q] * (tb ? b[j * kd + q] : b[q * n + j]);
+									cr_assert(fabs(r - s) <= 1e-5 * (double)(kd + 1),
+										  "ref %.8g vs %.8g", r, s);
 								}
-								for (int64_t q = 0; q < kd; q++)
-									s += (double)a[i * lda + q] * (tb ? b[j * kd + q] : b[q * n + j]);
-								cr_assert(fabs(r - s) <= 1e-5 * (double)(kd + 1),
-									  "ref %.8g vs %.8g", r, s);
-							}
-					}
-				free(a);
-				free(c0);
-				free(c1);
-				free(c2);
+						}
+					free(a);
+					free(c0);
+					free(c1);
+					free(c2);
+				}
+				oq_packed_b_free(&pb[0]);
+				oq_packed_b_free(&pb[1]);
+				free(b);
+				free(back);
 			}
-			oq_packed_b_free(&pb[0]);
-			oq_packed_b_free(&pb[1]);
-			free(b);
-			free(back);
-		}
+	}
+	oq_linalg_no_avx512 = 0;
 }
 
 /*

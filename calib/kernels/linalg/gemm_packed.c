@@ -1,7 +1,7 @@
 /*
  * gemm_packed.c - float32 GEMM with a constant B packed once at plan time
  * (MatMul / Gemm whose weight is an initializer or a folded constant), on
- * an AVX-512 register tile; and its plain-C reference.
+ * AVX-512 or AVX2 register tiles; and its plain-C reference.
  *
  * Why: BLAS repacks B on every call (and on every tile of a split call);
  * a weight does not change between runs, so the executor's plan packs it
@@ -20,6 +20,11 @@
  * (10 against 14 per 24). Row tails use 4-, 2- and 1-row tiles (1 row: the
  * GEMV of a classifier);
  * the last panel's columns past n are masked on load and store of C.
+ * Without AVX-512 (or with oq_linalg_no_avx512), AVX2 + FMA tiles of 6 x 16,
+ * 4 x 16, 2 x 32 and 1 x 64 columns walk the same panels (tile2_*): the same
+ * arithmetic, so the same bits on either CPU, where BLAS would sum in an
+ * order of its own kernel's (and repack a constant B on every call: a
+ * classifier's GEMV on OpenBLAS is mostly that packing).
  * Loops: per work unit (a block of rows x one panel) the depth is cut in
  * KC slices (the panel slice, 64 x KC floats, stays in L2; 6 A rows of KC
  * in L1), the partial sums passing through C in float between slices.
@@ -168,6 +173,92 @@ DEFINE_TILE(2, tile_2x64)
 DEFINE_TILE(1, tile_1x64)
 #undef DEFINE_TILE
 
+/*
+ * The AVX2 + FMA twins: C[mr, nr] (ldc) = init + A[mr, kd] * Bp[kd][64] as R rows x W vectors of
+ * 8 columns, the panel's columns in chunks of 8 W (chunks past nr skipped, columns past nr masked
+ * on load and store of C). Each output the same FMA chain in k order as the AVX-512 tile: the
+ * same bits.
+ */
+#define AVX2_FMA __attribute__((target("avx2,fma")))
+
+AVX2_FMA static inline __m256i lanes_below(int64_t left)
+{
+	return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(left < 8 ? (left > 0 ? left : 0) : 8)),
+				  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+#define DEFINE_TILE2(R, W, NAME)                                                                       \
+	AVX2_FMA static void NAME(int64_t kd, const float *a, int64_t lda, const float *bp, float *c, \
+				  int64_t ldc, int mr, int64_t nr, int load)                           \
+	{                                                                                          \
+		const float *ar[R];                                                                \
+		_Pragma("GCC unroll 8") for (int r = 0; r < R; r++) ar[r] = mr > r ? a + r * lda : a; \
+		for (int64_t c0 = 0; c0 < nr; c0 += 8 * W) {                                      \
+			__m256 acc[R][W];                                                          \
+			__m256i mk[W];                                                             \
+			const float *bk = bp + c0;                                                 \
+			_Pragma("GCC unroll 8") for (int v = 0; v < W; v++) mk[v] =                \
+			    lanes_below(nr - c0 - 8 * v);                                          \
+			_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                        \
+			    _Pragma("GCC unroll 8") for (int v = 0; v < W; v++) acc[r][v] =        \
+				load && mr > r ? _mm256_maskload_ps(c + r * ldc + c0 + 8 * v, mk[v]) \
+					       : _mm256_setzero_ps();                              \
+			for (int64_t k = 0; k < kd; k++, bk += OQ_PACKED_B_NR) {                   \
+				_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                \
+				{                                                                  \
+					__m256 t = _mm256_broadcast_ss(ar[r] + k);                 \
+					_Pragma("GCC unroll 8") for (int v = 0; v < W; v++) acc[r][v] = \
+					    _mm256_fmadd_ps(t, _mm256_load_ps(bk + 8 * v), acc[r][v]); \
+				}                                                                  \
+			}                                                                          \
+			_Pragma("GCC unroll 8") for (int r = 0; r < R; r++)                        \
+			{                                                                          \
+				if (r >= mr)                                                       \
+					break;                                                     \
+				_Pragma("GCC unroll 8") for (int v = 0; v < W; v++)                \
+				{                                                                  \
+					if (nr - c0 - 8 * v >= 8)                                  \
+						_mm256_storeu_ps(c + r * ldc + c0 + 8 * v, acc[r][v]); \
+					else if (nr - c0 - 8 * v > 0)                              \
+						_mm256_maskstore_ps(c + r * ldc + c0 + 8 * v, mk[v], acc[r][v]); \
+				}                                                                  \
+			}                                                                          \
+		}                                                                                  \
+	}
+DEFINE_TILE2(6, 2, tile2_6x16)
+DEFINE_TILE2(4, 2, tile2_4x16)
+DEFINE_TILE2(2, 4, tile2_2x32)
+DEFINE_TILE2(1, 8, tile2_1x64)
+#undef DEFINE_TILE2
+
+/* Rows [m0, m1) x panel pi of the product on the AVX2 tiles (gemm_unit's loops). */
+static void gemm_unit2(const oq_packed_b *pb, int64_t m0, int64_t m1, int64_t pi, const float *a,
+		       int64_t lda, float *c, int64_t ldc, int load)
+{
+	int64_t j0 = pi * OQ_PACKED_B_NR, nr = pb->n - j0 < OQ_PACKED_B_NR ? pb->n - j0 : OQ_PACKED_B_NR;
+	const float *panel = pb->p + (size_t)pi * (size_t)pb->kd * OQ_PACKED_B_NR;
+	int64_t k0 = 0;
+
+	do {
+		int64_t kb = pb->kd - k0 < KC ? pb->kd - k0 : KC;
+		int ld = load || k0 > 0;
+		for (int64_t i = m0; i < m1; i += 6) {
+			int mr = m1 - i < 6 ? (int)(m1 - i) : 6;
+			const float *ai = a + i * lda + k0, *bk = panel + (size_t)k0 * OQ_PACKED_B_NR;
+			float *ci = c + i * ldc + j0;
+			if (mr == 1)
+				tile2_1x64(kb, ai, lda, bk, ci, ldc, mr, nr, ld);
+			else if (mr == 2)
+				tile2_2x32(kb, ai, lda, bk, ci, ldc, mr, nr, ld);
+			else if (mr <= 4)
+				tile2_4x16(kb, ai, lda, bk, ci, ldc, mr, nr, ld);
+			else
+				tile2_6x16(kb, ai, lda, bk, ci, ldc, mr, nr, ld);
+		}
+		k0 += kb;
+	} while (k0 < pb->kd);
+}
+
 /* Rows [m0, m1) x panel pi of the product (see the file comment). */
 static void gemm_unit(const oq_packed_b *pb, int64_t m0, int64_t m1, int64_t pi, const float *a,
 		      int64_t lda, float *c, int64_t ldc, int load)
@@ -209,6 +300,7 @@ typedef struct gemm_job {
 	float *c;
 	int64_t m, lda, ldc, mb, nmb, np;
 	int load;
+	int avx2;  /* the AVX2 tiles (gemm_unit2), else the AVX-512 ones */
 } gemm_job;
 
 static void gemm_range(void *ctx, size_t begin, size_t end)
@@ -217,14 +309,22 @@ static void gemm_range(void *ctx, size_t begin, size_t end)
 	for (size_t u = begin; u < end; u++) {
 		int64_t bi = (int64_t)u / j->np, pi = (int64_t)u % j->np;
 		int64_t m0 = bi * j->mb, m1 = m0 + j->mb < j->m ? m0 + j->mb : j->m;
-		gemm_unit(j->pb, m0, m1, pi, j->a, j->lda, j->c, j->ldc, j->load);
+		(j->avx2 ? gemm_unit2 : gemm_unit)(j->pb, m0, m1, pi, j->a, j->lda, j->c, j->ldc, j->load);
 	}
 }
 #endif
 
+/* 2: the AVX-512 tiles, 1: the AVX2 ones (also on an AVX-512 CPU with oq_linalg_no_avx512), 0: none. */
+static int engine(void)
+{
+	if (oq_cpu_avx512_fma() && !oq_linalg_no_avx512)
+		return 2;
+	return oq_cpu_avx2_fma() ? 1 : 0;
+}
+
 int oq_packed_b_available(void)
 {
-	return oq_cpu_avx512_fma() && !oq_linalg_no_avx512 && !oq_linalg_use_blas;
+	return engine() && !oq_linalg_use_blas;
 }
 
 void oq_packed_b_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_packed_b *pb, float *c,
@@ -239,8 +339,9 @@ void oq_packed_b_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const 
 		return;
 	}
 #if defined(__GNUC__) && defined(__x86_64__)
-	if (!oq_linalg_use_ref && oq_cpu_avx512_fma()) {
+	if (!oq_linalg_use_ref && engine()) {
 		gemm_job j;
+		j.avx2 = engine() == 1;
 		j.pb = pb;
 		j.a = a;
 		j.c = c;

@@ -34,8 +34,9 @@ extern int oq_linalg_use_ref;
  */
 extern int oq_linalg_use_blas;
 /*
- * Non-zero: float32 Conv tiles use the AVX2 GEMM even on an AVX-512 CPU (both
- * give the same bits: tests compare them).
+ * Non-zero: float32 Conv tiles and packed products (oq_packed_b_gemm) use the
+ * AVX2 kernels even on an AVX-512 CPU (both give the same bits: tests compare
+ * them).
  */
 extern int oq_linalg_no_avx512;
 /*
@@ -151,12 +152,12 @@ int oq_packed_b_pack(const float *b, int64_t kd, int64_t n, int tb, int64_t ldb,
 /* Writes the packed B back in its original layout ([kd, n], or [n, kd] for tb), for observers. */
 void oq_packed_b_unpack(const oq_packed_b *pb, int tb, float *b);
 void oq_packed_b_free(oq_packed_b *pb);
-/* The packed path runs here: an AVX-512 CPU (and neither oq_linalg_no_avx512 nor oq_linalg_use_blas set). */
+/* The packed path runs here: an AVX-512 or AVX2 + FMA CPU (and oq_linalg_use_blas not set). */
 int oq_packed_b_available(void);
 /*
  * C[m, n] (ldc) = init + A[m, kd] (lda) x B, init = C's contents (load) or
  * 0; each output a chain of fused multiply-adds in k order, so the AVX-512
- * path, any thread count and oq_packed_b_gemm_ref give the same bits. k: for the
+ * and AVX2 paths, any thread count and oq_packed_b_gemm_ref give the same bits. k: for the
  * thread pool (NULL: caller only). Uses the reference under oq_linalg_use_ref.
  */
 void oq_packed_b_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const oq_packed_b *pb, float *c, int64_t ldc,
