@@ -274,12 +274,17 @@ static void conv_range(void *ctx, size_t begin, size_t end)
 			}
 		}
 #if defined(HAVE_X86_KERNELS)
-		if (j->avx2) { /* BN, Relu and Clip on the registers, the rest in a pass over each row */
+		if (j->avx2) { /* BN, Relu, Clip and a residual Add on the registers, the rest in a pass over each row */
 			oq_conv_epi2 e;
 			int regs = oq_conv_avx2_epi(j->ep, grp * j->mg + m0, &e);
+			if (j->ep && !oq_conv_late_act(j->ep) && (e.res = oq_conv_res_steps(j->ep))) {
+				e.t = j->ep->t[j->ep->steps[0].t] + yo;
+				e.ldt = P;
+				regs = 1;
+			}
 			oq_conv_avx2_gemm(mm, pp, j->kc, (const float *)j->w + wo, j->kc, bm, ldb, (float *)j->y + yo, P,
 					  j->b ? (const float *)j->b + grp * j->mg + m0 : NULL, regs ? &e : NULL);
-			for (int64_t r = 0; j->ep && (j->ep->n_steps || oq_conv_late_act(j->ep)) && r < mm; r++)
+			for (int64_t r = 0; j->ep && !e.res && (j->ep->n_steps || oq_conv_late_act(j->ep)) && r < mm; r++)
 				oq_conv_epi_after_regs(j->ep, grp * j->mg + m0 + r, (size_t)(yo + r * P),
 						       (float *)j->y + yo + r * P, (size_t)pp);
 			continue;

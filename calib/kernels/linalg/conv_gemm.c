@@ -135,6 +135,10 @@ avx2_tile_6x16(int64_t kd, const float *a, int64_t lda, int mr, const float *b, 
 				x0 = oq_conv_avx2_epi8(e, r, x0);              \
 				x1 = oq_conv_avx2_epi8(e, r, x1);              \
 			}                                                      \
+			if (e && e->res) {                                     \
+				RES(x0, e->t + (r) * e->ldt, m0, nr > 0);      \
+				RES(x1, e->t + (r) * e->ldt + 8, m1, nr > 8);  \
+			}                                                      \
 			if (nr < 16) {                                         \
 				_mm256_maskstore_ps(c + (r) * ldc, m0, x0);     \
 				_mm256_maskstore_ps(c + (r) * ldc + 8, m1, x1); \
@@ -144,12 +148,22 @@ avx2_tile_6x16(int64_t kd, const float *a, int64_t lda, int mr, const float *b, 
 			}                                                      \
 		}                                                              \
 	} while (0)
+	/* + the residual (masked past nr), then max(0, x) for res 2 */
+#define RES(x, tp, m, any)                                                                      \
+	do {                                                                                    \
+		if (any) {                                                                      \
+			x = _mm256_add_ps(x, nr < 16 ? _mm256_maskload_ps(tp, m) : _mm256_loadu_ps(tp)); \
+			if (e->res == 2)                                                        \
+				x = _mm256_max_ps(_mm256_setzero_ps(), x);                      \
+		}                                                                               \
+	} while (0)
 	ST(0, c00, c01);
 	ST(1, c10, c11);
 	ST(2, c20, c21);
 	ST(3, c30, c31);
 	ST(4, c40, c41);
 	ST(5, c50, c51);
+#undef RES
 #undef ST
 }
 
@@ -252,6 +266,13 @@ tail_block(const int V, const int NR, int64_t g0, int64_t rv, int64_t kd, const 
 			}
 			if (e && e->act)
 				y = _mm256_min_ps(_mm256_set1_ps(e->hi), _mm256_max_ps(_mm256_set1_ps(e->lo), y));
+			if (e && e->res) {
+				for (int64_t l = 0; l < 8; l++)
+					buf[l] = l < n ? e->t[(r + l) * e->ldt + j] : 0.0f;
+				y = _mm256_add_ps(y, _mm256_loadu_ps(buf));
+				if (e->res == 2)
+					y = _mm256_max_ps(_mm256_setzero_ps(), y);
+			}
 			_mm256_storeu_ps(buf, y);
 			for (int64_t l = 0; l < n; l++)
 				c[(r + l) * ldc + j] = buf[l];
@@ -314,6 +335,7 @@ avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const
 						e = *epi;
 						e.scale = e.scale ? e.scale + m : NULL;
 						e.shift = e.shift ? e.shift + m : NULL;
+						e.t = e.res ? e.t + m * e.ldt + p : NULL;
 					}
 					avx2_tile_6x16(kb, a + m * lda + k0, lda, me - m < 6 ? (int)(me - m) : 6,
 						       br ? NULL : b + k0 * ldb + p, ldb, br ? br + k0 : NULL, p,
@@ -327,6 +349,7 @@ avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const
 					e = *epi;
 					e.scale = e.scale ? e.scale + mb : NULL;
 					e.shift = e.shift ? e.shift + mb : NULL;
+					e.t = e.res ? e.t + mb * e.ldt + pp : NULL;
 				}
 				avx2_tail_cols(me - mb, kb, a + mb * lda + k0, lda, br ? NULL : b + k0 * ldb + pp, ldb,
 					       br ? br + k0 : NULL, pp, (int)tail, c + mb * ldc + pp, ldc, load,
@@ -459,6 +482,15 @@ AVX512 static inline void pos_tile_12x32(int64_t kd, const float *const *ar, int
 			_mm512_mask_storeu_ps(c + (r) * ldc, m0, x0);      \
 			_mm512_mask_storeu_ps(c + (r) * ldc + 16, m1, x1); \
 		}                                                          \
+	} while (0)
+	/* + the residual (masked past nr), then max(0, x) for res 2 */
+#define RES(x, tp, m, any)                                                                      \
+	do {                                                                                    \
+		if (any) {                                                                      \
+			x = _mm256_add_ps(x, nr < 16 ? _mm256_maskload_ps(tp, m) : _mm256_loadu_ps(tp)); \
+			if (e->res == 2)                                                        \
+				x = _mm256_max_ps(_mm256_setzero_ps(), x);                      \
+		}                                                                               \
 	} while (0)
 	ST(0, c00, c01);
 	ST(1, c10, c11);

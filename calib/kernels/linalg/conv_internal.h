@@ -204,11 +204,17 @@ int oq_conv_use_chan_lanes(const oq_conv_geom *g, int64_t kc, int64_t mg);
  * What the AVX2 GEMM applies to its sums before the last store: BN (scale / shift per row, from
  * the tile's first row; NULL: none) and act (0: none, else Relu or Clip with lo <= hi as
  * min(hi, max(lo, x)); Relu: lo 0, hi +Inf). oq_conv_avx2_epi fills it from a fused epilogue.
+ * The GEMM (oq_conv_avx2_gemm, not the other users) also takes a residual Add after them: res 1
+ * adds t (same layout as C, ldt apart, from C's first element), res 2 then takes max(0, x), as
+ * the AVX-512 tile's epilogue does.
  */
 typedef struct oq_conv_epi2 {
 	const double *scale, *shift;
 	int act;
 	float lo, hi;
+	int res;
+	const float *t;
+	int64_t ldt;
 } oq_conv_epi2;
 
 /*
