@@ -44,6 +44,7 @@
 #include <string.h>
 
 #define KC 768     /* depth slice */
+#define PACK_K 64  /* depth of a transposing block of oq_packed_b_pack */
 #define MB_MAX 240 /* rows per work unit (a multiple of 6) */
 
 static int64_t ceil_div(int64_t a, int64_t b)
@@ -67,16 +68,30 @@ int oq_packed_b_pack(const float *b, int64_t kd, int64_t n, int tb, int64_t ldb,
 		return OQ_ENOMEM;
 	out->kd = kd;
 	out->n = n;
+	/* memcpy: b may be a file's bytes at any alignment */
 	for (size_t p = 0; p < np; p++) {
 		int64_t j0 = (int64_t)p * OQ_PACKED_B_NR, nj = n - j0 < OQ_PACKED_B_NR ? n - j0 : OQ_PACKED_B_NR;
 		float *dst = out->p + p * (size_t)kd * OQ_PACKED_B_NR;
-		for (int64_t k = 0; k < kd; k++, dst += OQ_PACKED_B_NR) {
-			/* memcpy: b may be a file's bytes at any alignment */
-			for (int64_t j = 0; j < nj; j++)
-				memcpy(&dst[j], (const char *)b + (size_t)(tb ? (j0 + j) * ldb + k : k * ldb + j0 + j) * sizeof(float),
-				       sizeof(float));
-			for (int64_t j = nj; j < OQ_PACKED_B_NR; j++)
-				dst[j] = 0.0f;
+		if (!tb) { /* row k of the panel: nj consecutive floats of B's row k */
+			for (int64_t k = 0; k < kd; k++, dst += OQ_PACKED_B_NR) {
+				memcpy(dst, (const char *)b + (size_t)(k * ldb + j0) * sizeof(float), (size_t)nj * sizeof(float));
+				for (int64_t j = nj; j < OQ_PACKED_B_NR; j++)
+					dst[j] = 0.0f;
+			}
+			continue;
+		}
+		/* B's rows are op(B)'s columns: transposed in blocks of PACK_K depth (the panel's
+		 * PACK_K x 64 block stays in L1 while the rows are read in order) */
+		for (int64_t k0 = 0; k0 < kd; k0 += PACK_K) {
+			int64_t kb = kd - k0 < PACK_K ? kd - k0 : PACK_K;
+			float row[PACK_K], *blk = dst + k0 * OQ_PACKED_B_NR;
+			for (int64_t j = 0; j < OQ_PACKED_B_NR; j++) {
+				if (j < nj)
+					memcpy(row, (const char *)b + (size_t)((j0 + j) * ldb + k0) * sizeof(float),
+					       (size_t)kb * sizeof(float));
+				for (int64_t k = 0; k < kb; k++)
+					blk[k * OQ_PACKED_B_NR + j] = j < nj ? row[k] : 0.0f;
+			}
 		}
 	}
 	return OQ_OK;
