@@ -1088,6 +1088,41 @@ Test(linalg, conv_packed_weights_vs_in_place)
 }
 
 /*
+ * Fused epilogue `kind` of the conv tests into ep (steps in st[0..4)): 0 none, 1 Relu, 2 Clip
+ * 0..6, 3 BN (scale / shift per channel) + Clip, 4 + the residual r then Relu, 5 a HardSwish-style
+ * gate x * (clip(x + 3, 0, 6) / 6).
+ */
+static void conv_epi_kind(int kind, oq_kfuse *ep, oq_epi_step *st, double *scale, double *shift, const float *r)
+{
+	memset(ep, 0, sizeof *ep);
+	memset(st, 0, 4 * sizeof *st);
+	if (kind == 1)
+		ep->act = (oq_act){OQ_ACT_RELU, 0, 0};
+	if (kind == 2 || kind == 3)
+		ep->act = (oq_act){OQ_ACT_CLIP, 0.0f, 6.0f};
+	if (kind == 3) {
+		ep->scale = scale;
+		ep->shift = shift;
+	}
+	if (kind == 4) {
+		st[0] = (oq_epi_step){.kind = OQ_EPI_TENSOR, .bop = OQ_EPI_ADD, .t = 0};
+		st[1] = (oq_epi_step){.kind = OQ_EPI_ACT, .act = {OQ_ACT_RELU, 0, 0}};
+		ep->steps = st;
+		ep->n_steps = 2;
+		ep->n_t = 1;
+		ep->t[0] = r;
+	}
+	if (kind == 5) {
+		st[0] = (oq_epi_step){.kind = OQ_EPI_GATE, .n_gate = 3};
+		st[1] = (oq_epi_step){.kind = OQ_EPI_CONST, .bop = OQ_EPI_ADD, .s = 3.0f};
+		st[2] = (oq_epi_step){.kind = OQ_EPI_ACT, .act = {OQ_ACT_CLIP, 0.0f, 6.0f}};
+		st[3] = (oq_epi_step){.kind = OQ_EPI_CONST, .bop = OQ_EPI_DIV, .s = 6.0f};
+		ep->steps = st;
+		ep->n_steps = 4;
+	}
+}
+
+/*
  * Stride-1 convolutions read their input in place (a zero-padded copy, no
  * im2col; conv.c conv_in_place) where the output rows are wide enough: at
  * most 24 output channels on the positions-in-lanes tiles (1 to 4 channels
@@ -1173,32 +1208,7 @@ Test(linalg, conv_in_place_rows_vs_im2col_bits)
 			}
 			for (int64_t i = 0; i < ny; i++)
 				r[i] = (float)frand();
-			memset(&ep, 0, sizeof ep);
-			memset(st, 0, sizeof st);
-			if (kind == 1)
-				ep.act = (oq_act){OQ_ACT_RELU, 0, 0};
-			if (kind == 2 || kind == 3)
-				ep.act = (oq_act){OQ_ACT_CLIP, 0.0f, 6.0f};
-			if (kind == 3) {
-				ep.scale = scale;
-				ep.shift = shift;
-			}
-			if (kind == 4) { /* + residual, then Relu */
-				st[0] = (oq_epi_step){.kind = OQ_EPI_TENSOR, .bop = OQ_EPI_ADD, .t = 0};
-				st[1] = (oq_epi_step){.kind = OQ_EPI_ACT, .act = {OQ_ACT_RELU, 0, 0}};
-				ep.steps = st;
-				ep.n_steps = 2;
-				ep.n_t = 1;
-				ep.t[0] = r;
-			}
-			if (kind == 5) { /* x * (clip(x + 3, 0, 6) / 6) */
-				st[0] = (oq_epi_step){.kind = OQ_EPI_GATE, .n_gate = 3};
-				st[1] = (oq_epi_step){.kind = OQ_EPI_CONST, .bop = OQ_EPI_ADD, .s = 3.0f};
-				st[2] = (oq_epi_step){.kind = OQ_EPI_ACT, .act = {OQ_ACT_CLIP, 0.0f, 6.0f}};
-				st[3] = (oq_epi_step){.kind = OQ_EPI_CONST, .bop = OQ_EPI_DIV, .s = 6.0f};
-				ep.steps = st;
-				ep.n_steps = 4;
-			}
+			conv_epi_kind(kind, &ep, st, scale, shift, r);
 			snprintf(what, sizeof what,
 				 "%s seed %llu: n %lld c %lld m %lld %lldx%lld k %lldx%lld d %lld,%lld pads %lld,%lld,%lld,%lld epi %d",
 				 avx2 ? "AVX2" : "AVX-512", (unsigned long long)sd, (long long)g.n, (long long)g.c, (long long)g.m, (long long)g.in[0],
@@ -1353,7 +1363,7 @@ Test(linalg, conv_avx2_tail_vs_tile_bits)
 	for (uint64_t sd = 1; sd <= 60; sd++) {
 		oq_conv_geom g;
 		oq_kfuse ep;
-		oq_epi_step st[2];
+		oq_epi_step st[4];
 		double scale[200], shift[200];
 		int64_t nx, nw, ny;
 		float *x, *w, *b, *r, *y0, *y1;
@@ -1395,23 +1405,7 @@ Test(linalg, conv_avx2_tail_vs_tile_bits)
 		}
 		for (int64_t i = 0; i < ny; i++)
 			r[i] = (float)frand();
-		memset(&ep, 0, sizeof ep);
-		if (kind == 1)
-			ep.act = (oq_act){OQ_ACT_RELU, 0, 0};
-		if (kind == 2 || kind == 3)
-			ep.act = (oq_act){OQ_ACT_CLIP, 0.0f, 6.0f};
-		if (kind == 3) {
-			ep.scale = scale;
-			ep.shift = shift;
-		}
-		if (kind == 4) {
-			st[0] = (oq_epi_step){.kind = OQ_EPI_TENSOR, .bop = OQ_EPI_ADD, .t = 0};
-			st[1] = (oq_epi_step){.kind = OQ_EPI_ACT, .act = {OQ_ACT_RELU, 0, 0}};
-			ep.steps = st;
-			ep.n_steps = 2;
-			ep.n_t = 1;
-			ep.t[0] = r;
-		}
+		conv_epi_kind(kind, &ep, st, scale, shift, r);
 		oq_conv_avx2_tail = 0;
 		cr_assert_eq(oq_conv_run_epilogue(NULL, OQ_LT_F32, &g, x, w, bias ? b : NULL, kind ? &ep : NULL, y0), OQ_OK);
 		oq_conv_avx2_tail = 1;

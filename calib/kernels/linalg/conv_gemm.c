@@ -483,15 +483,6 @@ AVX512 static inline void pos_tile_12x32(int64_t kd, const float *const *ar, int
 			_mm512_mask_storeu_ps(c + (r) * ldc + 16, m1, x1); \
 		}                                                          \
 	} while (0)
-	/* + the residual (masked past nr), then max(0, x) for res 2 */
-#define RES(x, tp, m, any)                                                                      \
-	do {                                                                                    \
-		if (any) {                                                                      \
-			x = _mm256_add_ps(x, nr < 16 ? _mm256_maskload_ps(tp, m) : _mm256_loadu_ps(tp)); \
-			if (e->res == 2)                                                        \
-				x = _mm256_max_ps(_mm256_setzero_ps(), x);                      \
-		}                                                                               \
-	} while (0)
 	ST(0, c00, c01);
 	ST(1, c10, c11);
 	ST(2, c20, c21);

@@ -246,37 +246,9 @@ DEFINE_TILE2(2, 4, tile2_2x32)
 DEFINE_TILE2(1, 8, tile2_1x64)
 #undef DEFINE_TILE2
 
-/* Rows [m0, m1) x panel pi of the product on the AVX2 tiles (gemm_unit's loops). */
-static void gemm_unit2(const oq_packed_b *pb, int64_t m0, int64_t m1, int64_t pi, const float *a,
-		       int64_t lda, float *c, int64_t ldc, int load)
-{
-	int64_t j0 = pi * OQ_PACKED_B_NR, nr = pb->n - j0 < OQ_PACKED_B_NR ? pb->n - j0 : OQ_PACKED_B_NR;
-	const float *panel = pb->p + (size_t)pi * (size_t)pb->kd * OQ_PACKED_B_NR;
-	int64_t k0 = 0;
-
-	do {
-		int64_t kb = pb->kd - k0 < KC ? pb->kd - k0 : KC;
-		int ld = load || k0 > 0;
-		for (int64_t i = m0; i < m1; i += 6) {
-			int mr = m1 - i < 6 ? (int)(m1 - i) : 6;
-			const float *ai = a + i * lda + k0, *bk = panel + (size_t)k0 * OQ_PACKED_B_NR;
-			float *ci = c + i * ldc + j0;
-			if (mr == 1)
-				tile2_1x64(kb, ai, lda, bk, ci, ldc, mr, nr, ld);
-			else if (mr == 2)
-				tile2_2x32(kb, ai, lda, bk, ci, ldc, mr, nr, ld);
-			else if (mr <= 4)
-				tile2_4x16(kb, ai, lda, bk, ci, ldc, mr, nr, ld);
-			else
-				tile2_6x16(kb, ai, lda, bk, ci, ldc, mr, nr, ld);
-		}
-		k0 += kb;
-	} while (k0 < pb->kd);
-}
-
-/* Rows [m0, m1) x panel pi of the product (see the file comment). */
+/* Rows [m0, m1) x panel pi of the product (see the file comment), on the AVX2 tiles or the AVX-512 ones. */
 static void gemm_unit(const oq_packed_b *pb, int64_t m0, int64_t m1, int64_t pi, const float *a,
-		      int64_t lda, float *c, int64_t ldc, int load)
+		      int64_t lda, float *c, int64_t ldc, int load, int avx2)
 {
 	int64_t j0 = pi * OQ_PACKED_B_NR, nr = pb->n - j0 < OQ_PACKED_B_NR ? pb->n - j0 : OQ_PACKED_B_NR;
 	const float *panel = pb->p + (size_t)pi * (size_t)pb->kd * OQ_PACKED_B_NR;
@@ -296,7 +268,16 @@ static void gemm_unit(const oq_packed_b *pb, int64_t m0, int64_t m1, int64_t pi,
 			int mr = m1 - i < 6 ? (int)(m1 - i) : 6;
 			const float *ai = a + i * lda + k0, *bk = panel + (size_t)k0 * OQ_PACKED_B_NR;
 			float *ci = c + i * ldc + j0;
-			if (mr == 1)
+			if (avx2) {
+				if (mr == 1)
+					tile2_1x64(kb, ai, lda, bk, ci, ldc, mr, nr, ld);
+				else if (mr == 2)
+					tile2_2x32(kb, ai, lda, bk, ci, ldc, mr, nr, ld);
+				else if (mr <= 4)
+					tile2_4x16(kb, ai, lda, bk, ci, ldc, mr, nr, ld);
+				else
+					tile2_6x16(kb, ai, lda, bk, ci, ldc, mr, nr, ld);
+			} else if (mr == 1)
 				tile_1x64(kb, ai, lda, bk, ci, ldc, mr, mk, ld);
 			else if (mr == 2)
 				tile_2x64(kb, ai, lda, bk, ci, ldc, mr, mk, ld);
@@ -315,7 +296,7 @@ typedef struct gemm_job {
 	float *c;
 	int64_t m, lda, ldc, mb, nmb, np;
 	int load;
-	int avx2;  /* the AVX2 tiles (gemm_unit2), else the AVX-512 ones */
+	int avx2;  /* the AVX2 tiles (tile2_*), else the AVX-512 ones */
 } gemm_job;
 
 static void gemm_range(void *ctx, size_t begin, size_t end)
@@ -324,7 +305,7 @@ static void gemm_range(void *ctx, size_t begin, size_t end)
 	for (size_t u = begin; u < end; u++) {
 		int64_t bi = (int64_t)u / j->np, pi = (int64_t)u % j->np;
 		int64_t m0 = bi * j->mb, m1 = m0 + j->mb < j->m ? m0 + j->mb : j->m;
-		(j->avx2 ? gemm_unit2 : gemm_unit)(j->pb, m0, m1, pi, j->a, j->lda, j->c, j->ldc, j->load);
+		gemm_unit(j->pb, m0, m1, pi, j->a, j->lda, j->c, j->ldc, j->load, j->avx2);
 	}
 }
 #endif
