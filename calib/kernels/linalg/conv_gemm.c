@@ -174,12 +174,12 @@ avx2_tile_6x16(int64_t kd, const float *a, int64_t lda, int mr, const float *b, 
  * blocks of TAIL_K depth (8 x 8 register transposes into `at`), and each of V vectors of 8 rows
  * meets each of the NR columns: V x NR accumulators, each one output's init + sum_k w * x in k
  * order with one FMA per term, so the same bits as the tile. Rows past mm read row 0 and are not
- * stored; the epilogue e runs lane by lane with each lane's channel (the arithmetic of
- * oq_conv_avx2_epi8).
+ * stored; the epilogue e (BN, Relu / Clip, the residual) runs lane by lane with each lane's channel,
+ * in the arithmetic of the tile's.
  */
 enum { TAIL_K = 128, TAIL_MAX = 4, TAIL_V = 4 };
 
-/* 8 rows of A from row r (rows past rv: row 0) at depth k .. k + 7, transposed into at[(k - k0) * ld]. */
+/* 8 rows of A from row r (rows past rv: row 0) at depth k .. k + 7, transposed: depth k + i to at[i * ld]. */
 AVX2_FMA static inline __attribute__((always_inline)) void
 tail_t8(const float *a, int64_t lda, int64_t r, int64_t rv, int64_t k, float *at, int64_t ld)
 {
