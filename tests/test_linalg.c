@@ -1087,6 +1087,24 @@ Test(linalg, conv_packed_weights_vs_in_place)
 	}
 }
 
+/* Random conv test data in a fixed order: input x (in [0, 2)), weights, per channel bias, BN scale
+ * (in [1.5, 2.5)) and shift, and a residual r. */
+static void conv_fill(float *x, int64_t nx, float *w, int64_t nw, float *b, double *scale, double *shift,
+		      int64_t m, float *r, int64_t ny)
+{
+	for (int64_t i = 0; i < nx; i++)
+		x[i] = (float)frand() * 2;
+	for (int64_t i = 0; i < nw; i++)
+		w[i] = (float)frand();
+	for (int64_t i = 0; i < m; i++) {
+		b[i] = (float)frand();
+		scale[i] = frand() + 1.5;
+		shift[i] = frand();
+	}
+	for (int64_t i = 0; i < ny; i++)
+		r[i] = (float)frand();
+}
+
 /*
  * Fused epilogue `kind` of the conv tests into ep (steps in st[0..4)): 0 none, 1 Relu, 2 Clip
  * 0..6, 3 BN (scale / shift per channel) + Clip, 4 + the residual r then Relu, 5 a HardSwish-style
@@ -1197,17 +1215,7 @@ Test(linalg, conv_in_place_rows_vs_im2col_bits)
 			y3 = malloc((size_t)ny * sizeof *y3);
 			y4 = malloc((size_t)ny * sizeof *y4);
 			cr_assert(x && w && b && r && y1 && y2 && y3 && y4);
-			for (int64_t i = 0; i < nx; i++)
-				x[i] = (float)frand() * 2;
-			for (int64_t i = 0; i < nw; i++)
-				w[i] = (float)frand();
-			for (int64_t i = 0; i < g.m; i++) {
-				b[i] = (float)frand();
-				scale[i] = frand() + 1.5;
-				shift[i] = frand();
-			}
-			for (int64_t i = 0; i < ny; i++)
-				r[i] = (float)frand();
+			conv_fill(x, nx, w, nw, b, scale, shift, g.m, r, ny);
 			conv_epi_kind(kind, &ep, st, scale, shift, r);
 			snprintf(what, sizeof what,
 				 "%s seed %llu: n %lld c %lld m %lld %lldx%lld k %lldx%lld d %lld,%lld pads %lld,%lld,%lld,%lld epi %d",
@@ -1394,17 +1402,7 @@ Test(linalg, conv_avx2_tail_vs_tile_bits)
 		y0 = malloc((size_t)ny * sizeof *y0);
 		y1 = malloc((size_t)ny * sizeof *y1);
 		cr_assert(x && w && b && r && y0 && y1);
-		for (int64_t i = 0; i < nx; i++)
-			x[i] = (float)frand() * 2;
-		for (int64_t i = 0; i < nw; i++)
-			w[i] = (float)frand();
-		for (int64_t i = 0; i < g.m; i++) {
-			b[i] = (float)frand();
-			scale[i] = frand() + 1.5;
-			shift[i] = frand();
-		}
-		for (int64_t i = 0; i < ny; i++)
-			r[i] = (float)frand();
+		conv_fill(x, nx, w, nw, b, scale, shift, g.m, r, ny);
 		conv_epi_kind(kind, &ep, st, scale, shift, r);
 		oq_conv_avx2_tail = 0;
 		cr_assert_eq(oq_conv_run_epilogue(NULL, OQ_LT_F32, &g, x, w, bias ? b : NULL, kind ? &ep : NULL, y0), OQ_OK);

@@ -310,6 +310,16 @@ AVX2_FMA static void avx2_tail_cols(int64_t mm, int64_t kd, const float *a, int6
 	}
 }
 
+/* epi for the block of C from row m, column p on (its BN rows and residual moved there). */
+static inline oq_conv_epi2 epi_at(const oq_conv_epi2 *epi, int64_t m, int64_t p)
+{
+	oq_conv_epi2 e = *epi;
+	e.scale = e.scale ? e.scale + m : NULL;
+	e.shift = e.shift ? e.shift + m : NULL;
+	e.t = e.res ? e.t + m * e.ldt + p : NULL;
+	return e;
+}
+
 /* oq_conv_avx2_gemm, B's rows at b (ldb apart) or at br[k] (br not NULL). */
 AVX2_FMA static inline __attribute__((always_inline)) void
 avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const float *b, int64_t ldb,
@@ -330,13 +340,7 @@ avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const
 			for (int64_t p = 0; p < pp; p += 16) {
 				int nr = pp - p < 16 ? (int)(pp - p) : 16;
 				for (int64_t m = mb; m < me; m += 6) {
-					oq_conv_epi2 e;
-					if (last && epi) {
-						e = *epi;
-						e.scale = e.scale ? e.scale + m : NULL;
-						e.shift = e.shift ? e.shift + m : NULL;
-						e.t = e.res ? e.t + m * e.ldt + p : NULL;
-					}
+					oq_conv_epi2 e = last && epi ? epi_at(epi, m, p) : (oq_conv_epi2){0};
 					avx2_tile_6x16(kb, a + m * lda + k0, lda, me - m < 6 ? (int)(me - m) : 6,
 						       br ? NULL : b + k0 * ldb + p, ldb, br ? br + k0 : NULL, p,
 						       c + m * ldc + p, ldc, load, bias ? bias + m : NULL, last && epi ? &e : NULL,
@@ -344,13 +348,7 @@ avx2_gemm(int64_t mm, int64_t pp, int64_t kd, const float *a, int64_t lda, const
 				}
 			}
 			if (tail) {
-				oq_conv_epi2 e;
-				if (last && epi) {
-					e = *epi;
-					e.scale = e.scale ? e.scale + mb : NULL;
-					e.shift = e.shift ? e.shift + mb : NULL;
-					e.t = e.res ? e.t + mb * e.ldt + pp : NULL;
-				}
+				oq_conv_epi2 e = last && epi ? epi_at(epi, mb, pp) : (oq_conv_epi2){0};
 				avx2_tail_cols(me - mb, kb, a + mb * lda + k0, lda, br ? NULL : b + k0 * ldb + pp, ldb,
 					       br ? br + k0 : NULL, pp, (int)tail, c + mb * ldc + pp, ldc, load,
 					       bias ? bias + mb : NULL, last && epi ? &e : NULL);

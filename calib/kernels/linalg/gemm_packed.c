@@ -335,9 +335,11 @@ void oq_packed_b_gemm(oq_kctx *k, int64_t m, const float *a, int64_t lda, const 
 		return;
 	}
 #if defined(__GNUC__) && defined(__x86_64__)
-	if (!oq_linalg_use_ref && engine()) {
+	int eng = oq_linalg_use_ref ? 0 : engine();
+
+	if (eng) {
 		gemm_job j;
-		j.avx2 = engine() == 1;
+		j.avx2 = eng == 1;
 		j.pb = pb;
 		j.a = a;
 		j.c = c;
