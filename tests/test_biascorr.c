@@ -917,6 +917,143 @@ Test(biascorr, empirical_pipeline_tails_same_model)
 }
 
 /*
+ * Three Convs on [1, 1, 1, 4], each 1 x 1 with weight w and no bias: x -> c0 (w 2) -> t0 ->
+ * c1 (w 1.5) -> t1 -> c2 (w 1) -> y. kind 0: float; 1 (the base): t0 and t1 each through a
+ * QuantizeLinear / DequantizeLinear pair (q0 / dq0: scale 0.3, q1 / dq1: scale 0.2, uint8, zero
+ * point 0); 2 (the candidate, as a placement that leaves c1 float writes it): c1 reads t0
+ * itself, only t1's pair is left.
+ */
+static gen_model *chain3(int kind)
+{
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg;
+
+	gen_opset(g, "", 13);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 4));
+	gen_init(g, mg, "W0", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(2));
+	gen_init(g, mg, "W1", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(1.5));
+	gen_init(g, mg, "W2", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 1), GEN_VALS(1));
+	gen_node(g, mg, "Conv", "c0", "x,W0", "t0");
+	if (kind) {
+		gen_init(g, mg, "s0", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0.3));
+		gen_init(g, mg, "s1", OQ_DT_FLOAT, 0, NULL, GEN_VALS(0.2));
+		gen_init(g, mg, "z", OQ_DT_UINT8, 0, NULL, GEN_VALS(0));
+	}
+	if (kind == 1) {
+		gen_node(g, mg, "QuantizeLinear", "q0", "t0,s0,z", "t0q");
+		gen_node(g, mg, "DequantizeLinear", "dq0", "t0q,s0,z", "t0d");
+	}
+	gen_node(g, mg, "Conv", "c1", kind == 1 ? "t0d,W1" : "t0,W1", "t1");
+	if (kind) {
+		gen_node(g, mg, "QuantizeLinear", "q1", "t1,s1,z", "t1q");
+		gen_node(g, mg, "DequantizeLinear", "dq1", "t1q,s1,z", "t1d");
+	}
+	gen_node(g, mg, "Conv", "c2", kind ? "t1d,W2" : "t1,W2", "y");
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 1, 1, 4));
+	return g;
+}
+
+/*
+ * Tails of a candidate whose nodes differ from the base's (oq_bc_prefix_view): the base
+ * (chain3 kind 1) planned for a change at c1 (seeds c1, dq0, q0: downstream of them all but c0)
+ * keeps t0 alone; the candidate (kind 2: q0 and dq0 gone, c1 reading t0) then computes c1, q1,
+ * dq1 and c2 from that copy, not c0. Its output errors are those of its whole run, bit for bit,
+ * and not the base's (t0 = 2x is off the 0.3 grid: 0.25 -> 0.3, 0.75 -> 0.6, ...). A base
+ * that kept only t1d (seeds c2) cannot feed it: t0 is the same but not kept, its producer c0
+ * reads the graph input: a whole run (state -1).
+ */
+Test(biascorr, tails_of_a_candidate_with_other_nodes)
+{
+	static const float xs[] = {0.125f, 0.375f, 1, 0.625f, 0.625f, 0.25f, 0.5f, 0.875f};
+	gen_model *gf = chain3(0), *gb = chain3(1), *gc = chain3(2);
+	oq_model *mf = load(gf), *mb = load(gb), *mc = load(gc);
+	oq_calib_opts co;
+	oq_bc_targets b = {0};
+	oq_bc_prefix pl, u, v;
+	oq_bc_outerr eb = {0}, et = {0}, ew = {0};
+	oq_bc_quantized run;
+	oq_node *seed[3];
+	oq_diag d;
+	char dir[64] = "/tmp/oq_bcv_XXXXXX";
+	size_t before;
+	int differ = 0;
+
+	oq_diag_init(&d);
+	cr_assert_not_null(mkdtemp(dir));
+	write_samples(dir, 2, GEN_SHAPE(1, 1, 1, 4), xs, 4);
+	memset(&co, 0, sizeof co);
+	co.source = dir;
+	co.threads = 1;
+
+	seed[0] = node_named(mb->graph, "c1");
+	seed[1] = node_named(mb->graph, "dq0");
+	seed[2] = node_named(mb->graph, "q0");
+	cr_assert(seed[0] && seed[1] && seed[2]);
+	cr_assert_eq(oq_bc_prefix_plan(mb, seed, 3, &pl, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_bc_prefix_union(&pl, 1, &u, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(u.state, 0);
+	cr_assert_eq(u.nk, 1);
+	cr_expect_str_eq(mb->graph->values[u.vidx[0]]->name, "t0");
+	run = (oq_bc_quantized){.qm = mb, .folds = 3, .keep = &u, .err = &eb};
+	cr_assert_eq(oq_bc_measure(mf, NULL, &run, 1, &co, &b, NULL, &d), OQ_OK, "%s", d.msg);
+	oq_bc_sqnr_free(&run.sqnr);
+	cr_assert_eq(u.state, 1, "the base kept nothing");
+
+	cr_assert_eq(oq_bc_prefix_view(&u, mb, mc, &v, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(v.state, 1);
+	cr_expect(!v.part[node_named(mc->graph, "c0")->index], "c0 is computed");
+	cr_expect(v.part[node_named(mc->graph, "c1")->index] && v.part[node_named(mc->graph, "q1")->index] &&
+		  v.part[node_named(mc->graph, "dq1")->index] && v.part[node_named(mc->graph, "c2")->index]);
+	cr_assert_eq(v.nk, 1);
+	cr_expect_str_eq(mc->graph->values[v.vidx[0]]->name, "t0");
+
+	before = oq_bc_tail_runs;
+	run = (oq_bc_quantized){.qm = mc, .folds = 3, .from = &v, .err = &et};
+	cr_assert_eq(oq_bc_measure(mf, NULL, &run, 1, &co, &b, NULL, &d), OQ_OK, "%s", d.msg);
+	oq_bc_sqnr_free(&run.sqnr);
+	cr_expect_eq(oq_bc_tail_runs - before, 2, "%zu tail runs", oq_bc_tail_runs - before);
+	before = oq_bc_tail_runs;
+	run = (oq_bc_quantized){.qm = mc, .folds = 3, .err = &ew};
+	cr_assert_eq(oq_bc_measure(mf, NULL, &run, 1, &co, &b, NULL, &d), OQ_OK, "%s", d.msg);
+	oq_bc_sqnr_free(&run.sqnr);
+	cr_expect_eq(oq_bc_tail_runs, before);
+	cr_assert(et.n == 2 && ew.n == 2 && eb.n == 2);
+	for (size_t i = 0; i < 2; i++) {
+		cr_expect(!memcmp(&et.d2[i], &ew.d2[i], sizeof et.d2[i]) && !memcmp(&et.r2[i], &ew.r2[i], sizeof et.r2[i]),
+			  "sample %zu: tail %.17g, whole run %.17g", i, et.d2[i], ew.d2[i]);
+		cr_expect(ew.d2[i] > 0);
+		differ |= eb.d2[i] != ew.d2[i];
+	}
+	cr_expect(differ, "the candidate's errors are the base's");
+	oq_bc_prefix_free(&v);
+	oq_bc_prefix_free(&u);
+	oq_bc_prefix_free(&pl);
+
+	/* a base that kept t1d only */
+	seed[0] = node_named(mb->graph, "c2");
+	cr_assert_eq(oq_bc_prefix_plan(mb, seed, 1, &pl, &d), OQ_OK, "%s", d.msg);
+	cr_assert_eq(oq_bc_prefix_union(&pl, 1, &u, &d), OQ_OK, "%s", d.msg);
+	run = (oq_bc_quantized){.qm = mb, .folds = 3, .keep = &u};
+	cr_assert_eq(oq_bc_measure(mf, NULL, &run, 1, &co, &b, NULL, &d), OQ_OK, "%s", d.msg);
+	oq_bc_sqnr_free(&run.sqnr);
+	cr_assert_eq(u.state, 1);
+	cr_expect_str_eq(mb->graph->values[u.vidx[0]]->name, "t1d");
+	cr_assert_eq(oq_bc_prefix_view(&u, mb, mc, &v, &d), OQ_OK, "%s", d.msg);
+	cr_expect_eq(v.state, -1);
+	oq_bc_prefix_free(&v);
+	oq_bc_prefix_free(&u);
+	oq_bc_prefix_free(&pl);
+
+	oq_bc_outerr_free(&eb);
+	oq_bc_outerr_free(&et);
+	oq_bc_outerr_free(&ew);
+	oq_bc_targets_free(&b);
+	free_models(mf, mb, mc, gf, gb, gc);
+	rm_rf(dir);
+}
+
+/*
  * Sample lanes: with several threads the samples after the first run a few at a time on
  * executor clones, each one's sums and SQNRs staged and added in sample order. Nine samples of
  * 64 K values spanning 1e-3 to 1e6 (so double sums depend on their order, and each sample runs

@@ -60,6 +60,7 @@ typedef struct side {
 	atomic_size_t *kbytes; /* bytes kept so far, all lanes */
 	atomic_int *kover;     /* set when they would pass OQ_BC_PREFIX_BYTES */
 	int krc;               /* a copy failed (OQ_ENOMEM) */
+	size_t kn;             /* samples the pass keeps values of (keep) */
 } side;
 
 /* Evaluated when the executor plans its fusion: independent of `on`. */
@@ -289,7 +290,8 @@ void oq_bc_float_cache_free(oq_bc_float_cache *c)
 }
 
 /* The cache's file, unlinked at once (none when it cannot be made: the outputs stay in memory). */
-static void spill_open(oq_bc_float_cache *c)
+/* An unlinked temporary file in $TMPDIR (else /tmp), or -1 (none; or oq_bc_spill 0). */
+static int tmp_fd(void)
 {
 	const char *dir = getenv("TMPDIR");
 	char path[4096];
@@ -297,8 +299,17 @@ static void spill_open(oq_bc_float_cache *c)
 
 	if (!oq_bc_spill || (size_t)snprintf(path, sizeof path, "%s/onnxq-bc-XXXXXX", dir && *dir ? dir : "/tmp") >= sizeof path ||
 	    (fd = mkstemp(path)) < 0)
-		return;
+		return -1;
 	unlink(path);
+	return fd;
+}
+
+static void spill_open(oq_bc_float_cache *c)
+{
+	int fd = tmp_fd();
+
+	if (fd < 0)
+		return;
 	c->fd = fd;
 	c->has_fd = 1;
 	c->fsize = 0;
@@ -318,6 +329,26 @@ static int write_at(int fd, const void *p, size_t n, size_t at)
 		b += w;
 		n -= (size_t)w;
 		at += (size_t)w;
+	}
+	return 0;
+}
+
+/* Reads n bytes at offset at into p: 0, or -1 (errno set; 0 when the file was short). */
+static int read_at(int fd, void *p, size_t n, size_t at)
+{
+	char *b = p;
+	while (n) {
+		ssize_t r = pread(fd, b, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n, (off_t)at);
+		if (r <= 0) {
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (!r)
+				errno = 0;
+			return -1;
+		}
+		b += r;
+		n -= (size_t)r;
+		at += (size_t)r;
 	}
 	return 0;
 }
@@ -363,25 +394,15 @@ int oq_bc_float_cache_get(const oq_bc_float_cache *c, size_t i, oq_rt *buf, cons
 		return OQ_OK;
 	at = c->at[i];
 	for (size_t k = 0; k < c->nout; k++) {
-		char *b;
-		size_t n;
 		if (oq_rt_alloc(&buf[k], src[k].dtype, src[k].rank, src[k].dims))
 			return oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
 		if (buf[k].nbytes != src[k].nbytes)
 			return oq_err(d, OQ_EINVAL, "bias correction: a kept float output changed size (internal error)");
 		buf[k].wide = src[k].wide;
-		for (b = buf[k].data, n = buf[k].nbytes; n;) {
-			ssize_t r = pread(c->fd, b, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n, (off_t)at);
-			if (r <= 0) {
-				if (r < 0 && errno == EINTR)
-					continue;
-				return oq_err(d, OQ_EIO, "bias correction: cannot read back the float outputs from its "
-					      "temporary file: %s", r < 0 ? strerror(errno) : "file shorter than written");
-			}
-			b += r;
-			n -= (size_t)r;
-			at += (size_t)r;
-		}
+		if (read_at(c->fd, buf[k].data, buf[k].nbytes, at))
+			return oq_err(d, OQ_EIO, "bias correction: cannot read back the float outputs from its "
+				      "temporary file: %s", errno ? strerror(errno) : "file shorter than written");
+		at += buf[k].nbytes;
 	}
 	*out = buf;
 	return OQ_OK;
@@ -429,6 +450,10 @@ void oq_bc_prefix_free(oq_bc_prefix *p)
 	free(p->part);
 	free(p->vidx);
 	free(p->kmap);
+	free(p->slot);
+	free(p->at);
+	if (p->has_fd)
+		close(p->fd);
 	memset(p, 0, sizeof *p);
 }
 
@@ -576,12 +601,207 @@ int oq_bc_prefix_fits(const oq_bc_prefix *p, const oq_model *bm, const oq_model 
 	return ok;
 }
 
+int oq_bc_prefix_union(const oq_bc_prefix *p, size_t n, oq_bc_prefix *u, oq_diag *d)
+{
+	size_t first = n;
+
+	memset(u, 0, sizeof *u);
+	u->state = -1;
+	for (size_t i = 0; i < n && first == n; i++)
+		if (p[i].state == 0)
+			first = i;
+	if (first == n)
+		return OQ_OK;
+	u->n_nodes = p[first].n_nodes;
+	u->n_values = p[first].n_values;
+	u->kmap = malloc((u->n_values + 1) * sizeof *u->kmap);
+	u->vidx = oq_calloc(u->n_values + 1, sizeof *u->vidx);
+	if (!u->kmap || !u->vidx) {
+		oq_bc_prefix_free(u);
+		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+	}
+	for (size_t i = 0; i < u->n_values; i++)
+		u->kmap[i] = -1;
+	for (size_t i = first; i < n; i++)
+		for (size_t k = 0; p[i].state == 0 && k < p[i].nk; k++) {
+			size_t x = p[i].vidx[k];
+			if (p[i].n_values != u->n_values || x >= u->n_values) {
+				oq_bc_prefix_free(u);
+				u->state = -1;
+				return oq_err(d, OQ_EINVAL, "placement: tails planned on other models (internal error)");
+			}
+			if (u->kmap[x] < 0) {
+				u->kmap[x] = (long)u->nk;
+				u->vidx[u->nk++] = x;
+			}
+		}
+	u->state = 0;
+	return OQ_OK;
+}
+
+/* Is candidate node y computed as base node x from the same values (same[] per candidate value)? */
+static int same_node(const oq_node *x, const oq_node *y, const unsigned char *same)
+{
+	if (strcmp(x->op_type, y->op_type) || strcmp(x->domain, y->domain) || x->n_inputs != y->n_inputs ||
+	    x->n_outputs != y->n_outputs || x->n_attrs != y->n_attrs)
+		return 0;
+	for (size_t k = 0; k < x->n_inputs; k++) {
+		const oq_value *a = x->inputs[k], *b = y->inputs[k];
+		if (!a != !b || (b && (strcmp(a->name, b->name) || !same[b->index])))
+			return 0;
+	}
+	for (size_t k = 0; k < x->n_outputs; k++)
+		if (!x->outputs[k] != !y->outputs[k] || (x->outputs[k] && strcmp(x->outputs[k]->name, y->outputs[k]->name)))
+			return 0;
+	for (size_t k = 0; k < x->n_attrs; k++)
+		if (!same_attr(&x->attrs[k], &y->attrs[k]))
+			return 0;
+	return 1;
+}
+
+/*
+ * Marks the producer of v (candidate graph g) for part when v is not available to a tail:
+ * computed by part already, an initializer, or kept (have[] set and the same value): returns 1
+ * if it marked a node, -1 when v cannot be had (a graph input or a value of no node), else 0.
+ */
+static int need(const oq_graph *g, unsigned char *part, const oq_value *v, const unsigned char *kept)
+{
+	const oq_node *n = v->producer;
+	if (v->init || (n && n->graph == g && part[n->index]))
+		return 0;
+	if (!n || n->graph != g)
+		return kept[v->index] ? 0 : -1;
+	if (mark_const_producer(g, part, v))
+		return 1;
+	if (kept[v->index])
+		return 0;
+	part[n->index] = 1;
+	return 1;
+}
+
+int oq_bc_prefix_view(const oq_bc_prefix *base, const oq_model *bm, const oq_model *cm, oq_bc_prefix *v,
+		      oq_diag *d)
+{
+	const oq_graph *a = bm->graph, *g = cm->graph;
+	const oq_value **bv = NULL;
+	unsigned char *same = NULL, *done = NULL, *kept = NULL;
+	int changed = 1, rc = OQ_OK, lost = 0;
+
+	memset(v, 0, sizeof *v);
+	v->state = -1;
+	if (!oq_bc_tail || base->state != 1 || a->n_subgraphs || g->n_subgraphs || a->n_values != base->n_values ||
+	    a->n_nodes != base->n_nodes)
+		return OQ_OK;
+	bv = oq_calloc(g->n_values + 1, sizeof *bv);
+	same = oq_calloc(g->n_values + 1, 1);
+	kept = oq_calloc(g->n_values + 1, 1);
+	done = oq_calloc(g->n_nodes + 1, 1);
+	v->part = oq_calloc(g->n_nodes + 1, 1);
+	v->kmap = malloc((g->n_values + 1) * sizeof *v->kmap);
+	v->vidx = oq_calloc(g->n_values + 1, sizeof *v->vidx);
+	v->slot = oq_calloc(g->n_values + 1, sizeof *v->slot);
+	if (!bv || !same || !kept || !done || !v->part || !v->kmap || !v->vidx || !v->slot) {
+		rc = oq_err(d, OQ_ENOMEM, "placement: out of memory");
+		goto out;
+	}
+	/* the values: by name; initializers of equal contents and graph inputs are the same */
+	for (size_t i = 0; i < g->n_values; i++) {
+		const oq_value *y = g->values[i], *x = oq_graph_find(a, y->name);
+		v->kmap[i] = -1;
+		if (!x || x->index >= a->n_values || a->values[x->index] != x)
+			continue;
+		bv[i] = x;
+		if (y->init)
+			same[i] = x->init && same_tensor(x->init, y->init);
+		else if (!y->producer)
+			same[i] = !x->init && !x->producer;
+	}
+	/* the nodes, to a fixed point (any node order) */
+	while (changed) {
+		changed = 0;
+		for (size_t j = 0; j < g->n_nodes; j++) {
+			const oq_node *y = g->nodes[j], *x;
+			if (done[j] || !y->n_outputs || !y->outputs[0] || !bv[y->outputs[0]->index])
+				continue;
+			x = bv[y->outputs[0]->index]->producer;
+			if (!x || x->graph != a || !same_node(x, y, same))
+				continue;
+			done[j] = 1;
+			changed = 1;
+			for (size_t k = 0; k < y->n_outputs; k++)
+				if (y->outputs[k])
+					same[y->outputs[k]->index] = 1;
+		}
+	}
+	/* what the base kept: the same values in its kept slots */
+	for (size_t i = 0; i < g->n_values; i++)
+		kept[i] = same[i] && bv[i] && base->kmap[bv[i]->index] >= 0;
+	for (size_t j = 0; j < g->n_nodes; j++)
+		v->part[j] = !done[j];
+	/* what the differing nodes read, to what a tail can be given */
+	changed = 1;
+	while (changed && !lost) {
+		changed = 0;
+		for (size_t i = 0; i < g->n_nodes + g->n_outputs && !lost; i++) {
+			const oq_node *n = i < g->n_nodes ? g->nodes[i] : NULL;
+			size_t nin = n ? n->n_inputs : 1;
+			if (n && !v->part[i])
+				continue;
+			for (size_t k = 0; k < nin && !lost; k++) {
+				const oq_value *x = n ? n->inputs[k] : g->outputs[i - g->n_nodes];
+				int r;
+				if (!x || x->graph != g)
+					continue;
+				if ((r = need(g, v->part, x, kept)) < 0)
+					lost = 1;
+				changed |= r > 0;
+			}
+		}
+	}
+	if (lost)
+		goto out;
+	/* the kept values the tail reads */
+	for (size_t i = 0; i < g->n_nodes + g->n_outputs; i++) {
+		const oq_node *n = i < g->n_nodes ? g->nodes[i] : NULL;
+		size_t nin = n ? n->n_inputs : 1;
+		if (n && !v->part[i])
+			continue;
+		for (size_t k = 0; k < nin; k++) {
+			const oq_value *x = n ? n->inputs[k] : g->outputs[i - g->n_nodes];
+			if (!x || x->graph != g || x->init || (x->producer && x->producer->graph == g &&
+							      v->part[x->producer->index]))
+				continue;
+			if (v->kmap[x->index] < 0) {
+				v->kmap[x->index] = (long)v->nk;
+				v->slot[v->nk] = (size_t)base->kmap[bv[x->index]->index];
+				v->vidx[v->nk++] = x->index;
+			}
+		}
+	}
+	v->n_nodes = g->n_nodes;
+	v->n_values = g->n_values;
+	v->n = base->n;
+	v->src = base;
+	v->state = 1;
+out:
+	if (v->state != 1) {
+		oq_bc_prefix_free(v);
+		v->state = -1;
+	}
+	free(bv);
+	free(same);
+	free(kept);
+	free(done);
+	return rc;
+}
+
 /* Keeps a copy of v (t) when the base run of s->keep reads it, for sample s->i: each lane writes
  * its own sample's slots; the byte count is shared. */
 static int keep_value(side *s, const oq_value *v, const oq_rt *t)
 {
 	oq_bc_prefix *p = s->keep;
 	oq_rt *dst;
+	size_t budget, at;
 	long k;
 
 	if (p->state != 0 || v->index >= p->n_values || (k = p->kmap[v->index]) < 0 || t->kind != OQ_RT_TENSOR ||
@@ -590,10 +810,25 @@ static int keep_value(side *s, const oq_value *v, const oq_rt *t)
 	dst = &p->kept[s->i * p->nk + (size_t)k];
 	if (p->have[s->i * p->nk + (size_t)k])
 		return OQ_OK;
+	budget = p->has_fd ? OQ_BC_PREFIX_FILE_BYTES : OQ_BC_PREFIX_BYTES;
 	/* a value whose copies on every sample would pass the budget: none kept, from the first */
-	if (t->nbytes > OQ_BC_PREFIX_BYTES / p->n / p->nk ||
-	    atomic_fetch_add(s->kbytes, t->nbytes) + t->nbytes > OQ_BC_PREFIX_BYTES) {
+	if (t->nbytes > budget / s->kn / p->nk || (at = atomic_fetch_add(s->kbytes, t->nbytes)) + t->nbytes > budget) {
 		atomic_store(s->kover, 1);
+		return OQ_OK;
+	}
+	if (p->has_fd && !t->strs && (t->data || !t->nbytes)) {
+		if (write_at(p->fd, t->data, t->nbytes, at)) { /* a full disk: whole runs */
+			atomic_store(s->kover, 1);
+			return OQ_OK;
+		}
+		*dst = *t;
+		dst->items = NULL;
+		dst->n_items = 0;
+		dst->data = NULL;
+		dst->borrowed = 0;
+		dst->cap = 0;
+		p->at[s->i * p->nk + (size_t)k] = at;
+		p->have[s->i * p->nk + (size_t)k] = 1;
 		return OQ_OK;
 	}
 	if (oq_rt_copy(dst, t)) {
@@ -626,6 +861,8 @@ typedef struct lane {
 	stage st;
 	oq_rt *in, *of, *oqs;
 	const oq_rt **vals;    /* tail runs: per value of the quantized model, the kept one or NULL */
+	oq_rt *kbuf;           /* tail runs: the kept values read back from their file (per value of
+				* the plan; released after each run) */
 	int tail;              /* the sample staged ran its tail only */
 	oq_diag d;
 	size_t err_at;
@@ -764,6 +1001,27 @@ static int commit(pass *P, lane *ln, size_t i)
 	return OQ_OK;
 }
 
+/* The kept value in slot `at` of p: *out = p's copy, or buf (empty on entry) read back from p's
+ * file (the caller releases it). OQ_EIO or OQ_ENOMEM. */
+static int kept_get(const oq_bc_prefix *p, size_t at, oq_rt *buf, const oq_rt **out, oq_diag *d)
+{
+	const oq_rt *src = &p->kept[at];
+
+	*out = src;
+	if (!p->at || p->at[at] == SIZE_MAX)
+		return OQ_OK;
+	if (oq_rt_alloc(buf, src->dtype, src->rank, src->dims))
+		return oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+	buf->wide = src->wide;
+	if (buf->nbytes != src->nbytes || read_at(p->fd, buf->data, buf->nbytes, p->at[at]))
+		return oq_err(d, OQ_EIO, "bias correction: cannot read back a kept value from its temporary file: %s",
+			      buf->nbytes != src->nbytes ? "size changed (internal error)"
+			      : errno                    ? strerror(errno)
+							 : "file shorter than written");
+	*out = buf;
+	return OQ_OK;
+}
+
 /* Runs sample i on lane ln and stages it. */
 static int run_sample(pass *P, lane *ln, size_t i)
 {
@@ -780,19 +1038,23 @@ static int run_sample(pass *P, lane *ln, size_t i)
 		return rc;
 	}
 	if (ln->eq) {
-		const oq_bc_prefix *t = P->from;
+		const oq_bc_prefix *t = P->from, *kp = t && t->src ? t->src : t;
 		int tail = t && ln->vals;
-		for (size_t k = 0; tail && k < t->nk; k++)
-			if ((tail = t->have[i * t->nk + k]))
-				ln->vals[t->vidx[k]] = &t->kept[i * t->nk + k];
+		for (size_t k = 0; tail && k < t->nk; k++) {
+			size_t at = i * kp->nk + (t->src ? t->slot[k] : k);
+			if ((tail = kp->have[at]) && (rc = kept_get(kp, at, &ln->kbuf[k], &ln->vals[t->vidx[k]], &ln->d)))
+				break;
+		}
 		ln->sq.i = i;
 		ln->tail = tail;
-		if (tail) {
-			if ((rc = oq_exec_run_part(ln->eq, t->part, ln->vals, ln->oqs, P->nout, &ln->d)))
-				return rc;
-		} else if ((rc = oq_exec_run(ln->eq, ln->in, P->nin, ln->oqs, P->nout, &ln->d))) {
+		if (!rc && tail)
+			rc = oq_exec_run_part(ln->eq, t->part, ln->vals, ln->oqs, P->nout, &ln->d);
+		else if (!rc)
+			rc = oq_exec_run(ln->eq, ln->in, P->nin, ln->oqs, P->nout, &ln->d);
+		if (t && ln->kbuf)
+			release(ln->kbuf, t->nk);
+		if (rc)
 			return rc;
-		}
 		for (size_t k = 0; k < P->nout; k++)
 			ln->st.db[k] = sqnr(&ro[k], &ln->oqs[k]);
 		if (P->err) /* sample i's own slots: no other lane writes them */
@@ -863,6 +1125,9 @@ static void lane_free(const pass *P, lane *ln)
 	free(ln->of);
 	free(ln->oqs);
 	free(ln->vals);
+	if (ln->kbuf)
+		release(ln->kbuf, P->from->nk);
+	free(ln->kbuf);
 	stage_free(&ln->st);
 	if (ln->own) {
 		oq_exec_free(ln->ef);
@@ -882,7 +1147,8 @@ static int lane_init(pass *P, lane *ln, const lane *l0, size_t k)
 	ln->of = oq_calloc(P->nout ? P->nout : 1, sizeof *ln->of);
 	ln->oqs = oq_calloc(P->nout ? P->nout : 1, sizeof *ln->oqs);
 	if (!ln->in || !ln->of || !ln->oqs || stage_alloc(P, &ln->st) ||
-	    (P->from && !(ln->vals = oq_calloc(P->from->n_values + 1, sizeof *ln->vals))))
+	    (P->from && (!(ln->vals = oq_calloc(P->from->n_values + 1, sizeof *ln->vals)) ||
+			 !(ln->kbuf = oq_calloc(P->from->nk + 1, sizeof *ln->kbuf)))))
 		return oq_err(&ln->d, OQ_ENOMEM, "bias correction: out of memory");
 	ln->sf.st = ln->sq.st = &ln->st;
 	if (k == 0)
@@ -973,8 +1239,8 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 				qvals[i] = runs[sums].nodes[i]->outputs[0];
 		}
 	}
-	tf = (side){b, off, skip, fvals, 0, 0, NULL, NULL, 0, NULL, NULL, 0};
-	tq = (side){b, off, skip, qvals, 1, 1, NULL, NULL, 0, NULL, NULL, 0};
+	tf = (side){b, off, skip, fvals, 0, 0, NULL, NULL, 0, NULL, NULL, 0, 1};
+	tq = (side){b, off, skip, qvals, 1, 1, NULL, NULL, 0, NULL, NULL, 0, 1};
 	if (!cached) {
 		if ((rc = oq_exec_new(ref, &eo, &ef, d)))
 			goto out;
@@ -1098,6 +1364,10 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 		atomic_init(&P.kover, 0);
 		tq.kbytes = &P.kbytes;
 		tq.kover = &P.kover;
+		tq.kn = 0;
+		for (size_t i = 0; kp && i < n; i++)
+			tq.kn += in_pass(&P, i);
+		tq.kn += !tq.kn;
 		pthread_mutex_init(&P.mu, NULL);
 		pthread_cond_init(&P.cv, NULL);
 		if (kp && (n > SIZE_MAX / sizeof *kp->kept / (kp->nk + 1) ||
@@ -1106,8 +1376,18 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 			rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
 			goto pass_out;
 		}
-		if (kp)
+		if (kp && (!(kp->at = malloc((n * kp->nk + 1) * sizeof *kp->at)))) {
+			rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+			goto pass_out;
+		}
+		if (kp) {
+			int fd = kp->nk ? tmp_fd() : -1;
 			kp->n = n;
+			for (size_t i = 0; i < n * kp->nk; i++)
+				kp->at[i] = SIZE_MAX;
+			kp->fd = fd;
+			kp->has_fd = fd >= 0;
+		}
 		atomic_init(&P.next, 0);
 		atomic_init(&P.stop, SIZE_MAX);
 		P.turn = first = pass_next(&P, 0);

@@ -43,10 +43,12 @@ void oq_bc_outerr_free(oq_bc_outerr *e);
  * runs only those nodes, the values they read from the rest taken from the base model's run of
  * the same sample (oq_exec_run_part): the same outputs, bit for bit, at the cost of the tail.
  * A measurement of the base with `keep` set copies those values for every sample it runs; one
- * of a candidate with `from` set (state 1, the candidate checked by oq_bc_prefix_fits) runs the
- * tails. The copies are bounded by OQ_BC_PREFIX_BYTES, a small share of a run's memory (a value
- * whose copies on all samples would pass it is not copied at all): past it, state -1 and full
- * runs (a classifier's last layer reads a vector per sample; a detector's head, a map).
+ * of a candidate with `from` set (state 1, the candidate checked by oq_bc_prefix_fits, or a view
+ * below) runs the tails. The kept values go to an unlinked temporary file when one can be made
+ * (as the float outputs below) and are read back for each tail run, up to
+ * OQ_BC_PREFIX_FILE_BYTES; else they are copies in memory, up to OQ_BC_PREFIX_BYTES, a small
+ * share of a run's memory (a value whose copies on the samples the base runs would pass the
+ * budget is not copied at all): past it, state -1 and full runs.
  */
 typedef struct oq_bc_prefix {
 	unsigned char *part;  /* per node of the base's main graph: computed by a tail run */
@@ -57,9 +59,18 @@ typedef struct oq_bc_prefix {
 	unsigned char *have;  /* n x nk: kept[k] holds a copy */
 	size_t n;
 	int state;            /* 0: planned, nothing kept; 1: kept (a sample the base ran); -1: none */
+	size_t *at;           /* n x nk: a kept value's offset in the file (its kept entry holds its type
+			       * and shape only), SIZE_MAX: in memory */
+	int fd, has_fd;       /* the kept values' unlinked temporary file (as the float outputs') */
+	const struct oq_bc_prefix *src; /* a view (oq_bc_prefix_view): value k is src's kept value in
+					 * slot slot[k] (kept, have, at NULL here) */
+	size_t *slot;
 } oq_bc_prefix;
 
+/* The budget of kept copies in memory, and in the temporary file (the page cache's, not the
+ * process' memory: read back for each tail run) */
 #define OQ_BC_PREFIX_BYTES ((size_t)16 << 20)
+#define OQ_BC_PREFIX_FILE_BYTES ((size_t)256 << 20)
 
 /*
  * Plans p on base model qm for a change of the initializers read by nodes[0..nn) (the layers
@@ -73,6 +84,24 @@ int oq_bc_prefix_plan(const oq_model *qm, oq_node *const *nodes, size_t nn, oq_b
  * with the same nodes and values (by name and op) otherwise? */
 int oq_bc_prefix_fits(const oq_bc_prefix *p, const oq_model *bm, const oq_model *cm);
 void oq_bc_prefix_free(oq_bc_prefix *p);
+
+/*
+ * Tails of candidates whose graphs differ from the base's in their nodes (placement.c: a group
+ * of units left float loses Q/DQ pairs, reads other values). The base run keeps the values of
+ * several plans at once: u := the union of the kept values of p[0..n) (planned on one model;
+ * those at state -1 add nothing; u->part NULL; u->state -1 when none is planned). After that
+ * run (state 1), a candidate cm gets a view of what it kept: v's nodes are cm's that differ
+ * from bm's (a node is the same when bm has a node writing its outputs, by name, with the same
+ * op, attributes and inputs, each the same value: same-named initializers of equal contents,
+ * graph inputs, outputs of nodes the same), what they reach, the constant feeders they read,
+ * and, where a value they read is the same but was not kept, its producer (to kept values or
+ * initializers); v reads the base's copies (v->src). A graph input so reached, a body graph in
+ * either model, or a base not kept: v->state -1 (a whole run). With v's nodes computed from
+ * those values, cm's outputs are those of its whole run, bit for bit.
+ */
+int oq_bc_prefix_union(const oq_bc_prefix *p, size_t n, oq_bc_prefix *u, oq_diag *d) OQ_WUR;
+int oq_bc_prefix_view(const oq_bc_prefix *base, const oq_model *bm, const oq_model *cm, oq_bc_prefix *v,
+		      oq_diag *d) OQ_WUR;
 /* 1 (default): candidates that fit run their tails only; 0: full runs (tests compare the two). */
 extern int oq_bc_tail;
 /* Tail runs made so far (tests). */

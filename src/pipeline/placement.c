@@ -788,6 +788,181 @@ static int measure(meas *me, const oq_opts *q, double *mean, oq_diag *d)
 	return rc;
 }
 
+/* A float list: sorted node names (float_list's). */
+typedef struct names {
+	char **v;
+	size_t n;
+} names;
+
+static void names_free(names *l)
+{
+	for (size_t i = 0; l->v && i < l->n; i++)
+		free(l->v[i]);
+	free(l->v);
+	memset(l, 0, sizeof *l);
+}
+
+/* l := p's float list, taken from p. */
+static void names_take(names *l, oq_placement *p)
+{
+	l->v = p->float_nodes;
+	l->n = p->n_float_nodes;
+	p->float_nodes = NULL;
+	p->n_float_nodes = 0;
+}
+
+static int cmp_node_name(const void *a, const void *b)
+{
+	return strcmp((*(oq_node *const *)a)->name, (*(oq_node *const *)b)->name);
+}
+
+/* The node named `name` among ord[0..n) (sorted by name), or NULL. */
+static oq_node *node_by_name(oq_node *const *ord, size_t n, const char *name)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int r = strcmp(ord[mid]->name, name);
+		if (r == 0)
+			return ord[mid];
+		if (r < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/*
+ * The tails of a round's candidates on base model bm (measure.h): per candidate, the nodes of
+ * bm named in one float list and not the other (the units the candidate changes), with the
+ * DequantizeLinear nodes feeding them and the QuantizeLinear nodes feeding those (a float unit
+ * reads the value before them), planned; u := the union of what those plans keep.
+ */
+static int plan_tails(const oq_model *bm, const names *base, const names *cand, size_t nc, oq_bc_prefix *u,
+		      oq_diag *d)
+{
+	const oq_graph *g = bm->graph;
+	oq_node **ord = oq_calloc(g->n_nodes + 1, sizeof *ord), **seed = oq_calloc(3 * g->n_nodes + 1, sizeof *seed);
+	oq_bc_prefix *pl = oq_calloc(nc + 1, sizeof *pl);
+	size_t no = 0;
+	int rc = OQ_OK;
+
+	u->state = -1;
+	if (!ord || !seed || !pl) {
+		rc = oq_err(d, OQ_ENOMEM, "placement: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < g->n_nodes; i++)
+		if (g->nodes[i]->name[0])
+			ord[no++] = g->nodes[i];
+	qsort(ord, no, sizeof *ord, cmp_node_name);
+	for (size_t k = 0; k < nc && !rc; k++) {
+		size_t i = 0, j = 0, ns = 0;
+		while (i < base->n || j < cand[k].n) {
+			int c = i == base->n ? 1 : j == cand[k].n ? -1 : strcmp(base->v[i], cand[k].v[j]);
+			oq_node *n = c ? node_by_name(ord, no, c < 0 ? base->v[i] : cand[k].v[j]) : NULL;
+			i += c <= 0;
+			j += c >= 0;
+			if (!n || ns + 3 > 3 * g->n_nodes)
+				continue;
+			seed[ns++] = n;
+			for (size_t x = 0; x < n->n_inputs; x++) {
+				oq_node *dq = n->inputs[x] ? n->inputs[x]->producer : NULL, *qn;
+				if (!dq || dq->graph != g || !oq_node_is(dq, OQ_OP_DequantizeLinear) || ns + 2 > 3 * g->n_nodes)
+					continue;
+				seed[ns++] = dq;
+				qn = dq->n_inputs && dq->inputs[0] ? dq->inputs[0]->producer : NULL;
+				if (qn && qn->graph == g && oq_node_is(qn, OQ_OP_QuantizeLinear))
+					seed[ns++] = qn;
+			}
+		}
+		rc = oq_bc_prefix_plan(bm, seed, ns, &pl[k], d);
+	}
+	if (!rc)
+		rc = oq_bc_prefix_union(pl, nc, u, d);
+out:
+	for (size_t k = 0; pl && k < nc; k++)
+		oq_bc_prefix_free(&pl[k]);
+	free(pl);
+	free(ord);
+	free(seed);
+	return rc;
+}
+
+/*
+ * One round of the fidelity search: got[k] := the estimate of the model with float list
+ * cand[k], as measure() gives it, for k < nc. Fold by fold; with two candidates or more the
+ * model of the current placement (float list base) runs the fold's samples first, keeping what
+ * the candidates' tails read (plan_tails), and each candidate then runs only the nodes where it
+ * differs from that model and what they reach (oq_bc_prefix_view): the same errors as whole
+ * runs, bit for bit, for one run of the base.
+ */
+static int measure_round(meas *me, const oq_opts *q, const names *base, const names *cand, size_t nc,
+			 double *got, oq_diag *d)
+{
+	oq_pass_run run = me->o->run;
+	oq_bc_outerr *err = oq_calloc(nc + 1, sizeof *err);
+	size_t k_f = me->fr ? me->k : 1;
+	int rc = OQ_OK;
+
+	if (!err)
+		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+	for (size_t k = 0; k < nc; k++)
+		err[k] = (oq_bc_outerr){.out = me->shift, .M = me->shift_m, .ch_last = me->shift_last};
+	run.stage = oq_passes_quantize;
+	for (size_t f = 0; f < k_f && !rc; f++) {
+		oq_opts c = *q;
+		oq_model *bm = NULL;
+		oq_bc_prefix u = {.state = -1};
+		size_t lo = 0, hi = 0;
+		if (me->fr) {
+			lo = oq_folds_begin(f, me->n_all, me->k);
+			hi = oq_folds_begin(f + 1, me->n_all, me->k);
+			if (lo >= me->co.limit)
+				continue;
+			c.ranges = &me->fr[f];
+		}
+		if (nc >= 2 && oq_bc_tail) {
+			c.float_nodes = (const char *const *)base->v;
+			c.n_float_nodes = base->n;
+			if (!(rc = me->src->float_copy(me->src->ctx, &c, &bm, d)) && !(rc = oq_passes_run(bm, &run, &c, d)))
+				rc = plan_tails(bm, base, cand, nc, &u, d);
+			if (!rc && u.state == 0) {
+				oq_bc_quantized r = {.qm = bm, .folds = (1u << OQ_BC_FOLDS) - 1, .lo = lo, .hi = hi, .keep = &u};
+				rc = oq_bc_measure(me->ref, NULL, &r, 1, &me->co, &me->b, &me->cache, d);
+				oq_bc_sqnr_free(&r.sqnr);
+			}
+		}
+		for (size_t k = 0; k < nc && !rc; k++) {
+			oq_model *qm = NULL;
+			oq_bc_prefix v = {.state = -1};
+			oq_bc_quantized r = {.folds = (1u << OQ_BC_FOLDS) - 1, .lo = lo, .hi = hi, .err = &err[k]};
+			c.float_nodes = (const char *const *)cand[k].v;
+			c.n_float_nodes = cand[k].n;
+			if (!(rc = me->src->float_copy(me->src->ctx, &c, &qm, d)) && !(rc = oq_passes_run(qm, &run, &c, d)) &&
+			    u.state == 1)
+				rc = oq_bc_prefix_view(&u, bm, qm, &v, d);
+			r.qm = qm;
+			r.from = v.state == 1 ? &v : NULL;
+			if (!rc)
+				rc = oq_bc_measure(me->ref, NULL, &r, 1, &me->co, &me->b, &me->cache, d);
+			oq_bc_sqnr_free(&r.sqnr);
+			oq_bc_prefix_free(&v);
+			oq_model_free(qm);
+		}
+		oq_bc_prefix_free(&u);
+		oq_model_free(bm);
+	}
+	for (size_t k = 0; k < nc && !rc; k++)
+		if (!(rc = estimate(me, &err[k], &got[k], d)))
+			me->runs++;
+	for (size_t k = 0; k < nc; k++)
+		oq_bc_outerr_free(&err[k]);
+	free(err);
+	return rc;
+}
+
 /* q with p's float list. */
 static int measure_list(meas *me, const oq_opts *q, plc *pl, oq_placement *p, double *mean, oq_diag *d)
 {
@@ -817,9 +992,12 @@ static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p,
 			   FILE *log, int verbose, oq_diag *d)
 {
 	enum { G = 8 };
-	size_t first[G + 1], ng = 0, nint = 0;
-	double gain[G], cost[G], got[G], cur_t = 0, macs = 0, acc = 0;
+	size_t first[G + 1], ng = 0, nint = 0, nc;
+	double gain[G], cost[G], got[G], meas_got[G], cur_t = 0, macs = 0, acc = 0;
+	names base = {0}, cand[G];
 	int done[G] = {0}, *snap = NULL, rc = OQ_OK;
+
+	memset(cand, 0, sizeof cand);
 
 	for (size_t i = 0; i < pl->nu; i++)
 		if (!pl->u[i].fl) {
@@ -845,8 +1023,12 @@ static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p,
 		cur_t = total_ns(pl);
 		for (size_t i = 0; i < pl->nu; i++)
 			snap[i] = pl->u[i].fl;
-		for (size_t k = 0; k < ng; k++) {
-			double r;
+		/* the candidates' float lists (as measure_list makes them), then their measurements */
+		if ((rc = float_list(pl, p, d)))
+			goto out;
+		names_free(&base);
+		names_take(&base, p);
+		for (size_t k = 0, c = 0; k < ng; k++) {
 			if (done[k])
 				continue;
 			for (size_t i = first[k]; i < first[k + 1]; i++)
@@ -854,11 +1036,26 @@ static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p,
 					pl->u[i].fl = 2; /* float for this measurement */
 			keep_from_wbq(pl);
 			cost[k] = total_ns(pl) - cur_t;
-			if ((rc = measure_list(me, q, pl, p, &got[k], d)))
-				goto out;
-			gain[k] = got[k] - *sqnr;
+			keep_from_wbq(pl);
+			rc = float_list(pl, p, d);
+			names_free(&cand[c]);
+			names_take(&cand[c++], p);
 			for (size_t i = 0; i < pl->nu; i++)
 				pl->u[i].fl = snap[i];
+			if (rc)
+				goto out;
+		}
+		nc = 0;
+		for (size_t k = 0; k < ng; k++)
+			nc += !done[k];
+		if ((rc = measure_round(me, q, &base, cand, nc, meas_got, d)))
+			goto out;
+		for (size_t k = 0, c = 0; k < ng; k++) {
+			double r;
+			if (done[k])
+				continue;
+			got[k] = meas_got[c++];
+			gain[k] = got[k] - *sqnr;
 			if (log && verbose)
 				fprintf(log, "placement: round %zu: group %zu (units %zu..%zu) float: %+.2f dB, %+.1f%% "
 					"expected time\n", round, k, first[k], first[k + 1] - 1, gain[k],
@@ -894,6 +1091,9 @@ static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p,
 				pl->u[last].head->name, gain[k], cur_t > 0 ? 100 * cost[k] / cur_t : 0);
 	}
 out:
+	names_free(&base);
+	for (size_t k = 0; k < G; k++)
+		names_free(&cand[k]);
 	free(snap);
 	return rc;
 }

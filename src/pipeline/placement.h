@@ -46,6 +46,10 @@
  * another one masked (a clipped value downstream of a worse one). When the
  * units still integer then save less than 1 - OQ_PLACEMENT_MARGIN of the
  * all-float time, every unit goes float, as after the speed search.
+ * A round's candidates differ from the current placement's model from
+ * their group on: that model runs the samples once, keeping the values the
+ * candidates read there, and each candidate runs only from its group on
+ * (tails, calib/biascorr/measure.h), with the estimates of whole runs.
  * Deterministic: the measurements are thread-independent
  * (calib/biascorr/measure.h).
  */
@@ -61,7 +65,8 @@
  * all units float take (room for the cost model's error, largest on small models). */
 #define OQ_PLACEMENT_MARGIN 0.85
 /* The balanced search measures on the first this many calibration samples (each candidate model
- * runs them all: its cost is the number of candidates times this). */
+ * runs them all, a round's from its group on: its cost is about the number of candidates times
+ * this). */
 #define OQ_PLACEMENT_SAMPLES 8
 /* A fold's ranges judge its samples only when the other folds hold at least this many samples
  * (ranges from fewer judge a coarser calibration than the written model's). */
