@@ -961,9 +961,10 @@ static gen_model *chain3(int kind)
  * dq1 and c2 from that copy, not c0. Its output errors are those of its whole run, bit for bit,
  * and not the base's (t0 = 2x is off the 0.3 grid: 0.25 -> 0.3, 0.75 -> 0.6, ...). A base
  * that kept only t1d (seeds c2) cannot feed it: t0 is the same but not kept, its producer c0
- * reads the graph input: a whole run (state -1).
+ * reads the graph input: a whole run (state -1). Kept in the temporary file (spill 1) or in
+ * memory (0): the same.
  */
-Test(biascorr, tails_of_a_candidate_with_other_nodes)
+static void view_case(int spill)
 {
 	static const float xs[] = {0.125f, 0.375f, 1, 0.625f, 0.625f, 0.25f, 0.5f, 0.875f};
 	gen_model *gf = chain3(0), *gb = chain3(1), *gc = chain3(2);
@@ -979,6 +980,7 @@ Test(biascorr, tails_of_a_candidate_with_other_nodes)
 	size_t before;
 	int differ = 0;
 
+	oq_bc_spill = spill;
 	oq_diag_init(&d);
 	cr_assert_not_null(mkdtemp(dir));
 	write_samples(dir, 2, GEN_SHAPE(1, 1, 1, 4), xs, 4);
@@ -999,6 +1001,7 @@ Test(biascorr, tails_of_a_candidate_with_other_nodes)
 	cr_assert_eq(oq_bc_measure(mf, NULL, &run, 1, &co, &b, NULL, &d), OQ_OK, "%s", d.msg);
 	oq_bc_sqnr_free(&run.sqnr);
 	cr_assert_eq(u.state, 1, "the base kept nothing");
+	cr_expect_eq(u.has_fd, spill, "kept in %s", u.has_fd ? "a file" : "memory");
 
 	cr_assert_eq(oq_bc_prefix_view(&u, mb, mc, &v, &d), OQ_OK, "%s", d.msg);
 	cr_assert_eq(v.state, 1);
@@ -1051,6 +1054,13 @@ Test(biascorr, tails_of_a_candidate_with_other_nodes)
 	oq_bc_targets_free(&b);
 	free_models(mf, mb, mc, gf, gb, gc);
 	rm_rf(dir);
+	oq_bc_spill = 1;
+}
+
+Test(biascorr, tails_of_a_candidate_with_other_nodes)
+{
+	view_case(1);
+	view_case(0);
 }
 
 /*
