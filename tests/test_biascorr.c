@@ -854,13 +854,17 @@ static int same_file(const char *a, const char *b)
  * 0-7, 16-23, k + 0.4 on 8-15, 24-31: +0.4 and -0.4) leave both folds of the probe, as both
  * folds of all samples, no shift (sums of +0.4 and -0.4 in equal numbers): the probe stops,
  * and the Conv gets no bias. Either way the model is the bytes the rounds alone write
- * (oq_bc_probe 0).
+ * (oq_bc_probe 0). With a zero bias in the Conv already, a correction changes only that
+ * initializer: the probe's candidates run only the Conv (the last layer), from what the
+ * uncorrected model's probe run kept: fold 0's candidate, on fold 1's four probe samples (1, 9,
+ * 17, 25), cannot pass and the probe stops there: 4 tail runs, none with oq_bc_tail 0 (the
+ * same bytes).
  */
 Test(biascorr, empirical_probe_stops_only_where_no_round_passes)
 {
 	float hold[32], flip[32];
-	char dir[64] = "/tmp/oq_bcq_XXXXXX", pa[96], pb[96];
-	size_t before;
+	char dir[64] = "/tmp/oq_bcq_XXXXXX", pa[96], pb[96], pc[96];
+	size_t before, tails;
 
 	for (int i = 0; i < 32; i++) {
 		hold[i] = (float)(i + 1) + 0.6f;
@@ -869,6 +873,7 @@ Test(biascorr, empirical_probe_stops_only_where_no_round_passes)
 	cr_assert_not_null(mkdtemp(dir));
 	snprintf(pa, sizeof pa, "%s/probe.onnx", dir);
 	snprintf(pb, sizeof pb, "%s/rounds.onnx", dir);
+	snprintf(pc, sizeof pc, "%s/whole.onnx", dir);
 
 	before = oq_bc_probe_stops;
 	pipeline_case_b(hold, 32, 1, -51, 0, pa);
@@ -886,13 +891,26 @@ Test(biascorr, empirical_probe_stops_only_where_no_round_passes)
 	oq_bc_probe = 1;
 	cr_expect_eq(oq_bc_probe_stops, before + 1, "the probe ran with oq_bc_probe 0");
 	cr_expect(same_file(pa, pb), "a shift that flips: the models differ");
+
+	/* the Conv with a (zero) bias already: a correction changes only its value, so tails */
+	tails = oq_bc_tail_runs;
+	pipeline_case_b(flip, 32, 1, 0, 1, pa);
+	cr_expect_eq(oq_bc_probe_stops, before + 2, "the probe did not stop a shift that flips");
+	cr_expect_eq(oq_bc_tail_runs - tails, 4, "%zu tail runs in the probe", oq_bc_tail_runs - tails);
+	oq_bc_tail = 0;
+	tails = oq_bc_tail_runs;
+	pipeline_case_b(flip, 32, 1, 0, 1, pc);
+	oq_bc_tail = 1;
+	cr_expect_eq(oq_bc_tail_runs, tails, "tail runs with oq_bc_tail 0");
+	cr_expect(same_file(pa, pc), "a shift that flips: tails and whole runs wrote other models");
 	rm_rf(dir);
 }
 
 /*
  * Tails (measure.h): with a bias already in the Conv, the last layer's round changes only that
  * bias, so its fold candidates (fold 0's shift on fold 1's two samples, then fold 1's on fold
- * 0's) run only the nodes the bias reaches, from the values round 0 kept: 4 tail runs, and the
+ * 0's) and then its candidate on all four samples (the last round: no later round reads its
+ * sums) run only the nodes the bias reaches, from the values round 0 kept: 8 tail runs, and the
  * model written (bias -51 as above) is the same bytes as with whole runs.
  */
 Test(biascorr, empirical_pipeline_tails_same_model)
@@ -906,7 +924,7 @@ Test(biascorr, empirical_pipeline_tails_same_model)
 	snprintf(pb, sizeof pb, "%s/whole.onnx", a);
 	oq_bc_tail = 1;
 	pipeline_case_b(xs, 4, 1, -51, 1, pa);
-	cr_expect_eq(oq_bc_tail_runs - before, 4, "%zu tail runs", oq_bc_tail_runs - before);
+	cr_expect_eq(oq_bc_tail_runs - before, 8, "%zu tail runs", oq_bc_tail_runs - before);
 	oq_bc_tail = 0;
 	before = oq_bc_tail_runs;
 	pipeline_case_b(xs, 4, 1, -51, 1, pb);

@@ -115,6 +115,10 @@ typedef struct oq_biascorr_models {
  * uncorrected model is kept (a round that cannot pass a loose test on a
  * quarter of the samples is not expected to pass the strict one on all;
  * the cost is one more quantized run of that quarter where one does).
+ * The last layer's candidates change one bias: on the uncorrected model
+ * (no round kept before), in the probe and in the rounds, also the one on
+ * all samples (whose sums no later round reads), they run only the nodes
+ * that bias reaches (tails, measure.h), with the results of whole runs.
  * *out receives the quantized model kept (the uncorrected one when no
  * round is kept); `log` gets a summary line.
  * fout (may be NULL): receives the float model's outputs on every sample

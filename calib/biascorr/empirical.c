@@ -278,7 +278,8 @@ static int probe(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, 
 		 double **diff, oq_bc_float_cache *cache, int *go, oq_diag *d)
 {
 	const unsigned all = (1u << OQ_BC_FOLDS) - 1;
-	oq_bc_quantized run0 = {.qm = base, .nodes = qn, .folds = all, .every = OQ_BC_PROBE_EVERY};
+	oq_bc_prefix tail = {0};
+	oq_bc_quantized run0 = {.qm = base, .nodes = qn, .folds = all, .every = OQ_BC_PROBE_EVERY, .keep = &tail};
 	oq_model *cand = NULL;
 	size_t np;
 	int rc;
@@ -288,9 +289,11 @@ static int probe(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, 
 		return rc;
 	if (cache->state != 1 || cache->n <= OQ_BC_PROBE_MIN)
 		return OQ_OK;
-	/* the shifts of the probe samples: their float sums against base's on the same samples */
+	/* the shifts of the probe samples: their float sums against base's on the same samples; the
+	 * last layer's candidates run only what its bias reaches (as the rounds' do) */
 	swap_probe_sums(b);
-	if ((rc = oq_bc_measure(ref, rn, &run0, 1, calib, b, cache, d)))
+	if ((b->n && (rc = oq_bc_prefix_plan(base, qn + (b->n - 1), 1, &tail, d))) ||
+	    (rc = oq_bc_measure(ref, rn, &run0, 1, calib, b, cache, d)))
 		goto out;
 	take_diffs(b, diff);
 	for (size_t i = np = 0; i < cache->n; i++)
@@ -310,6 +313,8 @@ static int probe(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, 
 			if (rc)
 				goto out;
 			run = (oq_bc_quantized){.qm = cand, .folds = on, .every = OQ_BC_PROBE_EVERY};
+			if (lo == b->n - 1 && hi == b->n && oq_bc_prefix_fits(&tail, base, cand))
+				run.from = &tail;
 			if ((rc = oq_bc_measure(ref, rn, &run, 1, calib, b, cache, d)))
 				goto out;
 			oq_bc_sqnr_gain(&run.sqnr, &run0.sqnr, on, &g, &se);
@@ -328,6 +333,7 @@ out:
 	swap_probe_sums(b);
 	oq_model_free(cand);
 	oq_bc_sqnr_free(&run0.sqnr);
+	oq_bc_prefix_free(&tail);
 	return rc;
 }
 
@@ -442,8 +448,11 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 		char msg[640];
 		double g, se;
 		size_t len;
-		int keep = 1;
+		int keep = 1, last, sums = 1;
 		round_layers(&b, r, rounds, &lo, &hi);
+		/* the last layer's round on run0's model: its candidates are tails (run0 kept their
+		 * inputs), also the one on all samples, whose sums no later round reads (it is the last) */
+		last = lo == b.n - 1 && hi == b.n && r == rounds && !kept && wkept != 1;
 		if (lo == hi)
 			continue;
 		for (size_t i = lo; i < hi; i++)
@@ -456,9 +465,11 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 			if ((rc = quantize_corrected(mk, &b, &cand, k < OQ_BC_FOLDS ? NULL : qn, d)))
 				goto out;
 			run = (oq_bc_quantized){.qm = cand, .nodes = k < OQ_BC_FOLDS ? NULL : qn, .folds = on};
-			if (k < OQ_BC_FOLDS && lo == b.n - 1 && hi == b.n && !kept && wkept != 1 &&
-			    oq_bc_prefix_fits(&tail, best, cand))
+			if (last && oq_bc_prefix_fits(&tail, best, cand)) {
 				run.from = &tail;
+				run.nodes = NULL;
+				sums = k < OQ_BC_FOLDS;
+			}
 			if ((rc = oq_bc_measure(ref, rn, &run, 1, calib, &b, &cache, d)))
 				goto out;
 			keep = k < OQ_BC_FOLDS ? oq_bc_sqnr_holds(&run.sqnr, &bs, on)
@@ -486,7 +497,8 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 			set_corr(&b, saved, diff, lo, hi, -1);
 			continue;
 		}
-		take_diffs(&b, diff);
+		if (sums)
+			take_diffs(&b, diff);
 		oq_model_free(best);
 		best = cand;
 		cand = NULL;
