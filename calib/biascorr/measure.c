@@ -661,7 +661,8 @@ static int same_node(const oq_node *x, const oq_node *y, const unsigned char *sa
 
 /*
  * Marks the producer of v (candidate graph g) for part when v is not available to a tail:
- * computed by part already, an initializer, or kept (have[] set and the same value): returns 1
+ * computed by part already, an initializer, or kept (kept[] set: the same value, copied by the
+ * base run): returns 1
  * if it marked a node, -1 when v cannot be had (a graph input or a value of no node), else 0.
  */
 static int need(const oq_graph *g, unsigned char *part, const oq_value *v, const unsigned char *kept)
