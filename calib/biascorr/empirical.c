@@ -452,7 +452,7 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 		round_layers(&b, r, rounds, &lo, &hi);
 		/* the last layer's round on run0's model: its candidates are tails (run0 kept their
 		 * inputs), also the one on all samples, whose sums no later round reads (it is the last) */
-		last = lo == b.n - 1 && hi == b.n && r == rounds && !kept && wkept != 1;
+		last = lo == b.n - 1 && hi == b.n && !kept && wkept != 1;
 		if (lo == hi)
 			continue;
 		for (size_t i = lo; i < hi; i++)

@@ -384,24 +384,36 @@ static int spill(oq_bc_float_cache *c, size_t i, const oq_rt *of)
 	return 1;
 }
 
+/*
+ * buf (empty on entry; the caller releases it) := a tensor of shape's type and shape read from
+ * fd at offset at; `what` names it in an error. OQ_ENOMEM, OQ_EINVAL or OQ_EIO.
+ */
+static int read_tensor(int fd, size_t at, const oq_rt *shape, oq_rt *buf, const char *what, oq_diag *d)
+{
+	if (oq_rt_alloc(buf, shape->dtype, shape->rank, shape->dims))
+		return oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+	if (buf->nbytes != shape->nbytes)
+		return oq_err(d, OQ_EINVAL, "bias correction: %s changed size (internal error)", what);
+	buf->wide = shape->wide;
+	if (read_at(fd, buf->data, buf->nbytes, at))
+		return oq_err(d, OQ_EIO, "bias correction: cannot read back %s from its temporary file: %s", what,
+			      errno ? strerror(errno) : "file shorter than written");
+	return OQ_OK;
+}
+
 int oq_bc_float_cache_get(const oq_bc_float_cache *c, size_t i, oq_rt *buf, const oq_rt **out, oq_diag *d)
 {
 	const oq_rt *src = c->out + i * c->nout;
 	size_t at;
+	int rc;
 
 	*out = src;
 	if (!c->at || c->at[i] == SIZE_MAX)
 		return OQ_OK;
 	at = c->at[i];
 	for (size_t k = 0; k < c->nout; k++) {
-		if (oq_rt_alloc(&buf[k], src[k].dtype, src[k].rank, src[k].dims))
-			return oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
-		if (buf[k].nbytes != src[k].nbytes)
-			return oq_err(d, OQ_EINVAL, "bias correction: a kept float output changed size (internal error)");
-		buf[k].wide = src[k].wide;
-		if (read_at(c->fd, buf[k].data, buf[k].nbytes, at))
-			return oq_err(d, OQ_EIO, "bias correction: cannot read back the float outputs from its "
-				      "temporary file: %s", errno ? strerror(errno) : "file shorter than written");
+		if ((rc = read_tensor(c->fd, at, &src[k], &buf[k], "a kept float output", d)))
+			return rc;
 		at += buf[k].nbytes;
 	}
 	*out = buf;
@@ -470,6 +482,55 @@ static int mark_const_producer(const oq_graph *g, unsigned char *part, const oq_
 	return 1;
 }
 
+/*
+ * Calls fn(ctx, v) for each value v of g that part (per node) reads and does not compute, the
+ * graph outputs it does not compute included, initializers excluded; part may grow during the
+ * visit (a node marked later in the order is visited in the same call). Stops at the first fn
+ * that returns < 0 and returns that; else 1 if any fn returned > 0, else 0.
+ */
+static int each_given(const oq_graph *g, const unsigned char *part, int (*fn)(void *, const oq_value *), void *ctx)
+{
+	int any = 0;
+	for (size_t i = 0; i < g->n_nodes + g->n_outputs; i++) {
+		const oq_node *n = i < g->n_nodes ? g->nodes[i] : NULL;
+		size_t nin = n ? n->n_inputs : 1;
+		if (n && !part[i])
+			continue;
+		for (size_t k = 0; k < nin; k++) {
+			const oq_value *v = n ? n->inputs[k] : g->outputs[i - g->n_nodes];
+			int r;
+			if (!v || v->init || (v->producer && v->producer->graph == g && part[v->producer->index]))
+				continue;
+			if ((r = fn(ctx, v)) < 0)
+				return r;
+			any |= r > 0;
+		}
+	}
+	return any;
+}
+
+/* each_given's fn for oq_bc_prefix_plan: a kept slot for v; -1 for a value of no node of the graph. */
+typedef struct given {
+	const oq_graph *g;
+	oq_bc_prefix *p;
+	const oq_bc_prefix *base;
+	const oq_value **bv;
+	const unsigned char *kept;
+} given;
+
+static int plan_given(void *ctx, const oq_value *v)
+{
+	given *c = ctx;
+	oq_bc_prefix *p = c->p;
+	if (v->graph != c->g || !v->producer || v->producer->graph != c->g) /* an input, outer or body value */
+		return -1;
+	if (p->kmap[v->index] < 0) {
+		p->kmap[v->index] = (long)p->nk;
+		p->vidx[p->nk++] = v->index;
+	}
+	return 0;
+}
+
 int oq_bc_prefix_plan(const oq_model *qm, oq_node *const *nodes, size_t nn, oq_bc_prefix *p, oq_diag *d)
 {
 	const oq_graph *g = qm->graph;
@@ -518,25 +579,10 @@ int oq_bc_prefix_plan(const oq_model *qm, oq_node *const *nodes, size_t nn, oq_b
 		}
 	}
 	/* what part reads from the rest, and the graph outputs it does not compute */
-	for (size_t i = 0; i < g->n_nodes + g->n_outputs; i++) {
-		const oq_node *n = i < g->n_nodes ? g->nodes[i] : NULL;
-		size_t nin = n ? n->n_inputs : 1;
-		if (n && !p->part[i])
-			continue;
-		for (size_t k = 0; k < nin; k++) {
-			const oq_value *v = n ? n->inputs[k] : g->outputs[i - g->n_nodes];
-			if (!v || v->init || (v->producer && v->producer->graph == g && p->part[v->producer->index]))
-				continue;
-			if (v->graph != g || !v->producer || v->producer->graph != g) { /* an input, outer or body value */
-				oq_bc_prefix_free(p);
-				p->state = -1;
-				return OQ_OK;
-			}
-			if (p->kmap[v->index] < 0) {
-				p->kmap[v->index] = (long)p->nk;
-				p->vidx[p->nk++] = v->index;
-			}
-		}
+	if (each_given(g, p->part, plan_given, &(given){.g = g, .p = p}) < 0) {
+		oq_bc_prefix_free(p);
+		p->state = -1;
+		return OQ_OK;
 	}
 	p->state = 0;
 	return OQ_OK;
@@ -680,13 +726,34 @@ static int need(const oq_graph *g, unsigned char *part, const oq_value *v, const
 	return 1;
 }
 
+/* each_given's fn for the view's closure (need) */
+static int view_need(void *ctx, const oq_value *v)
+{
+	given *c = ctx;
+	return v->graph == c->g ? need(c->g, c->p->part, v, c->kept) : 0;
+}
+
+/* each_given's fn for the view's slots: v is the base's kept value of the same name */
+static int view_given(void *ctx, const oq_value *v)
+{
+	given *c = ctx;
+	oq_bc_prefix *p = c->p;
+	if (v->graph == c->g && p->kmap[v->index] < 0) {
+		p->kmap[v->index] = (long)p->nk;
+		p->slot[p->nk] = (size_t)c->base->kmap[c->bv[v->index]->index];
+		p->vidx[p->nk++] = v->index;
+	}
+	return 0;
+}
+
 int oq_bc_prefix_view(const oq_bc_prefix *base, const oq_model *bm, const oq_model *cm, oq_bc_prefix *v,
 		      oq_diag *d)
 {
 	const oq_graph *a = bm->graph, *g = cm->graph;
 	const oq_value **bv = NULL;
 	unsigned char *same = NULL, *done = NULL, *kept = NULL;
-	int changed = 1, rc = OQ_OK, lost = 0;
+	int changed = 1, rc = OQ_OK;
+	given c = {.g = g, .p = v, .base = base};
 
 	memset(v, 0, sizeof *v);
 	v->state = -1;
@@ -734,51 +801,19 @@ int oq_bc_prefix_view(const oq_bc_prefix *base, const oq_model *bm, const oq_mod
 					same[y->outputs[k]->index] = 1;
 		}
 	}
+	c.bv = bv;
+	c.kept = kept;
 	/* what the base kept: the same values in its kept slots */
 	for (size_t i = 0; i < g->n_values; i++)
 		kept[i] = same[i] && bv[i] && base->kmap[bv[i]->index] >= 0;
 	for (size_t j = 0; j < g->n_nodes; j++)
 		v->part[j] = !done[j];
-	/* what the differing nodes read, to what a tail can be given */
-	changed = 1;
-	while (changed && !lost) {
-		changed = 0;
-		for (size_t i = 0; i < g->n_nodes + g->n_outputs && !lost; i++) {
-			const oq_node *n = i < g->n_nodes ? g->nodes[i] : NULL;
-			size_t nin = n ? n->n_inputs : 1;
-			if (n && !v->part[i])
-				continue;
-			for (size_t k = 0; k < nin && !lost; k++) {
-				const oq_value *x = n ? n->inputs[k] : g->outputs[i - g->n_nodes];
-				int r;
-				if (!x || x->graph != g)
-					continue;
-				if ((r = need(g, v->part, x, kept)) < 0)
-					lost = 1;
-				changed |= r > 0;
-			}
-		}
-	}
-	if (lost)
+	/* what the differing nodes read, to what a tail can be given; then the kept values it reads */
+	while ((changed = each_given(g, v->part, view_need, &c)) > 0)
+		;
+	if (changed < 0)
 		goto out;
-	/* the kept values the tail reads */
-	for (size_t i = 0; i < g->n_nodes + g->n_outputs; i++) {
-		const oq_node *n = i < g->n_nodes ? g->nodes[i] : NULL;
-		size_t nin = n ? n->n_inputs : 1;
-		if (n && !v->part[i])
-			continue;
-		for (size_t k = 0; k < nin; k++) {
-			const oq_value *x = n ? n->inputs[k] : g->outputs[i - g->n_nodes];
-			if (!x || x->graph != g || x->init || (x->producer && x->producer->graph == g &&
-							      v->part[x->producer->index]))
-				continue;
-			if (v->kmap[x->index] < 0) {
-				v->kmap[x->index] = (long)v->nk;
-				v->slot[v->nk] = (size_t)base->kmap[bv[x->index]->index];
-				v->vidx[v->nk++] = x->index;
-			}
-		}
-	}
+	(void)each_given(g, v->part, view_given, &c);
 	v->n_nodes = g->n_nodes;
 	v->n_values = g->n_values;
 	v->n = base->n;
@@ -1007,18 +1042,13 @@ static int commit(pass *P, lane *ln, size_t i)
 static int kept_get(const oq_bc_prefix *p, size_t at, oq_rt *buf, const oq_rt **out, oq_diag *d)
 {
 	const oq_rt *src = &p->kept[at];
+	int rc;
 
 	*out = src;
 	if (!p->at || p->at[at] == SIZE_MAX)
 		return OQ_OK;
-	if (oq_rt_alloc(buf, src->dtype, src->rank, src->dims))
-		return oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
-	buf->wide = src->wide;
-	if (buf->nbytes != src->nbytes || read_at(p->fd, buf->data, buf->nbytes, p->at[at]))
-		return oq_err(d, OQ_EIO, "bias correction: cannot read back a kept value from its temporary file: %s",
-			      buf->nbytes != src->nbytes ? "size changed (internal error)"
-			      : errno                    ? strerror(errno)
-							 : "file shorter than written");
+	if ((rc = read_tensor(p->fd, p->at[at], src, buf, "a kept value", d)))
+		return rc;
 	*out = buf;
 	return OQ_OK;
 }

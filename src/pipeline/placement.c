@@ -23,7 +23,8 @@
 #include "calib/samples.h"
 #include "passes/quantize/qweight.h"
 
-/* measure()'s folds index the samples bias correction runs: all of the first OQ_PLACEMENT_SAMPLES */
+/* measure_round()'s folds index the samples bias correction runs: all of the first
+ * OQ_PLACEMENT_SAMPLES */
 _Static_assert(OQ_PLACEMENT_SAMPLES <= OQ_MEASURE_SAMPLES, "placement samples are thinned");
 
 struct oq_placement_state;
@@ -749,45 +750,6 @@ static int estimate(const meas *me, const oq_bc_outerr *e, double *mean, oq_diag
 	return OQ_OK;
 }
 
-/*
- * Output SQNR of the model quantize q makes, held out (placement.h): per fold f with samples
- * among the measured ones, the model on f's ranges runs f's samples.
- */
-static int measure(meas *me, const oq_opts *q, double *mean, oq_diag *d)
-{
-	oq_pass_run run = me->o->run;
-	oq_bc_outerr err = {.out = me->shift, .M = me->shift_m, .ch_last = me->shift_last};
-	oq_opts c = *q;
-	size_t k = me->fr ? me->k : 1;
-	int rc = OQ_OK;
-
-	for (size_t f = 0; f < k && !rc; f++) {
-		oq_model *qm = NULL;
-		oq_bc_quantized r = {0};
-		if (me->fr) {
-			r.lo = oq_folds_begin(f, me->n_all, me->k);
-			r.hi = oq_folds_begin(f + 1, me->n_all, me->k);
-			if (r.lo >= me->co.limit)
-				continue;
-			c.ranges = &me->fr[f];
-		}
-		run.stage = oq_passes_quantize;
-		if (!(rc = me->src->float_copy(me->src->ctx, &c, &qm, d)))
-			rc = oq_passes_run(qm, &run, &c, d);
-		r.qm = qm;
-		r.folds = (1u << OQ_BC_FOLDS) - 1;
-		r.err = &err;
-		if (!rc)
-			rc = oq_bc_measure(me->ref, NULL, &r, 1, &me->co, &me->b, &me->cache, d);
-		oq_bc_sqnr_free(&r.sqnr);
-		oq_model_free(qm);
-	}
-	if (!rc && !(rc = estimate(me, &err, mean, d)))
-		me->runs++;
-	oq_bc_outerr_free(&err);
-	return rc;
-}
-
 /* A float list: sorted node names (float_list's). */
 typedef struct names {
 	char **v;
@@ -843,13 +805,14 @@ static int plan_tails(const oq_model *bm, const names *base, const names *cand, 
 		      oq_diag *d)
 {
 	const oq_graph *g = bm->graph;
-	oq_node **ord = oq_calloc(g->n_nodes + 1, sizeof *ord), **seed = oq_calloc(3 * g->n_nodes + 1, sizeof *seed);
+	oq_node **ord = oq_calloc(g->n_nodes + 1, sizeof *ord), **seed = oq_calloc(g->n_nodes + 1, sizeof *seed);
 	oq_bc_prefix *pl = oq_calloc(nc + 1, sizeof *pl);
+	unsigned char *mark = oq_calloc(g->n_nodes + 1, 1);
 	size_t no = 0;
 	int rc = OQ_OK;
 
 	u->state = -1;
-	if (!ord || !seed || !pl) {
+	if (!ord || !seed || !pl || !mark) {
 		rc = oq_err(d, OQ_ENOMEM, "placement: out of memory");
 		goto out;
 	}
@@ -859,24 +822,28 @@ static int plan_tails(const oq_model *bm, const names *base, const names *cand, 
 	qsort(ord, no, sizeof *ord, cmp_node_name);
 	for (size_t k = 0; k < nc && !rc; k++) {
 		size_t i = 0, j = 0, ns = 0;
+		memset(mark, 0, g->n_nodes);
 		while (i < base->n || j < cand[k].n) {
 			int c = i == base->n ? 1 : j == cand[k].n ? -1 : strcmp(base->v[i], cand[k].v[j]);
 			oq_node *n = c ? node_by_name(ord, no, c < 0 ? base->v[i] : cand[k].v[j]) : NULL;
 			i += c <= 0;
 			j += c >= 0;
-			if (!n || ns + 3 > 3 * g->n_nodes)
+			if (!n)
 				continue;
-			seed[ns++] = n;
+			mark[n->index] = 1;
 			for (size_t x = 0; x < n->n_inputs; x++) {
 				oq_node *dq = n->inputs[x] ? n->inputs[x]->producer : NULL, *qn;
-				if (!dq || dq->graph != g || !oq_node_is(dq, OQ_OP_DequantizeLinear) || ns + 2 > 3 * g->n_nodes)
+				if (!dq || dq->graph != g || !oq_node_is(dq, OQ_OP_DequantizeLinear))
 					continue;
-				seed[ns++] = dq;
+				mark[dq->index] = 1;
 				qn = dq->n_inputs && dq->inputs[0] ? dq->inputs[0]->producer : NULL;
 				if (qn && qn->graph == g && oq_node_is(qn, OQ_OP_QuantizeLinear))
-					seed[ns++] = qn;
+					mark[qn->index] = 1;
 			}
 		}
+		for (size_t x = 0; x < g->n_nodes; x++)
+			if (mark[x])
+				seed[ns++] = g->nodes[x];
 		rc = oq_bc_prefix_plan(bm, seed, ns, &pl[k], d);
 	}
 	if (!rc)
@@ -887,16 +854,18 @@ out:
 	free(pl);
 	free(ord);
 	free(seed);
+	free(mark);
 	return rc;
 }
 
 /*
- * One round of the fidelity search: got[k] := the estimate of the model with float list
- * cand[k], as measure() gives it, for k < nc. Fold by fold; with two candidates or more the
- * model of the current placement (float list base) runs the fold's samples first, keeping what
- * the candidates' tails read (plan_tails), and each candidate then runs only the nodes where it
- * differs from that model and what they reach (oq_bc_prefix_view): the same errors as whole
- * runs, bit for bit, for one run of the base.
+ * One round of the fidelity search: got[k] := the held-out output SQNR (estimate) of the model
+ * quantize q makes with float list cand[k], for k < nc (cand NULL, nc 1: with q's own list):
+ * per fold f with samples among the measured ones, the model on f's ranges runs f's samples.
+ * With two candidates or more the model of the current placement (float list base) runs the
+ * fold's samples first, keeping what the candidates' tails read (plan_tails), and each
+ * candidate then runs only the nodes where it differs from that model and what they reach
+ * (oq_bc_prefix_view): the same errors as whole runs, bit for bit, for one run of the base.
  */
 static int measure_round(meas *me, const oq_opts *q, const names *base, const names *cand, size_t nc,
 			 double *got, oq_diag *d)
@@ -923,7 +892,7 @@ static int measure_round(meas *me, const oq_opts *q, const names *base, const na
 				continue;
 			c.ranges = &me->fr[f];
 		}
-		if (nc >= 2 && oq_bc_tail) {
+		if (nc >= 2 && cand && oq_bc_tail) {
 			c.float_nodes = (const char *const *)base->v;
 			c.n_float_nodes = base->n;
 			if (!(rc = me->src->float_copy(me->src->ctx, &c, &bm, d)) && !(rc = oq_passes_run(bm, &run, &c, d)))
@@ -938,8 +907,10 @@ static int measure_round(meas *me, const oq_opts *q, const names *base, const na
 			oq_model *qm = NULL;
 			oq_bc_prefix v = {.state = -1};
 			oq_bc_quantized r = {.folds = (1u << OQ_BC_FOLDS) - 1, .lo = lo, .hi = hi, .err = &err[k]};
-			c.float_nodes = (const char *const *)cand[k].v;
-			c.n_float_nodes = cand[k].n;
+			if (cand) {
+				c.float_nodes = (const char *const *)cand[k].v;
+				c.n_float_nodes = cand[k].n;
+			}
 			if (!(rc = me->src->float_copy(me->src->ctx, &c, &qm, d)) && !(rc = oq_passes_run(qm, &run, &c, d)) &&
 			    u.state == 1)
 				rc = oq_bc_prefix_view(&u, bm, qm, &v, d);
@@ -973,7 +944,7 @@ static int measure_list(meas *me, const oq_opts *q, plc *pl, oq_placement *p, do
 		return rc;
 	c.float_nodes = (const char *const *)p->float_nodes;
 	c.n_float_nodes = p->n_float_nodes;
-	return measure(me, &c, mean, d);
+	return measure_round(me, &c, NULL, NULL, 1, mean, d);
 }
 
 /*
@@ -1028,7 +999,8 @@ static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p,
 			goto out;
 		names_free(&base);
 		names_take(&base, p);
-		for (size_t k = 0, c = 0; k < ng; k++) {
+		nc = 0;
+		for (size_t k = 0; k < ng; k++) {
 			if (done[k])
 				continue;
 			for (size_t i = first[k]; i < first[k + 1]; i++)
@@ -1038,16 +1010,13 @@ static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p,
 			cost[k] = total_ns(pl) - cur_t;
 			keep_from_wbq(pl);
 			rc = float_list(pl, p, d);
-			names_free(&cand[c]);
-			names_take(&cand[c++], p);
+			names_free(&cand[nc]);
+			names_take(&cand[nc++], p);
 			for (size_t i = 0; i < pl->nu; i++)
 				pl->u[i].fl = snap[i];
 			if (rc)
 				goto out;
 		}
-		nc = 0;
-		for (size_t k = 0; k < ng; k++)
-			nc += !done[k];
 		if ((rc = measure_round(me, q, &base, cand, nc, meas_got, d)))
 			goto out;
 		for (size_t k = 0, c = 0; k < ng; k++) {
@@ -1300,7 +1269,7 @@ int oq_placement_choose(const oq_pipeline_opts *o, const oq_placement_src *src, 
 		a.log = NULL;
 		if ((rc = meas_init(&me, q, d)) ||
 		    (rc = oq_bc_measure(m, NULL, NULL, 0, &me.co, &me.b, &me.cache, d)) ||
-		    (rc = measure(&me, &a, &p->sqnr_accuracy, d)))
+		    (rc = measure_round(&me, &a, NULL, NULL, 1, &p->sqnr_accuracy, d)))
 			goto out;
 		a = *q;
 		a.log = NULL;
