@@ -854,11 +854,11 @@ static int same_file(const char *a, const char *b)
  * 0-7, 16-23, k + 0.4 on 8-15, 24-31: +0.4 and -0.4) leave both folds of the probe, as both
  * folds of all samples, no shift (sums of +0.4 and -0.4 in equal numbers): the probe stops,
  * and the Conv gets no bias. Either way the model is the bytes the rounds alone write
- * (oq_bc_probe 0). With a zero bias in the Conv already, a correction changes only that
- * initializer: the probe's candidates run only the Conv (the last layer), from what the
- * uncorrected model's probe run kept: fold 0's candidate, on fold 1's four probe samples (1, 9,
- * 17, 25), cannot pass and the probe stops there: 4 tail runs, none with oq_bc_tail 0 (the
- * same bytes).
+ * (oq_bc_probe 0). The probe's candidates run only the Conv (the last layer) and what its bias
+ * reads, from what the uncorrected model's probe run kept: fold 0's candidate, on fold 1's four
+ * probe samples (1, 9, 17, 25), cannot pass and the probe stops there: 4 tail runs, none with
+ * oq_bc_tail 0 (the same bytes); so with a zero bias in the Conv already (a correction changes
+ * only that initializer) and without one (it adds a bias input).
  */
 Test(biascorr, empirical_probe_stops_only_where_no_round_passes)
 {
@@ -884,10 +884,14 @@ Test(biascorr, empirical_probe_stops_only_where_no_round_passes)
 	cr_expect(same_file(pa, pb), "a shift that holds: the models differ");
 
 	before = oq_bc_probe_stops;
+	tails = oq_bc_tail_runs;
 	pipeline_case_b(flip, 32, 0, 0, 0, pa);
 	cr_expect_eq(oq_bc_probe_stops, before + 1, "the probe did not stop a shift that flips");
+	cr_expect_eq(oq_bc_tail_runs - tails, 4, "no bias: %zu tail runs in the probe", oq_bc_tail_runs - tails);
 	oq_bc_probe = 0;
+	oq_bc_tail = 0;
 	pipeline_case_b(flip, 32, 0, 0, 0, pb);
+	oq_bc_tail = 1;
 	oq_bc_probe = 1;
 	cr_expect_eq(oq_bc_probe_stops, before + 1, "the probe ran with oq_bc_probe 0");
 	cr_expect(same_file(pa, pb), "a shift that flips: the models differ");
@@ -907,13 +911,16 @@ Test(biascorr, empirical_probe_stops_only_where_no_round_passes)
 }
 
 /*
- * Tails (measure.h): with a bias already in the Conv, the last layer's round changes only that
- * bias, so its fold candidates (fold 0's shift on fold 1's two samples, then fold 1's on fold
- * 0's) and then its candidate on all four samples (the last round: no later round reads its
- * sums) run only the nodes the bias reaches, from the values round 0 kept: 8 tail runs, and the
- * model written (bias -51 as above) is the same bytes as with whole runs.
+ * Tails (measure.h): the last layer's round changes only the Conv's bias, so its fold
+ * candidates (fold 0's shift on fold 1's two samples, then fold 1's on fold 0's) and then its
+ * candidate on all four samples (the last round: no later round reads its sums) run only the
+ * nodes the bias reaches, from the values round 0 kept: 8 tail runs, and the model written
+ * (bias -51 as above) is the same bytes as with whole runs. With a bias in the Conv already
+ * (has_bias 1) the candidates differ from round 0's model in that initializer alone; without
+ * one, the correction adds a bias input and its DequantizeLinear, and the tails are views of
+ * round 0's kept values (the Conv and its new bias's DequantizeLinear differ).
  */
-Test(biascorr, empirical_pipeline_tails_same_model)
+static void tails_case(int has_bias)
 {
 	static const float xs[] = {1.6f, 10.6f, 5.6f, 15.6f};
 	char a[64] = "/tmp/oq_bct_XXXXXX", pa[96], pb[96];
@@ -923,15 +930,25 @@ Test(biascorr, empirical_pipeline_tails_same_model)
 	snprintf(pa, sizeof pa, "%s/tail.onnx", a);
 	snprintf(pb, sizeof pb, "%s/whole.onnx", a);
 	oq_bc_tail = 1;
-	pipeline_case_b(xs, 4, 1, -51, 1, pa);
-	cr_expect_eq(oq_bc_tail_runs - before, 8, "%zu tail runs", oq_bc_tail_runs - before);
+	pipeline_case_b(xs, 4, 1, -51, has_bias, pa);
+	cr_expect_eq(oq_bc_tail_runs - before, 8, "has_bias %d: %zu tail runs", has_bias, oq_bc_tail_runs - before);
 	oq_bc_tail = 0;
 	before = oq_bc_tail_runs;
-	pipeline_case_b(xs, 4, 1, -51, 1, pb);
+	pipeline_case_b(xs, 4, 1, -51, has_bias, pb);
 	oq_bc_tail = 1;
 	cr_expect_eq(oq_bc_tail_runs, before, "tail runs with oq_bc_tail 0");
-	cr_expect(same_file(pa, pb), "the models differ");
+	cr_expect(same_file(pa, pb), "has_bias %d: the models differ", has_bias);
 	rm_rf(a);
+}
+
+Test(biascorr, empirical_pipeline_tails_same_model)
+{
+	tails_case(1);
+}
+
+Test(biascorr, empirical_pipeline_tails_when_the_correction_adds_a_bias)
+{
+	tails_case(0);
 }
 
 /*

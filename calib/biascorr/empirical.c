@@ -262,6 +262,28 @@ static void swap_probe_sums(oq_bc_targets *b)
 }
 
 /*
+ * run.from := what a candidate cand of the last layer's round reuses of base's run that kept
+ * tail: tail itself when cand differs from base in initializers only (oq_bc_prefix_fits), else a
+ * view of it (v: cand's nodes that differ from base's, as when the correction gives the layer
+ * a bias it did not have, and what they reach); unchanged when neither applies.
+ */
+static int last_layer_from(const oq_bc_prefix *tail, const oq_model *base, const oq_model *cand,
+			   oq_bc_prefix *v, oq_bc_quantized *run, oq_diag *d)
+{
+	int rc;
+
+	if (oq_bc_prefix_fits(tail, base, cand)) {
+		run->from = tail;
+		return OQ_OK;
+	}
+	if ((rc = oq_bc_prefix_view(tail, base, cand, v, d)))
+		return rc;
+	if (v->state == 1)
+		run->from = v;
+	return OQ_OK;
+}
+
+/*
  * The probe (biascorr.h). First the float model on every sample, as the rounds start (cache
  * and float sums filled, and each layer's float sums of the probe samples, tables.h; a cache
  * left at state -1: *go 1, the rounds decide). Then, on the probe samples alone
@@ -306,6 +328,7 @@ static int probe(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, 
 		for (int k = 0; k < OQ_BC_FOLDS && pass && lo < hi; k++) {
 			unsigned on = all & ~(1u << k);
 			oq_bc_quantized run;
+			oq_bc_prefix v = {.state = -1};
 			double g, se;
 			set_corr(b, zero, diff, lo, hi, k);
 			rc = quantize_corrected(mk, b, &cand, NULL, d);
@@ -313,9 +336,12 @@ static int probe(oq_model *ref, const oq_biascorr_models *mk, const oq_opts *q, 
 			if (rc)
 				goto out;
 			run = (oq_bc_quantized){.qm = cand, .folds = on, .every = OQ_BC_PROBE_EVERY};
-			if (lo == b->n - 1 && hi == b->n && oq_bc_prefix_fits(&tail, base, cand))
-				run.from = &tail;
-			if ((rc = oq_bc_measure(ref, rn, &run, 1, calib, b, cache, d)))
+			if (lo == b->n - 1 && hi == b->n)
+				rc = last_layer_from(&tail, base, cand, &v, &run, d);
+			if (!rc)
+				rc = oq_bc_measure(ref, rn, &run, 1, calib, b, cache, d);
+			oq_bc_prefix_free(&v);
+			if (rc)
 				goto out;
 			oq_bc_sqnr_gain(&run.sqnr, &run0.sqnr, on, &g, &se);
 			pass = g > OQ_BC_PROBE_MARGIN * se; /* NaN: no */
@@ -461,16 +487,20 @@ int oq_biascorr_empirical(oq_model *ref, const oq_biascorr_models *mk, const oq_
 		/* k < OQ_BC_FOLDS: the shifts of fold k, judged on the other folds; then of all samples on all */
 		for (int k = 0; k <= OQ_BC_FOLDS && keep; k++) {
 			unsigned on = k < OQ_BC_FOLDS ? all & ~(1u << k) : all;
+			oq_bc_prefix v = {.state = -1};
 			set_corr(&b, saved, diff, lo, hi, k);
 			if ((rc = quantize_corrected(mk, &b, &cand, k < OQ_BC_FOLDS ? NULL : qn, d)))
 				goto out;
 			run = (oq_bc_quantized){.qm = cand, .nodes = k < OQ_BC_FOLDS ? NULL : qn, .folds = on};
-			if (last && oq_bc_prefix_fits(&tail, best, cand)) {
-				run.from = &tail;
+			if (last && (rc = last_layer_from(&tail, best, cand, &v, &run, d)))
+				goto out;
+			if (run.from) {
 				run.nodes = NULL;
 				sums = k < OQ_BC_FOLDS;
 			}
-			if ((rc = oq_bc_measure(ref, rn, &run, 1, calib, &b, &cache, d)))
+			rc = oq_bc_measure(ref, rn, &run, 1, calib, &b, &cache, d);
+			oq_bc_prefix_free(&v);
+			if (rc)
 				goto out;
 			keep = k < OQ_BC_FOLDS ? oq_bc_sqnr_holds(&run.sqnr, &bs, on)
 						: oq_bc_sqnr_better(&run.sqnr, &bs, on);
