@@ -858,62 +858,91 @@ out:
 	return rc;
 }
 
+/* A fold's model of the current placement in a round, and what its run kept. */
+typedef struct fold_base {
+	oq_model *bm;
+	oq_bc_prefix u;
+	size_t lo, hi;
+	int on; /* the fold has samples among the measured ones */
+} fold_base;
+
 /*
  * One round of the fidelity search: got[k] := the held-out output SQNR (estimate) of the model
  * quantize q makes with float list cand[k], for k < nc (cand NULL, nc 1: with q's own list):
  * per fold f with samples among the measured ones, the model on f's ranges runs f's samples.
- * With two candidates or more the model of the current placement (float list base) runs the
+ * With two candidates or more the model of the current placement (float list base) runs each
  * fold's samples first, keeping what the candidates' tails read (plan_tails), and each
  * candidate then runs only the nodes where it differs from that model and what they reach
  * (oq_bc_prefix_view): the same errors as whole runs, bit for bit, for one run of the base.
+ * With base_got, that run also measures the base: *base_got := its estimate, and the
+ * candidates run only when it is below target (got untouched otherwise).
  */
 static int measure_round(meas *me, const oq_opts *q, const names *base, const names *cand, size_t nc,
-			 double *got, oq_diag *d)
+			 double *got, double *base_got, double target, oq_diag *d)
 {
 	oq_pass_run run = me->o->run;
-	oq_bc_outerr *err = oq_calloc(nc + 1, sizeof *err);
+	oq_bc_outerr *err = oq_calloc(nc + 1, sizeof *err), errb = {.out = me->shift, .M = me->shift_m,
+								     .ch_last = me->shift_last};
 	size_t k_f = me->fr ? me->k : 1;
-	int rc = OQ_OK;
+	fold_base *fb = oq_calloc(k_f, sizeof *fb);
+	int rc = OQ_OK, tails = nc >= 2 && cand && oq_bc_tail;
 
-	if (!err)
+	if (!err || !fb) {
+		free(err);
+		free(fb);
 		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
+	}
 	for (size_t k = 0; k < nc; k++)
 		err[k] = (oq_bc_outerr){.out = me->shift, .M = me->shift_m, .ch_last = me->shift_last};
 	run.stage = oq_passes_quantize;
+	/* the base, fold by fold; its models and what they kept stay for the candidates */
 	for (size_t f = 0; f < k_f && !rc; f++) {
 		oq_opts c = *q;
-		oq_model *bm = NULL;
-		oq_bc_prefix u = {.state = -1};
-		size_t lo = 0, hi = 0;
+		fold_base *b = &fb[f];
+		b->u.state = -1;
 		if (me->fr) {
-			lo = oq_folds_begin(f, me->n_all, me->k);
-			hi = oq_folds_begin(f + 1, me->n_all, me->k);
-			if (lo >= me->co.limit)
+			b->lo = oq_folds_begin(f, me->n_all, me->k);
+			b->hi = oq_folds_begin(f + 1, me->n_all, me->k);
+			if (b->lo >= me->co.limit)
 				continue;
 			c.ranges = &me->fr[f];
 		}
-		if (nc >= 2 && cand && oq_bc_tail) {
-			c.float_nodes = (const char *const *)base->v;
-			c.n_float_nodes = base->n;
-			if (!(rc = me->src->float_copy(me->src->ctx, &c, &bm, d)) && !(rc = oq_passes_run(bm, &run, &c, d)))
-				rc = plan_tails(bm, base, cand, nc, &u, d);
-			if (!rc && u.state == 0) {
-				oq_bc_quantized r = {.qm = bm, .folds = (1u << OQ_BC_FOLDS) - 1, .lo = lo, .hi = hi, .keep = &u};
-				rc = oq_bc_measure(me->ref, NULL, &r, 1, &me->co, &me->b, &me->cache, d);
-				oq_bc_sqnr_free(&r.sqnr);
-			}
+		b->on = 1;
+		if (!tails && !base_got)
+			continue;
+		c.float_nodes = (const char *const *)base->v;
+		c.n_float_nodes = base->n;
+		if (!(rc = me->src->float_copy(me->src->ctx, &c, &b->bm, d)) && !(rc = oq_passes_run(b->bm, &run, &c, d)) &&
+		    tails)
+			rc = plan_tails(b->bm, base, cand, nc, &b->u, d);
+		if (!rc && (base_got || b->u.state == 0)) {
+			oq_bc_quantized r = {.qm = b->bm, .folds = (1u << OQ_BC_FOLDS) - 1, .lo = b->lo, .hi = b->hi,
+					     .keep = b->u.state == 0 ? &b->u : NULL, .err = base_got ? &errb : NULL};
+			rc = oq_bc_measure(me->ref, NULL, &r, 1, &me->co, &me->b, &me->cache, d);
+			oq_bc_sqnr_free(&r.sqnr);
 		}
+	}
+	if (!rc && base_got && !(rc = estimate(me, &errb, base_got, d)))
+		me->runs++;
+	/* the candidates */
+	for (size_t f = 0; f < k_f && !rc && !(base_got && !(*base_got < target)); f++) {
+		oq_opts c = *q;
+		fold_base *b = &fb[f];
+		if (!b->on)
+			continue;
+		if (me->fr)
+			c.ranges = &me->fr[f];
 		for (size_t k = 0; k < nc && !rc; k++) {
 			oq_model *qm = NULL;
 			oq_bc_prefix v = {.state = -1};
-			oq_bc_quantized r = {.folds = (1u << OQ_BC_FOLDS) - 1, .lo = lo, .hi = hi, .err = &err[k]};
+			oq_bc_quantized r = {.folds = (1u << OQ_BC_FOLDS) - 1, .lo = b->lo, .hi = b->hi, .err = &err[k]};
 			if (cand) {
 				c.float_nodes = (const char *const *)cand[k].v;
 				c.n_float_nodes = cand[k].n;
 			}
 			if (!(rc = me->src->float_copy(me->src->ctx, &c, &qm, d)) && !(rc = oq_passes_run(qm, &run, &c, d)) &&
-			    u.state == 1)
-				rc = oq_bc_prefix_view(&u, bm, qm, &v, d);
+			    b->u.state == 1)
+				rc = oq_bc_prefix_view(&b->u, b->bm, qm, &v, d);
 			r.qm = qm;
 			r.from = v.state == 1 ? &v : NULL;
 			if (!rc)
@@ -922,29 +951,20 @@ static int measure_round(meas *me, const oq_opts *q, const names *base, const na
 			oq_bc_prefix_free(&v);
 			oq_model_free(qm);
 		}
-		oq_bc_prefix_free(&u);
-		oq_model_free(bm);
 	}
-	for (size_t k = 0; k < nc && !rc; k++)
+	for (size_t k = 0; k < nc && !rc && !(base_got && !(*base_got < target)); k++)
 		if (!(rc = estimate(me, &err[k], &got[k], d)))
 			me->runs++;
+	for (size_t f = 0; f < k_f; f++) {
+		oq_bc_prefix_free(&fb[f].u);
+		oq_model_free(fb[f].bm);
+	}
 	for (size_t k = 0; k < nc; k++)
 		oq_bc_outerr_free(&err[k]);
+	oq_bc_outerr_free(&errb);
 	free(err);
+	free(fb);
 	return rc;
-}
-
-/* q with p's float list. */
-static int measure_list(meas *me, const oq_opts *q, plc *pl, oq_placement *p, double *mean, oq_diag *d)
-{
-	oq_opts c = *q;
-	int rc;
-	keep_from_wbq(pl);
-	if ((rc = float_list(pl, p, d)))
-		return rc;
-	c.float_nodes = (const char *const *)p->float_nodes;
-	c.n_float_nodes = p->n_float_nodes;
-	return measure_round(me, &c, NULL, NULL, 1, mean, d);
 }
 
 /*
@@ -957,7 +977,9 @@ static int measure_list(meas *me, const oq_opts *q, plc *pl, oq_placement *p, do
  * every round: an error it causes may be masked by a larger one upstream
  * until that goes float. The chosen group's measurement is the new SQNR:
  * the units' modes are restored from a snapshot after each trial, so
- * committing the group (and keep_from_wbq) gives the state measured.
+ * committing the group (and keep_from_wbq) gives the state measured. The
+ * first round's base run measures the placement as it comes (p->sqnr_speed,
+ * *sqnr; p->measured): at or above target, no candidate runs.
  */
 static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p, double target, double *sqnr,
 			   FILE *log, int verbose, oq_diag *d)
@@ -988,13 +1010,14 @@ static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p,
 		acc += pl->u[i].macs > 0 ? pl->u[i].macs : 0;
 	}
 	first[ng] = pl->nu;
-	for (size_t round = 0; round < ng && *sqnr < target; round++) {
+	for (size_t round = 0; round < ng && (round == 0 || *sqnr < target); round++) {
 		size_t best = ng;
-		double best_r = 0;
+		double best_r = 0, speed = NAN;
 		cur_t = total_ns(pl);
 		for (size_t i = 0; i < pl->nu; i++)
 			snap[i] = pl->u[i].fl;
-		/* the candidates' float lists (as measure_list makes them), then their measurements */
+		/* the candidates' float lists (keep_from_wbq applied, as for the placement's own), then
+		 * their measurements */
 		if ((rc = float_list(pl, p, d)))
 			goto out;
 		names_free(&base);
@@ -1017,8 +1040,18 @@ static int fidelity_search(plc *pl, meas *me, const oq_opts *q, oq_placement *p,
 			if (rc)
 				goto out;
 		}
-		if ((rc = measure_round(me, q, &base, cand, nc, meas_got, d)))
+		if ((rc = measure_round(me, q, &base, cand, nc, meas_got, round == 0 ? &speed : NULL, target, d)))
 			goto out;
+		if (round == 0) { /* the speed placement's own estimate, from the round's base run */
+			p->sqnr_speed = *sqnr = speed;
+			p->measured = 1;
+			if (log && verbose)
+				fprintf(log, "placement: estimated SQNR (%s) accuracy-first %.2f dB, speed %.2f dB (budget "
+					"%.1f dB)\n", me->fr ? "held-out folds" : "calibration ranges", p->sqnr_accuracy,
+					p->sqnr_speed, OQ_PLACEMENT_BUDGET_DB);
+			if (!(*sqnr < target))
+				break;
+		}
 		for (size_t k = 0, c = 0; k < ng; k++) {
 			double r;
 			if (done[k])
@@ -1269,20 +1302,14 @@ int oq_placement_choose(const oq_pipeline_opts *o, const oq_placement_src *src, 
 		a.log = NULL;
 		if ((rc = meas_init(&me, q, d)) ||
 		    (rc = oq_bc_measure(m, NULL, NULL, 0, &me.co, &me.b, &me.cache, d)) ||
-		    (rc = measure_round(&me, &a, NULL, NULL, 1, &p->sqnr_accuracy, d)))
+		    (rc = measure_round(&me, &a, NULL, NULL, 1, &p->sqnr_accuracy, NULL, 0, d)))
 			goto out;
 		a = *q;
 		a.log = NULL;
-		if ((rc = measure_list(&me, &a, pl, p, &p->sqnr_speed, d)))
-			goto out;
-		p->sqnr_chosen = p->sqnr_speed;
-		p->measured = 1;
+		/* the speed placement's estimate is the first round's base run (fidelity_search) */
+		keep_from_wbq(pl);
 		target = p->sqnr_accuracy - OQ_PLACEMENT_BUDGET_DB;
-		if (log && o->verbose)
-			fprintf(log, "placement: estimated SQNR (%s) accuracy-first %.2f dB, speed %.2f dB (budget %.1f dB)\n", me.fr ? "held-out folds" : "calibration ranges",
-				p->sqnr_accuracy, p->sqnr_speed, OQ_PLACEMENT_BUDGET_DB);
-		if (p->sqnr_speed < target &&
-		    (rc = fidelity_search(pl, &me, &a, p, target, &p->sqnr_chosen, log, o->verbose, d)))
+		if ((rc = fidelity_search(pl, &me, &a, p, target, &p->sqnr_chosen, log, o->verbose, d)))
 			goto out;
 		t = total_ns(pl);
 		/* what the units floated for fidelity leave may save too little: the speed search's
