@@ -14,8 +14,9 @@
 # tests/integration/quant_accuracy.sh) repeated (symlinks) up to at least N (default 100).
 # Prints per model: samples, ORT wall / CPU, quantize wall / CPU, the ratios, peak RSS of quantize
 # and run and their ratio; then (STEPS=1, the default) each model's step times (wall / CPU s)
-# from the "steps:" line of --verbose. With REF=PATH (an older onnxq), the same quantize by it
-# too, its wall / CPU / RSS, and whether both wrote the same bytes.
+# from the "steps:" line of --verbose, and the model runs each step made ("model runs:" line). With
+# REF=PATH (an older onnxq), the same quantize by it too, its wall / CPU / RSS, and whether both
+# wrote the same bytes.
 # ORT's CPU time with 2 threads counts its pool threads' spinning: compare walls first.
 #
 # usage: bench/quantize_cost.sh [MODEL_NAME ...]   (names: ocr_det ocr_rec ocr_cls mobilenet_v2)
@@ -64,6 +65,7 @@ printf '%-13s %7s %8s %8s %8s %8s %8s %8s %8s %8s %8s\n' model samples ort_s ort
 [ -n "$REF" ] && printf '%-13s %7s %8s %8s %8s %8s %8s %8s %8s\n' '' '' '' '' ref_wall ref_cpu \
 	wall/ort '' ref_rss
 steps=
+runs=
 while IFS='|' read -r name model dir; do
 	if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then
 		continue
@@ -93,5 +95,6 @@ while IFS='|' read -r name model dir; do
 				rw / ow, "", rrm, same }'
 	fi
 	steps+="$name: $(sed -n 's/^steps (wall \/ CPU s): //p' "$tmp/q.log")"$'\n'
+	runs+="$name: $(sed -n 's/^model runs (whole \/ partial): //p' "$tmp/q.log")"$'\n'
 done <<<"${MODELS%$'\n'}"
-[ "$STEPS" = 0 ] || printf '\nsteps (wall / CPU s):\n%s' "$steps"
+[ "$STEPS" = 0 ] || printf '\nsteps (wall / CPU s):\n%s\nmodel runs (whole / partial):\n%s' "$steps" "$runs"

@@ -170,6 +170,10 @@ int oq_exec_run_part(oq_exec *e, const unsigned char *part, const oq_rt *const *
 /* Peak bytes of activations held at once during the last run. */
 size_t oq_exec_peak_bytes(const oq_exec *e);
 
+/* Main-graph runs begun by every executor of the process so far: whole (oq_exec_run) or, with
+ * part set, partial (oq_exec_run_part). For cost reports; thread-safe. */
+size_t oq_exec_runs(int part);
+
 /*
  * Profiling (`onnxq run --profile`). With on, every later run adds each
  * kernel call's wall time to its node; off stops (what was measured stays

@@ -15,6 +15,7 @@
 #include "calib/kernels/linalg/linalg.h"
 
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -492,12 +493,20 @@ bad:
 		      oq_rt_describe(t, got, sizeof got), want);
 }
 
+static atomic_size_t runs_whole, runs_part;
+
+size_t oq_exec_runs(int part)
+{
+	return atomic_load(part ? &runs_part : &runs_whole);
+}
+
 int oq_exec_run(oq_exec *e, const oq_rt *inputs, size_t n_inputs, oq_rt *outputs, size_t n_outputs,
 		oq_diag *d)
 {
 	frame f;
 	int rc;
 
+	atomic_fetch_add(&runs_whole, 1);
 	for (size_t i = 0; i < n_outputs; i++)
 		memset(&outputs[i], 0, sizeof outputs[i]);
 	if (n_inputs != e->n_in)
@@ -564,6 +573,7 @@ int oq_exec_run_part(oq_exec *e, const unsigned char *part, const oq_rt *const *
 	frame f;
 	int rc;
 
+	atomic_fetch_add(&runs_part, 1);
 	for (size_t i = 0; i < n_outputs; i++)
 		memset(&outputs[i], 0, sizeof outputs[i]);
 	e->live = e->peak = 0;

@@ -102,6 +102,7 @@ typedef struct job {
 				   * as its file holds them), integer */
 	double t0, t_learn, t_calibrate, t_quantize, t_save, t_end; /* when the timed stages began */
 	double sw[OQ_ST_N], sc[OQ_ST_N]; /* per step of stage_names: wall and process CPU seconds */
+	size_t rw[OQ_ST_N], rp[OQ_ST_N]; /* and the executors' whole and partial runs (oq_exec_runs) */
 } job;
 
 static double now(void)
@@ -122,17 +123,20 @@ static double cpu_now(void)
 /* A step's clocks: step_begin, then step_end adds the time since to step s. */
 typedef struct step {
 	double w, c;
+	size_t rw, rp;
 } step;
 
 static step step_begin(void)
 {
-	return (step){now(), cpu_now()};
+	return (step){now(), cpu_now(), oq_exec_runs(0), oq_exec_runs(1)};
 }
 
 static void step_end(job *j, int s, step t)
 {
 	j->sw[s] += now() - t.w;
 	j->sc[s] += cpu_now() - t.c;
+	j->rw[s] += oq_exec_runs(0) - t.rw;
+	j->rp[s] += oq_exec_runs(1) - t.rp;
 }
 
 /* Bytes of float and of integer initializers of g and its If/Loop/Scan bodies (any depth). */
@@ -1030,6 +1034,13 @@ static void summary(const job *j)
 			if (j->sw[s] > 0)
 				fprintf(log, " %s %.3f / %.3f,", stage_names[s], j->sw[s], j->sc[s]);
 		fprintf(log, " whole command %.3f / %.3f\n", now() - j->t0, cpu_now());
+		fputs("model runs (whole / partial):", log);
+		for (int s = 0, first = 1; s < OQ_ST_N; s++)
+			if (j->sw[s] > 0) {
+				fprintf(log, "%s %s %zu / %zu", first ? "" : ",", stage_names[s], j->rw[s], j->rp[s]);
+				first = 0;
+			}
+		fputc('\n', log);
 	}
 }
 
