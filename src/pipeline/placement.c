@@ -881,11 +881,11 @@ static int measure_round(meas *me, const oq_opts *q, const names *base, const na
 			 double *got, double *base_got, double target, oq_diag *d)
 {
 	oq_pass_run run = me->o->run;
-	oq_bc_outerr *err = oq_calloc(nc + 1, sizeof *err), errb = {.out = me->shift, .M = me->shift_m,
-								     .ch_last = me->shift_last};
+	const oq_bc_outerr want = {.out = me->shift, .M = me->shift_m, .ch_last = me->shift_last};
+	oq_bc_outerr *err = oq_calloc(nc + 1, sizeof *err), errb = want;
 	size_t k_f = me->fr ? me->k : 1;
 	fold_base *fb = oq_calloc(k_f, sizeof *fb);
-	int rc = OQ_OK, tails = nc >= 2 && cand && oq_bc_tail;
+	int rc = OQ_OK, tails = nc >= 2 && cand && oq_bc_tail, cands = 1;
 
 	if (!err || !fb) {
 		free(err);
@@ -893,7 +893,7 @@ static int measure_round(meas *me, const oq_opts *q, const names *base, const na
 		return oq_err(d, OQ_ENOMEM, "placement: out of memory");
 	}
 	for (size_t k = 0; k < nc; k++)
-		err[k] = (oq_bc_outerr){.out = me->shift, .M = me->shift_m, .ch_last = me->shift_last};
+		err[k] = want;
 	run.stage = oq_passes_quantize;
 	/* the base, fold by fold; its models and what they kept stay for the candidates */
 	for (size_t f = 0; f < k_f && !rc; f++) {
@@ -922,10 +922,12 @@ static int measure_round(meas *me, const oq_opts *q, const names *base, const na
 			oq_bc_sqnr_free(&r.sqnr);
 		}
 	}
-	if (!rc && base_got && !(rc = estimate(me, &errb, base_got, d)))
+	if (!rc && base_got && !(rc = estimate(me, &errb, base_got, d))) {
 		me->runs++;
+		cands = *base_got < target;
+	}
 	/* the candidates */
-	for (size_t f = 0; f < k_f && !rc && !(base_got && !(*base_got < target)); f++) {
+	for (size_t f = 0; f < k_f && !rc && cands; f++) {
 		oq_opts c = *q;
 		fold_base *b = &fb[f];
 		if (!b->on)
@@ -952,7 +954,7 @@ static int measure_round(meas *me, const oq_opts *q, const names *base, const na
 			oq_model_free(qm);
 		}
 	}
-	for (size_t k = 0; k < nc && !rc && !(base_got && !(*base_got < target)); k++)
+	for (size_t k = 0; k < nc && !rc && cands; k++)
 		if (!(rc = estimate(me, &err[k], &got[k], d)))
 			me->runs++;
 	for (size_t f = 0; f < k_f; f++) {
