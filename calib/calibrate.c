@@ -378,6 +378,8 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 
 	if (c->extra && (rc = c->extra(c->extra_ctx, v, t)))
 		return rc;
+	if (c->tap_st)
+		c->tap->observe(c->tap->ctx, c->tap_st, v, t);
 	if ((i = slot_of(c, v)) == SIZE_MAX || !is_observed_dtype(t->dtype) || !needed(c, v))
 		return 0;
 	q = c->fold * c->n + i;
@@ -391,7 +393,7 @@ static int observe(void *ctx, const oq_value *v, const oq_rt *t)
 static int want(void *ctx, const oq_value *v)
 {
 	const calib *c = ctx;
-	return !(v->qmark & c->skip) && needed(c, v);
+	return (!(v->qmark & c->skip) && needed(c, v)) || (c->tap && c->tap->want(c->tap->ctx, v));
 }
 
 /* ------------------------------------------------------------ sources */
@@ -538,14 +540,21 @@ static size_t fold_of(const job *j, const calib *c, size_t i)
 	return c->nf > 1 ? oq_folds_of(i, j->total, c->nf) : 0;
 }
 
-/* Observes in[nin] (into c), runs it on e and releases inputs and outputs. */
-static int run_one(const job *j, oq_exec *e, calib *c, oq_rt *in, oq_rt *outs, oq_diag *d)
+/* Observes in[nin] (into c; sample i fed to the tap, SIZE_MAX: a batch, not fed), runs it on e
+ * and releases inputs and outputs. */
+static int run_one(const job *j, oq_exec *e, calib *c, size_t i, oq_rt *in, oq_rt *outs, oq_diag *d)
 {
 	int rc = OQ_OK;
+	c->tap_st = NULL;
+	if (c->tap && i != SIZE_MAX)
+		c->tap->begin(c->tap->ctx, i, j->total, &c->tap_st);
 	for (size_t k = 0; k < j->nin && !rc; k++)
 		rc = observe(c, oq_exec_input(e, k), &in[k]);
 	if (!rc)
 		rc = oq_exec_run(e, in, j->nin, outs, j->nout, d);
+	if (!rc && c->tap_st)
+		c->tap->end(c->tap->ctx, c->tap_st, i, outs, j->nout);
+	c->tap_st = NULL;
 	if (rc && c->oom) /* the observer's own failure: the executor has no message for it */
 		rc = oq_err(d, OQ_ENOMEM, "calibrate: out of memory for the histogram of '%s' (%d bins)",
 		            c->oom->name, 2 * OQ_HIST_SIDE);
@@ -754,7 +763,7 @@ static int lane_sample(lanes *L, lane *ln, size_t i)
 
 	ln->c->fold = fold_of(j, ln->c, i);
 	if ((ln->rc = load(j, &ln->s, ln->e, i, ln->in, &ln->d)) ||
-	    (ln->rc = run_one(j, ln->e, ln->c, ln->in, ln->outs, &ln->d))) {
+	    (ln->rc = run_one(j, ln->e, ln->c, i, ln->in, ln->outs, &ln->d))) {
 		ln->err_at = i;
 		stop = atomic_load(&L->stop);
 		while (i < stop && !atomic_compare_exchange_weak(&L->stop, &stop, i))
@@ -974,7 +983,7 @@ static int sweep_samples(job *j, calib *c, const char *what, oq_diag *d)
 		if (i < j->end) {
 			c->fold = fold_of(j, c, i);
 			if ((rc = load(j, &j->s, j->e, i, j->in, d)) ||
-			    (rc = run_one(j, j->e, c, j->in, j->outs, d)))
+			    (rc = run_one(j, j->e, c, i, j->in, j->outs, d)))
 				return rc;
 			progress(j, what, ++i - j->begin);
 		}
@@ -983,7 +992,7 @@ static int sweep_samples(job *j, calib *c, const char *what, oq_diag *d)
 		for (; i < j->end; i++) {
 			c->fold = fold_of(j, c, i);
 			if ((rc = load(j, &j->s, j->e, i, j->in, d)) ||
-			    (rc = run_one(j, j->e, c, j->in, j->outs, d)))
+			    (rc = run_one(j, j->e, c, i, j->in, j->outs, d)))
 				return rc;
 			progress(j, what, i + 1 - j->begin);
 		}
@@ -997,7 +1006,7 @@ static int sweep_samples(job *j, calib *c, const char *what, oq_diag *d)
 		if (np && (!same_shape(j->pend, cur, j->nin) || fold_of(j, c, i) != c->fold)) {
 			/* run what is pending, then start a new batch with this sample */
 			oq_rt *first = j->pend;
-			if ((rc = concat(j, np, d)) || (rc = run_one(j, j->e, c, j->in, j->outs, d)))
+			if ((rc = concat(j, np, d)) || (rc = run_one(j, j->e, c, SIZE_MAX, j->in, j->outs, d)))
 				return rc;
 			for (size_t k = 0; k < j->nin; k++) {
 				first[k] = cur[k];
@@ -1009,7 +1018,7 @@ static int sweep_samples(job *j, calib *c, const char *what, oq_diag *d)
 			c->fold = fold_of(j, c, i);
 		np++;
 		if (np == j->batch || i + 1 == j->end) {
-			if ((rc = concat(j, np, d)) || (rc = run_one(j, j->e, c, j->in, j->outs, d)))
+			if ((rc = concat(j, np, d)) || (rc = run_one(j, j->e, c, SIZE_MAX, j->in, j->outs, d)))
 				return rc;
 			np = 0;
 		}
@@ -1094,6 +1103,7 @@ static int calib_init(oq_model *m, const oq_calib_opts *o, size_t nf, calib *c, 
 	c->method = o->method;
 	c->extra = o->extra;
 	c->extra_ctx = o->extra_ctx;
+	c->tap = o->tap;
 	c->ema_c = o->ema_constant > 0 ? o->ema_constant : OQ_EMA_CONSTANT;
 	if (slots_init(c, m->graph))
 		return oq_err(d, OQ_ENOMEM, "calibrate: out of memory");

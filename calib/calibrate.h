@@ -75,6 +75,9 @@ typedef struct oq_calib_opts {
 	uint32_t shard, n_shards; /* --shard I/N (0-based I) for oq_calibrate_stats; n_shards 0 = 1 */
 	const oq_stats *stats;    /* quantize --stats: merged statistics instead of samples, or NULL */
 	const char *stats_name;   /* its file name, for messages */
+	const struct oq_calib_tap *tap; /* also feeds chosen samples to a tap (below), or NULL */
+	struct oq_bc_pre *bc_pre; /* bias correction's float side taken by calibration, for the
+			      * first float-only measurement after it (calib/biascorr/pre.h), or NULL */
 	oq_observe_fn extra; /* also sees every value (graph inputs and node outputs, any dtype),
 			      * e.g. bias-correction statistics; or NULL */
 	void *extra_ctx;     /* its context */
@@ -89,6 +92,26 @@ typedef struct oq_calib_opts {
 			      * its fused Conv groups whose intermediates all carry such a mark (no
 			      * range is then reported for those); 0 = every value */
 } oq_calib_opts;
+
+/*
+ * A tap: a second observer that calibration feeds with the samples it picks while it runs them
+ * (bias correction's float side: calib/biascorr/pre.h). Its calls come from the lane running
+ * the sample (lanes stay on), so it guards what samples share; it cannot fail calibration (a
+ * tap that runs out of memory marks itself unusable). Samples of --calib-batch runs and
+ * statistics files are not fed.
+ */
+typedef struct oq_calib_tap {
+	void *ctx;
+	/* plan time: 1 when v must be materialised (no fused group of the executor hides it) */
+	int (*want)(void *ctx, const oq_value *v);
+	/* sample i (absolute index of total) begins: *stage the tap's state for it, or NULL when
+	 * the tap does not take the sample */
+	void (*begin)(void *ctx, size_t i, size_t total, void **stage);
+	/* a value of a sample taken (graph inputs and node outputs, any dtype) */
+	void (*observe)(void *ctx, void *stage, const oq_value *v, const oq_rt *t);
+	/* the run of sample i ended: its nout outputs, which the tap may move out of outs */
+	void (*end)(void *ctx, void *stage, size_t i, oq_rt *outs, size_t nout);
+} oq_calib_tap;
 
 /*
  * Sample lanes (calibrate.c): -1 (default) runs the samples after the

@@ -40,6 +40,8 @@ typedef struct calib {
 	size_t n_subs;
 	tstat *st;         /* n entries, by slot */
 	int method;        /* OQ_CALIB_* */
+	const oq_calib_tap *tap; /* oq_calib_opts.tap */
+	void *tap_st;      /* the tap's stage of the sample being run, NULL: not fed */
 	oq_observe_fn extra; /* oq_calib_opts.extra */
 	void *extra_ctx;
 	double ema_c;      /* EMA constant */

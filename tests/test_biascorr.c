@@ -350,6 +350,7 @@ Test(biascorr, strided_padded_convtranspose_varying_sizes)
 #include "calib/biascorr/empirical.h"
 #include "calib/biascorr/fold.h"
 #include "calib/biascorr/measure.h"
+#include "calib/biascorr/pre.h"
 #include "src/io/npy.h"
 #include "src/pipeline/pipeline.h"
 
@@ -1273,4 +1274,214 @@ Test(biascorr, channel_sum_order)
 		}
 	}
 	oq_bc_sum_simd = 1;
+}
+
+/*
+ * Bias correction's float side taken during calibration (pre.h). x [1, 2, 3, 3] -> c1 (1 x 1,
+ * 2 -> 4, bias) -> t -> Relu -> r -> c2 (3 x 3, pad 1, 4 -> 2, bias) -> y. Calibration observes
+ * x and r only (need_only), so its executor would fuse the Relu into c1 and never hand t over
+ * were it not for the tap's want.
+ */
+static gen_model *pre_model(void)
+{
+	double w1[8], b1[4], w2[72], b2[2];
+	gen_model *g = gen_new(8);
+	Onnx__GraphProto *mg;
+	Onnx__NodeProto *n;
+
+	for (int k = 0; k < 8; k++)
+		w1[k] = (k % 3 - 1) * 0.75 + k * 0.125;
+	for (int k = 0; k < 4; k++)
+		b1[k] = 0.25 * k - 0.375;
+	for (int k = 0; k < 72; k++)
+		w2[k] = ((k * 7) % 11 - 5) * 0.0625;
+	b2[0] = 0.5;
+	b2[1] = -0.25;
+	gen_opset(g, "", 13);
+	mg = gen_graph(g);
+	gen_input(g, mg, "x", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 3, 3));
+	gen_init(g, mg, "W1", OQ_DT_FLOAT, GEN_SHAPE(4, 2, 1, 1), w1);
+	gen_init(g, mg, "B1", OQ_DT_FLOAT, GEN_SHAPE(4), b1);
+	gen_init(g, mg, "W2", OQ_DT_FLOAT, GEN_SHAPE(2, 4, 3, 3), w2);
+	gen_init(g, mg, "B2", OQ_DT_FLOAT, GEN_SHAPE(2), b2);
+	gen_node(g, mg, "Conv", "c1", "x,W1,B1", "t");
+	gen_node(g, mg, "Relu", "relu", "t", "r");
+	n = gen_node(g, mg, "Conv", "c2", "r,W2,B2", "y");
+	gen_attr_ints(g, n, "pads", GEN_SHAPE(1, 1, 1, 1));
+	gen_output(g, mg, "y", OQ_DT_FLOAT, GEN_SHAPE(1, 2, 3, 3));
+	return g;
+}
+
+/* 40 samples of pre_model's input (more than OQ_MEASURE_SAMPLES: the measurements thin them). */
+static void pre_samples(const char *dir)
+{
+	static float xs[40 * 18];
+	uint32_t h = 12345;
+
+	for (size_t k = 0; k < 40 * 18; k++) {
+		h = h * 1664525u + 1013904223u;
+		xs[k] = (float)((int)(h >> 20) - 2048) / 1024.0f;
+	}
+	write_samples(dir, 40, GEN_SHAPE(1, 2, 3, 3), xs, 18);
+}
+
+/* b's float side equals ref's, bit for bit. */
+static void expect_same_float_side(const oq_bc_targets *b, const oq_bc_targets *ref, const char *what)
+{
+	cr_assert_eq(b->n, ref->n);
+	cr_expect_eq(b->n_samples, ref->n_samples, "%s", what);
+	cr_expect_eq(b->n_nonfinite, ref->n_nonfinite, "%s", what);
+	for (size_t l = 0; l < b->n; l++) {
+		const oq_bc_target *x = &b->v[l], *y = &ref->v[l];
+		cr_expect_eq(x->failed, y->failed, "%s: layer %zu", what, l);
+		cr_expect(!memcmp(x->sum_f, y->sum_f, OQ_BC_FOLDS * x->M * sizeof *x->sum_f), "%s: layer %zu's sums",
+			  what, l);
+		cr_expect(!memcmp(x->n_f, y->n_f, sizeof x->n_f), "%s: layer %zu's counts", what, l);
+		cr_expect(!x->sum_fp == !y->sum_fp, "%s", what);
+		if (x->sum_fp && y->sum_fp)
+			cr_expect(!memcmp(x->sum_fp, y->sum_fp, OQ_BC_FOLDS * x->M * sizeof *x->sum_fp),
+				  "%s: layer %zu's probe sums", what, l);
+		cr_expect(!memcmp(x->n_fp, y->n_fp, sizeof x->n_fp), "%s", what);
+	}
+}
+
+/*
+ * Calibration with the pre's tap, then the float-only measurement: it runs no float model
+ * (the executor's whole runs do not move) and leaves every layer's float sums, counts and
+ * probe sums and the kept outputs bit for bit as the measurement that runs the float model
+ * over the same 32 of the 40 samples; at 1 and 2 threads (sample lanes). The pre is then spent:
+ * a second float-only measurement runs the model. A pre calibrated on other samples (--calib-limit
+ * 20) covers nothing: the float model runs, with the same results.
+ */
+Test(biascorr, pre_replays_the_float_run_bit_for_bit)
+{
+	gen_model *gf = pre_model();
+	oq_model *mf = load(gf);
+	char dir[64] = "/tmp/oq_bcpre_XXXXXX";
+	oq_diag d;
+	oq_opts o;
+
+	oq_diag_init(&d);
+	oq_opts_init(&o);
+	o.prefer = OQ_PREFER_ACCURACY;
+	cr_assert_not_null(mkdtemp(dir));
+	pre_samples(dir);
+	for (int threads = 1; threads <= 2; threads++)
+		for (int limit = 0; limit <= 20; limit += 20) {
+			oq_calib_opts co, cc, cm;
+			oq_bc_targets ref, b;
+			oq_bc_float_cache cref = {0}, c = {0};
+			oq_bc_pre *pre = NULL;
+			oq_node *rn[2];
+			oq_ranges r;
+			uint8_t *need = oq_calloc(mf->graph->n_values + 1, 1);
+			size_t runs;
+
+			memset(&co, 0, sizeof co);
+			co.source = dir;
+			co.threads = threads;
+			cr_assert_eq(oq_bc_targets_find(mf->graph, &o, &ref, &d), OQ_OK, "%s", d.msg);
+			cr_assert_eq(oq_bc_targets_find(mf->graph, &o, &b, &d), OQ_OK, "%s", d.msg);
+			cr_assert_eq(b.n, 2);
+			for (size_t l = 0; l < 2; l++)
+				rn[l] = oq_bc_node_writing(mf->graph, b.v[l].measured);
+			cr_assert_eq(oq_bc_measure(mf, rn, NULL, 0, &co, &ref, &cref, &d), OQ_OK, "%s", d.msg);
+			cr_assert_eq(cref.state, 1);
+			cr_assert_eq(cref.n, 32);
+
+			cc = co;
+			cc.limit = (size_t)limit;
+			cr_assert_eq(oq_bc_pre_new(mf->graph, &o, &cc, &pre, &d), OQ_OK, "%s", d.msg);
+			cr_assert_not_null(need);
+			need[oq_graph_value(mf->graph, "x")->index] = 1;
+			need[oq_graph_value(mf->graph, "r")->index] = 1;
+			cc.need_only = 1;
+			cc.hist_need = need;
+			cc.tap = oq_bc_pre_tap(pre);
+			cr_assert_eq(oq_calibrate(mf, &cc, &r, &d), OQ_OK, "%s", d.msg);
+			oq_ranges_free(&r);
+
+			cm = co;
+			cm.bc_pre = pre;
+			runs = oq_exec_runs(0);
+			cr_assert_eq(oq_bc_measure(mf, rn, NULL, 0, &cm, &b, &c, &d), OQ_OK, "%s", d.msg);
+			cr_expect_eq(oq_exec_runs(0) - runs, limit ? 32 : 0, "threads %d, limit %d: %zu float runs",
+				     threads, limit, oq_exec_runs(0) - runs);
+			expect_same_float_side(&b, &ref, limit ? "other samples" : "replayed");
+			cr_assert_eq(c.state, 1);
+			cr_assert_eq(c.n, 32);
+			cr_assert_eq(c.nout, 1);
+			for (size_t i = 0; i < 32; i++) {
+				oq_rt bx = {0}, by = {0};
+				const oq_rt *x, *y;
+				cr_assert_eq(oq_bc_float_cache_get(&c, i, &bx, &x, &d), OQ_OK, "%s", d.msg);
+				cr_assert_eq(oq_bc_float_cache_get(&cref, i, &by, &y, &d), OQ_OK, "%s", d.msg);
+				cr_expect(x->nbytes == y->nbytes && !memcmp(x->data, y->data, x->nbytes), "sample %zu", i);
+				oq_rt_release(&bx);
+				oq_rt_release(&by);
+			}
+			if (!limit) { /* spent */
+				oq_bc_float_cache_free(&c);
+				runs = oq_exec_runs(0);
+				cr_assert_eq(oq_bc_measure(mf, rn, NULL, 0, &cm, &b, &c, &d), OQ_OK, "%s", d.msg);
+				cr_expect_eq(oq_exec_runs(0) - runs, 32, "a spent pre replayed again");
+				expect_same_float_side(&b, &ref, "after the pre");
+			}
+			oq_bc_float_cache_free(&c);
+			oq_bc_float_cache_free(&cref);
+			oq_bc_pre_free(pre);
+			oq_bc_targets_free(&b);
+			oq_bc_targets_free(&ref);
+			free(need);
+		}
+	oq_model_free(mf);
+	gen_free(gf);
+	rm_rf(dir);
+}
+
+/* Quantizes pre_model on dir's 40 samples (empirical bias correction, 2 threads) into out; the
+ * executor's whole runs it made. */
+static size_t pre_quantize(const char *in, const char *dir, const char *out)
+{
+	oq_pipeline_opts po;
+	oq_diag d;
+	size_t runs = oq_exec_runs(0);
+
+	oq_diag_init(&d);
+	oq_pipeline_opts_init(&po, OQ_JOB_QUANTIZE);
+	po.in_path = in;
+	po.out_path = out;
+	po.calib.source = dir;
+	po.calib.threads = 2;
+	po.q.prefer = OQ_PREFER_ACCURACY;
+	po.bias_correction = OQ_BC_EMPIRICAL;
+	po.quiet = 1;
+	cr_assert_eq(oq_pipeline_run(&po, &d), OQ_OK, "%s", d.msg);
+	return oq_exec_runs(0) - runs;
+}
+
+/* The pipeline with the pre and without: the same model, bit for bit, and the float run of
+ * bias correction's 32 samples saved. */
+Test(biascorr, pre_pipeline_same_model)
+{
+	gen_model *g = pre_model();
+	char dir[64] = "/tmp/oq_bcpp_XXXXXX", cal[96], in[96], pa[96], pb[96];
+	size_t with, without;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(cal, sizeof cal, "%s/calib", dir);
+	snprintf(in, sizeof in, "%s/m.onnx", dir);
+	snprintf(pa, sizeof pa, "%s/a.onnx", dir);
+	snprintf(pb, sizeof pb, "%s/b.onnx", dir);
+	cr_assert_eq(mkdir(cal, 0755), 0);
+	pre_samples(cal);
+	cr_assert_eq(gen_write(g, in), 0);
+	with = pre_quantize(in, cal, pa);
+	oq_bc_pre_use = 0;
+	without = pre_quantize(in, cal, pb);
+	oq_bc_pre_use = 1;
+	cr_expect_eq(without - with, 32, "whole runs: %zu with the pre, %zu without", with, without);
+	cr_expect(same_file(pa, pb), "the models differ");
+	gen_free(g);
+	rm_rf(dir);
 }

@@ -17,6 +17,7 @@
  * (an exact output counts as OQ_BC_SQNR_CAP).
  */
 #include "calib/biascorr/measure.h"
+#include "calib/biascorr/pre.h"
 
 #include <errno.h>
 #include <math.h>
@@ -131,32 +132,35 @@ double oq_bc_sum_f32(const float *p, size_t n)
 	return a;
 }
 
-/* Stages t's per-channel sums for layer i on side s (or marks it bad when t does not fit). */
-static void add(const side *s, size_t i, const oq_rt *t)
+int oq_bc_channel_sums(const oq_rt *t, size_t M, int ch_last, double *S, uint64_t *n)
 {
-	const oq_bc_target *l = &s->b->v[i];
-	double *S = s->st->s[s->q] + s->off[i];
 	const float *x = t->data;
 	size_t outer = 1, inner = 1;
 	int axis;
 
-	if (t->kind != OQ_RT_TENSOR || t->dtype != OQ_DT_FLOAT || t->rank < (l->ch_last ? 1 : 2)) {
-		s->st->bad[s->q][i] = 1;
-		return;
-	}
-	axis = l->ch_last ? t->rank - 1 : 1;
-	if ((size_t)t->dims[axis] != l->M) {
-		s->st->bad[s->q][i] = 1;
-		return;
-	}
+	if (t->kind != OQ_RT_TENSOR || t->dtype != OQ_DT_FLOAT || t->rank < (ch_last ? 1 : 2))
+		return -1;
+	axis = ch_last ? t->rank - 1 : 1;
+	if ((size_t)t->dims[axis] != M)
+		return -1;
 	for (int k = 0; k < axis; k++)
 		outer *= (size_t)t->dims[k]; /* factors of nelem, which is in memory */
 	for (int k = axis + 1; k < t->rank; k++)
 		inner *= (size_t)t->dims[k];
 	for (size_t o = 0; o < outer; o++)
-		for (size_t m = 0; m < l->M; m++)
-			S[m] += oq_bc_sum_f32(x + (o * l->M + m) * inner, inner);
-	s->st->n[s->q][i] += (uint64_t)(outer * inner);
+		for (size_t m = 0; m < M; m++)
+			S[m] += oq_bc_sum_f32(x + (o * M + m) * inner, inner);
+	*n += (uint64_t)(outer * inner);
+	return 0;
+}
+
+/* Stages t's per-channel sums for layer i on side s (or marks it bad when t does not fit). */
+static void add(const side *s, size_t i, const oq_rt *t)
+{
+	const oq_bc_target *l = &s->b->v[i];
+
+	if (oq_bc_channel_sums(t, l->M, l->ch_last, s->st->s[s->q] + s->off[i], &s->st->n[s->q][i]))
+		s->st->bad[s->q][i] = 1;
 }
 
 static int keep_value(side *s, const oq_value *v, const oq_rt *t);
@@ -445,6 +449,34 @@ static int keep(oq_bc_float_cache *c, size_t i, oq_rt *of)
 	}
 	c->bytes += all;
 	return 0;
+}
+
+int oq_bc_float_cache_init(oq_bc_float_cache *c, size_t n, size_t nout)
+{
+	if (!(c->out = oq_calloc(n && nout ? n * nout : 1, sizeof *c->out)) ||
+	    !(c->at = malloc((n ? n : 1) * sizeof *c->at))) {
+		oq_bc_float_cache_free(c);
+		return OQ_ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		c->at[i] = SIZE_MAX;
+	spill_open(c);
+	c->n = n;
+	c->nout = nout;
+	c->state = 1; /* until the limit is passed */
+	return OQ_OK;
+}
+
+int oq_bc_float_cache_keep(oq_bc_float_cache *c, size_t i, oq_rt *of)
+{
+	int rc = keep(c, i, of);
+
+	if (rc == 1) {
+		oq_bc_float_cache_free(c); /* over the limit: the float model runs each time */
+		c->state = -1;
+		return OQ_OK;
+	}
+	return rc;
 }
 
 /* ------------------------------------------------------------ tails */
@@ -1025,15 +1057,8 @@ static int commit(pass *P, lane *ln, size_t i)
 		}
 		P->q->per[i] = k2 ? sum / (double)k2 : NAN;
 	}
-	if (P->fonly && P->cache->state == 1) {
-		int rc = keep(P->cache, i, ln->of);
-		if (rc && rc != 1)
-			return rc;
-		if (rc == 1) {
-			oq_bc_float_cache_free(P->cache); /* over the limit: the float model runs each time */
-			P->cache->state = -1;
-		}
-	}
+	if (P->fonly && P->cache->state == 1)
+		return oq_bc_float_cache_keep(P->cache, i, ln->of);
 	return OQ_OK;
 }
 
@@ -1200,6 +1225,80 @@ static int lane_init(pass *P, lane *ln, const lane *l0, size_t k)
 
 size_t oq_bc_measure_lanes;
 
+/*
+ * A float-only measurement from what calibration took (pre.h): each sample's stage rebuilt for
+ * b's layers from the pre's and committed in sample order, as the float model's run of it would
+ * be, and the float outputs taken over. 1: the pre does not cover it (the float model runs);
+ * else OQ_OK or OQ_ENOMEM.
+ */
+static int replay(oq_bc_pre *pre, const oq_calib_opts *o, oq_bc_targets *b, oq_bc_float_cache *cache, oq_diag *d)
+{
+	pass P;
+	lane ln;
+	size_t n, nout, n_ch = 0, *off;
+	long *li;
+	int rc = 1;
+
+	if (!oq_bc_pre_ready(pre, o, cache->limit, &n, &nout))
+		return 1;
+	off = oq_calloc(b->n + 1, sizeof *off);
+	li = oq_calloc(b->n + 1, sizeof *li);
+	memset(&P, 0, sizeof P);
+	memset(&ln, 0, sizeof ln);
+	if (!off || !li)
+		goto nomem;
+	for (size_t l = 0; l < b->n; l++) {
+		const oq_bc_target *L = &b->v[l];
+		off[l] = n_ch;
+		n_ch += L->M; /* the pre holds as many channels and more */
+		/* a layer failed before the run stages nothing: no observer call adds to it */
+		if (!L->failed && (li[l] = oq_bc_pre_layer(pre, L->measured, L->M, L->ch_last)) < 0)
+			goto out;
+		if (L->failed)
+			li[l] = -1;
+	}
+	P.b = b;
+	P.off = off;
+	P.n_ch = n_ch;
+	P.n = n;
+	P.nout = nout;
+	P.folds = (1u << OQ_BC_FOLDS) - 1;
+	P.sf_on = 1;
+	if (stage_alloc(&P, &ln.st))
+		goto nomem;
+	free(b->nonfinite);
+	b->n_samples = b->n_nonfinite = 0;
+	if (!(b->nonfinite = oq_calloc(n ? n : 1, 1)))
+		goto nomem;
+	b->n_samples = n;
+	for (size_t i = 0; i < n; i++) {
+		stage_clear(&P, &ln.st);
+		for (size_t l = 0; l < b->n; l++) {
+			const double *S;
+			uint64_t cnt;
+			int bad;
+			if (li[l] < 0)
+				continue;
+			oq_bc_pre_stage(pre, i, li[l], &S, &cnt, &bad);
+			memcpy(ln.st.s[0] + off[l], S, b->v[l].M * sizeof *S);
+			ln.st.n[0][l] = cnt;
+			ln.st.bad[0][l] = (uint8_t)bad;
+		}
+		if ((rc = commit(&P, &ln, i)))
+			goto out;
+	}
+	oq_bc_pre_take(pre, cache);
+	rc = OQ_OK;
+	goto out;
+nomem:
+	rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+out:
+	stage_free(&ln.st);
+	free(off);
+	free(li);
+	return rc;
+}
+
 int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *runs, size_t n_runs,
 		   const oq_calib_opts *o, oq_bc_targets *b, oq_bc_float_cache *cache, oq_diag *d)
 {
@@ -1249,6 +1348,8 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 	}
 	if (!o->source || !strncmp(o->source, "random:", 7))
 		return oq_err(d, OQ_EUNSUP, "bias correction: needs calibration samples from a folder");
+	if (fonly && o->bc_pre && (rc = replay(o->bc_pre, o, b, cache, d)) != 1)
+		return rc;
 	fvals = oq_calloc(b->n ? b->n : 1, sizeof *fvals);
 	qvals = oq_calloc(b->n ? b->n : 1, sizeof *qvals);
 	off = oq_calloc(b->n ? b->n : 1, sizeof *off);
@@ -1332,18 +1433,9 @@ int oq_bc_measure(oq_model *ref, oq_node *const *ref_nodes, oq_bc_quantized *run
 					goto out;
 				}
 			}
-			if (fonly) {
-				if (!(cache->out = oq_calloc(n && nout ? n * nout : 1, sizeof *cache->out)) ||
-				    !(cache->at = malloc((n ? n : 1) * sizeof *cache->at))) {
-					rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
-					goto out;
-				}
-				for (size_t i = 0; i < n; i++)
-					cache->at[i] = SIZE_MAX;
-				spill_open(cache);
-				cache->n = n;
-				cache->nout = nout;
-				cache->state = 1; /* until the limit is passed */
+			if (fonly && oq_bc_float_cache_init(cache, n, nout)) {
+				rc = oq_err(d, OQ_ENOMEM, "bias correction: out of memory");
+				goto out;
 			}
 		}
 		if ((eq && (oq_exec_n_inputs(eq) != nin || oq_exec_n_outputs(eq) != nout)) ||

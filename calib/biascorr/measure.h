@@ -170,6 +170,19 @@ int oq_bc_float_cache_get(const oq_bc_float_cache *c, size_t i, oq_rt *buf, cons
 			  oq_diag *d) OQ_WUR;
 /* 0: keep the outputs in memory only (tests compare the two). */
 extern int oq_bc_spill;
+/* An empty c (limit kept) set up for n samples of nout outputs, state 1: OQ_OK or OQ_ENOMEM. */
+int oq_bc_float_cache_init(oq_bc_float_cache *c, size_t n, size_t nout) OQ_WUR;
+/* Keeps sample i's outputs of[0..nout) in c (state 1; moved out of `of` unless borrowed, else
+ * copied): OQ_OK, also when they would pass the limit (c is then freed, state -1), or
+ * OQ_ENOMEM. */
+int oq_bc_float_cache_keep(oq_bc_float_cache *c, size_t i, oq_rt *of) OQ_WUR;
+
+/*
+ * Adds t's sums per channel to S[0..M) (the channel axis 1, or the last with ch_last; each
+ * channel's run of elements summed by oq_bc_sum_f32, runs in memory order) and the elements per
+ * channel to *n: 0, or -1 when t is not a float32 tensor with M channels there.
+ */
+int oq_bc_channel_sums(const oq_rt *t, size_t M, int ch_last, double *S, uint64_t *n);
 
 /*
  * Runs the samples of o->source (a folder; o->limit applies, then at most

@@ -46,6 +46,7 @@
 #include <time.h>
 
 #include "calib/biascorr/measure.h"
+#include "calib/biascorr/pre.h"
 #include "calib/rounding/awq.h"
 #include "calib/rounding/rounding.h"
 #include "passes/quantize/encodings.h"
@@ -94,6 +95,8 @@ typedef struct job {
 	oq_bc_float_cache fout;   /* empirical bias correction's float outputs on the samples (the fold
 				   * report reuses them), or empty */
 	oq_biascorr_analytic *analytic;
+	oq_bc_pre *bc_pre;        /* empirical bias correction's float side, taken by calibration
+				   * (j->o.calib.bc_pre after it), or NULL */
 	size_t awq_scaled;        /* layers --awq scaled */
 	oq_wlearned_set learned;  /* learned rounding (q.learned points here once learned) */
 	oq_biascorr_shifts wshift; /* W8A8 empirical bias correction's start: the weights' shifts */
@@ -312,6 +315,8 @@ static void job_init(job *j, const oq_pipeline_opts *o)
 static void job_free(job *j)
 {
 	oq_biascorr_analytic_free(j->analytic);
+	j->o.calib.bc_pre = NULL;
+	oq_bc_pre_free(j->bc_pre);
 	oq_bc_float_cache_free(&j->fout);
 	oq_wlearned_free(&j->learned);
 	oq_biascorr_shifts_free(&j->wshift);
@@ -548,11 +553,19 @@ static int calibrate(job *j, oq_diag *d)
 	/* the fold measurement needs each fold's statistics (the ranges are the same bits) */
 	if (has_sample_folder(&j->o) && co.method != OQ_CALIB_EMA)
 		co.folds_out = &j->folds;
+	/* empirical bias correction's float run of its samples, taken on the way (pre.h) */
+	if (oq_bc_pre_use && j->o.bias_correction == OQ_BC_EMPIRICAL && has_sample_folder(&j->o) &&
+	    !j->left_float && co.batch <= 1) {
+		if ((rc = oq_bc_pre_new(j->m->graph, &j->q, &co, &j->bc_pre, d)))
+			return rc;
+		co.tap = oq_bc_pre_tap(j->bc_pre);
+	}
 	t = step_begin();
 	rc = oq_calibrate(j->m, &co, &j->ranges, d);
 	step_end(j, OQ_ST_CALIBRATE, t);
 	if (rc)
 		return rc;
+	j->o.calib.bc_pre = j->bc_pre;
 	j->q.ranges = &j->ranges;
 	/* the fold report's held-out ranges, which the placement measures with too: the per-fold
 	 * statistics are freed before it runs */
