@@ -1345,13 +1345,38 @@ static void expect_same_float_side(const oq_bc_targets *b, const oq_bc_targets *
 	}
 }
 
+/* The outputs of caches a and b (state 1), equal bit for bit. */
+static void expect_same_outputs(const oq_bc_float_cache *a, const oq_bc_float_cache *b, size_t n)
+{
+	oq_diag d;
+
+	oq_diag_init(&d);
+	cr_assert_eq(a->state, 1);
+	cr_assert_eq(b->state, 1);
+	cr_assert_eq(a->n, n);
+	cr_assert_eq(b->n, n);
+	cr_assert_eq(a->nout, 1);
+	cr_assert_eq(b->nout, 1);
+	for (size_t i = 0; i < n; i++) {
+		oq_rt bx = {0}, by = {0};
+		const oq_rt *x, *y;
+		cr_assert_eq(oq_bc_float_cache_get(a, i, &bx, &x, &d), OQ_OK, "%s", d.msg);
+		cr_assert_eq(oq_bc_float_cache_get(b, i, &by, &y, &d), OQ_OK, "%s", d.msg);
+		cr_expect(x->nbytes == y->nbytes && !memcmp(x->data, y->data, x->nbytes), "sample %zu", i);
+		oq_rt_release(&bx);
+		oq_rt_release(&by);
+	}
+}
+
 /*
  * Calibration with the pre's tap, then the float-only measurement: it runs no float model
  * (the executor's whole runs do not move) and leaves every layer's float sums, counts and
  * probe sums and the kept outputs bit for bit as the measurement that runs the float model
  * over the same 32 of the 40 samples; at 1 and 2 threads (sample lanes). The pre is then spent:
- * a second float-only measurement runs the model. A pre calibrated on other samples (--calib-limit
- * 20) covers nothing: the float model runs, with the same results.
+ * a second float-only measurement runs the model. A pre calibrated on other samples
+ * (--calib-limit 20) does not cover it: the float model runs, with the same results. The pre's
+ * second set, the outputs alone on the first 8 samples (the same in both), serves a
+ * measurement of those (no layers) likewise.
  */
 Test(biascorr, pre_replays_the_float_run_bit_for_bit)
 {
@@ -1391,7 +1416,7 @@ Test(biascorr, pre_replays_the_float_run_bit_for_bit)
 
 			cc = co;
 			cc.limit = (size_t)limit;
-			cr_assert_eq(oq_bc_pre_new(mf->graph, &o, &cc, &pre, &d), OQ_OK, "%s", d.msg);
+			cr_assert_eq(oq_bc_pre_new(mf->graph, &o, &cc, 8, &pre, &d), OQ_OK, "%s", d.msg);
 			cr_assert_not_null(need);
 			need[oq_graph_value(mf->graph, "x")->index] = 1;
 			need[oq_graph_value(mf->graph, "r")->index] = 1;
@@ -1408,17 +1433,22 @@ Test(biascorr, pre_replays_the_float_run_bit_for_bit)
 			cr_expect_eq(oq_exec_runs(0) - runs, limit ? 32 : 0, "threads %d, limit %d: %zu float runs",
 				     threads, limit, oq_exec_runs(0) - runs);
 			expect_same_float_side(&b, &ref, limit ? "other samples" : "replayed");
-			cr_assert_eq(c.state, 1);
-			cr_assert_eq(c.n, 32);
-			cr_assert_eq(c.nout, 1);
-			for (size_t i = 0; i < 32; i++) {
-				oq_rt bx = {0}, by = {0};
-				const oq_rt *x, *y;
-				cr_assert_eq(oq_bc_float_cache_get(&c, i, &bx, &x, &d), OQ_OK, "%s", d.msg);
-				cr_assert_eq(oq_bc_float_cache_get(&cref, i, &by, &y, &d), OQ_OK, "%s", d.msg);
-				cr_expect(x->nbytes == y->nbytes && !memcmp(x->data, y->data, x->nbytes), "sample %zu", i);
-				oq_rt_release(&bx);
-				oq_rt_release(&by);
+			expect_same_outputs(&c, &cref, 32);
+			{ /* the first 8 samples' outputs alone */
+				oq_bc_targets none = {0};
+				oq_bc_float_cache c8 = {0}, r8 = {0};
+				oq_calib_opts c8o = cm;
+				c8o.limit = 8;
+				runs = oq_exec_runs(0);
+				cr_assert_eq(oq_bc_measure(mf, NULL, NULL, 0, &c8o, &none, &c8, &d), OQ_OK, "%s", d.msg);
+				cr_expect_eq(oq_exec_runs(0) - runs, 0, "limit %d: %zu float runs of 8", limit,
+					     oq_exec_runs(0) - runs);
+				c8o.bc_pre = NULL;
+				cr_assert_eq(oq_bc_measure(mf, NULL, NULL, 0, &c8o, &none, &r8, &d), OQ_OK, "%s", d.msg);
+				expect_same_outputs(&c8, &r8, 8);
+				oq_bc_float_cache_free(&c8);
+				oq_bc_float_cache_free(&r8);
+				oq_bc_targets_free(&none);
 			}
 			if (!limit) { /* spent */
 				oq_bc_float_cache_free(&c);

@@ -1237,9 +1237,9 @@ static int replay(oq_bc_pre *pre, const oq_calib_opts *o, oq_bc_targets *b, oq_b
 	lane ln;
 	size_t n, nout, n_ch = 0, *off;
 	long *li;
-	int rc = 1;
+	int rc = 1, set;
 
-	if (!oq_bc_pre_ready(pre, o, cache->limit, &n, &nout))
+	if ((set = oq_bc_pre_ready(pre, o, cache->limit, &n, &nout)) < 0)
 		return 1;
 	off = oq_calloc(b->n + 1, sizeof *off);
 	li = oq_calloc(b->n + 1, sizeof *li);
@@ -1252,7 +1252,7 @@ static int replay(oq_bc_pre *pre, const oq_calib_opts *o, oq_bc_targets *b, oq_b
 		off[l] = n_ch;
 		n_ch += L->M; /* the pre holds as many channels and more */
 		/* a layer failed before the run stages nothing: no observer call adds to it */
-		if (!L->failed && (li[l] = oq_bc_pre_layer(pre, L->measured, L->M, L->ch_last)) < 0)
+		if (!L->failed && (li[l] = oq_bc_pre_layer(pre, set, L->measured, L->M, L->ch_last)) < 0)
 			goto out;
 		if (L->failed)
 			li[l] = -1;
@@ -1279,7 +1279,7 @@ static int replay(oq_bc_pre *pre, const oq_calib_opts *o, oq_bc_targets *b, oq_b
 			int bad;
 			if (li[l] < 0)
 				continue;
-			oq_bc_pre_stage(pre, i, li[l], &S, &cnt, &bad);
+			oq_bc_pre_stage(pre, set, i, li[l], &S, &cnt, &bad);
 			memcpy(ln.st.s[0] + off[l], S, b->v[l].M * sizeof *S);
 			ln.st.n[0][l] = cnt;
 			ln.st.bad[0][l] = (uint8_t)bad;
@@ -1287,7 +1287,7 @@ static int replay(oq_bc_pre *pre, const oq_calib_opts *o, oq_bc_targets *b, oq_b
 		if ((rc = commit(&P, &ln, i)))
 			goto out;
 	}
-	oq_bc_pre_take(pre, cache);
+	oq_bc_pre_take(pre, set, cache);
 	rc = OQ_OK;
 	goto out;
 nomem:

@@ -19,6 +19,18 @@ typedef struct pstage {
 	int done;       /* its run ended and its outputs are kept */
 } pstage;
 
+/* The samples of one measurement: the first `limit` of the folder (0: all), at most
+ * OQ_MEASURE_SAMPLES of them, evenly spread. */
+typedef struct pset {
+	size_t limit;
+	int sums;            /* 1: also each sample's stage (else the outputs alone) */
+	size_t total, n;     /* the measurement's samples before and after thinning (0: none begun) */
+	pstage *st;          /* n */
+	size_t n_done;
+	oq_bc_float_cache cache;
+	int broken;          /* out of memory, outputs past the limit, taken: not ready */
+} pset;
+
 struct oq_bc_pre {
 	oq_calib_tap tap;
 	const oq_graph *g;   /* the model calibration runs */
@@ -27,14 +39,11 @@ struct oq_bc_pre {
 	size_t *M, *off, n_ch;
 	int *ch_last;
 	long *lmap;          /* per value index of g: its layer, or -1 */
-	char *source;        /* the samples: co->source, co->limit */
-	size_t limit;
-	pthread_mutex_t mu;  /* guards what follows */
-	size_t total, n;     /* calibration's samples (0: none begun yet), the measured ones */
-	pstage *st;          /* n */
-	size_t n_done;
-	oq_bc_float_cache cache;
-	int broken;          /* out of memory, outputs past the limit, other samples: not ready */
+	char *source;        /* the samples' folder (co->source) */
+	pthread_mutex_t mu;  /* guards the sets' bookkeeping and caches */
+	pset set[2];         /* [0]: bias correction's (calibration's limit), [1]: outputs alone on a
+			      * smaller limit (the placement's), or none (limit 0) */
+	size_t ns;           /* sets in use */
 };
 
 int oq_bc_pre_use = 1;
@@ -45,72 +54,93 @@ static int tap_want(void *ctx, const oq_value *v)
 	return v->graph == p->g && v->index < p->g->n_values && p->lmap[v->index] >= 0;
 }
 
-static void stages_free(oq_bc_pre *p)
+static void stages_free(pset *t)
 {
-	for (size_t j = 0; p->st && j < p->n; j++) {
-		free(p->st[j].s);
-		free(p->st[j].cnt);
-		free(p->st[j].bad);
+	for (size_t j = 0; t->st && j < t->n; j++) {
+		free(t->st[j].s);
+		free(t->st[j].cnt);
+		free(t->st[j].bad);
 	}
-	free(p->st);
-	p->st = NULL;
+	free(t->st);
+	t->st = NULL;
 }
 
-/* Measured sample j of p->n for calibration's sample i (oq_samples_pick's inverse), or SIZE_MAX. */
-static size_t measured_index(const oq_bc_pre *p, size_t i)
+/* Measured sample j of t->n for calibration's sample i (oq_samples_pick's inverse), or SIZE_MAX. */
+static size_t measured_index(const pset *t, size_t i)
 {
 	size_t j;
-	if (p->n == p->total)
+	if (i >= t->total)
+		return SIZE_MAX;
+	if (t->n == t->total)
 		return i;
 	/* the smallest j with j total / n >= i; pick is increasing in steps of at least 1 */
-	j = i / p->total * p->n + ((i % p->total) * p->n + p->total - 1) / p->total;
-	return j < p->n && oq_samples_pick(j, p->total, p->n) == i ? j : SIZE_MAX;
+	j = (i * t->n + t->total - 1) / t->total;
+	return j < t->n && oq_samples_pick(j, t->total, t->n) == i ? j : SIZE_MAX;
 }
+
+/* Sample i of calibration's total in set t: its stage (zeroed), or NULL. Under p->mu. */
+static pstage *set_begin(const oq_bc_pre *p, pset *t, size_t i, size_t total)
+{
+	pstage *s;
+	size_t j, nl = p->nl ? p->nl : 1, nc = p->n_ch ? p->n_ch : 1;
+
+	if (!t->broken && !t->total && total) {
+		t->total = t->limit && t->limit < total ? t->limit : total;
+		t->n = t->total < OQ_MEASURE_SAMPLES ? t->total : OQ_MEASURE_SAMPLES;
+		if (!(t->st = oq_calloc(t->n, sizeof *t->st)))
+			t->broken = 1;
+	}
+	if (t->broken || (j = measured_index(t, i)) == SIZE_MAX)
+		return NULL;
+	s = &t->st[j];
+	if (s->done) { /* run twice: the second run replaces the first */
+		s->done = 0;
+		t->n_done--;
+	}
+	s->j = j;
+	if (!t->sums)
+		return s;
+	if ((!s->s && !(s->s = malloc(nc * sizeof *s->s))) || (!s->cnt && !(s->cnt = malloc(nl * sizeof *s->cnt))) ||
+	    (!s->bad && !(s->bad = malloc(nl)))) {
+		t->broken = 1;
+		return NULL;
+	}
+	memset(s->s, 0, nc * sizeof *s->s);
+	memset(s->cnt, 0, nl * sizeof *s->cnt);
+	memset(s->bad, 0, nl);
+	return s;
+}
+
+/* The stages of one sample: one per set that measures it. */
+typedef struct pstages {
+	pstage *s[2];
+} pstages;
 
 static void tap_begin(void *ctx, size_t i, size_t total, void **stage)
 {
 	oq_bc_pre *p = ctx;
-	pstage *s = NULL;
-	size_t j;
+	pstages *x = NULL;
+	pstage *s[2] = {NULL, NULL};
 
 	pthread_mutex_lock(&p->mu);
-	if (!p->broken && !p->total && total) {
-		p->total = total;
-		p->n = total < OQ_MEASURE_SAMPLES ? total : OQ_MEASURE_SAMPLES;
-		if (!(p->st = oq_calloc(p->n, sizeof *p->st)))
-			p->broken = 1;
-	}
-	if (p->broken || total != p->total || (j = measured_index(p, i)) == SIZE_MAX)
-		goto out;
-	s = &p->st[j];
-	if (s->done) { /* run twice: the second run replaces the first */
-		s->done = 0;
-		p->n_done--;
-	}
-	if ((!s->s && !(s->s = malloc((p->n_ch ? p->n_ch : 1) * sizeof *s->s))) ||
-	    (!s->cnt && !(s->cnt = malloc((p->nl ? p->nl : 1) * sizeof *s->cnt))) ||
-	    (!s->bad && !(s->bad = malloc(p->nl ? p->nl : 1)))) {
-		p->broken = 1;
-		s = NULL;
-		goto out;
-	}
-	memset(s->s, 0, (p->n_ch ? p->n_ch : 1) * sizeof *s->s);
-	memset(s->cnt, 0, (p->nl ? p->nl : 1) * sizeof *s->cnt);
-	memset(s->bad, 0, p->nl ? p->nl : 1);
-	s->j = j;
-out:
+	for (size_t k = 0; k < p->ns; k++)
+		s[k] = set_begin(p, &p->set[k], i, total);
 	pthread_mutex_unlock(&p->mu);
-	*stage = s;
+	if ((s[0] || s[1]) && (x = malloc(sizeof *x))) {
+		x->s[0] = s[0];
+		x->s[1] = s[1];
+	}
+	*stage = x; /* no memory for x: the sample is not kept (its sets are never ready) */
 }
 
 /* A lane's own stage: no lock (the outputs are kept under it, in tap_end). */
 static void tap_observe(void *ctx, void *stage, const oq_value *v, const oq_rt *t)
 {
 	const oq_bc_pre *p = ctx;
-	pstage *s = stage;
+	pstage *s = ((pstages *)stage)->s[0];
 	long l;
 
-	if (v->graph != p->g || v->index >= p->g->n_values || (l = p->lmap[v->index]) < 0)
+	if (!s || !p->set[0].sums || v->graph != p->g || v->index >= p->g->n_values || (l = p->lmap[v->index]) < 0)
 		return;
 	if (oq_bc_channel_sums(t, p->M[l], p->ch_last[l], s->s + p->off[l], &s->cnt[l]))
 		s->bad[l] = 1;
@@ -119,23 +149,43 @@ static void tap_observe(void *ctx, void *stage, const oq_value *v, const oq_rt *
 static void tap_end(void *ctx, void *stage, size_t i, oq_rt *outs, size_t nout)
 {
 	oq_bc_pre *p = ctx;
-	pstage *s = stage;
+	pstages *x = stage;
 
 	(void)i;
 	pthread_mutex_lock(&p->mu);
-	if (!p->broken && !p->cache.state && oq_bc_float_cache_init(&p->cache, p->n, nout))
-		p->broken = 1;
-	if (!p->broken && (p->cache.nout != nout || oq_bc_float_cache_keep(&p->cache, s->j, outs) ||
-			   p->cache.state != 1))
-		p->broken = 1;
-	if (!p->broken) {
-		s->done = 1;
-		p->n_done++;
+	/* the later set first: keeping moves the outputs out of outs, the earlier copies them */
+	for (size_t k = p->ns; k-- > 0;) {
+		pset *t = &p->set[k];
+		pstage *s = x->s[k];
+		oq_rt *of = outs, *cp = NULL;
+		int fail = 0;
+		if (!s || t->broken)
+			continue;
+		if (!t->cache.state && oq_bc_float_cache_init(&t->cache, t->n, nout))
+			fail = 1;
+		if (!fail && k && x->s[0]) { /* set 0 keeps the same outputs next: a copy for this one */
+			if (!(cp = oq_calloc(nout + 1, sizeof *cp)))
+				fail = 1;
+			for (size_t o = 0; !fail && o < nout; o++)
+				fail = oq_rt_copy(&cp[o], &outs[o]) != OQ_OK;
+			of = cp;
+		}
+		if (fail || t->cache.nout != nout || oq_bc_float_cache_keep(&t->cache, s->j, of) || t->cache.state != 1)
+			t->broken = 1;
+		else {
+			s->done = 1;
+			t->n_done++;
+		}
+		for (size_t o = 0; cp && o < nout; o++)
+			oq_rt_release(&cp[o]);
+		free(cp);
 	}
 	pthread_mutex_unlock(&p->mu);
+	free(x);
 }
 
-int oq_bc_pre_new(oq_graph *g, const oq_opts *q, const oq_calib_opts *co, oq_bc_pre **out, oq_diag *d)
+int oq_bc_pre_new(oq_graph *g, const oq_opts *q, const oq_calib_opts *co, size_t out_limit, oq_bc_pre **out,
+		  oq_diag *d)
 {
 	oq_opts quiet = *q;
 	oq_bc_targets b;
@@ -150,7 +200,13 @@ int oq_bc_pre_new(oq_graph *g, const oq_opts *q, const oq_calib_opts *co, oq_bc_
 		goto nomem;
 	pthread_mutex_init(&p->mu, NULL);
 	p->g = g;
-	p->limit = co->limit;
+	p->set[0].limit = co->limit;
+	p->set[0].sums = 1;
+	p->ns = 1;
+	if (out_limit && (!co->limit || out_limit < co->limit)) {
+		p->set[1].limit = out_limit;
+		p->ns = 2;
+	}
 	p->name = oq_calloc(b.n + 1, sizeof *p->name);
 	p->M = oq_calloc(b.n + 1, sizeof *p->M);
 	p->off = oq_calloc(b.n + 1, sizeof *p->off);
@@ -200,48 +256,57 @@ void oq_bc_pre_free(oq_bc_pre *p)
 	free(p->ch_last);
 	free(p->lmap);
 	free(p->source);
-	stages_free(p);
-	oq_bc_float_cache_free(&p->cache);
+	for (size_t k = 0; k < 2; k++) {
+		stages_free(&p->set[k]);
+		oq_bc_float_cache_free(&p->set[k].cache);
+	}
 	pthread_mutex_destroy(&p->mu);
 	free(p);
 }
 
 int oq_bc_pre_ready(const oq_bc_pre *p, const oq_calib_opts *o, size_t limit, size_t *n, size_t *nout)
 {
-	if (p->broken || !p->total || p->n_done != p->n || p->cache.state != 1 || p->cache.limit != limit ||
-	    p->limit != o->limit || !p->source || !o->source || strcmp(p->source, o->source))
-		return 0;
-	*n = p->n;
-	*nout = p->cache.nout;
-	return 1;
+	if (!p->source || !o->source || strcmp(p->source, o->source))
+		return -1;
+	for (size_t k = 0; k < p->ns; k++) {
+		const pset *t = &p->set[k];
+		if (t->limit == o->limit && !t->broken && t->total && t->n_done == t->n && t->cache.state == 1 &&
+		    t->cache.limit == limit) {
+			*n = t->n;
+			*nout = t->cache.nout;
+			return (int)k;
+		}
+	}
+	return -1;
 }
 
-long oq_bc_pre_layer(const oq_bc_pre *p, const char *measured, size_t M, int ch_last)
+long oq_bc_pre_layer(const oq_bc_pre *p, int set, const char *measured, size_t M, int ch_last)
 {
-	for (size_t l = 0; l < p->nl; l++)
+	for (size_t l = 0; p->set[set].sums && l < p->nl; l++)
 		if (!strcmp(p->name[l], measured))
 			return p->M[l] == M && p->ch_last[l] == ch_last ? (long)l : -1;
 	return -1;
 }
 
-void oq_bc_pre_stage(const oq_bc_pre *p, size_t i, long l, const double **S, uint64_t *cnt, int *bad)
+void oq_bc_pre_stage(const oq_bc_pre *p, int set, size_t i, long l, const double **S, uint64_t *cnt, int *bad)
 {
-	const pstage *s = &p->st[i];
+	const pstage *s = &p->set[set].st[i];
 	*S = s->s + p->off[l];
 	*cnt = s->cnt[l];
 	*bad = s->bad[l];
 }
 
-void oq_bc_pre_take(oq_bc_pre *p, oq_bc_float_cache *c)
+void oq_bc_pre_take(oq_bc_pre *p, int set, oq_bc_float_cache *c)
 {
+	pset *t = &p->set[set];
 	size_t limit = c->limit, pf = c->peak_f, pq = c->peak_q;
 
-	*c = p->cache;
+	*c = t->cache;
 	c->limit = limit;
 	c->peak_f = pf;
 	c->peak_q = pq;
-	memset(&p->cache, 0, sizeof p->cache);
-	stages_free(p);
-	p->n_done = 0;
-	p->broken = 1;
+	memset(&t->cache, 0, sizeof t->cache);
+	stages_free(t);
+	t->n_done = 0;
+	t->broken = 1;
 }

@@ -39,9 +39,11 @@ typedef struct oq_bc_pre oq_bc_pre;
 /*
  * A pre for calibrating g (the float model after the rewrites; bias correction later measures
  * this same model) with options co (its samples: co->source, co->limit), the layers those of
- * quantize options q.
+ * quantize options q. out_limit > 0 (and below co->limit, if any): also the float outputs alone
+ * on the first out_limit samples (the placement's measurements).
  */
-int oq_bc_pre_new(oq_graph *g, const oq_opts *q, const oq_calib_opts *co, oq_bc_pre **out, oq_diag *d) OQ_WUR;
+int oq_bc_pre_new(oq_graph *g, const oq_opts *q, const oq_calib_opts *co, size_t out_limit, oq_bc_pre **out,
+		  oq_diag *d) OQ_WUR;
 /* 1 (default): the pipeline takes a pre where empirical bias correction follows; 0: none (tests
  * compare the two). */
 extern int oq_bc_pre_use;
@@ -49,16 +51,17 @@ extern int oq_bc_pre_use;
 const oq_calib_tap *oq_bc_pre_tap(oq_bc_pre *p);
 void oq_bc_pre_free(oq_bc_pre *p);
 
-/* For measure.c. Does p hold every sample of a measurement of o's samples (n of them, nout
- * outputs, a cache of that limit)? */
+/* For measure.c. The set of p that holds every sample of a measurement of o's samples (n of them,
+ * nout outputs, a cache of that limit), or -1. */
 int oq_bc_pre_ready(const oq_bc_pre *p, const oq_calib_opts *o, size_t limit, size_t *n, size_t *nout);
-/* The layer of p measuring value `measured` with M channels (ch_last as oq_bc_target's), or -1. */
-long oq_bc_pre_layer(const oq_bc_pre *p, const char *measured, size_t M, int ch_last);
+/* The layer of set `set` measuring value `measured` with M channels (ch_last as oq_bc_target's),
+ * or -1 (also for a set of outputs alone). */
+long oq_bc_pre_layer(const oq_bc_pre *p, int set, const char *measured, size_t M, int ch_last);
 /* Sample i's stage of layer l: its M channel sums, the elements per channel, whether the value
  * did not fit (dtype, channels). */
-void oq_bc_pre_stage(const oq_bc_pre *p, size_t i, long l, const double **S, uint64_t *cnt, int *bad);
-/* Moves p's float outputs into c (empty; its limit and peaks kept) and frees the stages: p is
- * spent (no longer ready). */
-void oq_bc_pre_take(oq_bc_pre *p, oq_bc_float_cache *c);
+void oq_bc_pre_stage(const oq_bc_pre *p, int set, size_t i, long l, const double **S, uint64_t *cnt, int *bad);
+/* Moves the set's float outputs into c (empty; its limit and peaks kept) and frees its stages:
+ * the set is spent (no longer ready). */
+void oq_bc_pre_take(oq_bc_pre *p, int set, oq_bc_float_cache *c);
 
 #endif

@@ -556,7 +556,7 @@ static int calibrate(job *j, oq_diag *d)
 	/* empirical bias correction's float run of its samples, taken on the way (pre.h) */
 	if (oq_bc_pre_use && j->o.bias_correction == OQ_BC_EMPIRICAL && has_sample_folder(&j->o) &&
 	    !j->left_float && co.batch <= 1) {
-		if ((rc = oq_bc_pre_new(j->m->graph, &j->q, &co, &j->bc_pre, d)))
+		if ((rc = oq_bc_pre_new(j->m->graph, &j->q, &co, OQ_PLACEMENT_SAMPLES, &j->bc_pre, d)))
 			return rc;
 		co.tap = oq_bc_pre_tap(j->bc_pre);
 	}
