@@ -12,7 +12,7 @@
 
 /* One measured sample: what bias correction's float run of it would stage (measure.c). */
 typedef struct pstage {
-	double *s;      /* per layer: its M channel sums at off[l] */
+	double *s;      /* per layer: its M channel sums at off[l] (in its set's block) */
 	uint64_t *cnt;  /* per layer: elements summed per channel */
 	uint8_t *bad;   /* per layer: the value did not fit */
 	size_t j;       /* its index among the measured samples */
@@ -26,6 +26,13 @@ typedef struct pset {
 	int sums;            /* 1: also each sample's stage (else the outputs alone) */
 	size_t total, n;     /* the measurement's samples before and after thinning (0: none begun) */
 	pstage *st;          /* n */
+	double *S;           /* the stages' sums, counts and flags: one block each, allocated with st
+			      * by the sample that begins first (calibration's first, on the calling
+			      * thread): stages allocated one by one on the lanes' threads, long-lived
+			      * among calibration's short-lived buffers, keep the heap pages freed
+			      * around them from going back to the system */
+	uint64_t *C;
+	uint8_t *B;
 	size_t n_done;
 	oq_bc_float_cache cache;
 	int broken;          /* out of memory, outputs past the limit, taken: not ready */
@@ -56,13 +63,14 @@ static int tap_want(void *ctx, const oq_value *v)
 
 static void stages_free(pset *t)
 {
-	for (size_t j = 0; t->st && j < t->n; j++) {
-		free(t->st[j].s);
-		free(t->st[j].cnt);
-		free(t->st[j].bad);
-	}
 	free(t->st);
+	free(t->S);
+	free(t->C);
+	free(t->B);
 	t->st = NULL;
+	t->S = NULL;
+	t->C = NULL;
+	t->B = NULL;
 }
 
 /* Measured sample j of t->n for calibration's sample i (oq_samples_pick's inverse), or SIZE_MAX. */
@@ -87,8 +95,16 @@ static pstage *set_begin(const oq_bc_pre *p, pset *t, size_t i, size_t total)
 	if (!t->broken && !t->total && total) {
 		t->total = t->limit && t->limit < total ? t->limit : total;
 		t->n = t->total < OQ_MEASURE_SAMPLES ? t->total : OQ_MEASURE_SAMPLES;
-		if (!(t->st = oq_calloc(t->n, sizeof *t->st)))
+		/* n <= OQ_MEASURE_SAMPLES, so n nc and n nl count what p holds once per sample */
+		if (!(t->st = oq_calloc(t->n, sizeof *t->st)) ||
+		    (t->sums && (!(t->S = malloc(t->n * nc * sizeof *t->S)) || !(t->C = malloc(t->n * nl * sizeof *t->C)) ||
+				 !(t->B = malloc(t->n * nl)))))
 			t->broken = 1;
+		for (size_t k = 0; !t->broken && t->sums && k < t->n; k++) {
+			t->st[k].s = t->S + k * nc;
+			t->st[k].cnt = t->C + k * nl;
+			t->st[k].bad = t->B + k * nl;
+		}
 	}
 	if (t->broken || (j = measured_index(t, i)) == SIZE_MAX)
 		return NULL;
@@ -100,11 +116,6 @@ static pstage *set_begin(const oq_bc_pre *p, pset *t, size_t i, size_t total)
 	s->j = j;
 	if (!t->sums)
 		return s;
-	if ((!s->s && !(s->s = malloc(nc * sizeof *s->s))) || (!s->cnt && !(s->cnt = malloc(nl * sizeof *s->cnt))) ||
-	    (!s->bad && !(s->bad = malloc(nl)))) {
-		t->broken = 1;
-		return NULL;
-	}
 	memset(s->s, 0, nc * sizeof *s->s);
 	memset(s->cnt, 0, nl * sizeof *s->cnt);
 	memset(s->bad, 0, nl);
