@@ -553,9 +553,10 @@ static int calibrate(job *j, oq_diag *d)
 	/* the fold measurement needs each fold's statistics (the ranges are the same bits) */
 	if (has_sample_folder(&j->o) && co.method != OQ_CALIB_EMA)
 		co.folds_out = &j->folds;
-	/* empirical bias correction's float run of its samples, taken on the way (pre.h) */
-	if (oq_bc_pre_use && j->o.bias_correction == OQ_BC_EMPIRICAL && has_sample_folder(&j->o) &&
-	    !j->left_float && co.batch <= 1) {
+	/* empirical bias correction's float run of its samples, taken on the way (pre.h; analyze
+	 * corrects no bias) */
+	if (oq_bc_pre_use && j->o.job == OQ_JOB_QUANTIZE && j->o.bias_correction == OQ_BC_EMPIRICAL &&
+	    has_sample_folder(&j->o) && !j->left_float && co.batch <= 1) {
 		if ((rc = oq_bc_pre_new(j->m->graph, &j->q, &co, OQ_PLACEMENT_SAMPLES, &j->bc_pre, d)))
 			return rc;
 		co.tap = oq_bc_pre_tap(j->bc_pre);
