@@ -552,8 +552,8 @@ static int run_one(const job *j, oq_exec *e, calib *c, size_t i, oq_rt *in, oq_r
 		rc = observe(c, oq_exec_input(e, k), &in[k]);
 	if (!rc)
 		rc = oq_exec_run(e, in, j->nin, outs, j->nout, d);
-	if (!rc && c->tap_st)
-		c->tap->end(c->tap->ctx, c->tap_st, i, outs, j->nout);
+	if (c->tap_st)
+		c->tap->end(c->tap->ctx, c->tap_st, i, rc ? NULL : outs, j->nout);
 	c->tap_st = NULL;
 	if (rc && c->oom) /* the observer's own failure: the executor has no message for it */
 		rc = oq_err(d, OQ_ENOMEM, "calibrate: out of memory for the histogram of '%s' (%d bins)",

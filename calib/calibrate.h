@@ -109,7 +109,8 @@ typedef struct oq_calib_tap {
 	void (*begin)(void *ctx, size_t i, size_t total, void **stage);
 	/* a value of a sample taken (graph inputs and node outputs, any dtype) */
 	void (*observe)(void *ctx, void *stage, const oq_value *v, const oq_rt *t);
-	/* the run of sample i ended: its nout outputs, which the tap may move out of outs */
+	/* the run of sample i ended (after every begin that gave a stage): its nout outputs, which
+	 * the tap may move out of outs; outs NULL: the run failed */
 	void (*end)(void *ctx, void *stage, size_t i, oq_rt *outs, size_t nout);
 } oq_calib_tap;
 

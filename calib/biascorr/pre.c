@@ -163,6 +163,10 @@ static void tap_end(void *ctx, void *stage, size_t i, oq_rt *outs, size_t nout)
 	pstages *x = stage;
 
 	(void)i;
+	if (!outs) { /* the run failed: calibration fails with it */
+		free(x);
+		return;
+	}
 	pthread_mutex_lock(&p->mu);
 	/* the later set first: keeping moves the outputs out of outs, the earlier copies them */
 	for (size_t k = p->ns; k-- > 0;) {
