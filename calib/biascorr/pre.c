@@ -95,7 +95,7 @@ static pstage *set_begin(const oq_bc_pre *p, pset *t, size_t i, size_t total)
 	if (!t->broken && !t->total && total) {
 		t->total = t->limit && t->limit < total ? t->limit : total;
 		t->n = t->total < OQ_MEASURE_SAMPLES ? t->total : OQ_MEASURE_SAMPLES;
-		/* n <= OQ_MEASURE_SAMPLES, so n nc and n nl count what p holds once per sample */
+		/* no overflow: n <= OQ_MEASURE_SAMPLES, nc counts output channels of weights in memory */
 		if (!(t->st = oq_calloc(t->n, sizeof *t->st)) ||
 		    (t->sums && (!(t->S = malloc(t->n * nc * sizeof *t->S)) || !(t->C = malloc(t->n * nl * sizeof *t->C)) ||
 				 !(t->B = malloc(t->n * nl)))))
